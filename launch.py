@@ -1,0 +1,29 @@
+#!/usr/bin/env python3
+"""Start the workbench: `python launch.py` (see `python launch.py --help`).
+
+The first run creates .venv and installs what is missing, then converts the
+default model once; later runs start in seconds.
+"""
+
+import sys
+
+from webui import bootstrap
+
+
+def main(argv: list[str]) -> None:
+    from webui.config import build_parser
+
+    if any(a in ("-h", "--help") for a in argv):
+        build_parser().print_help()
+        return
+    if not bootstrap.in_venv():
+        bootstrap.ensure_venv()
+        bootstrap.reexec_in_venv([__file__, *argv])
+    bootstrap.ensure_venv()  # inside the venv: a no-op unless pyproject.toml changed
+    from webui.app import run
+
+    run(argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,134 @@
+"""What every loader provides: the LoadedModel protocol, capabilities and errors.
+
+The engine drives a model one step at a time through :meth:`LoadedModel.forward`:
+each step hands in, for every running sequence, its cache and the token ids the
+cache has not seen yet (the whole prompt on the first step, one token after),
+and gets back the next-token logits of each. Loaders that cannot batch still
+accept a list; they simply run its items one after another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+import importlib.util
+
+
+class LoaderError(Exception):
+    """Base class of the errors a loader raises for the user to read."""
+
+
+class LoaderUnavailable(LoaderError):
+    """The loader's backend package is not installed; ``install_hint`` says how."""
+
+    def __init__(self, loader: str, missing: str, install_hint: str):
+        super().__init__(f"loader '{loader}' needs the package '{missing}', which is not installed; "
+                         f"install it with: {install_hint}")
+        self.loader, self.missing, self.install_hint = loader, missing, install_hint
+
+
+class ModelLoadError(LoaderError):
+    """The path is missing or is not a model this loader can read."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    batched_forward: bool = False
+    lora: bool = False
+    logprobs: bool = True
+    devices: tuple[str, ...] = ("cpu",)
+    formats: tuple[str, ...] = ()  # e.g. "hf-folder", "gguf"
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """Options every loader understands; a loader ignores what does not apply."""
+
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    dtype: str = "auto"  # auto | float32 | float16 | bfloat16
+    threads: int | None = None  # torch intra-op threads (CPU); None keeps the current setting
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if not (self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:")):
+            raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
+        if self.threads is not None and not (isinstance(self.threads, int) and self.threads >= 1):
+            raise ValueError(f"threads must be an integer >= 1, got {self.threads!r}")
+
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    eos_token_ids: frozenset[int]
+    chat_template: str | None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str: ...
+    def token_strings(self, ids: Sequence[int]) -> list[str]: ...
+
+
+@runtime_checkable
+class LoadedModel(Protocol):
+    name: str
+    loader: str
+    path: Path
+    tokenizer: Tokenizer
+    capabilities: Capabilities
+    context_length: int
+    device: str
+    dtype: str
+
+    def new_cache(self) -> Any:
+        """A fresh, empty per-sequence cache (opaque to the engine)."""
+
+    def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> "torch.Tensor":  # noqa: F821
+        """Feed each sequence its unseen ids; return next-token logits, shape [len(caches), vocab]."""
+
+    def memory_bytes(self) -> int:
+        """Bytes the weights take."""
+
+    def close(self) -> None:
+        """Release the weights; the object is unusable afterwards."""
+
+
+class Loader(Protocol):
+    """A backend that can turn a path into a LoadedModel."""
+
+    name: str
+    description: str
+    capabilities: Capabilities
+    requires: tuple[str, ...]  # importable module names the backend needs
+    install_hint: str
+
+    def can_load(self, path: Path) -> bool: ...
+    def load(self, path: Path, options: LoadOptions, progress: Callable[[float, str], None] | None = None) -> LoadedModel: ...
+
+
+def missing_module(modules: Sequence[str]) -> str | None:
+    """The first of ``modules`` that cannot be imported, without importing it."""
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            return module
+    return None
+
+
+def require_backend(loader: Loader) -> None:
+    missing = missing_module(loader.requires)
+    if missing:
+        raise LoaderUnavailable(loader.name, missing, loader.install_hint)
+
+
+@dataclass
+class LoaderStatus:
+    name: str
+    description: str
+    available: bool
+    reason: str = ""
+    install_hint: str = ""
+    capabilities: Capabilities = field(default_factory=Capabilities)

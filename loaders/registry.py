@@ -1,0 +1,88 @@
+"""The loader registry: register / get / list.
+
+A loader package exposes one hook, ``register_loaders(register)``, and names it
+in the ``llm_workbench.loaders`` entry-point group. Built-in loaders use the
+very same hook and are declared in our own pyproject.toml; when the project
+runs from a source tree that was never pip-installed, the built-in hooks are
+found by module name instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Callable
+
+from loaders.base import Loader, LoaderError, LoaderStatus, missing_module
+
+ENTRY_POINT_GROUP = "llm_workbench.loaders"
+BUILTIN_HOOKS = ("loaders.transformers_loader:register_loaders",)
+
+RegisterHook = Callable[[Callable[[Loader], None]], None]
+
+
+class UnknownLoader(LoaderError):
+    pass
+
+
+class LoaderRegistry:
+    def __init__(self) -> None:
+        self._loaders: dict[str, Loader] = {}
+
+    def register(self, loader: Loader) -> None:
+        if loader.name in self._loaders:
+            raise LoaderError(f"a loader named '{loader.name}' is already registered")
+        self._loaders[loader.name] = loader
+
+    def unregister(self, name: str) -> None:
+        self._loaders.pop(name, None)
+
+    def names(self) -> list[str]:
+        return list(self._loaders)
+
+    def get(self, name: str) -> Loader:
+        try:
+            return self._loaders[name]
+        except KeyError:
+            raise UnknownLoader(f"unknown loader '{name}'; available loaders: "
+                                f"{', '.join(self._loaders) or 'none'}") from None
+
+    def status(self) -> list[LoaderStatus]:
+        """Every loader with whether its backend is installed, and how to install it if not."""
+        out = []
+        for loader in self._loaders.values():
+            missing = missing_module(loader.requires)
+            out.append(LoaderStatus(
+                loader.name, loader.description, missing is None,
+                f"missing package '{missing}'" if missing else "",
+                loader.install_hint, loader.capabilities))
+        return out
+
+    def for_path(self, path: Path) -> Loader:
+        """The first registered loader that can read ``path``."""
+        for loader in self._loaders.values():
+            if loader.can_load(path):
+                return loader
+        raise UnknownLoader(f"no registered loader can read '{path}' "
+                            f"(loaders: {', '.join(self._loaders) or 'none'})")
+
+
+def _load_hook(spec: str) -> RegisterHook:
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def default_registry() -> LoaderRegistry:
+    """A registry holding every loader installed: built-ins and entry-point plugins."""
+    registry = LoaderRegistry()
+    seen: set[str] = set()
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.value in seen:
+            continue
+        seen.add(ep.value)
+        ep.load()(registry.register)
+    for spec in BUILTIN_HOOKS:
+        if spec not in seen:
+            _load_hook(spec)(registry.register)
+    return registry

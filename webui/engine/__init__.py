@@ -1,0 +1,11 @@
+"""The generation engine: one scheduler, our sampling, streaming events."""
+
+from webui.engine.engine import Engine, EngineConfig, EngineStats, QueueFull
+from webui.engine.params import InvalidParameter, SamplingParams
+from webui.engine.stream import RequestStream
+from webui.engine.types import (CancelToken, EngineClosed, EngineError, GenerationError, GenerationEvent,
+                                GenerationRequest, GenerationResult, NoModelLoaded, PromptTooLong)
+
+__all__ = ["Engine", "EngineConfig", "EngineStats", "QueueFull", "InvalidParameter", "SamplingParams",
+           "RequestStream", "CancelToken", "EngineClosed", "EngineError", "GenerationError", "GenerationEvent",
+           "GenerationRequest", "GenerationResult", "NoModelLoaded", "PromptTooLong"]

@@ -1,0 +1,208 @@
+"""The Engine: the one generate loop that UI, API and batch runner share.
+
+One scheduler thread owns the model. Callers ``submit`` a GenerationRequest and
+get a RequestStream of events. Every step feeds all running sequences to the
+model at once (``LoadedModel.forward`` takes a list, so a loader that can batch
+does); finished and cancelled sequences leave at the next step, and waiting
+requests join up to ``max_running``. Nothing holds a lock for a whole
+generation: the lock only guards the queues.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+from loaders.base import LoadedModel
+from webui.engine.sequence import Sequence, tokenize_prompt
+from webui.engine.stream import RequestStream
+from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, GenerationResult, NoModelLoaded,
+                                now)
+
+log = logging.getLogger(__name__)
+
+TPS_WINDOW = 5.0  # seconds of history behind EngineStats.tokens_per_second
+
+
+class QueueFull(EngineError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the engine's queue is full ({limit} requests waiting); try again later")
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_running: int = 16  # sequences decoded together
+    max_waiting: int = 256  # requests queued behind them before submit() refuses
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    model: str | None
+    running: int
+    waiting: int
+    tokens_per_second: float
+
+    @property
+    def busy(self) -> bool:
+        return self.running + self.waiting > 0
+
+
+class Engine:
+    def __init__(self, model: LoadedModel | None = None, config: EngineConfig = EngineConfig()):
+        self.config = config
+        self._model = model
+        self._cond = threading.Condition()
+        self._waiting: deque[Sequence] = deque()
+        self._running: list[Sequence] = []
+        self._swaps: list[tuple[LoadedModel | None, str, threading.Event]] = []
+        self._recent: deque[tuple[float, int]] = deque()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
+        self._thread.start()
+
+    # -- caller API ------------------------------------------------------------
+    @property
+    def model(self) -> LoadedModel | None:
+        return self._model
+
+    def submit(self, request: GenerationRequest) -> RequestStream:
+        """Queue ``request``; bad prompts (empty, too long) raise here, at once."""
+        with self._cond:
+            if self._closed:
+                raise EngineClosed()
+            model = self._model
+            if model is None:
+                raise NoModelLoaded()
+            if len(self._waiting) >= self.config.max_waiting:
+                raise QueueFull(self.config.max_waiting)
+        prompt_ids = tokenize_prompt(model, request)
+        stream = RequestStream(request.request_id, request.cancel, self._wake)
+        seq = Sequence(request, stream, now())
+        seq.tokenized_for = (model, prompt_ids)
+        with self._cond:
+            self._waiting.append(seq)
+            self._cond.notify()
+        return stream
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Submit and wait for the whole result."""
+        return self.submit(request).result()
+
+    def set_model(self, model: LoadedModel | None, reason: str = "") -> None:
+        """Swap the model between two steps; requests still running end with an error saying why."""
+        done = threading.Event()
+        with self._cond:
+            if self._closed:
+                raise EngineClosed()
+            self._swaps.append((model, reason, done))
+            self._cond.notify()
+        done.wait()
+
+    def stats(self) -> EngineStats:
+        with self._cond:
+            cutoff = now() - TPS_WINDOW
+            tokens = sum(n for t, n in self._recent if t >= cutoff)
+            return EngineStats(self._model.name if self._model else None, len(self._running),
+                               len(self._waiting), tokens / TPS_WINDOW)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=30)
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    # -- scheduler thread ---------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._closed or self._swaps or self._waiting or self._running):
+                    self._cond.wait()
+                if self._closed:
+                    break
+                self._apply_swaps()
+                admitted = self._admit()
+            try:
+                self._start(admitted)
+                self._drop_cancelled()
+                if self._running:
+                    self._step()
+            except Exception as exc:  # never let the scheduler die; fail what was running instead
+                log.exception("engine step failed")
+                self._fail(self._running, exc)
+        self._shutdown()
+
+    def _apply_swaps(self) -> None:
+        for model, reason, done in self._swaps:
+            if model is not self._model:
+                what = reason or ("the model was unloaded" if model is None else f"the model was switched to '{model.name}'")
+                self._fail(self._running, EngineError(f"generation stopped: {what} while this request was running"))
+            self._model = model
+            done.set()
+        self._swaps.clear()
+
+    def _admit(self) -> list[Sequence]:
+        admitted = []
+        for seq in [s for s in self._waiting if s.request.cancel.cancelled]:
+            self._waiting.remove(seq)
+            seq.stream.put(seq.finish("cancelled"))
+        while self._waiting and len(self._running) + len(admitted) < self.config.max_running:
+            admitted.append(self._waiting.popleft())
+        return admitted
+
+    def _start(self, admitted: list[Sequence]) -> None:
+        model = self._model
+        for seq in admitted:
+            try:
+                if model is None:
+                    raise NoModelLoaded()
+                tokenized_model, ids = seq.tokenized_for
+                seq.start(model, ids if tokenized_model is model else None)
+            except Exception as exc:
+                self._fail([seq], exc)
+                continue
+            self._running.append(seq)
+
+    def _drop_cancelled(self) -> None:
+        for seq in [s for s in self._running if s.request.cancel.cancelled]:
+            seq.stream.put(seq.finish("cancelled"))
+            self._running.remove(seq)
+
+    def _step(self) -> None:
+        running = list(self._running)
+        logits = self._model.forward([s.cache for s in running], [s.pending for s in running])
+        for i, seq in enumerate(running):
+            try:
+                event = seq.step(logits[i])
+            except Exception as exc:
+                self._fail([seq], exc)
+                continue
+            seq.stream.put(event)
+        self._running = [s for s in self._running if not s.finished]
+        with self._cond:
+            t = now()
+            self._recent.append((t, len(running)))
+            while self._recent and self._recent[0][0] < t - TPS_WINDOW:
+                self._recent.popleft()
+
+    def _fail(self, seqs: list[Sequence], exc: BaseException) -> None:
+        for seq in list(seqs):
+            if not seq.finished:
+                seq.stream.put(seq.finish("error", error=str(exc) or type(exc).__name__), exc)
+            if seq in self._running:
+                self._running.remove(seq)
+
+    def _shutdown(self) -> None:
+        with self._cond:
+            pending = list(self._waiting) + self._running
+            self._waiting.clear()
+            for _, _, done in self._swaps:
+                done.set()
+        self._fail(pending, EngineClosed())
+        self._running = []

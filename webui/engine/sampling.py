@@ -1,0 +1,228 @@
+"""Our sampling pipeline: small logits processors in an explicit order.
+
+Every processor is a callable ``(ids, logits) -> logits`` over one sequence's
+1-D float logits, where ``ids`` is the sequence so far (prompt then output).
+A processor is built only when its parameter is not neutral, so greedy decoding
+with neutral parameters costs one ``argmax``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from webui.engine.params import SamplingParams
+
+Processor = Callable[[Sequence[int], torch.Tensor], torch.Tensor]
+
+NEG_INF = float("-inf")
+
+# The order processors run in. Penalties look at raw logits; temperature then
+# reshapes the distribution the truncation filters see.
+PROCESSOR_ORDER: tuple[str, ...] = (
+    "eos_ban",
+    "repetition_penalty",
+    "presence_frequency_penalty",
+    "no_repeat_ngram",
+    "temperature",
+    "top_k",
+    "top_p",
+    "typical_p",
+    "min_p",
+)
+
+TRUNCATION = {"temperature", "top_k", "top_p", "typical_p", "min_p"}
+
+
+class EosBan:
+    """Blocks end-of-sequence tokens while fewer than ``min_new`` tokens were made (or always)."""
+
+    def __init__(self, eos_ids: Sequence[int], prompt_len: int, min_new: int, always: bool):
+        self.eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
+        self.prompt_len, self.min_new, self.always = prompt_len, min_new, always
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        if self.always or len(ids) - self.prompt_len < self.min_new:
+            logits[self.eos.to(logits.device)] = NEG_INF
+        return logits
+
+
+class RepetitionPenalty:
+    """CTRL-style penalty on every token already in the prompt or the output."""
+
+    def __init__(self, penalty: float):
+        self.penalty = penalty
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        if not ids:
+            return logits
+        seen = torch.tensor(list(set(ids)), dtype=torch.long, device=logits.device)
+        values = logits[seen]
+        logits[seen] = torch.where(values > 0, values / self.penalty, values * self.penalty)
+        return logits
+
+
+class PresenceFrequencyPenalty:
+    """OpenAI's penalties: over the generated tokens only, not the prompt."""
+
+    def __init__(self, presence: float, frequency: float, prompt_len: int):
+        self.presence, self.frequency, self.prompt_len = presence, frequency, prompt_len
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        out = ids[self.prompt_len:]
+        if not out:
+            return logits
+        counts = torch.bincount(torch.tensor(out, dtype=torch.long), minlength=logits.shape[-1])
+        counts = counts[: logits.shape[-1]].to(logits.device, logits.dtype)
+        return logits - self.frequency * counts - self.presence * (counts > 0).to(logits.dtype)
+
+
+class NoRepeatNGram:
+    """Bans the token that would complete an n-gram already present."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        n = self.n
+        if len(ids) < n:
+            return logits
+        prefix = tuple(ids[len(ids) - n + 1:])
+        banned = {ids[i + n - 1] for i in range(len(ids) - n + 1) if tuple(ids[i:i + n - 1]) == prefix}
+        if banned:
+            logits[torch.tensor(sorted(banned), dtype=torch.long, device=logits.device)] = NEG_INF
+        return logits
+
+
+class Temperature:
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        return logits / self.temperature
+
+
+class TopK:
+    def __init__(self, k: int):
+        self.k = k
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        if self.k >= logits.shape[-1]:
+            return logits
+        kth = torch.topk(logits, self.k).values[-1]
+        return logits.masked_fill(logits < kth, NEG_INF)
+
+
+class TopP:
+    def __init__(self, p: float):
+        self.p = p
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # Drop a token when the tokens before it already reach p; the top one always stays.
+        drop = (probs.cumsum(-1) - probs) >= self.p
+        drop[0] = False
+        return logits.masked_fill(drop.scatter(0, order, drop), NEG_INF)
+
+
+class TypicalP:
+    def __init__(self, p: float):
+        self.p = p
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        logp = logits.log_softmax(-1)
+        probs = logp.exp()
+        entropy = -torch.nansum(probs * logp)
+        surprise_gap = (-logp - entropy).abs()
+        sorted_gap, order = torch.sort(surprise_gap)
+        cumulative = probs[order].cumsum(-1)
+        keep_n = int((cumulative < self.p).sum().item()) + 1
+        drop_sorted = torch.ones_like(sorted_gap, dtype=torch.bool)
+        drop_sorted[:keep_n] = False
+        return logits.masked_fill(drop_sorted.scatter(0, order, drop_sorted), NEG_INF)
+
+
+class MinP:
+    def __init__(self, p: float):
+        self.p = p
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        probs = logits.softmax(-1)
+        return logits.masked_fill(probs < self.p * probs.max(), NEG_INF)
+
+
+def build_processors(params: SamplingParams, eos_ids: Sequence[int], prompt_len: int) -> list[tuple[str, Processor]]:
+    """The non-neutral processors for ``params``, in ``PROCESSOR_ORDER``."""
+    p = params
+    made: dict[str, Processor] = {}
+    if eos_ids and (p.ban_eos or p.min_new_tokens > 0):
+        made["eos_ban"] = EosBan(eos_ids, prompt_len, p.min_new_tokens, p.ban_eos)
+    if p.repetition_penalty != 1.0:
+        made["repetition_penalty"] = RepetitionPenalty(p.repetition_penalty)
+    if p.presence_penalty or p.frequency_penalty:
+        made["presence_frequency_penalty"] = PresenceFrequencyPenalty(p.presence_penalty, p.frequency_penalty, prompt_len)
+    if p.no_repeat_ngram_size > 0:
+        made["no_repeat_ngram"] = NoRepeatNGram(p.no_repeat_ngram_size)
+    if not p.greedy:  # truncation cannot change the argmax, so greedy skips it
+        if p.temperature != 1.0:
+            made["temperature"] = Temperature(p.temperature)
+        if p.top_k > 0:
+            made["top_k"] = TopK(p.top_k)
+        if p.top_p < 1.0:
+            made["top_p"] = TopP(p.top_p)
+        if p.typical_p < 1.0:
+            made["typical_p"] = TypicalP(p.typical_p)
+        if p.min_p > 0.0:
+            made["min_p"] = MinP(p.min_p)
+    return [(name, made[name]) for name in PROCESSOR_ORDER if name in made]
+
+
+@dataclass
+class TokenChoice:
+    """One sampled token and, if asked for, its log-probabilities."""
+
+    token_id: int
+    logprob: float | None = None  # under the model's raw distribution
+    top: list[tuple[int, float]] | None = None  # raw top alternatives
+
+
+class Sampler:
+    """Samples one sequence's tokens; owns that request's random generator."""
+
+    def __init__(self, params: SamplingParams, eos_ids: Sequence[int], prompt_len: int, seed: int):
+        self.params = params
+        self.processors = build_processors(params, eos_ids, prompt_len)
+        self.seed = seed
+        self._generator: torch.Generator | None = None
+
+    def _rng(self, device: torch.device) -> torch.Generator:
+        if self._generator is None:
+            self._generator = torch.Generator(device=device)
+            self._generator.manual_seed(self.seed)
+        return self._generator
+
+    def process(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        """Apply the processors to a copy of ``logits`` (float32)."""
+        out = logits.to(torch.float32, copy=True)
+        for _, processor in self.processors:
+            out = processor(ids, out)
+        return out
+
+    def sample(self, ids: Sequence[int], logits: torch.Tensor, top_logprobs: int | None = None) -> TokenChoice:
+        processed = self.process(ids, logits)
+        if self.params.greedy:
+            token = int(torch.argmax(processed).item())
+        else:
+            probs = processed.softmax(-1)
+            token = int(torch.multinomial(probs, 1, generator=self._rng(probs.device)).item())
+        choice = TokenChoice(token)
+        if top_logprobs is not None:
+            raw = logits.to(torch.float32).log_softmax(-1)
+            choice.logprob = float(raw[token])
+            if top_logprobs > 0:
+                values, idx = torch.topk(raw, min(top_logprobs, raw.shape[-1]))
+                choice.top = [(int(i), float(v)) for i, v in zip(idx.tolist(), values.tolist())]
+        return choice

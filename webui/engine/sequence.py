@@ -1,0 +1,119 @@
+"""One running request inside the engine: its tokens, sampler, text and timings."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import torch
+
+from loaders.base import LoadedModel
+from webui.engine.detokenize import IncrementalDetokenizer
+from webui.engine.sampling import Sampler, TokenChoice
+from webui.engine.stopping import StopStringMatcher
+from webui.engine.stream import RequestStream
+from webui.engine.types import (FinishReason, GenerationEvent, GenerationRequest, PromptTooLong, Timings,
+                                TokenLogprob, Usage, now)
+
+
+def tokenize_prompt(model: LoadedModel, request: GenerationRequest) -> list[int]:
+    if isinstance(request.prompt, list):
+        ids = list(request.prompt)
+    else:
+        ids = model.tokenizer.encode(request.prompt, add_special_tokens=request.add_special_tokens)
+    if not ids:
+        raise ValueError("the prompt is empty; type something to continue from")
+    if len(ids) >= model.context_length:
+        raise PromptTooLong(len(ids), request.params.max_new_tokens, model.context_length)
+    return ids
+
+
+class Sequence:
+    """Engine-side state of one request. Only the engine thread touches it."""
+
+    def __init__(self, request: GenerationRequest, stream: RequestStream, submitted: float):
+        self.request, self.stream, self.submitted = request, stream, submitted
+        params = request.params
+        self.seed = params.seed if params.seed is not None else secrets.randbits(63)
+        self.model: LoadedModel | None = None
+        self.prompt_ids: list[int] = []
+        self.ids: list[int] = []
+        self.pending: list[int] = []
+        self.cache: Any = None
+        self.completion_tokens = 0
+        self.admitted = submitted
+        self.first_token: float | None = None
+        self.finished = False
+        self.tokenized_for: tuple[LoadedModel, list[int]] | None = None  # set by Engine.submit
+
+    def start(self, model: LoadedModel, prompt_ids: list[int] | None = None) -> None:
+        """Bind to ``model``: tokenize (unless given), size the budget, build sampler and cache."""
+        self.prompt_ids = prompt_ids if prompt_ids is not None else tokenize_prompt(model, self.request)
+        self.ids = list(self.prompt_ids)
+        self.pending = list(self.prompt_ids)
+        self.max_new = min(self.request.params.max_new_tokens, model.context_length - len(self.prompt_ids))
+        tok = model.tokenizer
+        self.sampler = Sampler(self.request.params, sorted(tok.eos_token_ids), len(self.prompt_ids), self.seed)
+        self.detok = IncrementalDetokenizer(lambda ids: tok.decode(ids, skip_special_tokens=True),
+                                            self.prompt_ids[-8:])
+        self.stops = StopStringMatcher(self.request.params.stop)
+        self.cache = model.new_cache()
+        self.admitted = now()
+        self.model = model
+
+    def step(self, logits: torch.Tensor) -> GenerationEvent:
+        """Sample the next token from ``logits`` and build this step's event."""
+        choice = self.sampler.sample(self.ids, logits, self.request.logprobs)
+        token = choice.token_id
+        self.ids.append(token)
+        self.pending = [token]
+        self.completion_tokens += 1
+        if self.first_token is None:
+            self.first_token = now()
+        finish: FinishReason | None = None
+        text = ""
+        if token in self.model.tokenizer.eos_token_ids and not self.request.params.ban_eos:
+            finish = "stop"
+        else:
+            text, stopped = self.stops.feed(self.detok.add(token))
+            if stopped:
+                finish = "stop"
+        if finish is None and self.completion_tokens >= self.max_new:
+            finish = "length"
+        event = GenerationEvent(self.request.request_id, token_ids=[token],
+                                logprobs=self._logprobs(choice), seed=self.seed)
+        if finish is not None:
+            return self.finish(finish, event, text)
+        event.text = text
+        return event
+
+    def finish(self, reason: FinishReason, event: GenerationEvent | None = None, text: str = "",
+               error: str | None = None) -> GenerationEvent:
+        """The final event: flush held-back text (not on errors) and attach usage and timings."""
+        self.finished = True
+        event = event or GenerationEvent(self.request.request_id, seed=self.seed)
+        if self.model is not None and error is None and not self.stops.matched:
+            tail, stopped = self.stops.feed(self.detok.flush())
+            text += tail if stopped else tail + self.stops.flush()
+        event.text = text
+        event.finish_reason, event.error = reason, error
+        event.stop_string = self.stops.matched if self.model is not None else None
+        end = now()
+        gen_time = end - self.admitted
+        event.usage = Usage(len(self.prompt_ids), self.completion_tokens)
+        event.timings = Timings(
+            queue=self.admitted - self.submitted,
+            first_token=None if self.first_token is None else self.first_token - self.submitted,
+            total=end - self.submitted,
+            tokens_per_second=self.completion_tokens / gen_time if gen_time > 0 else 0.0)
+        self.cache = None
+        return event
+
+    def _logprobs(self, choice: TokenChoice) -> list[TokenLogprob]:
+        if choice.logprob is None:
+            return []
+        tok = self.model.tokenizer
+        top = choice.top or []
+        strings = tok.token_strings([choice.token_id] + [i for i, _ in top])
+        return [TokenLogprob(choice.token_id, strings[0], choice.logprob,
+                             [(i, s, lp) for (i, lp), s in zip(top, strings[1:])])]

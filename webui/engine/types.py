@@ -1,0 +1,136 @@
+"""The engine's request and event types, shared by UI, API and batch runner."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Literal
+
+from webui.engine.params import SamplingParams
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+class EngineError(Exception):
+    """Base class of errors the engine reports to callers."""
+
+
+class GenerationError(EngineError):
+    """A request failed inside the engine; the original exception is ``__cause__``."""
+
+
+class NoModelLoaded(EngineError):
+    def __init__(self) -> None:
+        super().__init__("no model is loaded; load one in the Model tab or start with --model NAME")
+
+
+class PromptTooLong(EngineError):
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, context_length: int):
+        super().__init__(
+            f"the prompt has {prompt_tokens} tokens, which leaves no room in the model's context of "
+            f"{context_length} tokens; shorten the prompt")
+        self.prompt_tokens, self.max_new_tokens, self.context_length = prompt_tokens, max_new_tokens, context_length
+
+
+class EngineClosed(EngineError):
+    def __init__(self) -> None:
+        super().__init__("the engine has been shut down")
+
+
+class CancelToken:
+    """Set once to cancel a request; the engine checks it before every step."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass
+class GenerationRequest:
+    """One generation: a prompt (text or token ids) and how to sample it."""
+
+    prompt: str | list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    add_special_tokens: bool = True  # False for prompts already rendered by a chat template
+    logprobs: int | None = None  # None: none; 0: the chosen token's; N: also N alternatives
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    cancel: CancelToken = field(default_factory=CancelToken)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.prompt, list) and not all(isinstance(t, int) and t >= 0 for t in self.prompt):
+            raise ValueError("a token-id prompt must be a list of non-negative integers")
+        if not isinstance(self.prompt, (str, list)):
+            raise ValueError(f"prompt must be text or a list of token ids, got {type(self.prompt).__name__}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    token: str
+    logprob: float
+    top: list[tuple[int, str, float]] = field(default_factory=list)
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class Timings:
+    """Seconds; ``tokens_per_second`` counts generated tokens over the generation time."""
+
+    queue: float = 0.0
+    first_token: float | None = None  # time to first token, from submission
+    total: float = 0.0
+    tokens_per_second: float = 0.0
+
+
+@dataclass
+class GenerationEvent:
+    """One step of a request's stream. The last event has a ``finish_reason``."""
+
+    request_id: str
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    stop_string: str | None = None  # the stop string that ended it, if one did
+    error: str | None = None
+    usage: Usage | None = None
+    timings: Timings | None = None
+    seed: int | None = None  # the seed actually used (also set when the request asked for a random one)
+
+
+@dataclass
+class GenerationResult:
+    """A whole request, collected from its events."""
+
+    request_id: str
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    usage: Usage
+    timings: Timings
+    seed: int
+    stop_string: str | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+def now() -> float:
+    return time.perf_counter()

@@ -1,0 +1,59 @@
+"""Sampling controls built from SamplingParams' own metadata, so bounds live in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from webui.engine.params import SamplingParams, param_fields
+
+NUMBER_FIELD_ABOVE = 1000  # int ranges wider than this get a number box, not an unusable slider
+
+
+def build_param_components() -> dict[str, gr.components.Component]:
+    """One component per SamplingParams field, in declaration order, ids "params.<name>"."""
+    components: dict[str, gr.components.Component] = {}
+    for name, default, spec, help_text in param_fields():
+        common = dict(label=name, info=help_text, elem_id=f"params-{name}")
+        if name == "stop":
+            components[name] = gr.Textbox(value="", lines=2, placeholder=r"one per line; \n for a newline",
+                                          **common)
+        elif name == "ban_eos":
+            components[name] = gr.Checkbox(value=default, **common)
+        elif name == "seed":
+            components[name] = gr.Number(value=-1, precision=0, **{**common, "info": help_text})
+        elif spec.kind is int and (spec.maximum or 0) > NUMBER_FIELD_ABOVE:
+            components[name] = gr.Number(value=default, precision=0, minimum=spec.minimum, maximum=spec.maximum,
+                                         **common)
+        else:
+            lo = spec.minimum + spec.step if spec.min_exclusive else spec.minimum
+            components[name] = gr.Slider(minimum=lo, maximum=spec.maximum, step=spec.step, value=default,
+                                         **common)
+    return components
+
+
+def params_from_values(values: dict[str, Any]) -> SamplingParams:
+    """SamplingParams from the components' current values (raises InvalidParameter)."""
+    v = dict(values)
+    v["stop"] = [s.replace("\\n", "\n").replace("\\t", "\t") for s in (v.get("stop") or "").splitlines() if s]
+    seed = v.get("seed")
+    v["seed"] = None if seed in (None, "", -1) else int(seed)
+    for name, _, spec, _ in param_fields():
+        if spec is not None and spec.kind is int and isinstance(v.get(name), float) and name != "seed":
+            v[name] = int(v[name]) if float(v[name]).is_integer() else v[name]
+    return SamplingParams.from_dict(v)
+
+
+def values_from_params(params: SamplingParams) -> list[Any]:
+    """Component values for ``params``, in the order of build_param_components()."""
+    d = params.to_dict()
+    out = []
+    for name, *_ in param_fields():
+        if name == "stop":
+            out.append("\n".join(s.replace("\n", "\\n").replace("\t", "\\t") for s in d["stop"]))
+        elif name == "seed":
+            out.append(-1 if d["seed"] is None else d["seed"])
+        else:
+            out.append(d[name])
+    return out
