@@ -9,8 +9,6 @@ inside this Blocks instance, never in module globals.
 from __future__ import annotations
 
 import threading
-from typing import Any
-
 import gradio as gr
 
 from webui.engine import (EngineError, GenerationEvent, GenerationRequest, InvalidParameter, RequestStream)
@@ -23,6 +21,9 @@ CSS = """
 #status-line {font-family: ui-monospace, monospace; font-size: 0.9em; opacity: 0.85}
 #output textarea {font-family: ui-monospace, monospace}
 """
+
+
+STARTING_PRESET = "Balanced"
 
 
 class ActiveRequests:
@@ -74,6 +75,8 @@ def stats_text(event: GenerationEvent) -> str:
 
 def build_ui(services: Services) -> gr.Blocks:
     active = ActiveRequests()
+    start_preset = STARTING_PRESET if STARTING_PRESET in services.presets.names() else None
+    start_params = services.presets.get(start_preset).params if start_preset else None
     with gr.Blocks(title="LLM Workbench", analytics_enabled=False) as demo:
         status = gr.Markdown(status_text(services), elem_id="status-line")
         with gr.Row():
@@ -89,17 +92,17 @@ def build_ui(services: Services) -> gr.Blocks:
                 stats = gr.Markdown("", elem_id="stats")
             with gr.Column(scale=2):
                 with gr.Row():
-                    preset = gr.Dropdown(choices=services.presets.names(), value=None, label="Preset",
+                    preset = gr.Dropdown(choices=services.presets.names(), value=start_preset, label="Preset",
                                          elem_id="preset", allow_custom_value=False)
                     neutral_btn = gr.Button("Reset to neutral", elem_id="neutral", size="sm")
                 preset_note = gr.Markdown("", elem_id="preset-note")
-                params = build_param_components()
+                params = build_param_components(start_params)
         param_inputs = list(params.values())
-        param_names = list(params)
 
-        def generate(prompt_text: str, chat: bool, *values: Any, request: gr.Request):
+        def generate(data: dict, request: gr.Request):
+            prompt_text, chat = data[prompt], data[use_chat]
             try:
-                sampling = params_from_values(dict(zip(param_names, values)))
+                sampling = params_from_values({name: data[c] for name, c in params.items()})
             except InvalidParameter as exc:
                 raise gr.Error(str(exc)) from exc
             model = services.models.loaded
@@ -150,10 +153,9 @@ def build_ui(services: Services) -> gr.Blocks:
 
             return values_from_params(SamplingParams()) + [None]
 
-        generate_btn.click(generate, [prompt, use_chat, *param_inputs], [output, stats, status],
-                           concurrency_limit=None)
-        prompt.submit(generate, [prompt, use_chat, *param_inputs], [output, stats, status],
-                      concurrency_limit=None)
+        generate_inputs = {prompt, use_chat, *param_inputs}
+        generate_btn.click(generate, generate_inputs, [output, stats, status], concurrency_limit=None)
+        prompt.submit(generate, generate_inputs, [output, stats, status], concurrency_limit=None)
         stop_btn.click(stop, None, None, concurrency_limit=None)
         preset.change(apply_preset, [preset], [*param_inputs, preset_note])
         neutral_btn.click(neutral, None, [*param_inputs, preset])

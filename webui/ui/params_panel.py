@@ -11,18 +11,19 @@ from webui.engine.params import SamplingParams, param_fields
 NUMBER_FIELD_ABOVE = 1000  # int ranges wider than this get a number box, not an unusable slider
 
 
-def build_param_components() -> dict[str, gr.components.Component]:
-    """One component per SamplingParams field, in declaration order, ids "params.<name>"."""
+def build_param_components(initial: SamplingParams | None = None) -> dict[str, gr.components.Component]:
+    """One component per SamplingParams field, in declaration order, elem ids "params-<name>"."""
     components: dict[str, gr.components.Component] = {}
-    for name, default, spec, help_text in param_fields():
+    values = values_from_params(initial or SamplingParams())
+    for (name, _, spec, help_text), default in zip(param_fields(), values):
         common = dict(label=name, info=help_text, elem_id=f"params-{name}")
         if name == "stop":
-            components[name] = gr.Textbox(value="", lines=2, placeholder=r"one per line; \n for a newline",
+            components[name] = gr.Textbox(value=default, lines=2, placeholder=r"one per line; \n for a newline",
                                           **common)
         elif name == "ban_eos":
             components[name] = gr.Checkbox(value=default, **common)
         elif name == "seed":
-            components[name] = gr.Number(value=-1, precision=0, **{**common, "info": help_text})
+            components[name] = gr.Number(value=default, precision=0, **common)
         elif spec.kind is int and (spec.maximum or 0) > NUMBER_FIELD_ABOVE:
             components[name] = gr.Number(value=default, precision=0, minimum=spec.minimum, maximum=spec.maximum,
                                          **common)

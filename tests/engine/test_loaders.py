@@ -1,0 +1,117 @@
+"""The loader registry and the transformers loader's errors."""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from loaders.base import Capabilities, LoaderUnavailable, LoadOptions, ModelLoadError
+from loaders.registry import ENTRY_POINT_GROUP, LoaderRegistry, UnknownLoader, default_registry
+
+
+class FakeLoader:
+    def __init__(self, name="fake", requires=("json",)):
+        self.name, self.requires = name, requires
+        self.description = "a test loader"
+        self.capabilities = Capabilities(devices=("cpu",))
+        self.install_hint = "pip install fake-backend"
+
+    def can_load(self, path: Path) -> bool:
+        return path.suffix == ".fake"
+
+    def load(self, path, options, progress=None):
+        from loaders.base import require_backend
+
+        require_backend(self)
+        return object()
+
+
+def test_builtin_transformers_loader_is_registered_through_the_entry_point():
+    assert "transformers" in {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    registry = default_registry()
+    assert registry.names()[0] == "transformers"
+    status = {s.name: s for s in registry.status()}
+    assert status["transformers"].available and "gguf" in status["transformers"].capabilities.formats
+
+
+def test_register_get_list_and_duplicates():
+    registry = LoaderRegistry()
+    registry.register(FakeLoader())
+    assert registry.get("fake").name == "fake" and registry.names() == ["fake"]
+    with pytest.raises(Exception, match="already registered"):
+        registry.register(FakeLoader())
+    with pytest.raises(UnknownLoader, match="unknown loader 'nope'; available loaders: fake"):
+        registry.get("nope")
+    assert registry.for_path(Path("m.fake")).name == "fake"
+    with pytest.raises(UnknownLoader, match="no registered loader can read"):
+        registry.for_path(Path("m.bin"))
+    registry.unregister("fake")
+    assert registry.names() == []
+
+
+def test_missing_backend_is_reported_with_the_install_command():
+    registry = LoaderRegistry()
+    registry.register(FakeLoader("ghost", requires=("definitely_not_installed_pkg",)))
+    status = registry.status()[0]
+    assert not status.available and "definitely_not_installed_pkg" in status.reason
+    assert status.install_hint == "pip install fake-backend"
+    with pytest.raises(LoaderUnavailable, match="install it with: pip install fake-backend"):
+        registry.get("ghost").load(Path("x.fake"), LoadOptions())
+
+
+def test_load_options_are_validated():
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        LoadOptions(dtype="float64")
+    with pytest.raises(ValueError, match="device must be"):
+        LoadOptions(device="tpu")
+    with pytest.raises(ValueError, match="threads must be"):
+        LoadOptions(threads=0)
+
+
+@pytest.fixture
+def transformers_loader():
+    return default_registry().get("transformers")
+
+
+def test_missing_model_path(transformers_loader, tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        transformers_loader.load(tmp_path / "nowhere", LoadOptions())
+
+
+def test_folder_that_is_not_a_model(transformers_loader, tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(ModelLoadError, match="not a model folder: it has no config.json"):
+        transformers_loader.load(tmp_path, LoadOptions())
+
+
+def test_config_without_weights(transformers_loader, tmp_path, tiny_model_dir):
+    (tmp_path / "config.json").write_text((tiny_model_dir / "config.json").read_text())
+    with pytest.raises(ModelLoadError, match="could not load"):
+        transformers_loader.load(tmp_path, LoadOptions())
+
+
+def test_garbage_config(transformers_loader, tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="could not load"):
+        transformers_loader.load(tmp_path, LoadOptions())
+
+
+def test_cuda_requested_without_gpu(transformers_loader, tiny_model_dir):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ModelLoadError, match="no CUDA GPU; use --device cpu"):
+        transformers_loader.load(tiny_model_dir, LoadOptions(device="cuda"))
+
+
+def test_loaded_model_reports_its_facts(tiny_model, tiny_model_dir):
+    assert tiny_model.loader == "transformers" and tiny_model.device == "cpu" and tiny_model.dtype == "float32"
+    assert tiny_model.context_length == json.loads((tiny_model_dir / "config.json").read_text())[
+        "max_position_embeddings"]
+    assert tiny_model.memory_bytes() > 0
+    assert 2 in tiny_model.tokenizer.eos_token_ids
+    assert "<|im_start|>assistant" in tiny_model.tokenizer.apply_chat_template([{"role": "user", "content": "x"}])

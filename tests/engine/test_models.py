@@ -1,0 +1,113 @@
+"""ModelManager: discovery, load / unload / switch, and failures that keep the old model."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from loaders.base import LoadOptions, ModelLoadError
+from loaders.registry import UnknownLoader, default_registry
+from tests.conftest import TEST_THREADS
+from webui.config import AppConfig
+from webui.engine import Engine, GenerationRequest, NoModelLoaded, SamplingParams
+from webui.models import DEFAULT_MODEL, ModelManager, default_model_gguf, ensure_converted
+from webui.names import InvalidName
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=4, ban_eos=True)
+
+
+@pytest.fixture
+def manager(tmp_path: Path, tiny_model_dir: Path):
+    config = AppConfig(user_data_dir=tmp_path / "data", threads=TEST_THREADS, device="cpu")
+    config.make_dirs()
+    (config.models_dir / "tiny").symlink_to(tiny_model_dir, target_is_directory=True)
+    (config.models_dir / "tiny-copy").symlink_to(tiny_model_dir, target_is_directory=True)
+    broken = config.models_dir / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    (config.models_dir / "notes").mkdir()  # not a model: no config.json, not listed
+    engine = Engine()
+    manager = ModelManager(config, engine, default_registry())
+    yield manager
+    manager.unload()
+    engine.close()
+
+
+def test_available_lists_default_and_models_dir(manager):
+    entries = {e.name: e for e in manager.available()}
+    assert entries[DEFAULT_MODEL].default and entries[DEFAULT_MODEL].format == "gguf"
+    assert entries["tiny"].format == "hf-folder"
+    assert "notes" not in entries and "broken" in entries
+
+
+@pytest.mark.parametrize("name", ["../tiny", "/etc", "tiny/../tiny", ".."])
+def test_names_with_path_characters_are_refused(manager, name):
+    with pytest.raises(InvalidName, match="plain name"):
+        manager.resolve(name)
+
+
+def test_unknown_model_says_where_to_put_it(manager):
+    with pytest.raises(ModelLoadError, match=r"unknown model 'nope'; put it in .*models"):
+        manager.resolve("nope")
+
+
+def test_load_generate_switch_unload(manager):
+    model = manager.load("tiny")
+    assert manager.loaded is model and manager.engine.model is model
+    assert manager.engine.generate(GenerationRequest("hi", GREEDY)).usage.completion_tokens == 4
+    other = manager.load("tiny-copy")
+    assert manager.loaded is other and other.name == "tiny-copy"
+    assert model.model is None  # the old one was closed
+    manager.unload()
+    assert manager.loaded is None
+    with pytest.raises(NoModelLoaded):
+        manager.engine.submit(GenerationRequest("hi"))
+
+
+def test_failed_load_keeps_the_previous_model(manager):
+    manager.load("tiny")
+    with pytest.raises(ModelLoadError, match="could not load"):
+        manager.load("broken")
+    assert manager.loaded.name == "tiny"
+    assert manager.engine.generate(GenerationRequest("hi", GREEDY)).finish_reason == "length"
+
+
+def test_unknown_loader(manager):
+    with pytest.raises(UnknownLoader, match="unknown loader 'nope'"):
+        manager.load("tiny", loader="nope")
+
+
+def test_switch_while_generating_ends_the_request_clearly(manager):
+    from webui.engine import GenerationError
+
+    manager.load("tiny")
+    stream = manager.engine.submit(GenerationRequest("hi", SamplingParams(max_new_tokens=200, ban_eos=True)))
+    events = iter(stream)
+    next(events)
+    manager.load("tiny-copy")
+    with pytest.raises(GenerationError, match="switched to 'tiny-copy'"):
+        list(events)
+    assert manager.engine.generate(GenerationRequest("hi", GREEDY)).finish_reason == "length"
+
+
+def test_reload(manager):
+    with pytest.raises(ModelLoadError, match="nothing to reload"):
+        manager.reload()
+    manager.load("tiny", options=LoadOptions(device="cpu", threads=TEST_THREADS))
+    assert manager.reload().name == "tiny"
+
+
+@pytest.mark.real_model
+def test_default_model_is_converted_once(tmp_path):
+    gguf = default_model_gguf()
+    out = tmp_path / "converted" / DEFAULT_MODEL
+    ensure_converted(gguf, out)
+    assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
+    assert (out / "tokenizer.json").is_file() and (out / "converted_from.json").is_file()
+    stamp = (out / "model.safetensors").stat().st_mtime
+    started = time.perf_counter()
+    ensure_converted(gguf, out)
+    assert time.perf_counter() - started < 1.0 and (out / "model.safetensors").stat().st_mtime == stamp
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp folder left behind
