@@ -86,3 +86,16 @@ def real_engine(real_model):
     engine = Engine(real_model)
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's chromium driven by playwright (its own browser download cannot work offline)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.e2e.server import CHROMIUM_ARGS
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()

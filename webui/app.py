@@ -7,11 +7,12 @@ import os
 import sys
 from pathlib import Path
 
-from loaders.base import LoaderError
+from loaders.base import LoaderError, LoadOptions
 from webui.config import AppConfig, config_from_args
 from webui.models import DEFAULT_MODEL, ModelEntry
 from webui.names import InvalidName
 from webui.services import Services
+from webui.store import StoreError
 
 log = logging.getLogger("webui")
 
@@ -27,6 +28,25 @@ def startup_entry(services: Services) -> ModelEntry | None:
     if candidate.exists() or os.sep in config.model:
         return services.models.entry_for_path(candidate)
     return services.models.resolve(config.model)
+
+
+def load_startup_model(services: Services) -> None:
+    """--model if given (failure is fatal), else the last model used (falling back to the default)."""
+    config, settings = services.config, services.settings.get()
+    remembered = config.model is None and not config.no_model and settings.last_model
+    if remembered:
+        try:
+            options = LoadOptions(**{"device": config.device, "dtype": config.dtype, "threads": config.threads,
+                                     **{k: v for k, v in settings.load_options.items() if v is not None}})
+            services.models.load(settings.last_model, config.loader or settings.last_loader, options,
+                                 progress=_print_progress)
+            return
+        except (LoaderError, InvalidName, ValueError, TypeError) as exc:
+            log.warning("could not load the last model used, %r (%s); loading the default model instead",
+                        settings.last_model, exc)
+    entry = startup_entry(services)
+    if entry is not None:
+        services.models.load(entry, loader=config.loader, progress=_print_progress)
 
 
 def _print_progress(fraction: float, message: str) -> None:
@@ -65,11 +85,12 @@ def run(argv: list[str]) -> None:
     if config.loras:
         sys.exit("--lora: LoRA support is not available yet; start without --lora")
     config.make_dirs()
-    services = Services.create(config)
     try:
-        entry = startup_entry(services)
-        if entry is not None:
-            services.models.load(entry, loader=config.loader, progress=_print_progress)
+        services = Services.create(config)
+    except StoreError as exc:
+        sys.exit(f"error: {exc}")
+    try:
+        load_startup_model(services)
     except (LoaderError, InvalidName, ValueError) as exc:
         services.close()
         sys.exit(f"error: {exc}")
@@ -89,6 +110,6 @@ def serve(services: Services, config: AppConfig) -> None:
     print(f"Workbench ready: http://{'127.0.0.1' if not config.listen else config.host}:{config.port}",
           flush=True)
     try:
-        uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=3)
     finally:
         services.close()

@@ -9,6 +9,8 @@ from webui.config import AppConfig
 from webui.engine import Engine
 from webui.models import ModelManager
 from webui.presets import PresetStore
+from webui.settings import SettingsStore
+from webui.store import ChatStore, Database, NotebookStore
 
 
 @dataclass
@@ -18,16 +20,23 @@ class Services:
     engine: Engine
     models: ModelManager
     presets: PresetStore
+    settings: SettingsStore
+    db: Database
+    chats: ChatStore
+    notebooks: NotebookStore
 
     @classmethod
     def create(cls, config: AppConfig, registry: LoaderRegistry | None = None) -> "Services":
+        """Everything the app needs, over ``config``'s user data dir (which must exist)."""
         from loaders.registry import default_registry
 
         registry = registry or default_registry()
         engine = Engine()
-        return cls(config, registry, engine, ModelManager(config, engine, registry),
-                   PresetStore(config.presets_dir))
+        db = Database(config.db_path)
+        return cls(config, registry, engine, ModelManager(config, engine, registry), PresetStore(config.presets_dir),
+                   SettingsStore(config.user_data_dir / "settings.json"), db, ChatStore(db), NotebookStore(db))
 
     def close(self) -> None:
         self.models.unload()
         self.engine.close()
+        self.db.close()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -34,9 +35,16 @@ def user_data_with_default_model(user_data: Path, default_model_dir: Path) -> Pa
     return user_data
 
 
+@dataclass
+class Server:
+    url: str
+    log: Path
+    proc: subprocess.Popen
+
+
 @contextlib.contextmanager
-def running_server(user_data: Path, *args: str, timeout: float = 180) -> Iterator[tuple[str, Path]]:
-    """Yield (base url, log file) of a launched workbench; stop it afterwards."""
+def running_server(user_data: Path, *args: str, timeout: float = 180) -> Iterator[Server]:
+    """Yield a launched workbench (url, log file, process); stop it afterwards."""
     port = free_port()
     log_path = user_data / f"server-{port}.log"
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
@@ -59,9 +67,10 @@ def running_server(user_data: Path, *args: str, timeout: float = 180) -> Iterato
             if time.monotonic() > deadline:
                 raise RuntimeError(f"server not ready in {timeout}s:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.5)
-        yield url, log_path
+        yield Server(url, log_path, proc)
     finally:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:

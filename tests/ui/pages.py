@@ -1,0 +1,69 @@
+"""Small helpers for driving the workbench's Gradio page with playwright."""
+
+from __future__ import annotations
+
+from tests.conftest import ROOT
+
+ARTIFACTS = ROOT / "tests" / "artifacts"
+LONG = 180_000  # ms; the real model on a shared CPU
+
+
+def open_page(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.wait_for_selector("#chat-message textarea", timeout=60_000)
+    page.wait_for_function("() => document.querySelector('#chat-list') !== null")
+    return page
+
+
+def tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+
+
+def choose(page, elem_id: str, option: str) -> None:
+    page.locator(f"#{elem_id} input").click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def choose_preset(page, name: str, temperature: str) -> None:
+    tab(page, "Parameters")
+    choose(page, "preset", name)
+    page.wait_for_function(
+        f"() => document.querySelector('#params-temperature input[type=number]').value === '{temperature}'",
+        timeout=30_000)
+
+
+def set_number(page, elem_id: str, value: int) -> None:
+    box = page.locator(f"#{elem_id} input")
+    box.fill(str(value))
+    box.press("Tab")
+
+
+def wait_text(page, selector: str, text: str, timeout: int = LONG) -> None:
+    page.wait_for_function(
+        "([sel, text]) => { const el = document.querySelector(sel); return el && el.innerText.includes(text); }",
+        arg=[selector, text], timeout=timeout)
+
+
+def toast(page, text: str, timeout: int = 30_000) -> None:
+    wait_text(page, "body", text, timeout)
+
+
+def bot_messages(page) -> list[str]:
+    return page.locator("#chat-log [data-testid='bot']").all_inner_texts()
+
+
+def send(page, text: str) -> None:
+    tab(page, "Chat")
+    page.locator("#chat-message textarea").fill(text)
+    page.locator("#chat-send").click()
+
+
+def wait_reply_done(page, timeout: int = LONG) -> str:
+    wait_text(page, "#chat-stats", "finish:", timeout)
+    return page.locator("#chat-stats").inner_text()
+
+
+def screenshot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)

@@ -1,0 +1,263 @@
+"""The workbench in a real browser (Debian's chromium) against `python launch.py` with the real default model."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.server import running_server, user_data_with_default_model
+from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, open_page, screenshot, send, set_number, tab,
+                            toast, wait_reply_done, wait_text)
+
+pytestmark = [pytest.mark.real_model, pytest.mark.browser]
+
+
+def make_user_data(root: Path, default_model_dir: Path) -> Path:
+    user_data = user_data_with_default_model(root / "data", default_model_dir)
+    broken = user_data / "models" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "config.json").write_text("{}")
+    presets = user_data / "presets"
+    presets.mkdir(parents=True, exist_ok=True)
+    (presets / "Broken.yaml").write_text("temperature: 0.5\ntop_q: 0.9\n")
+    return user_data
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, default_model_dir):
+    user_data = make_user_data(tmp_path_factory.mktemp("ui"), default_model_dir)
+    with running_server(user_data) as srv:
+        srv.user_data = user_data
+        yield srv
+
+
+def rows(user_data: Path, sql: str, *args):
+    with sqlite3.connect(f"file:{user_data / 'workbench.sqlite3'}?mode=ro", uri=True) as db:
+        return db.execute(sql, args).fetchall()
+
+
+def last_reply(user_data: Path, question: str):
+    """(created, content, stats) of the last reply in the chat where ``question`` was asked."""
+    found = rows(user_data, "SELECT m.created, m.content, m.stats FROM messages m WHERE m.role='assistant' AND "
+                            "m.chat_id = (SELECT chat_id FROM messages WHERE content = ? ORDER BY id DESC LIMIT 1) "
+                            "ORDER BY m.position DESC LIMIT 1", question)
+    return found[0] if found else None
+
+
+def ready_page(browser, url: str, max_new_tokens: int = 12, preset: str = "Deterministic", temperature: str = "0"):
+    page = open_page(browser, url)
+    choose_preset(page, preset, temperature)
+    set_number(page, "params-max_new_tokens", max_new_tokens)
+    tab(page, "Chat")
+    page.locator("#chat-new").click()
+    return page
+
+
+def test_chat_reply_streams_in_and_is_stored(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=40)
+    send(page, "What is the capital of France?")
+    lengths = set()
+    deadline = time.monotonic() + LONG / 1000
+    while "finish:" not in page.locator("#chat-stats").inner_text() and time.monotonic() < deadline:
+        bots = bot_messages(page)
+        if bots:
+            lengths.add(len(bots[-1]))
+        time.sleep(0.05)
+    stats = wait_reply_done(page)
+    assert len(lengths) >= 2, "the reply should appear piece by piece"
+    assert "Paris" in bot_messages(page)[-1] and "tok/s" in stats
+    _, content, stats_json = last_reply(server.user_data, "What is the capital of France?")
+    assert "Paris" in content and json.loads(stats_json)["params"]["temperature"] == 0.0
+    screenshot(page, "chat")
+    page.close()
+
+
+def test_stop_cancels_only_this_generation(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=2000)
+    tab(page, "Parameters")
+    page.locator("#params-ban_eos input").check()
+    send(page, "Tell me a very long story about a dragon.")
+    page.wait_for_function("() => [...document.querySelectorAll('#chat-log [data-testid=bot]')]"
+                           ".some(e => e.innerText.length > 40)", timeout=LONG)
+    page.locator("#chat-stop").click()
+    stats = wait_reply_done(page, 60_000)
+    assert "finish: cancelled" in stats and int(stats.split(" tokens")[0]) < 2000
+    tab(page, "Parameters")
+    page.locator("#params-ban_eos input").uncheck()
+    page.close()
+
+
+def test_regenerate_at_temperature_zero_gives_the_same_reply(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=16)
+    send(page, "Name three colors.")
+    wait_reply_done(page)
+    first_id, first_text, _ = last_reply(server.user_data, "Name three colors.")
+    page.locator("#chat-regenerate").click()
+    deadline = time.monotonic() + LONG / 1000
+    while time.monotonic() < deadline:
+        reply = last_reply(server.user_data, "Name three colors.")
+        if reply and reply[0] != first_id and reply[2] is not None:
+            break
+        time.sleep(0.2)
+    assert reply[0] != first_id and reply[1] == first_text
+    wait_reply_done(page)
+    assert len(bot_messages(page)) == 1
+    page.close()
+
+
+def test_preset_moves_the_sliders_and_the_next_reply_uses_them(server, browser):
+    page = ready_page(browser, server.url, preset="Precise", temperature="0.3", max_new_tokens=6)
+    tab(page, "Parameters")
+    assert page.locator("#params-top_k input[type=number]").input_value() == "40"
+    screenshot(page, "parameters")
+    send(page, "Say hello.")
+    wait_reply_done(page)
+    params = json.loads(last_reply(server.user_data, "Say hello.")[2])["params"]
+    assert (params["temperature"], params["top_k"], params["top_p"], params["max_new_tokens"]) == (0.3, 40, 0.85, 6)
+    page.close()
+
+
+def test_parameters_persist_across_reload(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=33)
+    page.reload()
+    page.wait_for_selector("#chat-message textarea")
+    tab(page, "Parameters")
+    page.wait_for_function("() => document.querySelector('#params-max_new_tokens input').value === '33'",
+                           timeout=30_000)
+    assert page.locator("#params-temperature input[type=number]").input_value() == "0"
+    page.close()
+
+
+def test_rename_search_and_delete(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=4)
+    send(page, "Where do penguins live?")
+    wait_reply_done(page)
+    page.locator("#chat-title textarea, #chat-title input").first.fill("Birds ../x")
+    page.locator("#chat-rename").click()
+    wait_text(page, "#chat-list", "Birds ../x", 30_000)
+    search = page.locator("#chat-search textarea, #chat-search input").first
+    search.fill("penguins")
+    wait_text(page, "#chat-list", "Birds ../x", 30_000)
+    search.fill("no-such-words-anywhere")
+    page.wait_for_function("() => !document.querySelector('#chat-list').innerText.includes('Birds')",
+                           timeout=30_000)
+    search.fill("")
+    wait_text(page, "#chat-list", "Birds ../x", 30_000)
+    page.locator("#chat-delete").click()
+    wait_text(page, "#chat-stats", "Confirm delete", 30_000)
+    assert rows(server.user_data, "SELECT count(*) FROM chats WHERE title='Birds ../x'")[0][0] == 1
+    page.locator("#chat-delete").click()
+    page.wait_for_function("() => !document.querySelector('#chat-list').innerText.includes('Birds')",
+                           timeout=30_000)
+    assert rows(server.user_data, "SELECT count(*) FROM chats WHERE title='Birds ../x'")[0][0] == 0
+    assert not list(server.user_data.rglob("x"))  # a title is never a path
+    page.close()
+
+
+def test_notebook_generates_undo_and_save(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=8)
+    tab(page, "Notebook")
+    text = page.locator("#notebook-text textarea")
+    text.fill("The capital of France is")
+    page.locator("#notebook-generate").click()
+    wait_text(page, "#notebook-stats", "finish:")
+    generated = text.input_value()
+    assert generated.startswith("The capital of France is") and len(generated) > len("The capital of France is")
+    screenshot(page, "notebook")
+    page.locator("#notebook-undo").click()
+    page.wait_for_function("() => document.querySelector('#notebook-text textarea').value === "
+                           "'The capital of France is'", timeout=30_000)
+    name = page.locator("#notebook-name input")
+    name.fill("geo")
+    page.locator("#notebook-save").click()
+    wait_text(page, "#notebook-stats", "Saved 'geo'", 30_000)
+    page.reload()
+    page.wait_for_selector("#chat-message textarea")
+    tab(page, "Notebook")
+    choose(page, "notebook-name", "geo")
+    page.wait_for_function("() => document.querySelector('#notebook-text textarea').value === "
+                           "'The capital of France is'", timeout=30_000)
+    page.close()
+
+
+def test_two_pages_keep_separate_chats_and_stop_buttons(server, browser):
+    a = ready_page(browser, server.url, max_new_tokens=300)
+    b = open_page(browser, server.url)
+    b.locator("#chat-new").click()
+    send(a, "Write a long poem about the sea.")
+    send(b, "What is the capital of France?")
+    a.wait_for_function("() => [...document.querySelectorAll('#chat-log [data-testid=bot]')]"
+                        ".some(e => e.innerText.length > 10)", timeout=LONG)
+    a.locator("#chat-stop").click()
+    assert "finish: cancelled" in wait_reply_done(a, 60_000)
+    b_stats = wait_reply_done(b)
+    assert "cancelled" not in b_stats
+    assert "sea" in a.locator("#chat-log").inner_text() and "sea" not in b.locator("#chat-log").inner_text()
+    assert "France" in b.locator("#chat-log").inner_text() and "France" not in a.locator("#chat-log").inner_text()
+    a.close()
+    b.close()
+
+
+def test_bad_input_gets_a_clear_message(server, browser, tmp_path):
+    page = ready_page(browser, server.url)
+    tab(page, "Parameters")
+    choose(page, "preset", "Broken")
+    toast(page, "unknown sampling parameter 'top_q'")
+    page.locator("#preset-name textarea, #preset-name input").first.fill("../x")
+    page.locator("#preset-save").click()
+    toast(page, "must be a plain name")
+    tab(page, "Chat")
+    before = rows(server.user_data, "SELECT count(*) FROM chats")[0][0]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "llm-workbench.chat", "version": 1, "title": "x", "messages": [{"role": "bot"}]}')
+    with page.expect_file_chooser() as chooser:
+        page.locator("#chat-import").click()
+    chooser.value.set_files(str(bad))
+    toast(page, "cannot import chat")
+    assert rows(server.user_data, "SELECT count(*) FROM chats")[0][0] == before
+    page.close()
+
+
+def test_model_tab_unload_load_and_a_failed_load_keeps_the_model(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=4)
+    tab(page, "Model")
+    wait_text(page, "#model-info", "context length: 8192")
+    screenshot(page, "model")
+    page.locator("#model-unload").click()
+    wait_text(page, "#status-line", "No model loaded", 30_000)
+    send(page, "Hello?")
+    toast(page, "No model is loaded")
+    tab(page, "Model")
+    choose(page, "model-name", "SmolLM2-135M-Instruct")
+    page.locator("#model-load").click()
+    wait_text(page, "#status-line", "SmolLM2-135M-Instruct", LONG)
+    choose(page, "model-name", "broken")
+    page.locator("#model-load").click()
+    toast(page, "still loaded")
+    assert "SmolLM2-135M-Instruct" in page.locator("#status-line").inner_text()
+    send(page, "Hello?")
+    assert "finish:" in wait_reply_done(page)
+    page.close()
+
+
+def test_chat_survives_a_kill_9(tmp_path, default_model_dir, browser):
+    user_data = make_user_data(tmp_path, default_model_dir)
+    with running_server(user_data) as srv:
+        page = ready_page(browser, srv.url, max_new_tokens=12)
+        send(page, "What is the capital of France?")
+        wait_reply_done(page)
+        shown = bot_messages(page)[-1]
+        page.close()
+        srv.proc.send_signal(signal.SIGKILL)
+        srv.proc.wait(10)
+    with running_server(user_data) as srv:
+        page = open_page(browser, srv.url)
+        page.get_by_label("What is the capital of France?").first.check()
+        wait_text(page, "#chat-log", "Paris", 30_000)
+        assert bot_messages(page)[-1].split("\n")[0] == shown.split("\n")[0]
+        page.close()

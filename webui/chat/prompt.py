@@ -1,0 +1,37 @@
+"""Turn a chat (system prompt + messages) into the exact text the model sees."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from loaders.base import Tokenizer
+
+ROLES = ("system", "user", "assistant")
+
+
+class ChatPromptError(ValueError):
+    pass
+
+
+def render_chat_prompt(tokenizer: Tokenizer, messages: Iterable[Mapping[str, str]], system_prompt: str = "",
+                       continue_last: bool = False) -> str:
+    """The chat rendered with the model's template, ready for the assistant's (next) reply.
+
+    ``continue_last``: the last message is a partial assistant reply to be
+    continued; it is appended after the generation prompt without its end token,
+    so the model picks up mid-sentence.
+    """
+    msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
+    for i, m in enumerate(msgs):
+        if m["role"] not in ROLES:
+            raise ChatPromptError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {m['role']!r}")
+    if system_prompt.strip() and not (msgs and msgs[0]["role"] == "system"):
+        msgs.insert(0, {"role": "system", "content": system_prompt})
+    if continue_last:
+        if not msgs or msgs[-1]["role"] != "assistant":
+            raise ChatPromptError("there is no assistant reply to continue; send a message first")
+        partial = msgs.pop()["content"]
+        return tokenizer.apply_chat_template(msgs, add_generation_prompt=True) + partial
+    if not msgs or msgs[-1]["role"] != "user":
+        raise ChatPromptError("the chat must end with a user message to get a reply")
+    return tokenizer.apply_chat_template(msgs, add_generation_prompt=True)

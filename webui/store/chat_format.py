@@ -1,0 +1,170 @@
+"""Chat data rules, and the chat export format (version 1) of ChatStore.export/import_json.
+
+    {
+      "format": "llm-workbench.chat",       required, exactly this
+      "version": 1,                         required; a newer version is refused
+      "title": "My chat",                   required, 1-200 characters, one line
+      "system_prompt": "",                  optional string, default ""
+      "created": 1717171717.5,              optional, seconds since the epoch, default now
+      "messages": [                         required, in order
+        {"role": "user",                    required: "system", "user" or "assistant"
+         "content": "Hi",                   required string
+         "stats": {"tokens": 12}}           optional object or null (tokens, ttft, seed...)
+      ]
+    }
+
+Unknown keys are ignored. NaN and Infinity are not JSON and are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from webui.store.errors import StoreError
+
+FORMAT = "llm-workbench.chat"
+VERSION = 1
+ROLES = ("system", "user", "assistant")
+MAX_TITLE_LENGTH = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_title(title: object) -> str:
+    """Return the title stripped, or raise StoreError saying what is wrong with it."""
+    if not isinstance(title, str):
+        raise StoreError(f"title must be a string, got {type(title).__name__}")
+    title = title.strip()
+    if not title:
+        raise StoreError("title must not be empty")
+    if len(title) > MAX_TITLE_LENGTH:
+        raise StoreError(f"title is too long ({len(title)} characters; at most {MAX_TITLE_LENGTH})")
+    if _CONTROL.search(title):
+        raise StoreError(f"title must not contain control characters (such as line breaks), "
+                         f"got {title!r}")
+    return title
+
+
+@dataclass(frozen=True)
+class ChatExport:
+    """A chat as it travels in the file: no ids, no per-message timestamps."""
+
+    title: str
+    system_prompt: str
+    created: float
+    messages: list[tuple[str, str, dict[str, Any] | None]]
+    """(role, content, stats) in order."""
+
+
+def export_chat(chat: ChatExport) -> str:
+    """Serialise to the version-1 JSON text (indented, UTF-8 characters kept as they are)."""
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "title": chat.title,
+        "system_prompt": chat.system_prompt,
+        "created": chat.created,
+        "messages": [{"role": role, "content": content, "stats": stats}
+                     for role, content, stats in chat.messages],
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def parse_chat(text: str | bytes) -> ChatExport:
+    """Parse and check an export; any problem raises StoreError saying where and what."""
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as e:
+        raise _error(f"not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+    except (ValueError, TypeError) as e:
+        raise _error(f"not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise _error(f"expected a JSON object at the top level, got {_kind(data)}")
+    if "format" not in data:
+        raise _error(f"missing field 'format' (expected {FORMAT!r}; "
+                     "is this a chat exported by the workbench?)")
+    if data["format"] != FORMAT:
+        raise _error(f"format must be {FORMAT!r}, got {data['format']!r}")
+    _check_version(data)
+    title = _field(data, "title", str, "a string")
+    try:
+        title = check_title(title)
+    except StoreError as e:
+        raise _error(str(e)) from None
+    system_prompt = _field(data, "system_prompt", str, "a string", default="")
+    created = _field(data, "created", (int, float), "a number", default=None)
+    if created is None:
+        created = time.time()
+    elif not math.isfinite(created) or created < 0:
+        raise _error(f"created must be a time in seconds since the epoch, got {created!r}")
+    raw_messages = _field(data, "messages", list, "a list")
+    messages = [_message(i, m) for i, m in enumerate(raw_messages)]
+    return ChatExport(title=title, system_prompt=system_prompt, created=float(created),
+                      messages=messages)
+
+
+def _check_version(data: dict[str, Any]) -> None:
+    if "version" not in data:
+        raise _error("missing field 'version'")
+    version = data["version"]
+    if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+        raise _error(f"version {version} was written by a newer workbench (this one reads "
+                     f"version {VERSION}); upgrade the workbench to import it")
+    if isinstance(version, bool) or version != VERSION:
+        raise _error(f"version must be {VERSION}, got {version!r}")
+
+
+def _message(index: int, item: object) -> tuple[str, str, dict[str, Any] | None]:
+    where = f"messages[{index}]"
+    if not isinstance(item, dict):
+        raise _error(f"{where} must be an object, got {_kind(item)}")
+    if "role" not in item:
+        raise _error(f"{where} is missing field 'role'")
+    role = item["role"]
+    if role not in ROLES:
+        raise _error(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}")
+    content = _field(item, "content", str, "a string", where=where)
+    stats = item.get("stats")
+    if stats is not None and not isinstance(stats, dict):
+        raise _error(f"{where}.stats must be an object or null, got {_kind(stats)}")
+    return role, content, stats
+
+
+_MISSING = object()
+
+
+def _field(data: dict[str, Any], key: str, types: type | tuple[type, ...], what: str,
+           default: Any = _MISSING, where: str = "") -> Any:
+    name = f"{where}.{key}" if where else key
+    if key not in data:
+        if default is _MISSING:
+            raise _error(f"{where} is missing field {key!r}" if where
+                         else f"missing field {key!r}")
+        return default
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise _error(f"{name} must be {what}, got {_kind(value)}")
+    return value
+
+
+def _kind(value: object) -> str:
+    """'a list', or 'a number (42)' for a scalar, for error messages."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    kind = names.get(type(value), type(value).__name__)
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        kind += f" ({shown})"
+    return kind
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _error(problem: str) -> StoreError:
+    return StoreError(f"cannot import chat: {problem}")

@@ -1,0 +1,87 @@
+"""What Chat and Notebook share: running one request per browser tab, stats and status text."""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterator
+
+import gradio as gr
+
+from webui.engine import EngineError, GenerationEvent, GenerationRequest, RequestStream, SamplingParams
+from webui.services import Services
+
+
+class ActiveRequests:
+    """The request each browser tab (session) runs per panel, so Stop cancels only that one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[tuple[str, str], RequestStream] = {}
+
+    def start(self, key: tuple[str, str], stream: RequestStream) -> None:
+        with self._lock:
+            old = self._streams.get(key)
+            self._streams[key] = stream
+        if old is not None:
+            old.cancel()
+
+    def finish(self, key: tuple[str, str], stream: RequestStream) -> None:
+        with self._lock:
+            if self._streams.get(key) is stream:
+                del self._streams[key]
+
+    def cancel(self, key: tuple[str, str]) -> bool:
+        with self._lock:
+            stream = self._streams.get(key)
+        if stream is None:
+            return False
+        stream.cancel()
+        return True
+
+
+def session_key(request: gr.Request | None, panel: str) -> tuple[str, str]:
+    return ((request.session_hash if request is not None else None) or "anonymous", panel)
+
+
+def status_text(services: Services) -> str:
+    model = services.models.loaded
+    if model is None:
+        return "**No model loaded** · load one in the Model tab"
+    stats = services.engine.stats()
+    state = (f"generating · {stats.running} running, {stats.waiting} waiting · {stats.tokens_per_second:.1f} tok/s"
+             if stats.busy else "idle")
+    return f"**{model.name}** · {model.loader} · {model.device}/{model.dtype} · {state}"
+
+
+def stats_text(event: GenerationEvent) -> str:
+    u, t = event.usage, event.timings
+    if u is None or t is None:
+        return ""
+    ttft = f"{t.first_token:.2f}s" if t.first_token is not None else "-"
+    reason = event.finish_reason + (f" ({event.stop_string!r})" if event.stop_string else "")
+    return (f"{u.completion_tokens} tokens · first token {ttft} · {t.tokens_per_second:.1f} tok/s · "
+            f"finish: {reason} · seed {event.seed}")
+
+
+def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str], prompt: str,
+                params: SamplingParams, add_special_tokens: bool) -> Iterator[tuple[str, GenerationEvent]]:
+    """Submit and yield (text so far, event) per event; the last event has a finish_reason.
+
+    Errors become gr.Error with the engine's message; leaving the loop early
+    (tab closed, Stop) cancels the request.
+    """
+    try:
+        stream = services.engine.submit(GenerationRequest(prompt, params, add_special_tokens=add_special_tokens))
+    except (EngineError, ValueError) as exc:
+        raise gr.Error(str(exc)) from exc
+    active.start(key, stream)
+    text = ""
+    try:
+        for event in stream:
+            text += event.text
+            yield text, event
+    except EngineError as exc:
+        raise gr.Error(str(exc)) from exc
+    finally:
+        stream.cancel()  # no-op when finished
+        active.finish(key, stream)
