@@ -37,6 +37,9 @@ class Services:
                    SettingsStore(config.user_data_dir / "settings.json"), db, ChatStore(db), NotebookStore(db))
 
     def close(self) -> None:
+        """Unload the model, stop the engine, close the database; a second call does nothing."""
+        if self.engine.closed:
+            return
         self.models.unload()
         self.engine.close()
         self.db.close()

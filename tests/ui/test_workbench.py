@@ -203,6 +203,63 @@ def test_two_pages_keep_separate_chats_and_stop_buttons(server, browser):
     b.close()
 
 
+def test_edit_a_past_message_and_regenerate_from_there(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=10)
+    send(page, "What is the capital of Spain?")
+    wait_reply_done(page)
+    send(page, "And of Italy?")
+    wait_reply_done(page)
+    page.locator("#chat-log [data-testid='user']").first.hover()
+    page.locator("#chat-log button[aria-label='Edit']").first.click()
+    page.locator("#chat-log textarea.edit-textarea").fill("What is the capital of France?")
+    page.locator("#chat-log button[aria-label='Submit']").click()
+    wait_text(page, "#chat-log", "Paris")
+    wait_reply_done(page)
+    chat = rows(server.user_data, "SELECT chat_id FROM messages WHERE content = 'What is the capital of France?' "
+                                  "ORDER BY id DESC LIMIT 1")[0][0]
+    stored = rows(server.user_data, "SELECT role, content FROM messages WHERE chat_id = ? ORDER BY position", chat)
+    assert [r for r, _ in stored] == ["user", "assistant"] and "Paris" in stored[1][1]
+    page.close()
+
+
+def test_continue_extends_the_last_reply(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=5)
+    send(page, "Write a story about a cat.")
+    wait_reply_done(page)
+    first = last_reply(server.user_data, "Write a story about a cat.")[1]
+    page.locator("#chat-continue").click()
+    deadline = time.monotonic() + LONG / 1000
+    while time.monotonic() < deadline:
+        reply = last_reply(server.user_data, "Write a story about a cat.")
+        if len(reply[1]) > len(first) and reply[2] and json.loads(reply[2])["completion_tokens"] == 5:
+            break
+        time.sleep(0.2)
+    assert reply[1].startswith(first) and len(reply[1]) > len(first)
+    assert len(bot_messages(page)) == 1
+    page.close()
+
+
+def test_export_and_import_a_chat(server, browser, tmp_path):
+    page = ready_page(browser, server.url, max_new_tokens=4)
+    send(page, "Export me please.")
+    wait_reply_done(page)
+    page.locator("#chat-export").click()
+    link = page.locator("#chat-export-file a").first
+    link.wait_for(timeout=30_000)
+    with page.expect_download() as download:
+        link.click()
+    saved = tmp_path / "chat.json"
+    download.value.save_as(saved)
+    data = json.loads(saved.read_text())
+    assert data["format"] == "llm-workbench.chat" and data["messages"][0]["content"] == "Export me please."
+    with page.expect_file_chooser() as chooser:
+        page.locator("#chat-import").click()
+    chooser.value.set_files(str(saved))
+    page.wait_for_function("() => document.querySelector('#chat-list').innerText.split('Export me please.').length > 2",
+                           timeout=30_000)
+    page.close()
+
+
 def test_bad_input_gets_a_clear_message(server, browser, tmp_path):
     page = ready_page(browser, server.url)
     tab(page, "Parameters")

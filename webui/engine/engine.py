@@ -101,6 +101,10 @@ class Engine:
             self._cond.notify()
         done.wait()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def stats(self) -> EngineStats:
         with self._cond:
             cutoff = now() - TPS_WINDOW

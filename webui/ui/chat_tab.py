@@ -222,6 +222,7 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
     remove_btn.click(remove_last, [chat_id], [chatbot, stats])
     chat_list.input(select, [chat_list], [chatbot, chat_id, title, system, confirm])
     new_btn.click(new_chat, [search], [chatbot, chat_id, title, system, chat_list, stats, confirm])
+    chatbot.clear(new_chat, [search], [chatbot, chat_id, title, system, chat_list, stats, confirm])  # keeps it stored
     search.change(choices, [search], [chat_list], show_progress="hidden")
     rename_btn.click(rename, [chat_id, title, search], [chat_list])
     delete_btn.click(delete, [chat_id, confirm, search], [chatbot, chat_id, chat_list, delete_btn, confirm, stats])
