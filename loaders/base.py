@@ -81,6 +81,7 @@ class LoadedModel(Protocol):
     tokenizer: Tokenizer
     capabilities: Capabilities
     context_length: int
+    vocab_size: int  # rows of the logits forward() returns
     device: str
     dtype: str
 

@@ -159,6 +159,7 @@ class TransformersModel:
         self.model, self.device, self.dtype = model, device, dtype
         self.tokenizer = HFTokenizer(tokenizer, _eos_ids(model, tokenizer))
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
 
     def new_cache(self) -> Any:
         from transformers import DynamicCache

@@ -28,7 +28,7 @@ class ScriptedModel:
         self.script = list(script)
         self.context_length = context_length
         self.fail_at_step, self.step_delay = fail_at_step, step_delay
-        self.vocab = 49152
+        self.vocab = self.vocab_size = 49152
         self.forward_calls = 0
         self.batch_sizes: list[int] = []
         self.stepping = threading.Event()

@@ -249,3 +249,37 @@ def test_logprobs_are_attached_per_token(tiny_engine):
     for lp, token in zip(result.logprobs, result.token_ids):
         assert lp.token_id == token and lp.logprob <= 0
         assert len(lp.top) == 3 and lp.top[0][0] == token  # greedy picks the top alternative
+
+
+def test_generation_time_limit_ends_with_timeout(tok):
+    engine = Engine(ScriptedModel(tok, [100] * 500, step_delay=0.02))
+    try:
+        result = engine.generate(GenerationRequest("q", greedy(500), timeout=0.2))
+    finally:
+        engine.close()
+    assert result.finish_reason == "timeout" and 0 < result.usage.completion_tokens < 500
+
+
+def test_queue_wait_limit_ends_with_timeout(tok):
+    engine = Engine(ScriptedModel(tok, [100] * 500, step_delay=0.02), EngineConfig(max_running=1))
+    try:
+        busy = engine.submit(GenerationRequest("a", greedy(100)))
+        waiting = engine.generate(GenerationRequest("b", greedy(5), queue_timeout=0.2))
+        assert waiting.finish_reason == "timeout" and waiting.usage.completion_tokens == 0
+        busy.cancel()
+    finally:
+        engine.close()
+
+
+def test_logit_bias_outside_the_vocabulary_is_refused_at_submit(tiny_engine):
+    from webui.engine import InvalidParameter
+
+    with pytest.raises(InvalidParameter, match="not in the model's vocabulary") as err:
+        tiny_engine.submit(GenerationRequest("hi", SamplingParams(logit_bias={10**6: 1})))
+    assert err.value.param == "logit_bias"
+
+
+def test_logit_bias_forces_a_token(tiny_engine, tok):
+    forced = tok.encode(" banana", add_special_tokens=False)[0]
+    result = tiny_engine.generate(GenerationRequest("hi", greedy(3, logit_bias={forced: 100})))
+    assert result.token_ids == [forced] * 3

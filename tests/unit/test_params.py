@@ -28,6 +28,9 @@ BAD_VALUES = [
     ("stop", [1], "stop must be a string or a list of strings"),
     ("stop", ["x"] * 17, "at most 16 stop strings"),
     ("ban_eos", "yes", "ban_eos must be true or false"),
+    ("logit_bias", {"5": 101}, "logit_bias values must be numbers in [-100, 100], got 101 for token 5"),
+    ("logit_bias", {"x": 1}, "logit_bias keys must be token ids"),
+    ("logit_bias", 7, "logit_bias must map token ids to biases"),
     ("temperature", True, "temperature must be a number"),
     ("temperature", float("nan"), "temperature must be in"),
 ]
@@ -83,3 +86,10 @@ def test_every_field_has_help_and_numeric_fields_have_bounds():
         assert help_text, name
         if spec is not None:
             assert spec.minimum is not None and spec.maximum is not None and spec.step, name
+
+
+def test_logit_bias_normalised_from_json_style_keys():
+    p = SamplingParams.from_dict({"logit_bias": {"7": -100, 3: 2.5}})
+    assert p.logit_bias == ((3, 2.5), (7, -100.0))
+    assert p.to_dict()["logit_bias"] == {"3": 2.5, "7": -100.0}
+    assert SamplingParams.from_dict(p.changed()) == p

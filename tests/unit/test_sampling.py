@@ -78,6 +78,12 @@ def test_no_repeat_ngram_bans_completing_token():
     assert out[6] == -INF and kept(out) == [0, 1, 2, 3, 4, 5, 7]
 
 
+def test_logit_bias_adds_to_chosen_tokens():
+    sampler = Sampler(SamplingParams(temperature=0, logit_bias={"0": 5.0, "1": -100}), [], 0, 0)
+    assert sampler.process([], torch.tensor([1.0, 9.0, 2.0])).tolist() == [6.0, -91.0, 2.0]
+    assert sampler.sample([], torch.tensor([1.0, 9.0, 2.0])).token_id == 0
+
+
 def test_eos_ban_until_min_new_tokens():
     sampler = Sampler(SamplingParams(min_new_tokens=2, temperature=0), eos_ids=[1], prompt_len=1, seed=0)
     logits = torch.tensor([0.0, 10.0, 1.0])
@@ -103,7 +109,7 @@ def test_greedy_skips_truncation_but_keeps_penalties():
 
 def test_processors_run_in_the_declared_order():
     params = SamplingParams(temperature=0.7, top_k=5, top_p=0.9, typical_p=0.9, min_p=0.1, repetition_penalty=1.1,
-                            presence_penalty=0.1, no_repeat_ngram_size=3, min_new_tokens=1)
+                            presence_penalty=0.1, no_repeat_ngram_size=3, min_new_tokens=1, logit_bias={1: 1.0})
     names = [n for n, _ in build_processors(params, eos_ids=[2], prompt_len=3)]
     assert names == list(PROCESSOR_ORDER)
 

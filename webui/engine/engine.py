@@ -153,9 +153,12 @@ class Engine:
 
     def _admit(self) -> list[Sequence]:
         admitted = []
-        for seq in [s for s in self._waiting if s.request.cancel.cancelled]:
-            self._waiting.remove(seq)
-            seq.stream.put(seq.finish("cancelled"))
+        t = now()
+        for seq in list(self._waiting):
+            reason = "cancelled" if seq.request.cancel.cancelled else "timeout" if seq.queue_expired(t) else None
+            if reason:
+                self._waiting.remove(seq)
+                seq.stream.put(seq.finish(reason))
         while self._waiting and len(self._running) + len(admitted) < self.config.max_running:
             admitted.append(self._waiting.popleft())
         return admitted
@@ -174,9 +177,12 @@ class Engine:
             self._running.append(seq)
 
     def _drop_cancelled(self) -> None:
-        for seq in [s for s in self._running if s.request.cancel.cancelled]:
-            seq.stream.put(seq.finish("cancelled"))
-            self._running.remove(seq)
+        t = now()
+        for seq in list(self._running):
+            reason = "cancelled" if seq.request.cancel.cancelled else "timeout" if seq.time_expired(t) else None
+            if reason:
+                seq.stream.put(seq.finish(reason))
+                self._running.remove(seq)
 
     def _step(self) -> None:
         running = list(self._running)

@@ -101,6 +101,9 @@ class SamplingParams:
         help="Seed for this request's random generator; the same seed repeats the same output. Empty or -1 means random.")
     ban_eos: bool = field(default=False, metadata={"help": (
         "Never end on the end-of-sequence token; generate until max_new_tokens or a stop string.")})
+    logit_bias: tuple[tuple[int, float], ...] = field(default=(), metadata={"help": (
+        "Added to the logits of the given token ids before sampling, as {token_id: bias} with bias in "
+        "[-100, 100]; -100 bans a token, 100 forces it.")})
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -136,6 +139,7 @@ class SamplingParams:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["stop"] = list(self.stop)
+        d["logit_bias"] = {str(t): b for t, b in self.logit_bias}
         return d
 
     def changed(self) -> dict[str, Any]:
@@ -161,6 +165,8 @@ def _normalise(f: dataclasses.Field, value: Any) -> Any:
     name = f.name
     if name == "stop":
         return _check_stop(value)
+    if name == "logit_bias":
+        return _check_logit_bias(value)
     if name == "ban_eos":
         if not isinstance(value, bool):
             raise InvalidParameter(name, f"ban_eos must be true or false, got {value!r}", value)
@@ -208,3 +214,31 @@ def _check_stop(value: Any) -> tuple[str, ...]:
     if len(value) > MAX_STOP_STRINGS:
         raise InvalidParameter("stop", f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(value)}", value)
     return tuple(dict.fromkeys(value))
+
+
+MAX_LOGIT_BIAS = 300
+
+
+def _check_logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
+    """{token_id: bias} (keys may be strings, as JSON has them) -> sorted ((id, bias), ...)."""
+    if value is None:
+        return ()
+    items = value.items() if isinstance(value, Mapping) else value
+    try:
+        pairs = [(k, v) for k, v in items]
+    except (TypeError, ValueError):
+        raise InvalidParameter("logit_bias", f"logit_bias must map token ids to biases, got {value!r}", value)
+    if len(pairs) > MAX_LOGIT_BIAS:
+        raise InvalidParameter("logit_bias", f"logit_bias may hold at most {MAX_LOGIT_BIAS} tokens, got {len(pairs)}",
+                               value)
+    out = {}
+    for key, bias in pairs:
+        token = int(key) if isinstance(key, str) and key.strip().isdigit() else key
+        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+            raise InvalidParameter("logit_bias", f"logit_bias keys must be token ids (integers >= 0), got {key!r}",
+                                   value)
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise InvalidParameter("logit_bias", f"logit_bias values must be numbers in [-100, 100], got {bias!r} "
+                                                 f"for token {token}", value)
+        out[token] = float(bias)
+    return tuple(sorted(out.items()))

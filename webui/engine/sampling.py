@@ -22,6 +22,7 @@ NEG_INF = float("-inf")
 # The order processors run in. Penalties look at raw logits; temperature then
 # reshapes the distribution the truncation filters see.
 PROCESSOR_ORDER: tuple[str, ...] = (
+    "logit_bias",
     "eos_ban",
     "repetition_penalty",
     "presence_frequency_penalty",
@@ -34,6 +35,18 @@ PROCESSOR_ORDER: tuple[str, ...] = (
 )
 
 TRUNCATION = {"temperature", "top_k", "top_p", "typical_p", "min_p"}
+
+
+class LogitBias:
+    """Adds a fixed bias to chosen token ids (OpenAI's logit_bias)."""
+
+    def __init__(self, bias: Sequence[tuple[int, float]]):
+        self.ids = torch.tensor([t for t, _ in bias], dtype=torch.long)
+        self.values = torch.tensor([b for _, b in bias], dtype=torch.float32)
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        logits[self.ids.to(logits.device)] += self.values.to(logits.device, logits.dtype)
+        return logits
 
 
 class EosBan:
@@ -158,6 +171,8 @@ def build_processors(params: SamplingParams, eos_ids: Sequence[int], prompt_len:
     """The non-neutral processors for ``params``, in ``PROCESSOR_ORDER``."""
     p = params
     made: dict[str, Processor] = {}
+    if p.logit_bias:
+        made["logit_bias"] = LogitBias(p.logit_bias)
     if eos_ids and (p.ban_eos or p.min_new_tokens > 0):
         made["eos_ban"] = EosBan(eos_ids, prompt_len, p.min_new_tokens, p.ban_eos)
     if p.repetition_penalty != 1.0:

@@ -9,6 +9,7 @@ import torch
 
 from loaders.base import LoadedModel
 from webui.engine.detokenize import IncrementalDetokenizer
+from webui.engine.params import InvalidParameter
 from webui.engine.sampling import Sampler, TokenChoice
 from webui.engine.stopping import StopStringMatcher
 from webui.engine.stream import RequestStream
@@ -25,6 +26,11 @@ def tokenize_prompt(model: LoadedModel, request: GenerationRequest) -> list[int]
         raise ValueError("the prompt is empty; type something to continue from")
     if len(ids) >= model.context_length:
         raise PromptTooLong(len(ids), request.params.max_new_tokens, model.context_length)
+    vocab = model.vocab_size
+    bad = [t for t in ids if t >= vocab] + [t for t, _ in request.params.logit_bias if t >= vocab]
+    if bad:
+        raise InvalidParameter("logit_bias" if bad[0] not in ids else "prompt",
+                               f"token id {bad[0]} is not in the model's vocabulary (ids 0..{vocab - 1})", bad[0])
     return ids
 
 
@@ -60,6 +66,14 @@ class Sequence:
         self.cache = model.new_cache()
         self.admitted = now()
         self.model = model
+
+    def queue_expired(self, t: float) -> bool:
+        limit = self.request.queue_timeout
+        return limit is not None and t - self.submitted > limit
+
+    def time_expired(self, t: float) -> bool:
+        limit = self.request.timeout
+        return limit is not None and t - self.admitted > limit
 
     def step(self, logits: torch.Tensor) -> GenerationEvent:
         """Sample the next token from ``logits`` and build this step's event."""

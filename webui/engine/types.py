@@ -10,7 +10,8 @@ from typing import Literal
 
 from webui.engine.params import SamplingParams
 
-FinishReason = Literal["stop", "length", "cancelled", "error"]
+# "timeout": the request's queue-wait or generation time limit ran out (it is cancelled in the engine).
+FinishReason = Literal["stop", "length", "cancelled", "timeout", "error"]
 
 
 class EngineError(Exception):
@@ -61,6 +62,8 @@ class GenerationRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     add_special_tokens: bool = True  # False for prompts already rendered by a chat template
     logprobs: int | None = None  # None: none; 0: the chosen token's; N: also N alternatives
+    queue_timeout: float | None = None  # seconds it may wait before its first step
+    timeout: float | None = None  # seconds it may generate, from its first step
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     cancel: CancelToken = field(default_factory=CancelToken)
 
@@ -71,6 +74,10 @@ class GenerationRequest:
             raise ValueError(f"prompt must be text or a list of token ids, got {type(self.prompt).__name__}")
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
             raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
+        for name in ("queue_timeout", "timeout"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value}")
 
 
 @dataclass
