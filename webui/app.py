@@ -79,9 +79,6 @@ def run(argv: list[str]) -> None:
     for noisy in ("httpx", "gradio", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     config = config_from_args(argv)
-    if config.api:
-        sys.exit("--api: the OpenAI-compatible API is not available yet (it is the next piece of work); "
-                 "start without --api")
     if config.loras:
         sys.exit("--lora: LoRA support is not available yet; start without --lora")
     config.make_dirs()
@@ -98,18 +95,44 @@ def run(argv: list[str]) -> None:
 
 
 def serve(services: Services, config: AppConfig) -> None:
+    """Serve the UI (and the API with --api) from one event loop until interrupted."""
+    import asyncio
+
     import uvicorn
 
-    if config.listen:
-        log.warning("!" * 70)
-        log.warning("--listen: the UI is reachable from other machines on port %d WITHOUT authentication.",
-                    config.port)
-        log.warning("Anyone on your network can use this workbench. Stop it unless that is intended.")
-        log.warning("!" * 70)
-    app = create_server(services)
-    print(f"Workbench ready: http://{'127.0.0.1' if not config.listen else config.host}:{config.port}",
-          flush=True)
+    warn_exposure(config)
+    servers = [uvicorn.Server(uvicorn.Config(create_server(services), host=config.host, port=config.port,
+                                             log_level="warning", timeout_graceful_shutdown=3))]
+    print(f"Workbench ready: http://{'127.0.0.1' if not config.listen else config.host}:{config.port}", flush=True)
+    if config.api:
+        from webui.api.app import create_api_app
+        from webui.api.serving import APIConfig
+
+        api = create_api_app(services, APIConfig(config.api_key, config.served_model_names, config.api_timeout,
+                                                 config.api_queue_timeout, config.log_prompts))
+        servers.append(uvicorn.Server(uvicorn.Config(api, host=config.api_host, port=config.api_port,
+                                                     log_level="warning", timeout_graceful_shutdown=3)))
+        print(f"OpenAI-compatible API ready: http://{config.api_host}:{config.api_port}/v1"
+              f"{' (API key required)' if config.api_key else ''}", flush=True)
+
+    async def main() -> None:
+        await asyncio.gather(*(server.serve() for server in servers))
+
     try:
-        uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=3)
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
     finally:
         services.close()
+
+
+def warn_exposure(config: AppConfig) -> None:
+    if not config.listen:
+        return
+    log.warning("!" * 70)
+    log.warning("--listen: the UI is reachable from other machines on port %d WITHOUT authentication.",
+                config.port)
+    log.warning("Anyone on your network can use this workbench. Stop it unless that is intended.")
+    if config.api and not config.api_key:
+        log.warning("The API stays on 127.0.0.1 because no --api-key is set.")
+    log.warning("!" * 70)

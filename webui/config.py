@@ -37,6 +37,12 @@ class AppConfig:
     api: bool = False
     api_port: int = 5000
     api_key: str | None = field(default=None, repr=False)
+    served_model_names: tuple[str, ...] = ()
+    api_timeout: float | None = 600.0
+    api_queue_timeout: float | None = 120.0
+    log_prompts: bool = False
+    max_running: int = 16
+    max_waiting: int = 256
     no_model: bool = False
 
     def __post_init__(self) -> None:
@@ -49,6 +55,11 @@ class AppConfig:
     @property
     def host(self) -> str:
         return "0.0.0.0" if self.listen else "127.0.0.1"
+
+    @property
+    def api_host(self) -> str:
+        """The API is exposed beyond this machine only with --listen and an API key."""
+        return "0.0.0.0" if self.listen and self.api_key else "127.0.0.1"
 
     @property
     def presets_dir(self) -> Path:
@@ -107,10 +118,23 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--listen", action="store_true", help="listen on all interfaces instead of 127.0.0.1 "
                                                          "(warns unless auth is set)")
     g.add_argument("--port", type=_port, default=7860, help="UI port (default 7860)")
-    g.add_argument("--api", action="store_true", help="also serve the OpenAI-compatible API "
-                                                      "(not available yet: the API is a later issue)")
+    g.add_argument("--max-running", type=_positive_int, default=16,
+                   help="sequences the engine generates at once (default 16)")
+    g.add_argument("--max-waiting", type=_positive_int, default=256,
+                   help="requests queued behind them; more are refused (the API answers 503) (default 256)")
+    g = p.add_argument_group("OpenAI-compatible API")
+    g.add_argument("--api", action="store_true", help="also serve the OpenAI-compatible API on "
+                                                      "http://127.0.0.1:API_PORT/v1")
     g.add_argument("--api-port", type=_port, default=5000, help="API port (default 5000)")
-    g.add_argument("--api-key", help="require this key as 'Authorization: Bearer KEY' on the API")
+    g.add_argument("--api-key", help="require this key as 'Authorization: Bearer KEY' on the API; without a key "
+                                     "the API only listens on 127.0.0.1, even with --listen")
+    g.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
+                   help="extra names clients may use for the loaded model (e.g. gpt-4o-mini)")
+    g.add_argument("--api-timeout", type=float, default=600.0,
+                   help="seconds one API request may generate before it is cut (finish_reason 'length'; default 600)")
+    g.add_argument("--api-queue-timeout", type=float, default=120.0,
+                   help="seconds an API request may wait for a free slot before a 503 (default 120)")
+    g.add_argument("--log-prompts", action="store_true", help="include prompt text in the API's request log lines")
     return p
 
 
@@ -120,4 +144,6 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         user_data_dir=args.user_data_dir or default_user_data_dir(), models_dir=args.models_dir,
         model=args.model, loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads,
         loras=tuple(args.lora), listen=args.listen, port=args.port, api=args.api, api_port=args.api_port,
-        api_key=args.api_key, no_model=args.no_model)
+        api_key=args.api_key, served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
+        api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts, max_running=args.max_running,
+        max_waiting=args.max_waiting, no_model=args.no_model)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from loaders.registry import LoaderRegistry
 from webui.config import AppConfig
-from webui.engine import Engine
+from webui.engine import Engine, EngineConfig
 from webui.models import ModelManager
 from webui.presets import PresetStore
 from webui.settings import SettingsStore
@@ -31,7 +31,7 @@ class Services:
         from loaders.registry import default_registry
 
         registry = registry or default_registry()
-        engine = Engine()
+        engine = Engine(config=EngineConfig(max_running=config.max_running, max_waiting=config.max_waiting))
         db = Database(config.db_path)
         return cls(config, registry, engine, ModelManager(config, engine, registry), PresetStore(config.presets_dir),
                    SettingsStore(config.user_data_dir / "settings.json"), db, ChatStore(db), NotebookStore(db))

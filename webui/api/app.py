@@ -1,0 +1,82 @@
+"""The OpenAI-compatible API app: routes, auth, errors and one log line per request."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+import uuid
+
+from fastapi import Depends, FastAPI, Request
+
+from webui.api.errors import APIError, install_error_handlers
+from webui.api.routes import router
+from webui.api.serving import APIConfig, Serving
+from webui.services import Services
+
+log = logging.getLogger("webui.api")
+
+
+def require_key(request: Request) -> None:
+    """Bearer auth when an API key is set; the key is compared in constant time and never logged."""
+    key = request.app.state.serving.config.api_key
+    if not key:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        raise APIError(401, "missing API key: send the header 'Authorization: Bearer <key>'",
+                       code="invalid_api_key")
+    if not hmac.compare_digest(given.strip().encode(), key.encode()):
+        raise APIError(401, "incorrect API key", code="invalid_api_key")
+
+
+class AccessLog:
+    """Pure ASGI middleware: one line per request when its response ends (streams included)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        request_id = uuid.uuid4().hex[:12]
+        started = time.perf_counter()
+        state = scope.setdefault("state", {})
+        status = 0
+
+        async def send_logged(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", []).append((b"x-request-id", request_id.encode()))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_logged)
+        finally:
+            ttft = state.get("ttft")
+            line = (f"request {request_id} {scope['method']} {scope['path']} status={status} "
+                    f"prompt_tokens={state.get('prompt_tokens', '-')} "
+                    f"completion_tokens={state.get('completion_tokens', '-')} "
+                    f"ttft={'-' if ttft is None else f'{ttft:.3f}s'} finish={state.get('finish', '-')} "
+                    f"duration={time.perf_counter() - started:.3f}s")
+            if "prompt" in state:
+                line += f" prompt={state['prompt']!r}"
+            log.info(line)
+
+
+def create_api_app(services: Services, config: APIConfig) -> FastAPI:
+    app = FastAPI(title="LLM Workbench OpenAI-compatible API", version="1", docs_url="/docs", redoc_url=None)
+    app.state.serving = Serving(services, config)
+    install_error_handlers(app)
+    app.include_router(router, dependencies=[Depends(require_key)])
+
+    @app.get("/health")
+    def health() -> dict:
+        stats = services.engine.stats()
+        return {"status": "ok", "model": stats.model, "running": stats.running, "waiting": stats.waiting,
+                "tokens_per_second": round(stats.tokens_per_second, 2)}
+
+    app.add_middleware(AccessLog)
+    return app

@@ -1,0 +1,88 @@
+"""One mapping from exceptions to OpenAI's error body and status code.
+
+{"error": {"message", "type", "param", "code"}}: 400 for a bad request (naming
+the parameter), 401 for auth, 404 for an unknown model, 503 when the server
+cannot take the request now. Nothing a client does produces a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from webui.engine import InvalidParameter, NoModelLoaded, PromptTooLong, QueueFull
+from webui.names import InvalidName
+from webui.presets import PresetError
+
+log = logging.getLogger("webui.api")
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def to_api_error(exc: Exception) -> APIError:
+    """The APIError for an exception raised while serving a request."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, InvalidParameter):
+        return APIError(400, str(exc), param=exc.param)
+    if isinstance(exc, PromptTooLong):
+        return APIError(400, str(exc), param="messages", code="context_length_exceeded")
+    if isinstance(exc, (PresetError, InvalidName)):
+        return APIError(400, str(exc), param="preset")
+    if isinstance(exc, QueueFull):
+        return APIError(503, str(exc), type="server_overloaded", code="queue_full",
+                        headers={"x-should-retry": "false"})
+    if isinstance(exc, NoModelLoaded):
+        return APIError(503, str(exc), type="service_unavailable", code="no_model_loaded")
+    if isinstance(exc, ValueError):
+        return APIError(400, str(exc))
+    log.exception("unexpected error while serving a request")
+    return APIError(500, f"internal server error: {type(exc).__name__}", type="server_error")
+
+
+def validation_error(exc: RequestValidationError) -> APIError:
+    """Pydantic's first complaint, as a 400 that names the field."""
+    first = exc.errors()[0] if exc.errors() else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    message = first.get("msg", "invalid request")
+    if first.get("type") == "json_invalid":
+        return APIError(400, f"the request body is not valid JSON: {first.get('ctx', {}).get('error', message)}")
+    if first.get("type") == "missing":
+        return APIError(400, f"'{param}' is required", param=param)
+    return APIError(400, f"{param}: {message}" if param else message, param=param)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError):
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        return validation_error(exc).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return APIError(exc.status_code, str(exc.detail), type=kind).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        return to_api_error(exc).response()

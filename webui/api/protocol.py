@@ -1,0 +1,136 @@
+"""OpenAI request bodies, and how each becomes our SamplingParams.
+
+Unknown fields are ignored (real clients send many). Known fields are
+type-checked by pydantic; ranges are checked once, by SamplingParams, and a bad
+value comes back as a 400 naming the parameter by its API name.
+Priority of values: the request, then the request's ``preset``, then neutral.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from webui.engine.params import InvalidParameter, SamplingParams
+
+MAX_N = 16
+
+# SamplingParams field -> the request field that sets it (only where names differ).
+API_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "ban_eos": "ignore_eos"}
+
+
+class OpenAIModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(OpenAIModel):
+    include_usage: bool = False
+
+
+class SamplingRequest(OpenAIModel):
+    """Fields shared by /v1/chat/completions and /v1/completions."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int = Field(1, ge=1, le=MAX_N)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    # vLLM's extra sampling fields
+    top_k: int | None = None
+    min_p: float | None = None
+    typical_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    no_repeat_ngram_size: int | None = None
+    ignore_eos: bool | None = None
+    preset: str | None = None
+
+    def max_new_tokens(self) -> int | None:
+        return self.max_tokens
+
+    def to_sampling_params(self, base: SamplingParams) -> SamplingParams:
+        """``base`` (a preset or neutral) overridden by every field the request set."""
+        given = {
+            "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
+            "typical_p": self.typical_p, "repetition_penalty": self.repetition_penalty,
+            "presence_penalty": self.presence_penalty, "frequency_penalty": self.frequency_penalty,
+            "no_repeat_ngram_size": self.no_repeat_ngram_size, "max_new_tokens": self.max_new_tokens(),
+            "min_new_tokens": self.min_tokens, "stop": self.stop, "seed": self.seed, "ban_eos": self.ignore_eos,
+            "logit_bias": self.logit_bias,
+        }
+        changes = {k: v for k, v in given.items() if v is not None}
+        try:
+            return base.replace(**changes)
+        except InvalidParameter as exc:
+            api_name = API_NAMES.get(exc.param, exc.param)
+            message = str(exc)
+            if api_name != exc.param:
+                message = message.replace(exc.param, api_name)
+            raise InvalidParameter(api_name, message, exc.value) from exc
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+class TextPart(OpenAIModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(OpenAIModel):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content or ""
+
+
+class ChatCompletionRequest(SamplingRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    def max_new_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
+
+    def logprobs_wanted(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+class CompletionRequest(SamplingRequest):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=20)
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _not_empty(cls, value: Any) -> Any:
+        if isinstance(value, list) and not value:
+            raise ValueError("prompt must not be an empty list")
+        return value
+
+    def prompts(self) -> list[str | list[int]]:
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if all(isinstance(x, int) for x in p):
+            return [list(p)]
+        return list(p)

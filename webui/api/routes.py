@@ -1,0 +1,183 @@
+"""The OpenAI routes: thin adapters from request bodies to the engine and back."""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Callable
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from loaders.base import ModelLoadError
+from webui.api.errors import APIError
+from webui.api.protocol import ChatCompletionRequest, CompletionRequest
+from webui.api.serving import (FINISH_REASONS, Choice, Serving, collect, error_chunk, merged, new_id, note_usage, now,
+                               sse, usage)
+from webui.chat import ChatPromptError, render_chat_prompt
+from webui.engine import RequestStream
+from webui.engine.types import TokenLogprob
+
+router = APIRouter()
+
+
+def serving(request: Request) -> Serving:
+    return request.app.state.serving
+
+
+def _bytes(token: str) -> list[int]:
+    return list(token.encode("utf-8"))
+
+
+def chat_logprobs(items: list[TokenLogprob]) -> dict:
+    return {"content": [{"token": lp.token, "logprob": lp.logprob, "bytes": _bytes(lp.token),
+                         "top_logprobs": [{"token": t, "logprob": v, "bytes": _bytes(t)} for _, t, v in lp.top]}
+                        for lp in items], "refusal": None}
+
+
+def completion_logprobs(items: list[TokenLogprob], offset: int) -> dict:
+    offsets, position = [], offset
+    for lp in items:
+        offsets.append(position)
+        position += len(lp.token)
+    return {"tokens": [lp.token for lp in items], "token_logprobs": [lp.logprob for lp in items],
+            "top_logprobs": [{t: v for _, t, v in lp.top} for lp in items], "text_offset": offsets}
+
+
+def _log_prompt(request: Request, prompt: Any) -> None:
+    if serving(request).config.log_prompts:
+        request.state.prompt = prompt
+
+
+@router.get("/v1/models")
+def list_models(request: Request) -> dict:
+    s = serving(request)
+    created = now()
+    data = [{"id": name, "object": "model", "created": created, "owned_by": "llm-workbench"}
+            for name in s.model_names()]
+    loaded = set(s.model_names())
+    data += [{"id": e.name, "object": "model", "created": created, "owned_by": "llm-workbench (not loaded)"}
+             for e in s.services.models.available() if e.name not in loaded and e.name.removesuffix(".gguf")
+             not in loaded]
+    return {"object": "list", "data": data}
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request):
+    s = serving(request)
+    model = s.resolve_model(body.model)
+    params = s.sampling_params(body)
+    try:
+        prompt = render_chat_prompt(model.tokenizer, body.chat_messages())
+    except (ChatPromptError, ModelLoadError) as exc:
+        raise APIError(400, str(exc), param="messages") from exc
+    _log_prompt(request, body.chat_messages())
+    streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False)
+    rid, created = new_id("chatcmpl"), now()
+    if body.stream:
+        def chunk(index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None) -> dict:
+            out = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model.name,
+                   "system_fingerprint": None,
+                   "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
+            if body.include_usage:
+                out["usage"] = None
+            return out
+
+        def on_event(index: int, event) -> list[dict]:
+            out = []
+            if event.text or event.logprobs:
+                lp = chat_logprobs(event.logprobs) if body.logprobs else None
+                out.append(chunk(index, {"content": event.text}, logprobs=lp))
+            if event.finish_reason is not None:
+                out.append(chunk(index, {}, FINISH_REASONS[event.finish_reason]))
+            return out
+
+        first = [chunk(i, {"role": "assistant", "content": ""}) for i in range(len(streams))]
+        return _streaming(request, streams, first, on_event, body.include_usage, rid, created, model.name,
+                          "chat.completion.chunk")
+    choices = await collect(streams, request)
+    return {"id": rid, "object": "chat.completion", "created": created, "model": model.name,
+            "system_fingerprint": None,
+            "choices": [{"index": c.index, "message": {"role": "assistant", "content": c.text, "refusal": None},
+                         "logprobs": chat_logprobs(c.logprobs) if body.logprobs else None,
+                         "finish_reason": FINISH_REASONS[c.finish_reason]} for c in choices],
+            "usage": usage(choices)}
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request):
+    s = serving(request)
+    model = s.resolve_model(body.model)
+    params = s.sampling_params(body)
+    prompts = body.prompts()
+    _log_prompt(request, prompts)
+    streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True)
+    rid, created = new_id("cmpl"), now()
+
+    def prefix(index: int) -> str:
+        prompt = prompts[index // body.n]
+        if not body.echo:
+            return ""
+        return prompt if isinstance(prompt, str) else model.tokenizer.decode(prompt, skip_special_tokens=False)
+
+    if body.stream:
+        def chunk(index: int, text: str, finish: str | None = None, logprobs: dict | None = None) -> dict:
+            out = {"id": rid, "object": "text_completion", "created": created, "model": model.name,
+                   "system_fingerprint": None,
+                   "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}]}
+            if body.include_usage:
+                out["usage"] = None
+            return out
+
+        offsets = [len(prefix(i)) for i in range(len(streams))]
+
+        def on_event(index: int, event) -> list[dict]:
+            lp = None
+            if body.logprobs is not None and event.logprobs:
+                lp = completion_logprobs(event.logprobs, offsets[index])
+            offsets[index] += len(event.text)
+            finish = FINISH_REASONS[event.finish_reason] if event.finish_reason else None
+            if event.text or lp or finish:
+                return [chunk(index, event.text, finish, lp)]
+            return []
+
+        first = [chunk(i, prefix(i)) for i in range(len(streams)) if prefix(i)]
+        return _streaming(request, streams, first, on_event, body.include_usage, rid, created, model.name,
+                          "text_completion", prompts=len(prompts))
+    choices = await collect(streams, request)
+    return {"id": rid, "object": "text_completion", "created": created, "model": model.name,
+            "system_fingerprint": None,
+            "choices": [{"index": c.index, "text": prefix(c.index) + c.text,
+                         "logprobs": completion_logprobs(c.logprobs, len(prefix(c.index)))
+                         if body.logprobs is not None else None,
+                         "finish_reason": FINISH_REASONS[c.finish_reason]} for c in choices],
+            "usage": usage(choices, len(prompts))}
+
+
+def _streaming(request: Request, streams: list[RequestStream], first: list[dict],
+               on_event: Callable[[int, Any], list[dict]], include_usage: bool, rid: str, created: int, model: str,
+               obj: str, prompts: int = 1) -> StreamingResponse:
+    """SSE: the opening chunks, one chunk per event, a usage chunk if asked, then [DONE].
+
+    A client that disconnects cancels the generator, which cancels every stream.
+    """
+    async def events() -> AsyncIterator[str]:
+        seen = [Choice(i) for i in range(len(streams))]
+        try:
+            for c in first:
+                yield sse(c)
+            async for index, item in merged(streams):
+                if isinstance(item, BaseException):
+                    yield error_chunk(f"generation failed: {item}")
+                    break
+                seen[index].add(item)
+                for c in on_event(index, item):
+                    yield sse(c)
+            else:
+                if include_usage:
+                    yield sse({"id": rid, "object": obj, "created": created, "model": model,
+                               "system_fingerprint": None, "choices": [], "usage": usage(seen, prompts)})
+            yield "data: [DONE]\n\n"
+        finally:
+            note_usage(request, seen)
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -1,0 +1,181 @@
+"""What the chat and completions routes share: the model named, submitting n choices, streaming them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Sequence
+
+from fastapi import Request
+
+from loaders.base import LoadedModel
+from webui.api.errors import APIError
+from webui.api.protocol import SamplingRequest
+from webui.engine import GenerationEvent, GenerationRequest, RequestStream, SamplingParams
+from webui.engine.params import MAX_SEED
+from webui.services import Services
+
+# The OpenAI API has no "timeout" or "cancelled" finish: a request cut by our time limit reads as "length".
+FINISH_REASONS = {"stop": "stop", "length": "length", "timeout": "length", "cancelled": "stop"}
+
+
+@dataclass(frozen=True)
+class APIConfig:
+    api_key: str | None = field(default=None, repr=False)
+    served_model_names: tuple[str, ...] = ()  # aliases clients may use for the loaded model
+    timeout: float | None = 600.0  # seconds a request may generate
+    queue_timeout: float | None = 120.0  # seconds a request may wait for its first step
+    log_prompts: bool = False
+
+
+@dataclass
+class Choice:
+    """One choice as it is collected: text, tokens, logprobs, finish."""
+
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    first_token: float | None = None
+
+    def add(self, event: GenerationEvent) -> None:
+        self.text += event.text
+        self.token_ids.extend(event.token_ids)
+        self.logprobs.extend(event.logprobs)
+        if event.finish_reason is not None:
+            self.finish_reason = event.finish_reason
+            self.prompt_tokens = event.usage.prompt_tokens
+            self.first_token = event.timings.first_token
+
+
+class Serving:
+    def __init__(self, services: Services, config: APIConfig):
+        self.services, self.config = services, config
+
+    def model_names(self) -> list[str]:
+        model = self.services.models.loaded
+        return [model.name, *self.config.served_model_names] if model else []
+
+    def resolve_model(self, name: str | None) -> LoadedModel:
+        model = self.services.models.loaded
+        if model is None:
+            raise APIError(503, "no model is loaded; load one in the Model tab or start with --model NAME",
+                           type="service_unavailable", code="no_model_loaded")
+        if name in (None, "") or name in self.model_names():
+            return model
+        known = {e.name for e in self.services.models.available()}
+        hint = (f"model '{name}' is in the models dir but not loaded; the API serves the loaded model "
+                f"('{model.name}'): load it in the Model tab" if name in known else
+                f"the model '{name}' does not exist; available: {', '.join(self.model_names())}")
+        raise APIError(404, hint, type="not_found_error", param="model", code="model_not_found")
+
+    def sampling_params(self, req: SamplingRequest) -> SamplingParams:
+        base = self.services.presets.get(req.preset).params if req.preset else SamplingParams()
+        return req.to_sampling_params(base)
+
+    def submit(self, prompts: Sequence[str | list[int]], params: SamplingParams, n: int, logprobs: int | None,
+               add_special_tokens: bool) -> list[RequestStream]:
+        """n choices per prompt (choice i of a seeded request uses seed + i, so all differ and all repeat)."""
+        streams: list[RequestStream] = []
+        try:
+            for prompt in prompts:
+                for i in range(n):
+                    p = params if params.seed is None or i == 0 else params.replace(seed=(params.seed + i) % MAX_SEED)
+                    streams.append(self.services.engine.submit(GenerationRequest(
+                        prompt, p, add_special_tokens=add_special_tokens, logprobs=logprobs,
+                        queue_timeout=self.config.queue_timeout, timeout=self.config.timeout)))
+        except BaseException:
+            for s in streams:
+                s.cancel()
+            raise
+        return streams
+
+
+async def merged(streams: list[RequestStream]) -> AsyncIterator[tuple[int, GenerationEvent | BaseException]]:
+    """Events of all streams as they come, tagged with the stream's index; cancels all if left early."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(index: int, stream: RequestStream) -> None:
+        try:
+            async for event in stream:
+                await queue.put((index, event))
+        except Exception as exc:  # a failed request: hand the error to the consumer
+            await queue.put((index, exc))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(streams)
+        while remaining:
+            index, item = await queue.get()
+            if isinstance(item, BaseException) or item.finish_reason is not None:
+                remaining -= 1
+            yield index, item
+    finally:
+        for s in streams:
+            s.cancel()
+        for t in tasks:
+            t.cancel()
+
+
+async def collect(streams: list[RequestStream], request: Request) -> list[Choice]:
+    """All choices, whole; a client that goes away cancels them."""
+    choices = [Choice(i) for i in range(len(streams))]
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            if await request.is_disconnected():
+                for s in streams:
+                    s.cancel()
+                return
+
+    watcher = asyncio.create_task(watch())
+    try:
+        async for index, item in merged(streams):
+            if isinstance(item, BaseException):
+                raise APIError(500, f"generation failed: {item}", type="server_error")
+            choices[index].add(item)
+    finally:
+        watcher.cancel()
+    if all(c.finish_reason == "timeout" and not c.token_ids for c in choices):
+        raise APIError(503, "the request timed out waiting for a free slot in the engine; try again later",
+                       type="service_unavailable", code="queue_timeout")
+    note_usage(request, choices)
+    return choices
+
+
+def note_usage(request: Request, choices: list[Choice]) -> None:
+    """What the access log line reports for this request."""
+    request.state.prompt_tokens = sum(c.prompt_tokens for c in choices[:1])
+    request.state.completion_tokens = sum(len(c.token_ids) for c in choices)
+    firsts = [c.first_token for c in choices if c.first_token is not None]
+    request.state.ttft = min(firsts) if firsts else None
+    request.state.finish = ",".join(sorted({c.finish_reason or "?" for c in choices}))
+
+
+def usage(choices: list[Choice], prompts: int = 1) -> dict:
+    per_prompt = len(choices) // max(prompts, 1)
+    prompt_tokens = sum(c.prompt_tokens for c in choices[::per_prompt]) if per_prompt else 0
+    completion = sum(len(c.token_ids) for c in choices)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def sse(data: dict | str) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def error_chunk(message: str) -> str:
+    return sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
