@@ -88,6 +88,9 @@ class LoadedModel(Protocol):
     def new_cache(self) -> Any:
         """A fresh, empty per-sequence cache (opaque to the engine)."""
 
+    def release(self, cache: Any) -> None:
+        """The sequence owning ``cache`` has finished; free what it holds."""
+
     def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> "torch.Tensor":  # noqa: F821
         """Feed each sequence its unseen ids; return next-token logits, shape [len(caches), vocab]."""
 

@@ -10,6 +10,7 @@ import gc
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -26,7 +27,7 @@ def register_loaders(register: Callable[[Any], None]) -> None:
 class TransformersLoader:
     name = "transformers"
     description = "Hugging Face transformers: safetensors model folders and .gguf files (dequantized on load)"
-    capabilities = Capabilities(batched_forward=False, lora=False, logprobs=True,
+    capabilities = Capabilities(batched_forward=True, lora=False, logprobs=True,
                                 devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"))
     requires = ("torch", "transformers", "safetensors")
     install_hint = "pip install torch==2.13.0 transformers safetensors"
@@ -151,31 +152,50 @@ class HFTokenizer:
 
 
 class TransformersModel:
+    """A transformers causal LM driven step by step; joined sequences decode in one batched forward."""
+
     loader = "transformers"
-    capabilities = TransformersLoader.capabilities
 
     def __init__(self, path: Path, model: Any, tokenizer: Any, device: str, dtype: str):
+        from loaders.kv_batch import BatchKV
+
         self.path, self.name = path, path.stem if path.is_file() else path.name
         self.model, self.device, self.dtype = model, device, dtype
         self.tokenizer = HFTokenizer(tokenizer, _eos_ids(model, tokenizer))
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        batched = _plain_dynamic_cache(self._empty_cache())
+        self.capabilities = replace(TransformersLoader.capabilities, batched_forward=batched)
+        self._batch = BatchKV(self._empty_cache)
 
-    def new_cache(self) -> Any:
+    def _empty_cache(self) -> Any:
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
 
+    def new_cache(self) -> Any:
+        from loaders.kv_batch import SequenceCache
+
+        return SequenceCache(self._empty_cache())
+
+    def release(self, cache: Any) -> None:
+        cache.released = True
+
     def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]):
         import torch
 
-        rows = []
+        from loaders.kv_batch import batched_forward
+
         with torch.inference_mode():
-            for cache, ids in zip(caches, new_ids):
+            if self.capabilities.batched_forward:
+                return batched_forward(self.model, self._batch, caches, new_ids)
+            rows = []
+            for handle, ids in zip(caches, new_ids):  # e.g. sliding-window caches: one sequence at a time
                 input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
-                out = self.model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+                out = self.model(input_ids=input_ids, cache=handle.own, use_cache=True, logits_to_keep=1)
+                handle.length += len(ids)
                 rows.append(out.logits[0, -1])
-        return torch.stack(rows)
+            return torch.stack(rows)
 
     def memory_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
@@ -190,6 +210,13 @@ class TransformersModel:
                 torch.cuda.empty_cache()
         except ImportError:
             pass
+
+
+def _plain_dynamic_cache(cache: Any) -> bool:
+    """Batching pads and slices layers' keys/values directly; only plain DynamicLayers allow that."""
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:

@@ -36,6 +36,13 @@ class QueueFull(EngineError):
 class EngineConfig:
     max_running: int = 16  # sequences decoded together
     max_waiting: int = 256  # requests queued behind them before submit() refuses
+    max_batch_tokens: int = 1024  # tokens fed to the model per step (decodes first, then prompt chunks)
+    prefill_chunk: int = 256  # at most this many prompt tokens of one sequence per step
+
+    def __post_init__(self) -> None:
+        for name in ("max_running", "max_waiting", "max_batch_tokens", "prefill_chunk"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -184,20 +191,46 @@ class Engine:
                 seq.stream.put(seq.finish(reason))
                 self._running.remove(seq)
 
+    def _plan(self) -> list[tuple[Sequence, list[int]]]:
+        """What each sequence feeds this step: every decode, then prompt chunks within the token budget.
+
+        A long prompt is prefilled a chunk per step, so sequences already
+        decoding keep getting a token every step instead of waiting for it.
+        """
+        decoding = [s for s in self._running if s.prompt_done]
+        plan = [(s, s.pending) for s in decoding]
+        budget = self.config.max_batch_tokens - len(decoding)
+        for seq in self._running:
+            if seq.prompt_done:
+                continue
+            n = min(len(seq.pending), self.config.prefill_chunk, budget)
+            if n <= 0:
+                if plan:
+                    break
+                n = min(len(seq.pending), self.config.prefill_chunk)  # always make progress
+            plan.append((seq, seq.pending[:n]))
+            budget -= n
+        return plan
+
     def _step(self) -> None:
-        running = list(self._running)
-        logits = self._model.forward([s.cache for s in running], [s.pending for s in running])
-        for i, seq in enumerate(running):
+        plan = self._plan()
+        logits = self._model.forward([s.cache for s, _ in plan], [ids for _, ids in plan])
+        sampled = 0
+        for i, (seq, ids) in enumerate(plan):
+            seq.pending = seq.pending[len(ids):]
+            if seq.pending:  # more of the prompt to come
+                continue
             try:
                 event = seq.step(logits[i])
             except Exception as exc:
                 self._fail([seq], exc)
                 continue
+            sampled += 1
             seq.stream.put(event)
         self._running = [s for s in self._running if not s.finished]
         with self._cond:
             t = now()
-            self._recent.append((t, len(running)))
+            self._recent.append((t, sampled))
             while self._recent and self._recent[0][0] < t - TPS_WINDOW:
                 self._recent.popleft()
 

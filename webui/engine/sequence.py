@@ -50,6 +50,7 @@ class Sequence:
         self.admitted = submitted
         self.first_token: float | None = None
         self.finished = False
+        self.prompt_done = False  # the whole prompt is in the cache; each step now feeds one token
         self.tokenized_for: tuple[LoadedModel, list[int]] | None = None  # set by Engine.submit
 
     def start(self, model: LoadedModel, prompt_ids: list[int] | None = None) -> None:
@@ -81,6 +82,7 @@ class Sequence:
         token = choice.token_id
         self.ids.append(token)
         self.pending = [token]
+        self.prompt_done = True
         self.completion_tokens += 1
         if self.first_token is None:
             self.first_token = now()
@@ -120,6 +122,8 @@ class Sequence:
             first_token=None if self.first_token is None else self.first_token - self.submitted,
             total=end - self.submitted,
             tokens_per_second=self.completion_tokens / gen_time if gen_time > 0 else 0.0)
+        if self.cache is not None and self.model is not None:
+            self.model.release(self.cache)
         self.cache = None
         return event
 

@@ -1,0 +1,136 @@
+"""A left-padded batch KV cache that sequences join and leave between decode steps.
+
+Each sequence is prefilled alone into its own cache (in chunks if the engine
+says so). When it first decodes it joins the batch: the shorter side is padded
+on the left (the attention mask hides the padding, exactly as transformers'
+generate does for a padded batch), and from then on one forward per step
+decodes every joined sequence. Leaving drops the row and trims columns that
+only padding still uses. Keys carry their rotary positions already, so each
+row keeps its own true position ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+
+class SequenceCache:
+    """The per-sequence handle the engine holds (opaque to it)."""
+
+    __slots__ = ("own", "length", "joined", "released")
+
+    def __init__(self, own: Any):
+        self.own = own  # a DynamicCache while the sequence prefills alone
+        self.length = 0  # tokens of this sequence in the cache
+        self.joined = False
+        self.released = False
+
+
+def _layers(cache: Any) -> list:
+    return list(cache.layers)
+
+
+def _pad_left(t: torch.Tensor, n: int) -> torch.Tensor:
+    if n == 0:
+        return t
+    pad = t.new_zeros(*t.shape[:-2], n, t.shape[-1])
+    return torch.cat([pad, t], dim=-2)
+
+
+def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    pad = mask.new_zeros(mask.shape[0], width - mask.shape[1])
+    return torch.cat([pad, mask], dim=1)
+
+
+class BatchKV:
+    def __init__(self, new_cache):
+        self._new_cache = new_cache
+        self.cache: Any = None
+        self.rows: list[SequenceCache] = []
+        self.mask: torch.Tensor | None = None  # [B, L] long: 1 where a row has a real token
+
+    @property
+    def width(self) -> int:
+        return 0 if self.mask is None else self.mask.shape[1]
+
+    def drop_released(self) -> None:
+        keep = [i for i, h in enumerate(self.rows) if not h.released]
+        if len(keep) == len(self.rows):
+            return
+        self.rows = [self.rows[i] for i in keep]
+        if not self.rows:
+            self.cache, self.mask = None, None
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=self.mask.device)
+        self.mask = self.mask.index_select(0, index)
+        start = int((self.mask.sum(0) > 0).nonzero()[0].item())  # leading columns that are padding in every row
+        self.mask = self.mask[:, start:]
+        for layer in _layers(self.cache):
+            layer.keys = layer.keys.index_select(0, index)[..., start:, :]
+            layer.values = layer.values.index_select(0, index)[..., start:, :]
+
+    def join(self, handle: SequenceCache) -> None:
+        """Move a prefilled sequence's own cache into the batch."""
+        own, n = handle.own, handle.length
+        device = _layers(own)[0].keys.device
+        row_mask = torch.ones(1, n, dtype=torch.long, device=device)
+        if self.cache is None:
+            self.cache, self.mask = own, row_mask
+        else:
+            width = max(self.width, n)
+            for mine, theirs in zip(_layers(self.cache), _layers(own)):
+                mine.keys = torch.cat([_pad_left(mine.keys, width - self.width), _pad_left(theirs.keys, width - n)])
+                mine.values = torch.cat([_pad_left(mine.values, width - self.width),
+                                         _pad_left(theirs.values, width - n)])
+            self.mask = torch.cat([_pad_mask(self.mask, width), _pad_mask(row_mask, width)])
+        handle.own, handle.joined = None, True
+        self.rows.append(handle)
+
+    def decode(self, model: Any, tokens: dict[SequenceCache, int]) -> dict[SequenceCache, torch.Tensor]:
+        """One forward for every joined row; each row's next-token logits."""
+        device = self.mask.device
+        input_ids = torch.tensor([[tokens[h]] for h in self.rows], dtype=torch.long, device=device)
+        positions = torch.tensor([[h.length] for h in self.rows], dtype=torch.long, device=device)
+        attention = torch.cat([self.mask, torch.ones(len(self.rows), 1, dtype=torch.long, device=device)], dim=1)
+        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, cache=self.cache,
+                    use_cache=True, logits_to_keep=1)
+        self.mask = attention
+        for h in self.rows:
+            h.length += 1
+        return {h: out.logits[i, -1] for i, h in enumerate(self.rows)}
+
+
+def batched_forward(model: Any, batch: BatchKV, handles: Sequence[SequenceCache],
+                    new_ids: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Prefill (alone, per sequence) what is not decoding yet, decode the rest together.
+
+    A joined sequence that is not fed in a step has left the batch (as if released),
+    so a handle the caller dropped can never hold the batch up.
+    """
+    fed = set(handles)
+    for h in batch.rows:
+        if h not in fed:
+            h.released = True
+    batch.drop_released()
+    results: dict[int, torch.Tensor] = {}
+    decoding: dict[SequenceCache, int] = {}
+    for i, (h, ids) in enumerate(zip(handles, new_ids)):
+        if len(ids) == 1 and h.length > 0:
+            if not h.joined:
+                batch.join(h)
+            decoding[h] = ids[0]
+        else:
+            if h.joined:
+                raise RuntimeError("a sequence in the batch was fed more than one token")
+            input_ids = torch.tensor([list(ids)], dtype=torch.long, device=model.device)
+            out = model(input_ids=input_ids, cache=h.own, use_cache=True, logits_to_keep=1)
+            h.length += len(ids)
+            results[i] = out.logits[0, -1]
+    if decoding:
+        rows = batch.decode(model, decoding)
+        for i, h in enumerate(handles):
+            if h in rows:
+                results[i] = rows[h]
+    return torch.stack([results[i] for i in range(len(handles))])
