@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from webui.engine import InvalidParameter, NoModelLoaded, PromptTooLong, QueueFull
+from webui.engine import EngineError, InvalidParameter, NoModelLoaded, PromptTooLong, QueueFull
 from webui.names import InvalidName
 from webui.presets import PresetError
 
@@ -56,16 +56,37 @@ def to_api_error(exc: Exception) -> APIError:
     return APIError(500, f"internal server error: {type(exc).__name__}", type="server_error")
 
 
+TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "is-instance", "literal", "union"}
+
+
+def _param(loc) -> str | None:
+    """The field path of a pydantic error location, without 'body' and without union branch tags."""
+    parts = []
+    for p in loc:
+        if p == "body":
+            continue
+        text = str(p)
+        if isinstance(p, str) and (text.split("[", 1)[0].lower() in TYPE_TAGS or "[" in text):
+            break  # "stop.str", "messages.0.content.list[TextPart]": the rest names a union branch
+        parts.append(text)
+    return ".".join(parts) or None
+
+
 def validation_error(exc: RequestValidationError) -> APIError:
     """Pydantic's first complaint, as a 400 that names the field."""
     first = exc.errors()[0] if exc.errors() else {}
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    param = ".".join(loc) or None
+    loc = tuple(first.get("loc", ()))
+    param = _param(loc)
     message = first.get("msg", "invalid request")
-    if first.get("type") == "json_invalid":
+    kind = first.get("type")
+    if kind == "json_invalid":
         return APIError(400, f"the request body is not valid JSON: {first.get('ctx', {}).get('error', message)}")
-    if first.get("type") == "missing":
+    if kind == "missing" and param is None:
+        return APIError(400, "the request body is missing; send a JSON object")
+    if kind == "missing":
         return APIError(400, f"'{param}' is required", param=param)
+    if kind == "value_error":
+        message = message.removeprefix("Value error, ")
     return APIError(400, f"{param}: {message}" if param else message, param=param)
 
 
@@ -83,6 +104,9 @@ def install_error_handlers(app: FastAPI) -> None:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return APIError(exc.status_code, str(exc.detail), type=kind).response()
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
-        return to_api_error(exc).response()
+    # Only the exception types we map: a handler for plain Exception would run in Starlette's outermost
+    # middleware, which re-raises after answering (a logged traceback and a dropped keep-alive connection).
+    for kind in (ValueError, EngineError):
+        @app.exception_handler(kind)
+        async def _mapped(request: Request, exc: Exception):
+            return to_api_error(exc).response()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from webui.engine.params import InvalidParameter, SamplingParams
 
@@ -18,6 +18,8 @@ MAX_N = 16
 
 # SamplingParams field -> the request field that sets it (only where names differ).
 API_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "ban_eos": "ignore_eos"}
+NUMBER_FIELDS = ("max_tokens", "temperature", "top_p", "n", "seed", "presence_penalty", "frequency_penalty", "top_k",
+                 "min_p", "typical_p", "repetition_penalty", "min_tokens", "no_repeat_ngram_size")
 
 
 class OpenAIModel(BaseModel):
@@ -54,8 +56,18 @@ class SamplingRequest(OpenAIModel):
     ignore_eos: bool | None = None
     preset: str | None = None
 
+    @field_validator(*NUMBER_FIELDS, mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"must be a number, got {str(value).lower()}")
+        return value
+
     def max_new_tokens(self) -> int | None:
         return self.max_tokens
+
+    def api_names(self) -> dict[str, str]:
+        return API_NAMES
 
     def to_sampling_params(self, base: SamplingParams) -> SamplingParams:
         """``base`` (a preset or neutral) overridden by every field the request set."""
@@ -71,26 +83,40 @@ class SamplingRequest(OpenAIModel):
         try:
             return base.replace(**changes)
         except InvalidParameter as exc:
-            api_name = API_NAMES.get(exc.param, exc.param)
+            names = self.api_names()
             message = str(exc)
-            if api_name != exc.param:
-                message = message.replace(exc.param, api_name)
-            raise InvalidParameter(api_name, message, exc.value) from exc
+            for ours, theirs in names.items():
+                message = message.replace(ours, theirs)
+            raise InvalidParameter(names.get(exc.param, exc.param), message, exc.value) from exc
 
     @property
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
 
-class TextPart(OpenAIModel):
-    type: Literal["text"]
-    text: str
+class ContentPart(OpenAIModel):
+    type: str
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _text_only(self) -> "ContentPart":
+        if self.type != "text":
+            raise ValueError(f"content parts of type '{self.type}' are not supported; this server takes text only")
+        if self.text is None:
+            raise ValueError("a text content part needs 'text'")
+        return self
 
 
 class ChatMessage(OpenAIModel):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
+
+    @model_validator(mode="after")
+    def _content_required(self) -> "ChatMessage":
+        if self.content is None and self.role != "assistant":
+            raise ValueError(f"a {self.role} message needs 'content'")
+        return self
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -106,6 +132,11 @@ class ChatCompletionRequest(SamplingRequest):
 
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def api_names(self) -> dict[str, str]:
+        if self.max_completion_tokens is None:
+            return API_NAMES
+        return {**API_NAMES, "max_new_tokens": "max_completion_tokens"}
 
     def chat_messages(self) -> list[dict[str, str]]:
         return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]

@@ -70,7 +70,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     except (ChatPromptError, ModelLoadError) as exc:
         raise APIError(400, str(exc), param="messages") from exc
     _log_prompt(request, body.chat_messages())
-    streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False)
+    streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
+                       prompt_param="messages")
     rid, created = new_id("chatcmpl"), now()
     if body.stream:
         def chunk(index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None) -> dict:
@@ -109,7 +110,7 @@ async def completions(body: CompletionRequest, request: Request):
     params = s.sampling_params(body)
     prompts = body.prompts()
     _log_prompt(request, prompts)
-    streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True)
+    streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True, prompt_param="prompt")
     rid, created = new_id("cmpl"), now()
 
     def prefix(index: int) -> str:

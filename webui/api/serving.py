@@ -14,7 +14,8 @@ from fastapi import Request
 from loaders.base import LoadedModel
 from webui.api.errors import APIError
 from webui.api.protocol import SamplingRequest
-from webui.engine import GenerationEvent, GenerationRequest, RequestStream, SamplingParams
+from webui.engine import (GenerationEvent, GenerationRequest, InvalidParameter, PromptTooLong, RequestStream,
+                          SamplingParams)
 from webui.engine.params import MAX_SEED
 from webui.services import Services
 
@@ -79,8 +80,11 @@ class Serving:
         return req.to_sampling_params(base)
 
     def submit(self, prompts: Sequence[str | list[int]], params: SamplingParams, n: int, logprobs: int | None,
-               add_special_tokens: bool) -> list[RequestStream]:
-        """n choices per prompt (choice i of a seeded request uses seed + i, so all differ and all repeat)."""
+               add_special_tokens: bool, prompt_param: str) -> list[RequestStream]:
+        """n choices per prompt (choice i of a seeded request uses seed + i, so all differ and all repeat).
+
+        A prompt the engine refuses (empty, longer than the context) is a 400 naming ``prompt_param``.
+        """
         streams: list[RequestStream] = []
         try:
             for prompt in prompts:
@@ -89,9 +93,13 @@ class Serving:
                     streams.append(self.services.engine.submit(GenerationRequest(
                         prompt, p, add_special_tokens=add_special_tokens, logprobs=logprobs,
                         queue_timeout=self.config.queue_timeout, timeout=self.config.timeout)))
-        except BaseException:
+        except BaseException as exc:
             for s in streams:
                 s.cancel()
+            if isinstance(exc, PromptTooLong):
+                raise APIError(400, str(exc), param=prompt_param, code="context_length_exceeded") from exc
+            if isinstance(exc, ValueError) and not isinstance(exc, InvalidParameter):
+                raise APIError(400, str(exc), param=prompt_param) from exc
             raise
         return streams
 
@@ -155,7 +163,8 @@ def note_usage(request: Request, choices: list[Choice]) -> None:
     request.state.completion_tokens = sum(len(c.token_ids) for c in choices)
     firsts = [c.first_token for c in choices if c.first_token is not None]
     request.state.ttft = min(firsts) if firsts else None
-    request.state.finish = ",".join(sorted({c.finish_reason or "?" for c in choices}))
+    # no finish seen: the client went away mid-stream, which cancelled the request
+    request.state.finish = ",".join(sorted({c.finish_reason or "cancelled" for c in choices}))
 
 
 def usage(choices: list[Choice], prompts: int = 1) -> dict:

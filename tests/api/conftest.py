@@ -1,0 +1,40 @@
+"""A real workbench server with the API on, for the API tests (one per test module)."""
+
+from __future__ import annotations
+
+import urllib.request
+from dataclasses import dataclass
+
+import pytest
+
+from tests.e2e.server import Server, free_port, running_server, user_data_with_default_model
+
+API_KEY = "test-key-123"
+
+
+@dataclass
+class APIServer:
+    base_url: str  # ends in /v1
+    key: str | None
+    server: Server
+
+    @property
+    def root(self) -> str:
+        return self.base_url.removesuffix("/v1")
+
+
+def start_api(tmp_path_factory, default_model_dir, *extra: str, key: str | None = API_KEY):
+    user_data = user_data_with_default_model(tmp_path_factory.mktemp("api") / "data", default_model_dir)
+    port = free_port()
+    args = ["--api", "--api-port", str(port), *(["--api-key", key] if key else []), *extra]
+    return running_server(user_data, *args), f"http://127.0.0.1:{port}/v1", key
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory, default_model_dir):
+    """The API with a key and the alias 'gpt-test' for the loaded model."""
+    ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--served-model-name", "gpt-test")
+    with ctx as server:
+        with urllib.request.urlopen(base.removesuffix("/v1") + "/health", timeout=10):
+            pass
+        yield APIServer(base, key, server)

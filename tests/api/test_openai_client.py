@@ -1,0 +1,359 @@
+"""The official `openai` client (sync and async) against the real server and the real default model.
+
+Error cases each get a fresh client: after some 400s the server closes the keep-alive connection (see
+tests/api/test_bad_requests.py::test_a_sampling_error_keeps_the_connection_and_its_log_line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import openai
+import pytest
+
+MODEL = "SmolLM2-135M-Instruct"
+ALIAS = "gpt-test"
+QUESTION = "What is the capital of France?"
+FRANCE = [{"role": "user", "content": QUESTION}]
+STORY = [{"role": "user", "content": "Write one sentence about a dragon who likes tea."}]
+COMPLETION_PROMPT = "The capital of France is"
+PROMPTS = (QUESTION, "dragon who likes tea", COMPLETION_PROMPT)
+
+
+@pytest.fixture
+def client(api):
+    with openai.OpenAI(base_url=api.base_url, api_key=api.key, max_retries=0, timeout=120) as c:
+        yield c
+
+
+def fresh(api, key: str | None = "<api>") -> openai.OpenAI:
+    return openai.OpenAI(base_url=api.base_url, api_key=api.key if key == "<api>" else key, max_retries=0,
+                         timeout=120)
+
+
+def greedy_chat(client, **extra):
+    return client.chat.completions.create(**{"model": MODEL, "messages": FRANCE, "temperature": 0, "max_tokens": 12,
+                                             **extra})
+
+
+# -- chat, not streamed ---------------------------------------------------------------------------------------------
+
+def test_chat_answers_the_capital_of_france(client):
+    r = greedy_chat(client)
+    assert r.object == "chat.completion" and r.id.startswith("chatcmpl-")
+    assert r.model == MODEL
+    assert len(r.choices) == 1
+    choice = r.choices[0]
+    assert choice.index == 0
+    assert choice.message.role == "assistant"
+    assert "Paris" in choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    u = r.usage
+    assert u.prompt_tokens > 0
+    assert 0 < u.completion_tokens <= 12
+    assert u.total_tokens == u.prompt_tokens + u.completion_tokens
+    if choice.finish_reason == "length":
+        assert u.completion_tokens == 12
+
+
+def test_greedy_chat_is_repeatable(client):
+    assert greedy_chat(client).choices[0].message.content == greedy_chat(client).choices[0].message.content
+
+
+def test_the_alias_serves_the_loaded_model(client):
+    r = client.chat.completions.create(model=ALIAS, messages=FRANCE, temperature=0, max_tokens=12)
+    assert r.choices[0].message.content == greedy_chat(client).choices[0].message.content
+
+
+def test_models_list_has_the_loaded_model_and_its_alias(client):
+    ids = [m.id for m in client.models.list()]
+    assert MODEL in ids and ALIAS in ids
+
+
+def test_length_finish_when_max_tokens_is_reached(client):
+    r = client.chat.completions.create(model=MODEL, messages=STORY, temperature=0, max_tokens=3,
+                                       extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 3
+
+
+def test_max_completion_tokens_is_honoured(client):
+    r = client.chat.completions.create(model=MODEL, messages=STORY, temperature=0, max_completion_tokens=4,
+                                       extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 4
+    assert r.choices[0].finish_reason == "length"
+    # max_completion_tokens wins over max_tokens
+    r = client.chat.completions.create(model=MODEL, messages=STORY, temperature=0, max_completion_tokens=2,
+                                       max_tokens=10, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 2
+
+
+def test_extra_sampling_fields_and_a_preset_are_accepted(client):
+    r = client.chat.completions.create(
+        model=MODEL, messages=FRANCE, max_tokens=12,
+        extra_body={"top_k": 1, "min_p": 0.1, "repetition_penalty": 1.1, "preset": "Precise"})
+    assert r.choices[0].message.content
+    assert r.usage.completion_tokens <= 12
+
+
+# -- chat, streamed ---------------------------------------------------------------------------------------------------
+
+def test_greedy_streaming_equals_non_streaming(client):
+    whole = greedy_chat(client)
+    chunks = list(greedy_chat(client, stream=True, stream_options={"include_usage": True}))
+    first, last = chunks[0], chunks[-1]
+    assert first.choices[0].delta.role == "assistant"
+    assert all(c.object == "chat.completion.chunk" and c.id == first.id for c in chunks)
+    # a final chunk with no choices carries the usage; the ones before it carry none
+    assert last.choices == [] and last.usage is not None
+    assert all(c.usage is None for c in chunks[:-1])
+    with_choices = [c for c in chunks if c.choices]
+    finishes = [c.choices[0].finish_reason for c in with_choices if c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    assert with_choices[-1].choices[0].finish_reason is not None  # the finish chunk comes last
+    deltas = [c.choices[0].delta.content for c in with_choices[1:] if c.choices[0].delta.content]
+    assert len(deltas) >= 2  # streamed in pieces, not in one go
+    assert "".join(deltas) == whole.choices[0].message.content
+    assert last.usage.model_dump() == whole.usage.model_dump()
+
+
+def test_streaming_without_include_usage_has_no_usage_chunk(client):
+    chunks = list(greedy_chat(client, stream=True, max_tokens=3))
+    assert all(c.choices for c in chunks)
+    assert all(getattr(c, "usage", None) is None for c in chunks)
+
+
+@pytest.mark.parametrize("stop", ["Paris", ["Paris", "."]])
+def test_stop_strings_never_appear(client, stop):
+    r = greedy_chat(client, stop=stop)
+    text = r.choices[0].message.content
+    assert r.choices[0].finish_reason == "stop"
+    assert "Paris" not in text
+    assert text.startswith("The capital of France")  # the greedy answer up to the stop
+    streamed = "".join(c.choices[0].delta.content or "" for c in greedy_chat(client, stop=stop, stream=True))
+    assert streamed == text
+
+
+# -- logprobs -------------------------------------------------------------------------------------------------------
+
+def test_chat_logprobs_with_top_logprobs(client):
+    r = client.chat.completions.create(model=MODEL, messages=FRANCE, temperature=0, max_tokens=4, logprobs=True,
+                                       top_logprobs=3, extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens == 4
+    assert "".join(t.token for t in content) == r.choices[0].message.content
+    for t in content:
+        assert t.logprob <= 0
+        assert t.bytes == list(t.token.encode())
+        assert len(t.top_logprobs) == 3
+        values = [alt.logprob for alt in t.top_logprobs]
+        assert values == sorted(values, reverse=True)
+        assert t.top_logprobs[0].token == t.token  # greedy picks the most likely token
+        assert t.top_logprobs[0].logprob == pytest.approx(t.logprob)
+
+
+def test_chat_without_logprobs_has_none(client):
+    assert greedy_chat(client, max_tokens=2).choices[0].logprobs is None
+
+
+# -- completions ----------------------------------------------------------------------------------------------------
+
+def test_completion_with_echo_and_logprobs(client):
+    r = client.completions.create(model=MODEL, prompt=COMPLETION_PROMPT, max_tokens=4, temperature=0, echo=True,
+                                  logprobs=2, extra_body={"ignore_eos": True})
+    assert r.object == "text_completion"
+    choice = r.choices[0]
+    assert choice.text.startswith(COMPLETION_PROMPT)
+    assert "Paris" in choice.text
+    lp = choice.logprobs
+    n = r.usage.completion_tokens
+    assert n == 4
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n
+    assert choice.text == COMPLETION_PROMPT + "".join(lp.tokens)
+    for token, logprob, top, offset in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset):
+        assert len(top) == 2
+        assert max(top, key=top.get) == token  # greedy
+        assert top[token] == pytest.approx(logprob)
+        assert choice.text[offset:offset + len(token)] == token
+    assert r.usage.total_tokens == r.usage.prompt_tokens + n
+
+
+def test_completion_streaming_equals_non_streaming(client):
+    kw = dict(model=MODEL, prompt=COMPLETION_PROMPT, max_tokens=6, temperature=0, echo=True, logprobs=2)
+    whole = client.completions.create(**kw)
+    chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == whole.choices[0].text
+    tokens = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+    assert tokens == whole.choices[0].logprobs.tokens
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == whole.usage.model_dump()
+
+
+def test_completion_without_echo(client):
+    r = client.completions.create(model=ALIAS, prompt=COMPLETION_PROMPT, max_tokens=3, temperature=0)
+    assert not r.choices[0].text.startswith(COMPLETION_PROMPT)
+    assert r.choices[0].text.strip().startswith("Paris")
+    assert r.choices[0].logprobs is None
+
+
+# -- n and seeds ------------------------------------------------------------------------------------------------------
+
+def test_n_choices_with_a_seed_repeat(client):
+    def ask():
+        return client.chat.completions.create(model=MODEL, messages=STORY, temperature=1, seed=1234, n=3,
+                                              max_tokens=8)
+    first = ask()
+    assert sorted(c.index for c in first.choices) == [0, 1, 2]
+    assert 3 <= first.usage.completion_tokens <= 24
+    texts = [c.message.content for c in sorted(first.choices, key=lambda c: c.index)]
+    assert len(set(texts)) > 1  # choice i samples with seed + i
+    again = ask()
+    assert [c.message.content for c in sorted(again.choices, key=lambda c: c.index)] == texts
+    assert again.usage.model_dump() == first.usage.model_dump()
+
+
+def test_seed_reproducibility(client):
+    def sample(seed: int) -> str:
+        r = client.chat.completions.create(model=MODEL, messages=STORY, temperature=1, seed=seed, max_tokens=16,
+                                           extra_body={"ignore_eos": True})
+        return r.choices[0].message.content
+
+    a = sample(42)
+    assert sample(42) == a
+    assert any(sample(seed) != a for seed in (7, 8))
+
+
+# -- errors map to the client's exception classes -------------------------------------------------------------------
+
+def test_wrong_key_is_an_authentication_error(api):
+    with fresh(api, "not-the-key") as c, pytest.raises(openai.AuthenticationError) as e:
+        greedy_chat(c, max_tokens=1)
+    assert e.value.status_code == 401
+    assert e.value.body["code"] == "invalid_api_key"
+
+
+def test_no_key_is_an_authentication_error(api):
+    # the client insists on a key, so it is given one and told to leave the header out
+    with fresh(api, "unused") as c, pytest.raises(openai.AuthenticationError) as e:
+        c.models.list(extra_headers={"Authorization": openai.Omit()})
+    assert "missing API key" in e.value.message
+    assert e.value.response.request.headers.get("authorization") is None
+
+
+def test_unknown_model_is_not_found(api):
+    with fresh(api) as c, pytest.raises(openai.NotFoundError) as e:
+        c.chat.completions.create(model="gpt-no-such-model", messages=FRANCE, max_tokens=1)
+    assert e.value.body["param"] == "model"
+    assert e.value.body["code"] == "model_not_found"
+
+
+def test_bad_temperature_is_a_bad_request_naming_it(api):
+    with fresh(api) as c, pytest.raises(openai.BadRequestError) as e:
+        greedy_chat(c, temperature=9)
+    assert e.value.body["param"] == "temperature"
+    assert "temperature" in e.value.message
+
+
+def test_a_prompt_over_the_context_is_context_length_exceeded(api):
+    long = [{"role": "user", "content": " ".join(["word"] * 9000)}]
+    with fresh(api) as c, pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=MODEL, messages=long, max_tokens=1)
+    assert e.value.code == "context_length_exceeded"
+    assert "8192" in e.value.message
+
+
+def test_unknown_preset_is_a_bad_request(api):
+    with fresh(api) as c, pytest.raises(openai.BadRequestError) as e:
+        greedy_chat(c, max_tokens=1, extra_body={"preset": "NoSuchPreset"})
+    assert e.value.body["param"] == "preset"
+
+
+def test_the_client_keeps_working_after_a_bad_request(api):
+    with fresh(api) as c:
+        for _ in range(3):
+            with pytest.raises(openai.BadRequestError) as e:
+                greedy_chat(c, temperature=9)
+            assert "x-request-id" in e.value.response.headers  # the access log middleware saw the response
+            assert greedy_chat(c, max_tokens=1).choices[0].message.content is not None
+
+
+# -- the async client ----------------------------------------------------------------------------------------------
+
+def test_async_streaming_chat(api, client):
+    expected = greedy_chat(client).choices[0].message.content
+
+    async def main() -> tuple[list[str], str | None]:
+        async with openai.AsyncOpenAI(base_url=api.base_url, api_key=api.key, max_retries=0, timeout=120) as ac:
+            stream = await ac.chat.completions.create(model=ALIAS, messages=FRANCE, temperature=0, max_tokens=12,
+                                                      stream=True)
+            deltas, finish = [], None
+            async for chunk in stream:
+                deltas.append(chunk.choices[0].delta.content or "")
+                finish = chunk.choices[0].finish_reason or finish
+            return deltas, finish
+
+    deltas, finish = asyncio.run(main())
+    assert "".join(deltas) == expected
+    assert finish in ("stop", "length")
+
+
+def test_async_concurrent_requests_all_complete(api):
+    temperatures = [0, 0.5, 1.0, 1.5]
+
+    async def main():
+        async with openai.AsyncOpenAI(base_url=api.base_url, api_key=api.key, max_retries=0, timeout=120) as ac:
+            return await asyncio.gather(*(
+                ac.chat.completions.create(model=MODEL, messages=STORY, temperature=t, max_tokens=6, seed=i)
+                for i, t in enumerate(temperatures)))
+
+    started = time.monotonic()
+    results = asyncio.run(main())
+    assert len(results) == 4
+    for r in results:
+        assert r.choices[0].finish_reason in ("stop", "length")
+        assert 0 < r.usage.completion_tokens <= 6
+    assert len({r.id for r in results}) == 4
+    assert time.monotonic() - started < 60
+
+
+# -- the access log (last: it reads what the tests above left) ------------------------------------------------------
+
+ACCESS = re.compile(r"webui\.api: request [0-9a-f]{12} (GET|POST) (\S+) status=(\d+) ")
+
+
+def access_lines(api) -> list[str]:
+    return [x for x in api.server.log.read_text().splitlines() if "webui.api: request " in x]
+
+
+def test_one_log_line_per_request_without_key_or_prompt(api):
+    before = len(access_lines(api))
+    with fresh(api) as c:
+        c.models.list()
+        greedy_chat(c, max_tokens=2)
+        c.completions.create(model=MODEL, prompt=COMPLETION_PROMPT, max_tokens=2)
+        with pytest.raises(openai.NotFoundError):
+            c.chat.completions.create(model="gpt-no-such-model", messages=FRANCE, max_tokens=1)
+    with fresh(api, "not-the-key") as c, pytest.raises(openai.AuthenticationError):
+        c.models.list()
+    expected = [("GET", "/v1/models", "200"), ("POST", "/v1/chat/completions", "200"),
+                ("POST", "/v1/completions", "200"), ("POST", "/v1/chat/completions", "404"),
+                ("GET", "/v1/models", "401")]
+    deadline = time.monotonic() + 5
+    while len(access_lines(api)) < before + len(expected) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    new = access_lines(api)[before:]
+    assert [ACCESS.search(x).groups() for x in new] == expected, new
+    assert re.search(r"prompt_tokens=\d+ completion_tokens=2 ttft=\d+\.\d+s finish=\w+", new[1])
+
+    log = api.server.log.read_text()
+    assert api.key not in log
+    for prompt in PROMPTS:
+        assert prompt not in log
+    assert "word word word" not in log
+    for line in access_lines(api):
+        assert ACCESS.search(line), line
+        assert " prompt=" not in line
