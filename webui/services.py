@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loaders.registry import LoaderRegistry
+from webui.batch.runner import BatchRunner
+from webui.batch.store import BatchStore
 from webui.config import AppConfig
 from webui.engine import Engine, EngineConfig
 from webui.models import ModelManager
@@ -24,6 +26,8 @@ class Services:
     db: Database
     chats: ChatStore
     notebooks: NotebookStore
+    batches: BatchStore
+    batch_runner: BatchRunner
 
     @classmethod
     def create(cls, config: AppConfig, registry: LoaderRegistry | None = None) -> "Services":
@@ -33,8 +37,13 @@ class Services:
         registry = registry or default_registry()
         engine = Engine(config=EngineConfig(max_running=config.max_running, max_waiting=config.max_waiting))
         db = Database(config.db_path)
-        return cls(config, registry, engine, ModelManager(config, engine, registry), PresetStore(config.presets_dir),
-                   SettingsStore(config.user_data_dir / "settings.json"), db, ChatStore(db), NotebookStore(db))
+        batches = BatchStore(db)
+        batches.mark_interrupted()  # runs a previous process left 'running' died with it; their rows stay
+        services = cls(config, registry, engine, ModelManager(config, engine, registry),
+                       PresetStore(config.presets_dir), SettingsStore(config.user_data_dir / "settings.json"), db,
+                       ChatStore(db), NotebookStore(db), batches, None)  # type: ignore[arg-type]
+        services.batch_runner = BatchRunner(services, batches)
+        return services
 
     def close(self) -> None:
         """Unload the model, stop the engine, close the database; a second call does nothing."""

@@ -36,4 +36,26 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX notebooks_by_updated ON notebooks (updated DESC);
     """,
+    # 2: batch prompt-testing runs and their results (one row per prompt x setting x sample).
+    """
+    CREATE TABLE batch_runs (
+        id      INTEGER PRIMARY KEY,
+        name    TEXT NOT NULL,
+        spec    TEXT NOT NULL,  -- JSON: prompts, settings, samples, seeds, model, everything to re-run it
+        model   TEXT,
+        status  TEXT NOT NULL CHECK (status IN ('running', 'done', 'cancelled', 'failed')),
+        total   INTEGER NOT NULL,
+        created REAL NOT NULL,
+        updated REAL NOT NULL
+    );
+    CREATE INDEX batch_runs_by_created ON batch_runs (created DESC, id DESC);
+
+    CREATE TABLE batch_results (
+        id     INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES batch_runs (id) ON DELETE CASCADE,
+        cell   INTEGER NOT NULL,  -- the cell's index in the run's plan
+        result TEXT NOT NULL,     -- JSON of one result row
+        UNIQUE (run_id, cell)
+    );
+    """,
 )

@@ -1,0 +1,149 @@
+"""The batch runner on the engine: all cells batch together, rows are stored as they finish, re-runs repeat."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TEST_THREADS
+from tests.engine.scripted import ScriptedModel
+from webui.batch import BatchInputError, GridSpec, parse_lines
+from webui.batch.runner import BatchJob
+from webui.config import AppConfig
+from webui.services import Services
+
+
+@pytest.fixture
+def services(tmp_path: Path, tiny_model_dir: Path):
+    config = AppConfig(user_data_dir=tmp_path / "data", threads=TEST_THREADS, device="cpu", max_running=8)
+    config.make_dirs()
+    (config.models_dir / "tiny").symlink_to(tiny_model_dir, target_is_directory=True)
+    made = Services.create(config)
+    made.models.load("tiny")
+    yield made
+    made.close()
+
+
+def job(rows_text: str, **grid) -> BatchJob:
+    spec = GridSpec(grid.pop("presets", []), grid.pop("axes", {"max_new_tokens": [6]}), grid.pop("samples", 1),
+                    grid.pop("base_seed", 0))
+    return BatchJob("test run", parse_lines(rows_text), spec, raw=True)
+
+
+def run(services, batch_job):
+    handle = services.batch_runner.start(batch_job)
+    assert handle.wait(120)
+    return handle
+
+
+def test_every_cell_runs_batched_and_is_stored(services):
+    handle = run(services, job("Hello\nOnce upon a time", axes={"temperature": [0, 1.0], "max_new_tokens": [6]},
+                               samples=2))
+    rows = handle.rows()
+    assert handle.status == "done" and len(rows) == 8
+    assert {r.setting for r in rows} == {"temperature=0", "temperature=1"}
+    assert [r.seed for r in rows if r.setting == "temperature=1"] == [0, 1, 0, 1]
+    assert all(r.completion_tokens > 0 and r.finish_reason in ("stop", "length") for r in rows)
+    stored = services.batches.results(handle.run_id)
+    assert [s["output"] for s in stored] == [r.output for r in rows]
+    run_row = services.batches.get(handle.run_id)
+    assert run_row.status == "done" and run_row.done == 8 and run_row.model == "tiny"
+
+
+def test_asserts_are_checked_per_row(services):
+    rows = parse_lines("Hello")
+    from webui.batch import parse_assert
+
+    batch_job = BatchJob("asserts", [rows[0].__class__(**{**rows[0].__dict__, "asserts": [
+        parse_assert("max-length:100 tokens"), parse_assert("contains:zzzz-not-there")]})],
+        GridSpec([], {"max_new_tokens": [4]}), raw=True)
+    result = run(services, batch_job).rows()[0]
+    assert [a.passed for a in result.asserts] == [True, False] and result.passed is False
+
+
+def test_a_rerun_repeats_greedy_and_seeded_outputs(services):
+    first = run(services, job("Hi there\nThe weather", axes={"temperature": [0, 0.9], "max_new_tokens": [8]},
+                              samples=2, base_seed=5))
+    spec = services.batches.get(first.run_id).spec
+    again = run(services, BatchJob.from_spec("again", spec))
+    assert [r.output for r in again.rows()] == [r.output for r in first.rows()]
+    assert [r.seed for r in again.rows()] == [r.seed for r in first.rows()]
+
+
+def test_a_rerun_uses_the_stored_settings_even_if_a_preset_changed(services):
+    services.presets.save("Mine", services.presets.get("Deterministic").params.replace(max_new_tokens=5))
+    first = run(services, job("Hi", presets=["Mine"], axes={}))
+    services.presets.save("Mine", services.presets.get("Creative").params)
+    again = run(services, BatchJob.from_spec("again", services.batches.get(first.run_id).spec))
+    assert again.rows()[0].output == first.rows()[0].output and again.rows()[0].params["temperature"] == 0.0
+
+
+def test_bad_input_fails_before_anything_runs(services):
+    runs_before = len(services.batches.list())
+    with pytest.raises(BatchInputError, match="no prompts"):
+        services.batch_runner.start(BatchJob("x", [], GridSpec([], {})))
+    with pytest.raises(BatchInputError, match="top_p"):
+        services.batch_runner.start(job("Hi", axes={"top_p": [1.5]}))
+    with pytest.raises(BatchInputError, match="NoSuchPreset"):
+        services.batch_runner.start(job("Hi", presets=["NoSuchPreset"]))
+    with pytest.raises(BatchInputError, match="cells"):
+        services.batch_runner.start(BatchJob("x", parse_lines("a\nb\nc"), GridSpec([], {"temperature": [0, 1]}, 5),
+                                             max_cells=10))
+    assert len(services.batches.list()) == runs_before
+
+
+def test_no_model_loaded(services):
+    services.models.unload()
+    with pytest.raises(BatchInputError, match="no model is loaded"):
+        services.batch_runner.start(job("Hi"))
+
+
+@pytest.fixture
+def slow_services(services):
+    tok = services.models.loaded.tokenizer
+    services.engine.set_model(ScriptedModel(tok, [100] * 300, step_delay=0.03))
+    return services
+
+
+def test_cancel_keeps_what_finished_and_rows_are_stored_as_they_finish(slow_services):
+    services = slow_services
+    lines = "\n".join(f"prompt {i}" for i in range(30))
+    handle = services.batch_runner.start(job(lines, axes={"max_new_tokens": [2, 40]}))
+    db_path = services.config.db_path
+    deadline = time.monotonic() + 60
+    while handle.done < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with sqlite3.connect(db_path) as db:  # another process would see them too: they are committed
+        assert db.execute("SELECT count(*) FROM batch_results WHERE run_id = ?", (handle.run_id,)).fetchone()[0] >= 3
+    handle.cancel()
+    assert handle.wait(30)
+    kept = handle.rows()
+    assert handle.status == "cancelled" and 3 <= len(kept) < 60
+    assert all(r.finish_reason != "cancelled" for r in kept)
+    stored = services.batches.results(handle.run_id)
+    assert len(stored) == len(kept) and services.batches.get(handle.run_id).status == "cancelled"
+
+
+def test_a_run_left_running_by_a_dead_process_is_marked_failed_and_keeps_its_rows(services, tmp_path):
+    run_row = services.batches.create("orphan", {"rows": []}, "tiny", 3)
+    services.batches.add_result(run_row.id, 0, {"output": "kept"})
+    again = Services.create(services.config)
+    try:
+        got = again.batches.get(run_row.id)
+        assert got.status == "failed" and again.batches.results(run_row.id) == [{"output": "kept"}]
+    finally:
+        again.engine.close()
+        again.db.close()
+
+
+def test_store_rename_delete_and_json_spec(services):
+    handle = run(services, job("Hi"))
+    assert services.batches.rename(handle.run_id, "renamed").name == "renamed"
+    spec = services.batches.get(handle.run_id).spec
+    assert json.loads(json.dumps(spec)) == spec and spec["settings"][0]["params"]["max_new_tokens"] == 6
+    services.batches.delete(handle.run_id)
+    assert handle.run_id not in [r.id for r in services.batches.list()]

@@ -1,0 +1,116 @@
+"""`python launch.py batch PROMPTS_FILE ...`: a batch run without a browser, for scripts and CI.
+
+Progress goes to the terminal, results to --out (.jsonl or .csv) and to the
+workbench's database like a run from the Batch tab. The exit code is 1 when a
+setting's assert pass rate is below --min-pass-rate, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from loaders.base import DTYPES, LoaderError
+from webui.batch.errors import BatchInputError
+from webui.batch.export import to_csv, to_jsonl
+from webui.batch.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
+from webui.batch.prompts import load_prompts, unescape_newlines
+from webui.batch.results import summarize
+from webui.batch.runner import BatchJob
+from webui.config import AppConfig, default_user_data_dir
+from webui.names import InvalidName
+from webui.store import StoreError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python launch.py batch", description=__doc__.splitlines()[0])
+    p.add_argument("prompts", type=Path, help="prompts: .txt (one per line), .csv or .jsonl")
+    p.add_argument("--preset", nargs="+", default=[], metavar="NAME", help="presets to compare (grid dimension)")
+    p.add_argument("--grid", action="append", default=[], metavar="PARAM=V1,V2",
+                   help="vary a sampling parameter, e.g. --grid temperature=0,0.7 (repeatable)")
+    p.add_argument("--samples", type=int, default=1, help="samples per prompt and setting (seeds base+0, base+1, ...)")
+    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    p.add_argument("--template", help="prompt template with {{column}} variables (CSV/JSONL columns)")
+    p.add_argument("--system-prompt", default="", help="system prompt for the chat template")
+    p.add_argument("--raw", action="store_true", help="send prompts as they are, without the chat template")
+    p.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, help="refuse grids larger than this")
+    p.add_argument("--name", help="name of the stored run (default: the prompts file name)")
+    p.add_argument("--out", type=Path, help="write results here (.jsonl or .csv)")
+    p.add_argument("--min-pass-rate", type=float, help="exit 1 if a setting's assert pass rate is below this (0-1)")
+    p.add_argument("--model", help="model name or path (default: the default model)")
+    p.add_argument("--loader")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", choices=DTYPES)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--user-data-dir", type=Path)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.out is not None and args.out.suffix not in (".jsonl", ".csv"):
+        return _fail(f"--out must end in .jsonl or .csv, got '{args.out}'")
+    if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
+        return _fail(f"--min-pass-rate must be between 0 and 1, got {args.min_pass_rate}")
+    try:
+        rows = load_prompts(args.prompts, unescape_newlines(args.template) if args.template else None)
+        grid = GridSpec(args.preset, dict(parse_axis(a) for a in args.grid), args.samples, args.seed)
+    except (BatchInputError, OSError) as exc:
+        return _fail(str(exc))
+    from webui.app import load_startup_model
+    from webui.services import Services
+
+    config = AppConfig(user_data_dir=args.user_data_dir or default_user_data_dir(), model=args.model,
+                       loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads)
+    config.make_dirs()
+    services = Services.create(config)
+    try:
+        job = BatchJob(args.name or args.prompts.name, rows, grid, args.system_prompt, args.raw, args.max_cells)
+        services.batch_runner.plan(job)  # bad grids fail before the model loads
+        load_startup_model(services)
+        handle = services.batch_runner.start(job)
+        while not handle.wait(1.0):
+            _progress(handle)
+        _progress(handle, final=True)
+        results = handle.rows()
+        if args.out:
+            args.out.write_text(to_csv(results) if args.out.suffix == ".csv" else to_jsonl(results), encoding="utf-8")
+            print(f"wrote {len(results)} rows to {args.out}")
+        return _report(results, args.min_pass_rate, handle.run_id)
+    except (BatchInputError, LoaderError, InvalidName, StoreError, ValueError) as exc:
+        return _fail(str(exc))
+    finally:
+        services.close()
+
+
+def _progress(handle, final: bool = False) -> None:
+    eta = handle.eta_seconds()
+    line = f"\r{handle.done}/{handle.total} done" + (f", about {eta:.0f}s left" if eta and not final else "")
+    print(line.ljust(40), end="\n" if final else "", file=sys.stderr, flush=True)
+
+
+def _report(results, min_pass_rate: float | None, run_id: int) -> int:
+    summaries = summarize(results)
+    print(f"{'setting':50} {'rows':>5} {'pass rate':>10} {'tok/s':>7}")
+    failing = []
+    for s in summaries:
+        rate = "-" if s.pass_rate is None else f"{s.pass_rate:.0%}"
+        tps = "-" if s.mean_tokens_per_second is None else f"{s.mean_tokens_per_second:.1f}"
+        print(f"{s.label[:50]:50} {s.rows:5} {rate:>10} {tps:>7}")
+        if min_pass_rate is not None and s.pass_rate is not None and s.pass_rate < min_pass_rate:
+            failing.append(s.label)
+    print(f"stored as batch run {run_id}")
+    if failing:
+        print(f"pass rate below {min_pass_rate:.0%} for: {', '.join(failing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,138 @@
+"""CSV and JSONL export of batch results, and the inverse imports (nothing is lost on a round trip).
+
+JSONL holds one :meth:`ResultRow.to_dict` object per line. CSV has one column
+per field; ``params`` and ``assert_results`` are JSON, ``asserts`` is a readable
+one-line-per-assert summary ("PASS contains:Paris", "FAIL max-length:50 tokens:
+output has 73 tokens, more than 50"), ``passed`` is true/false/empty and an
+empty ``ttft``/``tokens_per_second``/``error`` cell means none. Text cells that a
+spreadsheet would run as a formula (starting with = + - @ tab or CR) get a
+leading apostrophe, and so does text already starting with one; the import
+removes exactly that apostrophe again.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Iterable
+
+from webui.batch.asserts import AssertResult
+from webui.batch.errors import BatchInputError
+from webui.batch.results import ResultRow
+
+CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "setting", "sample", "seed", "output", "finish_reason",
+               "prompt_tokens", "completion_tokens", "ttft", "tokens_per_second", "passed", "asserts", "error",
+               "params", "assert_results")
+_TEXT_COLUMNS = frozenset({"prompt_id", "prompt", "setting", "output", "finish_reason", "asserts", "error"})
+_INT_COLUMNS = ("prompt_index", "sample", "seed", "prompt_tokens", "completion_tokens")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def to_jsonl(rows: Iterable[ResultRow]) -> str:
+    """One JSON object per line (UTF-8 text, not ASCII-escaped), ending with a newline."""
+    return "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rows)
+
+
+def from_jsonl(text: str) -> list[ResultRow]:
+    """Rows from :func:`to_jsonl` output; a bad line is an error naming its number."""
+    rows = []
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BatchInputError(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(data, dict):
+            raise BatchInputError(f"line {number}: expected a JSON object, got {type(data).__name__}")
+        rows.append(ResultRow.from_dict(data, f"line {number}"))
+    return rows
+
+
+def assert_summary(results: Iterable[AssertResult]) -> str:
+    """One line per assert: ``PASS label`` or ``FAIL label: detail``."""
+    return "\n".join(f"PASS {a.label}" if a.passed else f"FAIL {a.label}: {a.detail}" for a in results)
+
+
+def to_csv(rows: Iterable[ResultRow]) -> str:
+    """A CSV table with a header row (see the module docstring for the columns)."""
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow(CSV_COLUMNS)
+    for row in rows:
+        writer.writerow([_cell(name, value) for name, value in _csv_values(row).items()])
+    return buffer.getvalue()
+
+
+def _csv_values(row: ResultRow) -> dict[str, Any]:
+    return {
+        "prompt_index": row.prompt_index, "prompt_id": row.prompt_id, "prompt": row.prompt, "setting": row.setting,
+        "sample": row.sample, "seed": row.seed, "output": row.output, "finish_reason": row.finish_reason,
+        "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens, "ttft": row.ttft,
+        "tokens_per_second": row.tokens_per_second,
+        "passed": "" if row.passed is None else str(row.passed).lower(),
+        "asserts": assert_summary(row.asserts), "error": row.error,
+        "params": json.dumps(row.params, ensure_ascii=False, sort_keys=True),
+        "assert_results": json.dumps([a.to_dict() for a in row.asserts], ensure_ascii=False),
+    }
+
+
+def _cell(name: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    text = str(value)
+    if name in _TEXT_COLUMNS and text.startswith(_FORMULA_START):
+        return "'" + text
+    return text
+
+
+def _uncell(text: str) -> str:
+    return text[1:] if text.startswith("'") and text[1:].startswith(_FORMULA_START) else text
+
+
+def from_csv(text: str) -> list[ResultRow]:
+    """Rows from :func:`to_csv` output (extra columns are ignored); errors name the data row."""
+    try:
+        table = list(csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline=""), strict=True))
+    except csv.Error as exc:
+        raise BatchInputError(f"not valid CSV: {exc}") from None
+    if not table:
+        raise BatchInputError("the CSV is empty; it needs the header row written by the export")
+    header = table[0]
+    missing = [c for c in CSV_COLUMNS if c not in header and c != "asserts"]
+    if missing:
+        raise BatchInputError(f"the CSV lacks the column(s) {', '.join(missing)}; columns: {', '.join(header)}")
+    rows = []
+    for number, cells in enumerate(table[1:], 1):
+        if cells == [] or cells == [""]:
+            continue
+        if len(cells) != len(header):
+            raise BatchInputError(f"row {number} has {len(cells)} cells but the header has {len(header)} columns")
+        rows.append(_row_from_cells(dict(zip(header, cells)), f"row {number}"))
+    return rows
+
+
+def _row_from_cells(cells: dict[str, str], where: str) -> ResultRow:
+    data: dict[str, Any] = {name: _uncell(cells[name]) for name in _TEXT_COLUMNS if name in cells}
+    try:
+        for name in _INT_COLUMNS:
+            data[name] = int(cells[name])
+        for name in ("ttft", "tokens_per_second"):
+            data[name] = float(cells[name]) if cells[name] else None
+    except ValueError as exc:
+        raise BatchInputError(f"{where}: {exc}") from None
+    passed = cells["passed"].strip().lower()
+    if passed not in ("", "true", "false"):
+        raise BatchInputError(f"{where}: passed must be true, false or empty, got '{cells['passed']}'")
+    data["passed"] = None if passed == "" else passed == "true"
+    data["error"] = data.get("error") or None
+    for name in ("params", "assert_results"):
+        try:
+            data[name] = json.loads(cells[name])
+        except json.JSONDecodeError as exc:
+            raise BatchInputError(f"{where}: {name} is not valid JSON ({exc.msg})") from None
+    data["asserts"] = data.pop("assert_results")
+    return ResultRow.from_dict(data, where)

@@ -1,0 +1,222 @@
+"""Batch results as plain data: one ResultRow per cell, per-setting summaries, pivots, comparisons.
+
+A ResultRow holds only what a cell produced and how (no run id, no timestamps),
+so rows from different runs can be compared and exported alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+
+from webui.batch.asserts import AssertResult
+from webui.batch.errors import BatchInputError
+from webui.batch.grid import Cell
+
+SAMPLE_SEPARATOR = "\n\n---\n\n"
+PROMPT_LABEL_LENGTH = 60
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """What one cell produced. ``passed`` is None when the prompt has no asserts; a cell that
+    failed with ``error`` has passed False (when it has asserts) and no assert results."""
+
+    prompt_index: int
+    prompt_id: str
+    prompt: str
+    setting: str
+    params: dict[str, Any] = field(hash=False)
+    sample: int
+    seed: int
+    output: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    ttft: float | None = None
+    tokens_per_second: float | None = None
+    asserts: list[AssertResult] = field(default_factory=list, hash=False)
+    passed: bool | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.error == "":
+            object.__setattr__(self, "error", None)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["asserts"] = [a.to_dict() for a in self.asserts]
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> "ResultRow":
+        """The inverse of :meth:`to_dict`; missing or mistyped fields are a BatchInputError."""
+        prefix = f"{where}: " if where else ""
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise BatchInputError(f"{prefix}missing field(s) {', '.join(missing)}")
+        values = {n: data[n] for n in names}
+        values["asserts"] = _assert_results(data["asserts"], prefix)
+        _check_types(values, prefix)
+        return cls(**values)
+
+
+def _assert_results(items: Any, prefix: str) -> list[AssertResult]:
+    def ok(a: Any) -> bool:
+        return (isinstance(a, Mapping) and isinstance(a.get("label"), str) and isinstance(a.get("passed"), bool)
+                and isinstance(a.get("detail", ""), str))
+
+    if not isinstance(items, list) or not all(ok(a) for a in items):
+        raise BatchInputError(f"{prefix}asserts must be a list of {{\"label\": text, \"passed\": true/false, "
+                              f"\"detail\": text}}, got {items!r:.200}")
+    return [AssertResult(a["passed"], a.get("detail", ""), a["label"]) for a in items]
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "prompt_index": (int,), "prompt_id": (str,), "prompt": (str,), "setting": (str,), "params": (dict,),
+    "sample": (int,), "seed": (int,), "output": (str,), "finish_reason": (str,), "prompt_tokens": (int,),
+    "completion_tokens": (int,), "ttft": (int, float, type(None)), "tokens_per_second": (int, float, type(None)),
+    "passed": (bool, type(None)), "error": (str, type(None)),
+}
+
+
+def _check_types(values: dict[str, Any], prefix: str) -> None:
+    for name, types in _TYPES.items():
+        value = values[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise BatchInputError(f"{prefix}{name} has the wrong type: {value!r}")
+    for name in ("ttft", "tokens_per_second"):
+        if isinstance(values[name], int):
+            values[name] = float(values[name])
+
+
+def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
+               ttft: float | None = None, tokens_per_second: float | None = None,
+               error: str | None = None) -> ResultRow:
+    """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error)."""
+    error = error or None
+    asserts = [] if error else [a.check(output, completion_tokens) for a in cell.row.asserts]
+    if not cell.row.asserts:
+        passed = None
+    else:
+        passed = error is None and all(a.passed for a in asserts)
+    return ResultRow(
+        prompt_index=cell.row.index, prompt_id=cell.row.id, prompt=cell.row.text, setting=cell.setting.label,
+        params=cell.params.to_dict(), sample=cell.sample, seed=cell.seed, output=output,
+        finish_reason=finish_reason, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+        ttft=ttft, tokens_per_second=tokens_per_second, asserts=asserts, passed=passed, error=error)
+
+
+# -- summaries -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SettingSummary:
+    """Pass counts and speed for one setting; ``pass_rate`` is None when no row had asserts."""
+
+    label: str
+    rows: int
+    passed: int
+    failed: int
+    pass_rate: float | None
+    mean_tokens_per_second: float | None
+    mean_ttft: float | None
+    errors: int = 0
+
+
+def summarize(rows: Iterable[ResultRow]) -> list[SettingSummary]:
+    """One summary per setting, in the order settings first appear. Errors count as failures."""
+    groups: dict[str, list[ResultRow]] = {}
+    for row in rows:
+        groups.setdefault(row.setting, []).append(row)
+    out = []
+    for label, group in groups.items():
+        passed = sum(1 for r in group if r.passed is True)
+        failed = sum(1 for r in group if r.passed is False)
+        ok = [r for r in group if r.error is None]
+        out.append(SettingSummary(
+            label, len(group), passed, failed, passed / (passed + failed) if passed + failed else None,
+            _mean(r.tokens_per_second for r in ok), _mean(r.ttft for r in ok),
+            sum(1 for r in group if r.error is not None)))
+    return out
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return fmean(present) if present else None
+
+
+def prompt_label(row: ResultRow, length: int = PROMPT_LABEL_LENGTH) -> str:
+    """``id: first line of the prompt…`` for tables."""
+    text = " ".join(row.prompt.split())
+    text = text if len(text) <= length else text[:length - 1] + "…"
+    return f"{row.prompt_id}: {text}"
+
+
+def cell_text(row: ResultRow) -> str:
+    """The output as a table shows it (an error shows as ``[error: ...]``)."""
+    return f"[error: {row.error}]" if row.error is not None else row.output
+
+
+def pivot(rows: Iterable[ResultRow], separator: str = SAMPLE_SEPARATOR
+          ) -> tuple[list[str], list[str], list[list[str]]]:
+    """(prompt labels, setting labels, matrix[prompt][setting]) of outputs, samples joined by ``separator``
+    in sample order; a missing cell is ""."""
+    rows = list(rows)
+    prompts: dict[int, str] = {}
+    settings: dict[str, None] = {}
+    for row in sorted(rows, key=lambda r: r.prompt_index):
+        prompts.setdefault(row.prompt_index, prompt_label(row))
+    for row in rows:
+        settings.setdefault(row.setting, None)
+    p_at = {index: i for i, index in enumerate(prompts)}
+    s_at = {label: j for j, label in enumerate(settings)}
+    cells: list[list[list[ResultRow]]] = [[[] for _ in settings] for _ in prompts]
+    for row in rows:
+        cells[p_at[row.prompt_index]][s_at[row.setting]].append(row)
+    matrix = [[separator.join(cell_text(r) for r in sorted(c, key=lambda r: r.sample)) for c in line]
+              for line in cells]
+    return list(prompts.values()), list(settings), matrix
+
+
+class Comparison(NamedTuple):
+    """One (prompt, sample) in two result sets; an output is None where that side lacks it."""
+
+    prompt: str
+    sample: int
+    output_a: str | None
+    output_b: str | None
+    same: bool
+
+
+def compare(rows_a: Sequence[ResultRow], rows_b: Sequence[ResultRow]) -> list[Comparison]:
+    """Pair rows by (prompt_index, sample), e.g. one setting against another or one run against another.
+
+    Each side must hold one row per key (pass one setting's rows); pairs come sorted by key.
+    """
+    a, b = _by_key(rows_a, "a"), _by_key(rows_b, "b")
+    out = []
+    for key in sorted(a.keys() | b.keys()):
+        ra, rb = a.get(key), b.get(key)
+        prompt = (ra or rb).prompt  # type: ignore[union-attr]
+        out_a = cell_text(ra) if ra else None
+        out_b = cell_text(rb) if rb else None
+        out.append(Comparison(prompt, key[1], out_a, out_b, ra is not None and rb is not None and out_a == out_b))
+    return out
+
+
+def _by_key(rows: Sequence[ResultRow], side: str) -> dict[tuple[int, int], ResultRow]:
+    keyed: dict[tuple[int, int], ResultRow] = {}
+    for row in rows:
+        key = (row.prompt_index, row.sample)
+        if key in keyed:
+            raise BatchInputError(f"compare: side {side} has two rows for prompt {row.prompt_id}, sample {row.sample} "
+                                  f"(settings '{keyed[key].setting}' and '{row.setting}'); pass one setting's rows")
+        keyed[key] = row
+    return keyed
+
+
+def rows_for_setting(rows: Iterable[ResultRow], label: str) -> list[ResultRow]:
+    return [r for r in rows if r.setting == label]

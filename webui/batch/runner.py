@@ -1,0 +1,178 @@
+"""Running a batch on the engine: every cell submitted so they share decode steps, results stored as they finish.
+
+A run's spec stores the prompts and the fully expanded settings (every sampling
+parameter and seed), so a re-run repeats it exactly even if a preset file has
+changed since.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from webui.batch.errors import BatchInputError
+from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
+from webui.batch.prompts import PromptRow
+from webui.batch.results import ResultRow, result_for
+from webui.batch.store import BatchStore
+from webui.chat import ChatPromptError, render_chat_prompt
+from webui.engine import EngineError, GenerationRequest, RequestStream, SamplingParams
+
+
+@dataclass
+class BatchJob:
+    name: str
+    rows: list[PromptRow]
+    grid: GridSpec
+    system_prompt: str = ""
+    raw: bool = False  # True: prompts go to the model as they are, without the chat template
+    max_cells: int = DEFAULT_MAX_CELLS
+    settings: list[Setting] | None = None  # expanded from ``grid`` unless given (a re-run)
+
+    def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
+        return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
+                "settings": [{"label": s.label, "params": s.params.to_dict(), "preset": s.preset,
+                              "overrides": s.overrides} for s in settings],
+                "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells}
+
+    @classmethod
+    def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
+        settings = [Setting(s["label"], SamplingParams.from_dict(s["params"]), s.get("preset"), s.get("overrides", {}))
+                    for s in spec["settings"]]
+        return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
+                   spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),
+                   settings)
+
+
+@dataclass
+class RunHandle:
+    """A run in progress: progress, the rows so far, cancel."""
+
+    run_id: int
+    cells: list[Cell]
+    started: float = field(default_factory=time.monotonic)
+    status: str = "running"
+    results: dict[int, ResultRow] = field(default_factory=dict)
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+    _done: threading.Event = field(default_factory=threading.Event)
+    _streams: set = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def total(self) -> int:
+        return len(self.cells)
+
+    @property
+    def done(self) -> int:
+        return len(self.results)
+
+    def eta_seconds(self) -> float | None:
+        if not self.done:
+            return None
+        elapsed = time.monotonic() - self.started
+        return elapsed / self.done * (self.total - self.done)
+
+    def rows(self) -> list[ResultRow]:
+        with self._lock:
+            return [self.results[i] for i in sorted(self.results)]
+
+    def cancel(self) -> None:
+        """Stop the rest; rows already finished are kept."""
+        self._cancelled.set()
+        with self._lock:
+            streams = list(self._streams)
+        for s in streams:
+            s.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+
+class BatchRunner:
+    def __init__(self, services, store: BatchStore):
+        self.services, self.store = services, store
+
+    def plan(self, job: BatchJob) -> tuple[list[Setting], list[Cell]]:
+        """Settings and cells, or a BatchInputError before anything runs."""
+        if not job.rows:
+            raise BatchInputError("there are no prompts; paste some (one per line) or upload a file")
+        settings = job.settings if job.settings is not None else expand(job.grid, self.services.presets)
+        return settings, plan(job.rows, settings, job.grid.samples, job.grid.base_seed, job.max_cells)
+
+    def start(self, job: BatchJob) -> RunHandle:
+        model = self.services.models.loaded
+        if model is None:
+            raise BatchInputError("no model is loaded; load one in the Model tab first")
+        settings, cells = self.plan(job)
+        prompts = {}
+        for row in job.rows:
+            try:
+                prompts[row.index] = row.text if job.raw else render_chat_prompt(
+                    model.tokenizer, [{"role": "user", "content": row.text}], job.system_prompt)
+            except (ChatPromptError, ValueError) as exc:
+                raise BatchInputError(f"prompt {row.id}: {exc}") from exc
+        run = self.store.create(job.name, job.to_spec(settings), model.name, len(cells))
+        handle = RunHandle(run.id, cells)
+        window = self.services.engine.config.max_running * 2
+        thread = threading.Thread(target=lambda: asyncio.run(self._drive(handle, prompts, job.raw, window)),
+                                  name=f"batch-run-{run.id}", daemon=True)
+        thread.start()
+        return handle
+
+    async def _drive(self, handle: RunHandle, prompts: dict[int, str], raw: bool, window: int) -> None:
+        slots = asyncio.Semaphore(window)  # enough in flight to fill the engine's batch, not its whole queue
+        try:
+            await asyncio.gather(*(self._cell(handle, i, cell, prompts[cell.row.index], raw, slots)
+                                   for i, cell in enumerate(handle.cells)))
+            handle.status = "cancelled" if handle.cancelled else "done"
+        except BaseException:
+            handle.status = "failed"
+            raise
+        finally:
+            self.store.finish(handle.run_id, handle.status)
+            handle._done.set()
+
+    async def _cell(self, handle: RunHandle, index: int, cell: Cell, prompt: str, raw: bool,
+                    slots: asyncio.Semaphore) -> None:
+        async with slots:
+            if handle.cancelled:
+                return
+            text, last, error = "", None, None
+            try:
+                stream = self.services.engine.submit(GenerationRequest(prompt, cell.params, add_special_tokens=raw))
+            except (EngineError, ValueError) as exc:
+                stream, error = None, str(exc)
+            if stream is not None:
+                with handle._lock:
+                    handle._streams.add(stream)
+                try:
+                    async for event in stream:
+                        text += event.text
+                        last = event
+                except EngineError as exc:
+                    error = str(exc)
+                finally:
+                    with handle._lock:
+                        handle._streams.discard(stream)
+            if last is not None and last.finish_reason == "cancelled" and handle.cancelled:
+                return  # cut by Cancel: not a result
+            usage, timings = (last.usage, last.timings) if last is not None else (None, None)
+            row = result_for(cell, output=text, finish_reason=last.finish_reason if last else "error",
+                             prompt_tokens=usage.prompt_tokens if usage else 0,
+                             completion_tokens=usage.completion_tokens if usage else 0,
+                             ttft=timings.first_token if timings else None,
+                             tokens_per_second=timings.tokens_per_second if timings else None, error=error)
+            self.store.add_result(handle.run_id, index, row.to_dict())
+            with handle._lock:
+                handle.results[index] = row

@@ -1,0 +1,104 @@
+"""Batch runs in SQLite: the run's full spec (to re-run it) and every finished result row.
+
+Each result is written in its own transaction as soon as it finishes, so a
+crash mid-run keeps every finished row.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from webui.store.chats import check_title
+from webui.store.db import Database
+from webui.store.errors import StoreError
+
+STATUSES = ("running", "done", "cancelled", "failed")
+
+
+class RunNotFound(StoreError):
+    pass
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    id: int
+    name: str
+    spec: dict[str, Any]
+    model: str | None
+    status: str
+    total: int
+    done: int
+    created: float
+    updated: float
+
+
+class BatchStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def create(self, name: str, spec: dict[str, Any], model: str | None, total: int) -> BatchRun:
+        name = check_title(name)
+        now = time.time()
+        with self._db.transaction() as conn:
+            cur = conn.execute("INSERT INTO batch_runs (name, spec, model, status, total, created, updated) "
+                               "VALUES (?, ?, ?, 'running', ?, ?, ?)",
+                               (name, json.dumps(spec), model, total, now, now))
+            run_id = cur.lastrowid
+        return self.get(run_id)
+
+    def add_result(self, run_id: int, cell: int, result: dict[str, Any]) -> None:
+        with self._db.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO batch_results (run_id, cell, result) VALUES (?, ?, ?)",
+                         (run_id, cell, json.dumps(result)))
+            conn.execute("UPDATE batch_runs SET updated = ? WHERE id = ?", (time.time(), run_id))
+
+    def finish(self, run_id: int, status: str) -> None:
+        if status not in STATUSES:
+            raise StoreError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+        with self._db.transaction() as conn:
+            conn.execute("UPDATE batch_runs SET status = ?, updated = ? WHERE id = ?", (status, time.time(), run_id))
+
+    def get(self, run_id: int) -> BatchRun:
+        row = self._db.query_one(
+            "SELECT r.*, (SELECT count(*) FROM batch_results WHERE run_id = r.id) AS done "
+            "FROM batch_runs r WHERE r.id = ?", (run_id,))
+        if row is None:
+            raise RunNotFound(f"batch run {run_id} does not exist (it may have been deleted)")
+        return _run(row)
+
+    def list(self) -> builtins.list[BatchRun]:
+        rows = self._db.query("SELECT r.*, (SELECT count(*) FROM batch_results WHERE run_id = r.id) AS done "
+                              "FROM batch_runs r ORDER BY r.created DESC, r.id DESC")
+        return [_run(r) for r in rows]
+
+    def results(self, run_id: int) -> builtins.list[dict[str, Any]]:
+        self.get(run_id)
+        rows = self._db.query("SELECT result FROM batch_results WHERE run_id = ? ORDER BY cell", (run_id,))
+        return [json.loads(r["result"]) for r in rows]
+
+    def rename(self, run_id: int, name: str) -> BatchRun:
+        name = check_title(name)
+        with self._db.transaction() as conn:
+            if conn.execute("UPDATE batch_runs SET name = ?, updated = ? WHERE id = ?",
+                            (name, time.time(), run_id)).rowcount == 0:
+                raise RunNotFound(f"batch run {run_id} does not exist")
+        return self.get(run_id)
+
+    def delete(self, run_id: int) -> None:
+        with self._db.transaction() as conn:
+            if conn.execute("DELETE FROM batch_runs WHERE id = ?", (run_id,)).rowcount == 0:
+                raise RunNotFound(f"batch run {run_id} does not exist")
+
+    def mark_interrupted(self) -> int:
+        """Runs still 'running' from a process that died are 'failed' now; their rows stay. Returns how many."""
+        with self._db.transaction() as conn:
+            return conn.execute("UPDATE batch_runs SET status = 'failed' WHERE status = 'running'").rowcount
+
+
+def _run(row) -> BatchRun:
+    return BatchRun(row["id"], row["name"], json.loads(row["spec"]), row["model"], row["status"], row["total"],
+                    row["done"], row["created"], row["updated"])
