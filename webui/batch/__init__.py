@@ -16,7 +16,7 @@ from webui.batch.grid import (
 )
 from webui.batch.prompts import (
     PromptRow, load_prompts, load_prompts_text, parse_csv, parse_jsonl, parse_lines, render, rows_from_texts,
-    template_variables, unescape_newlines,
+    template_variables, unescape_newlines, with_asserts,
 )
 from webui.batch.results import (
     Comparison, ResultRow, SettingSummary, cell_text, compare, pivot, prompt_label, result_for, rows_for_setting,
@@ -30,7 +30,7 @@ __all__ = [
     "DEFAULT_MAX_CELLS", "Cell", "GridSpec", "Setting", "estimate_seconds", "expand", "format_value", "parse_axes",
     "parse_axis", "parse_value", "plan", "plan_grid",
     "PromptRow", "load_prompts", "load_prompts_text", "parse_csv", "parse_jsonl", "parse_lines", "render",
-    "rows_from_texts", "template_variables", "unescape_newlines",
+    "rows_from_texts", "template_variables", "unescape_newlines", "with_asserts",
     "Comparison", "ResultRow", "SettingSummary", "cell_text", "compare", "pivot", "prompt_label", "result_for",
     "rows_for_setting", "summarize",
 ]

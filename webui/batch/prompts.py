@@ -20,12 +20,13 @@ another variable).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from webui.batch.asserts import KINDS, Assert, parse_asserts
 from webui.batch.errors import BatchInputError
@@ -299,3 +300,9 @@ def rows_from_texts(texts: Iterable[str]) -> list[PromptRow]:
         if not row.text.strip():
             raise BatchInputError(f"prompt {row.index + 1} is empty")
     return _finish(rows, "no prompts given")
+
+
+def with_asserts(rows: Sequence[PromptRow], specs: Sequence[str]) -> list[PromptRow]:
+    """``rows`` with the asserts in ``specs`` (one compact spec each) added to every row."""
+    extra = parse_asserts([s for s in specs if s.strip()], where="asserts for all prompts")
+    return [dataclasses.replace(r, asserts=[*r.asserts, *extra]) for r in rows]

@@ -102,6 +102,20 @@ class RunHandle:
 class BatchRunner:
     def __init__(self, services, store: BatchStore):
         self.services, self.store = services, store
+        self._active: dict[int, RunHandle] = {}
+        self._lock = threading.Lock()
+
+    def active(self, run_id: int) -> RunHandle | None:
+        """The handle of a run still going in this process, if it is."""
+        with self._lock:
+            return self._active.get(run_id)
+
+    def cancel(self, run_id: int) -> bool:
+        handle = self.active(run_id)
+        if handle is None:
+            return False
+        handle.cancel()
+        return True
 
     def plan(self, job: BatchJob) -> tuple[list[Setting], list[Cell]]:
         """Settings and cells, or a BatchInputError before anything runs."""
@@ -124,6 +138,8 @@ class BatchRunner:
                 raise BatchInputError(f"prompt {row.id}: {exc}") from exc
         run = self.store.create(job.name, job.to_spec(settings), model.name, len(cells))
         handle = RunHandle(run.id, cells)
+        with self._lock:
+            self._active[run.id] = handle
         window = self.services.engine.config.max_running * 2
         thread = threading.Thread(target=lambda: asyncio.run(self._drive(handle, prompts, job.raw, window)),
                                   name=f"batch-run-{run.id}", daemon=True)
@@ -141,6 +157,8 @@ class BatchRunner:
             raise
         finally:
             self.store.finish(handle.run_id, handle.status)
+            with self._lock:
+                self._active.pop(handle.run_id, None)
             handle._done.set()
 
     async def _cell(self, handle: RunHandle, index: int, cell: Cell, prompt: str, raw: bool,

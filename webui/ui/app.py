@@ -10,6 +10,7 @@ from __future__ import annotations
 import gradio as gr
 
 from webui.services import Services
+from webui.ui.batch_tab import create_batch_tab, wire_batch_tab
 from webui.ui.chat_tab import create_chat_tab
 from webui.ui.generation import ActiveRequests, status_text
 from webui.ui.model_tab import create_model_tab, model_info
@@ -21,6 +22,11 @@ CSS = """
 #status-line p {margin: 0}
 .reply-stats {font-size: 0.78em; opacity: 0.65; font-family: ui-monospace, monospace}
 #notebook-text textarea {font-family: ui-monospace, monospace}
+.batch-compare {width: 100%; border-collapse: collapse; font-size: 0.9em}
+.batch-compare td, .batch-compare th {border: 1px solid var(--border-color-primary); padding: 4px; vertical-align: top}
+.batch-compare tr.differs td:last-child {color: var(--color-accent); font-weight: 600}
+mark.diff-del {background: #fdd; text-decoration: line-through}
+mark.diff-add {background: #dfd}
 """
 
 
@@ -33,6 +39,8 @@ def build_ui(services: Services) -> gr.Blocks:
         with gr.Tabs(elem_id="tabs"):
             chat_tab = gr.Tab("Chat", id="chat", elem_id="tab-chat")
             notebook_tab = gr.Tab("Notebook", id="notebook", elem_id="tab-notebook")
+            with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
+                batch = create_batch_tab(services)
             with gr.Tab("Parameters", id="parameters", elem_id="tab-parameters"):
                 params = create_parameters_tab(services)
             with gr.Tab("Model", id="model", elem_id="tab-model"):
@@ -41,6 +49,7 @@ def build_ui(services: Services) -> gr.Blocks:
                 chat = create_chat_tab(services, params, active)
             with notebook_tab:
                 notebook = create_notebook_tab(services, params, active)
+            wire_batch_tab(services, batch, params)
         gr.Timer(1.0).tick(lambda: status_text(services), None, status, show_progress="hidden")
 
         def on_page_load():
@@ -49,8 +58,9 @@ def build_ui(services: Services) -> gr.Blocks:
             return (*params.reload(), chat["refresh"](), info, template,
                     gr.update(choices=[e.name for e in services.models.available()],
                               value=loaded.name if loaded else services.settings.get().last_model),
-                    gr.update(choices=services.notebooks.list()))
+                    gr.update(choices=services.notebooks.list()),
+                    gr.update(choices=batch["run_choices"]()), gr.update(choices=services.presets.names()))
 
         demo.load(on_page_load, None, [*params.inputs, params.preset, chat["chat_list"], model.info, model.template,
-                                       model.model, notebook["name"]])
+                                       model.model, notebook["name"], batch["runs"], batch["presets"]])
     return demo

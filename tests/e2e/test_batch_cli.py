@@ -1,0 +1,63 @@
+"""`python launch.py batch ...` on the real default model: results file, pass-rate exit code, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, TEST_THREADS
+from tests.e2e.server import user_data_with_default_model
+
+pytestmark = pytest.mark.real_model
+
+
+def batch(user_data, *args, timeout=300):
+    return subprocess.run([sys.executable, str(ROOT / "launch.py"), "batch", *args, "--user-data-dir", str(user_data),
+                           "--threads", str(TEST_THREADS)], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture
+def user_data(tmp_path, default_model_dir):
+    return user_data_with_default_model(tmp_path / "data", default_model_dir)
+
+
+def test_headless_run_writes_results_and_checks_the_pass_rate(tmp_path, user_data):
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"country": "France", "asserts": ["contains:Paris"]}) + "\n"
+                       + json.dumps({"country": "Japan", "asserts": ["contains:Tokyo"]}) + "\n")
+    out = tmp_path / "results.jsonl"
+    common = [str(prompts), "--template", "What is the capital of {{country}}?", "--preset", "Deterministic",
+              "--grid", "max_new_tokens=12", "--grid", "temperature=0,0.8", "--samples", "2", "--seed", "7"]
+    done = batch(user_data, *common, "--out", str(out), "--min-pass-rate", "0.25")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 8 and {r["seed"] for r in rows} == {7, 8}
+    assert {r["setting"] for r in rows} == {"Deterministic · temperature=0", "Deterministic · temperature=0.8"}
+    france = [r for r in rows if "France" in r["prompt"] and r["setting"] == "Deterministic · temperature=0"]
+    assert all("Paris" in r["output"] and r["passed"] for r in france)
+    assert "pass rate" in done.stdout and "stored as batch run" in done.stdout
+
+    again = batch(user_data, *common, "--out", str(tmp_path / "again.jsonl"), "--min-pass-rate", "1.0")
+    assert again.returncode == 1 and "pass rate below 100%" in again.stderr
+    rerun = [json.loads(line) for line in (tmp_path / "again.jsonl").read_text().splitlines()]
+    assert [r["output"] for r in rerun] == [r["output"] for r in rows]  # same seeds, same outputs
+
+
+@pytest.mark.parametrize("setup,args,message", [
+    ("prompt,x\n", [], "no prompts"),
+    ("question\nhi\n", [], "no 'prompt' column"),
+    ("prompt\nhi\n", ["--template", "Say {{nope}}"], "{{nope}}"),
+    ("prompt\nhi\n", ["--preset", "NoSuch"], "NoSuch"),
+    ("prompt\nhi\n", ["--grid", "temperature=0,1", "--samples", "3", "--max-cells", "4"], "cells"),
+    ("prompt,assert\nhi,regex:([\n", [], "regex"),
+])
+def test_bad_input_exits_2_before_running(tmp_path, user_data, setup, args, message):
+    prompts = tmp_path / "p.csv"
+    prompts.write_text(setup)
+    done = batch(user_data, str(prompts), *args, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr
+    assert "loaded" not in done.stdout  # refused before the model loads

@@ -1,0 +1,73 @@
+"""The Batch tab in a real browser: upload prompts, pick two presets, run, read the table and pass rates, export."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from tests.e2e.server import running_server, user_data_with_default_model
+from tests.ui.pages import open_page, screenshot, tab, toast, wait_text
+
+pytestmark = [pytest.mark.real_model, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, default_model_dir):
+    user_data = user_data_with_default_model(tmp_path_factory.mktemp("batch-ui") / "data", default_model_dir)
+    with running_server(user_data) as srv:
+        yield srv
+
+
+def test_upload_two_presets_run_table_pass_rates_export(server, browser, tmp_path):
+    prompts = tmp_path / "capitals.csv"
+    prompts.write_text("prompt,assert\nWhat is the capital of France?,contains:Paris\n"
+                       "What is the capital of Italy?,contains:Rome\n")
+    page = open_page(browser, server.url)
+    tab(page, "Batch")
+    with page.expect_file_chooser() as chooser:
+        page.locator("#batch-upload").click()
+    chooser.value.set_files(str(prompts))
+    wait_text(page, "#batch-upload-note", "2 prompts", 30_000)
+    page.locator("#batch-presets").get_by_label("Deterministic").check()
+    page.locator("#batch-presets").get_by_label("Precise").check()
+    page.locator("#batch-axes textarea").fill("max_new_tokens=10")
+    page.locator("#batch-check").click()
+    wait_text(page, "#batch-plan", "2 prompts × 2 settings × 1 samples = 4 cells", 30_000)
+    page.locator("#batch-run").click()
+    wait_text(page, "#batch-progress", "Finished: 4/4", 180_000)
+    table = page.locator("#batch-results").inner_text()
+    assert "Deterministic · max_new_tokens=10" in table and "Precise · max_new_tokens=10" in table
+    assert "Paris" in table
+    screenshot(page, "batch")
+    page.get_by_role("tab", name="Summary").click()
+    summary = page.locator("#batch-summary").inner_text()
+    assert "pass rate %" in summary and "Deterministic" in summary
+    page.get_by_role("tab", name="Runs").click()
+    page.locator("#batch-export-csv").click()
+    link = page.locator("#batch-export-file a").first
+    link.wait_for(timeout=30_000)
+    with page.expect_download() as download:
+        link.click()
+    saved = tmp_path / "out.csv"
+    download.value.save_as(saved)
+    rows = list(csv.DictReader(io.StringIO(saved.read_text())))
+    assert len(rows) == 4 and {r["setting"] for r in rows} == {"Deterministic · max_new_tokens=10",
+                                                                "Precise · max_new_tokens=10"}
+    assert any("Paris" in r["output"] for r in rows)
+    page.close()
+
+
+def test_bad_grid_is_refused_before_running(server, browser):
+    page = open_page(browser, server.url)
+    tab(page, "Batch")
+    page.locator("#batch-prompts textarea").fill("Hello")
+    page.locator("#batch-axes textarea").fill("top_p=1.5")
+    page.locator("#batch-run").click()
+    toast(page, "top_p must be in (0, 1]")
+    page.locator("#batch-axes textarea").fill("")
+    page.locator("#batch-asserts textarea").fill("regex:([unclosed")
+    page.locator("#batch-run").click()
+    toast(page, "regex")
+    page.close()
