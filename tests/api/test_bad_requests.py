@@ -71,7 +71,7 @@ CASES = [
     case("max_completion_tokens-0", chat(max_completion_tokens=0), param="max_completion_tokens"),
     case("min_tokens-over-max_tokens", chat(min_tokens=5, max_tokens=2), param="min_tokens"),
     case("min_tokens-minus-1", chat(min_tokens=-1), param="min_tokens"),
-    case("seed-minus-5", chat(seed=-5), param="seed"),
+    case("seed-a-string", chat(seed="abc"), param="seed"),
     case("top_logprobs-21", chat(logprobs=True, top_logprobs=21), param="top_logprobs"),
     case("top_logprobs-minus-1", chat(logprobs=True, top_logprobs=-1), param="top_logprobs"),
     case("completions-logprobs-21", comp(logprobs=21), param="logprobs", path=COMP),

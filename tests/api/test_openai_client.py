@@ -357,3 +357,26 @@ def test_one_log_line_per_request_without_key_or_prompt(api):
     for line in access_lines(api):
         assert ACCESS.search(line), line
         assert " prompt=" not in line
+
+
+def test_openai_compatibility_details(api):
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api.key}"}
+    with httpx.Client(base_url=api.base_url, headers=headers, timeout=120) as http:
+        # a chat that ends with a non-user message still gets a reply, as from OpenAI
+        r = http.post("/chat/completions", json={"messages": [{"role": "developer", "content": "Say hi."}],
+                                                  "max_tokens": 3})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant"
+        # any int64 seed is a seed, negative ones too, and it repeats
+        body = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 8, "temperature": 1,
+                "seed": -9007199254740991}
+        first, again = http.post("/chat/completions", json=body).json(), http.post("/chat/completions", json=body).json()
+        assert first["choices"][0]["message"]["content"] == again["choices"][0]["message"]["content"]
+        # /v1/completions defaults to 16 new tokens, like OpenAI
+        r = http.post("/completions", json={"prompt": "Once upon a time", "ignore_eos": True}).json()
+        assert r["usage"]["completion_tokens"] == 16
+        # a model can be retrieved by id
+        model = http.get("/models/gpt-test").json()
+        assert model["id"] == "gpt-test" and model["object"] == "model"
+        assert http.get("/models/no-such-model").status_code == 404

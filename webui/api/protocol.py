@@ -8,11 +8,11 @@ Priority of values: the request, then the request's ``preset``, then neutral.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from webui.engine.params import InvalidParameter, SamplingParams
+from webui.engine.params import MAX_SEED, InvalidParameter, SamplingParams
 
 MAX_N = 16
 
@@ -69,14 +69,21 @@ class SamplingRequest(OpenAIModel):
     def api_names(self) -> dict[str, str]:
         return API_NAMES
 
+    # max_tokens when neither the request nor its preset sets it (None: SamplingParams' own default)
+    default_max_tokens: ClassVar[int | None] = None
+
     def to_sampling_params(self, base: SamplingParams) -> SamplingParams:
         """``base`` (a preset or neutral) overridden by every field the request set."""
+        if self.default_max_tokens is not None and "max_new_tokens" not in base.changed():
+            base = base.replace(max_new_tokens=self.default_max_tokens)
         given = {
             "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
             "typical_p": self.typical_p, "repetition_penalty": self.repetition_penalty,
             "presence_penalty": self.presence_penalty, "frequency_penalty": self.frequency_penalty,
             "no_repeat_ngram_size": self.no_repeat_ngram_size, "max_new_tokens": self.max_new_tokens(),
-            "min_new_tokens": self.min_tokens, "stop": self.stop, "seed": self.seed, "ban_eos": self.ignore_eos,
+            "min_new_tokens": self.min_tokens, "stop": self.stop, "ban_eos": self.ignore_eos,
+            # OpenAI takes any int64 seed; ours are 0..2^63-1, so a negative seed maps into that range
+            "seed": None if self.seed is None else self.seed % (MAX_SEED + 1),
             "logit_bias": self.logit_bias,
         }
         changes = {k: v for k, v in given.items() if v is not None}
@@ -146,6 +153,8 @@ class ChatCompletionRequest(SamplingRequest):
 
 
 class CompletionRequest(SamplingRequest):
+    default_max_tokens: ClassVar[int | None] = 16  # OpenAI's and vLLM's default for /v1/completions
+
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=20)

@@ -60,6 +60,15 @@ def list_models(request: Request) -> dict:
     return {"object": "list", "data": data}
 
 
+@router.get("/v1/models/{model_id:path}")
+def retrieve_model(model_id: str, request: Request) -> dict:
+    for model in list_models(request)["data"]:
+        if model["id"] == model_id:
+            return model
+    raise APIError(404, f"the model '{model_id}' does not exist", type="not_found_error", param="model",
+                   code="model_not_found")
+
+
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     s = serving(request)

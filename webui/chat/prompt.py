@@ -32,6 +32,7 @@ def render_chat_prompt(tokenizer: Tokenizer, messages: Iterable[Mapping[str, str
             raise ChatPromptError("there is no assistant reply to continue; send a message first")
         partial = msgs.pop()["content"]
         return tokenizer.apply_chat_template(msgs, add_generation_prompt=True) + partial
-    if not msgs or msgs[-1]["role"] != "user":
-        raise ChatPromptError("the chat must end with a user message to get a reply")
+    if not msgs:
+        raise ChatPromptError("the chat has no messages; send at least one")
+    # Like OpenAI and vLLM, a chat that ends with a system or assistant message still gets a new reply.
     return tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
