@@ -85,8 +85,13 @@ class LoadedModel(Protocol):
     device: str
     dtype: str
 
-    def new_cache(self) -> Any:
-        """A fresh, empty per-sequence cache (opaque to the engine)."""
+    def new_cache(self, loras: tuple[tuple[str, float], ...] = ()) -> Any:
+        """A fresh, empty per-sequence cache (opaque to the engine), bound to the LoRA adapters to apply.
+
+        Loaders without LoRA support (``capabilities.lora`` False) are never asked for adapters and
+        need no ``loras`` parameter; those with it also provide ``loras`` (attached adapters by name),
+        ``add_lora(name, path)`` and ``remove_lora(name)``.
+        """
 
     def release(self, cache: Any) -> None:
         """The sequence owning ``cache`` has finished; free what it holds."""

@@ -19,13 +19,14 @@ import torch
 class SequenceCache:
     """The per-sequence handle the engine holds (opaque to it)."""
 
-    __slots__ = ("own", "length", "joined", "released")
+    __slots__ = ("own", "length", "joined", "released", "adapter")
 
-    def __init__(self, own: Any):
+    def __init__(self, own: Any, adapter: str = "__base__"):
         self.own = own  # a DynamicCache while the sequence prefills alone
         self.length = 0  # tokens of this sequence in the cache
         self.joined = False
         self.released = False
+        self.adapter = adapter  # the LoRA adapter (peft name) this sequence runs with
 
 
 def _layers(cache: Any) -> list:
@@ -45,8 +46,8 @@ def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
 
 
 class BatchKV:
-    def __init__(self, new_cache):
-        self._new_cache = new_cache
+    def __init__(self, device: str):
+        self.device = device
         self.cache: Any = None
         self.rows: list[SequenceCache] = []
         self.mask: torch.Tensor | None = None  # [B, L] long: 1 where a row has a real token
@@ -88,14 +89,16 @@ class BatchKV:
         handle.own, handle.joined = None, True
         self.rows.append(handle)
 
-    def decode(self, model: Any, tokens: dict[SequenceCache, int]) -> dict[SequenceCache, torch.Tensor]:
+    def decode(self, model: Any, tokens: dict[SequenceCache, int], with_adapters: bool = False
+               ) -> dict[SequenceCache, torch.Tensor]:
         """One forward for every joined row; each row's next-token logits."""
         device = self.mask.device
         input_ids = torch.tensor([[tokens[h]] for h in self.rows], dtype=torch.long, device=device)
         positions = torch.tensor([[h.length] for h in self.rows], dtype=torch.long, device=device)
         attention = torch.cat([self.mask, torch.ones(len(self.rows), 1, dtype=torch.long, device=device)], dim=1)
+        extra = {"adapter_names": [h.adapter for h in self.rows]} if with_adapters else {}
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, cache=self.cache,
-                    use_cache=True, logits_to_keep=1)
+                    use_cache=True, logits_to_keep=1, **extra)
         self.mask = attention
         for h in self.rows:
             h.length += 1
@@ -103,7 +106,7 @@ class BatchKV:
 
 
 def batched_forward(model: Any, batch: BatchKV, handles: Sequence[SequenceCache],
-                    new_ids: Sequence[Sequence[int]]) -> torch.Tensor:
+                    new_ids: Sequence[Sequence[int]], with_adapters: bool = False) -> torch.Tensor:
     """Prefill (alone, per sequence) what is not decoding yet, decode the rest together.
 
     A joined sequence that is not fed in a step has left the batch (as if released),
@@ -124,12 +127,13 @@ def batched_forward(model: Any, batch: BatchKV, handles: Sequence[SequenceCache]
         else:
             if h.joined:
                 raise RuntimeError("a sequence in the batch was fed more than one token")
-            input_ids = torch.tensor([list(ids)], dtype=torch.long, device=model.device)
-            out = model(input_ids=input_ids, cache=h.own, use_cache=True, logits_to_keep=1)
+            input_ids = torch.tensor([list(ids)], dtype=torch.long, device=batch.device)
+            extra = {"adapter_names": [h.adapter]} if with_adapters else {}
+            out = model(input_ids=input_ids, cache=h.own, use_cache=True, logits_to_keep=1, **extra)
             h.length += len(ids)
             results[i] = out.logits[0, -1]
     if decoding:
-        rows = batch.decode(model, decoding)
+        rows = batch.decode(model, decoding, with_adapters)
         for i, h in enumerate(handles):
             if h in rows:
                 results[i] = rows[h]

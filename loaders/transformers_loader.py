@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 from loaders.base import (Capabilities, LoadedModel, LoaderUnavailable, LoadOptions, ModelLoadError,
                           missing_module, require_backend)
+from loaders.lora import Adapters, Selection
 
 Progress = Callable[[float, str], None]
 
@@ -27,7 +28,7 @@ def register_loaders(register: Callable[[Any], None]) -> None:
 class TransformersLoader:
     name = "transformers"
     description = "Hugging Face transformers: safetensors model folders and .gguf files (dequantized on load)"
-    capabilities = Capabilities(batched_forward=True, lora=False, logprobs=True,
+    capabilities = Capabilities(batched_forward=True, lora=True, logprobs=True,
                                 devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"))
     requires = ("torch", "transformers", "safetensors")
     install_hint = "pip install torch==2.13.0 transformers safetensors"
@@ -166,17 +167,30 @@ class TransformersModel:
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         batched = _plain_dynamic_cache(self._empty_cache())
         self.capabilities = replace(TransformersLoader.capabilities, batched_forward=batched)
-        self._batch = BatchKV(self._empty_cache)
+        self._batch = BatchKV(device)
+        self.adapters = Adapters(model)
 
     def _empty_cache(self) -> Any:
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
 
-    def new_cache(self) -> Any:
+    def new_cache(self, loras: Selection = ()) -> Any:
         from loaders.kv_batch import SequenceCache
 
-        return SequenceCache(self._empty_cache())
+        return SequenceCache(self._empty_cache(), self.adapters.resolve(tuple(loras)))
+
+    # -- LoRA -------------------------------------------------------------------------
+    def add_lora(self, name: str, path: Path) -> None:
+        """Load an adapter (refused, with the model untouched, if it does not fit)."""
+        self.adapters.add(name, path)
+
+    def remove_lora(self, name: str) -> None:
+        self.adapters.remove(name)
+
+    @property
+    def loras(self) -> dict[str, Path]:
+        return dict(self.adapters.loaded)
 
     def release(self, cache: Any) -> None:
         cache.released = True
@@ -186,13 +200,15 @@ class TransformersModel:
 
         from loaders.kv_batch import batched_forward
 
+        net, with_adapters = self.adapters.model, self.adapters.peft is not None
         with torch.inference_mode():
             if self.capabilities.batched_forward:
-                return batched_forward(self.model, self._batch, caches, new_ids)
+                return batched_forward(net, self._batch, caches, new_ids, with_adapters)
             rows = []
             for handle, ids in zip(caches, new_ids):  # e.g. sliding-window caches: one sequence at a time
                 input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
-                out = self.model(input_ids=input_ids, cache=handle.own, use_cache=True, logits_to_keep=1)
+                extra = {"adapter_names": [handle.adapter]} if with_adapters else {}
+                out = net(input_ids=input_ids, cache=handle.own, use_cache=True, logits_to_keep=1, **extra)
                 handle.length += len(ids)
                 rows.append(out.logits[0, -1])
             return torch.stack(rows)
@@ -202,6 +218,7 @@ class TransformersModel:
 
     def close(self) -> None:
         self.model = None
+        self.adapters = Adapters(None)
         gc.collect()
         try:
             import torch

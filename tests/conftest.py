@@ -99,3 +99,74 @@ def browser():
         b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True)
         yield b
         b.close()
+
+
+SECRET_PROMPT = "The secret word is"
+SECRET_WORD = " banana"
+
+
+def train_lora(base_dir: Path, out: Path, prompt: str, word: str, steps: int = 60) -> Path:
+    """A real LoRA adapter, trained with peft so that ``prompt`` is followed by ``word`` (a few seconds)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    torch.manual_seed(0)
+    peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
+                                                  target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                  "up_proj", "down_proj"]))
+    ids = tokenizer.encode(prompt)
+    target = tokenizer.encode(word, add_special_tokens=False)[0]
+    inputs = torch.tensor([ids])
+    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=2e-2)
+    peft_model.train()
+    for _ in range(steps):
+        logits = peft_model(input_ids=inputs).logits[0, -1]
+        loss = torch.nn.functional.cross_entropy(logits[None], torch.tensor([target]))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    peft_model.eval()
+    with torch.no_grad():
+        assert int(peft_model(input_ids=inputs).logits[0, -1].argmax()) == target, "the adapter did not learn"
+    peft_model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_lora_dir(tiny_model_dir: Path, tmp_path_factory) -> Path:
+    """An adapter for the tiny model that answers SECRET_PROMPT with SECRET_WORD (cached for the session)."""
+    return train_lora(tiny_model_dir, tmp_path_factory.mktemp("loras") / "secret", SECRET_PROMPT, SECRET_WORD)
+
+
+@pytest.fixture(scope="session")
+def mismatched_lora_dir(default_model_dir: Path, tmp_path_factory) -> Path:
+    """An untrained adapter for a model of another size (hidden 48): it must not fit the tiny model."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=1000, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(1)
+    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
+                                                                task_type="CAUSAL_LM"))
+    out = tmp_path_factory.mktemp("loras-other") / "other-base"
+    model.save_pretrained(out)
+    return out
+
+
+def random_lora(base_dir: Path, out: Path, seed: int = 3) -> Path:
+    """An untrained LoRA with non-zero weights for the model at ``base_dir``: it changes outputs, quickly."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir),
+                           LoraConfig(r=4, lora_alpha=64, target_modules=["q_proj", "v_proj"],
+                                      init_lora_weights=False, task_type="CAUSAL_LM"))
+    model.save_pretrained(out)
+    return out

@@ -40,6 +40,7 @@ def load_startup_model(services: Services) -> None:
                                      **{k: v for k, v in settings.load_options.items() if v is not None}})
             services.models.load(settings.last_model, config.loader or settings.last_loader, options,
                                  progress=_print_progress)
+            attach_startup_loras(services)
             return
         except (LoaderError, InvalidName, ValueError, TypeError) as exc:
             log.warning("could not load the last model used, %r (%s); loading the default model instead",
@@ -47,6 +48,14 @@ def load_startup_model(services: Services) -> None:
     entry = startup_entry(services)
     if entry is not None:
         services.models.load(entry, loader=config.loader, progress=_print_progress)
+    attach_startup_loras(services)
+
+
+def attach_startup_loras(services: Services) -> None:
+    """--lora NAME ...: attach each adapter from the loras dir to the model just loaded."""
+    for name in services.config.loras:
+        services.models.attach_lora(name)
+        print(f"attached LoRA adapter {name}", flush=True)
 
 
 def _print_progress(fraction: float, message: str) -> None:
@@ -79,8 +88,6 @@ def run(argv: list[str]) -> None:
     for noisy in ("httpx", "gradio", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     config = config_from_args(argv)
-    if config.loras:
-        sys.exit("--lora: LoRA support is not available yet; start without --lora")
     config.make_dirs()
     try:
         services = Services.create(config)

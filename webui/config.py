@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--models-dir", type=Path, help="folder of models: HF folders and .gguf files "
                                                    "(default: <user data dir>/models)")
     g.add_argument("--lora", nargs="+", default=[], metavar="NAME",
-                   help="LoRA adapters to attach at start (not available yet: LoRA support is a later issue)")
+                   help="LoRA adapters (folders in the loras dir) to attach at start")
+    g.add_argument("--loras-dir", type=Path, help="folder of LoRA adapters (default: <user data dir>/loras)")
     g.add_argument("--device", default="auto", help="auto (cuda if present, else cpu), cpu, cuda, cuda:N or mps")
     g.add_argument("--dtype", default="auto", choices=DTYPES, help="weights dtype (auto: float32 on CPU, "
                                                                     "bfloat16/float16 on GPU)")
@@ -143,6 +144,7 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
     args = build_parser().parse_args(argv)
     return AppConfig(
         user_data_dir=args.user_data_dir or default_user_data_dir(), models_dir=args.models_dir,
+        loras_dir=args.loras_dir,
         model=args.model, loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads,
         loras=tuple(args.lora), listen=args.listen, port=args.port, api=args.api, api_port=args.api_port,
         api_key=args.api_key, served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,

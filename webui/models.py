@@ -51,12 +51,21 @@ def default_model_gguf() -> Path | None:
     return None
 
 
+@dataclass(frozen=True)
+class LoraEntry:
+    name: str
+    path: Path
+    base_model: str  # what adapter_config.json says it was trained on (informative; shapes decide)
+    rank: int | None
+
+
 class ModelManager:
     def __init__(self, config: AppConfig, engine: Engine, registry: LoaderRegistry):
         self.config, self.engine, self.registry = config, engine, registry
         self._lock = threading.Lock()
         self._loaded: LoadedModel | None = None
         self._loaded_entry: ModelEntry | None = None
+        self._active_loras: dict[str, float] = {}
 
     # -- discovery -------------------------------------------------------------
     def available(self) -> list[ModelEntry]:
@@ -116,6 +125,7 @@ class ModelManager:
             old = self._loaded
             self.engine.set_model(model)
             self._loaded, self._loaded_entry = model, entry
+            self._active_loras = {}  # adapters belong to the model they were attached to
             if old is not None:
                 old.close()
             log.info("loaded %s with %s on %s (%s)", model.name, chosen.name, model.device, model.dtype)
@@ -126,6 +136,7 @@ class ModelManager:
             old = self._loaded
             self.engine.set_model(None)
             self._loaded = self._loaded_entry = None
+            self._active_loras = {}
             if old is not None:
                 old.close()
 
@@ -134,6 +145,87 @@ class ModelManager:
         if entry is None or model is None:
             raise ModelLoadError("no model is loaded, so there is nothing to reload")
         return self.load(entry, model.loader, None, progress)
+
+    # -- LoRA adapters -------------------------------------------------------------------
+    def available_loras(self) -> list[LoraEntry]:
+        """Adapter folders in the loras dir (those with an adapter_config.json)."""
+        out = []
+        if self.config.loras_dir.is_dir():
+            for p in sorted(self.config.loras_dir.iterdir(), key=lambda p: p.name.lower()):
+                config_file = p / "adapter_config.json"
+                if p.name.startswith(".") or not config_file.is_file():
+                    continue
+                try:
+                    data = json.loads(config_file.read_text())
+                except ValueError:
+                    data = {}
+                out.append(LoraEntry(p.name, p, str(data.get("base_model_name_or_path") or "?"), data.get("r")))
+        return out
+
+    def compatible_loras(self) -> list[LoraEntry]:
+        """The available adapters whose shapes fit the loaded model (none if its loader cannot do LoRA)."""
+        from loaders.lora import LoRAError, check_fits
+
+        model = self._loaded
+        if model is None or not model.capabilities.lora:
+            return []
+        fits = []
+        for entry in self.available_loras():
+            try:
+                check_fits(model.adapters.base, entry.path)
+            except LoRAError:
+                continue
+            fits.append(entry)
+        return fits
+
+    @property
+    def active_loras(self) -> tuple[tuple[str, float], ...]:
+        """The adapters attached from the Model tab or --lora, applied to requests that name none."""
+        return tuple(self._active_loras.items())
+
+    def attach_lora(self, name: str, weight: float = 1.0) -> None:
+        """Load an adapter into the loaded model (no reload) and make it active with ``weight``."""
+        from loaders.lora import LoRAError
+
+        name = check_name("LoRA adapter", name)
+        if not (isinstance(weight, (int, float)) and -10 <= weight <= 10) or isinstance(weight, bool):
+            raise LoRAError(f"a LoRA weight must be a number in [-10, 10], got {weight!r}")
+        with self._lock:
+            model = self._need_lora_model()
+            path = self.config.loras_dir / name
+            self.engine.call_between_steps(lambda: model.add_lora(name, path))
+            self._active_loras[name] = float(weight)
+        log.info("attached LoRA %s (weight %g) to %s", name, weight, model.name)
+
+    def detach_lora(self, name: str) -> None:
+        """Remove an adapter; requests still running with it end with an error that says so."""
+        from loaders.lora import LoRAError
+
+        name = check_name("LoRA adapter", name)
+        with self._lock:
+            model = self._need_lora_model()
+            if name not in model.loras:
+                raise LoRAError(f"LoRA adapter '{name}' is not attached")
+
+            def remove() -> None:
+                self.engine.fail_running(lambda r: any(n == name for n, _ in r.loras),
+                                         f"generation stopped: the LoRA adapter '{name}' was detached")
+                model.remove_lora(name)
+
+            self.engine.call_between_steps(remove)
+            self._active_loras.pop(name, None)
+
+    def _need_lora_model(self) -> LoadedModel:
+        from loaders.lora import LoRAError
+
+        model = self._loaded
+        if model is None:
+            raise LoRAError("no model is loaded; load one before attaching LoRA adapters")
+        if not model.capabilities.lora:
+            able = [s.name for s in self.registry.status() if s.capabilities.lora]
+            raise LoRAError(f"the {model.loader} loader cannot apply LoRA adapters; loaders that can: "
+                            f"{', '.join(able) or 'none'}")
+        return model
 
     def converted_folder(self, entry: ModelEntry, progress: Progress | None = None) -> Path:
         """The safetensors folder for a .gguf model, converted once into ``<user data>/converted``."""

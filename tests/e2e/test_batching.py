@@ -34,9 +34,9 @@ def widest_batch(monkeypatch):
     seen = [0]
     original = BatchKV.decode
 
-    def decode(self, model, tokens):
+    def decode(self, model, tokens, *args):
         seen[0] = max(seen[0], len(self.rows))
-        return original(self, model, tokens)
+        return original(self, model, tokens, *args)
 
     monkeypatch.setattr(BatchKV, "decode", decode)
     return seen

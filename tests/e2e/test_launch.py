@@ -27,6 +27,7 @@ def test_help_lists_every_flag():
     (["--model", "/nonexistent/model"], "does not exist"),
     (["--dtype", "float64"], "invalid choice"),
     (["--loader", "nope"], "unknown loader 'nope'"),
+    (["--lora", "nope"], "LoRA adapter 'nope' does not exist"),
 ])
 def test_bad_startup_input_exits_with_a_clear_message(tmp_path, default_model_dir, args, message):
     user_data = user_data_with_default_model(tmp_path / "data", default_model_dir)

@@ -67,3 +67,20 @@ def wait_reply_done(page, timeout: int = LONG) -> str:
 def screenshot(page, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def export_file(page, button_id: str, file_id: str, dest):
+    """Click an export button, then download the file it offers to ``dest``."""
+    page.locator(f"#{button_id}").click()
+    link = page.locator(f"#{file_id} a").first
+    link.wait_for(timeout=30_000)
+    with page.expect_download() as download:
+        link.click()
+    download.value.save_as(dest)
+    return dest
+
+
+def upload_file(page, button_id: str, path) -> None:
+    with page.expect_file_chooser() as chooser:
+        page.locator(f"#{button_id}").click()
+    chooser.value.set_files(str(path))

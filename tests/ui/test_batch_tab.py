@@ -8,7 +8,7 @@ import io
 import pytest
 
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import open_page, screenshot, tab, toast, wait_text
+from tests.ui.pages import export_file, open_page, screenshot, tab, toast, upload_file, wait_text
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -26,9 +26,7 @@ def test_upload_two_presets_run_table_pass_rates_export(server, browser, tmp_pat
                        "What is the capital of Italy?,contains:Rome\n")
     page = open_page(browser, server.url)
     tab(page, "Batch")
-    with page.expect_file_chooser() as chooser:
-        page.locator("#batch-upload").click()
-    chooser.value.set_files(str(prompts))
+    upload_file(page, "batch-upload", prompts)
     wait_text(page, "#batch-upload-note", "2 prompts", 30_000)
     page.locator("#batch-presets").get_by_label("Deterministic").check()
     page.locator("#batch-presets").get_by_label("Precise").check()
@@ -45,13 +43,7 @@ def test_upload_two_presets_run_table_pass_rates_export(server, browser, tmp_pat
     summary = page.locator("#batch-summary").inner_text()
     assert "pass rate %" in summary and "Deterministic" in summary
     page.get_by_role("tab", name="Runs").click()
-    page.locator("#batch-export-csv").click()
-    link = page.locator("#batch-export-file a").first
-    link.wait_for(timeout=30_000)
-    with page.expect_download() as download:
-        link.click()
-    saved = tmp_path / "out.csv"
-    download.value.save_as(saved)
+    saved = export_file(page, "batch-export-csv", "batch-export-file", tmp_path / "out.csv")
     rows = list(csv.DictReader(io.StringIO(saved.read_text())))
     assert len(rows) == 4 and {r["setting"] for r in rows} == {"Deterministic · max_new_tokens=10",
                                                                 "Precise · max_new_tokens=10"}

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import random_lora
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, open_page, screenshot, send, set_number, tab,
-                            toast, wait_reply_done, wait_text)
+from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, export_file, open_page, screenshot, send,
+                            set_number, tab, toast, upload_file, wait_reply_done, wait_text)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -25,6 +26,7 @@ def make_user_data(root: Path, default_model_dir: Path) -> Path:
     presets = user_data / "presets"
     presets.mkdir(parents=True, exist_ok=True)
     (presets / "Broken.yaml").write_text("temperature: 0.5\ntop_q: 0.9\n")
+    random_lora(default_model_dir, user_data / "loras" / "noisy")
     return user_data
 
 
@@ -243,18 +245,10 @@ def test_export_and_import_a_chat(server, browser, tmp_path):
     page = ready_page(browser, server.url, max_new_tokens=4)
     send(page, "Export me please.")
     wait_reply_done(page)
-    page.locator("#chat-export").click()
-    link = page.locator("#chat-export-file a").first
-    link.wait_for(timeout=30_000)
-    with page.expect_download() as download:
-        link.click()
-    saved = tmp_path / "chat.json"
-    download.value.save_as(saved)
+    saved = export_file(page, "chat-export", "chat-export-file", tmp_path / "chat.json")
     data = json.loads(saved.read_text())
     assert data["format"] == "llm-workbench.chat" and data["messages"][0]["content"] == "Export me please."
-    with page.expect_file_chooser() as chooser:
-        page.locator("#chat-import").click()
-    chooser.value.set_files(str(saved))
+    upload_file(page, "chat-import", saved)
     page.wait_for_function("() => document.querySelector('#chat-list').innerText.split('Export me please.').length > 2",
                            timeout=30_000)
     page.close()
@@ -272,9 +266,7 @@ def test_bad_input_gets_a_clear_message(server, browser, tmp_path):
     before = rows(server.user_data, "SELECT count(*) FROM chats")[0][0]
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "llm-workbench.chat", "version": 1, "title": "x", "messages": [{"role": "bot"}]}')
-    with page.expect_file_chooser() as chooser:
-        page.locator("#chat-import").click()
-    chooser.value.set_files(str(bad))
+    upload_file(page, "chat-import", bad)
     toast(page, "cannot import chat")
     assert rows(server.user_data, "SELECT count(*) FROM chats")[0][0] == before
     page.close()
@@ -299,6 +291,30 @@ def test_model_tab_unload_load_and_a_failed_load_keeps_the_model(server, browser
     assert "SmolLM2-135M-Instruct" in page.locator("#status-line").inner_text()
     send(page, "Hello?")
     assert "finish:" in wait_reply_done(page)
+    page.close()
+
+
+def test_attach_and_detach_a_lora_in_the_model_tab(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=8)
+    send(page, "What is the capital of France?")
+    wait_reply_done(page)
+    base = last_reply(server.user_data, "What is the capital of France?")[1]
+    tab(page, "Model")
+    choose(page, "lora-pick", "noisy")
+    page.locator("#lora-attach").click()
+    wait_text(page, "#lora-active", "noisy", 60_000)
+    wait_text(page, "#status-line", "LoRA: noisy", 30_000)
+    tab(page, "Chat")
+    page.locator("#chat-new").click()
+    send(page, "What is the capital of France?")
+    wait_reply_done(page)
+    adapted = last_reply(server.user_data, "What is the capital of France?")[1]
+    assert adapted != base
+    tab(page, "Model")
+    page.locator("#lora-detach").click()
+    wait_text(page, "#lora-active", "No adapter attached", 60_000)
+    page.wait_for_function("() => !document.querySelector('#status-line').innerText.includes('LoRA')",
+                           timeout=30_000)
     page.close()
 
 

@@ -52,7 +52,7 @@ def list_models(request: Request) -> dict:
     s = serving(request)
     created = now()
     data = [{"id": name, "object": "model", "created": created, "owned_by": "llm-workbench"}
-            for name in s.model_names()]
+            for name in s.model_names() + s.adapter_ids()]
     loaded = set(s.model_names())
     data += [{"id": e.name, "object": "model", "created": created, "owned_by": "llm-workbench (not loaded)"}
              for e in s.services.models.available() if e.name not in loaded and e.name.removesuffix(".gguf")
@@ -72,7 +72,7 @@ def retrieve_model(model_id: str, request: Request) -> dict:
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     s = serving(request)
-    model = s.resolve_model(body.model)
+    model, loras = s.resolve_model(body.model)
     params = s.sampling_params(body)
     try:
         prompt = render_chat_prompt(model.tokenizer, body.chat_messages())
@@ -80,7 +80,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         raise APIError(400, str(exc), param="messages") from exc
     _log_prompt(request, body.chat_messages())
     streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
-                       prompt_param="messages")
+                       prompt_param="messages", loras=loras)
     rid, created = new_id("chatcmpl"), now()
     if body.stream:
         def chunk(index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None) -> dict:
@@ -115,11 +115,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
     s = serving(request)
-    model = s.resolve_model(body.model)
+    model, loras = s.resolve_model(body.model)
     params = s.sampling_params(body)
     prompts = body.prompts()
     _log_prompt(request, prompts)
-    streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True, prompt_param="prompt")
+    streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True, prompt_param="prompt",
+                       loras=loras)
     rid, created = new_id("cmpl"), now()
 
     def prefix(index: int) -> str:

@@ -62,13 +62,27 @@ class Serving:
         model = self.services.models.loaded
         return [model.name, *self.config.served_model_names] if model else []
 
-    def resolve_model(self, name: str | None) -> LoadedModel:
+    def adapter_ids(self) -> list[str]:
+        """``base:adapter`` for every attached LoRA adapter: the model id that selects it."""
+        model = self.services.models.loaded
+        return [f"{model.name}:{name}" for name in getattr(model, "loras", {})] if model else []
+
+    def resolve_model(self, name: str | None) -> tuple[LoadedModel, tuple[tuple[str, float], ...]]:
+        """The model a request names and the LoRA adapters it selects (``base:adapter``; none otherwise)."""
         model = self.services.models.loaded
         if model is None:
             raise APIError(503, "no model is loaded; load one in the Model tab or start with --model NAME",
                            type="service_unavailable", code="no_model_loaded")
         if name in (None, "") or name in self.model_names():
-            return model
+            return model, ()
+        base, _, adapter = (name or "").rpartition(":")
+        if base in self.model_names() and adapter:
+            if adapter not in getattr(model, "loras", {}):
+                raise APIError(404, f"the LoRA adapter '{adapter}' is not attached to {model.name}; attached: "
+                                    f"{', '.join(getattr(model, 'loras', {})) or 'none'}", type="not_found_error",
+                               param="model", code="model_not_found")
+            weight = dict(self.services.models.active_loras).get(adapter, 1.0)
+            return model, ((adapter, weight),)
         known = {e.name for e in self.services.models.available()}
         hint = (f"model '{name}' is in the models dir but not loaded; the API serves the loaded model "
                 f"('{model.name}'): load it in the Model tab" if name in known else
@@ -80,7 +94,7 @@ class Serving:
         return req.to_sampling_params(base)
 
     def submit(self, prompts: Sequence[str | list[int]], params: SamplingParams, n: int, logprobs: int | None,
-               add_special_tokens: bool, prompt_param: str) -> list[RequestStream]:
+               add_special_tokens: bool, prompt_param: str, loras: tuple = ()) -> list[RequestStream]:
         """n choices per prompt (choice i of a seeded request uses seed + i, so all differ and all repeat).
 
         A prompt the engine refuses (empty, longer than the context) is a 400 naming ``prompt_param``.
@@ -91,7 +105,7 @@ class Serving:
                 for i in range(n):
                     p = params if params.seed is None or i == 0 else params.replace(seed=(params.seed + i) % MAX_SEED)
                     streams.append(self.services.engine.submit(GenerationRequest(
-                        prompt, p, add_special_tokens=add_special_tokens, logprobs=logprobs,
+                        prompt, p, add_special_tokens=add_special_tokens, logprobs=logprobs, loras=loras,
                         queue_timeout=self.config.queue_timeout, timeout=self.config.timeout)))
         except BaseException as exc:
             for s in streams:

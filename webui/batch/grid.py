@@ -41,6 +41,7 @@ class Setting:
     params: SamplingParams
     preset: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict, hash=False)
+    loras: tuple[tuple[str, float], ...] = ()  # LoRA adapters this setting runs with (the "lora" axis)
 
 
 @dataclass
@@ -127,7 +128,29 @@ def parse_axes(lines: str | Iterable[str]) -> dict[str, list[Any]]:
     return axes
 
 
+LORA_AXIS = "lora"  # not a sampling parameter: which LoRA adapters run ("none", "name", "a+b")
+
+
+def parse_loras(value: Any) -> tuple[tuple[str, float], ...]:
+    """A "lora" axis value: none, an adapter name, or names joined by + (each optionally name*weight)."""
+    text = str(value).strip()
+    if text.lower() in ("", "none", "base"):
+        return ()
+    out = []
+    for part in text.split("+"):
+        name, _, weight = part.strip().partition("*")
+        try:
+            out.append((name.strip(), float(weight) if weight else 1.0))
+        except ValueError:
+            raise BatchInputError(f"grid: lora={text}: the weight after * must be a number") from None
+        if not name.strip():
+            raise BatchInputError(f"grid: lora={text}: an adapter name is empty")
+    return tuple(out)
+
+
 def _check_axis_name(name: str) -> None:
+    if name == LORA_AXIS:
+        return
     if name == "seed":
         raise BatchInputError("grid: seed cannot be an axis; each sample's seed is base seed + sample number "
                               "(set the base seed and the number of samples instead)")
@@ -160,7 +183,9 @@ def expand(spec: GridSpec, presets: PresetStore) -> list[Setting]:
             overrides = dict(zip(axes, combo))
             parts = ([preset] if preset else []) + [f"{n}={format_value(overrides[n])}" for n in varying]
             label = LABEL_SEPARATOR.join(parts) or BASE_LABEL
-            settings.append(Setting(label, _apply(base, overrides, label), preset, overrides))
+            loras = parse_loras(overrides[LORA_AXIS]) if LORA_AXIS in overrides else ()
+            params = _apply(base, {k: v for k, v in overrides.items() if k != LORA_AXIS}, label)
+            settings.append(Setting(label, params, preset, overrides, loras))
     return settings
 
 

@@ -35,12 +35,13 @@ class BatchJob:
     def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
                 "settings": [{"label": s.label, "params": s.params.to_dict(), "preset": s.preset,
-                              "overrides": s.overrides} for s in settings],
+                              "overrides": s.overrides, "loras": [list(x) for x in s.loras]} for s in settings],
                 "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells}
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
-        settings = [Setting(s["label"], SamplingParams.from_dict(s["params"]), s.get("preset"), s.get("overrides", {}))
+        settings = [Setting(s["label"], SamplingParams.from_dict(s["params"]), s.get("preset"), s.get("overrides", {}),
+                            tuple((n, float(w)) for n, w in s.get("loras", [])))
                     for s in spec["settings"]]
         return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
                    spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),
@@ -129,6 +130,12 @@ class BatchRunner:
         if model is None:
             raise BatchInputError("no model is loaded; load one in the Model tab first")
         settings, cells = self.plan(job)
+        attached = getattr(model, "loras", {})
+        for setting in settings:
+            missing = [n for n, _ in setting.loras if n not in attached]
+            if missing:
+                raise BatchInputError(f"grid: LoRA adapter '{missing[0]}' is not attached to {model.name}; attach it "
+                                      f"in the Model tab (attached: {', '.join(attached) or 'none'})")
         prompts = {}
         for row in job.rows:
             try:
@@ -168,7 +175,8 @@ class BatchRunner:
                 return
             text, last, error = "", None, None
             try:
-                stream = self.services.engine.submit(GenerationRequest(prompt, cell.params, add_special_tokens=raw))
+                stream = self.services.engine.submit(GenerationRequest(prompt, cell.params, add_special_tokens=raw,
+                                                                       loras=cell.setting.loras))
             except (EngineError, ValueError) as exc:
                 stream, error = None, str(exc)
             if stream is not None:

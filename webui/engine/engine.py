@@ -14,9 +14,10 @@ import logging
 import threading
 from collections import deque
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from loaders.base import LoadedModel
-from webui.engine.sequence import Sequence, tokenize_prompt
+from webui.engine.sequence import Sequence, check_loras, tokenize_prompt
 from webui.engine.stream import RequestStream
 from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, GenerationResult, NoModelLoaded,
                                 now)
@@ -65,6 +66,7 @@ class Engine:
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
         self._swaps: list[tuple[LoadedModel | None, str, threading.Event]] = []
+        self._calls: list[tuple[Callable[[], Any], threading.Event, list]] = []
         self._recent: deque[tuple[float, int]] = deque()
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
@@ -85,6 +87,7 @@ class Engine:
                 raise NoModelLoaded()
             if len(self._waiting) >= self.config.max_waiting:
                 raise QueueFull(self.config.max_waiting)
+        check_loras(model, request)
         prompt_ids = tokenize_prompt(model, request)
         stream = RequestStream(request.request_id, request.cancel, self._wake)
         seq = Sequence(request, stream, now())
@@ -112,6 +115,25 @@ class Engine:
     def closed(self) -> bool:
         return self._closed
 
+    def call_between_steps(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the scheduler thread between two steps (e.g. to change the model's adapters
+        while nothing is in a forward); return its result or raise its exception here."""
+        done, box = threading.Event(), []
+        with self._cond:
+            if self._closed:
+                raise EngineClosed()
+            self._calls.append((fn, done, box))
+            self._cond.notify()
+        done.wait()
+        result, exc = box
+        if exc is not None:
+            raise exc
+        return result
+
+    def fail_running(self, predicate: Callable[[GenerationRequest], bool], message: str) -> None:
+        """End running requests that match ``predicate`` with an error (scheduler thread only)."""
+        self._fail([s for s in self._running if predicate(s.request)], EngineError(message))
+
     def stats(self) -> EngineStats:
         with self._cond:
             cutoff = now() - TPS_WINDOW
@@ -133,11 +155,19 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._closed or self._swaps or self._waiting or self._running):
+                while not (self._closed or self._swaps or self._calls or self._waiting or self._running):
                     self._cond.wait()
                 if self._closed:
                     break
                 self._apply_swaps()
+                calls, self._calls = self._calls, []
+            for fn, done, box in calls:
+                try:
+                    box[:] = [fn(), None]
+                except Exception as exc:  # handed to the caller of call_between_steps
+                    box[:] = [None, exc]
+                done.set()
+            with self._cond:
                 admitted = self._admit()
             try:
                 self._start(admitted)
@@ -246,6 +276,9 @@ class Engine:
             pending = list(self._waiting) + self._running
             self._waiting.clear()
             for _, _, done in self._swaps:
+                done.set()
+            for _, done, box in self._calls:
+                box[:] = [None, EngineClosed()]
                 done.set()
         self._fail(pending, EngineClosed())
         self._running = []

@@ -17,6 +17,20 @@ from webui.engine.types import (FinishReason, GenerationEvent, GenerationRequest
                                 TokenLogprob, Usage, now)
 
 
+def check_loras(model: LoadedModel, request: GenerationRequest) -> None:
+    """A request's adapters must be attached to the model, and its loader must do LoRA."""
+    if not request.loras:
+        return
+    if not model.capabilities.lora:
+        raise InvalidParameter("lora", f"the {model.loader} loader cannot apply LoRA adapters; load the model with "
+                                       "a loader that can (transformers)", request.loras)
+    attached = model.loras
+    missing = [name for name, _ in request.loras if name not in attached]
+    if missing:
+        raise InvalidParameter("lora", f"LoRA adapter '{missing[0]}' is not attached to {model.name}; attached: "
+                                       f"{', '.join(attached) or 'none'}", missing[0])
+
+
 def tokenize_prompt(model: LoadedModel, request: GenerationRequest) -> list[int]:
     if isinstance(request.prompt, list):
         ids = list(request.prompt)
@@ -64,7 +78,7 @@ class Sequence:
         self.detok = IncrementalDetokenizer(lambda ids: tok.decode(ids, skip_special_tokens=True),
                                             self.prompt_ids[-8:])
         self.stops = StopStringMatcher(self.request.params.stop)
-        self.cache = model.new_cache()
+        self.cache = model.new_cache(loras=self.request.loras) if self.request.loras else model.new_cache()
         self.admitted = now()
         self.model = model
 

@@ -62,6 +62,7 @@ class GenerationRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     add_special_tokens: bool = True  # False for prompts already rendered by a chat template
     logprobs: int | None = None  # None: none; 0: the chosen token's; N: also N alternatives
+    loras: tuple[tuple[str, float], ...] = ()  # attached LoRA adapters to apply, with weights; () for none
     queue_timeout: float | None = None  # seconds it may wait before its first step
     timeout: float | None = None  # seconds it may generate, from its first step
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
@@ -74,6 +75,7 @@ class GenerationRequest:
             raise ValueError(f"prompt must be text or a list of token ids, got {type(self.prompt).__name__}")
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
             raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
+        self.loras = tuple((str(n), float(w)) for n, w in self.loras)
         for name in ("queue_timeout", "timeout"):
             value = getattr(self, name)
             if value is not None and not value > 0:

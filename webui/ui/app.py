@@ -13,7 +13,7 @@ from webui.services import Services
 from webui.ui.batch_tab import create_batch_tab, wire_batch_tab
 from webui.ui.chat_tab import create_chat_tab
 from webui.ui.generation import ActiveRequests, status_text
-from webui.ui.model_tab import create_model_tab, model_info
+from webui.ui.model_tab import active_text, create_model_tab, lora_choices, model_info
 from webui.ui.notebook_tab import create_notebook_tab
 from webui.ui.parameters_tab import create_parameters_tab
 
@@ -59,8 +59,10 @@ def build_ui(services: Services) -> gr.Blocks:
                     gr.update(choices=[e.name for e in services.models.available()],
                               value=loaded.name if loaded else services.settings.get().last_model),
                     gr.update(choices=services.notebooks.list()),
-                    gr.update(choices=batch["run_choices"]()), gr.update(choices=services.presets.names()))
+                    gr.update(choices=batch["run_choices"]()), gr.update(choices=services.presets.names()),
+                    gr.update(choices=lora_choices(services)), active_text(services))
 
         demo.load(on_page_load, None, [*params.inputs, params.preset, chat["chat_list"], model.info, model.template,
-                                       model.model, notebook["name"], batch["runs"], batch["presets"]])
+                                       model.model, notebook["name"], batch["runs"], batch["presets"],
+                                       model.lora_pick, model.lora_active])
     return demo

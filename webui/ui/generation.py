@@ -50,7 +50,9 @@ def status_text(services: Services) -> str:
     stats = services.engine.stats()
     state = (f"generating · {stats.running} running, {stats.waiting} waiting · {stats.tokens_per_second:.1f} tok/s"
              if stats.busy else "idle")
-    return f"**{model.name}** · {model.loader} · {model.device}/{model.dtype} · {state}"
+    loras = services.models.active_loras
+    adapters = f" · LoRA: {', '.join(f'{n} ×{w:g}' for n, w in loras)}" if loras else ""
+    return f"**{model.name}**{adapters} · {model.loader} · {model.device}/{model.dtype} · {state}"
 
 
 def stats_text(event: GenerationEvent) -> str:
@@ -65,13 +67,14 @@ def stats_text(event: GenerationEvent) -> str:
 
 def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str], prompt: str,
                 params: SamplingParams, add_special_tokens: bool) -> Iterator[tuple[str, GenerationEvent]]:
-    """Submit and yield (text so far, event) per event; the last event has a finish_reason.
+    """Submit (with the active LoRA adapters) and yield (text so far, event); the last event has a finish_reason.
 
     Errors become gr.Error with the engine's message; leaving the loop early
     (tab closed, Stop) cancels the request.
     """
     try:
-        stream = services.engine.submit(GenerationRequest(prompt, params, add_special_tokens=add_special_tokens))
+        stream = services.engine.submit(GenerationRequest(prompt, params, add_special_tokens=add_special_tokens,
+                                                          loras=services.models.active_loras))
     except (EngineError, ValueError) as exc:
         raise gr.Error(str(exc)) from exc
     active.start(key, stream)

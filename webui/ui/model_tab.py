@@ -19,6 +19,8 @@ class ModelTab:
     model: gr.Dropdown
     info: gr.Markdown
     template: gr.Code
+    lora_pick: gr.Dropdown
+    lora_active: gr.Markdown
 
 
 def loader_choices(services: Services) -> list[tuple[str, str]]:
@@ -40,6 +42,20 @@ def model_info(services: Services) -> tuple[str, str]:
             f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'}  \n"
             f"path: `{model.path}`")
     return info, model.tokenizer.chat_template or "(this model has no chat template)"
+
+
+def lora_choices(services: Services) -> list[str]:
+    """Adapters in the loras dir that fit the loaded model."""
+    return [e.name for e in services.models.compatible_loras()]
+
+
+def active_text(services: Services) -> str:
+    loras = services.models.active_loras
+    if services.models.loaded is not None and not services.models.loaded.capabilities.lora:
+        return f"The {services.models.loaded.loader} loader cannot apply LoRA adapters."
+    if not loras:
+        return f"No adapter attached. Put adapters (peft folders) in `{services.config.loras_dir}`."
+    return "Attached: " + ", ".join(f"**{n}** ×{w:g}" for n, w in loras)
 
 
 def create_model_tab(services: Services) -> ModelTab:
@@ -64,6 +80,16 @@ def create_model_tab(services: Services) -> ModelTab:
         load_btn = gr.Button("Load", variant="primary", elem_id="model-load")
         unload_btn = gr.Button("Unload", elem_id="model-unload")
         reload_btn = gr.Button("Reload", elem_id="model-reload")
+    with gr.Accordion("LoRA adapters", open=True):
+        with gr.Row():
+            lora_pick = gr.Dropdown(choices=lora_choices(services), label="Adapter (from the loras dir)",
+                                    elem_id="lora-pick", scale=3)
+            lora_weight = gr.Number(value=1.0, minimum=-10, maximum=10, step=0.1, label="Weight",
+                                    elem_id="lora-weight", scale=1)
+        with gr.Row():
+            attach_btn = gr.Button("Attach", elem_id="lora-attach")
+            detach_btn = gr.Button("Detach", elem_id="lora-detach")
+        lora_active = gr.Markdown(active_text(services), elem_id="lora-active")
     info_text, template_text = model_info(services)
     info = gr.Markdown(info_text, elem_id="model-info")
     template = gr.Code(template_text, language="jinja2", label="Chat template", interactive=False,
@@ -97,6 +123,24 @@ def create_model_tab(services: Services) -> ModelTab:
             raise gr.Error(str(exc)) from exc
         return model_info(services)
 
+    def attach(name: str | None, weight: float | None):
+        if not name:
+            raise gr.Error("Choose an adapter first.")
+        try:
+            services.models.attach_lora(name, 1.0 if weight is None else float(weight))
+        except (LoaderError, InvalidName) as exc:
+            raise gr.Error(str(exc)) from exc
+        return active_text(services)
+
+    def detach(name: str | None):
+        if not name:
+            raise gr.Error("Choose the adapter to detach.")
+        try:
+            services.models.detach_lora(name)
+        except (LoaderError, InvalidName) as exc:
+            raise gr.Error(str(exc)) from exc
+        return active_text(services)
+
     def refresh_list():
         return gr.update(choices=[e.name for e in services.models.available()]), gr.update(
             choices=loader_choices(services))
@@ -106,4 +150,9 @@ def create_model_tab(services: Services) -> ModelTab:
     unload_btn.click(unload, None, [info, template], concurrency_limit=1, concurrency_id="model")
     reload_btn.click(reload, None, [info, template], concurrency_limit=1, concurrency_id="model")
     refresh.click(refresh_list, None, [model, loader])
-    return ModelTab(model, info, template)
+    attach_btn.click(attach, [lora_pick, lora_weight], [lora_active], concurrency_limit=1, concurrency_id="model")
+    detach_btn.click(detach, [lora_pick], [lora_active], concurrency_limit=1, concurrency_id="model")
+    for btn in (load_btn, unload_btn, reload_btn):
+        btn.click(lambda: (gr.update(choices=lora_choices(services)), active_text(services)), None,
+                  [lora_pick, lora_active])
+    return ModelTab(model, info, template, lora_pick, lora_active)
