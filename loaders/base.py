@@ -23,9 +23,9 @@ class LoaderError(Exception):
 class LoaderUnavailable(LoaderError):
     """The loader's backend package is not installed; ``install_hint`` says how."""
 
-    def __init__(self, loader: str, missing: str, install_hint: str):
-        super().__init__(f"loader '{loader}' needs the package '{missing}', which is not installed; "
-                         f"install it with: {install_hint}")
+    def __init__(self, loader: str, missing: str, install_hint: str, message: str | None = None):
+        super().__init__(message or f"loader '{loader}' needs the package '{missing}', which is not installed; "
+                                    f"install it with: {install_hint}")
         self.loader, self.missing, self.install_hint = loader, missing, install_hint
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 from loaders.base import Loader, LoaderError, LoaderStatus, missing_module
 
 ENTRY_POINT_GROUP = "llm_workbench.loaders"
-BUILTIN_HOOKS = ("loaders.transformers_loader:register_loaders",)
+BUILTIN_HOOKS = ("loaders.transformers_loader:register_loaders", "loaders.exllamav2_loader:register_loaders")
 
 RegisterHook = Callable[[Callable[[Loader], None]], None]
 
@@ -53,14 +53,16 @@ class LoaderRegistry:
         out = []
         for loader in self._loaders.values():
             missing = missing_module(loader.requires)
-            out.append(LoaderStatus(
-                loader.name, loader.description, missing is None,
-                f"missing package '{missing}'" if missing else "",
-                loader.install_hint, loader.capabilities))
+            reason = f"missing package '{missing}'" if missing else ""
+            check = getattr(loader, "unavailable_reason", None)
+            if check is not None and (other := check()):  # e.g. a GPU the machine does not have
+                reason = f"{other}; {reason}" if reason else other
+            out.append(LoaderStatus(loader.name, loader.description, not reason, reason, loader.install_hint,
+                                    loader.capabilities))
         return out
 
     def for_path(self, path: Path) -> Loader:
-        """The first registered loader that can read ``path``."""
+        """The first registered loader that can read ``path`` (each loader knows its own formats)."""
         for loader in self._loaders.values():
             if loader.can_load(path):
                 return loader

@@ -34,7 +34,11 @@ class TransformersLoader:
     install_hint = "pip install torch==2.13.0 transformers safetensors"
 
     def can_load(self, path: Path) -> bool:
-        return (path.is_dir() and (path / "config.json").is_file()) or (path.is_file() and path.suffix == ".gguf")
+        from loaders.exllamav2_loader import is_exl2_folder
+
+        if path.is_dir():
+            return (path / "config.json").is_file() and not is_exl2_folder(path)
+        return path.is_file() and path.suffix == ".gguf"
 
     def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
         require_backend(self)

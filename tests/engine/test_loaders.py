@@ -115,3 +115,34 @@ def test_loaded_model_reports_its_facts(tiny_model, tiny_model_dir):
     assert tiny_model.memory_bytes() > 0
     assert 2 in tiny_model.tokenizer.eos_token_ids
     assert "<|im_start|>assistant" in tiny_model.tokenizer.apply_chat_template([{"role": "user", "content": "x"}])
+
+
+def exl2_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "model-exl2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "quantization_config": {
+        "quant_method": "exl2", "bits": 4.0}}))
+    return folder
+
+
+def test_exllamav2_without_a_gpu_is_listed_unavailable_and_says_why(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    registry = default_registry()
+    status = {s.name: s for s in registry.status()}["exllamav2"]
+    assert not status.available and "needs an NVIDIA GPU with CUDA" in status.reason
+    folder = exl2_folder(tmp_path)
+    chosen = registry.for_path(folder)
+    assert chosen.name == "exllamav2"  # chosen from what the folder holds, not transformers
+    with pytest.raises(LoaderUnavailable, match="needs an NVIDIA GPU with CUDA"):
+        chosen.load(folder, LoadOptions())
+
+
+def test_the_loader_is_chosen_from_what_the_model_holds(tmp_path, tiny_model_dir):
+    registry = default_registry()
+    assert registry.for_path(tiny_model_dir).name == "transformers"
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert registry.for_path(gguf).name == "transformers"

@@ -44,6 +44,19 @@ def model_info(services: Services) -> tuple[str, str]:
     return info, model.tokenizer.chat_template or "(this model has no chat template)"
 
 
+def capability_table(services: Services) -> str:
+    """Markdown: what each registered loader can do, and why one is unavailable."""
+    rows = ["| loader | available | formats | devices | batched | LoRA | logprobs | samplers |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for s in services.registry.status():
+        c = s.capabilities
+        available = "yes" if s.available else f"no: {s.reason}"
+        rows.append(f"| {s.name} | {available} | {', '.join(c.formats) or '-'} | {', '.join(c.devices)} | "
+                    f"{'yes' if c.batched_forward else 'no'} | {'yes' if c.lora else 'no'} | "
+                    f"{'yes' if c.logprobs else 'no'} | all (our pipeline on its logits) |")
+    return "\n".join(rows)
+
+
 def lora_choices(services: Services) -> list[str]:
     """Adapters in the loras dir that fit the loaded model."""
     return [e.name for e in services.models.compatible_loras()]
@@ -92,6 +105,8 @@ def create_model_tab(services: Services) -> ModelTab:
         lora_active = gr.Markdown(active_text(services), elem_id="lora-active")
     info_text, template_text = model_info(services)
     info = gr.Markdown(info_text, elem_id="model-info")
+    with gr.Accordion("What each loader can do", open=False):
+        gr.Markdown(capability_table(services), elem_id="loader-capabilities")
     template = gr.Code(template_text, language="jinja2", label="Chat template", interactive=False,
                        elem_id="model-template")
 
