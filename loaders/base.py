@@ -40,6 +40,7 @@ class Capabilities:
     logprobs: bool = True
     devices: tuple[str, ...] = ("cpu",)
     formats: tuple[str, ...] = ()  # e.g. "hf-folder", "gguf"
+    text_only: bool = False  # the backend generates whole requests (a remote server): no logits, no steps
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from typing import Callable
 from loaders.base import Loader, LoaderError, LoaderStatus, missing_module
 
 ENTRY_POINT_GROUP = "llm_workbench.loaders"
-BUILTIN_HOOKS = ("loaders.transformers_loader:register_loaders", "loaders.exllamav2_loader:register_loaders")
+BUILTIN_HOOKS = ("loaders.transformers_loader:register_loaders", "loaders.exllamav2_loader:register_loaders",
+                 "loaders.remote_loader:register_loaders")
 
 RegisterHook = Callable[[Callable[[Loader], None]], None]
 

@@ -33,6 +33,9 @@ def startup_entry(services: Services) -> ModelEntry | None:
 def load_startup_model(services: Services) -> None:
     """--model if given (failure is fatal), else the last model used (falling back to the default)."""
     config, settings = services.config, services.settings.get()
+    if config.model and config.model.startswith(("http://", "https://")):
+        services.models.load_remote(config.model, os.environ.get("REMOTE_API_KEY"), config.remote_model)
+        return
     remembered = config.model is None and not config.no_model and settings.last_model
     if remembered:
         try:

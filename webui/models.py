@@ -131,6 +131,22 @@ class ModelManager:
             log.info("loaded %s with %s on %s (%s)", model.name, chosen.name, model.device, model.dtype)
             return model
 
+    def load_remote(self, base_url: str, api_key: str | None = None, model: str | None = None,
+                    timeout: float = 600.0) -> LoadedModel:
+        """Use a remote OpenAI-compatible server as the model; on failure the previous model stays loaded."""
+        from loaders.remote_loader import RemoteLoader
+
+        with self._lock:
+            remote = RemoteLoader().connect(base_url.strip(), api_key or None, model or None, timeout)
+            old = self._loaded
+            self.engine.set_model(remote)
+            self._loaded, self._loaded_entry = remote, None
+            self._active_loras = {}
+            if old is not None:
+                old.close()
+            log.info("using the remote model %s at %s", remote.name, remote.base_url)
+            return remote
+
     def unload(self) -> None:
         with self._lock:
             old = self._loaded
@@ -142,6 +158,8 @@ class ModelManager:
 
     def reload(self, progress: Progress | None = None) -> LoadedModel:
         entry, model = self._loaded_entry, self._loaded
+        if model is not None and model.capabilities.text_only:
+            return self.load_remote(model.base_url, None, model.name)
         if entry is None or model is None:
             raise ModelLoadError("no model is loaded, so there is nothing to reload")
         return self.load(entry, model.loader, None, progress)

@@ -80,7 +80,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         raise APIError(400, str(exc), param="messages") from exc
     _log_prompt(request, body.chat_messages())
     streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
-                       prompt_param="messages", loras=loras)
+                       prompt_param="messages", loras=loras, messages=body.chat_messages())
     rid, created = new_id("chatcmpl"), now()
     if body.stream:
         def chunk(index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None) -> dict:

@@ -94,7 +94,8 @@ class Serving:
         return req.to_sampling_params(base)
 
     def submit(self, prompts: Sequence[str | list[int]], params: SamplingParams, n: int, logprobs: int | None,
-               add_special_tokens: bool, prompt_param: str, loras: tuple = ()) -> list[RequestStream]:
+               add_special_tokens: bool, prompt_param: str, loras: tuple = (),
+               messages: list[dict] | None = None) -> list[RequestStream]:
         """n choices per prompt (choice i of a seeded request uses seed + i, so all differ and all repeat).
 
         A prompt the engine refuses (empty, longer than the context) is a 400 naming ``prompt_param``.
@@ -106,6 +107,7 @@ class Serving:
                     p = params if params.seed is None or i == 0 else params.replace(seed=(params.seed + i) % MAX_SEED)
                     streams.append(self.services.engine.submit(GenerationRequest(
                         prompt, p, add_special_tokens=add_special_tokens, logprobs=logprobs, loras=loras,
+                        messages=messages,
                         queue_timeout=self.config.queue_timeout, timeout=self.config.timeout)))
         except BaseException as exc:
             for s in streams:

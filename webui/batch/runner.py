@@ -18,7 +18,7 @@ from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand,
 from webui.batch.prompts import PromptRow
 from webui.batch.results import ResultRow, result_for
 from webui.batch.store import BatchStore
-from webui.chat import ChatPromptError, render_chat_prompt
+from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.engine import EngineError, GenerationRequest, RequestStream, SamplingParams
 
 
@@ -139,10 +139,12 @@ class BatchRunner:
         prompts = {}
         for row in job.rows:
             try:
-                prompts[row.index] = row.text if job.raw else render_chat_prompt(
-                    model.tokenizer, [{"role": "user", "content": row.text}], job.system_prompt)
+                messages = None if job.raw else chat_messages([{"role": "user", "content": row.text}],
+                                                              job.system_prompt)
+                text = row.text if job.raw else render_chat_prompt(model.tokenizer, messages)
             except (ChatPromptError, ValueError) as exc:
                 raise BatchInputError(f"prompt {row.id}: {exc}") from exc
+            prompts[row.index] = (text, messages)
         run = self.store.create(job.name, job.to_spec(settings), model.name, len(cells))
         handle = RunHandle(run.id, cells)
         with self._lock:
@@ -153,7 +155,8 @@ class BatchRunner:
         thread.start()
         return handle
 
-    async def _drive(self, handle: RunHandle, prompts: dict[int, str], raw: bool, window: int) -> None:
+    async def _drive(self, handle: RunHandle, prompts: dict[int, tuple[str, list | None]], raw: bool,
+                     window: int) -> None:
         slots = asyncio.Semaphore(window)  # enough in flight to fill the engine's batch, not its whole queue
         try:
             await asyncio.gather(*(self._cell(handle, i, cell, prompts[cell.row.index], raw, slots)
@@ -168,15 +171,15 @@ class BatchRunner:
                 self._active.pop(handle.run_id, None)
             handle._done.set()
 
-    async def _cell(self, handle: RunHandle, index: int, cell: Cell, prompt: str, raw: bool,
+    async def _cell(self, handle: RunHandle, index: int, cell: Cell, prompt: tuple[str, list | None], raw: bool,
                     slots: asyncio.Semaphore) -> None:
         async with slots:
             if handle.cancelled:
                 return
             text, last, error = "", None, None
             try:
-                stream = self.services.engine.submit(GenerationRequest(prompt, cell.params, add_special_tokens=raw,
-                                                                       loras=cell.setting.loras))
+                stream = self.services.engine.submit(GenerationRequest(prompt[0], cell.params, add_special_tokens=raw,
+                                                                       loras=cell.setting.loras, messages=prompt[1]))
             except (EngineError, ValueError) as exc:
                 stream, error = None, str(exc)
             if stream is not None:

@@ -1,5 +1,5 @@
 """Chat prompts: the model's own chat template, system prompts, continuing a reply."""
 
-from webui.chat.prompt import ChatPromptError, render_chat_prompt
+from webui.chat.prompt import ChatPromptError, chat_messages, render_chat_prompt
 
-__all__ = ["ChatPromptError", "render_chat_prompt"]
+__all__ = ["ChatPromptError", "chat_messages", "render_chat_prompt"]

@@ -13,6 +13,17 @@ class ChatPromptError(ValueError):
     pass
 
 
+def chat_messages(messages: Iterable[Mapping[str, str]], system_prompt: str = "") -> list[dict[str, str]]:
+    """The messages as sent: checked roles, the system prompt first unless the chat has its own."""
+    msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
+    for i, m in enumerate(msgs):
+        if m["role"] not in ROLES:
+            raise ChatPromptError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {m['role']!r}")
+    if system_prompt.strip() and not (msgs and msgs[0]["role"] == "system"):
+        msgs.insert(0, {"role": "system", "content": system_prompt})
+    return msgs
+
+
 def render_chat_prompt(tokenizer: Tokenizer, messages: Iterable[Mapping[str, str]], system_prompt: str = "",
                        continue_last: bool = False) -> str:
     """The chat rendered with the model's template, ready for the assistant's (next) reply.
@@ -21,12 +32,7 @@ def render_chat_prompt(tokenizer: Tokenizer, messages: Iterable[Mapping[str, str
     continued; it is appended after the generation prompt without its end token,
     so the model picks up mid-sentence.
     """
-    msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
-    for i, m in enumerate(msgs):
-        if m["role"] not in ROLES:
-            raise ChatPromptError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {m['role']!r}")
-    if system_prompt.strip() and not (msgs and msgs[0]["role"] == "system"):
-        msgs.insert(0, {"role": "system", "content": system_prompt})
+    msgs = chat_messages(messages, system_prompt)
     if continue_last:
         if not msgs or msgs[-1]["role"] != "assistant":
             raise ChatPromptError("there is no assistant reply to continue; send a message first")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from loaders.base import LoadedModel
+from webui.engine.relay import relay
 from webui.engine.sequence import Sequence, check_loras, tokenize_prompt
 from webui.engine.stream import RequestStream
 from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, GenerationResult, NoModelLoaded,
@@ -67,6 +68,7 @@ class Engine:
         self._running: list[Sequence] = []
         self._swaps: list[tuple[LoadedModel | None, str, threading.Event]] = []
         self._calls: list[tuple[Callable[[], Any], threading.Event, list]] = []
+        self._relayed: set[Sequence] = set()  # requests a text-only backend is generating
         self._recent: deque[tuple[float, int]] = deque()
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
@@ -88,7 +90,7 @@ class Engine:
             if len(self._waiting) >= self.config.max_waiting:
                 raise QueueFull(self.config.max_waiting)
         check_loras(model, request)
-        prompt_ids = tokenize_prompt(model, request)
+        prompt_ids = [] if model.capabilities.text_only else tokenize_prompt(model, request)
         stream = RequestStream(request.request_id, request.cancel, self._wake)
         seq = Sequence(request, stream, now())
         seq.tokenized_for = (model, prompt_ids)
@@ -138,7 +140,7 @@ class Engine:
         with self._cond:
             cutoff = now() - TPS_WINDOW
             tokens = sum(n for t, n in self._recent if t >= cutoff)
-            return EngineStats(self._model.name if self._model else None, len(self._running),
+            return EngineStats(self._model.name if self._model else None, len(self._running) + len(self._relayed),
                                len(self._waiting), tokens / TPS_WINDOW)
 
     def close(self) -> None:
@@ -182,6 +184,8 @@ class Engine:
     def _apply_swaps(self) -> None:
         for model, reason, done in self._swaps:
             if model is not self._model:
+                for seq in list(self._relayed):  # a remote stream stops reading at its next chunk
+                    seq.request.cancel.cancel()
                 what = reason or ("the model was unloaded" if model is None else f"the model was switched to '{model.name}'")
                 self._fail(self._running, EngineError(f"generation stopped: {what} while this request was running"))
             self._model = model
@@ -206,12 +210,25 @@ class Engine:
             try:
                 if model is None:
                     raise NoModelLoaded()
+                if model.capabilities.text_only:  # a remote server samples; relay its stream on a thread
+                    self._relayed.add(seq)
+                    threading.Thread(target=self._relay, args=(seq, model), daemon=True,
+                                     name=f"relay-{seq.request.request_id}").start()
+                    continue
                 tokenized_model, ids = seq.tokenized_for
                 seq.start(model, ids if tokenized_model is model else None)
             except Exception as exc:
                 self._fail([seq], exc)
                 continue
             self._running.append(seq)
+
+    def _relay(self, seq: Sequence, model: LoadedModel) -> None:
+        try:
+            relay(seq, model)
+        finally:
+            with self._cond:
+                self._relayed.discard(seq)
+                self._recent.append((now(), 0))
 
     def _drop_cancelled(self) -> None:
         t = now()

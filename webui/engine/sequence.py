@@ -66,6 +66,7 @@ class Sequence:
         self.finished = False
         self.prompt_done = False  # the whole prompt is in the cache; each step now feeds one token
         self.tokenized_for: tuple[LoadedModel, list[int]] | None = None  # set by Engine.submit
+        self.stops: StopStringMatcher | None = None
 
     def start(self, model: LoadedModel, prompt_ids: list[int] | None = None) -> None:
         """Bind to ``model``: tokenize (unless given), size the budget, build sampler and cache."""
@@ -128,18 +129,20 @@ class Sequence:
         event.text = text
         event.finish_reason, event.error = reason, error
         event.stop_string = self.stops.matched if self.model is not None else None
-        end = now()
-        gen_time = end - self.admitted
         event.usage = Usage(len(self.prompt_ids), self.completion_tokens)
-        event.timings = Timings(
-            queue=self.admitted - self.submitted,
-            first_token=None if self.first_token is None else self.first_token - self.submitted,
-            total=end - self.submitted,
-            tokens_per_second=self.completion_tokens / gen_time if gen_time > 0 else 0.0)
+        event.timings = self.timings(self.completion_tokens)
         if self.cache is not None and self.model is not None:
             self.model.release(self.cache)
         self.cache = None
         return event
+
+    def timings(self, completion_tokens: int) -> Timings:
+        end = now()
+        gen_time = end - self.admitted
+        return Timings(queue=self.admitted - self.submitted,
+                       first_token=None if self.first_token is None else self.first_token - self.submitted,
+                       total=end - self.submitted,
+                       tokens_per_second=completion_tokens / gen_time if gen_time > 0 else 0.0)
 
     def _logprobs(self, choice: TokenChoice) -> list[TokenLogprob]:
         if choice.logprob is None:

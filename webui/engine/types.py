@@ -61,6 +61,7 @@ class GenerationRequest:
     prompt: str | list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
     add_special_tokens: bool = True  # False for prompts already rendered by a chat template
+    messages: list[dict[str, str]] | None = None  # the chat behind a rendered prompt (remote servers take these)
     logprobs: int | None = None  # None: none; 0: the chosen token's; N: also N alternatives
     loras: tuple[tuple[str, float], ...] = ()  # attached LoRA adapters to apply, with weights; () for none
     queue_timeout: float | None = None  # seconds it may wait before its first step

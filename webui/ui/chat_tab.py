@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from webui.chat import ChatPromptError, render_chat_prompt
+from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.engine import GenerationEvent, SamplingParams
 from webui.services import Services
 from webui.store import StoreError
@@ -94,14 +94,19 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
         if model is None:
             raise gr.Error("No model is loaded; load one in the Model tab.")
         history = chats.messages(cid)
+        turns = [{"role": m.role, "content": m.content} for m in history]
+        system_prompt = chats.get(cid).system_prompt
+        if continue_last and model.capabilities.text_only:
+            raise gr.Error("Continue needs a local model: a remote server cannot extend a reply it did not start.")
         try:
-            prompt = render_chat_prompt(model.tokenizer, [{"role": m.role, "content": m.content} for m in history],
-                                        chats.get(cid).system_prompt, continue_last=continue_last)
+            prompt = render_chat_prompt(model.tokenizer, turns, system_prompt, continue_last=continue_last)
+            messages = chat_messages(turns, system_prompt)
         except ChatPromptError as exc:
             raise gr.Error(str(exc)) from exc
         target = history[-1] if continue_last else None
         base = target.content if target else ""
-        for text, event in stream_text(services, active, session_key(request, PANEL), prompt, sampling, False):
+        for text, event in stream_text(services, active, session_key(request, PANEL), prompt, sampling, False,
+                                       messages):
             if event.text or event.finish_reason:
                 content = base + text
                 final = event.finish_reason is not None

@@ -66,7 +66,8 @@ def stats_text(event: GenerationEvent) -> str:
 
 
 def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str], prompt: str,
-                params: SamplingParams, add_special_tokens: bool) -> Iterator[tuple[str, GenerationEvent]]:
+                params: SamplingParams, add_special_tokens: bool,
+                messages: list[dict[str, str]] | None = None) -> Iterator[tuple[str, GenerationEvent]]:
     """Submit (with the active LoRA adapters) and yield (text so far, event); the last event has a finish_reason.
 
     Errors become gr.Error with the engine's message; leaving the loop early
@@ -74,7 +75,7 @@ def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str]
     """
     try:
         stream = services.engine.submit(GenerationRequest(prompt, params, add_special_tokens=add_special_tokens,
-                                                          loras=services.models.active_loras))
+                                                          loras=services.models.active_loras, messages=messages))
     except (EngineError, ValueError) as exc:
         raise gr.Error(str(exc)) from exc
     active.start(key, stream)

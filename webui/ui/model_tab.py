@@ -11,6 +11,9 @@ from webui.names import InvalidName
 from webui.services import Services
 
 AUTO_LOADER = "auto"
+REMOTE_SAMPLERS = ("the server's: temperature, top_p, stop, seed, penalties, logit_bias, max tokens; top_k, min_p, "
+                   "typical_p, repetition_penalty, min_tokens, no_repeat_ngram_size, ignore_eos sent as vLLM-style "
+                   "extras only when set (a server that lacks one answers with a clear error)")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
@@ -37,6 +40,10 @@ def model_info(services: Services) -> tuple[str, str]:
     if model is None:
         return "No model loaded.", ""
     caps = model.capabilities
+    if caps.text_only:
+        return (f"**{model.name}** on the remote server `{model.base_url}` · it samples and batches itself; "
+                f"context length: {model.context_length or 'not reported'}  \nChats are sent as messages and the "
+                "server applies its own chat template.", "(the remote server's own)")
     info = (f"**{model.name}** · loader `{model.loader}` · {model.device} / {model.dtype}  \n"
             f"context length: {model.context_length} tokens · weights: {model.memory_bytes() / 2**20:,.0f} MiB · "
             f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'}  \n"
@@ -51,9 +58,10 @@ def capability_table(services: Services) -> str:
     for s in services.registry.status():
         c = s.capabilities
         available = "yes" if s.available else f"no: {s.reason}"
+        samplers = REMOTE_SAMPLERS if c.text_only else "all (our pipeline on its logits)"
         rows.append(f"| {s.name} | {available} | {', '.join(c.formats) or '-'} | {', '.join(c.devices)} | "
                     f"{'yes' if c.batched_forward else 'no'} | {'yes' if c.lora else 'no'} | "
-                    f"{'yes' if c.logprobs else 'no'} | all (our pipeline on its logits) |")
+                    f"{'yes' if c.logprobs else 'no'} | {samplers} |")
     return "\n".join(rows)
 
 
@@ -93,6 +101,15 @@ def create_model_tab(services: Services) -> ModelTab:
         load_btn = gr.Button("Load", variant="primary", elem_id="model-load")
         unload_btn = gr.Button("Unload", elem_id="model-unload")
         reload_btn = gr.Button("Reload", elem_id="model-reload")
+    with gr.Accordion("Remote server (any OpenAI-compatible API: vLLM, llama.cpp server, TGI, another workbench)",
+                      open=False):
+        with gr.Row():
+            remote_url = gr.Textbox(label="Base URL", placeholder="http://gpu-box:8000/v1", elem_id="remote-url",
+                                    scale=3)
+            remote_key = gr.Textbox(label="API key (kept in memory only)", type="password", elem_id="remote-key",
+                                    scale=2)
+            remote_model = gr.Textbox(label="Model (empty: the server's first)", elem_id="remote-model", scale=2)
+        connect_btn = gr.Button("Connect", elem_id="remote-connect")
     with gr.Accordion("LoRA adapters", open=True):
         with gr.Row():
             lora_pick = gr.Dropdown(choices=lora_choices(services), label="Adapter (from the loras dir)",
@@ -156,6 +173,18 @@ def create_model_tab(services: Services) -> ModelTab:
             raise gr.Error(str(exc)) from exc
         return active_text(services)
 
+    def connect(url: str, key: str, name: str, progress=gr.Progress()):
+        if not url.strip():
+            raise gr.Error("Type the server's base URL first, e.g. http://gpu-box:8000/v1")
+        progress(0.1, desc=f"connecting to {url.strip()}")
+        try:
+            services.models.load_remote(url, key, name.strip() or None)
+        except LoaderError as exc:
+            still = services.models.loaded
+            kept = f" The previous model ({still.name}) is still loaded." if still else ""
+            raise gr.Error(f"{exc}.{kept}") from exc
+        return model_info(services)
+
     def refresh_list():
         return gr.update(choices=[e.name for e in services.models.available()]), gr.update(
             choices=loader_choices(services))
@@ -165,6 +194,8 @@ def create_model_tab(services: Services) -> ModelTab:
     unload_btn.click(unload, None, [info, template], concurrency_limit=1, concurrency_id="model")
     reload_btn.click(reload, None, [info, template], concurrency_limit=1, concurrency_id="model")
     refresh.click(refresh_list, None, [model, loader])
+    connect_btn.click(connect, [remote_url, remote_key, remote_model], [info, template], concurrency_limit=1,
+                      concurrency_id="model")
     attach_btn.click(attach, [lora_pick, lora_weight], [lora_active], concurrency_limit=1, concurrency_id="model")
     detach_btn.click(detach, [lora_pick], [lora_active], concurrency_limit=1, concurrency_id="model")
     for btn in (load_btn, unload_btn, reload_btn):
