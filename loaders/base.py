@@ -100,6 +100,9 @@ class LoadedModel(Protocol):
     def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> "torch.Tensor":  # noqa: F821
         """Feed each sequence its unseen ids; return next-token logits, shape [len(caches), vocab]."""
 
+    def logits(self, ids: Sequence[int], last_only: bool = True) -> "torch.Tensor":  # noqa: F821
+        """Optional: logits for ``ids`` run alone, outside the running batch (insight views, perplexity)."""
+
     def memory_bytes(self) -> int:
         """Bytes the weights take."""
 

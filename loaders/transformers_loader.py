@@ -184,6 +184,20 @@ class TransformersModel:
 
         return SequenceCache(self._empty_cache(), self.adapters.resolve(tuple(loras)))
 
+    def logits(self, ids: Sequence[int], last_only: bool = True):
+        """Logits for ``ids`` run alone, outside the batch (the engine's step is not disturbed).
+
+        Shape [vocab] with ``last_only``, else [len(ids), vocab] (e.g. for perplexity).
+        """
+        import torch
+
+        extra = {"adapter_names": ["__base__"]} if self.adapters.peft is not None else {}
+        with torch.inference_mode():
+            out = self.adapters.model(input_ids=torch.tensor([list(ids)], dtype=torch.long, device=self.device),
+                                      cache=self._empty_cache(), use_cache=True,
+                                      logits_to_keep=1 if last_only else 0, **extra)
+        return out.logits[0, -1] if last_only else out.logits[0]
+
     # -- LoRA -------------------------------------------------------------------------
     def add_lora(self, name: str, path: Path) -> None:
         """Load an adapter (refused, with the model untouched, if it does not fit)."""

@@ -13,6 +13,7 @@ from webui.services import Services
 from webui.ui.batch_tab import create_batch_tab, wire_batch_tab
 from webui.ui.chat_tab import create_chat_tab
 from webui.ui.generation import ActiveRequests, status_text
+from webui.ui.insight_tab import create_insight_tab
 from webui.ui.model_tab import active_text, create_model_tab, lora_choices, model_info
 from webui.ui.notebook_tab import create_notebook_tab
 from webui.ui.parameters_tab import create_parameters_tab
@@ -41,6 +42,7 @@ def build_ui(services: Services) -> gr.Blocks:
             notebook_tab = gr.Tab("Notebook", id="notebook", elem_id="tab-notebook")
             with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
                 batch = create_batch_tab(services)
+            insight_tab = gr.Tab("Insight", id="insight", elem_id="tab-insight")
             with gr.Tab("Parameters", id="parameters", elem_id="tab-parameters"):
                 params = create_parameters_tab(services)
             with gr.Tab("Model", id="model", elem_id="tab-model"):
@@ -50,6 +52,8 @@ def build_ui(services: Services) -> gr.Blocks:
             with notebook_tab:
                 notebook = create_notebook_tab(services, params, active)
             wire_batch_tab(services, batch, params)
+            with insight_tab:
+                create_insight_tab(services, params)
         gr.Timer(1.0).tick(lambda: status_text(services), None, status, show_progress="hidden")
 
         def on_page_load():

@@ -1,0 +1,59 @@
+"""The prompt inspector and the next-token explorer, checked against direct computations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from webui.engine import Engine, GenerationRequest, SamplingParams
+from webui.insight import InsightUnavailable, inspect_prompt, next_tokens
+
+
+def test_the_prompt_as_the_model_sees_it(tiny_model):
+    seen = inspect_prompt(tiny_model, "Hello there", chat=True, system_prompt="Be brief.")
+    assert seen.text.startswith("<|im_start|>system\nBe brief.") and seen.text.endswith("<|im_start|>assistant\n")
+    assert seen.ids == tiny_model.tokenizer.encode(seen.text, add_special_tokens=False)
+    assert "".join(seen.tokens) == seen.text and seen.context_length == 256
+    assert seen.used == pytest.approx(len(seen.ids) / 256)
+    raw = inspect_prompt(tiny_model, "Hello there", chat=False)
+    assert raw.text == "Hello there"
+
+
+def test_raw_top_tokens_are_the_true_top_and_processors_are_applied(tiny_engine, tiny_model):
+    ids = tiny_model.tokenizer.encode("Once upon a time")
+    with torch.inference_mode():
+        reference = tiny_model.model(input_ids=torch.tensor([ids])).logits[0, -1].softmax(-1)
+    got = next_tokens(tiny_engine, "Once upon a time", chat=False, params=SamplingParams(top_k=5), top=20)
+    values, top_ids = torch.topk(reference, 20)
+    assert [t.token_id for t in got] == top_ids.tolist()
+    assert [t.probability for t in got] == pytest.approx(values.tolist(), abs=1e-5)
+    assert [t.kept for t in got] == [True] * 5 + [False] * 15  # top_k=5 keeps exactly the five best
+    kept_mass = sum(t.probability for t in got[:5])
+    assert [t.after for t in got[:5]] == pytest.approx([t.probability / kept_mass for t in got[:5]], rel=1e-4)
+    greedy = next_tokens(tiny_engine, "Once upon a time", chat=False, params=SamplingParams(temperature=0))
+    assert [t.kept for t in greedy] == [True] + [False] * 19 and greedy[0].after == 1.0
+
+
+def test_explorer_does_not_disturb_a_running_request(tiny_model):
+    engine = Engine(tiny_model)
+    try:
+        params = SamplingParams(temperature=0, max_new_tokens=40, ban_eos=True)
+        alone = engine.generate(GenerationRequest("Hello", params)).token_ids
+        stream = engine.submit(GenerationRequest("Hello", params))
+        events = iter(stream)
+        next(events)
+        for _ in range(3):
+            next_tokens(engine, "The weather today", chat=False, params=SamplingParams())
+        rest = [t for e in events for t in e.token_ids]
+        assert alone[-len(rest):] == rest
+    finally:
+        engine.close()
+
+
+def test_no_model():
+    engine = Engine()
+    try:
+        with pytest.raises(InsightUnavailable, match="no model is loaded"):
+            next_tokens(engine, "x", chat=False, params=SamplingParams())
+    finally:
+        engine.close()

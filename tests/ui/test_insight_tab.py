@@ -1,0 +1,35 @@
+"""The Insight tab in a real browser: the prompt's tokens and the next-token chart."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.server import running_server, user_data_with_default_model
+from tests.ui.pages import choose_preset, open_page, screenshot, tab, wait_text
+
+pytestmark = [pytest.mark.real_model, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, default_model_dir):
+    user_data = user_data_with_default_model(tmp_path_factory.mktemp("insight-ui") / "data", default_model_dir)
+    with running_server(user_data) as srv:
+        yield srv
+
+
+def test_next_tokens_and_prompt_tokens(server, browser):
+    page = open_page(browser, server.url)
+    choose_preset(page, "Precise", "0.3")
+    tab(page, "Insight")
+    page.locator("#insight-text textarea").fill("What is the capital of France?")
+    page.locator("#insight-chat input").check()
+    page.locator("#insight-next").click()
+    wait_text(page, "#insight-summary", "The current parameters cut", 60_000)
+    table = page.locator("#insight-next-table").inner_text()
+    assert "kept" in table and "cut" in table  # Precise's top_k/top_p cut some of the 20
+    page.locator("#insight-inspect").click()
+    wait_text(page, "#insight-summary", "of the 8,192-token context", 60_000)
+    page.get_by_role("tab", name="Tokens of the prompt").click()
+    wait_text(page, "#insight-rendered", "<|im_start|>assistant", 30_000)
+    screenshot(page, "insight")
+    page.close()

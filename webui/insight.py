@@ -1,0 +1,85 @@
+"""Why the model says what it says: the prompt as the model sees it, and the next-token distribution.
+
+Both go through the engine's scheduler thread (``Engine.call_between_steps``),
+so they never race a running batch for the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from loaders.base import LoadedModel
+from webui.chat import chat_messages, render_chat_prompt
+from webui.engine import Engine, EngineError, SamplingParams
+from webui.engine.sampling import Sampler
+
+
+class InsightUnavailable(EngineError):
+    pass
+
+
+@dataclass(frozen=True)
+class PromptInspection:
+    text: str  # exactly what the model reads (after the chat template, if one was applied)
+    ids: list[int]
+    tokens: list[str]
+    context_length: int
+
+    @property
+    def used(self) -> float:
+        return len(self.ids) / self.context_length if self.context_length else 0.0
+
+
+@dataclass(frozen=True)
+class NextToken:
+    token_id: int
+    token: str
+    probability: float  # under the model's raw distribution
+    after: float  # after the sampling processors (0 where they cut the token)
+    kept: bool  # whether the current parameters could still pick it
+
+
+def _local(model: LoadedModel | None) -> LoadedModel:
+    if model is None:
+        raise InsightUnavailable("no model is loaded; load one in the Model tab")
+    if model.capabilities.text_only or not hasattr(model, "logits"):
+        raise InsightUnavailable(f"the {model.loader} loader gives no token ids or logits; load a local model")
+    return model
+
+
+def prompt_text(model: LoadedModel, text: str, chat: bool, system_prompt: str = "") -> str:
+    if not chat:
+        return text
+    return render_chat_prompt(model.tokenizer, chat_messages([{"role": "user", "content": text}], system_prompt))
+
+
+def inspect_prompt(model: LoadedModel | None, text: str, chat: bool, system_prompt: str = "") -> PromptInspection:
+    model = _local(model)
+    rendered = prompt_text(model, text, chat, system_prompt)
+    ids = model.tokenizer.encode(rendered, add_special_tokens=not chat)
+    return PromptInspection(rendered, ids, model.tokenizer.token_strings(ids), model.context_length)
+
+
+def next_tokens(engine: Engine, text: str, chat: bool, params: SamplingParams, top: int = 20,
+                system_prompt: str = "") -> list[NextToken]:
+    """The ``top`` most likely next tokens, with what ``params`` would do to each."""
+    model = _local(engine.model)
+    inspection = inspect_prompt(model, text, chat, system_prompt)
+    if not inspection.ids:
+        raise InsightUnavailable("the text is empty; type something to look at what comes next")
+
+    logits = engine.call_between_steps(lambda: model.logits(inspection.ids).float())
+    sampler = Sampler(params, sorted(model.tokenizer.eos_token_ids), len(inspection.ids), seed=0)
+    processed = sampler.process(inspection.ids, logits)
+    raw = logits.softmax(-1)
+    if params.greedy:  # greedy picks the argmax of the processed logits, nothing else
+        after = torch.zeros_like(raw)
+        after[int(processed.argmax())] = 1.0
+    else:
+        after = processed.softmax(-1)
+    values, ids = torch.topk(raw, top)
+    strings = model.tokenizer.token_strings(ids.tolist())
+    return [NextToken(int(i), s, float(p), float(after[i]), bool(after[i] > 0))
+            for i, s, p in zip(ids.tolist(), strings, values.tolist())]

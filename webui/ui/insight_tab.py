@@ -1,0 +1,65 @@
+"""Insight tab: the prompt as the model sees it, and the next-token distribution under the current parameters."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from webui.insight import InsightUnavailable, inspect_prompt, next_tokens
+from webui.services import Services
+
+
+def create_insight_tab(services: Services, params) -> dict:
+    with gr.Row():
+        with gr.Column(scale=2):
+            text = gr.Textbox(label="Text", lines=5, elem_id="insight-text",
+                              placeholder="The capital of France is")
+            with gr.Row():
+                chat = gr.Checkbox(label="As a chat message (apply the chat template)", value=False,
+                                   elem_id="insight-chat")
+                system = gr.Textbox(label="System prompt", lines=1, elem_id="insight-system")
+            with gr.Row():
+                inspect_btn = gr.Button("Inspect prompt", elem_id="insight-inspect")
+                next_btn = gr.Button("Next tokens", variant="primary", elem_id="insight-next")
+            summary = gr.Markdown("", elem_id="insight-summary")
+        with gr.Column(scale=3):
+            chart = gr.BarPlot(x="token", y="probability", color="under these parameters", sort="-y",
+                               title="Top 20 next tokens (raw probability)", elem_id="insight-chart")
+    with gr.Tabs():
+        with gr.Tab("Next tokens"):
+            table = gr.Dataframe(interactive=False, elem_id="insight-next-table")
+        with gr.Tab("Tokens of the prompt"):
+            rendered = gr.Code(label="Exactly what the model reads", language=None, interactive=False,
+                               elem_id="insight-rendered")
+            token_table = gr.Dataframe(interactive=False, elem_id="insight-tokens")
+
+    def inspect(value: str, as_chat: bool, system_prompt: str):
+        try:
+            seen = inspect_prompt(services.models.loaded, value, as_chat, system_prompt)
+        except (InsightUnavailable, ValueError) as exc:
+            raise gr.Error(str(exc)) from exc
+        tokens = pd.DataFrame({"#": range(len(seen.ids)), "id": seen.ids,
+                               "token": [repr(t)[1:-1] for t in seen.tokens]})
+        note = (f"**{len(seen.ids)} tokens** · {seen.used:.1%} of the {seen.context_length:,}-token context"
+                if seen.context_length else f"**{len(seen.ids)} tokens**")
+        return seen.text, tokens, note
+
+    def explore(data: dict):
+        sampling = params.params(data)
+        try:
+            found = next_tokens(services.engine, data[text], data[chat], sampling, 20, data[system])
+        except (InsightUnavailable, ValueError) as exc:
+            raise gr.Error(str(exc)) from exc
+        frame = pd.DataFrame({
+            "token": [repr(t.token)[1:-1] for t in found], "id": [t.token_id for t in found],
+            "probability": [round(t.probability, 4) for t in found],
+            "after processors": [round(t.after, 4) for t in found],
+            "under these parameters": ["kept" if t.kept else "cut" for t in found]})
+        cut = sum(not t.kept for t in found)
+        note = (f"Top token **{frame['token'][0]!s}** ({found[0].probability:.1%}). The current parameters cut "
+                f"{cut} of these 20.")
+        return frame, frame, note
+
+    inspect_btn.click(inspect, [text, chat, system], [rendered, token_table, summary])
+    next_btn.click(explore, {text, chat, system, *params.inputs}, [chart, table, summary], concurrency_limit=None)
+    return {"text": text}
