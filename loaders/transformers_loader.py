@@ -184,14 +184,14 @@ class TransformersModel:
 
         return SequenceCache(self._empty_cache(), self.adapters.resolve(tuple(loras)))
 
-    def logits(self, ids: Sequence[int], last_only: bool = True):
+    def logits(self, ids: Sequence[int], last_only: bool = True, loras: Selection = ()):
         """Logits for ``ids`` run alone, outside the batch (the engine's step is not disturbed).
 
         Shape [vocab] with ``last_only``, else [len(ids), vocab] (e.g. for perplexity).
         """
         import torch
 
-        extra = {"adapter_names": ["__base__"]} if self.adapters.peft is not None else {}
+        extra = {"adapter_names": [self.adapters.resolve(tuple(loras))]} if self.adapters.peft is not None else {}
         with torch.inference_mode():
             out = self.adapters.model(input_ids=torch.tensor([list(ids)], dtype=torch.long, device=self.device),
                                       cache=self._empty_cache(), use_cache=True,

@@ -6,7 +6,9 @@ so they never race a running batch for the model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -83,3 +85,39 @@ def next_tokens(engine: Engine, text: str, chat: bool, params: SamplingParams, t
     strings = model.tokenizer.token_strings(ids.tolist())
     return [NextToken(int(i), s, float(p), float(after[i]), bool(after[i] > 0))
             for i, s, p in zip(ids.tolist(), strings, values.tolist())]
+
+
+@dataclass(frozen=True)
+class Perplexity:
+    tokens: int  # tokens scored
+    nll: float  # mean negative log-likelihood per token
+    window: int
+
+    @property
+    def ppl(self) -> float:
+        return math.exp(self.nll)
+
+
+def perplexity(engine: Engine, text: str, window: int = 512, loras: tuple = (),
+               progress: Callable[[float, str], None] | None = None) -> Perplexity:
+    """Perplexity of the loaded model (with ``loras``) on ``text``, in non-overlapping windows.
+
+    Each window runs between engine steps, so chats and batches keep going meanwhile.
+    """
+    model = _local(engine.model)
+    ids = model.tokenizer.encode(text, add_special_tokens=True)
+    window = max(2, min(window, model.context_length or window))
+    if len(ids) < 2:
+        raise InsightUnavailable("the text is too short; perplexity needs at least two tokens")
+    total, count = 0.0, 0
+    starts = list(range(0, len(ids) - 1, window))
+    for n, start in enumerate(starts):
+        chunk = ids[start:start + window + 1]  # +1: the last token of a window is predicted, too
+        logits = engine.call_between_steps(lambda c=chunk: model.logits(c[:-1], last_only=False, loras=loras))
+        logp = torch.log_softmax(logits.float(), -1)
+        targets = torch.tensor(chunk[1:], dtype=torch.long, device=logp.device)
+        total -= float(logp.gather(1, targets[:, None]).sum())
+        count += len(chunk) - 1
+        if progress:
+            progress((n + 1) / len(starts), f"{count}/{len(ids) - 1} tokens")
+    return Perplexity(count, total / count, window)

@@ -13,6 +13,7 @@ from webui.models import ModelManager
 from webui.presets import PresetStore
 from webui.settings import SettingsStore
 from webui.store import ChatStore, Database, NotebookStore
+from webui.store.perplexity import PerplexityStore
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Services:
     notebooks: NotebookStore
     batches: BatchStore
     batch_runner: BatchRunner
+    perplexity: PerplexityStore
 
     @classmethod
     def create(cls, config: AppConfig, registry: LoaderRegistry | None = None) -> "Services":
@@ -41,7 +43,8 @@ class Services:
         batches.mark_interrupted()  # runs a previous process left 'running' died with it; their rows stay
         services = cls(config, registry, engine, ModelManager(config, engine, registry),
                        PresetStore(config.presets_dir), SettingsStore(config.user_data_dir / "settings.json"), db,
-                       ChatStore(db), NotebookStore(db), batches, None)  # type: ignore[arg-type]
+                       ChatStore(db), NotebookStore(db), batches, None,  # type: ignore[arg-type]
+                       PerplexityStore(db))
         services.batch_runner = BatchRunner(services, batches)
         return services
 

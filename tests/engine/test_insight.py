@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -57,3 +59,26 @@ def test_no_model():
             next_tokens(engine, "x", chat=False, params=SamplingParams())
     finally:
         engine.close()
+
+
+def reference_nll(model, ids: list[int]) -> float:
+    with torch.inference_mode():
+        logits = model.model(input_ids=torch.tensor([ids[:-1]])).logits[0]
+    return float(torch.nn.functional.cross_entropy(logits, torch.tensor(ids[1:]), reduction="sum"))
+
+
+def test_perplexity_matches_a_direct_computation_in_one_window_and_in_several(tiny_engine, tiny_model):
+    from webui.insight import perplexity
+
+    text = "The quick brown fox jumps over the lazy dog. " * 6
+    ids = tiny_model.tokenizer.encode(text)
+    whole = perplexity(tiny_engine, text, window=512)
+    assert whole.tokens == len(ids) - 1
+    assert whole.nll == pytest.approx(reference_nll(tiny_model, ids) / (len(ids) - 1), rel=1e-4)
+    windowed = perplexity(tiny_engine, text, window=16)
+    expected = sum(reference_nll(tiny_model, ids[s:s + 17]) for s in range(0, len(ids) - 1, 16))
+    assert windowed.tokens == len(ids) - 1
+    assert windowed.nll == pytest.approx(expected / (len(ids) - 1), rel=1e-4)
+    assert windowed.ppl == pytest.approx(math.exp(windowed.nll))
+    with pytest.raises(InsightUnavailable, match="too short"):
+        perplexity(tiny_engine, "", window=16)

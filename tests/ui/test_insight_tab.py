@@ -33,3 +33,21 @@ def test_next_tokens_and_prompt_tokens(server, browser):
     wait_text(page, "#insight-rendered", "<|im_start|>assistant", 30_000)
     screenshot(page, "insight")
     page.close()
+
+
+def test_perplexity_is_evaluated_and_kept(server, browser):
+    page = open_page(browser, server.url)
+    tab(page, "Insight")
+    page.get_by_role("tab", name="Perplexity").click()
+    page.locator("#ppl-text textarea").fill("The capital of France is Paris. It is a large city in Europe.")
+    page.locator("#ppl-run").click()
+    wait_text(page, "#ppl-note", "Perplexity", 120_000)
+    value = float(page.locator("#ppl-note").inner_text().split("Perplexity ")[1].split(" ")[0])
+    assert 1 < value < 200  # a real language model on plain English
+    wait_text(page, "#ppl-results", "SmolLM2-135M-Instruct", 30_000)
+    page.reload()
+    page.wait_for_selector("#chat-message textarea")
+    tab(page, "Insight")
+    page.get_by_role("tab", name="Perplexity").click()
+    wait_text(page, "#ppl-results", "The capital of France is Paris.", 30_000)
+    page.close()

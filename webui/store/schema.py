@@ -58,4 +58,19 @@ MIGRATIONS: tuple[str, ...] = (
         UNIQUE (run_id, cell)
     );
     """,
+    # 3: perplexity evaluations, kept to compare models, quantizations and adapters.
+    """
+    CREATE TABLE perplexity (
+        id        INTEGER PRIMARY KEY,
+        model     TEXT NOT NULL,
+        loader    TEXT NOT NULL,
+        loras     TEXT NOT NULL,  -- JSON list of [name, weight]
+        dataset   TEXT NOT NULL,  -- a label: the file name, or the start of pasted text
+        tokens    INTEGER NOT NULL,
+        nll       REAL NOT NULL,  -- mean negative log-likelihood per token
+        ppl       REAL NOT NULL,
+        window    INTEGER NOT NULL,
+        created   REAL NOT NULL
+    );
+    """,
 )

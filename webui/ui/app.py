@@ -13,7 +13,7 @@ from webui.services import Services
 from webui.ui.batch_tab import create_batch_tab, wire_batch_tab
 from webui.ui.chat_tab import create_chat_tab
 from webui.ui.generation import ActiveRequests, status_text
-from webui.ui.insight_tab import create_insight_tab
+from webui.ui.insight_tab import create_insight_tab, perplexity_table
 from webui.ui.model_tab import active_text, create_model_tab, lora_choices, model_info
 from webui.ui.notebook_tab import create_notebook_tab
 from webui.ui.parameters_tab import create_parameters_tab
@@ -53,7 +53,7 @@ def build_ui(services: Services) -> gr.Blocks:
                 notebook = create_notebook_tab(services, params, active)
             wire_batch_tab(services, batch, params)
             with insight_tab:
-                create_insight_tab(services, params)
+                insight = create_insight_tab(services, params)
         gr.Timer(1.0).tick(lambda: status_text(services), None, status, show_progress="hidden")
 
         def on_page_load():
@@ -64,9 +64,9 @@ def build_ui(services: Services) -> gr.Blocks:
                               value=loaded.name if loaded else services.settings.get().last_model),
                     gr.update(choices=services.notebooks.list()),
                     gr.update(choices=batch["run_choices"]()), gr.update(choices=services.presets.names()),
-                    gr.update(choices=lora_choices(services)), active_text(services))
+                    gr.update(choices=lora_choices(services)), active_text(services), perplexity_table(services))
 
         demo.load(on_page_load, None, [*params.inputs, params.preset, chat["chat_list"], model.info, model.template,
                                        model.model, notebook["name"], batch["runs"], batch["presets"],
-                                       model.lora_pick, model.lora_active])
+                                       model.lora_pick, model.lora_active, insight["ppl_table"]])
     return demo

@@ -5,8 +5,18 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from webui.insight import InsightUnavailable, inspect_prompt, next_tokens
+from webui.insight import InsightUnavailable, inspect_prompt, next_tokens, perplexity
 from webui.services import Services
+
+
+def perplexity_table(services: Services) -> pd.DataFrame:
+    """Every stored evaluation, newest first, to compare models, quantizations and adapters."""
+    import datetime
+
+    rows = [[r.model + "".join(f" +{n}×{w:g}" for n, w in r.loras), r.loader, r.dataset, r.tokens,
+             round(r.ppl, 3), r.window, datetime.datetime.fromtimestamp(r.created).strftime("%Y-%m-%d %H:%M")]
+            for r in services.perplexity.list()]
+    return pd.DataFrame(rows, columns=["model", "loader", "text", "tokens", "perplexity", "window", "when"])
 
 
 def create_insight_tab(services: Services, params) -> dict:
@@ -32,6 +42,17 @@ def create_insight_tab(services: Services, params) -> dict:
             rendered = gr.Code(label="Exactly what the model reads", language=None, interactive=False,
                                elem_id="insight-rendered")
             token_table = gr.Dataframe(interactive=False, elem_id="insight-tokens")
+        with gr.Tab("Perplexity"):
+            with gr.Row():
+                ppl_text = gr.Textbox(label="Text to evaluate (or upload a .txt)", lines=4, elem_id="ppl-text",
+                                      scale=4)
+                with gr.Column(scale=1):
+                    ppl_upload = gr.UploadButton("Upload .txt", file_types=[".txt"], size="sm", elem_id="ppl-upload")
+                    ppl_window = gr.Number(value=512, precision=0, minimum=2, label="Window (tokens)",
+                                           elem_id="ppl-window")
+                    ppl_btn = gr.Button("Evaluate", variant="primary", elem_id="ppl-run")
+            ppl_note = gr.Markdown("", elem_id="ppl-note")
+            ppl_table = gr.Dataframe(value=perplexity_table(services), interactive=False, elem_id="ppl-results")
 
     def inspect(value: str, as_chat: bool, system_prompt: str):
         try:
@@ -60,6 +81,27 @@ def create_insight_tab(services: Services, params) -> dict:
                 f"{cut} of these 20.")
         return frame, frame, note
 
+    def evaluate(value: str, window: float | None, progress=gr.Progress()):
+        model = services.models.loaded
+        loras = services.models.active_loras
+        try:
+            result = perplexity(services.engine, value, int(window or 512), loras,
+                                progress=lambda f, m: progress(f, desc=m))
+        except (InsightUnavailable, ValueError) as exc:
+            raise gr.Error(str(exc)) from exc
+        label = " ".join(value.split())[:40] + ("…" if len(value) > 40 else "")
+        services.perplexity.add(model.name, model.loader, loras, label, result.tokens, result.nll, result.ppl,
+                                result.window)
+        return (f"**Perplexity {result.ppl:.2f}** over {result.tokens:,} tokens (mean NLL {result.nll:.4f}, "
+                f"window {result.window}).", perplexity_table(services))
+
+    def load_text(file):
+        from pathlib import Path
+
+        return Path(file if isinstance(file, str) else file.name).read_text(encoding="utf-8", errors="replace")
+
+    ppl_btn.click(evaluate, [ppl_text, ppl_window], [ppl_note, ppl_table], concurrency_limit=None)
+    ppl_upload.upload(load_text, [ppl_upload], [ppl_text])
     inspect_btn.click(inspect, [text, chat, system], [rendered, token_table, summary])
     next_btn.click(explore, {text, chat, system, *params.inputs}, [chart, table, summary], concurrency_limit=None)
-    return {"text": text}
+    return {"text": text, "ppl_table": ppl_table}

@@ -1,0 +1,50 @@
+"""Perplexity results, kept so models, quantizations and adapters can be compared later."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import time
+from dataclasses import dataclass
+
+from webui.store.db import Database
+
+
+@dataclass(frozen=True)
+class PerplexityRecord:
+    id: int
+    model: str
+    loader: str
+    loras: list
+    dataset: str
+    tokens: int
+    nll: float
+    ppl: float
+    window: int
+    created: float
+
+
+class PerplexityStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def add(self, model: str, loader: str, loras, dataset: str, tokens: int, nll: float, ppl: float,
+            window: int) -> PerplexityRecord:
+        with self._db.transaction() as conn:
+            cur = conn.execute("INSERT INTO perplexity (model, loader, loras, dataset, tokens, nll, ppl, window, "
+                               "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               (model, loader, json.dumps([list(x) for x in loras]), dataset, tokens, nll, ppl,
+                                window, time.time()))
+            row_id = cur.lastrowid
+        return self._get(row_id)
+
+    def _get(self, row_id: int) -> PerplexityRecord:
+        return _record(self._db.query_one("SELECT * FROM perplexity WHERE id = ?", (row_id,)))
+
+    def list(self) -> builtins.list[PerplexityRecord]:
+        return [_record(r) for r in self._db.query("SELECT * FROM perplexity ORDER BY created DESC, id DESC")]
+
+
+def _record(row) -> PerplexityRecord:
+    return PerplexityRecord(row["id"], row["model"], row["loader"], json.loads(row["loras"]), row["dataset"],
+                            row["tokens"], row["nll"], row["ppl"], row["window"], row["created"])
