@@ -77,15 +77,16 @@ def _load_hook(spec: str) -> RegisterHook:
 
 
 def default_registry() -> LoaderRegistry:
-    """A registry holding every loader installed: built-ins and entry-point plugins."""
+    """A registry holding every loader installed: built-ins first (in BUILTIN_HOOKS order), then plugins.
+
+    Built-ins are declared as entry points like any plugin; a source tree that was
+    never pip-installed finds the same hooks by module name.
+    """
     registry = LoaderRegistry()
-    seen: set[str] = set()
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.value in seen:
-            continue
-        seen.add(ep.value)
-        ep.load()(registry.register)
+    plugins = {ep.value: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     for spec in BUILTIN_HOOKS:
-        if spec not in seen:
-            _load_hook(spec)(registry.register)
+        hook = plugins.pop(spec).load() if spec in plugins else _load_hook(spec)
+        hook(registry.register)
+    for spec in sorted(plugins):
+        plugins[spec].load()(registry.register)
     return registry

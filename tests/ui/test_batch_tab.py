@@ -7,17 +7,9 @@ import io
 
 import pytest
 
-from tests.e2e.server import running_server, user_data_with_default_model
 from tests.ui.pages import export_file, open_page, screenshot, tab, toast, upload_file, wait_text
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, default_model_dir):
-    user_data = user_data_with_default_model(tmp_path_factory.mktemp("batch-ui") / "data", default_model_dir)
-    with running_server(user_data) as srv:
-        yield srv
 
 
 def test_upload_two_presets_run_table_pass_rates_export(server, browser, tmp_path):

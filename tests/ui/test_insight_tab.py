@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.server import running_server, user_data_with_default_model
 from tests.ui.pages import choose_preset, open_page, screenshot, tab, wait_text
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, default_model_dir):
-    user_data = user_data_with_default_model(tmp_path_factory.mktemp("insight-ui") / "data", default_model_dir)
-    with running_server(user_data) as srv:
-        yield srv
 
 
 def test_next_tokens_and_prompt_tokens(server, browser):
