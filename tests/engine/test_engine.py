@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 
 import pytest
@@ -161,7 +162,8 @@ def test_async_consumption(tiny_engine):
         stream = tiny_engine.submit(GenerationRequest("Hi", greedy(8, ban_eos=True)))
         return [e async for e in stream]
 
-    events = asyncio.run(consume())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a fresh event loop, whatever this thread runs
+        events = pool.submit(asyncio.run, consume()).result(60)
     assert events[-1].finish_reason == "length" and sum(len(e.token_ids) for e in events) == 8
 
 
@@ -288,3 +290,17 @@ def test_logit_bias_forces_a_token(tiny_engine, tok):
     forced = tok.encode(" banana", add_special_tokens=False)[0]
     result = tiny_engine.generate(GenerationRequest("hi", greedy(3, logit_bias={forced: 100})))
     assert result.token_ids == [forced] * 3
+
+
+def test_interleave_yields_events_of_both_streams_as_they_come(tok):
+    from webui.engine.stream import interleave
+
+    engine, _ = scripted_engine(tok, "one two three four five", step_delay=0.01)
+    try:
+        streams = [engine.submit(GenerationRequest("a", greedy(5))), engine.submit(GenerationRequest("b", greedy(3)))]
+        seen = list(interleave(streams))
+    finally:
+        engine.close()
+    assert {i for i, _ in seen} == {0, 1}
+    finals = [e for _, e in seen if e.finish_reason]
+    assert len(finals) == 2 and sum(len(e.token_ids) for i, e in seen if i == 1) == 3

@@ -95,3 +95,32 @@ def collect(events) -> GenerationResult:
     return GenerationResult(last.request_id, "".join(text), ids, last.finish_reason,
                             last.usage or Usage(), last.timings or Timings(), last.seed or 0,
                             last.stop_string, logprobs)
+
+
+def interleave(streams: list[RequestStream]) -> Iterator[tuple[int, GenerationEvent | Exception]]:
+    """Events of several streams as they come, tagged with the stream's index (sync callers, e.g. an A/B view).
+
+    A failed request yields its GenerationError in place of events; leaving early cancels every stream.
+    """
+    merged: queue.SimpleQueue = queue.SimpleQueue()
+
+    def pump(index: int, stream: RequestStream) -> None:
+        try:
+            for event in stream:
+                merged.put((index, event))
+        except Exception as exc:
+            merged.put((index, exc))
+
+    threads = [threading.Thread(target=pump, args=(i, s), daemon=True) for i, s in enumerate(streams)]
+    for t in threads:
+        t.start()
+    remaining = len(streams)
+    try:
+        while remaining:
+            index, item = merged.get()
+            if isinstance(item, Exception) or item.finish_reason is not None:
+                remaining -= 1
+            yield index, item
+    finally:
+        for s in streams:
+            s.cancel()

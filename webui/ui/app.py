@@ -10,6 +10,7 @@ from __future__ import annotations
 import gradio as gr
 
 from webui.services import Services
+from webui.ui.ab_tab import create_ab_tab, side_choices
 from webui.ui.batch_tab import create_batch_tab, wire_batch_tab
 from webui.ui.chat_tab import create_chat_tab
 from webui.ui.generation import ActiveRequests, status_text
@@ -42,6 +43,7 @@ def build_ui(services: Services) -> gr.Blocks:
             notebook_tab = gr.Tab("Notebook", id="notebook", elem_id="tab-notebook")
             with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
                 batch = create_batch_tab(services)
+            ab_tab = gr.Tab("A/B", id="ab", elem_id="tab-ab")
             insight_tab = gr.Tab("Insight", id="insight", elem_id="tab-insight")
             with gr.Tab("Parameters", id="parameters", elem_id="tab-parameters"):
                 params = create_parameters_tab(services)
@@ -54,6 +56,8 @@ def build_ui(services: Services) -> gr.Blocks:
             wire_batch_tab(services, batch, params)
             with insight_tab:
                 insight = create_insight_tab(services, params)
+            with ab_tab:
+                ab = create_ab_tab(services, params, active)
         gr.Timer(1.0).tick(lambda: status_text(services), None, status, show_progress="hidden")
 
         def on_page_load():
@@ -64,9 +68,12 @@ def build_ui(services: Services) -> gr.Blocks:
                               value=loaded.name if loaded else services.settings.get().last_model),
                     gr.update(choices=services.notebooks.list()),
                     gr.update(choices=batch["run_choices"]()), gr.update(choices=services.presets.names()),
-                    gr.update(choices=lora_choices(services)), active_text(services), perplexity_table(services))
+                    gr.update(choices=lora_choices(services)), active_text(services), perplexity_table(services),
+                    *[gr.update(choices=side_choices(services)[0]) for _ in ab["presets"]],
+                    *[gr.update(choices=side_choices(services)[1]) for _ in ab["adapters"]])
 
         demo.load(on_page_load, None, [*params.inputs, params.preset, chat["chat_list"], model.info, model.template,
                                        model.model, notebook["name"], batch["runs"], batch["presets"],
-                                       model.lora_pick, model.lora_active, insight["ppl_table"]])
+                                       model.lora_pick, model.lora_active, insight["ppl_table"],
+                                       *ab["presets"], *ab["adapters"]])
     return demo

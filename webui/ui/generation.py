@@ -30,6 +30,14 @@ class ActiveRequests:
             if self._streams.get(key) is stream:
                 del self._streams[key]
 
+    def cancel_session(self, session: str, prefix: str) -> int:
+        """Cancel every request of ``session`` whose panel name starts with ``prefix``; how many."""
+        with self._lock:
+            streams = [s for (sess, panel), s in self._streams.items() if sess == session and panel.startswith(prefix)]
+        for s in streams:
+            s.cancel()
+        return len(streams)
+
     def cancel(self, key: tuple[str, str]) -> bool:
         with self._lock:
             stream = self._streams.get(key)
