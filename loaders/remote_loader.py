@@ -26,6 +26,19 @@ EXTRA_FIELDS = {"top_k": ("top_k", 0), "min_p": ("min_p", 0.0), "typical_p": ("t
                 "no_repeat_ngram_size": ("no_repeat_ngram_size", 0), "ban_eos": ("ignore_eos", False)}
 
 
+def api_fields(params: dict[str, Any]) -> dict[str, Any]:
+    """Our sampling parameters as OpenAI request fields (vLLM's extras only where they differ from neutral)."""
+    body: dict[str, Any] = {}
+    for ours, theirs in OPENAI_FIELDS.items():
+        value = params.get(ours)
+        if value is not None and value != [] and value != {}:
+            body[theirs] = value
+    for ours, (theirs, neutral) in EXTRA_FIELDS.items():
+        if params.get(ours, neutral) != neutral:
+            body[theirs] = params[ours]
+    return body
+
+
 class RemoteError(LoaderError):
     """The remote server could not be reached, refused the request, or timed out."""
 
@@ -128,14 +141,8 @@ class RemoteModel:
 
     def request_body(self, prompt: str | list[int], messages: list[dict] | None, params: dict[str, Any],
                      logprobs: int | None) -> tuple[str, dict]:
-        body: dict[str, Any] = {"model": self.name, "stream": True, "stream_options": {"include_usage": True}}
-        for ours, theirs in OPENAI_FIELDS.items():
-            value = params.get(ours)
-            if value is not None and value != [] and value != {}:
-                body[theirs] = value
-        for ours, (theirs, neutral) in EXTRA_FIELDS.items():
-            if params.get(ours, neutral) != neutral:
-                body[theirs] = params[ours]
+        body: dict[str, Any] = {"model": self.name, "stream": True, "stream_options": {"include_usage": True},
+                                **api_fields(params)}
         if messages is not None:
             body["messages"] = messages
             if logprobs is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.pages import choose_preset, open_page, screenshot, tab, wait_text
+from tests.ui.pages import choose_preset, open_page, screenshot, set_number, tab, wait_text
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -42,4 +42,26 @@ def test_perplexity_is_evaluated_and_kept(server, browser):
     tab(page, "Insight")
     page.get_by_role("tab", name="Perplexity").click()
     wait_text(page, "#ppl-results", "The capital of France is Paris.", 30_000)
+    page.close()
+
+
+def test_a_chat_reply_record_reruns_to_the_same_text(server, browser):
+    from tests.ui.pages import bot_messages, send, wait_reply_done
+
+    page = open_page(browser, server.url)
+    choose_preset(page, "Deterministic", "0")
+    set_number(page, "params-max_new_tokens", 10)
+    send(page, "Name a large animal.")
+    wait_reply_done(page)
+    reply = bot_messages(page)[-1].split("\n")[0]
+    page.get_by_text("Reproduce the last reply").click()
+    wait_text(page, "#chat-record", "llm-workbench.record", 30_000)
+    record = page.locator("#chat-record .cm-content").inner_text()
+    assert "curl" in page.locator("#chat-record-curl").inner_text()
+    tab(page, "Insight")
+    page.get_by_role("tab", name="Re-run a record").click()
+    page.locator("#record-input .cm-content").fill(record)
+    page.locator("#record-run").click()
+    wait_text(page, "#record-note", "finish:", 60_000)
+    assert page.locator("#record-output textarea").input_value().split("\n")[0] == reply
     page.close()

@@ -16,6 +16,7 @@ import gradio as gr
 
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.engine import GenerationEvent, SamplingParams
+from webui.reproduce import record_for_reply
 from webui.services import Services
 from webui.store import StoreError
 from webui.ui.generation import ActiveRequests, session_key, stats_text, stream_text
@@ -25,9 +26,11 @@ PANEL = "chat"
 TITLE_LENGTH = 48
 
 
-def reply_stats(event: GenerationEvent, params: SamplingParams) -> dict[str, Any]:
+def reply_stats(event: GenerationEvent, params: SamplingParams, model=None, loras=()) -> dict[str, Any]:
     u, t = event.usage, event.timings
-    return {"completion_tokens": u.completion_tokens, "prompt_tokens": u.prompt_tokens,
+    return {"model": getattr(model, "name", None), "loader": getattr(model, "loader", None),
+            "loras": [list(x) for x in loras],
+            "completion_tokens": u.completion_tokens, "prompt_tokens": u.prompt_tokens,
             "time_to_first_token": t.first_token, "tokens_per_second": t.tokens_per_second,
             "finish_reason": event.finish_reason, "stop_string": event.stop_string, "seed": event.seed,
             "params": params.to_dict(), "summary": stats_text(event)}
@@ -81,6 +84,24 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
                 continue_btn = gr.Button("Continue", elem_id="chat-continue")
                 remove_btn = gr.Button("Remove last", elem_id="chat-remove-last")
             stats = gr.Markdown("", elem_id="chat-stats")
+            with gr.Accordion("Reproduce the last reply", open=False):
+                record_json = gr.Code(language="json", label="Record (paste it in the Insight tab to re-run)",
+                                      interactive=False, elem_id="chat-record")
+                record_curl = gr.Code(language="shell", label="curl", interactive=False, elem_id="chat-record-curl")
+                record_py = gr.Code(language="python", label="openai (Python)", interactive=False,
+                                    elem_id="chat-record-python")
+
+    def record_views(cid: int | None):
+        """Record, curl and openai snippet of the chat's last reply (empty when there is none yet)."""
+        history = chats.messages(cid) if cid is not None else []
+        last = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "assistant"
+                     and history[i].stats and "params" in history[i].stats), None)
+        if last is None:
+            return "", "", ""
+        turns = [{"role": m.role, "content": m.content} for m in history[:last]]
+        record = record_for_reply(turns, chats.get(cid).system_prompt, history[last].stats)
+        base = f"http://127.0.0.1:{services.config.api_port}/v1"
+        return record.to_json(), record.curl(base), record.openai_snippet(base)
 
     def choices(query: str = "") -> dict:
         return gr.update(choices=[(c.title, c.id) for c in chats.list(query)])
@@ -110,7 +131,7 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
             if event.text or event.finish_reason:
                 content = base + text
                 final = event.finish_reason is not None
-                stat = reply_stats(event, sampling) if final else None
+                stat = reply_stats(event, sampling, model, services.models.active_loras) if final else None
                 if target is None and (content or final):
                     target = chats.append(cid, "assistant", content, stats=stat)
                 elif target is not None:
@@ -216,6 +237,7 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
         return (view(chat.id), chat.id, gr.update(choices=[(c.title, c.id) for c in chats.list(query)], value=chat.id),
                 chat.title, chat.system_prompt)
 
+    stats.change(record_views, [chat_id], [record_json, record_curl, record_py], show_progress="hidden")
     send_inputs = {message, chat_id, system, search, *params.inputs}
     send_outputs = [chatbot, message, chat_id, chat_list, title, stats]
     send_btn.click(send, send_inputs, send_outputs, concurrency_limit=None)

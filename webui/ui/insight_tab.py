@@ -5,7 +5,9 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from webui.engine import EngineError
 from webui.insight import InsightUnavailable, inspect_prompt, next_tokens, perplexity
+from webui.reproduce import RecordError, parse_record
 from webui.services import Services
 
 
@@ -42,6 +44,12 @@ def create_insight_tab(services: Services, params) -> dict:
             rendered = gr.Code(label="Exactly what the model reads", language=None, interactive=False,
                                elem_id="insight-rendered")
             token_table = gr.Dataframe(interactive=False, elem_id="insight-tokens")
+        with gr.Tab("Re-run a record"):
+            record_in = gr.Code(language="json", label="Paste a record (from a chat reply's Reproduce panel)",
+                                interactive=True, elem_id="record-input")
+            record_btn = gr.Button("Re-run it", variant="primary", elem_id="record-run")
+            record_out = gr.Textbox(label="Output", lines=6, interactive=False, elem_id="record-output")
+            record_note = gr.Markdown("", elem_id="record-note")
         with gr.Tab("Perplexity"):
             with gr.Row():
                 ppl_text = gr.Textbox(label="Text to evaluate (or upload a .txt)", lines=4, elem_id="ppl-text",
@@ -100,6 +108,21 @@ def create_insight_tab(services: Services, params) -> dict:
 
         return Path(file if isinstance(file, str) else file.name).read_text(encoding="utf-8", errors="replace")
 
+    def rerun(text_in: str):
+        try:
+            record = parse_record(text_in or "")
+            model = services.models.loaded
+            if model is None:
+                raise RecordError("no model is loaded; load the record's model first")
+            note = "" if model.name == record.model else (
+                f"Note: the record was made with **{record.model}**; **{model.name}** is loaded now. ")
+            result = services.engine.generate(record.request(model.tokenizer))
+        except (RecordError, EngineError, ValueError) as exc:
+            raise gr.Error(str(exc)) from exc
+        return result.text, note + f"{result.usage.completion_tokens} tokens · finish: {result.finish_reason} · " \
+                                   f"seed {result.seed}"
+
+    record_btn.click(rerun, [record_in], [record_out, record_note], concurrency_limit=None)
     ppl_btn.click(evaluate, [ppl_text, ppl_window], [ppl_note, ppl_table], concurrency_limit=None)
     ppl_upload.upload(load_text, [ppl_upload], [ppl_text])
     inspect_btn.click(inspect, [text, chat, system], [rendered, token_table, summary])

@@ -1,0 +1,51 @@
+"""Reproduce records: JSON round trip, the equivalent API request, snippets that are valid code, bad records."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from webui.engine import SamplingParams
+from webui.reproduce import RecordError, ReproduceRecord, parse_record
+
+
+def record(**kw) -> ReproduceRecord:
+    params = SamplingParams(temperature=0.7, top_k=40, seed=123, stop=("\n\n",), max_new_tokens=20).to_dict()
+    return ReproduceRecord("SmolLM2-135M-Instruct", params, [{"role": "user", "content": "Hi 'there'"}], **kw)
+
+
+def test_json_round_trip():
+    r = record(loras=[["secret", 1.0]])
+    assert parse_record(r.to_json()) == r
+
+
+def test_the_api_request_carries_every_setting():
+    route, body = record(loras=[["secret", 1.0]]).api_body()
+    assert route == "/chat/completions" and body["model"] == "SmolLM2-135M-Instruct:secret"
+    assert (body["temperature"], body["top_k"], body["seed"], body["stop"], body["max_tokens"]) == (
+        0.7, 40, 123, ["\n\n"], 20)
+    raw = ReproduceRecord("m", SamplingParams(temperature=0).to_dict(), prompt="Once")
+    assert raw.api_body() == ("/completions", {"model": "m", "temperature": 0.0, "top_p": 1.0, "max_tokens": 512,
+                                               "presence_penalty": 0.0, "frequency_penalty": 0.0, "prompt": "Once"})
+
+
+def test_snippets_are_valid_code():
+    r = record()
+    compile(r.openai_snippet(), "<snippet>", "exec")
+    words = shlex.split(r.curl())
+    assert words[0] == "curl" and json.loads(words[-1])["messages"][0]["content"] == "Hi 'there'"
+    assert "extra_body={'top_k': 40}" in r.openai_snippet()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{", "not valid JSON"),
+    ('{"format": "other"}', "not a workbench record"),
+    ('{"format": "llm-workbench.record", "model": "m"}', "needs 'model'"),
+    ('{"format": "llm-workbench.record", "model": "m", "params": {}}', "either 'messages'"),
+    ('{"format": "llm-workbench.record", "model": "m", "params": {"top_p": 3}, "prompt": "x"}', "top_p must be in"),
+])
+def test_bad_records_say_what_is_wrong(text, message):
+    with pytest.raises(RecordError, match=message):
+        parse_record(text)

@@ -1,0 +1,106 @@
+"""Reproduce records: everything that decides an output, as JSON, a curl command and an openai snippet.
+
+A record names the model, loader and adapters, every sampling parameter with
+the seed actually used, and the prompt (the chat messages, or raw text). Run
+again on the same model — here, over the API, or in the batch runner — it
+gives the same tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from loaders.remote_loader import api_fields
+from webui.engine import GenerationRequest, InvalidParameter, SamplingParams
+
+FORMAT = "llm-workbench.record"
+
+
+class RecordError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ReproduceRecord:
+    model: str
+    params: dict[str, Any]  # every SamplingParams field; "seed" is the seed that was used
+    messages: list[dict[str, str]] | None = None  # a chat (the model's template applies), or
+    prompt: str | None = None  # raw text
+    loader: str = "transformers"
+    loras: list[list] = field(default_factory=list)  # [[name, weight], ...]
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, "version": 1, **asdict(self)}, indent=2, ensure_ascii=False)
+
+    def sampling(self) -> SamplingParams:
+        try:
+            return SamplingParams.from_dict(self.params, source="the record")
+        except InvalidParameter as exc:
+            raise RecordError(str(exc)) from exc
+
+    def request(self, tokenizer) -> GenerationRequest:
+        """The engine request this record describes (the chat rendered with ``tokenizer``'s template)."""
+        from webui.chat import render_chat_prompt
+
+        loras = tuple((str(n), float(w)) for n, w in self.loras)
+        if self.messages is not None:
+            return GenerationRequest(render_chat_prompt(tokenizer, self.messages), self.sampling(),
+                                     add_special_tokens=False, messages=self.messages, loras=loras)
+        return GenerationRequest(self.prompt or "", self.sampling(), loras=loras)
+
+    def api_body(self) -> tuple[str, dict[str, Any]]:
+        """(route, JSON body) of the equivalent OpenAI API request."""
+        model = self.model + (f":{self.loras[0][0]}" if len(self.loras) == 1 else "")
+        body = {"model": model, **api_fields(self.sampling().to_dict())}
+        if self.messages is not None:
+            return "/chat/completions", {**body, "messages": self.messages}
+        return "/completions", {**body, "prompt": self.prompt}
+
+    def curl(self, base_url: str = "http://127.0.0.1:5000/v1") -> str:
+        route, body = self.api_body()
+        return (f"curl {base_url}{route} -H 'Content-Type: application/json' "
+                f"-H \"Authorization: Bearer $API_KEY\" -d {shlex.quote(json.dumps(body, ensure_ascii=False))}")
+
+    def openai_snippet(self, base_url: str = "http://127.0.0.1:5000/v1") -> str:
+        route, body = self.api_body()
+        standard = {k: v for k, v in body.items() if k not in _EXTRAS}
+        extra = {k: v for k, v in body.items() if k in _EXTRAS}
+        call = "client.chat.completions.create" if route == "/chat/completions" else "client.completions.create"
+        args = ",\n    ".join(f"{k}={v!r}" for k, v in standard.items())
+        if extra:
+            args += f",\n    extra_body={extra!r}"
+        return (f"from openai import OpenAI\n\nclient = OpenAI(base_url={base_url!r}, api_key=\"...\")\n"
+                f"reply = {call}(\n    {args},\n)\n")
+
+
+_EXTRAS = {"top_k", "min_p", "typical_p", "repetition_penalty", "min_tokens", "no_repeat_ngram_size", "ignore_eos"}
+
+
+def parse_record(text: str) -> ReproduceRecord:
+    """A record from its JSON; what is wrong is said plainly."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise RecordError(f"the record is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise RecordError(f"this is not a workbench record (expected \"format\": \"{FORMAT}\")")
+    if not isinstance(data.get("params"), dict) or not isinstance(data.get("model"), str):
+        raise RecordError("a record needs 'model' (a string) and 'params' (an object)")
+    if (data.get("messages") is None) == (data.get("prompt") is None):
+        raise RecordError("a record needs either 'messages' (a chat) or 'prompt' (raw text)")
+    record = ReproduceRecord(data["model"], data["params"], data.get("messages"), data.get("prompt"),
+                             data.get("loader", "transformers"), data.get("loras") or [])
+    record.sampling()  # validates the parameters now
+    return record
+
+
+def record_for_reply(history: list[dict[str, str]], system_prompt: str, stats: dict[str, Any]) -> ReproduceRecord:
+    """The record of a stored chat reply: the chat before it, and the stats saved with it."""
+    from webui.chat import chat_messages
+
+    params = {**stats["params"], "seed": stats.get("seed", stats["params"].get("seed"))}
+    return ReproduceRecord(stats.get("model", "?"), params, chat_messages(history, system_prompt),
+                           loader=stats.get("loader", "transformers"), loras=stats.get("loras", []))
