@@ -91,7 +91,7 @@ class LoadedModel(Protocol):
 
         Loaders without LoRA support (``capabilities.lora`` False) are never asked for adapters and
         need no ``loras`` parameter; those with it also provide ``loras`` (attached adapters by name),
-        ``add_lora(name, path)`` and ``remove_lora(name)``.
+        ``check_lora(path)``, ``add_lora(name, path)`` and ``remove_lora(name)``.
         """
 
     def release(self, cache: Any) -> None:

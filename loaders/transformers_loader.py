@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from loaders.base import (Capabilities, LoadedModel, LoaderUnavailable, LoadOptions, ModelLoadError,
                           missing_module, require_backend)
-from loaders.lora import Adapters, Selection
+from loaders.lora import Adapters, Selection, check_fits
 
 Progress = Callable[[float, str], None]
 
@@ -199,6 +199,10 @@ class TransformersModel:
         return out.logits[0, -1] if last_only else out.logits[0]
 
     # -- LoRA -------------------------------------------------------------------------
+    def check_lora(self, path: Path) -> None:
+        """Raise LoRAError unless the adapter at ``path`` fits this model's layers (nothing is loaded)."""
+        check_fits(self.adapters.base, path)
+
     def add_lora(self, name: str, path: Path) -> None:
         """Load an adapter (refused, with the model untouched, if it does not fit)."""
         self.adapters.add(name, path)

@@ -170,3 +170,12 @@ def random_lora(base_dir: Path, out: Path, seed: int = 3) -> Path:
                                       init_lora_weights=False, task_type="CAUSAL_LM"))
     model.save_pretrained(out)
     return out
+
+
+def run_async(coro, timeout: float = 120):
+    """asyncio.run on a worker thread: a fresh event loop even where playwright's sync API already runs one."""
+    import asyncio
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result(timeout)

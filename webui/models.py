@@ -182,7 +182,7 @@ class ModelManager:
 
     def compatible_loras(self) -> list[LoraEntry]:
         """The available adapters whose shapes fit the loaded model (none if its loader cannot do LoRA)."""
-        from loaders.lora import LoRAError, check_fits
+        from loaders.lora import LoRAError
 
         model = self._loaded
         if model is None or not model.capabilities.lora:
@@ -190,7 +190,7 @@ class ModelManager:
         fits = []
         for entry in self.available_loras():
             try:
-                check_fits(model.adapters.base, entry.path)
+                model.check_lora(entry.path)
             except LoRAError:
                 continue
             fits.append(entry)

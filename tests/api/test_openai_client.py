@@ -13,6 +13,8 @@ import time
 import openai
 import pytest
 
+from tests.conftest import run_async
+
 MODEL = "SmolLM2-135M-Instruct"
 ALIAS = "gpt-test"
 QUESTION = "What is the capital of France?"
@@ -296,7 +298,7 @@ def test_async_streaming_chat(api, client):
                 finish = chunk.choices[0].finish_reason or finish
             return deltas, finish
 
-    deltas, finish = asyncio.run(main())
+    deltas, finish = run_async(main())
     assert "".join(deltas) == expected
     assert finish in ("stop", "length")
 
@@ -311,7 +313,7 @@ def test_async_concurrent_requests_all_complete(api):
                 for i, t in enumerate(temperatures)))
 
     started = time.monotonic()
-    results = asyncio.run(main())
+    results = run_async(main())
     assert len(results) == 4
     for r in results:
         assert r.choices[0].finish_reason in ("stop", "length")

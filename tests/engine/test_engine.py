@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import threading
 
 import pytest
 
 from webui.engine import (Engine, EngineConfig, GenerationError, GenerationRequest, NoModelLoaded, PromptTooLong,
                           QueueFull, SamplingParams)
+from tests.conftest import run_async
 from tests.engine.scripted import ScriptedModel
 
 
@@ -162,8 +161,7 @@ def test_async_consumption(tiny_engine):
         stream = tiny_engine.submit(GenerationRequest("Hi", greedy(8, ban_eos=True)))
         return [e async for e in stream]
 
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a fresh event loop, whatever this thread runs
-        events = pool.submit(asyncio.run, consume()).result(60)
+    events = run_async(consume())
     assert events[-1].finish_reason == "length" and sum(len(e.token_ids) for e in events) == 8
 
 

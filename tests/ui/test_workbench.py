@@ -51,6 +51,16 @@ def last_reply(user_data: Path, question: str):
     return found[0] if found else None
 
 
+def reply_when(user_data: Path, question: str, done):
+    """The stored last reply to ``question`` once ``done(reply)`` holds (or the last one seen at the deadline)."""
+    deadline = time.monotonic() + LONG / 1000
+    while True:
+        reply = last_reply(user_data, question)
+        if (reply and done(reply)) or time.monotonic() > deadline:
+            return reply
+        time.sleep(0.2)
+
+
 def ready_page(browser, url: str, max_new_tokens: int = 12, preset: str = "Deterministic", temperature: str = "0"):
     page = open_page(browser, url)
     choose_preset(page, preset, temperature)
@@ -100,12 +110,7 @@ def test_regenerate_at_temperature_zero_gives_the_same_reply(server, browser):
     wait_reply_done(page)
     first_id, first_text, _ = last_reply(server.user_data, "Name three colors.")
     page.locator("#chat-regenerate").click()
-    deadline = time.monotonic() + LONG / 1000
-    while time.monotonic() < deadline:
-        reply = last_reply(server.user_data, "Name three colors.")
-        if reply and reply[0] != first_id and reply[2] is not None:
-            break
-        time.sleep(0.2)
+    reply = reply_when(server.user_data, "Name three colors.", lambda r: r[0] != first_id and r[2] is not None)
     assert reply[0] != first_id and reply[1] == first_text
     wait_reply_done(page)
     assert len(bot_messages(page)) == 1
@@ -230,12 +235,8 @@ def test_continue_extends_the_last_reply(server, browser):
     wait_reply_done(page)
     first = last_reply(server.user_data, "Write a story about a cat.")[1]
     page.locator("#chat-continue").click()
-    deadline = time.monotonic() + LONG / 1000
-    while time.monotonic() < deadline:
-        reply = last_reply(server.user_data, "Write a story about a cat.")
-        if len(reply[1]) > len(first) and reply[2] and json.loads(reply[2])["completion_tokens"] == 5:
-            break
-        time.sleep(0.2)
+    reply = reply_when(server.user_data, "Write a story about a cat.", lambda r: len(r[1]) > len(first) and r[2]
+                       and json.loads(r[2])["completion_tokens"] == 5)
     assert reply[1].startswith(first) and len(reply[1]) > len(first)
     assert len(bot_messages(page)) == 1
     page.close()

@@ -42,6 +42,12 @@ def completion_logprobs(items: list[TokenLogprob], offset: int) -> dict:
             "top_logprobs": [{t: v for _, t, v in lp.top} for lp in items], "text_offset": offsets}
 
 
+def envelope(rid: str, obj: str, created: int, model: str, choices: list, **extra: Any) -> dict:
+    """The fields every completion body and chunk shares."""
+    return {"id": rid, "object": obj, "created": created, "model": model, "system_fingerprint": None,
+            "choices": choices, **extra}
+
+
 def _log_prompt(request: Request, prompt: Any) -> None:
     if serving(request).config.log_prompts:
         request.state.prompt = prompt
@@ -74,22 +80,21 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     s = serving(request)
     model, loras = s.resolve_model(body.model)
     params = s.sampling_params(body)
+    messages = body.chat_messages()
     try:
-        prompt = render_chat_prompt(model.tokenizer, body.chat_messages())
+        prompt = render_chat_prompt(model.tokenizer, messages)
     except (ChatPromptError, ModelLoadError) as exc:
         raise APIError(400, str(exc), param="messages") from exc
-    _log_prompt(request, body.chat_messages())
+    _log_prompt(request, messages)
     streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
-                       prompt_param="messages", loras=loras, messages=body.chat_messages())
+                       prompt_param="messages", loras=loras, messages=messages)
     rid, created = new_id("chatcmpl"), now()
     if body.stream:
+        usage_field = {"usage": None} if body.include_usage else {}
+
         def chunk(index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None) -> dict:
-            out = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model.name,
-                   "system_fingerprint": None,
-                   "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
-            if body.include_usage:
-                out["usage"] = None
-            return out
+            return envelope(rid, "chat.completion.chunk", created, model.name, [
+                {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}], **usage_field)
 
         def on_event(index: int, event) -> list[dict]:
             out = []
@@ -104,12 +109,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         return _streaming(request, streams, first, on_event, body.include_usage, rid, created, model.name,
                           "chat.completion.chunk")
     choices = await collect(streams, request)
-    return {"id": rid, "object": "chat.completion", "created": created, "model": model.name,
-            "system_fingerprint": None,
-            "choices": [{"index": c.index, "message": {"role": "assistant", "content": c.text, "refusal": None},
-                         "logprobs": chat_logprobs(c.logprobs) if body.logprobs else None,
-                         "finish_reason": FINISH_REASONS[c.finish_reason]} for c in choices],
-            "usage": usage(choices)}
+    return envelope(rid, "chat.completion", created, model.name, [
+        {"index": c.index, "message": {"role": "assistant", "content": c.text, "refusal": None},
+         "logprobs": chat_logprobs(c.logprobs) if body.logprobs else None,
+         "finish_reason": FINISH_REASONS[c.finish_reason]} for c in choices], usage=usage(choices))
 
 
 @router.post("/v1/completions")
@@ -130,13 +133,11 @@ async def completions(body: CompletionRequest, request: Request):
         return prompt if isinstance(prompt, str) else model.tokenizer.decode(prompt, skip_special_tokens=False)
 
     if body.stream:
+        usage_field = {"usage": None} if body.include_usage else {}
+
         def chunk(index: int, text: str, finish: str | None = None, logprobs: dict | None = None) -> dict:
-            out = {"id": rid, "object": "text_completion", "created": created, "model": model.name,
-                   "system_fingerprint": None,
-                   "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}]}
-            if body.include_usage:
-                out["usage"] = None
-            return out
+            return envelope(rid, "text_completion", created, model.name, [
+                {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}], **usage_field)
 
         offsets = [len(prefix(i)) for i in range(len(streams))]
 
@@ -154,13 +155,10 @@ async def completions(body: CompletionRequest, request: Request):
         return _streaming(request, streams, first, on_event, body.include_usage, rid, created, model.name,
                           "text_completion", prompts=len(prompts))
     choices = await collect(streams, request)
-    return {"id": rid, "object": "text_completion", "created": created, "model": model.name,
-            "system_fingerprint": None,
-            "choices": [{"index": c.index, "text": prefix(c.index) + c.text,
-                         "logprobs": completion_logprobs(c.logprobs, len(prefix(c.index)))
-                         if body.logprobs is not None else None,
-                         "finish_reason": FINISH_REASONS[c.finish_reason]} for c in choices],
-            "usage": usage(choices, len(prompts))}
+    return envelope(rid, "text_completion", created, model.name, [
+        {"index": c.index, "text": prefix(c.index) + c.text,
+         "logprobs": completion_logprobs(c.logprobs, len(prefix(c.index))) if body.logprobs is not None else None,
+         "finish_reason": FINISH_REASONS[c.finish_reason]} for c in choices], usage=usage(choices, len(prompts)))
 
 
 def _streaming(request: Request, streams: list[RequestStream], first: list[dict],
@@ -184,8 +182,7 @@ def _streaming(request: Request, streams: list[RequestStream], first: list[dict]
                     yield sse(c)
             else:
                 if include_usage:
-                    yield sse({"id": rid, "object": obj, "created": created, "model": model,
-                               "system_fingerprint": None, "choices": [], "usage": usage(seen, prompts)})
+                    yield sse(envelope(rid, obj, created, model, [], usage=usage(seen, prompts)))
             yield "data: [DONE]\n\n"
         finally:
             note_usage(request, seen)

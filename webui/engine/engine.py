@@ -66,7 +66,6 @@ class Engine:
         self._cond = threading.Condition()
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
-        self._swaps: list[tuple[LoadedModel | None, str, threading.Event]] = []
         self._calls: list[tuple[Callable[[], Any], threading.Event, list]] = []
         self._relayed: set[Sequence] = set()  # requests a text-only backend is generating
         self._recent: deque[tuple[float, int]] = deque()
@@ -103,15 +102,9 @@ class Engine:
         """Submit and wait for the whole result."""
         return self.submit(request).result()
 
-    def set_model(self, model: LoadedModel | None, reason: str = "") -> None:
+    def set_model(self, model: LoadedModel | None) -> None:
         """Swap the model between two steps; requests still running end with an error saying why."""
-        done = threading.Event()
-        with self._cond:
-            if self._closed:
-                raise EngineClosed()
-            self._swaps.append((model, reason, done))
-            self._cond.notify()
-        done.wait()
+        self.call_between_steps(lambda: self._swap(model))
 
     @property
     def closed(self) -> bool:
@@ -157,11 +150,10 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._closed or self._swaps or self._calls or self._waiting or self._running):
+                while not (self._closed or self._calls or self._waiting or self._running):
                     self._cond.wait()
                 if self._closed:
                     break
-                self._apply_swaps()
                 calls, self._calls = self._calls, []
             for fn, done, box in calls:
                 try:
@@ -181,16 +173,14 @@ class Engine:
                 self._fail(self._running, exc)
         self._shutdown()
 
-    def _apply_swaps(self) -> None:
-        for model, reason, done in self._swaps:
-            if model is not self._model:
-                for seq in list(self._relayed):  # a remote stream stops reading at its next chunk
-                    seq.request.cancel.cancel()
-                what = reason or ("the model was unloaded" if model is None else f"the model was switched to '{model.name}'")
-                self._fail(self._running, EngineError(f"generation stopped: {what} while this request was running"))
-            self._model = model
-            done.set()
-        self._swaps.clear()
+    def _swap(self, model: LoadedModel | None) -> None:
+        """(Scheduler thread.) Requests running on the old model end with an error that says why."""
+        if model is not self._model:
+            for seq in list(self._relayed):  # a remote stream stops reading at its next chunk
+                seq.request.cancel.cancel()
+            what = "the model was unloaded" if model is None else f"the model was switched to '{model.name}'"
+            self._fail(self._running, EngineError(f"generation stopped: {what} while this request was running"))
+        self._model = model
 
     def _admit(self) -> list[Sequence]:
         admitted = []
@@ -228,7 +218,6 @@ class Engine:
         finally:
             with self._cond:
                 self._relayed.discard(seq)
-                self._recent.append((now(), 0))
 
     def _drop_cancelled(self) -> None:
         t = now()
@@ -292,8 +281,6 @@ class Engine:
         with self._cond:
             pending = list(self._waiting) + self._running
             self._waiting.clear()
-            for _, _, done in self._swaps:
-                done.set()
             for _, done, box in self._calls:
                 box[:] = [None, EngineClosed()]
                 done.set()

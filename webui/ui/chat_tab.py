@@ -103,8 +103,9 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
         base = f"http://127.0.0.1:{services.config.api_port}/v1"
         return record.to_json(), record.curl(base), record.openai_snippet(base)
 
-    def choices(query: str = "") -> dict:
-        return gr.update(choices=[(c.title, c.id) for c in chats.list(query)])
+    def listed_chats(query: str = "", **value) -> dict:
+        """The past-chats list for a search (``value=`` selects a chat)."""
+        return gr.update(choices=[(c.title, c.id) for c in chats.list(query)], **value)
 
     def view(cid: int | None) -> list[dict[str, str]]:
         return to_chatbot(chats.messages(cid)) if cid is not None else []
@@ -148,7 +149,7 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
         if cid is None:
             cid = chats.create(title=" ".join(text.split())[:TITLE_LENGTH], system_prompt=data[system]).id
         chats.append(cid, "user", text)
-        new_choices = gr.update(choices=[(c.title, c.id) for c in chats.list(data[search])], value=cid)
+        new_choices = listed_chats(data[search], value=cid)
         yield view(cid), "", cid, new_choices, chats.get(cid).title, "…"
         for shown, stat in reply(cid, sampling, request):
             yield shown, gr.skip(), gr.skip(), gr.skip(), gr.skip(), stat
@@ -200,14 +201,14 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
         return view(cid), cid, chat.title, chat.system_prompt, False
 
     def new_chat(query: str):
-        return [], None, "", services.settings.get().system_prompt, choices(query), "", False
+        return [], None, "", services.settings.get().system_prompt, listed_chats(query), "", False
 
     def rename(cid: int | None, new_title: str, query: str):
         try:
             chats.rename(_require_chat(cid), new_title)
         except StoreError as exc:
             raise gr.Error(str(exc)) from exc
-        return gr.update(choices=[(c.title, c.id) for c in chats.list(query)], value=cid)
+        return listed_chats(query, value=cid)
 
     def delete(cid: int | None, confirmed: bool, query: str):
         cid = _require_chat(cid)
@@ -215,7 +216,7 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
             return (gr.skip(), gr.skip(), gr.skip(), gr.update(value="Confirm delete"), True,
                     f"Click **Confirm delete** to delete '{chats.get(cid).title}' for good.")
         chats.delete(cid)
-        return [], None, choices(query), gr.update(value="Delete"), False, "Chat deleted."
+        return [], None, listed_chats(query), gr.update(value="Delete"), False, "Chat deleted."
 
     def save_system(cid: int | None, text: str) -> None:
         services.settings.update(system_prompt=text)
@@ -234,7 +235,7 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
             chat = chats.import_json(Path(file if isinstance(file, str) else file.name).read_text(encoding="utf-8"))
         except (StoreError, UnicodeDecodeError) as exc:
             raise gr.Error(f"Could not import the chat: {exc}") from exc
-        return (view(chat.id), chat.id, gr.update(choices=[(c.title, c.id) for c in chats.list(query)], value=chat.id),
+        return (view(chat.id), chat.id, listed_chats(query, value=chat.id),
                 chat.title, chat.system_prompt)
 
     stats.change(record_views, [chat_id], [record_json, record_curl, record_py], show_progress="hidden")
@@ -250,10 +251,10 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
     chat_list.input(select, [chat_list], [chatbot, chat_id, title, system, confirm])
     new_btn.click(new_chat, [search], [chatbot, chat_id, title, system, chat_list, stats, confirm])
     chatbot.clear(new_chat, [search], [chatbot, chat_id, title, system, chat_list, stats, confirm])  # keeps it stored
-    search.change(choices, [search], [chat_list], show_progress="hidden")
+    search.change(listed_chats, [search], [chat_list], show_progress="hidden")
     rename_btn.click(rename, [chat_id, title, search], [chat_list])
     delete_btn.click(delete, [chat_id, confirm, search], [chatbot, chat_id, chat_list, delete_btn, confirm, stats])
     system.blur(save_system, [chat_id, system], None)
     export_btn.click(export, [chat_id], [export_file])
     import_btn.upload(import_chat, [import_btn, search], [chatbot, chat_id, chat_list, title, system])
-    return {"chatbot": chatbot, "chat_list": chat_list, "refresh": lambda: choices("")}
+    return {"chatbot": chatbot, "chat_list": chat_list, "refresh": lambda: listed_chats("")}

@@ -127,6 +127,11 @@ def create_model_tab(services: Services) -> ModelTab:
     template = gr.Code(template_text, language="jinja2", label="Chat template", interactive=False,
                        elem_id="model-template")
 
+    def load_failed(exc: Exception) -> gr.Error:
+        still = services.models.loaded
+        kept = f" The previous model ({still.name}) is still loaded." if still else ""
+        return gr.Error(f"{exc}.{kept}")
+
     def load(name: str | None, loader_name: str, device_name: str, dtype_name: str, n_threads: float | None,
              progress=gr.Progress()):
         if not name:
@@ -136,9 +141,7 @@ def create_model_tab(services: Services) -> ModelTab:
             chosen = None if loader_name in (None, AUTO_LOADER) else loader_name
             services.models.load(name, chosen, options, progress=lambda f, m: progress(f, desc=m))
         except (LoaderError, InvalidName, ValueError) as exc:
-            still = services.models.loaded
-            kept = f" The previous model ({still.name}) is still loaded." if still else ""
-            raise gr.Error(f"{exc}.{kept}") from exc
+            raise load_failed(exc) from exc
         services.settings.update(last_model=name, last_loader=chosen,
                                  load_options={"device": device_name, "dtype": dtype_name,
                                                "threads": int(n_threads) if n_threads else None})
@@ -155,23 +158,20 @@ def create_model_tab(services: Services) -> ModelTab:
             raise gr.Error(str(exc)) from exc
         return model_info(services)
 
-    def attach(name: str | None, weight: float | None):
+    def change_lora(change, name: str | None, *args) -> str:
         if not name:
             raise gr.Error("Choose an adapter first.")
         try:
-            services.models.attach_lora(name, 1.0 if weight is None else float(weight))
+            change(name, *args)
         except (LoaderError, InvalidName) as exc:
             raise gr.Error(str(exc)) from exc
         return active_text(services)
 
-    def detach(name: str | None):
-        if not name:
-            raise gr.Error("Choose the adapter to detach.")
-        try:
-            services.models.detach_lora(name)
-        except (LoaderError, InvalidName) as exc:
-            raise gr.Error(str(exc)) from exc
-        return active_text(services)
+    def attach(name: str | None, weight: float | None) -> str:
+        return change_lora(services.models.attach_lora, name, 1.0 if weight is None else float(weight))
+
+    def detach(name: str | None) -> str:
+        return change_lora(services.models.detach_lora, name)
 
     def connect(url: str, key: str, name: str, progress=gr.Progress()):
         if not url.strip():
@@ -180,25 +180,22 @@ def create_model_tab(services: Services) -> ModelTab:
         try:
             services.models.load_remote(url, key, name.strip() or None)
         except LoaderError as exc:
-            still = services.models.loaded
-            kept = f" The previous model ({still.name}) is still loaded." if still else ""
-            raise gr.Error(f"{exc}.{kept}") from exc
+            raise load_failed(exc) from exc
         return model_info(services)
 
     def refresh_list():
         return gr.update(choices=[e.name for e in services.models.available()]), gr.update(
             choices=loader_choices(services))
 
-    load_btn.click(load, [model, loader, device, dtype, threads], [info, template], concurrency_limit=1,
-                   concurrency_id="model")
-    unload_btn.click(unload, None, [info, template], concurrency_limit=1, concurrency_id="model")
-    reload_btn.click(reload, None, [info, template], concurrency_limit=1, concurrency_id="model")
+    def lora_views():
+        return gr.update(choices=lora_choices(services)), active_text(services)
+
+    model_events = [(load_btn, load, [model, loader, device, dtype, threads]), (unload_btn, unload, None),
+                    (reload_btn, reload, None), (connect_btn, connect, [remote_url, remote_key, remote_model])]
+    for btn, fn, inputs in model_events:  # a new model has its own adapters: refresh them once it is in
+        btn.click(fn, inputs, [info, template], concurrency_limit=1, concurrency_id="model").then(
+            lora_views, None, [lora_pick, lora_active])
     refresh.click(refresh_list, None, [model, loader])
-    connect_btn.click(connect, [remote_url, remote_key, remote_model], [info, template], concurrency_limit=1,
-                      concurrency_id="model")
     attach_btn.click(attach, [lora_pick, lora_weight], [lora_active], concurrency_limit=1, concurrency_id="model")
     detach_btn.click(detach, [lora_pick], [lora_active], concurrency_limit=1, concurrency_id="model")
-    for btn in (load_btn, unload_btn, reload_btn):
-        btn.click(lambda: (gr.update(choices=lora_choices(services)), active_text(services)), None,
-                  [lora_pick, lora_active])
     return ModelTab(model, info, template, lora_pick, lora_active)

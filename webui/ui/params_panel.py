@@ -45,9 +45,6 @@ def params_from_values(values: dict[str, Any]) -> SamplingParams:
     v["logit_bias"] = _parse_bias(v.get("logit_bias") or "")
     seed = v.get("seed")
     v["seed"] = None if seed in (None, "", -1) else int(seed)
-    for name, _, spec, _ in param_fields():
-        if spec is not None and spec.kind is int and isinstance(v.get(name), float) and name != "seed":
-            v[name] = int(v[name]) if float(v[name]).is_integer() else v[name]
     return SamplingParams.from_dict(v)
 
 
