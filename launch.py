@@ -2,7 +2,11 @@
 """Start the workbench: `python launch.py` (see `python launch.py --help`).
 
 The first run creates .venv and installs what is missing, then converts the
-default model once; later runs start in seconds.
+default model once; later runs start in seconds. Other commands:
+
+    python launch.py batch PROMPTS [options]        run a batch test headless (see `batch --help`)
+    python launch.py install llamacpp|gptq|exllamav2  add an optional loader backend to .venv
+    python launch.py quantize gptq MODEL --bits 4    make a GPTQ model folder (see `quantize --help`)
 """
 
 import sys
@@ -13,18 +17,24 @@ from webui import bootstrap
 def main(argv: list[str]) -> None:
     from webui.config import build_parser
 
-    batch = bool(argv) and argv[0] == "batch"
-    if not batch and any(a in ("-h", "--help") for a in argv):
+    command = argv[0] if argv and argv[0] in ("batch", "install", "quantize") else None
+    if command == "install":
+        sys.exit(bootstrap.install_extras(argv[1:]))
+    if command is None and any(a in ("-h", "--help") for a in argv):
         build_parser().print_help()
         return
     if not bootstrap.in_venv():
         bootstrap.ensure_venv()
         bootstrap.reexec_in_venv([__file__, *argv])
     bootstrap.ensure_venv()  # inside the venv: a no-op unless pyproject.toml changed
-    if batch:
+    if command == "batch":
         from webui.batch.cli import main as batch_main
 
         sys.exit(batch_main(argv[1:]))
+    if command == "quantize":
+        from webui.quantize import main as quantize_main
+
+        sys.exit(quantize_main(argv[1:]))
     from webui.app import run
 
     run(argv)

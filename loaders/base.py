@@ -120,6 +120,8 @@ class Loader(Protocol):
     install_hint: str
 
     def can_load(self, path: Path) -> bool: ...
+    # Optional: native_format(path) -> bool, True where the path is in the loader's own format (it runs it
+    # without converting); automatic choice prefers such a loader (llama.cpp over transformers for a .gguf).
     def load(self, path: Path, options: LoadOptions, progress: Callable[[float, str], None] | None = None) -> LoadedModel: ...
 
 

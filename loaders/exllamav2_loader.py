@@ -55,6 +55,8 @@ class ExLlamaV2Loader:
     def can_load(self, path: Path) -> bool:
         return is_exl2_folder(path)
 
+    native_format = can_load
+
     def load(self, path: Path, options: LoadOptions, progress=None) -> LoadedModel:
         if not cuda_available():
             raise LoaderUnavailable(self.name, "CUDA", self.install_hint, message=NEEDS_GPU)

@@ -17,7 +17,8 @@ from typing import Callable
 from loaders.base import Loader, LoaderError, LoaderStatus, missing_module
 
 ENTRY_POINT_GROUP = "llm_workbench.loaders"
-BUILTIN_HOOKS = ("loaders.transformers_loader:register_loaders", "loaders.exllamav2_loader:register_loaders",
+BUILTIN_HOOKS = ("loaders.transformers_loader:register_loaders", "loaders.llamacpp_loader:register_loaders",
+                 "loaders.gptq_loader:register_loaders", "loaders.exllamav2_loader:register_loaders",
                  "loaders.remote_loader:register_loaders")
 
 RegisterHook = Callable[[Callable[[Loader], None]], None]
@@ -63,12 +64,25 @@ class LoaderRegistry:
         return out
 
     def for_path(self, path: Path) -> Loader:
-        """The first registered loader that can read ``path`` (each loader knows its own formats)."""
-        for loader in self._loaders.values():
-            if loader.can_load(path):
-                return loader
+        """The loader for what ``path`` holds: one that reads the format natively, else any that can read it.
+
+        Each loader knows its own formats (``can_load``); a native reader whose backend is installed wins
+        (llama.cpp for a .gguf), then the first that can read it in registry order (transformers dequantizes
+        a .gguf). Loaders whose backend is missing are chosen only when nothing else can read the path, so
+        the user gets their install hint.
+        """
+        able = [loader for loader in self._loaders.values() if loader.can_load(path)]
+        ready = {s.name for s in self.status() if s.available}
+        ranked = sorted(able, key=lambda loader: (loader.name not in ready, not _native(loader, path)))
+        if ranked:
+            return ranked[0]
         raise UnknownLoader(f"no registered loader can read '{path}' "
                             f"(loaders: {', '.join(self._loaders) or 'none'})")
+
+
+def _native(loader: Loader, path: Path) -> bool:
+    """Whether ``path`` is in the loader's own format (it runs it as is, without converting)."""
+    return getattr(loader, "native_format", lambda p: False)(path)
 
 
 def _load_hook(spec: str) -> RegisterHook:

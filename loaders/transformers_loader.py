@@ -35,10 +35,15 @@ class TransformersLoader:
 
     def can_load(self, path: Path) -> bool:
         from loaders.exllamav2_loader import is_exl2_folder
+        from loaders.gptq_loader import is_gptq_folder
 
-        if path.is_dir():
-            return (path / "config.json").is_file() and not is_exl2_folder(path)
+        if path.is_dir():  # quantized folders belong to their own loaders
+            return (path / "config.json").is_file() and not is_exl2_folder(path) and not is_gptq_folder(path)
         return path.is_file() and path.suffix == ".gguf"
+
+    def native_format(self, path: Path) -> bool:
+        """A Hugging Face folder is read as is; a .gguf is dequantized (a native reader is preferred for it)."""
+        return path.is_dir()
 
     def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
         require_backend(self)

@@ -1,7 +1,9 @@
 """The whole test suite: `python -m tests [pytest args]`.
 
-Installs everything the tests need first (the venv with the test extras,
-Debian's chromium for the browser tests), then runs pytest inside the venv.
+Installs everything the tests need first (the venv with the test extras and the
+optional loader backends the loader tests exercise: llama-cpp-python, built from
+source on the first run, and gptqmodel; Debian's chromium for the browser tests),
+then runs pytest inside the venv.
 """
 
 import os
@@ -12,7 +14,7 @@ from webui import bootstrap
 
 def main(argv: list[str]) -> int:
     os.chdir(bootstrap.ROOT)
-    bootstrap.ensure_venv(extras=("test",))
+    bootstrap.ensure_venv(extras=("test", "llamacpp", "gptq"))
     bootstrap.ensure_chromium()
     if not bootstrap.in_venv():
         bootstrap.reexec_in_venv(["-m", "tests", *argv])

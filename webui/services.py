@@ -8,6 +8,7 @@ from loaders.registry import LoaderRegistry
 from webui.batch.runner import BatchRunner
 from webui.batch.store import BatchStore
 from webui.config import AppConfig
+from webui.jobs import JobRunner
 from webui.engine import Engine, EngineConfig
 from webui.models import ModelManager
 from webui.presets import PresetStore
@@ -30,6 +31,7 @@ class Services:
     batches: BatchStore
     batch_runner: BatchRunner
     perplexity: PerplexityStore
+    jobs: JobRunner
 
     @classmethod
     def create(cls, config: AppConfig, registry: LoaderRegistry | None = None) -> "Services":
@@ -44,7 +46,7 @@ class Services:
         services = cls(config, registry, engine, ModelManager(config, engine, registry),
                        PresetStore(config.presets_dir), SettingsStore(config.user_data_dir / "settings.json"), db,
                        ChatStore(db), NotebookStore(db), batches, None,  # type: ignore[arg-type]
-                       PerplexityStore(db))
+                       PerplexityStore(db), JobRunner())
         services.batch_runner = BatchRunner(services, batches)
         return services
 
@@ -52,6 +54,7 @@ class Services:
         """Unload the model, stop the engine, close the database; a second call does nothing."""
         if self.engine.closed:
             return
+        self.jobs.stop()
         self.models.unload()
         self.engine.close()
         self.db.close()

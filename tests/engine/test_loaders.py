@@ -6,6 +6,8 @@ import json
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import importlib.util
+
 import pytest
 
 from loaders.base import Capabilities, LoaderUnavailable, LoadOptions, ModelLoadError
@@ -140,9 +142,22 @@ def test_exllamav2_without_a_gpu_is_listed_unavailable_and_says_why(tmp_path):
         chosen.load(folder, LoadOptions())
 
 
-def test_the_loader_is_chosen_from_what_the_model_holds(tmp_path, tiny_model_dir):
+def test_the_loader_is_chosen_from_what_the_model_holds(tmp_path, tiny_model_dir, monkeypatch):
+    import loaders.registry
+
     registry = default_registry()
     assert registry.for_path(tiny_model_dir).name == "transformers"
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
+    # llama.cpp runs a .gguf natively; without it, transformers dequantizes it
+    native = "llamacpp" if importlib.util.find_spec("llama_cpp") else "transformers"
+    assert registry.for_path(gguf).name == native
+    real_missing = loaders.registry.missing_module
+    monkeypatch.setattr(loaders.registry, "missing_module",
+                        lambda mods: "llama_cpp" if "llama_cpp" in mods else real_missing(mods))
     assert registry.for_path(gguf).name == "transformers"
+    gptq = tmp_path / "q"
+    gptq.mkdir()
+    (gptq / "config.json").write_text("{}")
+    (gptq / "quantize_config.json").write_text('{"bits": 4}')
+    assert registry.for_path(gptq).name == "gptq"  # never transformers, which cannot read it alone

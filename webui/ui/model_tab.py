@@ -9,6 +9,7 @@ import gradio as gr
 from loaders.base import DTYPES, LoaderError, LoadOptions
 from webui.names import InvalidName
 from webui.services import Services
+from webui.ui.backends_panel import create_backends_panel
 
 AUTO_LOADER = "auto"
 REMOTE_SAMPLERS = ("the server's: temperature, top_p, stop, seed, penalties, logit_bias, max tokens; top_k, min_p, "
@@ -28,7 +29,7 @@ class ModelTab:
 
 def loader_choices(services: Services) -> list[tuple[str, str]]:
     """(label, value) pairs; a loader whose backend is missing says why and how to install it."""
-    choices = [("auto (the first loader that can read the model)", AUTO_LOADER)]
+    choices = [("auto (from what the model holds; the default model: transformers)", AUTO_LOADER)]
     for s in services.registry.status():
         label = s.name if s.available else f"{s.name} — unavailable: {s.reason}; install: {s.install_hint}"
         choices.append((label, s.name))
@@ -123,7 +124,8 @@ def create_model_tab(services: Services) -> ModelTab:
     info_text, template_text = model_info(services)
     info = gr.Markdown(info_text, elem_id="model-info")
     with gr.Accordion("What each loader can do", open=False):
-        gr.Markdown(capability_table(services), elem_id="loader-capabilities")
+        capabilities = gr.Markdown(capability_table(services), elem_id="loader-capabilities")
+    installed, quantized = create_backends_panel(services, lambda: [e.name for e in services.models.available()])
     template = gr.Code(template_text, language="jinja2", label="Chat template", interactive=False,
                        elem_id="model-template")
 
@@ -196,6 +198,8 @@ def create_model_tab(services: Services) -> ModelTab:
         btn.click(fn, inputs, [info, template], concurrency_limit=1, concurrency_id="model").then(
             lora_views, None, [lora_pick, lora_active])
     refresh.click(refresh_list, None, [model, loader])
+    installed.then(refresh_list, None, [model, loader]).then(lambda: capability_table(services), None, [capabilities])
+    quantized.then(refresh_list, None, [model, loader])
     attach_btn.click(attach, [lora_pick, lora_weight], [lora_active], concurrency_limit=1, concurrency_id="model")
     detach_btn.click(detach, [lora_pick], [lora_active], concurrency_limit=1, concurrency_id="model")
     return ModelTab(model, info, template, lora_pick, lora_active)

@@ -1,0 +1,170 @@
+"""Tokens/s per loader on the default model, one stream and a batch of 16, against llama.cpp's own one stream.
+
+Every loader runs through the same Engine with the same greedy settings (exactly N
+new tokens per request, one thread count for everything):
+
+* transformers: the fp32 safetensors folder converted once from the package's GGUF;
+* llamacpp: the package's GGUF (Q4_1) as is, sequences batched through llama.cpp's batch API;
+* gptq: a 4-bit GPTQ folder made by `python launch.py quantize gptq SmolLM2-135M-Instruct --bits 4`
+  (looked for in the user data dir's models; skipped, with the command to make it, when absent);
+* remote: our own API server (`launch.py --api` with the default model, a subprocess on a free
+  port) through the remote loader.
+
+The baseline is the raw library call: llama-cpp-python's own ``Llama.generate`` on the same
+GGUF and prompt, one stream (``--flash-attn`` as the loader has it). A loader whose backend is
+not installed is skipped with the reason. Prints a table; ratios are tokens/s over the baseline's.
+
+    .venv/bin/python bench/loaders.py [--threads 1] [--new-tokens 32] [--batch 16] [--only transformers,llamacpp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from loaders.base import LoaderError, LoadOptions, missing_module  # noqa: E402
+from loaders.registry import default_registry  # noqa: E402
+from webui.config import AppConfig  # noqa: E402
+from webui.engine import Engine, EngineConfig, GenerationRequest, SamplingParams  # noqa: E402
+from webui.models import DEFAULT_MODEL, default_model_gguf, ensure_converted  # noqa: E402
+
+QUESTIONS = ["Write a short poem about the sea.", "Explain why the sky is blue.", "Describe a city at night.",
+             "Give three tips for writing clearly.", "Tell a story about a robot.", "What is bread made of?"]
+LOADERS = ("transformers", "llamacpp", "gptq", "remote")
+
+
+def prompts_for(model, n: int) -> list[str]:
+    return [model.tokenizer.apply_chat_template([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}])
+            for i in range(n)]
+
+
+def engine_rates(model, prompts: list[str], n_new: int, batch: int) -> tuple[float, float]:
+    """(tokens/s of one stream, tokens/s of ``batch`` streams submitted at once)."""
+    params = SamplingParams(temperature=0, max_new_tokens=n_new, min_new_tokens=n_new, ban_eos=True)
+    engine = Engine(model, EngineConfig(max_running=batch, max_waiting=batch))
+    try:
+        def request(prompt: str) -> GenerationRequest:
+            return GenerationRequest(prompt, params, add_special_tokens=False,
+                                     messages=[{"role": "user", "content": QUESTIONS[0]}])
+
+        engine.generate(GenerationRequest(prompts[0], SamplingParams(temperature=0, max_new_tokens=2),
+                                          add_special_tokens=False))  # warm-up
+        start = time.perf_counter()
+        one = engine.generate(request(prompts[0]))
+        single = one.usage.completion_tokens / (time.perf_counter() - start)
+        start = time.perf_counter()
+        streams = [engine.submit(request(p)) for p in prompts[:batch]]
+        made = sum(s.result().usage.completion_tokens for s in streams)
+        return single, made / (time.perf_counter() - start)
+    finally:
+        engine.close()
+
+
+def llama_cpp_baseline(gguf: Path, prompt: str, n_new: int, threads: int) -> float:
+    from llama_cpp import Llama
+
+    llm = Llama(str(gguf), n_ctx=2048, n_threads=threads, verbose=False, flash_attn=True)
+    tokens = llm.tokenize(prompt.encode(), add_bos=True, special=True)
+    for _ in zip(range(2), llm.generate(tokens, top_k=1, temp=0.0)):  # warm-up
+        pass
+    llm.reset()
+    start = time.perf_counter()
+    made = 0
+    for _ in llm.generate(tokens, top_k=1, temp=0.0, repeat_penalty=1.0):
+        made += 1
+        if made == n_new:
+            break
+    rate = made / (time.perf_counter() - start)
+    llm.close()
+    return rate
+
+
+def load(name: str, threads: int, user_data: Path, stack: list) -> tuple[object | None, str]:
+    """The loaded model, or None and why it is skipped."""
+    registry = default_registry()
+    options = LoadOptions(device="cpu", threads=threads)
+    gguf = default_model_gguf()
+    if name == "transformers":
+        folder = ensure_converted(gguf, AppConfig().converted_dir / DEFAULT_MODEL)
+        return registry.get(name).load(folder, options), "fp32"
+    if name == "llamacpp":
+        return registry.get(name).load(gguf, options), "Q4_1 GGUF"
+    if name == "gptq":
+        folder = AppConfig().models_dir / f"{DEFAULT_MODEL}-gptq-4bit"
+        if not folder.is_dir():
+            return None, f"no {folder}; make it: python launch.py quantize gptq {DEFAULT_MODEL} --bits 4"
+        return registry.get(name).load(folder, options), "GPTQ 4-bit"
+    from tests.e2e.server import free_port, running_server, user_data_with_default_model
+
+    folder = ensure_converted(gguf, AppConfig().converted_dir / DEFAULT_MODEL)
+    port = free_port()
+    server = running_server(user_data_with_default_model(user_data, folder), "--api", "--api-port", str(port),
+                            "--threads", str(threads), "--max-running", "32")
+    server.__enter__()
+    stack.append(server)
+    return registry.get("remote").connect(f"http://127.0.0.1:{port}/v1"), "our API, fp32 transformers"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--only", default=",".join(LOADERS), help=f"comma-separated subset of {', '.join(LOADERS)}")
+    args = ap.parse_args()
+    os.environ["WORKBENCH_TEST_THREADS"] = str(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    gguf = default_model_gguf()
+    print(f"default model {DEFAULT_MODEL}, threads {args.threads}, {args.new_tokens} new tokens per stream, "
+          f"greedy, batch {args.batch}")
+    baseline = None
+    if missing_module(["llama_cpp"]) is None:
+        probe = default_registry().get("llamacpp").load(gguf, LoadOptions(threads=args.threads))
+        prompt = prompts_for(probe, 1)[0]
+        probe.close()
+        baseline = llama_cpp_baseline(gguf, prompt, args.new_tokens, args.threads)
+        print(f"baseline: llama-cpp-python Llama.generate, one stream: {baseline:.1f} tok/s")
+    else:
+        print("baseline: skipped (llama-cpp-python is not installed: python launch.py install llamacpp)")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-loaders-") as tmp:
+        stack: list = []
+        try:
+            for name in args.only.split(","):
+                try:
+                    model, what = load(name, args.threads, Path(tmp), stack)
+                except LoaderError as exc:
+                    model, what = None, str(exc)
+                if model is None:
+                    rows.append((name, f"skipped: {what}", None, None))
+                    continue
+                single, batched = engine_rates(model, prompts_for(model, args.batch) if name != "remote"
+                                               else [QUESTIONS[0]] * args.batch, args.new_tokens, args.batch)
+                model.close()
+                rows.append((name, what, single, batched))
+        finally:
+            for server in stack:
+                server.__exit__(None, None, None)
+    ratio = (lambda v: f"{v / baseline:.2f}x") if baseline else (lambda v: "-")
+    print(f"\n| loader | model | 1 stream tok/s | vs llama.cpp 1 stream | {args.batch} streams tok/s "
+          f"| vs llama.cpp 1 stream |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    if baseline:
+        print(f"| llama-cpp-python (raw) | Q4_1 GGUF | {baseline:.1f} | 1.00x | - | - |")
+    for name, what, single, batched in rows:
+        if single is None:
+            print(f"| {name} | {what} | - | - | - | - |")
+        else:
+            print(f"| {name} | {what} | {single:.1f} | {ratio(single)} | {batched:.1f} | {ratio(batched)} |")
+
+
+if __name__ == "__main__":
+    main()

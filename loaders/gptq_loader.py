@@ -1,0 +1,76 @@
+"""The GPTQ loader: GPTQ-quantized Hugging Face folders, on the CPU or a GPU, through transformers + gptqmodel.
+
+transformers integrates gptqmodel (with optimum) for GPTQ checkpoints, so a loaded
+GPTQ model is an ordinary transformers model with quantized linear layers: it runs
+through the same TransformersModel (batched steps, our sampling on its logits).
+Make one with ``python launch.py quantize gptq MODEL --bits 4``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from loaders.base import Capabilities, LoadedModel, LoadOptions, ModelLoadError, require_backend
+from loaders.transformers_loader import TransformersModel, _from_pretrained, resolve_device
+
+Progress = Callable[[float, str], None]
+
+
+def register_loaders(register: Callable[[Any], None]) -> None:
+    register(GPTQLoader())
+
+
+def is_gptq_folder(path: Path) -> bool:
+    """A folder with quantize_config.json, or a config.json whose quantization_config says gptq."""
+    if not path.is_dir():
+        return False
+    if (path / "quantize_config.json").is_file():
+        return True
+    try:
+        quant = json.loads((path / "config.json").read_text()).get("quantization_config") or {}
+    except (OSError, ValueError):
+        return False
+    return str(quant.get("quant_method", "")).lower() == "gptq"
+
+
+class GPTQLoader:
+    name = "gptq"
+    description = "GPTQ-quantized folders (quantize_config.json) via transformers + gptqmodel, on CPU or GPU"
+    capabilities = Capabilities(batched_forward=True, lora=False, logprobs=True, devices=("cpu", "cuda"),
+                                formats=("gptq",))
+    requires = ("torch", "transformers", "gptqmodel", "optimum")
+    install_hint = "python launch.py install gptq (gptqmodel 7.6.0 keeps torch 2.13.0)"
+
+    def can_load(self, path: Path) -> bool:
+        return is_gptq_folder(path)
+
+    native_format = can_load
+
+    def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
+        require_backend(self)
+        path = Path(path)
+        if not is_gptq_folder(path):
+            raise ModelLoadError(f"'{path}' is not a GPTQ model folder (no quantize_config.json and no gptq "
+                                 "quantization_config in config.json); make one with "
+                                 "python launch.py quantize gptq MODEL --bits 4")
+        import torch
+
+        os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(options.threads or os.cpu_count() or 1))
+        if options.threads:
+            torch.set_num_threads(options.threads)
+        device = resolve_device(options.device)
+        dtype = options.dtype if options.dtype != "auto" else ("float16" if device.startswith("cuda") else "bfloat16")
+        if progress:
+            progress(0.0, f"loading the GPTQ model {path.name} on {device}")
+        model, tokenizer = _from_pretrained(path, device, dtype)
+        if progress:
+            progress(1.0, f"loaded {path.name}")
+        loaded = TransformersModel(path, model, tokenizer, device, dtype)
+        loaded.loader = self.name
+        loaded.capabilities = replace(loaded.capabilities, lora=False, formats=self.capabilities.formats,
+                                      devices=self.capabilities.devices)
+        return loaded

