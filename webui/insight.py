@@ -76,11 +76,7 @@ def next_tokens(engine: Engine, text: str, chat: bool, params: SamplingParams, t
     sampler = Sampler(params, sorted(model.tokenizer.eos_token_ids), len(inspection.ids), seed=0)
     processed = sampler.process(inspection.ids, logits)
     raw = logits.softmax(-1)
-    if params.greedy:  # greedy picks the argmax of the processed logits, nothing else
-        after = torch.zeros_like(raw)
-        after[int(processed.argmax())] = 1.0
-    else:
-        after = processed.softmax(-1)
+    after = sampler.distribution(processed).exp()  # the same computation as each generated token's
     values, ids = torch.topk(raw, top)
     strings = model.tokenizer.token_strings(ids.tolist())
     return [NextToken(int(i), s, float(p), float(after[i]), bool(after[i] > 0))

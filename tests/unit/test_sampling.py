@@ -161,3 +161,26 @@ def test_process_does_not_modify_the_input():
     logits = torch.tensor([1.0, 2.0, 3.0])
     Sampler(SamplingParams(top_k=1, temperature=0.5), [], 0, 0).process([], logits)
     assert logits.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_probabilities_after_the_processors_match_a_reference_on_hand_made_logits():
+    """Raw 0.5/0.3/0.15/0.05; temperature 0.5 squares and renormalises, top_p 0.8 then keeps the first two."""
+    logits = probs_logits(0.5, 0.3, 0.15, 0.05)
+    s = Sampler(SamplingParams(temperature=0.5, top_p=0.8), eos_ids=[], prompt_len=0, seed=1)
+    choice = s.sample([], logits, top_logprobs=4)
+    squared = [p * p for p in (0.5, 0.3, 0.15, 0.05)]
+    tempered = [q / sum(squared) for q in squared]  # 0.7022, 0.2528, 0.0632, 0.0070
+    kept_mass = tempered[0] + tempered[1]  # the nucleus: 0.7022 < 0.8, then 0.955 >= 0.8
+    expected = [tempered[0] / kept_mass, tempered[1] / kept_mass, 0.0, 0.0]
+    assert [i for i, _ in choice.top] == [0, 1, 2, 3]
+    assert [math.exp(v) for v in choice.top_after] == pytest.approx(expected, abs=1e-5)
+    assert [math.exp(v) for _, v in choice.top] == pytest.approx([0.5, 0.3, 0.15, 0.05], abs=1e-5)
+    assert math.exp(choice.logprob_after) == pytest.approx(expected[choice.token_id], abs=1e-5)
+    assert sum(math.exp(v) for v in choice.top_after) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_greedy_puts_all_the_mass_after_the_processors_on_the_argmax():
+    logits = probs_logits(0.2, 0.5, 0.3)
+    choice = Sampler(SamplingParams(temperature=0), [], 0, 0).sample([], logits, top_logprobs=3)
+    assert choice.token_id == 1 and choice.logprob_after == 0.0
+    assert [math.exp(v) for v in choice.top_after] == [1.0, 0.0, 0.0]

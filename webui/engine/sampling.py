@@ -202,6 +202,8 @@ class TokenChoice:
     token_id: int
     logprob: float | None = None  # under the model's raw distribution
     top: list[tuple[int, float]] | None = None  # raw top alternatives
+    logprob_after: float | None = None  # under the distribution actually sampled from (after the processors)
+    top_after: list[float] | None = None  # the same alternatives' log-probabilities after the processors
 
 
 class Sampler:
@@ -236,8 +238,19 @@ class Sampler:
         choice = TokenChoice(token)
         if top_logprobs is not None:
             raw = logits.to(torch.float32).log_softmax(-1)
-            choice.logprob = float(raw[token])
+            after = self.distribution(processed)
+            choice.logprob, choice.logprob_after = float(raw[token]), float(after[token])
             if top_logprobs > 0:
                 values, idx = torch.topk(raw, min(top_logprobs, raw.shape[-1]))
                 choice.top = [(int(i), float(v)) for i, v in zip(idx.tolist(), values.tolist())]
+                choice.top_after = after[idx].tolist()
         return choice
+
+    def distribution(self, processed: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities of what is sampled from: softmax of the processed logits, or all mass on the
+        argmax when greedy (temperature 0 picks the top token, whatever the rest)."""
+        if self.params.greedy:
+            out = torch.full_like(processed, NEG_INF)
+            out[int(torch.argmax(processed))] = 0.0
+            return out
+        return processed.log_softmax(-1)

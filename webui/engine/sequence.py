@@ -151,4 +151,5 @@ class Sequence:
         top = choice.top or []
         strings = tok.token_strings([choice.token_id] + [i for i, _ in top])
         return [TokenLogprob(choice.token_id, strings[0], choice.logprob,
-                             [(i, s, lp) for (i, lp), s in zip(top, strings[1:])])]
+                             [(i, s, lp) for (i, lp), s in zip(top, strings[1:])], choice.logprob_after,
+                             choice.top_after or [])]

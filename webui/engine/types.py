@@ -87,8 +87,10 @@ class GenerationRequest:
 class TokenLogprob:
     token_id: int
     token: str
-    logprob: float
-    top: list[tuple[int, str, float]] = field(default_factory=list)
+    logprob: float  # the model's raw distribution (what the API reports)
+    top: list[tuple[int, str, float]] = field(default_factory=list)  # raw top alternatives
+    logprob_after: float | None = None  # after the sampling processors: the distribution it was drawn from
+    top_after: list[float] = field(default_factory=list)  # the alternatives' log-probabilities after them
 
 
 @dataclass

@@ -19,8 +19,10 @@ from webui.engine import GenerationEvent, SamplingParams
 from webui.reproduce import record_for_reply
 from webui.services import Services
 from webui.store import StoreError
-from webui.ui.generation import ActiveRequests, session_key, stats_text, stream_text
+from webui.token_view import VIEW_TOP, BranchError, branch_request, branched_row, token_rows
+from webui.ui.generation import ActiveRequests, session_key, stats_text, stream_request, stream_text
 from webui.ui.parameters_tab import ParametersTab
+from webui.ui.token_view import branch_of, create_token_view, view_value
 
 PANEL = "chat"
 TITLE_LENGTH = 48
@@ -84,6 +86,8 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
                 continue_btn = gr.Button("Continue", elem_id="chat-continue")
                 remove_btn = gr.Button("Remove last", elem_id="chat-remove-last")
             stats = gr.Markdown("", elem_id="chat-stats")
+            with gr.Accordion("Tokens of the last reply", open=False, elem_id="chat-tokens-panel"):
+                token_view = create_token_view("chat-tokens")
             with gr.Accordion("Reproduce the last reply", open=False):
                 record_json = gr.Code(language="json", label="Record (paste it in the Insight tab to re-run)",
                                       interactive=False, elem_id="chat-record")
@@ -102,6 +106,17 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
         record = record_for_reply(turns, chats.get(cid).system_prompt, history[last].stats)
         base = f"http://127.0.0.1:{services.config.api_port}/v1"
         return record.to_json(), record.curl(base), record.openai_snippet(base)
+
+    def last_reply(cid: int | None):
+        history = chats.messages(cid) if cid is not None else []
+        return history[-1] if history and history[-1].role == "assistant" else None
+
+    def token_views(cid: int | None):
+        """The last reply's tokens (branchable when a local model made them and it is still loaded)."""
+        last = last_reply(cid)
+        rows = (last.stats or {}).get("tokens", []) if last else []
+        model = services.models.loaded
+        return view_value(rows, branchable=model is not None and not model.capabilities.text_only)
 
     def listed_chats(query: str = "", **value) -> dict:
         """The past-chats list for a search (``value=`` selects a chat)."""
@@ -126,18 +141,64 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
         except ChatPromptError as exc:
             raise gr.Error(str(exc)) from exc
         target = history[-1] if continue_last else None
-        base = target.content if target else ""
-        for text, event in stream_text(services, active, session_key(request, PANEL), prompt, sampling, False,
-                                       messages):
+        before = (target.content, (target.stats or {}).get("token_ids", []), (target.stats or {}).get("tokens", [])
+                  ) if target else ("", [], [])
+        logprobs = None if model.capabilities.text_only else VIEW_TOP
+        events = stream_text(services, active, session_key(request, PANEL), prompt, sampling, False, messages,
+                             logprobs)
+        yield from store_reply(cid, target, before, events, sampling, model)
+
+    def store_reply(cid: int, target, before: tuple[str, list[int], list[dict]], events, sampling: SamplingParams,
+                    model) -> Iterator:
+        """Store the streamed reply as it grows (after ``before``: text, token ids, token rows)."""
+        base, ids, rows = before[0], list(before[1]), list(before[2])
+        for text, event in events:
+            ids += event.token_ids
+            rows += token_rows(event.logprobs)
             if event.text or event.finish_reason:
                 content = base + text
                 final = event.finish_reason is not None
-                stat = reply_stats(event, sampling, model, services.models.active_loras) if final else None
+                stat = None
+                if final:
+                    stat = reply_stats(event, sampling, model, services.models.active_loras)
+                    stat.update(token_ids=ids, tokens=rows)
                 if target is None and (content or final):
                     target = chats.append(cid, "assistant", content, stats=stat)
                 elif target is not None:
                     chats.update(target.id, content=content, stats=stat)
                 yield view(cid), stats_text(event) if final else "generating…"
+
+    def branch(data: dict, request: gr.Request):
+        """Continue the last reply from a token position with the alternative clicked in the token view."""
+        cid = _require_chat(data[chat_id])
+        model, last = services.models.loaded, last_reply(cid)
+        try:
+            pos, token_id = branch_of(data[token_view])
+            if model is None or model.capabilities.text_only:
+                raise BranchError("branching needs a local model: load one in the Model tab")
+            stats = (last.stats or {}) if last else {}
+            ids, rows = stats.get("token_ids"), stats.get("tokens")
+            if not ids or not rows or len(ids) != len(rows):
+                raise BranchError("the last reply has no token record to branch from; regenerate it first")
+            history = chats.messages(cid)[:-1]
+            turns = [{"role": m.role, "content": m.content} for m in history]
+            prompt = render_chat_prompt(model.tokenizer, turns, chats.get(cid).system_prompt)
+            sampling = params.params(data)
+            prefix_ids, prefix_rows = ids[:pos] + [token_id], rows[:pos] + [branched_row(rows[pos], token_id)]
+            req = branch_request(model.tokenizer.encode(prompt, add_special_tokens=False), ids, pos, token_id,
+                                 sampling, loras=services.models.active_loras, logprobs=VIEW_TOP)
+        except (BranchError, ChatPromptError) as exc:
+            raise gr.Error(str(exc)) from exc
+        chats.truncate(cid, last.position)
+        prefix = model.tokenizer.decode(prefix_ids)
+        target = chats.append(cid, "assistant", prefix)
+        yield view(cid), "…"
+        if req is None:  # the alternative was the reply's last allowed token
+            chats.update(target.id, stats={**(last.stats or {}), "token_ids": prefix_ids, "tokens": prefix_rows})
+            yield view(cid), "finish: length (branched at the last token)"
+            return
+        events = stream_request(services, active, session_key(request, PANEL), req)
+        yield from store_reply(cid, target, (prefix, prefix_ids, prefix_rows), events, sampling, model)
 
     def send(data: dict, request: gr.Request):
         text, cid = data[message], data[chat_id]
@@ -239,6 +300,8 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
                 chat.title, chat.system_prompt)
 
     stats.change(record_views, [chat_id], [record_json, record_curl, record_py], show_progress="hidden")
+    stats.change(token_views, [chat_id], [token_view], show_progress="hidden")
+    token_view.submit(branch, {chat_id, token_view, *params.inputs}, [chatbot, stats], concurrency_limit=None)
     send_inputs = {message, chat_id, system, search, *params.inputs}
     send_outputs = [chatbot, message, chat_id, chat_list, title, stats]
     send_btn.click(send, send_inputs, send_outputs, concurrency_limit=None)

@@ -73,17 +73,27 @@ def stats_text(event: GenerationEvent) -> str:
             f"finish: {reason} · seed {event.seed}")
 
 
-def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str], prompt: str,
-                params: SamplingParams, add_special_tokens: bool,
-                messages: list[dict[str, str]] | None = None) -> Iterator[tuple[str, GenerationEvent]]:
+def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str], prompt: str | list[int],
+                params: SamplingParams, add_special_tokens: bool, messages: list[dict[str, str]] | None = None,
+                logprobs: int | None = None) -> Iterator[tuple[str, GenerationEvent]]:
     """Submit (with the active LoRA adapters) and yield (text so far, event); the last event has a finish_reason.
 
     Errors become gr.Error with the engine's message; leaving the loop early
     (tab closed, Stop) cancels the request.
     """
     try:
-        stream = services.engine.submit(GenerationRequest(prompt, params, add_special_tokens=add_special_tokens,
-                                                          loras=services.models.active_loras, messages=messages))
+        request = GenerationRequest(prompt, params, add_special_tokens=add_special_tokens,
+                                    loras=services.models.active_loras, messages=messages, logprobs=logprobs)
+    except ValueError as exc:
+        raise gr.Error(str(exc)) from exc
+    yield from stream_request(services, active, key, request)
+
+
+def stream_request(services: Services, active: ActiveRequests, key: tuple[str, str],
+                   request: GenerationRequest) -> Iterator[tuple[str, GenerationEvent]]:
+    """``stream_text`` for a request built by the caller (a branch, say)."""
+    try:
+        stream = services.engine.submit(request)
     except (EngineError, ValueError) as exc:
         raise gr.Error(str(exc)) from exc
     active.start(key, stream)
