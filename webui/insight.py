@@ -59,8 +59,13 @@ def prompt_text(model: LoadedModel, text: str, chat: bool, system_prompt: str = 
 
 def inspect_prompt(model: LoadedModel | None, text: str, chat: bool, system_prompt: str = "") -> PromptInspection:
     model = _local(model)
-    rendered = prompt_text(model, text, chat, system_prompt)
-    ids = model.tokenizer.encode(rendered, add_special_tokens=not chat)
+    return inspect_rendered(model, prompt_text(model, text, chat, system_prompt), add_special_tokens=not chat)
+
+
+def inspect_rendered(model: LoadedModel | None, rendered: str, add_special_tokens: bool) -> PromptInspection:
+    """The inspection of text the model reads as it is (a chat already rendered with its template, or raw)."""
+    model = _local(model)
+    ids = model.tokenizer.encode(rendered, add_special_tokens=add_special_tokens)
     return PromptInspection(rendered, ids, model.tokenizer.token_strings(ids), model.context_length)
 
 

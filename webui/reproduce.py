@@ -104,3 +104,17 @@ def record_for_reply(history: list[dict[str, str]], system_prompt: str, stats: d
     params = {**stats["params"], "seed": stats.get("seed", stats["params"].get("seed"))}
     return ReproduceRecord(stats.get("model", "?"), params, chat_messages(history, system_prompt),
                            loader=stats.get("loader", "transformers"), loras=stats.get("loras", []))
+
+
+def record_for_batch_row(model: str, spec: dict[str, Any], row: Any, loader: str = "transformers") -> ReproduceRecord:
+    """The record of one batch result row: the run's model, system prompt and raw flag, the row's setting
+    (its parameters with the seed the cell used, and the adapters of its "lora" axis value) and prompt."""
+    from webui.chat import chat_messages
+
+    setting = next((s for s in spec.get("settings", []) if s.get("label") == row.setting), {})
+    params = {**row.params, "seed": row.seed}
+    loras = [list(x) for x in setting.get("loras", [])]
+    if spec.get("raw"):
+        return ReproduceRecord(model, params, prompt=row.prompt, loader=loader, loras=loras)
+    messages = chat_messages([{"role": "user", "content": row.prompt}], spec.get("system_prompt", ""))
+    return ReproduceRecord(model, params, messages, loader=loader, loras=loras)

@@ -51,3 +51,23 @@ def test_same_record_same_tokens_everywhere(api, local, params):
     batch_text = handle.rows()[0].output
 
     assert engine_text == api_text == batch_text and engine_text
+
+
+def test_each_batch_row_carries_a_record_that_gives_its_output_again(local):
+    """Rows of a run with a system prompt, two settings (greedy, seeded) and two samples: each row's record,
+    re-run through the engine, makes that row's output."""
+    from webui.reproduce import record_for_batch_row
+
+    grid = GridSpec([], {"temperature": [0, 0.9], "max_new_tokens": [10]}, samples=2, base_seed=7)
+    job = BatchJob("records", parse_lines("Name a fruit.\nName a planet."), grid, system_prompt="Be brief.")
+    handle = local.batch_runner.start(job)
+    assert handle.wait(300)
+    rows = handle.rows()
+    assert len(rows) == 8
+    run = local.batches.get(handle.run_id)
+    model = local.models.loaded
+    for row in rows:
+        record = parse_record(record_for_batch_row(run.model, run.spec, row, model.loader).to_json())
+        assert record.messages[0] == {"role": "system", "content": "Be brief."}
+        assert record.params["seed"] == row.seed
+        assert local.engine.generate(record.request(model.tokenizer)).text == row.output, row.setting

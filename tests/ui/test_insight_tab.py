@@ -54,7 +54,7 @@ def test_a_chat_reply_record_reruns_to_the_same_text(server, browser):
     send(page, "Name a large animal.")
     wait_reply_done(page)
     reply = bot_messages(page)[-1].split("\n")[0]
-    page.get_by_text("Reproduce the last reply").click()
+    page.get_by_text("Prompt and reproduce record (click a message; default: the last reply)").click()
     wait_text(page, "#chat-record", "llm-workbench.record", 30_000)
     record = page.locator("#chat-record .cm-content").inner_text()
     assert "curl" in page.locator("#chat-record-curl").inner_text()
@@ -64,4 +64,37 @@ def test_a_chat_reply_record_reruns_to_the_same_text(server, browser):
     page.locator("#record-run").click()
     wait_text(page, "#record-note", "finish:", 60_000)
     assert page.locator("#record-output textarea").input_value().split("\n")[0] == reply
+    page.close()
+
+
+def test_one_click_from_a_chat_message_or_a_batch_row_to_its_prompt(server, browser):
+    from tests.ui.pages import send, wait_reply_done
+
+    page = open_page(browser, server.url)
+    choose_preset(page, "Deterministic", "0")
+    set_number(page, "params-max_new_tokens", 4)
+    send(page, "Name a large animal.")
+    wait_reply_done(page)
+    page.get_by_text("Prompt and reproduce record (click a message; default: the last reply)").click()
+    page.locator("#chat-log [data-testid='user']").last.click()
+    wait_text(page, "#chat-inspect-note", "your message", 30_000)
+    wait_text(page, "#chat-inspect-note", "of the 8,192-token context")
+    wait_text(page, "#chat-inspect-rendered", "Name a large animal.<|im_end|>")
+    assert "im_start" in page.locator("#chat-inspect-tokens").inner_text()
+    page.locator("#chat-log [data-testid='bot']").last.click()
+    wait_text(page, "#chat-inspect-note", "the reply", 30_000)
+    wait_text(page, "#chat-record", "llm-workbench.record")
+
+    tab(page, "Batch")
+    page.locator("#batch-prompts textarea").fill("Name a fruit.\nName a planet.")
+    page.locator("#batch-axes textarea").fill("max_new_tokens=4")
+    page.locator("#batch-run").click()
+    wait_text(page, "#batch-progress", "Finished: 2/2", 180_000)
+    page.get_by_text("Prompt and reproduce record of a row (click a row)").click()
+    page.locator("#batch-results [role='row'][aria-rowindex='3'] [role='gridcell']").first.click()
+    wait_text(page, "#batch-inspect-note", "row 2", 30_000)
+    wait_text(page, "#batch-inspect-rendered", "Name a planet.")
+    wait_text(page, "#batch-record", "llm-workbench.record")
+    assert "Name a planet." in page.locator("#batch-record-curl").inner_text()
+    screenshot(page, "batch-row-inspect")
     page.close()

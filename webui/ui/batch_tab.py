@@ -21,23 +21,28 @@ from webui.batch import (BatchInputError, GridSpec, ResultRow, cell_text, compar
                          with_asserts)
 from webui.batch.runner import BatchJob
 from webui.batch.store import RunNotFound
+from webui.insight import InsightUnavailable, inspect_rendered
 from webui.names import InvalidName
+from webui.reproduce import RecordError, record_for_batch_row
 from webui.services import Services
 from webui.store import StoreError
+from webui.ui.inspection import create_inspector_panel, inspection_views, record_views
 
 REFRESH_SECONDS = 0.7
 RESULT_COLUMNS = ["prompt", "setting", "sample", "seed", "output", "finish", "tokens", "ttft (s)", "tok/s",
                   "asserts", "passed"]
 
 
-def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = False) -> pd.DataFrame:
+def shown_rows(rows: list[ResultRow], query: str = "", failures_only: bool = False) -> list[ResultRow]:
+    """The rows the results table shows for a filter, in its order."""
     q = query.strip().lower()
+    return [r for r in rows if not (failures_only and r.passed is not False)
+            and not (q and q not in f"{r.prompt} {r.output} {r.setting}".lower())]
+
+
+def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = False) -> pd.DataFrame:
     out = []
-    for r in rows:
-        if failures_only and r.passed is not False:
-            continue
-        if q and q not in f"{r.prompt} {r.output} {r.setting}".lower():
-            continue
+    for r in shown_rows(rows, query, failures_only):
         marks = " ".join(("✓ " if a.passed else "✗ ") + a.label for a in r.asserts)
         out.append([prompt_label(r), r.setting, r.sample, r.seed, cell_text(r), r.finish_reason, r.completion_tokens,
                     None if r.ttft is None else round(r.ttft, 3),
@@ -136,6 +141,9 @@ def create_batch_tab(services: Services) -> dict:
                 failures = gr.Checkbox(label="Failures only", elem_id="batch-failures", scale=1)
             table = gr.Dataframe(value=result_table([]), interactive=False, wrap=True, elem_id="batch-results",
                                  column_widths=["16%", "13%", "5%", "5%", "27%", "6%", "6%", "6%", "5%", "7%", "4%"])
+            with gr.Accordion("Prompt and reproduce record of a row (click a row)", open=False,
+                              elem_id="batch-inspect-panel"):
+                inspector = create_inspector_panel("batch", with_record=True)
         with gr.Tab("Summary"):
             summary = gr.Dataframe(value=summary_table([]), interactive=False, elem_id="batch-summary")
             with gr.Row():
@@ -220,7 +228,8 @@ def create_batch_tab(services: Services) -> dict:
                 run_b=run_b, compare_out=compare_out, runs=runs, open_btn=open_btn, rename_text=rename_text,
                 rename_btn=rename_btn, delete_btn=delete_btn, rerun_btn=rerun_btn, csv_btn=csv_btn,
                 jsonl_btn=jsonl_btn, export_file=export_file, view_outputs=view_outputs, views=views,
-                build_job=build_job, describe=describe, stored_rows=stored_rows, run_choices=run_choices)
+                build_job=build_job, describe=describe, stored_rows=stored_rows, run_choices=run_choices,
+                inspector=inspector)
 
 
 def wire_batch_tab(services: Services, c: dict, params) -> None:
@@ -336,6 +345,26 @@ def wire_batch_tab(services: Services, c: dict, params) -> None:
     c["rename_btn"].click(rename, [c["runs"], c["rename_text"]], [c["runs"]])
     c["delete_btn"].click(delete, [c["runs"], c["run_id"]], [c["run_id"], *c["view_outputs"]])
     c["rerun_btn"].click(rerun, [c["runs"]], [c["progress"], c["run_id"], *c["view_outputs"]], concurrency_limit=None)
+    def select_row(rid: int | None, q: str, only_failures: bool, selected: gr.SelectData):
+        """One click on a result row: the exact prompt the model read, its tokens, and the row's record."""
+        index = selected.index[0] if isinstance(selected.index, (list, tuple)) else selected.index
+        rows = shown_rows(c["stored_rows"](rid), q, only_failures)
+        if rid is None or not 0 <= index < len(rows):
+            raise gr.Error("Run a batch or open a stored run, then click one of its rows.")
+        row, run = rows[index], store.get(rid)
+        model = services.models.loaded
+        loader = model.loader if model is not None and model.name == run.model else "transformers"
+        record = record_for_batch_row(run.model or "?", run.spec, row, loader)
+        which = f"row {index + 1}: prompt {row.prompt_id}, {row.setting}, sample {row.sample}"
+        try:
+            request = record.request(model.tokenizer)
+            rendered, tokens, note = inspection_views(inspect_rendered(model, request.prompt,
+                                                                       request.add_special_tokens))
+        except (InsightUnavailable, RecordError, AttributeError) as exc:
+            rendered, tokens, note = "", None, f"Tokens need a local model ({exc})."
+        return (f"{which} · {note}", rendered, tokens, *record_views(record, services.config.api_port))
+
+    c["table"].select(select_row, [c["run_id"], c["query"], c["failures"]], c["inspector"].outputs)
     c["csv_btn"].click(lambda r: export(r, "csv"), [c["runs"]], [c["export_file"]])
     c["jsonl_btn"].click(lambda r: export(r, "jsonl"), [c["runs"]], [c["export_file"]])
 

@@ -20,8 +20,10 @@ from webui.reproduce import record_for_reply
 from webui.services import Services
 from webui.store import StoreError
 from webui.token_view import VIEW_TOP, BranchError, branch_request, branched_row, token_rows
+from webui.insight import InsightUnavailable, inspect_rendered
 from webui.ui.generation import ActiveRequests, session_key, stats_text, stream_request, stream_text
 from webui.ui.parameters_tab import ParametersTab
+from webui.ui.inspection import create_inspector_panel, inspection_views, record_views
 from webui.ui.token_view import branch_of, create_token_view, view_value
 
 PANEL = "chat"
@@ -88,24 +90,34 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
             stats = gr.Markdown("", elem_id="chat-stats")
             with gr.Accordion("Tokens of the last reply", open=False, elem_id="chat-tokens-panel"):
                 token_view = create_token_view("chat-tokens")
-            with gr.Accordion("Reproduce the last reply", open=False):
-                record_json = gr.Code(language="json", label="Record (paste it in the Insight tab to re-run)",
-                                      interactive=False, elem_id="chat-record")
-                record_curl = gr.Code(language="shell", label="curl", interactive=False, elem_id="chat-record-curl")
-                record_py = gr.Code(language="python", label="openai (Python)", interactive=False,
-                                    elem_id="chat-record-python")
+            with gr.Accordion("Prompt and reproduce record (click a message; default: the last reply)",
+                              open=False, elem_id="chat-inspect-panel"):
+                inspector = create_inspector_panel("chat", with_record=True)
 
-    def record_views(cid: int | None):
-        """Record, curl and openai snippet of the chat's last reply (empty when there is none yet)."""
+    def message_views(cid: int | None, index: int | None = None):
+        """What the model read for a message (a reply: the chat before it; your message: the chat up to it),
+        its tokens and share of the context, and a reply's record; ``index`` None: the last reply."""
         history = chats.messages(cid) if cid is not None else []
-        last = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "assistant"
-                     and history[i].stats and "params" in history[i].stats), None)
-        if last is None:
-            return "", "", ""
-        turns = [{"role": m.role, "content": m.content} for m in history[:last]]
-        record = record_for_reply(turns, chats.get(cid).system_prompt, history[last].stats)
-        base = f"http://127.0.0.1:{services.config.api_port}/v1"
-        return record.to_json(), record.curl(base), record.openai_snippet(base)
+        if index is None:
+            index = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "assistant"), None)
+        if index is None or not 0 <= index < len(history):
+            return "", "", None, "", "", ""
+        message, system_prompt = history[index], chats.get(cid).system_prompt
+        reply = message.role == "assistant"
+        turns = [{"role": m.role, "content": m.content} for m in history[:index + (0 if reply else 1)]]
+        stats = message.stats or {}
+        record = record_for_reply(turns, system_prompt, stats) if reply and "params" in stats else None
+        which = f"message {index + 1} ({'the reply' if reply else 'your message'})"
+        try:
+            prompt = render_chat_prompt(services.models.loaded.tokenizer, turns, system_prompt)
+            rendered, tokens, note = inspection_views(inspect_rendered(services.models.loaded, prompt, False))
+        except (InsightUnavailable, ChatPromptError, AttributeError) as exc:
+            rendered, tokens, note = "", None, f"Tokens need a local model ({exc})."
+        return (f"{which} · {note}", rendered, tokens, *record_views(record, services.config.api_port))
+
+    def select_message(cid: int | None, selected: gr.SelectData):
+        index = selected.index if isinstance(selected.index, int) else selected.index[0]
+        return message_views(cid, index)
 
     def last_reply(cid: int | None):
         history = chats.messages(cid) if cid is not None else []
@@ -299,7 +311,8 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
         return (view(chat.id), chat.id, listed_chats(query, value=chat.id),
                 chat.title, chat.system_prompt)
 
-    stats.change(record_views, [chat_id], [record_json, record_curl, record_py], show_progress="hidden")
+    stats.change(message_views, [chat_id], inspector.outputs, show_progress="hidden")
+    chatbot.select(select_message, [chat_id], inspector.outputs)
     stats.change(token_views, [chat_id], [token_view], show_progress="hidden")
     token_view.submit(branch, {chat_id, token_view, *params.inputs}, [chatbot, stats], concurrency_limit=None)
     send_inputs = {message, chat_id, system, search, *params.inputs}

@@ -9,6 +9,7 @@ from webui.engine import EngineError
 from webui.insight import InsightUnavailable, inspect_prompt, next_tokens, perplexity
 from webui.reproduce import RecordError, parse_record
 from webui.services import Services
+from webui.ui.inspection import inspection_views
 
 
 def perplexity_table(services: Services) -> pd.DataFrame:
@@ -67,11 +68,7 @@ def create_insight_tab(services: Services, params) -> dict:
             seen = inspect_prompt(services.models.loaded, value, as_chat, system_prompt)
         except (InsightUnavailable, ValueError) as exc:
             raise gr.Error(str(exc)) from exc
-        tokens = pd.DataFrame({"#": range(len(seen.ids)), "id": seen.ids,
-                               "token": [repr(t)[1:-1] for t in seen.tokens]})
-        note = (f"**{len(seen.ids)} tokens** · {seen.used:.1%} of the {seen.context_length:,}-token context"
-                if seen.context_length else f"**{len(seen.ids)} tokens**")
-        return seen.text, tokens, note
+        return inspection_views(seen)
 
     def explore(data: dict):
         sampling = params.params(data)
