@@ -90,6 +90,7 @@ def run(argv: list[str]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "gradio", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("torchao").setLevel(logging.ERROR)  # with the gptq extra: CUDA kernels it cannot load here
     config = config_from_args(argv)
     config.make_dirs()
     try:
