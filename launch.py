@@ -6,7 +6,7 @@ default model once; later runs start in seconds. Other commands:
 
     python launch.py batch PROMPTS [options]        run a batch test headless (see `batch --help`)
     python launch.py install llamacpp|gptq|exllamav2  add an optional loader backend to .venv
-    python launch.py quantize gptq MODEL --bits 4    make a GPTQ model folder (see `quantize --help`)
+    python launch.py quantize gptq|exl2 MODEL --bits 4    make a GPTQ (or EXL2, CUDA only) model folder
 """
 
 import sys

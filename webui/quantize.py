@@ -1,8 +1,10 @@
-"""`python launch.py quantize gptq MODEL --bits 4`: make a GPTQ model folder from any Hugging Face model.
+"""`python launch.py quantize gptq|exl2 MODEL --bits 4`: make a GPTQ or EXL2 model folder from any HF model.
 
-Runs offline: the calibration text ships with the workbench (webui/data/calibration.txt)
-or comes from --calibration. The result is written atomically into the models dir
-(or --out), where the Model tab lists it and the gptq loader picks it up.
+Runs offline. GPTQ (on the CPU or a GPU): the calibration text ships with the workbench
+(webui/data/calibration.txt) or comes from --calibration. EXL2 (an NVIDIA GPU with CUDA
+only): exllamav2's own converter with its built-in calibration data. The result is written
+atomically into the models dir (or --out), where the Model tab lists it and the matching
+loader picks it up.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +26,7 @@ from webui.bootstrap import OPTIONAL_EXTRAS
 
 CALIBRATION_FILE = Path(__file__).with_name("data") / "calibration.txt"
 BITS = (2, 3, 4, 8)
+EXL2_BITS = (2.0, 8.0)  # the range of average bits per weight exllamav2's converter can reach
 GROUP_SIZES = (128, 64, 32)
 Progress = Callable[[str], None]
 
@@ -106,6 +110,49 @@ def quantize_gptq(source: Path, out: Path, bits: int = 4, group_size: int | None
     return out
 
 
+def quantize_exl2(source: Path, out: Path, bits: float = 4.0, progress: Progress = print) -> Path:
+    """Convert the Hugging Face folder ``source`` to an EXL2 folder ``out`` with exllamav2's converter.
+
+    Needs an NVIDIA GPU with CUDA. The converter runs in a subprocess (it is a script); its
+    working files go to a scratch folder and ``out`` is replaced only on success.
+    """
+    from loaders.exllamav2_loader import INSTALL_HINT, NEEDS_GPU, cuda_available
+
+    if not EXL2_BITS[0] <= bits <= EXL2_BITS[1]:
+        raise QuantizeError(f"--bits for exl2 is the average bits per weight, from {EXL2_BITS[0]:g} to "
+                            f"{EXL2_BITS[1]:g}; got {bits:g}")
+    if not cuda_available():
+        raise QuantizeError("converting to EXL2 runs exllamav2's CUDA kernels; " + NEEDS_GPU.split("; ", 1)[1]
+                            + " (quantize with gptq instead, which runs on a CPU)")
+    if missing_module(["exllamav2"]):
+        raise LoaderUnavailable("exllamav2", "exllamav2", INSTALL_HINT,
+                                message=f"converting to EXL2 needs the exllamav2 extra; install it with: {INSTALL_HINT}")
+    if not (source / "config.json").is_file():
+        raise ModelLoadError(f"'{source}' is not a Hugging Face model folder (no config.json)")
+    progress(f"converting {source.name} to EXL2 at {bits:g} bits per weight")
+    start = time.monotonic()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        with tempfile.TemporaryDirectory(prefix="exl2-") as work:
+            argv = [sys.executable, "-m", "exllamav2.conversion.convert_exl2", "-i", str(source), "-o", work,
+                    "-cf", str(tmp), "-b", f"{bits:g}", "-hb", "8" if bits >= 8 else "6"]
+            with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+                for line in proc.stdout:
+                    progress(line.rstrip())
+            if proc.returncode != 0 or not (tmp / "config.json").is_file():
+                raise QuantizeError(f"exllamav2's converter failed (exit code {proc.returncode}); "
+                                    "its output is above")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    progress(f"wrote {out} in {time.monotonic() - start:.0f} s")
+    return out
+
+
 @contextlib.contextmanager
 def _working_dir(path: str):
     before = os.getcwd()
@@ -118,12 +165,16 @@ def _working_dir(path: str):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python launch.py quantize", description=__doc__.splitlines()[0])
-    p.add_argument("method", choices=["gptq"], help="quantization method")
+    p.add_argument("method", choices=["gptq", "exl2"],
+                   help="gptq (CPU or GPU, via gptqmodel) or exl2 (NVIDIA GPU only, via exllamav2)")
     p.add_argument("model", help="a model name from the Model tab (the default model included) or a folder path")
-    p.add_argument("--bits", type=int, default=4, choices=BITS)
-    p.add_argument("--group-size", type=int, help="default: 128, or the largest of 64/32 dividing the layer widths")
-    p.add_argument("--calibration", type=Path, help="a text file, one calibration sample per line")
-    p.add_argument("--out", type=Path, help="output folder (default: <models dir>/<model>-gptq-<bits>bit)")
+    p.add_argument("--bits", type=float, default=4,
+                   help=f"gptq: one of {', '.join(map(str, BITS))}; exl2: average bits per weight, "
+                        f"{EXL2_BITS[0]:g} to {EXL2_BITS[1]:g} (e.g. 4.65)")
+    p.add_argument("--group-size", type=int, help="gptq: default 128, or the largest of 64/32 dividing the "
+                                                  "layer widths")
+    p.add_argument("--calibration", type=Path, help="gptq: a text file, one calibration sample per line")
+    p.add_argument("--out", type=Path, help="output folder (default: <models dir>/<model>-<method>-<bits>bit)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--user-data-dir", type=Path)
     return p
@@ -142,16 +193,26 @@ def main(argv: list[str]) -> int:
         path = Path(args.model).expanduser()
         entry = manager.entry_for_path(path) if path.exists() else manager.resolve(args.model)
         source = manager.converted_folder(entry, lambda f, m: print(m)) if entry.format == "gguf" else entry.path
+        if args.method == "gptq" and args.bits not in BITS:
+            raise QuantizeError(f"--bits for gptq must be one of {', '.join(map(str, BITS))}, got {args.bits:g}")
+        if args.method == "exl2" and (args.calibration or args.group_size):
+            raise QuantizeError("--calibration and --group-size apply to gptq; exl2 uses exllamav2's own "
+                                "calibration data and picks its bit layout per layer")
         name = entry.name.removesuffix(".gguf")
-        out = args.out or config.models_dir / f"{name}-gptq-{args.bits}bit"
+        out = args.out or config.models_dir / f"{name}-{args.method}-{args.bits:g}bit"
         if out.exists() and not args.force:
             raise QuantizeError(f"'{out}' exists; pass --force to replace it or --out to write elsewhere")
-        texts = calibration_texts(args.calibration) if args.calibration else None
-        quantize_gptq(source, out, args.bits, args.group_size, texts, progress=lambda m: print(m, flush=True))
+        report = lambda m: print(m, flush=True)  # noqa: E731
+        if args.method == "gptq":
+            texts = calibration_texts(args.calibration) if args.calibration else None
+            quantize_gptq(source, out, int(args.bits), args.group_size, texts, progress=report)
+        else:
+            quantize_exl2(source, out, args.bits, progress=report)
     except LoaderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if isinstance(exc, LoaderUnavailable):
-            print(f"  ({OPTIONAL_EXTRAS['gptq']})", file=sys.stderr)
+            print(f"  ({OPTIONAL_EXTRAS['gptq' if args.method == 'gptq' else 'exllamav2']})", file=sys.stderr)
         return 2
-    print(f"done: load '{out.name}' from the Model tab (loader: gptq, chosen automatically)")
+    loader = "gptq" if args.method == "gptq" else "exllamav2"
+    print(f"done: load '{out.name}' from the Model tab (loader: {loader}, chosen automatically)")
     return 0

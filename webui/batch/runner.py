@@ -19,7 +19,7 @@ from webui.batch.prompts import PromptRow
 from webui.batch.results import ResultRow, result_for
 from webui.batch.store import BatchStore
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
-from webui.engine import EngineError, GenerationRequest, RequestStream, SamplingParams
+from webui.engine import EngineError, GenerationRequest, SamplingParams
 
 
 @dataclass
