@@ -9,11 +9,14 @@ accept a list; they simply run its items one after another.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
-
-import importlib.util
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 
 class LoaderError(Exception):
@@ -123,6 +126,24 @@ class Loader(Protocol):
     # Optional: native_format(path) -> bool, True where the path is in the loader's own format (it runs it
     # without converting); automatic choice prefers such a loader (llama.cpp over transformers for a .gguf).
     def load(self, path: Path, options: LoadOptions, progress: Callable[[float, str], None] | None = None) -> LoadedModel: ...
+
+
+@contextlib.contextmanager
+def atomic_folder(out: Path) -> Iterator[Path]:
+    """Yield a scratch folder beside ``out`` to write into; it replaces ``out`` only if the block succeeds.
+
+    On any failure (a full disk, Ctrl-C) the scratch folder is removed and ``out``, if it exists, is untouched.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def missing_module(modules: Sequence[str]) -> str | None:

@@ -7,15 +7,12 @@ loaders stays cheap and a missing backend is reported with an install hint.
 from __future__ import annotations
 
 import gc
-import os
-import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from loaders.base import (Capabilities, LoadedModel, LoaderUnavailable, LoadOptions, ModelLoadError,
-                          missing_module, require_backend)
+                          atomic_folder, missing_module, require_backend)
 from loaders.lora import Adapters, Selection, check_fits
 
 Progress = Callable[[float, str], None]
@@ -124,17 +121,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     model, tokenizer = _from_pretrained(gguf_path, "cpu", "float32")
     if getattr(model, "hf_quantizer", None) is not None:
         model.hf_quantizer.remove_quantization_config(model)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-    try:
+    with atomic_folder(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

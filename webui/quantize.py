@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from loaders.base import LoaderError, LoaderUnavailable, ModelLoadError, missing_module
+from loaders.base import LoaderError, LoaderUnavailable, ModelLoadError, atomic_folder, missing_module
 from webui.bootstrap import OPTIONAL_EXTRAS
 
 CALIBRATION_FILE = Path(__file__).with_name("data") / "calibration.txt"
@@ -92,20 +91,12 @@ def quantize_gptq(source: Path, out: Path, bits: int = 4, group_size: int | None
 
     progress(f"quantizing {source.name} to {bits} bits, group size {group}, on {len(texts)} calibration texts")
     start = time.monotonic()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         with tempfile.TemporaryDirectory(prefix="gptq-") as scratch, _working_dir(scratch):
             # gptqmodel writes its per-layer logs to ./logs; keep them out of the user's working directory
             model = GPTQModel.load(str(source), QuantizeConfig(bits=bits, group_size=group), device="cpu")
             model.quantize(texts, batch_size=1)
         model.save(str(tmp))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     progress(f"wrote {out} in {time.monotonic() - start:.0f} s")
     return out
 
@@ -131,24 +122,14 @@ def quantize_exl2(source: Path, out: Path, bits: float = 4.0, progress: Progress
         raise ModelLoadError(f"'{source}' is not a Hugging Face model folder (no config.json)")
     progress(f"converting {source.name} to EXL2 at {bits:g} bits per weight")
     start = time.monotonic()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
-        with tempfile.TemporaryDirectory(prefix="exl2-") as work:
-            argv = [sys.executable, "-m", "exllamav2.conversion.convert_exl2", "-i", str(source), "-o", work,
-                    "-cf", str(tmp), "-b", f"{bits:g}", "-hb", "8" if bits >= 8 else "6"]
-            with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-                for line in proc.stdout:
-                    progress(line.rstrip())
-            if proc.returncode != 0 or not (tmp / "config.json").is_file():
-                raise QuantizeError(f"exllamav2's converter failed (exit code {proc.returncode}); "
-                                    "its output is above")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with atomic_folder(out) as tmp, tempfile.TemporaryDirectory(prefix="exl2-") as work:
+        argv = [sys.executable, "-m", "exllamav2.conversion.convert_exl2", "-i", str(source), "-o", work,
+                "-cf", str(tmp), "-b", f"{bits:g}", "-hb", "8" if bits >= 8 else "6"]
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+            for line in proc.stdout:
+                progress(line.rstrip())
+        if proc.returncode != 0 or not (tmp / "config.json").is_file():
+            raise QuantizeError(f"exllamav2's converter failed (exit code {proc.returncode}); its output is above")
     progress(f"wrote {out} in {time.monotonic() - start:.0f} s")
     return out
 

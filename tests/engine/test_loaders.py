@@ -161,3 +161,19 @@ def test_the_loader_is_chosen_from_what_the_model_holds(tmp_path, tiny_model_dir
     (gptq / "config.json").write_text("{}")
     (gptq / "quantize_config.json").write_text('{"bits": 4}')
     assert registry.for_path(gptq).name == "gptq"  # never transformers, which cannot read it alone
+
+
+def test_a_folder_written_atomically_is_replaced_only_on_success(tmp_path):
+    from loaders.base import atomic_folder
+
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "weights").write_text("old")
+    with pytest.raises(OSError, match="disk full"):
+        with atomic_folder(out) as scratch:
+            (scratch / "weights").write_text("half")
+            raise OSError("disk full")
+    assert (out / "weights").read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["model"]
+    with atomic_folder(out) as scratch:
+        (scratch / "weights").write_text("new")
+    assert (out / "weights").read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["model"]
