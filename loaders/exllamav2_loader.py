@@ -146,7 +146,7 @@ class ExLlamaV2Model:
 
         if cache.current_seq_len + len(ids) > self.context_length:
             raise LoaderError(f"the sequence would hold {cache.current_seq_len + len(ids)} tokens; this model's "
-                                 f"context is {self.context_length}")
+                              f"context is {self.context_length}")
         input_ids = torch.tensor([list(ids)], dtype=torch.long)
         out = self.model.forward(input_ids, cache, last_id_only=last_only)
         return out[0, :, :self.vocab_size].float()  # the head may be padded past the vocabulary

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -27,6 +28,7 @@ CALIBRATION_FILE = Path(__file__).with_name("data") / "calibration.txt"
 BITS = (2, 3, 4, 8)
 EXL2_BITS = (2.0, 8.0)  # the range of average bits per weight exllamav2's converter can reach
 GROUP_SIZES = (128, 64, 32)
+LOADER_OF = {"gptq": "gptq", "exl2": "exllamav2"}  # method -> the loader (and optional extra) that runs its output
 Progress = Callable[[str], None]
 
 
@@ -101,23 +103,28 @@ def quantize_gptq(source: Path, out: Path, bits: int = 4, group_size: int | None
     return out
 
 
+def check_exl2_ready(bits: float) -> None:
+    """Raise unless EXL2 conversion can run here at ``bits``: before any slow work (such as converting a GGUF)."""
+    from loaders.exllamav2_loader import INSTALL_HINT, cuda_available
+
+    if not EXL2_BITS[0] <= bits <= EXL2_BITS[1]:
+        raise QuantizeError(f"--bits for exl2 is the average bits per weight, from {EXL2_BITS[0]:g} to "
+                            f"{EXL2_BITS[1]:g}; got {bits:g}")
+    if not cuda_available():
+        raise QuantizeError("converting to EXL2 runs exllamav2's CUDA kernels, and this machine has no NVIDIA "
+                            "GPU with CUDA (quantize with gptq instead, which runs on a CPU)")
+    if missing_module(["exllamav2"]):
+        raise LoaderUnavailable("exllamav2", "exllamav2", INSTALL_HINT,
+                                message=f"converting to EXL2 needs the exllamav2 extra; install it with: {INSTALL_HINT}")
+
+
 def quantize_exl2(source: Path, out: Path, bits: float = 4.0, progress: Progress = print) -> Path:
     """Convert the Hugging Face folder ``source`` to an EXL2 folder ``out`` with exllamav2's converter.
 
     Needs an NVIDIA GPU with CUDA. The converter runs in a subprocess (it is a script); its
     working files go to a scratch folder and ``out`` is replaced only on success.
     """
-    from loaders.exllamav2_loader import INSTALL_HINT, NEEDS_GPU, cuda_available
-
-    if not EXL2_BITS[0] <= bits <= EXL2_BITS[1]:
-        raise QuantizeError(f"--bits for exl2 is the average bits per weight, from {EXL2_BITS[0]:g} to "
-                            f"{EXL2_BITS[1]:g}; got {bits:g}")
-    if not cuda_available():
-        raise QuantizeError("converting to EXL2 runs exllamav2's CUDA kernels; " + NEEDS_GPU.split("; ", 1)[1]
-                            + " (quantize with gptq instead, which runs on a CPU)")
-    if missing_module(["exllamav2"]):
-        raise LoaderUnavailable("exllamav2", "exllamav2", INSTALL_HINT,
-                                message=f"converting to EXL2 needs the exllamav2 extra; install it with: {INSTALL_HINT}")
+    check_exl2_ready(bits)
     if not (source / "config.json").is_file():
         raise ModelLoadError(f"'{source}' is not a Hugging Face model folder (no config.json)")
     progress(f"converting {source.name} to EXL2 at {bits:g} bits per weight")
@@ -146,7 +153,7 @@ def _working_dir(path: str):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python launch.py quantize", description=__doc__.splitlines()[0])
-    p.add_argument("method", choices=["gptq", "exl2"],
+    p.add_argument("method", choices=list(LOADER_OF),
                    help="gptq (CPU or GPU, via gptqmodel) or exl2 (NVIDIA GPU only, via exllamav2)")
     p.add_argument("model", help="a model name from the Model tab (the default model included) or a folder path")
     p.add_argument("--bits", type=float, default=4,
@@ -171,19 +178,21 @@ def main(argv: list[str]) -> int:
     config.make_dirs()
     manager = ModelManager(config, None, default_registry())
     try:
+        if args.method == "gptq" and args.bits not in BITS:
+            raise QuantizeError(f"--bits for gptq must be one of {', '.join(map(str, BITS))}, got {args.bits:g}")
+        if args.method == "exl2":
+            if args.calibration or args.group_size:
+                raise QuantizeError("--calibration and --group-size apply to gptq; exl2 uses exllamav2's own "
+                                    "calibration data and picks its bit layout per layer")
+            check_exl2_ready(args.bits)
         path = Path(args.model).expanduser()
         entry = manager.entry_for_path(path) if path.exists() else manager.resolve(args.model)
         source = manager.converted_folder(entry, lambda f, m: print(m)) if entry.format == "gguf" else entry.path
-        if args.method == "gptq" and args.bits not in BITS:
-            raise QuantizeError(f"--bits for gptq must be one of {', '.join(map(str, BITS))}, got {args.bits:g}")
-        if args.method == "exl2" and (args.calibration or args.group_size):
-            raise QuantizeError("--calibration and --group-size apply to gptq; exl2 uses exllamav2's own "
-                                "calibration data and picks its bit layout per layer")
         name = entry.name.removesuffix(".gguf")
         out = args.out or config.models_dir / f"{name}-{args.method}-{args.bits:g}bit"
         if out.exists() and not args.force:
             raise QuantizeError(f"'{out}' exists; pass --force to replace it or --out to write elsewhere")
-        report = lambda m: print(m, flush=True)  # noqa: E731
+        report = functools.partial(print, flush=True)
         if args.method == "gptq":
             texts = calibration_texts(args.calibration) if args.calibration else None
             quantize_gptq(source, out, int(args.bits), args.group_size, texts, progress=report)
@@ -192,8 +201,7 @@ def main(argv: list[str]) -> int:
     except LoaderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if isinstance(exc, LoaderUnavailable):
-            print(f"  ({OPTIONAL_EXTRAS['gptq' if args.method == 'gptq' else 'exllamav2']})", file=sys.stderr)
+            print(f"  ({OPTIONAL_EXTRAS[LOADER_OF[args.method]]})", file=sys.stderr)
         return 2
-    loader = "gptq" if args.method == "gptq" else "exllamav2"
-    print(f"done: load '{out.name}' from the Model tab (loader: {loader}, chosen automatically)")
+    print(f"done: load '{out.name}' from the Model tab (loader: {LOADER_OF[args.method]}, chosen automatically)")
     return 0
