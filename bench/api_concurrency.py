@@ -46,7 +46,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=64, help="tokens each stream makes (default 64)")
     p.add_argument("--reps", type=int, default=1, help="runs of each level (default 1)")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="user message of every stream")
-    return p.parse_args()
+    p.add_argument("--quick", action="store_true", help="a tiny run (2 streams, 4 tokens) that only checks the bench works")
+    args = p.parse_args()
+    if args.quick:
+        args.concurrency, args.new_tokens, args.reps = 2, 4, 1
+    return args
 
 
 @dataclass

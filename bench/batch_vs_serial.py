@@ -64,14 +64,19 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=1, help="repetitions of the batched runs (median)")
+    ap.add_argument("--quick", action="store_true", help="a tiny run (4 prompts, 4 tokens) that only checks the bench works")
     args = ap.parse_args()
+    if args.quick:
+        args.prompts, args.new_tokens, args.reps = 4, 4, 1
     torch.set_num_threads(args.threads)
     folder = ensure_converted(default_model_gguf(), AppConfig().converted_dir / DEFAULT_MODEL)
     model = default_registry().get("transformers").load(folder, LoadOptions(device="cpu", threads=args.threads))
     prompts = chat_prompts(model, args.prompts)
     n = args.new_tokens
     params = SamplingParams(temperature=0, max_new_tokens=n, min_new_tokens=n)
-    engine = Engine(model, EngineConfig(max_running=args.prompts, max_batch_tokens=4096, prefill_chunk=1024))
+    # The same prompts run several times: the prefix cache is off so each run pays the same prefill.
+    engine = Engine(model, EngineConfig(max_running=args.prompts, max_batch_tokens=4096, prefill_chunk=1024,
+                                        prefix_cache_mb=0))
     total = n * len(prompts)
     print(f"model {model.name}, torch {torch.__version__}, threads {args.threads}, {len(prompts)} prompts "
           f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens), {n} new tokens each, greedy")

@@ -26,7 +26,7 @@ import torch
 from loaders.base import LoadOptions
 from loaders.registry import default_registry
 from webui.config import AppConfig
-from webui.engine import Engine, GenerationRequest, SamplingParams
+from webui.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
 from webui.models import DEFAULT_MODEL, default_model_gguf, ensure_converted
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
@@ -38,7 +38,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=5, help="timed runs of each, alternating (default 5)")
     p.add_argument("--new-tokens", type=int, default=64, help="exact number of new tokens (default 64)")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="user message, rendered with the chat template")
-    return p.parse_args()
+    p.add_argument("--quick", action="store_true", help="a tiny run (1 rep, 4 tokens) that only checks the bench works")
+    args = p.parse_args()
+    if args.quick:
+        args.reps, args.new_tokens = 1, 4
+    return args
 
 
 def load_model(threads: int):
@@ -84,7 +88,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = load_model(args.threads)
     torch.set_num_threads(args.threads)
-    engine = Engine(model)
+    engine = Engine(model, EngineConfig(prefix_cache_mb=0))  # the same prompt every run: measure decoding, not the cache
     try:
         prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])
         ids = model.tokenizer.encode(prompt, add_special_tokens=False)

@@ -14,7 +14,7 @@ The baseline is the raw library call: llama-cpp-python's own ``Llama.generate`` 
 GGUF and prompt, one stream (``--flash-attn`` as the loader has it). A loader whose backend is
 not installed is skipped with the reason. Prints a table; ratios are tokens/s over the baseline's.
 
-    .venv/bin/python bench/loaders.py [--threads 1] [--new-tokens 32] [--batch 16] [--only transformers,llamacpp]
+    .venv/bin/python bench/loader_speed.py [--threads 1] [--new-tokens 32] [--batch 16] [--only transformers,llamacpp]
 """
 
 from __future__ import annotations
@@ -117,7 +117,10 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--only", default=",".join(LOADERS), help=f"comma-separated subset of {', '.join(LOADERS)}")
+    ap.add_argument("--quick", action="store_true", help="a tiny run (4 tokens, 2 streams) that only checks the bench works")
     args = ap.parse_args()
+    if args.quick:
+        args.new_tokens, args.batch = 4, 2
     os.environ["WORKBENCH_TEST_THREADS"] = str(args.threads)
     import torch
 
@@ -164,6 +167,10 @@ def main() -> None:
             print(f"| {name} | {what} | - | - | - | - |")
         else:
             print(f"| {name} | {what} | {single:.1f} | {ratio(single)} | {batched:.1f} | {ratio(batched)} |")
+    # the headline: the llama.cpp loader's batch over raw llama.cpp's one stream (else the first loader measured)
+    measured = {name: batched for name, _, single, batched in rows if single is not None}
+    headline = measured.get("llamacpp", next(iter(measured.values()), None))
+    print(f"ratio: {headline / baseline:.3f}" if headline and baseline else "ratio: nan (no baseline or loader ran)")
 
 
 if __name__ == "__main__":
