@@ -105,6 +105,34 @@ class BatchKV:
         return {h: out.logits[i, -1] for i, h in enumerate(self.rows)}
 
 
+def export_kv(batch: BatchKV, handle: SequenceCache, start: int, end: int) -> tuple[torch.Tensor, int]:
+    """A copy of tokens ``start..end-1`` of one sequence's KV, wherever it is now (its own cache or a batch row),
+    as one tensor [layers, 2 (keys, values), heads, tokens, head_dim]; and its size in bytes."""
+    if not 0 <= start < end <= handle.length:
+        raise ValueError(f"tokens {start}..{end} are not in this sequence's cache ({handle.length} tokens)")
+    if handle.joined:
+        row, offset = batch.rows.index(handle), batch.width - handle.length  # rows are right-aligned
+        layers = _layers(batch.cache)
+    else:
+        row, offset = 0, 0
+        layers = _layers(handle.own)
+    a, b = offset + start, offset + end
+    block = torch.stack([torch.stack([layer.keys[row, :, a:b], layer.values[row, :, a:b]]) for layer in layers])
+    return block, block.numel() * block.element_size()
+
+
+def import_kv(handle: SequenceCache, blocks: Sequence[torch.Tensor], n_tokens: int) -> None:
+    """Fill a fresh sequence's own cache with the first ``n_tokens`` of ``blocks`` (made by :func:`export_kv`)."""
+    if handle.length or handle.joined:
+        raise RuntimeError("cached KV can only start an empty sequence")
+    kv = torch.cat(list(blocks), dim=3)[:, :, :, :n_tokens]
+    if kv.shape[3] != n_tokens:
+        raise ValueError(f"the blocks hold {kv.shape[3]} tokens, {n_tokens} were asked for")
+    for index in range(kv.shape[0]):
+        handle.own.update(kv[index, 0].unsqueeze(0), kv[index, 1].unsqueeze(0), index)
+    handle.length = n_tokens
+
+
 def batched_forward(model: Any, batch: BatchKV, handles: Sequence[SequenceCache],
                     new_ids: Sequence[Sequence[int]], with_adapters: bool = False) -> torch.Tensor:
     """Prefill (alone, per sequence) what is not decoding yet, decode the rest together.

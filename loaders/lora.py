@@ -10,6 +10,7 @@ it was. Requests pick adapters per sequence; peft's mixed-batch forward
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -19,6 +20,7 @@ from loaders.base import LoaderError
 
 BASE = "__base__"  # peft's name for "no adapter" in a mixed batch
 Selection = tuple[tuple[str, float], ...]  # (adapter name, weight), in order
+_ATTACHMENTS = itertools.count(1)  # each attachment of an adapter gets its own number (prefix-cache identity)
 
 
 class LoRAError(LoaderError):
@@ -81,7 +83,8 @@ def selection_key(selection: Selection) -> str:
         return BASE
     if len(selection) == 1 and selection[0][1] == 1.0:
         return selection[0][0]
-    return "+".join(f"{name}*{weight:g}" for name, weight in selection)
+    # peft refuses adapter names with "." (module paths), so a weight like 0.5 is written 0p5
+    return "+".join(f"{name}*{weight:g}".replace(".", "p") for name, weight in selection)
 
 
 class Adapters:
@@ -91,6 +94,7 @@ class Adapters:
         self.base = model
         self.peft: Any = None
         self.loaded: dict[str, Path] = {}
+        self._serials: dict[str, int] = {}  # adapter name -> the number of its current attachment
         self._combined: set[str] = set()
 
     @property
@@ -114,6 +118,7 @@ class Adapters:
             raise LoRAError(f"could not load adapter '{name}': {exc}") from exc
         self.peft.eval()
         self.loaded[name] = path
+        self._serials[name] = next(_ATTACHMENTS)
 
     def remove(self, name: str) -> None:
         if name not in self.loaded:
@@ -123,6 +128,7 @@ class Adapters:
             self._combined.discard(combo)
         self._drop(name)
         del self.loaded[name]
+        self._serials.pop(name, None)
         if not self.loaded and self.peft is not None:
             self.base = self.peft.unload()  # the last one gone: back to the plain base modules
             self.peft = None
@@ -145,6 +151,20 @@ class Adapters:
         self.peft.add_weighted_adapter(names, weights, adapter_name=key, combination_type="cat")
         self._combined.add(key)
         return key
+
+    def identity(self, selection: Selection) -> str:
+        """Names what ``selection`` computes with: each adapter's attachment number and weight (a detached and
+        re-attached adapter, perhaps another folder under the same name, gets a new identity)."""
+        self.resolve(selection)  # refuses adapters that are not attached
+        return "\x1f".join(f"{name}#{self._serials[name]}*{weight!r}" for name, weight in selection)
+
+    def identity_live(self, identity: str) -> bool:
+        """True while every adapter attachment named in ``identity`` is still attached."""
+        for part in filter(None, identity.split("\x1f")):
+            name, _, rest = part.rpartition("#")
+            if str(self._serials.get(name)) != rest.split("*", 1)[0]:
+                return False
+        return True
 
     def names_for(self, keys: Sequence[str]) -> list[str] | None:
         """peft's ``adapter_names`` for a batch, or None when no adapter is loaded at all."""

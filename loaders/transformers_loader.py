@@ -7,6 +7,7 @@ loaders stays cheap and a missing backend is reported with an install hint.
 from __future__ import annotations
 
 import gc
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -26,7 +27,7 @@ class TransformersLoader:
     name = "transformers"
     description = "Hugging Face transformers: safetensors model folders and .gguf files (dequantized on load)"
     capabilities = Capabilities(batched_forward=True, lora=True, logprobs=True,
-                                devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"))
+                                devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"), prefix_cache=True)
     requires = ("torch", "transformers", "safetensors")
     install_hint = "pip install torch==2.13.0 transformers safetensors"
 
@@ -183,9 +184,12 @@ class TransformersModel:
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         batched = _plain_dynamic_cache(self._empty_cache())
-        self.capabilities = replace(TransformersLoader.capabilities, batched_forward=batched)
+        # Sliding-window layers keep only their last W tokens, so their KV cannot be sliced into reusable
+        # blocks: such models neither batch nor cache prefixes (outputs stay exact; the Model tab says so).
+        self.capabilities = replace(TransformersLoader.capabilities, batched_forward=batched, prefix_cache=batched)
         self._batch = BatchKV(device)
         self.adapters = Adapters(model)
+        self._instance = uuid.uuid4().hex  # a reload is another instance: its prefix-cache blocks never mix
 
     def _empty_cache(self) -> Any:
         from transformers import DynamicCache
@@ -229,6 +233,26 @@ class TransformersModel:
 
     def release(self, cache: Any) -> None:
         cache.released = True
+
+    # -- prefix cache (see webui/engine/prefix_cache.py) ------------------------------------
+    def prefix_namespace(self, loras: Selection = ()) -> str:
+        """What a sequence's KV depends on besides its tokens: this model instance and its adapters."""
+        return f"{self._instance}|{self.adapters.identity(tuple(loras))}"
+
+    def prefix_namespace_live(self, namespace: str) -> bool:
+        """False once the namespace's model instance or one of its adapters is gone."""
+        instance, _, adapters = namespace.partition("|")
+        return instance == self._instance and self.adapters.identity_live(adapters)
+
+    def export_kv(self, cache: Any, start: int, end: int) -> tuple[Any, int]:
+        from loaders.kv_batch import export_kv
+
+        return export_kv(self._batch, cache, start, end)
+
+    def import_kv(self, cache: Any, blocks: Sequence[Any], n_tokens: int) -> None:
+        from loaders.kv_batch import import_kv
+
+        import_kv(cache, blocks, n_tokens)
 
     def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]):
         import torch

@@ -43,6 +43,7 @@ class AppConfig:
     log_prompts: bool = False
     max_running: int = 16
     max_waiting: int = 256
+    prefix_cache_mb: float | None = None  # None: a default for the model's device; 0: off
     no_model: bool = False
     remote_model: str | None = None  # with --model http(s)://...: which of the server's models (default: its first)
 
@@ -87,6 +88,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _megabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of megabytes (0 turns it off), got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (0 turns it off), got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 1 <= value <= 65535:
@@ -128,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences the engine generates at once (default 16)")
     g.add_argument("--max-waiting", type=_positive_int, default=256,
                    help="requests queued behind them; more are refused (the API answers 503) (default 256)")
+    g.add_argument("--prefix-cache-mb", type=_megabytes, default=None, metavar="MB",
+                   help="memory for the prefix cache, which keeps the KV of prompts already read so chat turns, "
+                        "regenerates and batch grids skip their prefill (default: 1/16 of RAM up to 2048 on the "
+                        "CPU, 1/10 of the GPU's memory; 0 turns it off)")
     g = p.add_argument_group("OpenAI-compatible API")
     g.add_argument("--api", action="store_true", help="also serve the OpenAI-compatible API on "
                                                       "http://127.0.0.1:API_PORT/v1")
@@ -153,4 +168,4 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         loras=tuple(args.lora), listen=args.listen, port=args.port, api=args.api, api_port=args.api_port,
         api_key=args.api_key, served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts, max_running=args.max_running,
-        max_waiting=args.max_waiting, no_model=args.no_model, remote_model=args.remote_model)
+        max_waiting=args.max_waiting, prefix_cache_mb=args.prefix_cache_mb, no_model=args.no_model, remote_model=args.remote_model)

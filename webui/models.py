@@ -234,6 +234,7 @@ class ModelManager:
                 self.engine.fail_running(lambda r: any(n == name for n, _ in r.loras),
                                          f"generation stopped: the LoRA adapter '{name}' was detached")
                 model.remove_lora(name)
+                self.engine.drop_stale_prefixes()
 
             self.engine.call_between_steps(remove)
             self._active_loras.pop(name, None)

@@ -39,7 +39,8 @@ class Services:
         from loaders.registry import default_registry
 
         registry = registry or default_registry()
-        engine = Engine(config=EngineConfig(max_running=config.max_running, max_waiting=config.max_waiting))
+        engine = Engine(config=EngineConfig(max_running=config.max_running, max_waiting=config.max_waiting,
+                                            prefix_cache_mb=config.prefix_cache_mb))
         db = Database(config.db_path)
         batches = BatchStore(db)
         batches.mark_interrupted()  # runs a previous process left 'running' died with it; their rows stay

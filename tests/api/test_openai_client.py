@@ -118,7 +118,27 @@ def test_greedy_streaming_equals_non_streaming(client):
     deltas = [c.choices[0].delta.content for c in with_choices[1:] if c.choices[0].delta.content]
     assert len(deltas) >= 2  # streamed in pieces, not in one go
     assert "".join(deltas) == whole.choices[0].message.content
-    assert last.usage.model_dump() == whole.usage.model_dump()
+    # the same counts; the stream may read more of its prompt from the prefix cache than the first request did
+    assert last.usage.model_dump(exclude={"prompt_tokens_details"}) == \
+        whole.usage.model_dump(exclude={"prompt_tokens_details"})
+
+
+def test_a_repeated_prompt_reports_cached_tokens_in_usage(client):
+    """The prefix cache: OpenAI's usage.prompt_tokens_details.cached_tokens, streamed or not, chat or completion."""
+    system = {"role": "system", "content": "You answer in one word. " + "Be brief and exact. " * 12}
+    messages = [system, {"role": "user", "content": "What colour is the sky on a clear day?"}]
+    first = greedy_chat(client, messages=messages)
+    again = greedy_chat(client, messages=messages)
+    assert again.choices[0].message.content == first.choices[0].message.content
+    details = again.usage.prompt_tokens_details
+    assert details is not None and again.usage.prompt_tokens > details.cached_tokens >= 48
+    other_question = [system, {"role": "user", "content": "Name a fruit."}]  # shares the system prompt only
+    chunks = list(greedy_chat(client, messages=other_question, stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens >= 48
+    prompt = COMPLETION_PROMPT + " a city that" * 20
+    done = [client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, temperature=0) for _ in range(2)]
+    assert done[0].usage.prompt_tokens_details.cached_tokens < done[1].usage.prompt_tokens_details.cached_tokens
+    assert done[0].choices[0].text == done[1].choices[0].text
 
 
 def test_streaming_without_include_usage_has_no_usage_chunk(client):

@@ -42,6 +42,7 @@ class Choice:
     logprobs: list = field(default_factory=list)
     finish_reason: str | None = None
     prompt_tokens: int = 0
+    cached_tokens: int = 0
     first_token: float | None = None
 
     def add(self, event: GenerationEvent) -> None:
@@ -51,6 +52,7 @@ class Choice:
         if event.finish_reason is not None:
             self.finish_reason = event.finish_reason
             self.prompt_tokens = event.usage.prompt_tokens
+            self.cached_tokens = event.usage.cached_tokens
             self.first_token = event.timings.first_token
 
 
@@ -184,10 +186,15 @@ def note_usage(request: Request, choices: list[Choice]) -> None:
 
 
 def usage(choices: list[Choice], prompts: int = 1) -> dict:
+    """OpenAI's usage object; each prompt counts once, its cached tokens as the most any of its choices reused
+    (with n > 1 the first choice reads the prompt and the others reuse it)."""
     per_prompt = len(choices) // max(prompts, 1)
-    prompt_tokens = sum(c.prompt_tokens for c in choices[::per_prompt]) if per_prompt else 0
+    groups = [choices[i:i + per_prompt] for i in range(0, len(choices), per_prompt)] if per_prompt else []
+    prompt_tokens = sum(group[0].prompt_tokens for group in groups)
+    cached = sum(max(c.cached_tokens for c in group) for group in groups)
     completion = sum(len(c.token_ids) for c in choices)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def new_id(prefix: str) -> str:

@@ -40,6 +40,7 @@ class ResultRow:
     asserts: list[AssertResult] = field(default_factory=list, hash=False)
     passed: bool | None = None
     error: str | None = None
+    cached_tokens: int = 0  # prompt tokens the prefix cache served (rows stored before it existed: 0)
 
     def __post_init__(self) -> None:
         if self.error == "":
@@ -55,10 +56,10 @@ class ResultRow:
         """The inverse of :meth:`to_dict`; missing or mistyped fields are a BatchInputError."""
         prefix = f"{where}: " if where else ""
         names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if n not in data]
+        missing = [n for n in names if n not in data and n not in _OPTIONAL]
         if missing:
             raise BatchInputError(f"{prefix}missing field(s) {', '.join(missing)}")
-        values = {n: data[n] for n in names}
+        values = {n: data.get(n, _OPTIONAL.get(n)) for n in names}
         values["asserts"] = _assert_results(data["asserts"], prefix)
         _check_types(values, prefix)
         return cls(**values)
@@ -75,10 +76,11 @@ def _assert_results(items: Any, prefix: str) -> list[AssertResult]:
     return [AssertResult(a["passed"], a.get("detail", ""), a["label"]) for a in items]
 
 
+_OPTIONAL = {"cached_tokens": 0}  # fields added later, so rows stored or exported before them still load
 _TYPES: dict[str, tuple[type, ...]] = {
     "prompt_index": (int,), "prompt_id": (str,), "prompt": (str,), "setting": (str,), "params": (dict,),
     "sample": (int,), "seed": (int,), "output": (str,), "finish_reason": (str,), "prompt_tokens": (int,),
-    "completion_tokens": (int,), "ttft": (int, float, type(None)), "tokens_per_second": (int, float, type(None)),
+    "completion_tokens": (int,), "cached_tokens": (int,), "ttft": (int, float, type(None)), "tokens_per_second": (int, float, type(None)),
     "passed": (bool, type(None)), "error": (str, type(None)),
 }
 
@@ -94,7 +96,7 @@ def _check_types(values: dict[str, Any], prefix: str) -> None:
 
 
 def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
-               ttft: float | None = None, tokens_per_second: float | None = None,
+               ttft: float | None = None, tokens_per_second: float | None = None, cached_tokens: int = 0,
                error: str | None = None) -> ResultRow:
     """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error)."""
     error = error or None
@@ -107,7 +109,7 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
         prompt_index=cell.row.index, prompt_id=cell.row.id, prompt=cell.row.text, setting=cell.setting.label,
         params=cell.params.to_dict(), sample=cell.sample, seed=cell.seed, output=output,
         finish_reason=finish_reason, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-        ttft=ttft, tokens_per_second=tokens_per_second, asserts=asserts, passed=passed, error=error)
+        ttft=ttft, tokens_per_second=tokens_per_second, cached_tokens=cached_tokens, asserts=asserts, passed=passed, error=error)
 
 
 # -- summaries -----------------------------------------------------------------------

@@ -200,6 +200,7 @@ class BatchRunner:
             row = result_for(cell, output=text, finish_reason=last.finish_reason if last else "error",
                              prompt_tokens=usage.prompt_tokens if usage else 0,
                              completion_tokens=usage.completion_tokens if usage else 0,
+                             cached_tokens=usage.cached_tokens if usage else 0,
                              ttft=timings.first_token if timings else None,
                              tokens_per_second=timings.tokens_per_second if timings else None, error=error)
             self.store.add_result(handle.run_id, index, row.to_dict())

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from loaders.base import LoadedModel
+from webui.engine.prefix_cache import BLOCK_TOKENS, PrefixCache, PrefixCacheStats, chain_keys, default_budget_mb
 from webui.engine.relay import relay
 from webui.engine.sequence import Sequence, check_loras, tokenize_prompt
 from webui.engine.stream import RequestStream
@@ -40,11 +41,15 @@ class EngineConfig:
     max_waiting: int = 256  # requests queued behind them before submit() refuses
     max_batch_tokens: int = 1024  # tokens fed to the model per step (decodes first, then prompt chunks)
     prefill_chunk: int = 256  # at most this many prompt tokens of one sequence per step
+    prefix_cache_mb: float | None = None  # memory for the prefix cache; None: a default for the device; 0: off
+    prefix_block_tokens: int = BLOCK_TOKENS
 
     def __post_init__(self) -> None:
-        for name in ("max_running", "max_waiting", "max_batch_tokens", "prefill_chunk"):
+        for name in ("max_running", "max_waiting", "max_batch_tokens", "prefill_chunk", "prefix_block_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.prefix_cache_mb is not None and not self.prefix_cache_mb >= 0:
+            raise ValueError(f"prefix_cache_mb must be >= 0 (0 turns the prefix cache off), got {self.prefix_cache_mb}")
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,7 @@ class EngineStats:
     running: int
     waiting: int
     tokens_per_second: float
+    prefix_cache: PrefixCacheStats | None = None  # None when the model cannot cache prefixes or it is off
 
     @property
     def busy(self) -> bool:
@@ -69,6 +75,8 @@ class Engine:
         self._calls: list[tuple[Callable[[], Any], threading.Event, list]] = []
         self._relayed: set[Sequence] = set()  # requests a text-only backend is generating
         self._recent: deque[tuple[float, int]] = deque()
+        self._prefix = PrefixCache(0, config.prefix_block_tokens)
+        self._size_prefix_cache(model)
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
         self._thread.start()
@@ -133,8 +141,21 @@ class Engine:
         with self._cond:
             cutoff = now() - TPS_WINDOW
             tokens = sum(n for t, n in self._recent if t >= cutoff)
-            return EngineStats(self._model.name if self._model else None, len(self._running) + len(self._relayed),
-                               len(self._waiting), tokens / TPS_WINDOW)
+            model = self._model
+            prefix = self._prefix.stats() if model is not None and self._caches_prefixes(model) else None
+            return EngineStats(model.name if model else None, len(self._running) + len(self._relayed),
+                               len(self._waiting), tokens / TPS_WINDOW, prefix)
+
+    def clear_prefix_cache(self) -> None:
+        """Forget every cached prompt block (the next requests prefill in full)."""
+        self.call_between_steps(self._prefix.clear)
+
+    def drop_stale_prefixes(self) -> int:
+        """(Scheduler thread.) Free the blocks of adapters that are no longer attached; returns how many."""
+        model = self._model
+        if model is None or not self._caches_prefixes(model):
+            return self._prefix.drop(lambda namespace: True)
+        return self._prefix.drop(lambda namespace: not model.prefix_namespace_live(namespace))
 
     def close(self) -> None:
         with self._cond:
@@ -180,7 +201,19 @@ class Engine:
                 seq.request.cancel.cancel()
             what = "the model was unloaded" if model is None else f"the model was switched to '{model.name}'"
             self._fail(self._running, EngineError(f"generation stopped: {what} while this request was running"))
+            self._prefix.clear()  # blocks belong to the model that computed them
+            self._size_prefix_cache(model)
         self._model = model
+
+    def _size_prefix_cache(self, model: LoadedModel | None) -> None:
+        if model is None or not model.capabilities.prefix_cache:
+            self._prefix.budget_bytes = 0
+            return
+        mb = self.config.prefix_cache_mb
+        self._prefix.budget_bytes = int((default_budget_mb(model.device) if mb is None else mb) * 2**20)
+
+    def _caches_prefixes(self, model: LoadedModel) -> bool:
+        return self._prefix.enabled and model.capabilities.prefix_cache
 
     def _admit(self) -> list[Sequence]:
         admitted = []
@@ -207,10 +240,12 @@ class Engine:
                     continue
                 tokenized_model, ids = seq.tokenized_for
                 seq.start(model, ids if tokenized_model is model else None)
+                self._running.append(seq)
+                if self._caches_prefixes(model):
+                    seq.prefix_namespace = model.prefix_namespace(seq.request.loras)
+                    self._start_from_cache(seq)
             except Exception as exc:
                 self._fail([seq], exc)
-                continue
-            self._running.append(seq)
 
     def _relay(self, seq: Sequence, model: LoadedModel) -> None:
         try:
@@ -225,7 +260,70 @@ class Engine:
             reason = "cancelled" if seq.request.cancel.cancelled else "timeout" if seq.time_expired(t) else None
             if reason:
                 seq.stream.put(seq.finish(reason))
+                self._retire([seq])
+
+    def _retire(self, seqs: list[Sequence]) -> None:
+        """Sequences leave the running set: their cached blocks may be evicted again."""
+        for seq in seqs:
+            if seq in self._running:
                 self._running.remove(seq)
+            for pins in seq.prefix_pins:
+                self._prefix.unpin(pins)
+            seq.prefix_pins = []
+
+    # -- prefix cache -------------------------------------------------------------------
+    def _start_from_cache(self, seq: Sequence) -> None:
+        """Start ``seq`` from the longest cached prefix of its prompt, or let it wait while a running
+        sequence is prefilling more of that prefix (n > 1, a batch grid): it is computed once, then shared."""
+        cache, block, prompt = self._prefix, self._prefix.block_tokens, seq.prompt_ids
+        if not seq.prefix_keys:
+            seq.prefix_keys = chain_keys(seq.prefix_namespace, prompt, len(prompt) // block, block=block)
+        hit = cache.match(seq.prefix_keys)
+        seq.waiting_for = self._prefill_leader(seq, hit)
+        if seq.waiting_for is not None:
+            return
+        n = min(hit * block, len(prompt) - 1)  # the last prompt token is always fed: its logits are needed
+        cache.count_lookup(len(prompt), n)
+        if n > 0:
+            used = seq.prefix_keys[:-(-n // block)]
+            self._model.import_kv(seq.cache, cache.payloads(used), n)
+            seq.pending = prompt[n:]
+            seq.cached_tokens = n
+        seq.prefix_stored = hit
+        seq.prefix_pins.append(cache.pin(seq.prefix_keys[:hit]))
+
+    def _prefill_leader(self, seq: Sequence, hit: int) -> Sequence | None:
+        """A running sequence that is prefilling blocks of ``seq``'s prompt the cache does not have yet."""
+        for other in self._running:
+            if (other is seq or other.finished or other.prompt_done or other.waiting_for is not None
+                    or other.prefix_namespace != seq.prefix_namespace):
+                continue
+            shared = 0
+            for mine, theirs in zip(seq.prefix_keys, other.prefix_keys):
+                if mine != theirs:
+                    break
+                shared += 1
+            if shared > hit and other.prefix_stored < shared and not other.prefix_full:
+                return other
+        return None
+
+    def _store_blocks(self, seq: Sequence) -> None:
+        """Offer the cache every full block of ``seq``'s tokens whose KV is computed (prompt and reply alike,
+        so the next chat turn or a regenerate finds them)."""
+        if seq.prefix_namespace is None or seq.prefix_full:
+            return
+        block = self._prefix.block_tokens
+        full = seq.kv_tokens // block
+        if full <= seq.prefix_stored:
+            return
+        seq.prefix_keys = chain_keys(seq.prefix_namespace, seq.ids, full, seq.prefix_keys, block)
+        keys = seq.prefix_keys[:full]
+        model, cache = self._model, seq.cache
+        stored = self._prefix.insert(seq.prefix_namespace, keys, seq.prefix_stored,
+                                     lambda i: model.export_kv(cache, i * block, (i + 1) * block))
+        seq.prefix_pins.append(self._prefix.pin(keys[seq.prefix_stored:stored]))
+        seq.prefix_full = stored < full
+        seq.prefix_stored = stored
 
     def _plan(self) -> list[tuple[Sequence, list[int]]]:
         """What each sequence feeds this step: every decode, then prompt chunks within the token budget.
@@ -237,7 +335,7 @@ class Engine:
         plan = [(s, s.pending) for s in decoding]
         budget = self.config.max_batch_tokens - len(decoding)
         for seq in self._running:
-            if seq.prompt_done:
+            if seq.prompt_done or seq.waiting_for is not None:
                 continue
             n = min(len(seq.pending), self.config.prefill_chunk, budget)
             if n <= 0:
@@ -249,11 +347,17 @@ class Engine:
         return plan
 
     def _step(self) -> None:
+        for seq in self._running:
+            if seq.waiting_for is not None:  # its leader may have stored the shared blocks, or gone
+                self._start_from_cache(seq)
         plan = self._plan()
+        if not plan:
+            return
         logits = self._model.forward([s.cache for s, _ in plan], [ids for _, ids in plan])
         sampled = 0
         for i, (seq, ids) in enumerate(plan):
             seq.pending = seq.pending[len(ids):]
+            self._store_blocks(seq)
             if seq.pending:  # more of the prompt to come
                 continue
             try:
@@ -263,7 +367,7 @@ class Engine:
                 continue
             sampled += 1
             seq.stream.put(event)
-        self._running = [s for s in self._running if not s.finished]
+        self._retire([s for s in self._running if s.finished])
         with self._cond:
             t = now()
             self._recent.append((t, sampled))
@@ -274,8 +378,7 @@ class Engine:
         for seq in list(seqs):
             if not seq.finished:
                 seq.stream.put(seq.finish("error", error=str(exc) or type(exc).__name__), exc)
-            if seq in self._running:
-                self._running.remove(seq)
+            self._retire([seq])
 
     def _shutdown(self) -> None:
         with self._cond:

@@ -67,6 +67,15 @@ class Sequence:
         self.prompt_done = False  # the whole prompt is in the cache; each step now feeds one token
         self.tokenized_for: tuple[LoadedModel, list[int]] | None = None  # set by Engine.submit
         self.stops: StopStringMatcher | None = None
+        # prefix cache (kept by the engine): the KV namespace, the hash-chain keys of this sequence's full
+        # blocks, how many of them are cached, the pins that keep them, and a sequence whose prefill it waits for
+        self.cached_tokens = 0
+        self.prefix_namespace: str | None = None
+        self.prefix_keys: list[bytes] = []
+        self.prefix_stored = 0
+        self.prefix_pins: list = []
+        self.prefix_full = False  # the cache had no room for this sequence's next block: stop offering
+        self.waiting_for: "Sequence | None" = None
 
     def start(self, model: LoadedModel, prompt_ids: list[int] | None = None) -> None:
         """Bind to ``model``: tokenize (unless given), size the budget, build sampler and cache."""
@@ -82,6 +91,11 @@ class Sequence:
         self.cache = model.new_cache(loras=self.request.loras) if self.request.loras else model.new_cache()
         self.admitted = now()
         self.model = model
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens of ``ids`` whose KV is in the cache (everything fed so far)."""
+        return len(self.ids) - len(self.pending)
 
     def queue_expired(self, t: float) -> bool:
         limit = self.request.queue_timeout
@@ -129,7 +143,7 @@ class Sequence:
         event.text = text
         event.finish_reason, event.error = reason, error
         event.stop_string = self.stops.matched if self.model is not None else None
-        event.usage = Usage(len(self.prompt_ids), self.completion_tokens)
+        event.usage = Usage(len(self.prompt_ids), self.completion_tokens, self.cached_tokens)
         event.timings = self.timings(self.completion_tokens)
         if self.cache is not None and self.model is not None:
             self.model.release(self.cache)

@@ -97,6 +97,7 @@ class TokenLogprob:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache (not prefilled again)
 
     @property
     def total_tokens(self) -> int:

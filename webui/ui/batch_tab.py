@@ -29,8 +29,8 @@ from webui.store import StoreError
 from webui.ui.inspection import create_inspector_panel, inspection_views, record_views
 
 REFRESH_SECONDS = 0.7
-RESULT_COLUMNS = ["prompt", "setting", "sample", "seed", "output", "finish", "tokens", "ttft (s)", "tok/s",
-                  "asserts", "passed"]
+RESULT_COLUMNS = ["prompt", "setting", "sample", "seed", "output", "finish", "tokens", "cached prompt", "ttft (s)",
+                  "tok/s", "asserts", "passed"]
 
 
 def shown_rows(rows: list[ResultRow], query: str = "", failures_only: bool = False) -> list[ResultRow]:
@@ -45,7 +45,7 @@ def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = F
     for r in shown_rows(rows, query, failures_only):
         marks = " ".join(("✓ " if a.passed else "✗ ") + a.label for a in r.asserts)
         out.append([prompt_label(r), r.setting, r.sample, r.seed, cell_text(r), r.finish_reason, r.completion_tokens,
-                    None if r.ttft is None else round(r.ttft, 3),
+                    f"{r.cached_tokens}/{r.prompt_tokens}", None if r.ttft is None else round(r.ttft, 3),
                     None if r.tokens_per_second is None else round(r.tokens_per_second, 1), marks,
                     "" if r.passed is None else ("pass" if r.passed else "FAIL")])
     return pd.DataFrame(out, columns=RESULT_COLUMNS)

@@ -60,7 +60,28 @@ def status_text(services: Services) -> str:
              if stats.busy else "idle")
     loras = services.models.active_loras
     adapters = f" · LoRA: {', '.join(f'{n} ×{w:g}' for n, w in loras)}" if loras else ""
-    return f"**{model.name}**{adapters} · {model.loader} · {model.device}/{model.dtype} · {state}"
+    cache = stats.prefix_cache
+    cached = f" · prefix cache {cache.bytes / 2**20:.0f} MB, {cache.hit_rate:.0%} hit" if cache else ""
+    return f"**{model.name}**{adapters} · {model.loader} · {model.device}/{model.dtype} · {state}{cached}"
+
+
+def prefix_cache_text(services: Services) -> str:
+    """The Model tab's line about the prefix cache: its size and hit rate, or why it is not used."""
+    model = services.models.loaded
+    if model is None:
+        return ""
+    stats = services.engine.stats().prefix_cache
+    if stats is not None:
+        return (f"**Prefix cache**: {stats.bytes / 2**20:.1f} of {stats.budget_bytes / 2**20:.0f} MB, "
+                f"{stats.blocks} blocks of {stats.block_tokens} tokens · {stats.hit_tokens:,} of "
+                f"{stats.prompt_tokens:,} prompt tokens read from it ({stats.hit_rate:.0%}) since the last clear")
+    if services.engine.config.prefix_cache_mb == 0:
+        return "**Prefix cache**: off (`--prefix-cache-mb 0`); every prompt is prefilled in full."
+    if model.capabilities.text_only:
+        return "**Prefix cache**: the remote server keeps its own (if it has one)."
+    return (f"**Prefix cache**: not used with this model: the {model.loader} loader cannot reuse its KV in blocks "
+            "(e.g. sliding-window layers keep only their last tokens), so every prompt is prefilled in full; "
+            "outputs are exact either way.")
 
 
 def stats_text(event: GenerationEvent) -> str:
@@ -69,8 +90,9 @@ def stats_text(event: GenerationEvent) -> str:
         return ""
     ttft = f"{t.first_token:.2f}s" if t.first_token is not None else "-"
     reason = event.finish_reason + (f" ({event.stop_string!r})" if event.stop_string else "")
-    return (f"{u.completion_tokens} tokens · first token {ttft} · {t.tokens_per_second:.1f} tok/s · "
-            f"finish: {reason} · seed {event.seed}")
+    cached = f" ({u.cached_tokens} cached)" if u.cached_tokens else ""
+    return (f"{u.completion_tokens} tokens · prompt {u.prompt_tokens}{cached} · first token {ttft} · "
+            f"{t.tokens_per_second:.1f} tok/s · finish: {reason} · seed {event.seed}")
 
 
 def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str], prompt: str | list[int],

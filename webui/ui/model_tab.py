@@ -10,6 +10,7 @@ from loaders.base import DTYPES, LoaderError, LoadOptions
 from webui.names import InvalidName
 from webui.services import Services
 from webui.ui.backends_panel import create_backends_panel
+from webui.ui.generation import prefix_cache_text
 
 AUTO_LOADER = "auto"
 REMOTE_SAMPLERS = ("the server's: temperature, top_p, stop, seed, penalties, logit_bias, max tokens; top_k, min_p, "
@@ -47,23 +48,28 @@ def model_info(services: Services) -> tuple[str, str]:
                 "server applies its own chat template.", "(the remote server's own)")
     info = (f"**{model.name}** · loader `{model.loader}` · {model.device} / {model.dtype}  \n"
             f"context length: {model.context_length} tokens · weights: {model.memory_bytes() / 2**20:,.0f} MiB · "
-            f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'}  \n"
+            f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'} · "
+            f"prefix cache: {'yes' if caps.prefix_cache else 'no'}  \n"
             f"path: `{model.path}`")
     return info, model.tokenizer.chat_template or "(this model has no chat template)"
 
 
 def capability_table(services: Services) -> str:
     """Markdown: what each registered loader can do, and why one is unavailable."""
-    rows = ["| loader | available | formats | devices | batched | LoRA | logprobs | samplers |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| loader | available | formats | devices | batched | LoRA | logprobs | prefix cache | samplers |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in services.registry.status():
         c = s.capabilities
         available = "yes" if s.available else f"no: {s.reason}"
         samplers = REMOTE_SAMPLERS if c.text_only else "all (our pipeline on its logits)"
         rows.append(f"| {s.name} | {available} | {', '.join(c.formats) or '-'} | {', '.join(c.devices)} | "
                     f"{'yes' if c.batched_forward else 'no'} | {'yes' if c.lora else 'no'} | "
-                    f"{'yes' if c.logprobs else 'no'} | {samplers} |")
-    return "\n".join(rows)
+                    f"{'yes' if c.logprobs else 'no'} | {'yes' if c.prefix_cache else 'no'} | "
+                    f"{samplers} |")
+    return "\n".join(rows) + ("\n\nPrefix cache: prompts already read are not prefilled again (chat turns, "
+                              "regenerate, n > 1, batch grids). Models with sliding-window layers (e.g. Gemma 2/3, "
+                              "Mistral with a sliding window) keep only their last tokens, so they are always "
+                              "prefilled in full.")
 
 
 def lora_choices(services: Services) -> list[str]:
@@ -123,6 +129,9 @@ def create_model_tab(services: Services) -> ModelTab:
         lora_active = gr.Markdown(active_text(services), elem_id="lora-active")
     info_text, template_text = model_info(services)
     info = gr.Markdown(info_text, elem_id="model-info")
+    with gr.Row(equal_height=True):
+        cache_info = gr.Markdown(prefix_cache_text(services), elem_id="prefix-cache-info")
+        cache_clear = gr.Button("Clear prefix cache", elem_id="prefix-cache-clear", scale=0, min_width=180)
     with gr.Accordion("What each loader can do", open=False):
         capabilities = gr.Markdown(capability_table(services), elem_id="loader-capabilities")
     installed, quantized = create_backends_panel(services, lambda: [e.name for e in services.models.available()])
@@ -198,6 +207,13 @@ def create_model_tab(services: Services) -> ModelTab:
         btn.click(fn, inputs, [info, template], concurrency_limit=1, concurrency_id="model").then(
             lora_views, None, [lora_pick, lora_active])
     refresh.click(refresh_list, None, [model, loader])
+
+    def clear_cache() -> str:
+        services.engine.clear_prefix_cache()
+        return prefix_cache_text(services)
+
+    cache_clear.click(clear_cache, None, [cache_info])
+    gr.Timer(2.0).tick(lambda: prefix_cache_text(services), None, cache_info, show_progress="hidden")
     installed.then(refresh_list, None, [model, loader]).then(lambda: capability_table(services), None, [capabilities])
     quantized.then(refresh_list, None, [model, loader])
     attach_btn.click(attach, [lora_pick, lora_weight], [lora_active], concurrency_limit=1, concurrency_id="model")
