@@ -85,6 +85,54 @@ def llama_cpp_baseline(gguf: Path, prompt: str, n_new: int, threads: int) -> flo
     return rate
 
 
+def llama_cpp_batched(gguf: Path, prompts: list[str], n_new: int, threads: int) -> float:
+    """An upper bound for a batching loader: llama.cpp's C API by hand, every prompt its own sequence in one
+    context, all prefilled in one call (not timed), then one llama_decode per step for all of them (greedy by
+    argmax); tokens/s of those decode steps alone."""
+    import llama_cpp as lib
+    import numpy as np
+
+    lib.llama_backend_init()
+    model = lib.llama_model_load_from_file(str(gguf).encode(), lib.llama_model_default_params())
+    vocab = lib.llama_model_get_vocab(model)
+    n_vocab = lib.llama_vocab_n_tokens(vocab)
+    params = lib.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_seq_max, params.kv_unified = 16384, 2048, len(prompts) + 1, True
+    params.n_threads = params.n_threads_batch = threads
+    ctx = lib.llama_init_from_model(model, params)
+    batch = lib.llama_batch_init(2048, 0, 1)
+
+    def decode(feeds: list[tuple[int, int, list[int]]]) -> list[int]:
+        batch.n_tokens = 0
+        for seq, start, ids in feeds:
+            for offset, token in enumerate(ids):
+                i = batch.n_tokens
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, start + offset, 1
+                batch.seq_id[i][0], batch.logits[i] = seq, offset == len(ids) - 1
+                batch.n_tokens += 1
+        assert lib.llama_decode(ctx, batch) == 0
+        out, row = [], -1
+        for _, _, ids in feeds:
+            row += len(ids)
+            out.append(int(np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, row), shape=(n_vocab,)).argmax()))
+        return out
+
+    tokenized = []
+    for text in prompts:
+        data = text.encode()
+        buf = (lib.llama_token * (len(data) + 8))()
+        tokenized.append(list(buf[:lib.llama_tokenize(vocab, data, len(data), buf, len(buf), True, True)]))
+    last = decode([(seq, 0, ids) for seq, ids in enumerate(tokenized)])  # every prompt in one call, as the loader
+    start = time.perf_counter()
+    for step in range(n_new - 1):
+        last = decode([(seq, len(ids) + step, [last[seq]]) for seq, ids in enumerate(tokenized)])
+    rate = (n_new - 1) * len(prompts) / (time.perf_counter() - start)
+    lib.llama_batch_free(batch)
+    lib.llama_free(ctx)
+    lib.llama_model_free(model)
+    return rate
+
+
 def load(name: str, threads: int, user_data: Path, stack: list) -> tuple[object | None, str]:
     """The loaded model, or None and why it is skipped."""
     registry = default_registry()
@@ -135,6 +183,12 @@ def main() -> None:
         probe.close()
         baseline = llama_cpp_baseline(gguf, prompt, args.new_tokens, args.threads)
         print(f"baseline: llama-cpp-python Llama.generate, one stream: {baseline:.1f} tok/s")
+        probe = default_registry().get("llamacpp").load(gguf, LoadOptions(threads=args.threads))
+        batch_prompts = prompts_for(probe, args.batch)
+        probe.close()
+        ceiling = llama_cpp_batched(gguf, batch_prompts, args.new_tokens, args.threads)
+        print(f"upper bound: llama.cpp's C API by hand, {args.batch} sequences in one llama_decode per step, "
+              f"decode steps only: {ceiling:.1f} tok/s")
     else:
         print("baseline: skipped (llama-cpp-python is not installed: python launch.py install llamacpp)")
     rows = []
@@ -161,7 +215,8 @@ def main() -> None:
           f"| vs llama.cpp 1 stream |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     if baseline:
-        print(f"| llama-cpp-python (raw) | Q4_1 GGUF | {baseline:.1f} | 1.00x | - | - |")
+        print(f"| llama-cpp-python (raw) | Q4_1 GGUF | {baseline:.1f} | 1.00x | {ceiling:.1f} (C API, decode only) | "
+              f"{ratio(ceiling)} |")
     for name, what, single, batched in rows:
         if single is None:
             print(f"| {name} | {what} | - | - | - | - |")

@@ -44,7 +44,10 @@ class Capabilities:
     devices: tuple[str, ...] = ("cpu",)
     formats: tuple[str, ...] = ()  # e.g. "hf-folder", "gguf"
     text_only: bool = False  # the backend generates whole requests (a remote server): no logits, no steps
-    prefix_cache: bool = False  # export_kv/import_kv/prefix_namespace: the engine may reuse computed prompt KV
+    # How prompt KV already computed is reused (see webui/engine/prefix_cache.py): "blocks" (the engine keeps
+    # copies in its prefix cache: prefix_namespace/export_kv/import_kv), "native" (the backend keeps it in its
+    # own cache: prefix_match/reuse_prefix), or "" (every prompt is prefilled in full).
+    prefix_cache: str = ""
 
 
 @dataclass(frozen=True)
@@ -101,11 +104,13 @@ class LoadedModel(Protocol):
     def release(self, cache: Any) -> None:
         """The sequence owning ``cache`` has finished; free what it holds."""
 
-    # With ``capabilities.prefix_cache`` a model also provides (see webui/engine/prefix_cache.py):
+    # With ``capabilities.prefix_cache == "blocks"`` a model also provides (see webui/engine/prefix_cache.py):
     #   prefix_namespace(loras) -> str: what a sequence's KV depends on besides its tokens (model instance, adapters);
     #   prefix_namespace_live(namespace) -> bool: False once that instance or adapter is gone;
     #   export_kv(cache, start, end) -> (payload, bytes): a copy of tokens start..end-1 of a sequence's KV;
     #   import_kv(cache, payloads, n_tokens): start an empty cache with the first n_tokens of those payloads.
+    # With "native": prefix_match(ids) -> int (the longest prefix of ids its cache holds) and
+    #   reuse_prefix(cache, ids) -> int (start an empty cache with that prefix; how many tokens it got).
 
     def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> "torch.Tensor":  # noqa: F821
         """Feed each sequence its unseen ids; return next-token logits, shape [len(caches), vocab]."""

@@ -41,7 +41,7 @@ class GPTQLoader:
     name = "gptq"
     description = "GPTQ-quantized folders (quantize_config.json) via transformers + gptqmodel, on CPU or GPU"
     capabilities = Capabilities(batched_forward=True, lora=False, logprobs=True, devices=("cpu", "cuda"),
-                                formats=("gptq",), prefix_cache=True)
+                                formats=("gptq",), prefix_cache="blocks")
     requires = ("torch", "transformers", "gptqmodel", "optimum")
     install_hint = "python launch.py install gptq (gptqmodel 7.6.0 keeps torch 2.13.0)"
 

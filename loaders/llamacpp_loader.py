@@ -6,6 +6,11 @@ sequences share one llama.cpp context: each holds a sequence id in a unified KV
 cache, and one ``llama_decode`` per step feeds every sequence its new tokens
 (llama.cpp's batch API), the way its own parallel server example works.
 
+Prompts already read are not read again ("native" prefix reuse): a finished
+sequence keeps its cells until its id is handed out again, and a new sequence
+whose prompt starts the same way takes those cells over (or, from a sequence
+still running, gets them copied, which in the unified cache only tags the cells).
+
 Only the public C API exposed by ``llama_cpp`` (ctypes) is used; the package is
 imported when a model is loaded, so listing loaders stays cheap.
 """
@@ -40,7 +45,7 @@ class LlamaCppLoader:
     name = "llamacpp"
     description = "llama.cpp (llama-cpp-python): .gguf files natively, quantized; the fastest choice on a CPU"
     capabilities = Capabilities(batched_forward=True, lora=False, logprobs=True, devices=("cpu",),
-                                formats=("gguf",))
+                                formats=("gguf",), prefix_cache="native")
     requires = ("llama_cpp",)
     install_hint = INSTALL_HINT
 
@@ -69,10 +74,24 @@ class LlamaCppLoader:
 
 
 class SeqSlot:
-    """A running sequence's place in the shared context: its sequence id and how many tokens it holds."""
+    """A running sequence's place in the shared context: its sequence id and the tokens its cells hold."""
 
     def __init__(self, seq_id: int):
-        self.seq_id, self.length = seq_id, 0
+        self.seq_id = seq_id
+        self.tokens: list[int] = []
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 class LlamaCppModel:
@@ -102,6 +121,9 @@ class LlamaCppModel:
         cparams.n_batch = BATCH_TOKENS
         cparams.n_ubatch = 512
         cparams.n_seq_max = self.max_sequences
+        # One unified cache: sequences that share a prompt share its cells (llama_memory_seq_cp only tags them).
+        # Per-sequence streams (kv_unified False) measured no faster here (bench/loader_speed.py: raw
+        # llama_decode of 16 sequences is ~1.5x one sequence's tokens/s either way on the Q4_1 file).
         cparams.kv_unified = True
         cparams.n_threads = cparams.n_threads_batch = threads
         self._ctx = lib.llama_init_from_model(self._model, cparams)
@@ -110,7 +132,9 @@ class LlamaCppModel:
             raise ModelLoadError(f"llama.cpp could not create a context for '{path}' (out of memory?)")
         self._memory = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(BATCH_TOKENS, 0, 1)
-        self._free_ids = list(range(self.max_sequences - 2, -1, -1))  # pop() hands out 0 first
+        self._free_ids = list(range(self.max_sequences - 1))  # least recently released first
+        self._kept: dict[int, list[int]] = {}  # free sequence ids whose cells still hold these tokens
+        self._running: dict[int, SeqSlot] = {}
         self._scratch_id = self.max_sequences - 1
         self.dtype = _file_type(self._meta("general.file_type"))
         self.tokenizer = LlamaCppTokenizer(lib, self._vocab, self._meta("tokenizer.chat_template"))
@@ -127,16 +151,70 @@ class LlamaCppModel:
 
     # -- sequences ---------------------------------------------------------------------
     def new_cache(self) -> SeqSlot:
+        """A free sequence id, emptied: one that keeps nothing if there is one, else the least recently used."""
         if not self._free_ids:
             raise LoaderError(f"llama.cpp runs at most {self.max_sequences - 1} sequences at once; "
                               "lower --max-running")
-        return SeqSlot(self._free_ids.pop())
+        seq_id = next((i for i in self._free_ids if i not in self._kept), self._free_ids[0])
+        self._take(seq_id)
+        self._lib.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+        slot = SeqSlot(seq_id)
+        self._running[seq_id] = slot
+        return slot
+
+    def _take(self, seq_id: int) -> None:
+        self._free_ids.remove(seq_id)
+        self._kept.pop(seq_id, None)
 
     def release(self, cache: SeqSlot) -> None:
+        """The sequence ended; its cells stay (a later prompt with the same start reuses them) until its id is
+        handed out again."""
         if cache.seq_id >= 0:
-            self._lib.llama_memory_seq_rm(self._memory, cache.seq_id, -1, -1)
+            self._running.pop(cache.seq_id, None)
+            self._kept[cache.seq_id] = cache.tokens
             self._free_ids.append(cache.seq_id)
             cache.seq_id = -1
+
+    # -- prefix reuse ("native": prompts already read stay in llama.cpp's own cells) ------------------
+    def _best_source(self, ids: Sequence[int]) -> tuple[int, int, bool]:
+        """(sequence id, tokens in common with ``ids``, whether it is free) of the longest match."""
+        best = (-1, 0, False)
+        for seq_id, tokens in self._kept.items():
+            n = common_prefix(tokens, ids)
+            if n > best[1]:
+                best = (seq_id, n, True)
+        for seq_id, slot in self._running.items():
+            n = common_prefix(slot.tokens, ids)
+            if n > best[1]:
+                best = (seq_id, n, False)
+        return best
+
+    def prefix_match(self, ids: Sequence[int]) -> int:
+        """How many leading tokens of ``ids`` some sequence's cells already hold."""
+        return self._best_source(ids)[1]
+
+    def reuse_prefix(self, cache: SeqSlot, ids: Sequence[int]) -> int:
+        """Start the empty ``cache`` with the longest prefix of ``ids`` already in the context: a free sequence's
+        cells are taken over as they are (its id is swapped in), a running one's are copied."""
+        if cache.tokens:
+            raise LoaderError("a prefix can only start an empty sequence")
+        source, n, free = self._best_source(ids)
+        if n == 0:
+            return 0
+        lib = self._lib
+        if free:  # take the kept cells over: this sequence runs under that id, its own goes back
+            tokens = self._kept[source]
+            self._take(source)
+            del self._running[cache.seq_id]
+            self._free_ids.insert(0, cache.seq_id)
+            cache.seq_id = source
+            self._running[source] = cache
+        else:
+            tokens = self._running[source].tokens
+            lib.llama_memory_seq_cp(self._memory, source, cache.seq_id, -1, -1)
+        lib.llama_memory_seq_rm(self._memory, cache.seq_id, n, -1)
+        cache.tokens = list(tokens[:n])
+        return n
 
     def forward(self, caches: Sequence[SeqSlot], new_ids: Sequence[Sequence[int]]):
         """One step for every running sequence: their new tokens in as few llama_decode calls as fit."""
@@ -146,7 +224,7 @@ class LlamaCppModel:
         feeds = [(row, slot.seq_id, slot.length, list(ids)) for row, (slot, ids) in enumerate(zip(caches, new_ids))]
         rows = self._decode(feeds, all_logits=False)
         for slot, ids in zip(caches, new_ids):
-            slot.length += len(ids)
+            slot.tokens.extend(ids)
         return rows
 
     def logits(self, ids: Sequence[int], last_only: bool = True, loras: tuple = ()):
@@ -179,6 +257,11 @@ class LlamaCppModel:
             if batch.n_tokens == 0:
                 return
             code = lib.llama_decode(self._ctx, batch)
+            if code == 1 and self._kept:  # no room: give up the cells finished sequences kept, then retry
+                for seq_id in self._kept:
+                    lib.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+                self._kept.clear()
+                code = lib.llama_decode(self._ctx, batch)
             if code != 0:
                 raise LoaderError(_decode_error(code))
             for row, index in pending:

@@ -27,7 +27,7 @@ class TransformersLoader:
     name = "transformers"
     description = "Hugging Face transformers: safetensors model folders and .gguf files (dequantized on load)"
     capabilities = Capabilities(batched_forward=True, lora=True, logprobs=True,
-                                devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"), prefix_cache=True)
+                                devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"), prefix_cache="blocks")
     requires = ("torch", "transformers", "safetensors")
     install_hint = "pip install torch==2.13.0 transformers safetensors"
 
@@ -186,7 +186,8 @@ class TransformersModel:
         batched = _plain_dynamic_cache(self._empty_cache())
         # Sliding-window layers keep only their last W tokens, so their KV cannot be sliced into reusable
         # blocks: such models neither batch nor cache prefixes (outputs stay exact; the Model tab says so).
-        self.capabilities = replace(TransformersLoader.capabilities, batched_forward=batched, prefix_cache=batched)
+        self.capabilities = replace(TransformersLoader.capabilities, batched_forward=batched,
+                                    prefix_cache="blocks" if batched else "")
         self._batch = BatchKV(device)
         self.adapters = Adapters(model)
         self._instance = uuid.uuid4().hex  # a reload is another instance: its prefix-cache blocks never mix

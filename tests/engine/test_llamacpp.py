@@ -230,3 +230,36 @@ def test_perplexity_runs_on_its_logits_close_to_the_fp32_model(engine, real_engi
     quantized, fp32 = perplexity(engine, text), perplexity(real_engine, text)
     assert quantized.tokens == fp32.tokens
     assert fp32.ppl < quantized.ppl * 1.5 and quantized.ppl < fp32.ppl * 1.5
+
+
+def test_prompts_already_read_reuse_llama_cpp_cells_with_identical_tokens(llama_model):
+    """The "native" prefix cache: a finished sequence's cells are taken over, a running one's copied."""
+    from webui.engine import EngineConfig
+
+    tok = llama_model.tokenizer
+    prompt = chat_prompt(llama_model, [{"role": "system", "content": "You are brief. " * 20}] + QUESTION)
+    n = len(tok.encode(prompt, add_special_tokens=False))
+    params = [SamplingParams(temperature=t, max_new_tokens=6, seed=s) for t, s in ((0, None), (0.8, 1), (0.8, 2))]
+    runs = {}
+    for name, config in (("off", EngineConfig(prefix_cache_mb=0)), ("on", EngineConfig())):
+        engine = Engine(llama_model, config)
+        try:
+            alone = [engine.generate(GenerationRequest(prompt, p, add_special_tokens=False)) for p in params]
+            streams = [engine.submit(GenerationRequest(prompt, p, add_special_tokens=False)) for p in params]
+            together = [s.result() for s in streams]
+            reply = alone[0]
+            follow = prompt + reply.text + "<|im_end|>\n<|im_start|>user\nAnd of Italy?<|im_end|>\n"
+            turn = engine.generate(GenerationRequest(follow, params[0], add_special_tokens=False))
+        finally:
+            engine.close()
+        runs[name] = (alone, together, turn)
+    (off_alone, off_together, off_turn), (on_alone, on_together, on_turn) = runs["off"], runs["on"]
+    assert [r.token_ids for r in on_alone] == [r.token_ids for r in off_alone]
+    assert [r.token_ids for r in on_together] == [r.token_ids for r in off_together] == \
+        [r.token_ids for r in off_alone]
+    assert on_turn.token_ids == off_turn.token_ids
+    assert [r.usage.cached_tokens for r in off_alone + off_together + [off_turn]] == [0] * 7
+    # (the first may already find the cells the engine without the cache left: finished sequences keep them)
+    assert [r.usage.cached_tokens for r in on_alone[1:]] == [n - 1, n - 1]
+    assert all(r.usage.cached_tokens == n - 1 for r in on_together)
+    assert on_turn.usage.cached_tokens > n  # the reply too: its cells were kept

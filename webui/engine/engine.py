@@ -142,7 +142,7 @@ class Engine:
             cutoff = now() - TPS_WINDOW
             tokens = sum(n for t, n in self._recent if t >= cutoff)
             model = self._model
-            prefix = self._prefix.stats() if model is not None and self._caches_prefixes(model) else None
+            prefix = self._prefix.stats() if self._prefix_mode(model) else None
             return EngineStats(model.name if model else None, len(self._running) + len(self._relayed),
                                len(self._waiting), tokens / TPS_WINDOW, prefix)
 
@@ -153,7 +153,7 @@ class Engine:
     def drop_stale_prefixes(self) -> int:
         """(Scheduler thread.) Free the blocks of adapters that are no longer attached; returns how many."""
         model = self._model
-        if model is None or not self._caches_prefixes(model):
+        if self._prefix_mode(model) != "blocks":
             return self._prefix.drop(lambda namespace: True)
         return self._prefix.drop(lambda namespace: not model.prefix_namespace_live(namespace))
 
@@ -206,14 +206,18 @@ class Engine:
         self._model = model
 
     def _size_prefix_cache(self, model: LoadedModel | None) -> None:
-        if model is None or not model.capabilities.prefix_cache:
+        """The block budget: only the "blocks" mode keeps copies (a "native" backend keeps its own cells)."""
+        if self._prefix_mode(model) != "blocks":
             self._prefix.budget_bytes = 0
             return
         mb = self.config.prefix_cache_mb
         self._prefix.budget_bytes = int((default_budget_mb(model.device) if mb is None else mb) * 2**20)
 
-    def _caches_prefixes(self, model: LoadedModel) -> bool:
-        return self._prefix.enabled and model.capabilities.prefix_cache
+    def _prefix_mode(self, model: LoadedModel | None) -> str:
+        """How this model reuses prompt KV: "blocks", "native" or "" (never, or the cache is off)."""
+        if model is None or self.config.prefix_cache_mb == 0:
+            return ""
+        return model.capabilities.prefix_cache
 
     def _admit(self) -> list[Sequence]:
         admitted = []
@@ -241,8 +245,9 @@ class Engine:
                 tokenized_model, ids = seq.tokenized_for
                 seq.start(model, ids if tokenized_model is model else None)
                 self._running.append(seq)
-                if self._caches_prefixes(model):
-                    seq.prefix_namespace = model.prefix_namespace(seq.request.loras)
+                mode = self._prefix_mode(model)
+                if mode:
+                    seq.prefix_namespace = model.prefix_namespace(seq.request.loras) if mode == "blocks" else mode
                     self._start_from_cache(seq)
             except Exception as exc:
                 self._fail([seq], exc)
@@ -275,22 +280,26 @@ class Engine:
     def _start_from_cache(self, seq: Sequence) -> None:
         """Start ``seq`` from the longest cached prefix of its prompt, or let it wait while a running
         sequence is prefilling more of that prefix (n > 1, a batch grid): it is computed once, then shared."""
-        cache, block, prompt = self._prefix, self._prefix.block_tokens, seq.prompt_ids
+        cache, block, prompt, model = self._prefix, self._prefix.block_tokens, seq.prompt_ids, self._model
+        native = model.capabilities.prefix_cache == "native"
         if not seq.prefix_keys:
             seq.prefix_keys = chain_keys(seq.prefix_namespace, prompt, len(prompt) // block, block=block)
-        hit = cache.match(seq.prefix_keys)
+        usable = prompt[:-1]  # the last prompt token is always fed: its logits are needed
+        hit = model.prefix_match(usable) // block if native else cache.match(seq.prefix_keys)
         seq.waiting_for = self._prefill_leader(seq, hit)
         if seq.waiting_for is not None:
             return
-        n = min(hit * block, len(prompt) - 1)  # the last prompt token is always fed: its logits are needed
+        if native:
+            n = model.reuse_prefix(seq.cache, usable)
+        else:
+            n = min(hit * block, len(usable))
+            if n > 0:
+                model.import_kv(seq.cache, cache.payloads(seq.prefix_keys[:-(-n // block)]), n)
+            seq.prefix_pins.append(cache.pin(seq.prefix_keys[:hit]))
         cache.count_lookup(len(prompt), n)
-        if n > 0:
-            used = seq.prefix_keys[:-(-n // block)]
-            self._model.import_kv(seq.cache, cache.payloads(used), n)
-            seq.pending = prompt[n:]
-            seq.cached_tokens = n
-        seq.prefix_stored = hit
-        seq.prefix_pins.append(cache.pin(seq.prefix_keys[:hit]))
+        seq.pending = prompt[n:]
+        seq.cached_tokens = n
+        seq.prefix_stored = max(hit, n // block)
 
     def _prefill_leader(self, seq: Sequence, hit: int) -> Sequence | None:
         """A running sequence that is prefilling blocks of ``seq``'s prompt the cache does not have yet."""
@@ -315,6 +324,9 @@ class Engine:
         block = self._prefix.block_tokens
         full = seq.kv_tokens // block
         if full <= seq.prefix_stored:
+            return
+        if self._model.capabilities.prefix_cache == "native":  # the backend keeps its cells; only note progress
+            seq.prefix_stored = full
             return
         seq.prefix_keys = chain_keys(seq.prefix_namespace, seq.ids, full, seq.prefix_keys, block)
         keys = seq.prefix_keys[:full]

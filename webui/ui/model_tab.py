@@ -17,6 +17,7 @@ REMOTE_SAMPLERS = ("the server's: temperature, top_p, stop, seed, penalties, log
                    "typical_p, repetition_penalty, min_tokens, no_repeat_ngram_size, ignore_eos sent as vLLM-style "
                    "extras only when set (a server that lacks one answers with a clear error)")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+PREFIX_CACHE = {"blocks": "yes (the engine's blocks)", "native": "yes (in the backend's own cache)", "": "no"}
 
 
 @dataclass
@@ -49,7 +50,7 @@ def model_info(services: Services) -> tuple[str, str]:
     info = (f"**{model.name}** · loader `{model.loader}` · {model.device} / {model.dtype}  \n"
             f"context length: {model.context_length} tokens · weights: {model.memory_bytes() / 2**20:,.0f} MiB · "
             f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'} · "
-            f"prefix cache: {'yes' if caps.prefix_cache else 'no'}  \n"
+            f"prefix cache: {PREFIX_CACHE[caps.prefix_cache]}  \n"
             f"path: `{model.path}`")
     return info, model.tokenizer.chat_template or "(this model has no chat template)"
 
@@ -64,7 +65,7 @@ def capability_table(services: Services) -> str:
         samplers = REMOTE_SAMPLERS if c.text_only else "all (our pipeline on its logits)"
         rows.append(f"| {s.name} | {available} | {', '.join(c.formats) or '-'} | {', '.join(c.devices)} | "
                     f"{'yes' if c.batched_forward else 'no'} | {'yes' if c.lora else 'no'} | "
-                    f"{'yes' if c.logprobs else 'no'} | {'yes' if c.prefix_cache else 'no'} | "
+                    f"{'yes' if c.logprobs else 'no'} | {PREFIX_CACHE[c.prefix_cache]} | "
                     f"{samplers} |")
     return "\n".join(rows) + ("\n\nPrefix cache: prompts already read are not prefilled again (chat turns, "
                               "regenerate, n > 1, batch grids). Models with sliding-window layers (e.g. Gemma 2/3, "
