@@ -110,7 +110,8 @@ class LoadedModel(Protocol):
     #   export_kv(cache, start, end) -> (payload, bytes): a copy of tokens start..end-1 of a sequence's KV;
     #   import_kv(cache, payloads, n_tokens): start an empty cache with the first n_tokens of those payloads.
     # With "native": prefix_match(ids) -> int (the longest prefix of ids its cache holds) and
-    #   reuse_prefix(cache, ids) -> int (start an empty cache with that prefix; how many tokens it got).
+    #   reuse_prefix(cache, ids) -> int (start an empty cache with that prefix; how many tokens it got);
+    #   drop_prefixes() (forget what finished sequences left behind).
 
     def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> "torch.Tensor":  # noqa: F821
         """Feed each sequence its unseen ids; return next-token logits, shape [len(caches), vocab]."""

@@ -189,6 +189,12 @@ class LlamaCppModel:
                 best = (seq_id, n, False)
         return best
 
+    def drop_prefixes(self) -> None:
+        """Free the cells finished sequences kept."""
+        for seq_id in self._kept:
+            self._lib.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+        self._kept.clear()
+
     def prefix_match(self, ids: Sequence[int]) -> int:
         """How many leading tokens of ``ids`` some sequence's cells already hold."""
         return self._best_source(ids)[1]
@@ -258,9 +264,7 @@ class LlamaCppModel:
                 return
             code = lib.llama_decode(self._ctx, batch)
             if code == 1 and self._kept:  # no room: give up the cells finished sequences kept, then retry
-                for seq_id in self._kept:
-                    lib.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
-                self._kept.clear()
+                self.drop_prefixes()
                 code = lib.llama_decode(self._ctx, batch)
             if code != 0:
                 raise LoaderError(_decode_error(code))

@@ -148,7 +148,12 @@ class Engine:
 
     def clear_prefix_cache(self) -> None:
         """Forget every cached prompt block (the next requests prefill in full)."""
-        self.call_between_steps(self._prefix.clear)
+        def clear() -> None:
+            self._prefix.clear()
+            if self._prefix_mode(self._model) == "native":
+                self._model.drop_prefixes()
+
+        self.call_between_steps(clear)
 
     def drop_stale_prefixes(self) -> int:
         """(Scheduler thread.) Free the blocks of adapters that are no longer attached; returns how many."""

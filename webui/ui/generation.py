@@ -61,7 +61,8 @@ def status_text(services: Services) -> str:
     loras = services.models.active_loras
     adapters = f" · LoRA: {', '.join(f'{n} ×{w:g}' for n, w in loras)}" if loras else ""
     cache = stats.prefix_cache
-    cached = f" · prefix cache {cache.bytes / 2**20:.0f} MB, {cache.hit_rate:.0%} hit" if cache else ""
+    size = f" {cache.bytes / 2**20:.0f} MB," if cache and cache.budget_bytes else ""
+    cached = f" · prefix cache{size} {cache.hit_rate:.0%} hit" if cache else ""
     return f"**{model.name}**{adapters} · {model.loader} · {model.device}/{model.dtype} · {state}{cached}"
 
 
@@ -71,10 +72,14 @@ def prefix_cache_text(services: Services) -> str:
     if model is None:
         return ""
     stats = services.engine.stats().prefix_cache
+    read = f"{stats.hit_tokens:,} of {stats.prompt_tokens:,} prompt tokens read from it" if stats else ""
+    if stats is not None and model.capabilities.prefix_cache == "native":
+        return (f"**Prefix cache**: prompts already read stay in {model.loader}'s own KV cells · {read} "
+                f"({stats.hit_rate:.0%}) since the last clear")
     if stats is not None:
         return (f"**Prefix cache**: {stats.bytes / 2**20:.1f} of {stats.budget_bytes / 2**20:.0f} MB, "
-                f"{stats.blocks} blocks of {stats.block_tokens} tokens · {stats.hit_tokens:,} of "
-                f"{stats.prompt_tokens:,} prompt tokens read from it ({stats.hit_rate:.0%}) since the last clear")
+                f"{stats.blocks} blocks of {stats.block_tokens} tokens · {read} ({stats.hit_rate:.0%}) "
+                "since the last clear")
     if services.engine.config.prefix_cache_mb == 0:
         return "**Prefix cache**: off (`--prefix-cache-mb 0`); every prompt is prefilled in full."
     if model.capabilities.text_only:

@@ -132,7 +132,7 @@ def create_model_tab(services: Services) -> ModelTab:
     info = gr.Markdown(info_text, elem_id="model-info")
     with gr.Row(equal_height=True):
         cache_info = gr.Markdown(prefix_cache_text(services), elem_id="prefix-cache-info")
-        cache_clear = gr.Button("Clear prefix cache", elem_id="prefix-cache-clear", scale=0, min_width=180)
+        cache_clear = gr.Button("Clear prefix cache", elem_id="prefix-cache-clear", size="sm", scale=0, min_width=160)
     with gr.Accordion("What each loader can do", open=False):
         capabilities = gr.Markdown(capability_table(services), elem_id="loader-capabilities")
     installed, quantized = create_backends_panel(services, lambda: [e.name for e in services.models.available()])

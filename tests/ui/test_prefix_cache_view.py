@@ -1,0 +1,34 @@
+"""The prefix cache in the browser: Regenerate reads the prompt from the cache and says so; the Model tab shows
+the cache and empties it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.ui.pages import choose_preset, open_page, screenshot, send, set_number, tab, wait_reply_done, wait_text
+
+pytestmark = [pytest.mark.real_model, pytest.mark.browser]
+
+
+def test_regenerate_says_the_prompt_came_from_the_cache_and_clear_empties_it(server, browser):
+    page = open_page(browser, server.url)
+    choose_preset(page, "Deterministic", "0")
+    set_number(page, "params-max_new_tokens", 4)
+    tab(page, "Chat")
+    page.locator("#chat-new").click()
+    page.locator("#chat-system textarea").fill("You are a helpful assistant. " * 6)
+    send(page, "Name one colour of the rainbow.")
+    first = wait_reply_done(page)
+    page.locator("#chat-regenerate").click()
+    page.wait_for_function("() => document.querySelector('#chat-stats').innerText.includes('cached')",
+                           timeout=120_000)
+    again = wait_reply_done(page)
+    assert "cached)" not in first and "cached)" in again, (first, again)
+    tab(page, "Model")
+    page.wait_for_function("() => /[1-9][0-9]* blocks of 16 tokens/.test("
+                           "document.querySelector('#prefix-cache-info').innerText)", timeout=30_000)
+    assert "prefix cache" in page.locator("#status-line").inner_text()
+    screenshot(page, "model-prefix-cache")
+    page.locator("#prefix-cache-clear").click()
+    wait_text(page, "#prefix-cache-info", "0 blocks of 16 tokens")
+    page.close()
