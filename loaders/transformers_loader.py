@@ -263,7 +263,7 @@ class TransformersModel:
         net, with_adapters = self.adapters.model, self.adapters.peft is not None
         with torch.inference_mode():
             if self.capabilities.batched_forward:
-                return batched_forward(net, self._batch, caches, new_ids, with_adapters)
+                return batched_forward(net, self._batch, caches, new_ids, with_adapters, self._empty_cache)
             rows = []
             for handle, ids in zip(caches, new_ids):  # e.g. sliding-window caches: one sequence at a time
                 input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)

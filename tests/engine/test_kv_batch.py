@@ -78,3 +78,37 @@ def test_a_joined_sequence_not_fed_leaves_the_batch(tiny_model_dir):
     model.forward([a, b], [[6], [6]])
     model.forward([a], [[7]])  # b was dropped without release
     assert model._batch.rows == [a]
+
+
+def test_prompt_chunks_of_several_sequences_prefill_in_one_forward_like_alone(tiny_model_dir):
+    """Different cached lengths (none included) and chunk lengths, padded into one forward: every row's logits,
+    and its decoding afterwards, match the sequence run alone."""
+    from loaders.kv_batch import _group_by_length
+
+    model = load_model(tiny_model_dir)
+    firsts = [[5, 6, 7, 8], [], list(range(10, 30)), [42]]
+    seconds = [[9, 10, 11], [12, 13, 14, 15], [31, 32], [43, 44, 45]]
+    cont = [700 + i for i in range(4)]
+    expected = [solo_logits(model, f + s, cont) for f, s in zip(firsts, seconds)]
+    handles = [model.new_cache() for _ in firsts]
+    started = [(h, f) for h, f in zip(handles, firsts) if f]
+    model.forward([h for h, _ in started], [f for _, f in started])  # some already hold a prefix
+    assert len(_group_by_length(list(enumerate(seconds)))) == 1  # similar lengths: one padded forward
+    got = model.forward(handles, seconds)
+    assert not torch.isnan(got).any()
+    for i, h in enumerate(handles):
+        assert h.length == len(firsts[i]) + len(seconds[i]) and h.own.layers[0].keys.shape[2] == h.length
+        assert torch.allclose(got[i], expected[i][0], atol=1e-4), f"sequence {i} differs after the padded prefill"
+    for step, token in enumerate(cont):
+        rows = model.forward(handles, [[token]] * len(handles))
+        for i in range(len(handles)):
+            assert torch.allclose(rows[i], expected[i][step + 1], atol=1e-4), f"sequence {i} drifted at {step}"
+    for h in handles:
+        model.release(h)
+
+
+def test_chunks_of_very_different_lengths_are_not_padded_together():
+    from loaders.kv_batch import _group_by_length
+
+    groups = _group_by_length([(0, [1] * 200), (1, [1] * 5), (2, [1] * 6), (3, [1] * 190)])
+    assert [[i for i, _ in g] for g in groups] == [[1, 2], [3, 0]]
