@@ -54,6 +54,17 @@ def test_every_cell_runs_batched_and_is_stored(services):
     assert run_row.status == "done" and run_row.done == 8 and run_row.model == "tiny"
 
 
+def test_a_grid_reads_its_prompt_once_and_rows_record_cached_tokens(services):
+    long_prompt = "The quick brown fox jumps over the lazy dog. " * 12
+    handle = run(services, job(long_prompt, axes={"temperature": [0, 0.7], "max_new_tokens": [3]}, samples=2))
+    rows = handle.rows()
+    assert handle.status == "done" and len(rows) == 4
+    cached = sorted(r.cached_tokens for r in rows)
+    assert cached[0] == 0 and all(c >= rows[0].prompt_tokens - 16 for c in cached[1:]), cached
+    stored = services.batches.results(handle.run_id)
+    assert sorted(s["cached_tokens"] for s in stored) == cached
+
+
 def test_asserts_are_checked_per_row(services):
     rows = parse_lines("Hello")
     from webui.batch import parse_assert

@@ -112,3 +112,23 @@ def test_gptq_loader_refuses_a_plain_folder(default_model_dir):
 
     with pytest.raises(ModelLoadError, match="not a GPTQ model folder.*quantize gptq"):
         GPTQLoader().load(default_model_dir, LoadOptions(device="cpu"))
+
+
+def test_prefix_cache_on_the_quantized_model_keeps_its_tokens(gptq_engine):
+    from webui.engine import EngineConfig
+
+    model = gptq_engine.model
+    assert model.capabilities.prefix_cache == "blocks"
+    prompt = model.tokenizer.apply_chat_template([{"role": "system", "content": "Answer briefly. " * 10},
+                                                  {"role": "user", "content": "What is the capital of France?"}])
+    params = SamplingParams(temperature=0, max_new_tokens=6)
+    runs = {}
+    for name, config in (("off", EngineConfig(prefix_cache_mb=0)), ("on", EngineConfig(prefix_cache_mb=64))):
+        engine = Engine(model, config)
+        try:
+            runs[name] = [engine.generate(GenerationRequest(prompt, params, add_special_tokens=False))
+                          for _ in range(2)]
+        finally:
+            engine.close()
+    assert [r.token_ids for r in runs["on"]] == [r.token_ids for r in runs["off"]]
+    assert runs["on"][1].usage.cached_tokens >= 48 and runs["off"][1].usage.cached_tokens == 0

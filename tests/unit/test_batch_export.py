@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -230,3 +231,20 @@ _row = st.builds(
 def test_round_trips_lose_nothing(rows):
     assert from_jsonl(to_jsonl(rows)) == rows
     assert from_csv(to_csv(rows)) == rows
+
+
+def test_rows_stored_before_cached_tokens_existed_still_load():
+    rows = [dataclasses.replace(r, cached_tokens=32) for r in sample_rows()]
+    assert from_jsonl(to_jsonl(rows)) == rows and from_csv(to_csv(rows)) == rows
+    old_lines = []
+    for line in to_jsonl(rows).splitlines():
+        data = json.loads(line)
+        del data["cached_tokens"]
+        old_lines.append(json.dumps(data))
+    assert all(r.cached_tokens == 0 for r in from_jsonl("\n".join(old_lines)))
+    table = list(csv.reader(io.StringIO(to_csv(rows))))
+    column = table[0].index("cached_tokens")
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows([c for i, c in enumerate(r) if i != column] for r in table)
+    old_csv = buffer.getvalue()
+    assert all(r.cached_tokens == 0 for r in from_csv(old_csv))

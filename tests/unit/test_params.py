@@ -93,3 +93,14 @@ def test_logit_bias_normalised_from_json_style_keys():
     assert p.logit_bias == ((3, 2.5), (7, -100.0))
     assert p.to_dict()["logit_bias"] == {"3": 2.5, "7": -100.0}
     assert SamplingParams.from_dict(p.changed()) == p
+
+
+def test_prefix_cache_mb_on_the_command_line():
+    from webui.config import config_from_args
+
+    assert config_from_args([]).prefix_cache_mb is None
+    assert config_from_args(["--prefix-cache-mb", "0"]).prefix_cache_mb == 0
+    assert config_from_args(["--prefix-cache-mb", "256"]).prefix_cache_mb == 256
+    for bad in ("-1", "lots"):
+        with pytest.raises(SystemExit):
+            config_from_args(["--prefix-cache-mb", bad])
