@@ -27,6 +27,9 @@ from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, Ge
 log = logging.getLogger(__name__)
 
 TPS_WINDOW = 5.0  # seconds of history behind EngineStats.tokens_per_second
+WAIT_BLOCKS = 4
+"""A sequence waits for another's prefill only to gain this many prefix blocks or more; a few tokens are cheaper
+to prefill again than a step of waiting."""
 
 
 class QueueFull(EngineError):
@@ -317,7 +320,7 @@ class Engine:
                 if mine != theirs:
                     break
                 shared += 1
-            if shared > hit and other.prefix_stored < shared and not other.prefix_full:
+            if shared - hit >= WAIT_BLOCKS and other.prefix_stored < shared and not other.prefix_full:
                 return other
         return None
 
