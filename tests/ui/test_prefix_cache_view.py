@@ -32,3 +32,4 @@ def test_regenerate_says_the_prompt_came_from_the_cache_and_clear_empties_it(ser
     page.locator("#prefix-cache-clear").click()
     wait_text(page, "#prefix-cache-info", "0 blocks of 16 tokens")
     page.close()
+

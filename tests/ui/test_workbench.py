@@ -89,6 +89,24 @@ def test_chat_reply_streams_in_and_is_stored(server, browser):
     page.close()
 
 
+def test_enter_sends_and_shift_enter_adds_a_line(server, browser):
+    """The Message box does what its placeholder says (a new user's first try)."""
+    page = ready_page(browser, server.url, max_new_tokens=2)
+    box = page.locator("#chat-message textarea")
+    box.click()
+    box.type("first line")
+    box.press("Shift+Enter")
+    box.type("second line")
+    assert box.input_value() == "first line\nsecond line"
+    box.press("Enter")
+    wait_text(page, "#chat-log", "second line")
+    wait_reply_done(page)
+    assert box.input_value() == ""
+    assert any("first line" in m and "second line" in m
+               for m in page.locator("#chat-log [data-testid='user']").all_inner_texts())
+    page.close()
+
+
 def test_stop_cancels_only_this_generation(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=2000)
     tab(page, "Parameters")

@@ -80,8 +80,9 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
                                 placeholder="(empty: the model's own default)")
             chatbot = gr.Chatbot(elem_id="chat-log", height=460, editable="user", buttons=["copy"],
                                  sanitize_html=True)
-            message = gr.Textbox(label="Message", placeholder="Type a message and press Enter", lines=2,
-                                 elem_id="chat-message")
+            # lines=1 (growing to max_lines): Gradio sends on Enter and keeps Shift+Enter for a new line
+            message = gr.Textbox(label="Message", placeholder="Type a message; Enter sends, Shift+Enter adds a line",
+                                 lines=1, max_lines=10, elem_id="chat-message")
             with gr.Row():
                 send_btn = gr.Button("Send", variant="primary", elem_id="chat-send")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="chat-stop")
