@@ -70,6 +70,19 @@ class LoadOptions:
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
+def available_devices() -> tuple[str, ...]:
+    """The devices torch can use here, for a device picker: auto and cpu always, then each CUDA GPU and MPS."""
+    import torch
+
+    found = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        found += ["cuda"] + ([f"cuda:{i}" for i in range(count)] if count > 1 else [])
+    if torch.backends.mps.is_available():
+        found.append("mps")
+    return tuple(found)
+
+
 @runtime_checkable
 class Tokenizer(Protocol):
     eos_token_ids: frozenset[int]

@@ -79,9 +79,11 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ModelLoadError(f"device '{device}' was asked for, but torch sees no CUDA GPU; use --device cpu")
+        raise ModelLoadError(f"device '{device}' was asked for, but torch sees no CUDA GPU here; choose cpu or auto "
+                             "(Device in the Model tab, or --device cpu)")
     if device == "mps" and not torch.backends.mps.is_available():
-        raise ModelLoadError("device 'mps' was asked for, but torch has no MPS support here; use --device cpu")
+        raise ModelLoadError("device 'mps' was asked for, but torch has no MPS support here; choose cpu or auto "
+                             "(Device in the Model tab, or --device cpu)")
     return device
 
 

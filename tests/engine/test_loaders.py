@@ -106,7 +106,7 @@ def test_cuda_requested_without_gpu(transformers_loader, tiny_model_dir):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    with pytest.raises(ModelLoadError, match="no CUDA GPU; use --device cpu"):
+    with pytest.raises(ModelLoadError, match="no CUDA GPU here; choose cpu or auto"):
         transformers_loader.load(tiny_model_dir, LoadOptions(device="cuda"))
 
 
@@ -177,3 +177,14 @@ def test_a_folder_written_atomically_is_replaced_only_on_success(tmp_path):
     with atomic_folder(out) as scratch:
         (scratch / "weights").write_text("new")
     assert (out / "weights").read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_the_device_picker_offers_only_what_this_machine_has():
+    import torch
+
+    from loaders.base import available_devices
+
+    devices = available_devices()
+    assert devices[:2] == ("auto", "cpu")
+    assert ("cuda" in devices) == torch.cuda.is_available()
+    assert ("mps" in devices) == torch.backends.mps.is_available()

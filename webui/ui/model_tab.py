@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from loaders.base import DTYPES, LoaderError, LoadOptions
+from loaders.base import DTYPES, LoaderError, LoadOptions, available_devices
 from webui.names import InvalidName
 from webui.services import Services
 from webui.ui.backends_panel import create_backends_panel
@@ -16,7 +16,6 @@ AUTO_LOADER = "auto"
 REMOTE_SAMPLERS = ("the server's: temperature, top_p, stop, seed, penalties, logit_bias, max tokens; top_k, min_p, "
                    "typical_p, repetition_penalty, min_tokens, no_repeat_ngram_size, ignore_eos sent as vLLM-style "
                    "extras only when set (a server that lacks one answers with a clear error)")
-DEVICES = ("auto", "cpu", "cuda", "mps")
 PREFIX_CACHE = {"blocks": "yes (the engine's blocks)", "native": "yes (in the backend's own cache)", "": "no"}
 
 
@@ -99,7 +98,9 @@ def create_model_tab(services: Services) -> ModelTab:
     loader = gr.Dropdown(choices=loader_choices(services), value=settings.last_loader or AUTO_LOADER,
                          label="Loader", elem_id="model-loader")
     with gr.Row():
-        device = gr.Dropdown(choices=list(DEVICES), value=opts.get("device", services.config.device), label="Device",
+        devices = available_devices()  # only what this machine has (a saved "cuda" from elsewhere falls back)
+        saved = opts.get("device", services.config.device)
+        device = gr.Dropdown(choices=list(devices), value=saved if saved in devices else "auto", label="Device",
                              elem_id="model-device")
         dtype = gr.Dropdown(choices=list(DTYPES), value=opts.get("dtype", services.config.dtype), label="dtype",
                             elem_id="model-dtype")
@@ -172,6 +173,9 @@ def create_model_tab(services: Services) -> ModelTab:
 
     def change_lora(change, name: str | None, *args) -> str:
         if not name:
+            if not lora_choices(services):
+                raise gr.Error(f"No adapter fits this model: put LoRA adapters (peft folders with "
+                               f"adapter_config.json) in {services.config.loras_dir}, then reload the page.")
             raise gr.Error("Choose an adapter first.")
         try:
             change(name, *args)
