@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from loaders.base import LoadOptions
+from loaders.base import LoadOptions, common_prefix
 from loaders.registry import default_registry
 from webui.config import AppConfig
 from webui.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
@@ -73,15 +73,6 @@ def run_engine(engine: Engine, ids: list[int], n: int) -> tuple[float, list[int]
     return dt, list(result.token_ids)
 
 
-def leading_matches(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def main() -> None:
     args = parse_args()
     n = args.new_tokens
@@ -111,7 +102,7 @@ def main() -> None:
                 rates[name].append(n / dt)
                 line.append(f"{name} {n / dt:7.2f} tok/s ({dt:.3f} s)")
             print(f"rep {rep + 1}: " + ", ".join(line))
-        same = leading_matches(tokens["engine"], tokens["generate"])
+        same = common_prefix(tokens["engine"], tokens["generate"])
         print(f"greedy tokens identical: {tokens['engine'] == tokens['generate']} "
               f"({same}/{n} leading tokens match)")
         med = {name: statistics.median(r) for name, r in rates.items()}

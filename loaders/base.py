@@ -70,6 +70,16 @@ class LoadOptions:
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def available_devices() -> tuple[str, ...]:
     """The devices torch can use here, for a device picker: auto and cpu always, then each CUDA GPU and MPS."""
     import torch

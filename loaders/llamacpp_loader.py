@@ -23,7 +23,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from loaders.base import Capabilities, LoadedModel, LoaderError, LoadOptions, ModelLoadError, require_backend
+from loaders.base import (Capabilities, LoadedModel, LoaderError, LoadOptions, ModelLoadError, common_prefix,
+                          require_backend)
 
 Progress = Callable[[float, str], None]
 
@@ -83,15 +84,6 @@ class SeqSlot:
     @property
     def length(self) -> int:
         return len(self.tokens)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class LlamaCppModel:

@@ -84,3 +84,13 @@ def upload_file(page, button_id: str, path) -> None:
     with page.expect_file_chooser() as chooser:
         page.locator(f"#{button_id}").click()
     chooser.value.set_files(str(path))
+
+
+def ready_page(browser, url: str, max_new_tokens: int = 12, preset: str = "Deterministic", temperature: str = "0"):
+    """A page with a preset and a token budget chosen, on a new chat."""
+    page = open_page(browser, url)
+    choose_preset(page, preset, temperature)
+    set_number(page, "params-max_new_tokens", max_new_tokens)
+    tab(page, "Chat")
+    page.locator("#chat-new").click()
+    return page

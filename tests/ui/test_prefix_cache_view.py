@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.pages import choose_preset, open_page, screenshot, send, set_number, tab, wait_reply_done, wait_text
+from tests.ui.pages import ready_page, screenshot, send, tab, wait_reply_done, wait_text
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
 
 def test_regenerate_says_the_prompt_came_from_the_cache_and_clear_empties_it(server, browser):
-    page = open_page(browser, server.url)
-    choose_preset(page, "Deterministic", "0")
-    set_number(page, "params-max_new_tokens", 4)
-    tab(page, "Chat")
-    page.locator("#chat-new").click()
+    page = ready_page(browser, server.url, max_new_tokens=4)
     page.locator("#chat-system textarea").fill("You are a helpful assistant. " * 6)
     send(page, "Name one colour of the rainbow.")
     first = wait_reply_done(page)

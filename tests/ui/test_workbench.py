@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import random_lora
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, export_file, open_page, screenshot, send,
-                            set_number, tab, toast, upload_file, wait_reply_done, wait_text)
+from tests.ui.pages import (LONG, bot_messages, choose, export_file, open_page, ready_page, screenshot,
+                            send, tab, toast, upload_file, wait_reply_done, wait_text)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -59,15 +59,6 @@ def reply_when(user_data: Path, question: str, done):
         if (reply and done(reply)) or time.monotonic() > deadline:
             return reply
         time.sleep(0.2)
-
-
-def ready_page(browser, url: str, max_new_tokens: int = 12, preset: str = "Deterministic", temperature: str = "0"):
-    page = open_page(browser, url)
-    choose_preset(page, preset, temperature)
-    set_number(page, "params-max_new_tokens", max_new_tokens)
-    tab(page, "Chat")
-    page.locator("#chat-new").click()
-    return page
 
 
 def test_chat_reply_streams_in_and_is_stored(server, browser):

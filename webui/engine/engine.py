@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from loaders.base import LoadedModel
+from loaders.base import LoadedModel, common_prefix
 from webui.engine.prefix_cache import BLOCK_TOKENS, PrefixCache, PrefixCacheStats, chain_keys, default_budget_mb
 from webui.engine.relay import relay
 from webui.engine.sequence import Sequence, check_loras, tokenize_prompt
@@ -162,7 +162,7 @@ class Engine:
         """(Scheduler thread.) Free the blocks of adapters that are no longer attached; returns how many."""
         model = self._model
         if self._prefix_mode(model) != "blocks":
-            return self._prefix.drop(lambda namespace: True)
+            return 0  # no blocks are kept
         return self._prefix.drop(lambda namespace: not model.prefix_namespace_live(namespace))
 
     def close(self) -> None:
@@ -315,11 +315,7 @@ class Engine:
             if (other is seq or other.finished or other.prompt_done or other.waiting_for is not None
                     or other.prefix_namespace != seq.prefix_namespace):
                 continue
-            shared = 0
-            for mine, theirs in zip(seq.prefix_keys, other.prefix_keys):
-                if mine != theirs:
-                    break
-                shared += 1
+            shared = common_prefix(seq.prefix_keys, other.prefix_keys)
             if shared - hit >= WAIT_BLOCKS and other.prefix_stored < shared and not other.prefix_full:
                 return other
         return None

@@ -97,15 +97,8 @@ class PrefixCache:
         self._generation = 0  # bumped by clear(), so pins taken before it are void
         self._lock = threading.Lock()  # only for stats() from other threads
 
-    @property
-    def enabled(self) -> bool:
-        return self.budget_bytes > 0
-
     def __len__(self) -> int:
         return len(self._blocks)
-
-    def __contains__(self, key: bytes) -> bool:
-        return key in self._blocks
 
     # -- reading -----------------------------------------------------------------------
     def match(self, keys: Sequence[bytes]) -> int:
