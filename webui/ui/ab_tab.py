@@ -12,8 +12,10 @@ from webui.engine import EngineError, GenerationError, GenerationRequest
 from webui.engine.stream import interleave
 from webui.names import InvalidName
 from webui.presets import PresetError
+from webui.controllers import UserError
 from webui.services import Services
-from webui.ui.generation import ActiveRequests, session_key, stats_text
+from webui.controllers.generation import ActiveRequests, stats_text
+from webui.ui.feedback import session_key, shows_errors
 
 PANEL = "ab"
 CURRENT = "current parameters"
@@ -49,11 +51,11 @@ def create_ab_tab(services: Services, params, active: ActiveRequests) -> dict:
     def request_for(data: dict, preset, adapter, text: str, messages) -> GenerationRequest:
         choice = data[preset]
         if not choice:
-            raise gr.Error("Choose parameters for both sides (a preset or the current parameters).")
+            raise UserError("Choose parameters for both sides (a preset or the current parameters).")
         try:
             sampling = params.params(data) if choice == CURRENT else services.presets.get(choice).params
         except (PresetError, InvalidName) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         loras = () if data[adapter] in (None, NO_ADAPTER) else ((data[adapter], 1.0),)
         return GenerationRequest(text, sampling, add_special_tokens=messages is None, loras=loras,
                                  messages=messages)
@@ -61,9 +63,9 @@ def create_ab_tab(services: Services, params, active: ActiveRequests) -> dict:
     def run(data: dict, request: gr.Request):
         model = services.models.loaded
         if model is None:
-            raise gr.Error("No model is loaded; load one in the Model tab.")
+            raise UserError("No model is loaded; load one in the Model tab.")
         if not data[prompt].strip():
-            raise gr.Error("Type a prompt first.")
+            raise UserError("Type a prompt first.")
         messages = None
         text = data[prompt]
         if data[chat]:
@@ -71,12 +73,12 @@ def create_ab_tab(services: Services, params, active: ActiveRequests) -> dict:
                 messages = chat_messages([{"role": "user", "content": text}])
                 text = render_chat_prompt(model.tokenizer, messages)
             except ChatPromptError as exc:
-                raise gr.Error(str(exc)) from exc
+                raise UserError(str(exc)) from exc
         requests = [request_for(data, p, a, text, messages) for p, a, _, _ in sides]
         try:
             streams = [services.engine.submit(r) for r in requests]
         except (EngineError, ValueError) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         key = session_key(request, PANEL)
         texts, notes = ["", ""], ["generating…", "generating…"]
         for s in streams:
@@ -99,9 +101,9 @@ def create_ab_tab(services: Services, params, active: ActiveRequests) -> dict:
 
     outputs = [sides[0][2], sides[0][3], sides[1][2], sides[1][3]]
     inputs = {prompt, chat, *[c for side in sides for c in side[:2]], *params.inputs}
-    run_btn.click(run, inputs, outputs, concurrency_limit=None)
+    run_btn.click(shows_errors(run), inputs, outputs, concurrency_limit=None)
     for preset, adapter, _, _ in sides:  # adapters attached or presets saved since the page loaded
         preset.focus(lambda: gr.update(choices=side_choices(services)[0]), None, preset)
         adapter.focus(lambda: gr.update(choices=side_choices(services)[1]), None, adapter)
-    stop_btn.click(stop, None, None, concurrency_limit=None)
+    stop_btn.click(shows_errors(stop), None, None, concurrency_limit=None)
     return {"presets": [sides[0][0], sides[1][0]], "adapters": [sides[0][1], sides[1][1]]}

@@ -12,12 +12,13 @@ import gradio as gr
 from webui.services import Services
 from webui.ui.ab_tab import create_ab_tab, side_choices
 from webui.ui.batch_tab import create_batch_tab, wire_batch_tab
-from webui.ui.chat_tab import create_chat_tab
-from webui.ui.generation import ActiveRequests, status_text
+from webui.controllers.generation import ActiveRequests, status_text
+
+from webui.ui.chat_tab import create_chat_tab, on_load as chat_on_load
 from webui.ui.insight_tab import create_insight_tab, perplexity_table
 from webui.ui.model_tab import active_text, create_model_tab, lora_choices, model_info
-from webui.ui.notebook_tab import create_notebook_tab
-from webui.ui.parameters_tab import create_parameters_tab
+from webui.ui.notebook_tab import create_notebook_tab, on_load as notebook_on_load
+from webui.ui.parameters_tab import create_parameters_tab, on_load as parameters_on_load
 
 CSS = """
 #status-line {font-family: ui-monospace, monospace; font-size: 0.9em}
@@ -63,17 +64,18 @@ def build_ui(services: Services) -> gr.Blocks:
         def on_page_load():
             info, template = model_info(services)
             loaded = services.models.loaded
-            return (*params.reload(), chat["refresh"](), info, template,
+            return (info, template,
                     gr.update(choices=[e.name for e in services.models.available()],
                               value=loaded.name if loaded else services.settings.get().last_model),
-                    gr.update(choices=services.notebooks.list()),
                     gr.update(choices=batch["run_choices"]()), gr.update(choices=services.presets.names()),
                     gr.update(choices=lora_choices(services)), active_text(services), perplexity_table(services),
                     *[gr.update(choices=side_choices(services)[0]) for _ in ab["presets"]],
                     *[gr.update(choices=side_choices(services)[1]) for _ in ab["adapters"]])
 
-        demo.load(on_page_load, None, [*params.inputs, params.preset, chat["chat_list"], model.info, model.template,
-                                       model.model, notebook["name"], batch["runs"], batch["presets"],
+        demo.load(on_page_load, None, [model.info, model.template,
+                                       model.model, batch["runs"], batch["presets"],
                                        model.lora_pick, model.lora_active, insight["ppl_table"],
                                        *ab["presets"], *ab["adapters"]])
+        for outputs, load in (parameters_on_load(params), chat_on_load(chat), notebook_on_load(notebook)):
+            demo.load(load, None, outputs)
     return demo

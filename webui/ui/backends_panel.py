@@ -15,7 +15,9 @@ import gradio as gr
 from webui.bootstrap import OPTIONAL_EXTRAS
 from webui.jobs import JobBusy, JobUpdate, launch_command
 from webui.quantize import BITS
+from webui.controllers import UserError
 from webui.services import Services
+from webui.ui.feedback import shows_errors
 
 EXPECTED = {"llamacpp": "building llama-cpp-python from source usually takes about 12 minutes on 2 CPU cores",
             "gptq": "downloading gptqmodel and its dependencies takes a minute or two",
@@ -41,7 +43,7 @@ def run_job(services: Services, what: str, argv: list[str], expected: str) -> It
         for update in services.jobs.run(argv):
             yield job_status(what, update, expected), update.log
     except JobBusy as exc:
-        raise gr.Error(str(exc)) from exc
+        raise UserError(str(exc)) from exc
 
 
 def create_backends_panel(services: Services, model_names: Callable[[], list[str]]) -> tuple[Any, Any]:
@@ -63,20 +65,20 @@ def create_backends_panel(services: Services, model_names: Callable[[], list[str
 
     def install(name: str) -> Iterator[tuple[str, str]]:
         if name not in OPTIONAL_EXTRAS:
-            raise gr.Error(f"choose one of: {', '.join(OPTIONAL_EXTRAS)}")
+            raise UserError(f"choose one of: {', '.join(OPTIONAL_EXTRAS)}")
         yield from run_job(services, f"installing {name}", launch_command("install", name), EXPECTED.get(name, ""))
         importlib.invalidate_caches()  # the new package becomes visible to the loader list
 
     def quantize(name: str | None, bits: int, group: float | None) -> Iterator[tuple[str, str]]:
         if not name:
-            raise gr.Error("Choose the model to quantize first.")
+            raise UserError("Choose the model to quantize first.")
         argv = launch_command("quantize", "gptq", name, "--bits", str(int(bits)),
                               "--user-data-dir", str(services.config.user_data_dir))
         if group:
             argv += ["--group-size", str(int(group))]
         yield from run_job(services, f"quantizing {name}", argv, EXPECTED["quantize"])
 
-    installed = install_btn.click(install, [extra], [status, log], concurrency_limit=1, concurrency_id="jobs")
-    quantized = quantize_btn.click(quantize, [q_model, q_bits, q_group], [status, log], concurrency_limit=1,
+    installed = install_btn.click(shows_errors(install), [extra], [status, log], concurrency_limit=1, concurrency_id="jobs")
+    quantized = quantize_btn.click(shows_errors(quantize), [q_model, q_bits, q_group], [status, log], concurrency_limit=1,
                                    concurrency_id="jobs")
     return installed, quantized

@@ -24,7 +24,9 @@ from webui.batch.store import RunNotFound
 from webui.insight import InsightUnavailable, inspect_rendered
 from webui.names import InvalidName
 from webui.reproduce import RecordError, record_for_batch_row
+from webui.controllers import UserError
 from webui.services import Services
+from webui.ui.feedback import shows_errors
 from webui.store import StoreError
 from webui.ui.inspection import create_inspector_panel, inspection_views, record_views
 
@@ -242,13 +244,13 @@ def wire_batch_tab(services: Services, c: dict, params) -> None:
         try:
             return c["build_job"](data, params.params(data))
         except (BatchInputError, InvalidName) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
 
     def check(data: dict):
         try:
             return c["describe"](job_from(data))
         except BatchInputError as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
 
     def run(data: dict):
         job = job_from(data)
@@ -256,7 +258,7 @@ def wire_batch_tab(services: Services, c: dict, params) -> None:
             plan_text = c["describe"](job)
             handle = runner.start(job)
         except BatchInputError as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         rid = handle.run_id
         while not handle.wait(REFRESH_SECONDS):
             eta = handle.eta_seconds()
@@ -277,7 +279,7 @@ def wire_batch_tab(services: Services, c: dict, params) -> None:
         try:
             count = len(load_prompts_text(path.name, content))
         except BatchInputError as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         return (path.name, content), f"Using **{path.name}**: {count} prompts (the text box is ignored)."
 
     def compare_view(rid: int | None, a: str | None, b_run: int | None, b: str | None) -> str:
@@ -291,21 +293,21 @@ def wire_batch_tab(services: Services, c: dict, params) -> None:
 
     def open_run(chosen: int | None):
         if chosen is None:
-            raise gr.Error("Choose a stored run first.")
+            raise UserError("Choose a stored run first.")
         return chosen, *c["views"](chosen)
 
     def rename(chosen: int | None, new_name: str):
         try:
             store.rename(_need(chosen), new_name)
         except StoreError as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         return gr.update(choices=c["run_choices"](), value=chosen)
 
     def delete(chosen: int | None, current: int | None):
         try:
             store.delete(_need(chosen))
         except StoreError as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         rid = None if current == chosen else current
         return rid, *c["views"](rid)
 
@@ -315,7 +317,7 @@ def wire_batch_tab(services: Services, c: dict, params) -> None:
             job = BatchJob.from_spec(f"{stored.name} (re-run)", stored.spec)
             handle = runner.start(job)
         except BatchInputError as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         while not handle.wait(REFRESH_SECONDS):
             yield f"Re-running: {handle.done}/{handle.total} done", handle.run_id, *c["views"](handle.run_id)
         yield f"Re-run {handle.status}: {handle.done}/{handle.total} rows", handle.run_id, *c["views"](handle.run_id)
@@ -329,28 +331,28 @@ def wire_batch_tab(services: Services, c: dict, params) -> None:
         return gr.update(value=str(path), visible=True)
 
     run_outputs = [c["plan_md"], c["progress"], c["run_id"], *c["view_outputs"]]
-    c["check_btn"].click(check, form | set(params.inputs), [c["plan_md"]])
-    c["run_btn"].click(run, form | set(params.inputs), run_outputs, concurrency_limit=None)
-    c["cancel_btn"].click(cancel, [c["run_id"]], [c["progress"]], concurrency_limit=None)
-    c["upload_btn"].upload(uploaded, [c["upload_btn"]], [c["upload"], c["upload_note"]])
+    c["check_btn"].click(shows_errors(check), form | set(params.inputs), [c["plan_md"]])
+    c["run_btn"].click(shows_errors(run), form | set(params.inputs), run_outputs, concurrency_limit=None)
+    c["cancel_btn"].click(shows_errors(cancel), [c["run_id"]], [c["progress"]], concurrency_limit=None)
+    c["upload_btn"].upload(shows_errors(uploaded), [c["upload_btn"]], [c["upload"], c["upload_note"]])
     c["clear_upload"].click(lambda: (None, ""), None, [c["upload"], c["upload_note"]])
     for control in (c["query"], c["failures"]):
         control.change(lambda rid, q, f: c["views"](rid, q, f)[0], [c["run_id"], c["query"], c["failures"]],
                        [c["table"]], show_progress="hidden")
     compare_inputs = [c["run_id"], c["side_a"], c["run_b"], c["side_b"]]
     for control in (c["side_a"], c["side_b"]):
-        control.change(compare_view, compare_inputs, [c["compare_out"]], show_progress="hidden")
-    c["run_b"].change(b_settings, [c["run_b"], c["run_id"]], [c["side_b"]])
-    c["open_btn"].click(open_run, [c["runs"]], [c["run_id"], *c["view_outputs"]])
-    c["rename_btn"].click(rename, [c["runs"], c["rename_text"]], [c["runs"]])
-    c["delete_btn"].click(delete, [c["runs"], c["run_id"]], [c["run_id"], *c["view_outputs"]])
-    c["rerun_btn"].click(rerun, [c["runs"]], [c["progress"], c["run_id"], *c["view_outputs"]], concurrency_limit=None)
+        control.change(shows_errors(compare_view), compare_inputs, [c["compare_out"]], show_progress="hidden")
+    c["run_b"].change(shows_errors(b_settings), [c["run_b"], c["run_id"]], [c["side_b"]])
+    c["open_btn"].click(shows_errors(open_run), [c["runs"]], [c["run_id"], *c["view_outputs"]])
+    c["rename_btn"].click(shows_errors(rename), [c["runs"], c["rename_text"]], [c["runs"]])
+    c["delete_btn"].click(shows_errors(delete), [c["runs"], c["run_id"]], [c["run_id"], *c["view_outputs"]])
+    c["rerun_btn"].click(shows_errors(rerun), [c["runs"]], [c["progress"], c["run_id"], *c["view_outputs"]], concurrency_limit=None)
     def select_row(rid: int | None, q: str, only_failures: bool, selected: gr.SelectData):
         """One click on a result row: the exact prompt the model read, its tokens, and the row's record."""
         index = selected.index[0] if isinstance(selected.index, (list, tuple)) else selected.index
         rows = shown_rows(c["stored_rows"](rid), q, only_failures)
         if rid is None or not 0 <= index < len(rows):
-            raise gr.Error("Run a batch or open a stored run, then click one of its rows.")
+            raise UserError("Run a batch or open a stored run, then click one of its rows.")
         row, run = rows[index], store.get(rid)
         model = services.models.loaded
         loader = model.loader if model is not None and model.name == run.model else "transformers"
@@ -364,12 +366,12 @@ def wire_batch_tab(services: Services, c: dict, params) -> None:
             rendered, tokens, note = "", None, f"Tokens need a local model ({exc})."
         return (f"{which} · {note}", rendered, tokens, *record_views(record, services.config.api_port))
 
-    c["table"].select(select_row, [c["run_id"], c["query"], c["failures"]], c["inspector"].outputs)
-    c["csv_btn"].click(lambda r: export(r, "csv"), [c["runs"]], [c["export_file"]])
-    c["jsonl_btn"].click(lambda r: export(r, "jsonl"), [c["runs"]], [c["export_file"]])
+    c["table"].select(shows_errors(select_row), [c["run_id"], c["query"], c["failures"]], c["inspector"].outputs)
+    c["csv_btn"].click(shows_errors(lambda r: export(r, "csv")), [c["runs"]], [c["export_file"]])
+    c["jsonl_btn"].click(shows_errors(lambda r: export(r, "jsonl")), [c["runs"]], [c["export_file"]])
 
 
 def _need(run: int | None) -> int:
     if run is None:
-        raise gr.Error("Choose a stored run first.")
+        raise UserError("Choose a stored run first.")
     return run

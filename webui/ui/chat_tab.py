@@ -1,54 +1,59 @@
-"""Chat tab: streaming replies with the model's chat template, stored as they happen.
-
-Every message goes to SQLite before it is shown (the assistant's reply is
-appended with its first text and updated as it streams), so a restart or a
-kill -9 loses nothing already on screen.
-"""
+"""Chat tab: layout and wiring over ChatSession (webui.controllers.chat), which holds the behaviour."""
 
 from __future__ import annotations
 
-import html
-import tempfile
-from pathlib import Path
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
-from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
-from webui.engine import GenerationEvent, SamplingParams
-from webui.reproduce import record_for_reply
+from webui.controllers import UserError
+from webui.controllers.chat import ChatSession, ChatView
+from webui.controllers.generation import ActiveRequests
 from webui.services import Services
-from webui.store import StoreError
-from webui.token_view import VIEW_TOP, BranchError, branch_request, branched_row, token_rows
-from webui.insight import InsightUnavailable, inspect_rendered
-from webui.ui.generation import ActiveRequests, session_key, stats_text, stream_request, stream_text
+from webui.ui.feedback import session_key, shows_errors
+from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
-from webui.ui.inspection import create_inspector_panel, inspection_views, record_views
 from webui.ui.token_view import branch_of, create_token_view, view_value
 
 PANEL = "chat"
-TITLE_LENGTH = 48
 
 
-def reply_stats(event: GenerationEvent, params: SamplingParams, model=None, loras=()) -> dict[str, Any]:
-    u, t = event.usage, event.timings
-    return {"model": getattr(model, "name", None), "loader": getattr(model, "loader", None),
-            "loras": [list(x) for x in loras],
-            "completion_tokens": u.completion_tokens, "prompt_tokens": u.prompt_tokens,
-            "cached_tokens": u.cached_tokens,
-            "time_to_first_token": t.first_token, "tokens_per_second": t.tokens_per_second,
-            "finish_reason": event.finish_reason, "stop_string": event.stop_string, "seed": event.seed,
-            "params": params.to_dict(), "summary": stats_text(event)}
+@dataclass
+class ChatTab:
+    chat_id: gr.State
+    confirm: gr.State
+    new: gr.Button
+    search: gr.Textbox
+    chat_list: gr.Radio
+    title: gr.Textbox
+    rename: gr.Button
+    delete: gr.Button
+    export: gr.Button
+    import_: gr.UploadButton
+    export_file: gr.File
+    system: gr.Textbox
+    chatbot: gr.Chatbot
+    message: gr.Textbox
+    send: gr.Button
+    stop: gr.Button
+    regenerate: gr.Button
+    continue_: gr.Button
+    remove_last: gr.Button
+    stats: gr.Markdown
+    token_view: gr.HTML
+    inspector: InspectorPanel
+    session: ChatSession
 
+    @property
+    def view(self) -> list:
+        """The components a ChatView fills, in ``view_updates`` order."""
+        return [self.chatbot, self.chat_id, self.title, self.system, self.chat_list, self.stats]
 
-def to_chatbot(messages) -> list[dict[str, str]]:
-    out = []
-    for m in messages:
-        content = m.content
-        if m.role == "assistant" and m.stats and m.stats.get("summary"):
-            content += f"\n\n<span class='reply-stats'>{html.escape(m.stats['summary'])}</span>"
-        out.append({"role": m.role, "content": content})
-    return out
+    @property
+    def panels(self) -> list:
+        """What describes the open chat's last reply: the inspector and the token view."""
+        return [*self.inspector.outputs, self.token_view]
 
 
 def plain_text(content: Any) -> str:
@@ -58,281 +63,179 @@ def plain_text(content: Any) -> str:
     return str(content or "")
 
 
-def create_chat_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> dict:
-    chats, settings = services.chats, services.settings.get()
-    chat_id = gr.State(None)
-    confirm = gr.State(False)
+def _chat_list_column() -> dict:
+    new = gr.Button("New chat", variant="primary", elem_id="chat-new")
+    search = gr.Textbox(label="Search chats", placeholder="title or content", elem_id="chat-search")
+    chat_list = gr.Radio(choices=[], label="Past chats", elem_id="chat-list")
+    title = gr.Textbox(label="Title", elem_id="chat-title")
+    with gr.Row():
+        rename = gr.Button("Rename", size="sm", elem_id="chat-rename")
+        delete = gr.Button("Delete", size="sm", variant="stop", elem_id="chat-delete")
+    with gr.Row():
+        export = gr.Button("Export JSON", size="sm", elem_id="chat-export")
+        import_ = gr.UploadButton("Import JSON", file_types=[".json"], size="sm", elem_id="chat-import")
+    export_file = gr.File(label="Exported chat", visible=False, elem_id="chat-export-file")
+    return dict(new=new, search=search, chat_list=chat_list, title=title, rename=rename, delete=delete,
+                export=export, import_=import_, export_file=export_file)
+
+
+def _conversation_column() -> dict:
+    system = gr.Textbox(label="System prompt", lines=2, elem_id="chat-system",
+                        placeholder="(empty: the model's own default)")
+    chatbot = gr.Chatbot(elem_id="chat-log", height=460, editable="user", buttons=["copy"], sanitize_html=True)
+    # lines=1 (growing to max_lines): Gradio sends on Enter and keeps Shift+Enter for a new line
+    message = gr.Textbox(label="Message", placeholder="Type a message; Enter sends, Shift+Enter adds a line",
+                         lines=1, max_lines=10, elem_id="chat-message")
+    with gr.Row():
+        send = gr.Button("Send", variant="primary", elem_id="chat-send")
+        stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
+        regenerate = gr.Button("Regenerate", elem_id="chat-regenerate")
+        continue_ = gr.Button("Continue", elem_id="chat-continue")
+        remove_last = gr.Button("Remove last", elem_id="chat-remove-last")
+    stats = gr.Markdown("", elem_id="chat-stats")
+    with gr.Accordion("Tokens of the last reply", open=False, elem_id="chat-tokens-panel"):
+        token_view = create_token_view("chat-tokens")
+    with gr.Accordion("Prompt and reproduce record (click a message; default: the last reply)",
+                      open=False, elem_id="chat-inspect-panel"):
+        inspector = create_inspector_panel("chat", with_record=True)
+    return dict(system=system, chatbot=chatbot, message=message, send=send, stop=stop, regenerate=regenerate,
+                continue_=continue_, remove_last=remove_last, stats=stats, token_view=token_view,
+                inspector=inspector)
+
+
+def create_chat_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> ChatTab:
     with gr.Row():
         with gr.Column(scale=1, min_width=240):
-            new_btn = gr.Button("New chat", variant="primary", elem_id="chat-new")
-            search = gr.Textbox(label="Search chats", placeholder="title or content", elem_id="chat-search")
-            chat_list = gr.Radio(choices=[], label="Past chats", elem_id="chat-list")
-            title = gr.Textbox(label="Title", elem_id="chat-title")
-            with gr.Row():
-                rename_btn = gr.Button("Rename", size="sm", elem_id="chat-rename")
-                delete_btn = gr.Button("Delete", size="sm", variant="stop", elem_id="chat-delete")
-            with gr.Row():
-                export_btn = gr.Button("Export JSON", size="sm", elem_id="chat-export")
-                import_btn = gr.UploadButton("Import JSON", file_types=[".json"], size="sm", elem_id="chat-import")
-            export_file = gr.File(label="Exported chat", visible=False, elem_id="chat-export-file")
+            left = _chat_list_column()
         with gr.Column(scale=4):
-            system = gr.Textbox(value=settings.system_prompt, label="System prompt", lines=2, elem_id="chat-system",
-                                placeholder="(empty: the model's own default)")
-            chatbot = gr.Chatbot(elem_id="chat-log", height=460, editable="user", buttons=["copy"],
-                                 sanitize_html=True)
-            # lines=1 (growing to max_lines): Gradio sends on Enter and keeps Shift+Enter for a new line
-            message = gr.Textbox(label="Message", placeholder="Type a message; Enter sends, Shift+Enter adds a line",
-                                 lines=1, max_lines=10, elem_id="chat-message")
-            with gr.Row():
-                send_btn = gr.Button("Send", variant="primary", elem_id="chat-send")
-                stop_btn = gr.Button("Stop", variant="stop", elem_id="chat-stop")
-                regen_btn = gr.Button("Regenerate", elem_id="chat-regenerate")
-                continue_btn = gr.Button("Continue", elem_id="chat-continue")
-                remove_btn = gr.Button("Remove last", elem_id="chat-remove-last")
-            stats = gr.Markdown("", elem_id="chat-stats")
-            with gr.Accordion("Tokens of the last reply", open=False, elem_id="chat-tokens-panel"):
-                token_view = create_token_view("chat-tokens")
-            with gr.Accordion("Prompt and reproduce record (click a message; default: the last reply)",
-                              open=False, elem_id="chat-inspect-panel"):
-                inspector = create_inspector_panel("chat", with_record=True)
+            right = _conversation_column()
+    session = ChatSession(services, active)
+    tab = ChatTab(chat_id=gr.State(None), confirm=gr.State(False), session=session, **left, **right)
+    _wire_generation(tab, session, params)
+    _wire_chat_list(tab, session)
+    return tab
 
-    def message_views(cid: int | None, index: int | None = None):
-        """What the model read for a message (a reply: the chat before it; your message: the chat up to it),
-        its tokens and share of the context, and a reply's record; ``index`` None: the last reply."""
-        history = chats.messages(cid) if cid is not None else []
-        if index is None:
-            index = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "assistant"), None)
-        if index is None or not 0 <= index < len(history):
-            return "", "", None, "", "", ""
-        message, system_prompt = history[index], chats.get(cid).system_prompt
-        reply = message.role == "assistant"
-        turns = [{"role": m.role, "content": m.content} for m in history[:index + (0 if reply else 1)]]
-        stats = message.stats or {}
-        record = record_for_reply(turns, system_prompt, stats) if reply and "params" in stats else None
-        which = f"message {index + 1} ({'the reply' if reply else 'your message'})"
-        try:
-            prompt = render_chat_prompt(services.models.loaded.tokenizer, turns, system_prompt)
-            rendered, tokens, note = inspection_views(inspect_rendered(services.models.loaded, prompt, False))
-        except (InsightUnavailable, ChatPromptError, AttributeError) as exc:
-            rendered, tokens, note = "", None, f"Tokens need a local model ({exc})."
-        return (f"{which} · {note}", rendered, tokens, *record_views(record, services.config.api_port))
 
-    def select_message(cid: int | None, selected: gr.SelectData):
-        index = selected.index if isinstance(selected.index, int) else selected.index[0]
-        return message_views(cid, index)
+def view_updates(session: ChatSession, view: ChatView, query: str) -> tuple:
+    """Values for ``ChatTab.view``: the chat, and the past-chats list with it selected."""
+    listed = gr.update(choices=session.listed(query), value=view.chat_id)
+    return view.messages, view.chat_id, view.title, view.system_prompt, listed, view.stats
 
-    def last_reply(cid: int | None):
-        history = chats.messages(cid) if cid is not None else []
-        return history[-1] if history and history[-1].role == "assistant" else None
 
-    def token_views(cid: int | None):
-        """The last reply's tokens (branchable when a local model made them and it is still loaded)."""
-        last = last_reply(cid)
-        rows = (last.stats or {}).get("tokens", []) if last else []
-        model = services.models.loaded
-        return view_value(rows, branchable=model is not None and not model.capabilities.text_only)
+def panel_updates(session: ChatSession, chat_id: int | None, index: int | None = None) -> tuple:
+    """Values for ``ChatTab.panels`` (message ``index``; None: the last reply)."""
+    seen = session.inspect(chat_id, index)
+    rendered, tokens, note = inspection_views(seen.seen) if seen.seen else ("", None, seen.note)
+    rows, branchable = session.last_tokens(chat_id)
+    head = f"{seen.which} · {note}" if seen.which else ""
+    return head, rendered, tokens, *record_views(seen.record, session.services.config.api_port), view_value(
+        rows, branchable)
 
-    def listed_chats(query: str = "", **value) -> dict:
-        """The past-chats list for a search (``value=`` selects a chat)."""
-        return gr.update(choices=[(c.title, c.id) for c in chats.list(query)], **value)
 
-    def view(cid: int | None) -> list[dict[str, str]]:
-        return to_chatbot(chats.messages(cid)) if cid is not None else []
+def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) -> None:
+    def streamed(views, query: str | None = None):
+        """ChatViews as [chatbot, stats] updates, or as the whole view when ``query`` (a new chat) is given."""
+        for view in views:
+            yield view_updates(session, view, query) if query is not None else (view.messages, view.stats)
 
-    def reply(cid: int, sampling: SamplingParams, request: gr.Request, continue_last: bool = False) -> Iterator:
-        """Stream the assistant's reply into the chat; yields (chatbot, stats)."""
-        model = services.models.loaded
-        if model is None:
-            raise gr.Error("No model is loaded; load one in the Model tab.")
-        history = chats.messages(cid)
-        turns = [{"role": m.role, "content": m.content} for m in history]
-        system_prompt = chats.get(cid).system_prompt
-        if continue_last and model.capabilities.text_only:
-            raise gr.Error("Continue needs a local model: a remote server cannot extend a reply it did not start.")
-        try:
-            prompt = render_chat_prompt(model.tokenizer, turns, system_prompt, continue_last=continue_last)
-            messages = chat_messages(turns, system_prompt)
-        except ChatPromptError as exc:
-            raise gr.Error(str(exc)) from exc
-        target = history[-1] if continue_last else None
-        before = (target.content, (target.stats or {}).get("token_ids", []), (target.stats or {}).get("tokens", [])
-                  ) if target else ("", [], [])
-        logprobs = None if model.capabilities.text_only else VIEW_TOP
-        events = stream_text(services, active, session_key(request, PANEL), prompt, sampling, False, messages,
-                             logprobs)
-        yield from store_reply(cid, target, before, events, sampling, model)
-
-    def store_reply(cid: int, target, before: tuple[str, list[int], list[dict]], events, sampling: SamplingParams,
-                    model) -> Iterator:
-        """Store the streamed reply as it grows (after ``before``: text, token ids, token rows)."""
-        base, ids, rows = before[0], list(before[1]), list(before[2])
-        for text, event in events:
-            ids += event.token_ids
-            rows += token_rows(event.logprobs)
-            if event.text or event.finish_reason:
-                content = base + text
-                final = event.finish_reason is not None
-                stat = None
-                if final:
-                    stat = reply_stats(event, sampling, model, services.models.active_loras)
-                    stat.update(token_ids=ids, tokens=rows)
-                if target is None and (content or final):
-                    target = chats.append(cid, "assistant", content, stats=stat)
-                elif target is not None:
-                    chats.update(target.id, content=content, stats=stat)
-                yield view(cid), stats_text(event) if final else "generating…"
-
-    def branch(data: dict, request: gr.Request):
-        """Continue the last reply from a token position with the alternative clicked in the token view."""
-        cid = _require_chat(data[chat_id])
-        model, last = services.models.loaded, last_reply(cid)
-        try:
-            pos, token_id = branch_of(data[token_view])
-            if model is None or model.capabilities.text_only:
-                raise BranchError("branching needs a local model: load one in the Model tab")
-            stats = (last.stats or {}) if last else {}
-            ids, rows = stats.get("token_ids"), stats.get("tokens")
-            if not ids or not rows or len(ids) != len(rows):
-                raise BranchError("the last reply has no token record to branch from; regenerate it first")
-            history = chats.messages(cid)[:-1]
-            turns = [{"role": m.role, "content": m.content} for m in history]
-            prompt = render_chat_prompt(model.tokenizer, turns, chats.get(cid).system_prompt)
-            sampling = params.params(data)
-            prefix_ids, prefix_rows = ids[:pos] + [token_id], rows[:pos] + [branched_row(rows[pos], token_id)]
-            req = branch_request(model.tokenizer.encode(prompt, add_special_tokens=False), ids, pos, token_id,
-                                 sampling, loras=services.models.active_loras, logprobs=VIEW_TOP)
-        except (BranchError, ChatPromptError) as exc:
-            raise gr.Error(str(exc)) from exc
-        chats.truncate(cid, last.position)
-        prefix = model.tokenizer.decode(prefix_ids)
-        target = chats.append(cid, "assistant", prefix)
-        yield view(cid), "…"
-        if req is None:  # the alternative was the reply's last allowed token
-            chats.update(target.id, stats={**(last.stats or {}), "token_ids": prefix_ids, "tokens": prefix_rows})
-            yield view(cid), "finish: length (branched at the last token)"
-            return
-        events = stream_request(services, active, session_key(request, PANEL), req)
-        yield from store_reply(cid, target, (prefix, prefix_ids, prefix_rows), events, sampling, model)
-
+    @shows_errors
     def send(data: dict, request: gr.Request):
-        text, cid = data[message], data[chat_id]
-        if not text.strip():
-            raise gr.Error("Type a message first.")
-        if services.models.loaded is None:
-            raise gr.Error("No model is loaded; load one in the Model tab.")
-        sampling = params.params(data)
-        if cid is None:
-            cid = chats.create(title=" ".join(text.split())[:TITLE_LENGTH], system_prompt=data[system]).id
-        chats.append(cid, "user", text)
-        new_choices = listed_chats(data[search], value=cid)
-        yield view(cid), "", cid, new_choices, chats.get(cid).title, "…"
-        for shown, stat in reply(cid, sampling, request):
-            yield shown, gr.skip(), gr.skip(), gr.skip(), gr.skip(), stat
+        views = session.send(data[tab.chat_id], data[tab.message], data[tab.system], params.params(data),
+                             session_key(request, PANEL))
+        first = next(views)  # the message is stored: clear the box
+        yield *view_updates(session, first, data[tab.search]), ""
+        for view in views:
+            yield view.messages, gr.skip(), gr.skip(), gr.skip(), gr.skip(), view.stats, gr.skip()
 
+    @shows_errors
     def regenerate(data: dict, request: gr.Request):
-        cid = _require_chat(data[chat_id])
-        history = chats.messages(cid)
-        if history and history[-1].role == "assistant":
-            chats.truncate(cid, history[-1].position)
-        yield from reply(cid, params.params(data), request)
+        yield from streamed(session.regenerate(data[tab.chat_id], params.params(data), session_key(request, PANEL)))
 
+    @shows_errors
     def continue_reply(data: dict, request: gr.Request):
-        yield from reply(_require_chat(data[chat_id]), params.params(data), request, continue_last=True)
+        yield from streamed(session.continue_reply(data[tab.chat_id], params.params(data),
+                                                   session_key(request, PANEL)))
 
     def edit(data: dict, edited: gr.EditData, request: gr.Request):
-        cid = _require_chat(data[chat_id])
-        history = chats.messages(cid)
         index = edited.index if isinstance(edited.index, int) else edited.index[0]
-        if index >= len(history) or history[index].role != "user":
-            raise gr.Error("Only your own messages can be edited.")
-        chats.update(history[index].id, content=plain_text(edited.value))
-        chats.truncate(cid, history[index].position + 1)
-        yield view(cid), "…"
-        yield from reply(cid, params.params(data), request)
+        try:
+            yield from streamed(session.edit(data[tab.chat_id], index, plain_text(edited.value),
+                                             params.params(data), session_key(request, PANEL)))
+        except UserError as exc:  # the box shows the edit; put back what is stored
+            gr.Warning(str(exc))
+            yield session.view(data[tab.chat_id]).messages if data[tab.chat_id] is not None else [], gr.skip()
 
-    def remove_last(cid: int | None):
-        cid = _require_chat(cid)
-        history = chats.messages(cid)
-        users = [m for m in history if m.role == "user"]
-        if users:
-            chats.truncate(cid, users[-1].position)
-        return view(cid), ""
-
-    def _require_chat(cid: int | None) -> int:
-        if cid is None:
-            raise gr.Error("Start a chat first: type a message and press Send.")
-        return cid
+    @shows_errors
+    def branch(data: dict, request: gr.Request):
+        pos, token_id = branch_of(data[tab.token_view])
+        yield from streamed(session.branch(data[tab.chat_id], pos, token_id, params.params(data),
+                                           session_key(request, PANEL)))
 
     def stop(request: gr.Request) -> None:
-        active.cancel(session_key(request, PANEL))
+        session.stop(session_key(request, PANEL))
 
-    def select(cid: int | None):
-        if cid is None:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), False
-        try:
-            chat = chats.get(cid)
-        except StoreError as exc:
-            raise gr.Error(str(exc)) from exc
-        return view(cid), cid, chat.title, chat.system_prompt, False
+    def select_message(cid: int | None, selected: gr.SelectData):
+        return panel_updates(session, cid, selected.index if isinstance(selected.index, int) else selected.index[0])
 
-    def new_chat(query: str):
-        return [], None, "", services.settings.get().system_prompt, listed_chats(query), "", False
+    inputs, short = {tab.chat_id, *params.inputs}, [tab.chatbot, tab.stats]
+    send_inputs = {tab.message, tab.chat_id, tab.system, tab.search, *params.inputs}
+    for trigger in (tab.send.click, tab.message.submit):
+        trigger(send, send_inputs, [*tab.view, tab.message], concurrency_limit=None, trigger_mode="multiple").then(
+            lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
+    for trigger, handler in ((tab.regenerate.click, regenerate), (tab.continue_.click, continue_reply),
+                             (tab.chatbot.edit, edit), (tab.token_view.submit, branch)):
+        trigger(handler, inputs | {tab.token_view}, short, concurrency_limit=None, trigger_mode="multiple").then(
+            lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
+    tab.stop.click(stop, None, None, concurrency_limit=None)
+    tab.chatbot.select(select_message, [tab.chat_id], tab.inspector.outputs)
 
-    def rename(cid: int | None, new_title: str, query: str):
-        try:
-            chats.rename(_require_chat(cid), new_title)
-        except StoreError as exc:
-            raise gr.Error(str(exc)) from exc
-        return listed_chats(query, value=cid)
 
+def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
+    refresh = dict(fn=lambda cid: panel_updates(session, cid), inputs=[tab.chat_id], outputs=tab.panels,
+                   show_progress="hidden")
+
+    @shows_errors
+    def open_chat(cid: int | None, query: str):
+        return *view_updates(session, session.view(cid), query), False
+
+    @shows_errors
+    def rename(cid: int | None, title: str, query: str):
+        return *view_updates(session, session.rename(cid, title), query), False
+
+    @shows_errors
     def delete(cid: int | None, confirmed: bool, query: str):
-        cid = _require_chat(cid)
         if not confirmed:
-            return (gr.skip(), gr.skip(), gr.skip(), gr.update(value="Confirm delete"), True,
-                    f"Click **Confirm delete** to delete '{chats.get(cid).title}' for good.")
-        chats.delete(cid)
-        return [], None, listed_chats(query), gr.update(value="Delete"), False, "Chat deleted."
+            return (*[gr.skip()] * 5, f"Click **Confirm delete** to delete '{session.title(cid)}' for good.",
+                    True, gr.update(value="Confirm delete"))
+        return *view_updates(session, session.delete(cid), query), False, gr.update(value="Delete")
 
-    def save_system(cid: int | None, text: str) -> None:
-        services.settings.update(system_prompt=text)
-        if cid is not None:
-            chats.set_system_prompt(cid, text)
-
+    @shows_errors
     def export(cid: int | None):
-        cid = _require_chat(cid)
-        folder = Path(tempfile.mkdtemp(prefix="chat-export-"))
-        path = folder / f"chat-{cid}.json"
-        path.write_text(chats.export_json(cid), encoding="utf-8")
-        return gr.update(value=str(path), visible=True)
+        return gr.update(value=str(session.export(cid)), visible=True)
 
+    @shows_errors
     def import_chat(file, query: str):
-        try:
-            chat = chats.import_json(Path(file if isinstance(file, str) else file.name).read_text(encoding="utf-8"))
-        except (StoreError, UnicodeDecodeError) as exc:
-            raise gr.Error(f"Could not import the chat: {exc}") from exc
-        return (view(chat.id), chat.id, listed_chats(query, value=chat.id),
-                chat.title, chat.system_prompt)
+        path = file if isinstance(file, str) else file.name
+        return *view_updates(session, session.import_file(path), query), False
 
-    stats.change(message_views, [chat_id], inspector.outputs, show_progress="hidden")
-    chatbot.select(select_message, [chat_id], inspector.outputs)
-    stats.change(token_views, [chat_id], [token_view], show_progress="hidden")
-    token_view.submit(branch, {chat_id, token_view, *params.inputs}, [chatbot, stats], concurrency_limit=None)
-    send_inputs = {message, chat_id, system, search, *params.inputs}
-    send_outputs = [chatbot, message, chat_id, chat_list, title, stats]
-    send_btn.click(send, send_inputs, send_outputs, concurrency_limit=None)
-    message.submit(send, send_inputs, send_outputs, concurrency_limit=None)
-    stop_btn.click(stop, None, None, concurrency_limit=None)
-    regen_btn.click(regenerate, {chat_id, *params.inputs}, [chatbot, stats], concurrency_limit=None)
-    continue_btn.click(continue_reply, {chat_id, *params.inputs}, [chatbot, stats], concurrency_limit=None)
-    chatbot.edit(edit, {chat_id, *params.inputs}, [chatbot, stats], concurrency_limit=None)
-    remove_btn.click(remove_last, [chat_id], [chatbot, stats])
-    chat_list.input(select, [chat_list], [chatbot, chat_id, title, system, confirm])
-    new_btn.click(new_chat, [search], [chatbot, chat_id, title, system, chat_list, stats, confirm])
-    chatbot.clear(new_chat, [search], [chatbot, chat_id, title, system, chat_list, stats, confirm])  # keeps it stored
-    search.change(listed_chats, [search], [chat_list], show_progress="hidden")
-    rename_btn.click(rename, [chat_id, title, search], [chat_list])
-    delete_btn.click(delete, [chat_id, confirm, search], [chatbot, chat_id, chat_list, delete_btn, confirm, stats])
-    system.blur(save_system, [chat_id, system], None)
-    export_btn.click(export, [chat_id], [export_file])
-    import_btn.upload(import_chat, [import_btn, search], [chatbot, chat_id, chat_list, title, system])
-    return {"chatbot": chatbot, "chat_list": chat_list, "refresh": lambda: listed_chats("")}
+    with_confirm = [*tab.view, tab.confirm]
+    tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh)
+    tab.new.click(lambda q: open_chat(None, q), [tab.search], with_confirm).then(**refresh)
+    tab.chatbot.clear(lambda q: open_chat(None, q), [tab.search], with_confirm).then(**refresh)  # stays stored
+    tab.remove_last.click(shows_errors(lambda cid: session.remove_last(cid).messages), [tab.chat_id],
+                          [tab.chatbot]).then(**refresh)
+    tab.search.change(lambda q: gr.update(choices=session.listed(q)), [tab.search], [tab.chat_list],
+                      show_progress="hidden")
+    tab.rename.click(rename, [tab.chat_id, tab.title, tab.search], with_confirm)
+    tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], [*with_confirm, tab.delete]).then(**refresh)
+    tab.system.blur(session.save_system, [tab.chat_id, tab.system], None)
+    tab.export.click(export, [tab.chat_id], [tab.export_file])
+    tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)
+
+
+def on_load(tab: ChatTab) -> tuple[list, Any]:
+    """(outputs, function): a page (re)load opens the most recent chat, with its system prompt."""
+    def load():
+        view = tab.session.latest()
+        return *view_updates(tab.session, view, ""), *panel_updates(tab.session, view.chat_id)
+    return [*tab.view, *tab.panels], load

@@ -8,7 +8,9 @@ import pandas as pd
 from webui.engine import EngineError
 from webui.insight import InsightUnavailable, inspect_prompt, next_tokens, perplexity
 from webui.reproduce import RecordError, parse_record
+from webui.controllers import UserError
 from webui.services import Services
+from webui.ui.feedback import shows_errors
 from webui.ui.inspection import inspection_views
 
 
@@ -67,7 +69,7 @@ def create_insight_tab(services: Services, params) -> dict:
         try:
             seen = inspect_prompt(services.models.loaded, value, as_chat, system_prompt)
         except (InsightUnavailable, ValueError) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         return inspection_views(seen)
 
     def explore(data: dict):
@@ -75,7 +77,7 @@ def create_insight_tab(services: Services, params) -> dict:
         try:
             found = next_tokens(services.engine, data[text], data[chat], sampling, 20, data[system])
         except (InsightUnavailable, ValueError) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         frame = pd.DataFrame({
             "token": [repr(t.token)[1:-1] for t in found], "id": [t.token_id for t in found],
             "probability": [round(t.probability, 4) for t in found],
@@ -93,7 +95,7 @@ def create_insight_tab(services: Services, params) -> dict:
             result = perplexity(services.engine, value, int(window or 512), loras,
                                 progress=lambda f, m: progress(f, desc=m))
         except (InsightUnavailable, ValueError) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         label = " ".join(value.split())[:40] + ("…" if len(value) > 40 else "")
         services.perplexity.add(model.name, model.loader, loras, label, result.tokens, result.nll, result.ppl,
                                 result.window)
@@ -115,13 +117,13 @@ def create_insight_tab(services: Services, params) -> dict:
                 f"Note: the record was made with **{record.model}**; **{model.name}** is loaded now. ")
             result = services.engine.generate(record.request(model.tokenizer))
         except (RecordError, EngineError, ValueError) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         return result.text, note + f"{result.usage.completion_tokens} tokens · finish: {result.finish_reason} · " \
                                    f"seed {result.seed}"
 
-    record_btn.click(rerun, [record_in], [record_out, record_note], concurrency_limit=None)
-    ppl_btn.click(evaluate, [ppl_text, ppl_window], [ppl_note, ppl_table], concurrency_limit=None)
-    ppl_upload.upload(load_text, [ppl_upload], [ppl_text])
-    inspect_btn.click(inspect, [text, chat, system], [rendered, token_table, summary])
-    next_btn.click(explore, {text, chat, system, *params.inputs}, [chart, table, summary], concurrency_limit=None)
+    record_btn.click(shows_errors(rerun), [record_in], [record_out, record_note], concurrency_limit=None)
+    ppl_btn.click(shows_errors(evaluate), [ppl_text, ppl_window], [ppl_note, ppl_table], concurrency_limit=None)
+    ppl_upload.upload(shows_errors(load_text), [ppl_upload], [ppl_text])
+    inspect_btn.click(shows_errors(inspect), [text, chat, system], [rendered, token_table, summary])
+    next_btn.click(shows_errors(explore), {text, chat, system, *params.inputs}, [chart, table, summary], concurrency_limit=None)
     return {"text": text, "ppl_table": ppl_table}

@@ -8,9 +8,11 @@ import gradio as gr
 
 from loaders.base import DTYPES, LoaderError, LoadOptions, available_devices
 from webui.names import InvalidName
+from webui.controllers import UserError
 from webui.services import Services
+from webui.ui.feedback import shows_errors
 from webui.ui.backends_panel import create_backends_panel
-from webui.ui.generation import prefix_cache_text
+from webui.controllers.generation import prefix_cache_text
 
 AUTO_LOADER = "auto"
 REMOTE_SAMPLERS = ("the server's: temperature, top_p, stop, seed, penalties, logit_bias, max tokens; top_k, min_p, "
@@ -140,15 +142,15 @@ def create_model_tab(services: Services) -> ModelTab:
     template = gr.Code(template_text, language="jinja2", label="Chat template", interactive=False,
                        elem_id="model-template")
 
-    def load_failed(exc: Exception) -> gr.Error:
+    def load_failed(exc: Exception) -> UserError:
         still = services.models.loaded
         kept = f" The previous model ({still.name}) is still loaded." if still else ""
-        return gr.Error(f"{exc}.{kept}")
+        return UserError(f"{exc}.{kept}")
 
     def load(name: str | None, loader_name: str, device_name: str, dtype_name: str, n_threads: float | None,
              progress=gr.Progress()):
         if not name:
-            raise gr.Error("Choose a model first.")
+            raise UserError("Choose a model first.")
         try:
             options = LoadOptions(device_name, dtype_name, int(n_threads) if n_threads else None)
             chosen = None if loader_name in (None, AUTO_LOADER) else loader_name
@@ -168,19 +170,19 @@ def create_model_tab(services: Services) -> ModelTab:
         try:
             services.models.reload(progress=lambda f, m: progress(f, desc=m))
         except LoaderError as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         return model_info(services)
 
     def change_lora(change, name: str | None, *args) -> str:
         if not name:
             if not lora_choices(services):
-                raise gr.Error(f"No adapter fits this model: put LoRA adapters (peft folders with "
+                raise UserError(f"No adapter fits this model: put LoRA adapters (peft folders with "
                                f"adapter_config.json) in {services.config.loras_dir}, then reload the page.")
-            raise gr.Error("Choose an adapter first.")
+            raise UserError("Choose an adapter first.")
         try:
             change(name, *args)
         except (LoaderError, InvalidName) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise UserError(str(exc)) from exc
         return active_text(services)
 
     def attach(name: str | None, weight: float | None) -> str:
@@ -191,7 +193,7 @@ def create_model_tab(services: Services) -> ModelTab:
 
     def connect(url: str, key: str, name: str, progress=gr.Progress()):
         if not url.strip():
-            raise gr.Error("Type the server's base URL first, e.g. http://gpu-box:8000/v1")
+            raise UserError("Type the server's base URL first, e.g. http://gpu-box:8000/v1")
         progress(0.1, desc=f"connecting to {url.strip()}")
         try:
             services.models.load_remote(url, key, name.strip() or None)
@@ -209,18 +211,18 @@ def create_model_tab(services: Services) -> ModelTab:
     model_events = [(load_btn, load, [model, loader, device, dtype, threads]), (unload_btn, unload, None),
                     (reload_btn, reload, None), (connect_btn, connect, [remote_url, remote_key, remote_model])]
     for btn, fn, inputs in model_events:  # a new model has its own adapters: refresh them once it is in
-        btn.click(fn, inputs, [info, template], concurrency_limit=1, concurrency_id="model").then(
+        btn.click(shows_errors(fn), inputs, [info, template], concurrency_limit=1, concurrency_id="model").then(
             lora_views, None, [lora_pick, lora_active])
-    refresh.click(refresh_list, None, [model, loader])
+    refresh.click(shows_errors(refresh_list), None, [model, loader])
 
     def clear_cache() -> str:
         services.engine.clear_prefix_cache()
         return prefix_cache_text(services)
 
-    cache_clear.click(clear_cache, None, [cache_info])
+    cache_clear.click(shows_errors(clear_cache), None, [cache_info])
     gr.Timer(2.0).tick(lambda: prefix_cache_text(services), None, cache_info, show_progress="hidden")
-    installed.then(refresh_list, None, [model, loader]).then(lambda: capability_table(services), None, [capabilities])
-    quantized.then(refresh_list, None, [model, loader])
-    attach_btn.click(attach, [lora_pick, lora_weight], [lora_active], concurrency_limit=1, concurrency_id="model")
-    detach_btn.click(detach, [lora_pick], [lora_active], concurrency_limit=1, concurrency_id="model")
+    installed.then(shows_errors(refresh_list), None, [model, loader]).then(lambda: capability_table(services), None, [capabilities])
+    quantized.then(shows_errors(refresh_list), None, [model, loader])
+    attach_btn.click(shows_errors(attach), [lora_pick, lora_weight], [lora_active], concurrency_limit=1, concurrency_id="model")
+    detach_btn.click(shows_errors(detach), [lora_pick], [lora_active], concurrency_limit=1, concurrency_id="model")
     return ModelTab(model, info, template, lora_pick, lora_active)

@@ -1,135 +1,124 @@
-"""Notebook tab: free-form completion on raw text (no chat template), named notebooks."""
+"""Notebook tab: layout and wiring over NotebookSession (webui.controllers.notebook)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
-from webui.names import InvalidName
+from webui.controllers.generation import ActiveRequests
+from webui.controllers.notebook import PANEL, NotebookSession, NotebookView
 from webui.services import Services
-from webui.store import StoreError
-from webui.token_view import VIEW_TOP, BranchError, branch_request, branched_row, token_rows
-from webui.ui.generation import ActiveRequests, session_key, stats_text, stream_request, stream_text
+from webui.ui.feedback import session_key, shows_errors
 from webui.ui.parameters_tab import ParametersTab
 from webui.ui.token_view import branch_of, create_token_view, view_value
 
-PANEL = "notebook"
-MAX_UNDO = 20
+
+@dataclass
+class NotebookTab:
+    name: gr.Dropdown
+    save: gr.Button
+    delete: gr.Button
+    text: gr.Textbox
+    generate: gr.Button
+    stop: gr.Button
+    undo_button: gr.Button
+    stats: gr.Markdown
+    token_view: gr.HTML
+    undo: gr.State
+    last: gr.State
+    confirm: gr.State
+    session: NotebookSession
+
+    @property
+    def outputs(self) -> list:
+        """What a NotebookView fills, in ``view_updates`` order."""
+        return [self.text, self.stats, self.undo, self.last, self.token_view]
 
 
-def create_notebook_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> dict:
+def create_notebook_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> NotebookTab:
+    session = NotebookSession(services, active)
     with gr.Row():
-        name = gr.Dropdown(choices=services.notebooks.list(), value=None, allow_custom_value=True,
+        name = gr.Dropdown(choices=session.names(), value=None, allow_custom_value=True,
                            label="Notebook (choose one, or type a new name)", elem_id="notebook-name", scale=4)
-        save_btn = gr.Button("Save", elem_id="notebook-save", scale=1)
-        delete_btn = gr.Button("Delete", variant="stop", elem_id="notebook-delete", scale=1)
+        save = gr.Button("Save", elem_id="notebook-save", scale=1)
+        delete = gr.Button("Delete", variant="stop", elem_id="notebook-delete", scale=1)
     text = gr.Textbox(lines=18, max_lines=40, label="Text (the model continues it)", elem_id="notebook-text",
                       placeholder="Once upon a time,")
     with gr.Row():
-        generate_btn = gr.Button("Generate", variant="primary", elem_id="notebook-generate")
-        stop_btn = gr.Button("Stop", variant="stop", elem_id="notebook-stop")
-        undo_btn = gr.Button("Undo last generation", elem_id="notebook-undo")
+        generate = gr.Button("Generate", variant="primary", elem_id="notebook-generate")
+        stop = gr.Button("Stop", variant="stop", elem_id="notebook-stop")
+        undo_button = gr.Button("Undo last generation", elem_id="notebook-undo")
     stats = gr.Markdown("", elem_id="notebook-stats")
     with gr.Accordion("Tokens of the last generation", open=False, elem_id="notebook-tokens-panel"):
         token_view = create_token_view("notebook-tokens")
-    undo = gr.State([])
-    last = gr.State(None)  # the last generation: text before it, prompt ids, token ids, token rows
+    tab = NotebookTab(name, save, delete, text, generate, stop, undo_button, stats, token_view, gr.State([]),
+                      gr.State(None), gr.State(False), session)
+    _wire_generation(tab, params)
+    _wire_files(tab)
+    return tab
 
+
+def view_updates(view: NotebookView) -> tuple:
+    """Values for ``NotebookTab.outputs``; the token view and the branch record change only at the end."""
+    if view.last is None:
+        return view.text, view.stats, view.undo, gr.skip(), gr.skip()
+    return view.text, view.stats, view.undo, view.last, view_value(view.last.tokens, view.branchable)
+
+
+def _wire_generation(tab: NotebookTab, params: ParametersTab) -> None:
+    session = tab.session
+
+    @shows_errors
     def generate(data: dict, request: gr.Request):
-        before, history = data[text], list(data[undo])
-        if not before.strip():
-            raise gr.Error("The notebook is empty; type some text for the model to continue.")
-        model = services.models.loaded
-        local = model is not None and not model.capabilities.text_only
-        sampling = params.params(data)
-        history = (history + [before])[-MAX_UNDO:]
-        events = stream_text(services, active, session_key(request, PANEL), before, sampling, True,
-                             logprobs=VIEW_TOP if local else None)
-        prompt_ids = model.tokenizer.encode(before) if local else []
-        yield from stream_into(data[name], before, "", (prompt_ids, [], []), events, history, local)
+        for view in session.generate(data[tab.name], data[tab.text], list(data[tab.undo]), params.params(data),
+                                     session_key(request, PANEL)):
+            yield view_updates(view)
 
-    def stream_into(notebook: str | None, before: str, prefix: str, record: tuple[list, list, list], events,
-                    history: list[str], branchable: bool):
-        """Stream generated text after ``before`` + ``prefix``; yields (text, stats, undo, last, token view)."""
-        prompt_ids, ids, rows = record[0], list(record[1]), list(record[2])
-        final = before + prefix
-        for generated, event in events:
-            ids += event.token_ids
-            rows += token_rows(event.logprobs)
-            final = before + prefix + generated
-            if event.finish_reason is not None:
-                state = {"before": before, "prompt_ids": prompt_ids, "token_ids": ids, "tokens": rows}
-                yield final, stats_text(event), history, state, view_value(rows, branchable)
-            elif event.text:
-                yield final, "generating…", history, gr.skip(), gr.skip()
-        if notebook:
-            _save(notebook, final)
-
+    @shows_errors
     def branch(data: dict, request: gr.Request):
-        """Continue the last generation from a token position with the clicked alternative."""
-        state, model = data[last], services.models.loaded
-        try:
-            pos, token_id = branch_of(data[token_view])
-            if model is None or model.capabilities.text_only:
-                raise BranchError("branching needs a local model: load one in the Model tab")
-            if not state:
-                raise BranchError("generate something first")
-            ids, rows, sampling = state["token_ids"], state["tokens"], params.params(data)
-            prefix_ids, prefix_rows = ids[:pos] + [token_id], rows[:pos] + [branched_row(rows[pos], token_id)]
-            req = branch_request(state["prompt_ids"], ids, pos, token_id, sampling,
-                                 loras=services.models.active_loras, logprobs=VIEW_TOP)
-        except BranchError as exc:
-            raise gr.Error(str(exc)) from exc
-        before, history = state["before"], (list(data[undo]) + [data[text]])[-MAX_UNDO:]
-        prefix = model.tokenizer.decode(prefix_ids)
-        if req is None:
-            state = {**state, "token_ids": prefix_ids, "tokens": prefix_rows}
-            yield before + prefix, "finish: length (branched at the last token)", history, state, view_value(
-                prefix_rows)
-            return
-        events = stream_request(services, active, session_key(request, PANEL), req)
-        yield from stream_into(data[name], before, prefix, (state["prompt_ids"], prefix_ids, prefix_rows), events,
-                               history, True)
+        pos, token_id = branch_of(data[tab.token_view])
+        for view in session.branch(data[tab.name], data[tab.text], list(data[tab.undo]), data[tab.last], pos,
+                                   token_id, params.params(data), session_key(request, PANEL)):
+            yield view_updates(view)
 
-    def _save(notebook: str, content: str) -> None:
-        try:
-            services.notebooks.save(notebook, content)
-        except (InvalidName, StoreError, OSError) as exc:
-            raise gr.Error(f"Could not save the notebook: {exc}") from exc
-
-    def save(notebook: str | None, content: str):
-        if not notebook:
-            raise gr.Error("Type a name for the notebook first.")
-        _save(notebook, content)
-        return gr.update(choices=services.notebooks.list(), value=notebook.strip()), f"Saved '{notebook.strip()}'."
-
-    def open_notebook(notebook: str | None):
-        if not notebook or notebook not in services.notebooks.list():
-            return gr.skip(), []
-        return services.notebooks.get(notebook), []
-
-    def delete(notebook: str | None):
-        if not notebook:
-            raise gr.Error("Choose a notebook to delete first.")
-        try:
-            services.notebooks.delete(notebook)
-        except (InvalidName, StoreError) as exc:
-            raise gr.Error(str(exc)) from exc
-        return gr.update(choices=services.notebooks.list(), value=None), f"Deleted '{notebook}'."
-
-    def undo_last(history: list[str]):
-        if not history:
-            raise gr.Error("Nothing to undo.")
-        return history[-1], history[:-1]
-
-    outputs = [text, stats, undo, last, token_view]
-    generate_btn.click(generate, {text, undo, name, *params.inputs}, outputs, concurrency_limit=None)
-    token_view.submit(branch, {text, undo, name, last, token_view, *params.inputs}, outputs, concurrency_limit=None)
+    inputs = {tab.text, tab.undo, tab.name, tab.last, tab.token_view, *params.inputs}
+    tab.generate.click(generate, inputs, tab.outputs, concurrency_limit=None, trigger_mode="multiple")
+    tab.token_view.submit(branch, inputs, tab.outputs, concurrency_limit=None, trigger_mode="multiple")
     def stop(request: gr.Request) -> None:
-        active.cancel(session_key(request, PANEL))
+        session.stop(session_key(request, PANEL))
 
-    stop_btn.click(stop, None, None, concurrency_limit=None)
-    undo_btn.click(undo_last, [undo], [text, undo])
-    save_btn.click(save, [name, text], [name, stats])
-    name.input(open_notebook, [name], [text, undo])
-    delete_btn.click(delete, [name], [name, stats])
-    return {"name": name, "text": text, "stats": stats}
+    tab.stop.click(stop, None, None, concurrency_limit=None)
+    tab.undo_button.click(shows_errors(session.undo), [tab.undo], [tab.text, tab.undo])
+
+
+def _wire_files(tab: NotebookTab) -> None:
+    session = tab.session
+
+    @shows_errors
+    def save(name: str | None, text: str):
+        saved = session.save(name, text)
+        return gr.update(choices=session.names(), value=saved), f"Saved '{saved}'.", False
+
+    def open_notebook(name: str | None):
+        text = session.open(name)
+        return (gr.skip() if text is None else text), [], False, gr.update(value="Delete")
+
+    @shows_errors
+    def delete(name: str | None, confirmed: bool):
+        if not confirmed:
+            if not name:
+                session.delete(name)  # says what to do
+            return gr.skip(), f"Click **Confirm delete** to delete '{name}' for good.", True, gr.update(
+                value="Confirm delete")
+        session.delete(name)
+        return gr.update(choices=session.names(), value=None), f"Deleted '{name}'.", False, gr.update(value="Delete")
+
+    tab.save.click(save, [tab.name, tab.text], [tab.name, tab.stats, tab.confirm])
+    tab.name.input(open_notebook, [tab.name], [tab.text, tab.undo, tab.confirm, tab.delete])
+    tab.delete.click(delete, [tab.name, tab.confirm], [tab.name, tab.stats, tab.confirm, tab.delete])
+
+
+def on_load(tab: NotebookTab) -> tuple[list, object]:
+    """(outputs, function): a page (re)load lists the saved notebooks."""
+    return [tab.name], lambda: gr.update(choices=tab.session.names())

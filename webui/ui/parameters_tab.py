@@ -1,17 +1,17 @@
-"""Parameters tab: a control per SamplingParams field, presets, and persistence across reloads."""
+"""Parameters tab: a control per SamplingParams field and presets, wired to ParametersController."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
 
 import gradio as gr
 
-from webui.engine.params import InvalidParameter, SamplingParams
-from webui.names import InvalidName
-from webui.presets import PresetError
+from webui.controllers import UserError
+from webui.controllers.parameters import ParametersController, values_from_params
+from webui.engine.params import SamplingParams
 from webui.services import Services
-from webui.ui.params_panel import build_param_components, params_from_values, values_from_params
+from webui.ui.feedback import shows_errors
+from webui.ui.params_panel import build_param_components
 
 
 @dataclass
@@ -19,101 +19,100 @@ class ParametersTab:
     controls: dict[str, gr.components.Component]
     preset: gr.Dropdown
     note: gr.Markdown
-    reload: Callable[[], list[Any]] | None = None  # fresh values for [*inputs, preset] on page load
+    controller: ParametersController
 
     @property
     def inputs(self) -> list[gr.components.Component]:
         return list(self.controls.values())
 
     def params(self, data: dict) -> SamplingParams:
-        """SamplingParams from an event's input dict (raises gr.Error naming the bad value)."""
-        try:
-            return params_from_values({name: data[c] for name, c in self.controls.items()})
-        except InvalidParameter as exc:
-            raise gr.Error(str(exc)) from exc
-
-
-def saved_params(services: Services) -> SamplingParams:
-    """The parameters in use when the page was last left (or the last preset's, on a fresh install)."""
-    settings = services.settings.get()
-    try:
-        if settings.params is None:
-            return services.presets.get(settings.last_preset).params if settings.last_preset else SamplingParams()
-        return SamplingParams.from_dict(settings.params)
-    except (InvalidParameter, PresetError, InvalidName):
-        return SamplingParams()
+        """SamplingParams from an event's input dict (UserError names the bad parameter and this tab)."""
+        return self.controller.current({name: data[c] for name, c in self.controls.items()})
 
 
 def create_parameters_tab(services: Services) -> ParametersTab:
-    settings = services.settings.get()
+    controller = ParametersController(services)
+    params, preset_name, _ = controller.saved()
     with gr.Row():
-        preset = gr.Dropdown(choices=services.presets.names(), value=settings.last_preset, label="Preset",
-                             elem_id="preset", scale=3)
-        neutral_btn = gr.Button("Reset to neutral", elem_id="params-neutral", scale=1)
+        preset = gr.Dropdown(choices=services.presets.names(), value=preset_name, label="Preset", elem_id="preset",
+                             scale=3)
+        neutral = gr.Button("Reset to neutral", elem_id="params-neutral", scale=1)
     with gr.Row():
         save_name = gr.Textbox(label="Save current parameters as", placeholder="preset name", elem_id="preset-name",
                                scale=3)
-        save_btn = gr.Button("Save preset", elem_id="preset-save", scale=1)
-        delete_btn = gr.Button("Delete preset", variant="stop", elem_id="preset-delete", scale=1)
+        save = gr.Button("Save preset", elem_id="preset-save", scale=1)
+        delete = gr.Button("Delete preset", variant="stop", elem_id="preset-delete", scale=1)
     note = gr.Markdown("", elem_id="preset-note")
+    confirm = gr.State(False)
     with gr.Row():
         with gr.Column():
-            controls = build_param_components(saved_params(services))
-    tab = ParametersTab(controls, preset, note)
-    inputs = tab.inputs
+            controls = build_param_components(params)
+    tab = ParametersTab(controls, preset, note, controller)
+    _wire_presets(tab, save_name, save, delete, neutral, confirm)
+    _wire_controls(tab)
+    return tab
 
-    def remember(data: dict) -> None:
-        try:
-            params = params_from_values({name: data[c] for name, c in controls.items()})
-        except InvalidParameter:
-            return  # the next Generate reports it; keep the last good settings
-        services.settings.update(params=params.changed())
 
+def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, delete: gr.Button,
+                  neutral: gr.Button, confirm: gr.State) -> None:
+    controller, inputs = tab.controller, tab.inputs
+
+    @shows_errors
     def apply_preset(name: str | None):
         if not name:
-            return [gr.skip()] * len(inputs) + [""]
+            return gr.skip()
+        chosen = controller.apply(name)
+        ignored = (f"Ignored keys this workbench does not implement: {', '.join(chosen.ignored)}"
+                   if chosen.ignored else f"Preset '{chosen.name}' applied.")
+        return *values_from_params(chosen.params), ignored
+
+    @shows_errors
+    def save_preset(data: dict):
+        saved = controller.save(data[save_name], tab.params(data))
+        return gr.update(choices=controller.presets.names(), value=saved), f"Saved preset '{saved}'."
+
+    @shows_errors
+    def delete_preset(name: str | None, confirmed: bool):
+        if not confirmed:
+            if not name:
+                controller.delete(name)  # says what to do
+            return gr.skip(), f"Click **Confirm delete** to delete preset '{name}' for good.", True, gr.update(
+                value="Confirm delete")
+        controller.delete(name)
+        return (gr.update(choices=controller.presets.names(), value=None), f"Deleted preset '{name}'.", False,
+                gr.update(value="Delete preset"))
+
+    tab.preset.input(apply_preset, [tab.preset], [*inputs, tab.note])
+    tab.preset.input(lambda: (False, gr.update(value="Delete preset")), None, [confirm, delete])
+    neutral.click(lambda: (*values_from_params(controller.neutral()), None, "Neutral: every sampler off."), None,
+                  [*inputs, tab.preset, tab.note])
+    save.click(save_preset, {save_name, *inputs}, [tab.preset, tab.note])
+    delete.click(delete_preset, [tab.preset, confirm], [tab.preset, tab.note, confirm, delete])
+
+
+def _wire_controls(tab: ParametersTab) -> None:
+    """Every change (typed, dragged, pasted, deleted) is checked and kept; a wrong value is named in the note."""
+    controller, inputs = tab.controller, tab.inputs
+
+    def remember(data: dict):
+        values = {name: data[c] for name, c in tab.controls.items()}
         try:
-            chosen = services.presets.get(name)
-        except (PresetError, InvalidName) as exc:
-            raise gr.Error(str(exc)) from exc
-        services.settings.update(last_preset=name, params=chosen.params.changed())
-        note_text = (f"Ignored keys this workbench does not implement: {', '.join(chosen.ignored)}"
-                     if chosen.ignored else "")
-        return values_from_params(chosen.params) + [note_text]
+            params = controller.current(values)
+        except UserError as exc:  # shown beside the presets while the value stays wrong
+            return gr.skip(), f"⚠ {exc}"
+        if params.changed() == controller.settings.get().params:  # a preset or a reload set these very values
+            return gr.skip(), ("" if data[tab.note].startswith("⚠") else gr.skip())
+        controller.remember(values)
+        return None, ""  # edited: the preset's name no longer describes them
 
-    def neutral():
-        services.settings.update(last_preset=None, params={})
-        return values_from_params(SamplingParams()) + [None]
-
-    def save(data: dict):
-        name, params = data[save_name], tab.params(data)
-        try:
-            services.presets.save(name, params)
-        except (InvalidName, OSError) as exc:
-            raise gr.Error(f"Could not save the preset: {exc}") from exc
-        services.settings.update(last_preset=name.strip())
-        return gr.update(choices=services.presets.names(), value=name.strip()), f"Saved preset '{name.strip()}'."
-
-    def delete(name: str | None):
-        if not name:
-            raise gr.Error("Choose a preset to delete first.")
-        try:
-            services.presets.delete(name)
-        except (PresetError, InvalidName) as exc:
-            raise gr.Error(str(exc)) from exc
-        services.settings.update(last_preset=None)
-        return gr.update(choices=services.presets.names(), value=None), f"Deleted preset '{name}'."
-
-    def reload_values():
-        s = services.settings.get()
-        return values_from_params(saved_params(services)) + [gr.update(choices=services.presets.names(),
-                                                                         value=s.last_preset)]
-
-    preset.input(apply_preset, [preset], [*inputs, note])
-    neutral_btn.click(neutral, None, [*inputs, preset])
-    save_btn.click(save, {save_name, *inputs}, [preset, note])
-    delete_btn.click(delete, [preset], [preset, note])
     for control in inputs:
-        control.input(remember, set(inputs), None, show_progress="hidden")
-    tab.reload = reload_values
-    return tab
+        control.change(remember, {*inputs, tab.note}, [tab.preset, tab.note], show_progress="hidden")
+
+
+def on_load(tab: ParametersTab) -> tuple[list, object]:
+    """(outputs, function): a page (re)load shows the parameters last used, and says if they could not be."""
+    def load():
+        params, preset_name, note = tab.controller.saved()
+        return *values_from_params(params), gr.update(choices=tab.controller.presets.names(),
+                                                      value=preset_name), note
+    return [*tab.inputs, tab.preset, tab.note], load

@@ -1,12 +1,11 @@
-"""What Chat and Notebook share: running one request per browser tab, stats and status text."""
+"""What the generating tabs share: one running request per browser tab and panel, stats and status text."""
 
 from __future__ import annotations
 
 import threading
 from typing import Iterator
 
-import gradio as gr
-
+from webui.controllers.errors import UserError
 from webui.engine import EngineError, GenerationEvent, GenerationRequest, RequestStream, SamplingParams
 from webui.services import Services
 
@@ -38,6 +37,11 @@ class ActiveRequests:
             s.cancel()
         return len(streams)
 
+    def busy(self, key: tuple[str, str]) -> bool:
+        """Whether ``key`` has a request that has not finished."""
+        with self._lock:
+            return key in self._streams
+
     def cancel(self, key: tuple[str, str]) -> bool:
         with self._lock:
             stream = self._streams.get(key)
@@ -45,10 +49,6 @@ class ActiveRequests:
             return False
         stream.cancel()
         return True
-
-
-def session_key(request: gr.Request | None, panel: str) -> tuple[str, str]:
-    return ((request.session_hash if request is not None else None) or "anonymous", panel)
 
 
 def status_text(services: Services) -> str:
@@ -105,14 +105,14 @@ def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str]
                 logprobs: int | None = None) -> Iterator[tuple[str, GenerationEvent]]:
     """Submit (with the active LoRA adapters) and yield (text so far, event); the last event has a finish_reason.
 
-    Errors become gr.Error with the engine's message; leaving the loop early
+    Errors become UserError with the engine's message; leaving the loop early
     (tab closed, Stop) cancels the request.
     """
     try:
         request = GenerationRequest(prompt, params, add_special_tokens=add_special_tokens,
                                     loras=services.models.active_loras, messages=messages, logprobs=logprobs)
     except ValueError as exc:
-        raise gr.Error(str(exc)) from exc
+        raise UserError(str(exc)) from exc
     yield from stream_request(services, active, key, request)
 
 
@@ -122,7 +122,7 @@ def stream_request(services: Services, active: ActiveRequests, key: tuple[str, s
     try:
         stream = services.engine.submit(request)
     except (EngineError, ValueError) as exc:
-        raise gr.Error(str(exc)) from exc
+        raise UserError(str(exc)) from exc
     active.start(key, stream)
     text = ""
     try:
@@ -130,7 +130,7 @@ def stream_request(services: Services, active: ActiveRequests, key: tuple[str, s
             text += event.text
             yield text, event
     except EngineError as exc:
-        raise gr.Error(str(exc)) from exc
+        raise UserError(str(exc)) from exc
     finally:
         stream.cancel()  # no-op when finished
         active.finish(key, stream)

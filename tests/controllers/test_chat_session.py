@@ -1,0 +1,164 @@
+"""ChatSession without a browser: what the Chat tab's buttons do, on a real SQLite file and the tiny model."""
+
+from __future__ import annotations
+
+import pytest
+
+from webui.controllers import UserError
+from webui.controllers.chat import ChatSession
+from webui.engine import SamplingParams
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=4, ban_eos=True)
+KEY = ("tab-1", "chat")
+
+
+@pytest.fixture
+def session(services, active):
+    return ChatSession(services, active)
+
+
+def last(views):
+    out = None
+    for out in views:
+        pass
+    return out
+
+
+def roles(session, chat_id):
+    return [m.role for m in session.chats.messages(chat_id)]
+
+
+def test_send_stores_the_message_and_the_streamed_reply(session):
+    views = list(session.send(None, "Hello there", "Be brief.", GREEDY, KEY))
+    assert views[0].stats == "…" and views[0].messages == [{"role": "user", "content": "Hello there"}]
+    done = views[-1]
+    assert "finish: length" in done.stats and done.title == "Hello there" and done.system_prompt == "Be brief."
+    assert roles(session, done.chat_id) == ["user", "assistant"]
+    reply = session.chats.messages(done.chat_id)[-1]
+    assert reply.stats["completion_tokens"] == 4 and len(reply.stats["token_ids"]) == 4
+    assert session.listed() == [("Hello there", done.chat_id)] and session.listed("nothing like it") == []
+    assert session.view(done.chat_id) == done  # the stored chat is what was shown
+
+
+def test_mistakes_are_user_errors_and_store_nothing(session, services):
+    with pytest.raises(UserError, match="Type a message"):
+        list(session.send(None, "  ", "", GREEDY, KEY))
+    services.models.unload()
+    with pytest.raises(UserError, match="No model is loaded; load one in the Model tab"):
+        list(session.send(None, "Hi", "", GREEDY, KEY))
+    assert session.listed() == []
+    for action in (lambda: list(session.regenerate(None, GREEDY, KEY)), lambda: session.remove_last(None),
+                   lambda: session.delete(None), lambda: session.export(None)):
+        with pytest.raises(UserError, match="Start a chat first"):
+            action()
+
+
+def test_send_while_a_reply_is_being_written_says_so(session):
+    long = GREEDY.replace(max_new_tokens=200)
+    first = session.send(None, "Tell me a story", "", long, KEY)
+    chat_id = next(first).chat_id
+    next(first)  # the reply is streaming
+    with pytest.raises(UserError, match="still being written"):
+        next(session.send(chat_id, "And another", "", GREEDY, KEY))
+    other_tab = list(session.send(None, "Elsewhere", "", GREEDY, ("tab-2", "chat")))
+    assert "finish" in other_tab[-1].stats  # another browser tab is not blocked
+    assert session.stop(KEY)
+    assert "finish: cancelled" in last(first).stats
+    assert roles(session, chat_id) == ["user", "assistant"]
+
+
+def test_regenerate_at_temperature_zero_replaces_the_reply_with_the_same_text(session):
+    done = last(session.send(None, "Name a color", "", GREEDY, KEY))
+    before = session.chats.messages(done.chat_id)[-1]
+    again = last(session.regenerate(done.chat_id, GREEDY, KEY))
+    after = session.chats.messages(done.chat_id)
+    assert [m.role for m in after] == ["user", "assistant"] and after[-1].created > before.created
+    assert after[-1].content == before.content and len(again.messages) == 2 and "finish" in again.stats
+
+
+def test_continue_extends_the_last_reply(session):
+    done = last(session.send(None, "Count", "", GREEDY, KEY))
+    before = session.chats.messages(done.chat_id)[-1]
+    last(session.continue_reply(done.chat_id, GREEDY, KEY))
+    after = session.chats.messages(done.chat_id)[-1]
+    assert after.id == before.id and after.content.startswith(before.content)
+    assert len(after.stats["token_ids"]) == 8 and after.stats["token_ids"][:4] == before.stats["token_ids"]
+
+
+def test_edit_your_message_replies_again_and_a_reply_cannot_be_edited(session):
+    done = last(session.send(None, "First question", "", GREEDY, KEY))
+    last(session.send(done.chat_id, "Second question", "", GREEDY, KEY))
+    with pytest.raises(UserError, match="Only your own messages"):
+        list(session.edit(done.chat_id, 1, "not mine", GREEDY, KEY))
+    edited = last(session.edit(done.chat_id, 0, "Edited question", GREEDY, KEY))
+    history = session.chats.messages(done.chat_id)
+    assert [(m.role, m.content) for m in history][0] == ("user", "Edited question")
+    assert roles(session, done.chat_id) == ["user", "assistant"] and "finish" in edited.stats
+
+
+def test_remove_last_drops_your_last_message_and_its_reply(session):
+    done = last(session.send(None, "One", "", GREEDY, KEY))
+    last(session.send(done.chat_id, "Two", "", GREEDY, KEY))
+    view = session.remove_last(done.chat_id)
+    assert [m["content"] for m in view.messages][0] == "One" and len(view.messages) == 2
+
+
+def test_branch_continues_from_the_chosen_alternative(session):
+    done = last(session.send(None, "Hello", "", GREEDY, KEY))
+    rows, branchable = session.last_tokens(done.chat_id)
+    assert branchable and len(rows) == 4
+    alternative = next(a[0] for a in rows[1]["alts"] if a[0] != rows[1]["id"])
+    last(session.branch(done.chat_id, 1, alternative, GREEDY, KEY))
+    reply = session.chats.messages(done.chat_id)[-1]
+    assert reply.stats["token_ids"][:2] == [rows[0]["id"], alternative]
+    with pytest.raises(UserError, match="outside the reply"):
+        list(session.branch(done.chat_id, 99, alternative, GREEDY, KEY))
+
+
+def test_chat_list_rename_delete_and_a_new_chat_shows_nothing_of_the_old(session, services):
+    services.settings.update(system_prompt="Saved prompt")
+    done = last(session.send(None, "Keep me", "Chat prompt", GREEDY, KEY))
+    assert session.rename(done.chat_id, "Renamed").title == "Renamed"
+    with pytest.raises(UserError, match="title"):
+        session.rename(done.chat_id, "  ")
+    new = session.view(None)
+    assert (new.chat_id, new.title, new.messages, new.stats, new.system_prompt) == (None, "", [], "", "Saved prompt")
+    gone = session.delete(done.chat_id)
+    assert gone.chat_id is None and gone.title == "" and session.listed() == []
+    with pytest.raises(UserError, match="deleted"):
+        session.view(done.chat_id)
+
+
+def test_a_reloaded_page_opens_the_latest_chat_with_its_system_prompt(session):
+    assert session.latest().chat_id is None
+    older = last(session.send(None, "Older", "Prompt A", GREEDY, KEY))
+    newer = last(session.send(None, "Newer", "Prompt B", GREEDY, KEY))
+    latest = session.latest()
+    assert latest.chat_id == newer.chat_id and latest.system_prompt == "Prompt B" and "finish" in latest.stats
+    session.save_system(older.chat_id, "Prompt C")  # touches the older chat: now it is the latest
+    assert session.latest().system_prompt == "Prompt C"
+    assert session.view(None).system_prompt == "Prompt C"  # and the next new chat starts from it
+
+
+def test_export_then_import_and_a_bad_file_changes_nothing(session, tmp_path):
+    done = last(session.send(None, "Export me", "", GREEDY, KEY))
+    path = session.export(done.chat_id)
+    copy = session.import_file(path)
+    assert copy.chat_id != done.chat_id and copy.messages == done.messages
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "llm-workbench.chat", "version": 1, "title": "x", "messages": [{"role": "bot"}]}')
+    with pytest.raises(UserError, match="Could not import the chat"):
+        session.import_file(bad)
+    assert len(session.listed()) == 2
+
+
+def test_inspect_shows_what_the_model_read_and_the_record(session, services):
+    done = last(session.send(None, "What is 2+2?", "Be exact.", GREEDY, KEY))
+    seen = session.inspect(done.chat_id)
+    assert seen.which == "message 2 (the reply)" and "What is 2+2?" in seen.seen.text
+    assert seen.record.params["temperature"] == 0 and seen.record.messages[-1]["content"] == "What is 2+2?"
+    mine = session.inspect(done.chat_id, 0)
+    assert mine.record is None and mine.seen.text == seen.seen.text
+    services.models.unload()
+    assert "need a local model" in session.inspect(done.chat_id).note
+    assert session.last_tokens(done.chat_id)[1] is False

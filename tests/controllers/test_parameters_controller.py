@@ -1,0 +1,82 @@
+"""ParametersController without a browser: values typed in the controls, presets saved, deleted, applied."""
+
+from __future__ import annotations
+
+import pytest
+
+from webui.controllers import UserError
+from webui.controllers.parameters import ParametersController, params_from_values, values_from_params
+from webui.engine.params import SamplingParams, param_fields
+
+NAMES = [name for name, *_ in param_fields()]
+
+
+@pytest.fixture
+def controller(services):
+    return ParametersController(services)
+
+
+def values(params: SamplingParams = SamplingParams(), **changes):
+    out = dict(zip(NAMES, values_from_params(params)))
+    out.update(changes)
+    return out
+
+
+def test_control_values_round_trip():
+    params = SamplingParams(temperature=0.7, stop=("\n", "END"), seed=5, logit_bias={2: -100}, ban_eos=True)
+    assert params_from_values(values(params)) == params
+    assert params_from_values(values(seed=-1)).seed is None and params_from_values(values(seed=42.0)).seed == 42
+
+
+@pytest.mark.parametrize("name, bad, said", [
+    ("max_new_tokens", 99999999, r"max_new_tokens must be in \[1, 32768\], got 99999999"),
+    ("temperature", -5, r"temperature must be in \[0, 5\], got -5"),
+    ("seed", 1.5, r"seed must be an integer"),
+    ("logit_bias", "{2: -100", "logit_bias must be JSON"),
+])
+def test_a_wrong_value_names_the_parameter_its_range_and_the_tab(controller, services, name, bad, said):
+    before = services.settings.get()
+    with pytest.raises(UserError, match="Parameters tab: " + said):
+        controller.remember(values(**{name: bad}))
+    assert services.settings.get() == before  # the last good values are kept
+
+
+def test_an_edit_is_remembered_and_the_preset_no_longer_claims_it(controller, services):
+    controller.apply("Precise")
+    assert services.settings.get().last_preset == "Precise"
+    controller.remember(values(controller.saved()[0], stop="END\nSTOP"))
+    params, preset, note = controller.saved()
+    assert params.stop == ("END", "STOP") and preset is None and note == ""
+
+
+def test_save_apply_and_delete_a_preset(controller, services):
+    mine = SamplingParams(temperature=0.3, top_k=7)
+    assert controller.save(" mine ", mine) == "mine"
+    assert "mine" in controller.presets.names() and controller.apply("mine").params == mine
+    assert controller.saved()[:2] == (mine, "mine")
+    controller.delete("mine")
+    assert "mine" not in controller.presets.names() and services.settings.get().last_preset is None
+    with pytest.raises(UserError, match="built-in preset"):
+        controller.delete("Precise")
+    with pytest.raises(UserError, match="Choose a preset"):
+        controller.delete(None)
+    with pytest.raises(UserError, match="plain name"):
+        controller.save("../x", mine)
+
+
+def test_neutral_resets_every_sampler(controller, services):
+    controller.apply("Precise")
+    assert controller.neutral() == SamplingParams()
+    assert controller.saved() == (SamplingParams(), None, "")
+
+
+def test_a_preset_that_cannot_be_applied_says_so(controller, services):
+    (services.config.presets_dir / "Broken.yaml").write_text("temperature: 0.5\ntop_q: 0.9\n")
+    with pytest.raises(UserError, match="unknown sampling parameter 'top_q'"):
+        controller.apply("Broken")
+    services.settings.update(last_preset="Broken", params=None)
+    params, preset, note = controller.saved()
+    assert params == SamplingParams() and preset is None
+    assert "Preset 'Broken' could not be applied" in note and "top_q" in note
+    services.settings.update(params={"temperature": 99})
+    assert "saved parameters could not be used" in controller.saved()[2]

@@ -1,0 +1,319 @@
+"""ChatSession: the Chat tab's behaviour over Services, with no Gradio in it.
+
+Every message goes to SQLite before it is shown (the assistant's reply is
+appended with its first text and updated as it streams), so a restart or a
+kill -9 loses nothing already on screen. Methods take the open chat's id and
+return what the tab shows (a ChatView), so no panel can describe another chat.
+"""
+
+from __future__ import annotations
+
+import html
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
+from webui.controllers.errors import UserError
+from webui.controllers.generation import ActiveRequests, stats_text, stream_request, stream_text
+from webui.engine import GenerationEvent, SamplingParams
+from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
+from webui.reproduce import ReproduceRecord, record_for_reply
+from webui.services import Services
+from webui.store import StoreError
+from webui.store.chats import Message
+from webui.token_view import VIEW_TOP, BranchError, branch_request, branched_row, token_rows
+
+PANEL = "chat"
+TITLE_LENGTH = 48
+NO_CHAT = "Start a chat first: type a message and press Send."
+NO_MODEL = "No model is loaded; load one in the Model tab."
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class ChatView:
+    """What the Chat tab shows for one chat (chat_id None: a new, unsaved chat)."""
+
+    chat_id: int | None
+    title: str = ""
+    system_prompt: str = ""
+    messages: list[dict[str, str]] = field(default_factory=list)
+    """Chatbot messages: {"role", "content"}; a reply ends with its stats line."""
+    stats: str = ""
+    """The last reply's stats line ("generating…" while one streams)."""
+
+
+@dataclass(frozen=True)
+class MessageInspection:
+    """What the model read for one message, and a reply's reproduce record."""
+
+    which: str = ""
+    seen: PromptInspection | None = None
+    note: str = ""
+    record: ReproduceRecord | None = None
+
+
+def reply_stats(event: GenerationEvent, params: SamplingParams, model=None, loras=()) -> dict[str, Any]:
+    u, t = event.usage, event.timings
+    return {"model": getattr(model, "name", None), "loader": getattr(model, "loader", None),
+            "loras": [list(x) for x in loras],
+            "completion_tokens": u.completion_tokens, "prompt_tokens": u.prompt_tokens,
+            "cached_tokens": u.cached_tokens,
+            "time_to_first_token": t.first_token, "tokens_per_second": t.tokens_per_second,
+            "finish_reason": event.finish_reason, "stop_string": event.stop_string, "seed": event.seed,
+            "params": params.to_dict(), "summary": stats_text(event)}
+
+
+def to_chatbot(messages: list[Message]) -> list[dict[str, str]]:
+    out = []
+    for m in messages:
+        content = m.content
+        if m.role == "assistant" and m.stats and m.stats.get("summary"):
+            content += f"\n\n<span class='reply-stats'>{html.escape(m.stats['summary'])}</span>"
+        out.append({"role": m.role, "content": content})
+    return out
+
+
+def turns_of(messages: list[Message]) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+class ChatSession:
+    """Chat operations for any browser tab; ``key`` names the tab's running request (for Stop)."""
+
+    def __init__(self, services: Services, active: ActiveRequests) -> None:
+        self.services, self.chats, self.active = services, services.chats, active
+
+    # -- the chat list ---------------------------------------------------------------------------------
+    def listed(self, query: str = "") -> list[tuple[str, int]]:
+        """(title, id) of the chats matching ``query``, most recent first."""
+        return [(c.title, c.id) for c in self.chats.list(query)]
+
+    def view(self, chat_id: int | None) -> ChatView:
+        """The chat as the tab shows it; None: a new chat with the saved system prompt."""
+        if chat_id is None:
+            return ChatView(None, system_prompt=self.services.settings.get().system_prompt)
+        try:
+            chat, history = self.chats.get(chat_id), self.chats.messages(chat_id)
+        except StoreError as exc:
+            raise UserError(f"{exc}; it may have been deleted in another tab") from exc
+        last = history[-1] if history and history[-1].role == "assistant" else None
+        return ChatView(chat.id, chat.title, chat.system_prompt, to_chatbot(history),
+                        ((last.stats or {}).get("summary", "") if last else ""))
+
+    def latest(self) -> ChatView:
+        """The most recently used chat (what a reloaded page opens), or a new one."""
+        chats = self.chats.list()
+        return self.view(chats[0].id if chats else None)
+
+    def rename(self, chat_id: int | None, title: str) -> ChatView:
+        try:
+            self.chats.rename(self._require(chat_id), title)
+        except StoreError as exc:
+            raise UserError(str(exc)) from exc
+        return self.view(chat_id)
+
+    def delete(self, chat_id: int | None) -> ChatView:
+        """Delete the chat for good; the tab then shows a new chat."""
+        try:
+            self.chats.delete(self._require(chat_id))
+        except StoreError as exc:
+            raise UserError(str(exc)) from exc
+        return self.view(None)
+
+    def title(self, chat_id: int | None) -> str:
+        return self.chats.get(self._require(chat_id)).title
+
+    def save_system(self, chat_id: int | None, text: str) -> None:
+        """The system prompt for this chat and the next new one."""
+        self.services.settings.update(system_prompt=text)
+        if chat_id is not None:
+            self.chats.set_system_prompt(chat_id, text)
+
+    def export(self, chat_id: int | None) -> Path:
+        """The chat as a JSON file in a new temporary folder."""
+        cid = self._require(chat_id)
+        path = Path(tempfile.mkdtemp(prefix="chat-export-")) / f"chat-{cid}.json"
+        path.write_text(self.chats.export_json(cid), encoding="utf-8")
+        return path
+
+    def import_file(self, path: str | Path) -> ChatView:
+        try:
+            chat = self.chats.import_json(Path(path).read_text(encoding="utf-8"))
+        except (StoreError, UnicodeDecodeError) as exc:
+            raise UserError(f"Could not import the chat: {exc}") from exc
+        return self.view(chat.id)
+
+    # -- generating -------------------------------------------------------------------------------------
+    def send(self, chat_id: int | None, text: str, system_prompt: str, sampling: SamplingParams,
+             key: Key) -> Iterator[ChatView]:
+        """Store the user's message (a new chat when ``chat_id`` is None), then stream the reply."""
+        if not text.strip():
+            raise UserError("Type a message first.")
+        self._check_ready(key)
+        if chat_id is None:
+            chat_id = self.chats.create(title=" ".join(text.split())[:TITLE_LENGTH], system_prompt=system_prompt).id
+        self.chats.append(chat_id, "user", text)
+        yield replace(self.view(chat_id), stats="…")
+        yield from self._reply(chat_id, sampling, key)
+
+    def regenerate(self, chat_id: int | None, sampling: SamplingParams, key: Key) -> Iterator[ChatView]:
+        """Replace the last reply with a new one."""
+        cid = self._require(chat_id)
+        self._check_ready(key)
+        history = self.chats.messages(cid)
+        if history and history[-1].role == "assistant":
+            self.chats.truncate(cid, history[-1].position)
+        yield from self._reply(cid, sampling, key)
+
+    def continue_reply(self, chat_id: int | None, sampling: SamplingParams, key: Key) -> Iterator[ChatView]:
+        """Extend the last reply from where it stopped."""
+        cid = self._require(chat_id)
+        self._check_ready(key)
+        yield from self._reply(cid, sampling, key, continue_last=True)
+
+    def edit(self, chat_id: int | None, index: int, text: str, sampling: SamplingParams,
+             key: Key) -> Iterator[ChatView]:
+        """Replace message ``index`` (one of yours), drop what followed it and reply again."""
+        cid = self._require(chat_id)
+        history = self.chats.messages(cid)
+        if not 0 <= index < len(history) or history[index].role != "user":
+            raise UserError("Only your own messages can be edited.")
+        self._check_ready(key)
+        self.chats.update(history[index].id, content=text)
+        self.chats.truncate(cid, history[index].position + 1)
+        yield replace(self.view(cid), stats="…")
+        yield from self._reply(cid, sampling, key)
+
+    def remove_last(self, chat_id: int | None) -> ChatView:
+        """Remove your last message and everything after it."""
+        cid = self._require(chat_id)
+        users = [m for m in self.chats.messages(cid) if m.role == "user"]
+        if users:
+            self.chats.truncate(cid, users[-1].position)
+        return self.view(cid)
+
+    def stop(self, key: Key) -> bool:
+        return self.active.cancel(key)
+
+    def branch(self, chat_id: int | None, position: int, token_id: int, sampling: SamplingParams,
+               key: Key) -> Iterator[ChatView]:
+        """Continue the last reply from ``position`` with ``token_id`` in place of the token the model chose."""
+        cid = self._require(chat_id)
+        model, last = self.services.models.loaded, self._last_reply(cid)
+        try:
+            if model is None or model.capabilities.text_only:
+                raise BranchError("branching needs a local model: load one in the Model tab")
+            stats = (last.stats or {}) if last else {}
+            ids, rows = stats.get("token_ids"), stats.get("tokens")
+            if not ids or not rows or len(ids) != len(rows):
+                raise BranchError("the last reply has no token record to branch from; regenerate it first")
+            prompt = render_chat_prompt(model.tokenizer, turns_of(self.chats.messages(cid)[:-1]),
+                                        self.chats.get(cid).system_prompt)
+            req = branch_request(model.tokenizer.encode(prompt, add_special_tokens=False), ids, position, token_id,
+                                 sampling, loras=self.services.models.active_loras, logprobs=VIEW_TOP)
+            prefix_ids = ids[:position] + [token_id]
+            prefix_rows = rows[:position] + [branched_row(rows[position], token_id)]
+        except (BranchError, ChatPromptError) as exc:
+            raise UserError(str(exc)) from exc
+        self._check_ready(key)
+        self.chats.truncate(cid, last.position)
+        prefix = model.tokenizer.decode(prefix_ids)
+        target = self.chats.append(cid, "assistant", prefix)
+        yield replace(self.view(cid), stats="…")
+        if req is None:  # the alternative was the reply's last allowed token
+            self.chats.update(target.id, stats={**(last.stats or {}), "token_ids": prefix_ids, "tokens": prefix_rows})
+            yield replace(self.view(cid), stats="finish: length (branched at the last token)")
+            return
+        events = stream_request(self.services, self.active, key, req)
+        yield from self._store_reply(cid, target, (prefix, prefix_ids, prefix_rows), events, sampling, model)
+
+    # -- looking at a message ---------------------------------------------------------------------------
+    def inspect(self, chat_id: int | None, index: int | None = None) -> MessageInspection:
+        """What the model read for message ``index`` (None: the last reply) and, for a reply, its record."""
+        history = self.chats.messages(chat_id) if chat_id is not None else []
+        if index is None:
+            index = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "assistant"), None)
+        if index is None or not 0 <= index < len(history):
+            return MessageInspection()
+        message, system_prompt = history[index], self.chats.get(chat_id).system_prompt
+        reply = message.role == "assistant"
+        turns = turns_of(history[:index + (0 if reply else 1)])
+        stats = message.stats or {}
+        record = record_for_reply(turns, system_prompt, stats) if reply and "params" in stats else None
+        which = f"message {index + 1} ({'the reply' if reply else 'your message'})"
+        model = self.services.models.loaded
+        if model is None or model.capabilities.text_only:
+            return MessageInspection(which, None, "Tokens need a local model loaded in the Model tab.", record)
+        try:
+            seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, turns, system_prompt), False)
+        except (InsightUnavailable, ChatPromptError) as exc:
+            return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
+        return MessageInspection(which, seen, "", record)
+
+    def last_tokens(self, chat_id: int | None) -> tuple[list[dict[str, Any]], bool]:
+        """The last reply's token rows, and whether they can be branched (a local model is loaded)."""
+        last = self._last_reply(chat_id) if chat_id is not None else None
+        rows = (last.stats or {}).get("tokens", []) if last else []
+        model = self.services.models.loaded
+        return rows, model is not None and not model.capabilities.text_only
+
+    # -- helpers ----------------------------------------------------------------------------------------
+    def _require(self, chat_id: int | None) -> int:
+        if chat_id is None:
+            raise UserError(NO_CHAT)
+        return chat_id
+
+    def _check_ready(self, key: Key) -> None:
+        if self.services.models.loaded is None:
+            raise UserError(NO_MODEL)
+        if self.active.busy(key):
+            raise UserError("A reply is still being written here; wait for it or press Stop.")
+
+    def _last_reply(self, chat_id: int) -> Message | None:
+        history = self.chats.messages(chat_id)
+        return history[-1] if history and history[-1].role == "assistant" else None
+
+    def _reply(self, cid: int, sampling: SamplingParams, key: Key, continue_last: bool = False) -> Iterator[ChatView]:
+        model = self.services.models.loaded
+        if model is None:
+            raise UserError(NO_MODEL)
+        history = self.chats.messages(cid)
+        system_prompt = self.chats.get(cid).system_prompt
+        if continue_last and model.capabilities.text_only:
+            raise UserError("Continue needs a local model: a remote server cannot extend a reply it did not start.")
+        try:
+            prompt = render_chat_prompt(model.tokenizer, turns_of(history), system_prompt,
+                                        continue_last=continue_last)
+            messages = chat_messages(turns_of(history), system_prompt)
+        except ChatPromptError as exc:
+            raise UserError(str(exc)) from exc
+        target = history[-1] if continue_last else None
+        stats = (target.stats or {}) if target else {}
+        before = (target.content, stats.get("token_ids", []), stats.get("tokens", [])) if target else ("", [], [])
+        logprobs = None if model.capabilities.text_only else VIEW_TOP
+        events = stream_text(self.services, self.active, key, prompt, sampling, False, messages, logprobs)
+        yield from self._store_reply(cid, target, before, events, sampling, model)
+
+    def _store_reply(self, cid: int, target: Message | None, before: tuple[str, list[int], list[dict]], events,
+                     sampling: SamplingParams, model) -> Iterator[ChatView]:
+        """Store the streamed reply as it grows (after ``before``: text, token ids, token rows)."""
+        base, ids, rows = before[0], list(before[1]), list(before[2])
+        for text, event in events:
+            ids += event.token_ids
+            rows += token_rows(event.logprobs)
+            if not (event.text or event.finish_reason):
+                continue
+            content, final = base + text, event.finish_reason is not None
+            stat = None
+            if final:
+                stat = reply_stats(event, sampling, model, self.services.models.active_loras)
+                stat.update(token_ids=ids, tokens=rows)
+            if target is None and (content or final):
+                target = self.chats.append(cid, "assistant", content, stats=stat)
+            elif target is not None:
+                self.chats.update(target.id, content=content, stats=stat)
+            yield replace(self.view(cid), stats=stats_text(event) if final else "generating…")

@@ -1,0 +1,126 @@
+"""ParametersController: the Parameters tab's behaviour (the controls' values, presets, what is remembered).
+
+The controls hold plain values (numbers, a checkbox, text for stop strings and
+logit_bias); ``params_from_values`` turns them into SamplingParams and names
+the parameter and its range when one is wrong, the moment it is typed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from webui.controllers.errors import UserError
+from webui.engine.params import InvalidParameter, SamplingParams, param_fields
+from webui.names import InvalidName
+from webui.presets import Preset, PresetError
+from webui.services import Services
+
+
+def params_from_values(values: dict[str, Any]) -> SamplingParams:
+    """SamplingParams from the controls' current values (raises InvalidParameter naming the parameter)."""
+    v = dict(values)
+    v["stop"] = [s.replace("\\n", "\n").replace("\\t", "\t") for s in (v.get("stop") or "").splitlines() if s]
+    v["logit_bias"] = _parse_bias(v.get("logit_bias") or "")
+    seed = v.get("seed")
+    v["seed"] = None if seed in (None, "", -1) else seed
+    return SamplingParams.from_dict(v)
+
+
+def _parse_bias(text: str) -> dict:
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidParameter("logit_bias", f'logit_bias must be JSON like {{"2": -100}}, got {text!r}', text)
+    return value
+
+
+def values_from_params(params: SamplingParams) -> list[Any]:
+    """The controls' values for ``params``, in param_fields() order."""
+    d = params.to_dict()
+    out = []
+    for name, *_ in param_fields():
+        if name == "stop":
+            out.append("\n".join(s.replace("\n", "\\n").replace("\t", "\\t") for s in d["stop"]))
+        elif name == "seed":
+            out.append(-1 if d["seed"] is None else d["seed"])
+        elif name == "logit_bias":
+            out.append(json.dumps(d["logit_bias"]) if d["logit_bias"] else "")
+        else:
+            out.append(d[name])
+    return out
+
+
+def user_error(exc: InvalidParameter) -> UserError:
+    return UserError(f"Parameters tab: {exc}")
+
+
+class ParametersController:
+    def __init__(self, services: Services) -> None:
+        self.services, self.presets, self.settings = services, services.presets, services.settings
+
+    def current(self, values: dict[str, Any]) -> SamplingParams:
+        """The controls' values as SamplingParams; UserError names the parameter, its range and the tab."""
+        try:
+            return params_from_values(values)
+        except InvalidParameter as exc:
+            raise user_error(exc) from exc
+
+    def saved(self) -> tuple[SamplingParams, str | None, str]:
+        """(parameters, preset name or None, note): what the page shows on (re)load.
+
+        The parameters the page last had; on a fresh install, the last preset's. A
+        saved preset or saved values that no longer apply fall back to neutral and the
+        note says why, instead of sampling differently without a word.
+        """
+        s = self.settings.get()
+        if s.params is not None:
+            try:
+                return SamplingParams.from_dict(s.params, source="the saved parameters"), s.last_preset, ""
+            except InvalidParameter as exc:
+                return SamplingParams(), None, f"The saved parameters could not be used ({exc}); showing neutral."
+        if not s.last_preset:
+            return SamplingParams(), None, ""
+        try:
+            return self.presets.get(s.last_preset).params, s.last_preset, ""
+        except (PresetError, InvalidName) as exc:
+            return SamplingParams(), None, f"Preset '{s.last_preset}' could not be applied ({exc}); showing neutral."
+
+    def remember(self, values: dict[str, Any]) -> SamplingParams:
+        """Keep the values the user just set (the preset no longer describes them); UserError if one is wrong."""
+        params = self.current(values)
+        self.settings.update(params=params.changed(), last_preset=None)
+        return params
+
+    def apply(self, name: str) -> Preset:
+        try:
+            chosen = self.presets.get(name)
+        except (PresetError, InvalidName) as exc:
+            raise UserError(str(exc)) from exc
+        self.settings.update(last_preset=chosen.name, params=chosen.params.changed())
+        return chosen
+
+    def neutral(self) -> SamplingParams:
+        self.settings.update(last_preset=None, params={})
+        return SamplingParams()
+
+    def save(self, name: str, params: SamplingParams) -> str:
+        """Save ``params`` as a user preset; the name as saved."""
+        try:
+            self.presets.save(name or "", params)
+        except (InvalidName, OSError) as exc:
+            raise UserError(f"Could not save the preset: {exc}") from exc
+        self.settings.update(last_preset=name.strip())
+        return name.strip()
+
+    def delete(self, name: str | None) -> None:
+        if not name:
+            raise UserError("Choose a preset to delete first.")
+        try:
+            self.presets.delete(name)
+        except (PresetError, InvalidName) as exc:
+            raise UserError(str(exc)) from exc
+        if self.settings.get().last_preset == name:
+            self.settings.update(last_preset=None)
