@@ -2,8 +2,9 @@
 
 A remote server returns text, not logits, so this backend generates whole
 requests (``capabilities.text_only``): the engine relays its stream instead of
-stepping it. Sampling fields map to the API (vLLM's extra fields only when
-they differ from neutral, so strict servers are not sent fields they reject).
+stepping it. The engine hands it the sampling parameters already as OpenAI
+request fields (``SamplingParams.api_body``: vLLM's extras only when they differ
+from neutral, so strict servers are not sent fields they reject).
 Chats go to /v1/chat/completions as messages (the server applies its own chat
 template); raw prompts go to /v1/completions.
 """
@@ -16,28 +17,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from loaders.base import Capabilities, LoaderError, LoadOptions, ModelLoadError
-
-# our SamplingParams field -> the request field (standard OpenAI first, then vLLM's extras)
-OPENAI_FIELDS = {"temperature": "temperature", "top_p": "top_p", "max_new_tokens": "max_tokens", "stop": "stop",
-                 "seed": "seed", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-                 "logit_bias": "logit_bias"}
-EXTRA_FIELDS = {"top_k": ("top_k", 0), "min_p": ("min_p", 0.0), "typical_p": ("typical_p", 1.0),
-                "repetition_penalty": ("repetition_penalty", 1.0), "min_new_tokens": ("min_tokens", 0),
-                "no_repeat_ngram_size": ("no_repeat_ngram_size", 0), "ban_eos": ("ignore_eos", False)}
-
-
-def api_fields(params: dict[str, Any]) -> dict[str, Any]:
-    """Our sampling parameters as OpenAI request fields (vLLM's extras only where they differ from neutral)."""
-    body: dict[str, Any] = {}
-    for ours, theirs in OPENAI_FIELDS.items():
-        value = params.get(ours)
-        if value is not None and value != [] and value != {}:
-            body[theirs] = value
-    for ours, (theirs, neutral) in EXTRA_FIELDS.items():
-        if params.get(ours, neutral) != neutral:
-            body[theirs] = params[ours]
-    return body
-
 
 class RemoteError(LoaderError):
     """The remote server could not be reached, refused the request, or timed out."""
@@ -139,10 +118,11 @@ class RemoteModel:
                                  f"{r.text[:300]}")
         return list(r.json().get("data", []))
 
-    def request_body(self, prompt: str | list[int], messages: list[dict] | None, params: dict[str, Any],
+    def request_body(self, prompt: str | list[int], messages: list[dict] | None, fields: dict[str, Any],
                      logprobs: int | None) -> tuple[str, dict]:
+        """(route, body); ``fields``: the sampling parameters as request fields."""
         body: dict[str, Any] = {"model": self.name, "stream": True, "stream_options": {"include_usage": True},
-                                **api_fields(params)}
+                                **fields}
         if messages is not None:
             body["messages"] = messages
             if logprobs is not None:
@@ -153,12 +133,12 @@ class RemoteModel:
             body["logprobs"] = logprobs
         return "/completions", body
 
-    def stream(self, prompt: str | list[int], messages: list[dict] | None, params: dict[str, Any],
+    def stream(self, prompt: str | list[int], messages: list[dict] | None, fields: dict[str, Any],
                logprobs: int | None, cancelled: Callable[[], bool]) -> Iterator[RemoteChunk]:
         """The server's answer as chunks; stops reading (closing the connection) when ``cancelled()``."""
         import httpx
 
-        route, body = self.request_body(prompt, messages, params, logprobs)
+        route, body = self.request_body(prompt, messages, fields, logprobs)
         try:
             with self._http.stream("POST", route, json=body) as r:
                 if r.status_code != 200:

@@ -13,8 +13,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from loaders.remote_loader import api_fields
 from webui.engine import GenerationRequest, InvalidParameter, SamplingParams
+from webui.engine.params import specs
 
 FORMAT = "llm-workbench.record"
 
@@ -53,8 +53,9 @@ class ReproduceRecord:
 
     def api_body(self) -> tuple[str, dict[str, Any]]:
         """(route, JSON body) of the equivalent OpenAI API request."""
-        model = self.model + (f":{self.loras[0][0]}" if len(self.loras) == 1 else "")
-        body = {"model": model, **api_fields(self.sampling().to_dict())}
+        body = {"model": self.model, **self.sampling().api_body()}
+        if self.loras:  # every adapter at the record's weight (not the weight attached now)
+            body["loras"] = [[str(n), float(w)] for n, w in self.loras]
         if self.messages is not None:
             return "/chat/completions", {**body, "messages": self.messages}
         return "/completions", {**body, "prompt": self.prompt}
@@ -76,7 +77,7 @@ class ReproduceRecord:
                 f"reply = {call}(\n    {args},\n)\n")
 
 
-_EXTRAS = {"top_k", "min_p", "typical_p", "repetition_penalty", "min_tokens", "no_repeat_ngram_size", "ignore_eos"}
+_EXTRAS = {"loras", *(spec.api_name or name for name, spec in specs().items() if not spec.openai)}
 
 
 def parse_record(text: str) -> ReproduceRecord:
@@ -107,8 +108,10 @@ def record_for_reply(history: list[dict[str, str]], system_prompt: str, stats: d
 
 
 def record_for_batch_row(model: str, spec: dict[str, Any], row: Any, loader: str = "transformers") -> ReproduceRecord:
-    """The record of one batch result row: the run's model, system prompt and raw flag, the row's setting
-    (its parameters with the seed the cell used, and the adapters of its "lora" axis value) and prompt."""
+    """The record of one batch result row: the run's model, loader, system prompt and raw flag, the row's setting
+    (its parameters with the seed the cell used, and the adapters of its "lora" axis value) and prompt.
+    ``loader``: for runs stored before the run kept its loader."""
+    loader = spec.get("loader") or loader
     from webui.chat import chat_messages
 
     setting = next((s for s in spec.get("settings", []) if s.get("label") == row.setting), {})

@@ -49,3 +49,23 @@ def test_an_adapter_that_is_not_attached_is_a_404(lora_server):
     client, _ = lora_server
     r = client.post("/chat/completions", json={"model": f"{BASE}:nope", "messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 404 and "not attached" in r.json()["error"]["message"]
+
+
+def test_loras_field_sets_every_adapter_at_its_own_weight(lora_server):
+    """What a reproduce record sends: the adapters with the record's weights, not the weights attached now."""
+    client, _ = lora_server
+    base, adapted = chat(client, BASE), chat(client, f"{BASE}:noisy")
+
+    def with_loras(loras, model=BASE):
+        return client.post("/chat/completions", json={
+            "model": model, "loras": loras, "max_tokens": 8, "temperature": 0, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "What is the capital of France?"}]})
+
+    assert with_loras([["noisy", 1.0]]).json()["choices"][0]["message"]["content"] == adapted
+    assert with_loras([["noisy", 0.0]]).json()["choices"][0]["message"]["content"] == base
+    assert with_loras([]).json()["choices"][0]["message"]["content"] == base
+    r = with_loras([["nope", 1.0]])
+    assert r.status_code == 404 and r.json()["error"]["param"] == "loras" and "not attached" in r.text
+    r = with_loras([["noisy", 1.0]], model=f"{BASE}:noisy")
+    assert r.status_code == 400 and "not both" in r.json()["error"]["message"]
+    assert with_loras([["noisy", 50]]).status_code == 400

@@ -32,7 +32,7 @@ def test_control_values_round_trip():
     ("max_new_tokens", 99999999, r"max_new_tokens must be in \[1, 32768\], got 99999999"),
     ("temperature", -5, r"temperature must be in \[0, 5\], got -5"),
     ("seed", 1.5, r"seed must be an integer"),
-    ("logit_bias", "{2: -100", "logit_bias must be JSON"),
+    ("logit_bias", "{2: -100", "logit_bias must be a JSON object"),
 ])
 def test_a_wrong_value_names_the_parameter_its_range_and_the_tab(controller, services, name, bad, said):
     before = services.settings.get()

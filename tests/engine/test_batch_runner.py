@@ -158,3 +158,14 @@ def test_store_rename_delete_and_json_spec(services):
     assert json.loads(json.dumps(spec)) == spec and spec["settings"][0]["params"]["max_new_tokens"] == 6
     services.batches.delete(handle.run_id)
     assert handle.run_id not in [r.id for r in services.batches.list()]
+
+
+def test_a_run_keeps_its_loader_for_each_rows_record(services):
+    from webui.reproduce import record_for_batch_row
+
+    handle = run(services, job("Hello"))
+    stored = services.batches.get(handle.run_id)
+    assert stored.spec["loader"] == "transformers"
+    row = handle.rows()[0]
+    stored.spec["loader"] = "llamacpp"  # what a run made with llama.cpp stores; the fallback is not used
+    assert record_for_batch_row(stored.model, stored.spec, row, loader="transformers").loader == "llamacpp"

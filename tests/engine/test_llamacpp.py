@@ -233,7 +233,13 @@ def test_perplexity_runs_on_its_logits_close_to_the_fp32_model(engine, real_engi
 
 
 def test_prompts_already_read_reuse_llama_cpp_cells_with_identical_tokens(llama_model):
-    """The "native" prefix cache: a finished sequence's cells are taken over, a running one's copied."""
+    """The "native" prefix cache: a finished sequence's cells are taken over, a running one's copied.
+
+    Greedy tokens are identical with and without it. llama.cpp is not batch-invariant (its batched kernels
+    round differently, see above), and reused cells were computed in another batch than a fresh prefill, so
+    a sampled draw that sits at a boundary between two tokens can flip (seed 1 here, at p(first) = 0.35, did
+    in about one run in five on a busy machine, cache on or off): for sampled requests the distributions
+    their first tokens were drawn from are compared instead (within 0.05: batched logits differ that much)."""
     from webui.engine import EngineConfig
 
     tok = llama_model.tokenizer
@@ -244,8 +250,10 @@ def test_prompts_already_read_reuse_llama_cpp_cells_with_identical_tokens(llama_
     for name, config in (("off", EngineConfig(prefix_cache_mb=0)), ("on", EngineConfig())):
         engine = Engine(llama_model, config)
         try:
-            alone = [engine.generate(GenerationRequest(prompt, p, add_special_tokens=False)) for p in params]
-            streams = [engine.submit(GenerationRequest(prompt, p, add_special_tokens=False)) for p in params]
+            alone = [engine.generate(GenerationRequest(prompt, p, add_special_tokens=False, logprobs=5))
+                     for p in params]
+            streams = [engine.submit(GenerationRequest(prompt, p, add_special_tokens=False, logprobs=5))
+                       for p in params]
             together = [s.result() for s in streams]
             reply = alone[0]
             follow = prompt + reply.text + "<|im_end|>\n<|im_start|>user\nAnd of Italy?<|im_end|>\n"
@@ -254,10 +262,14 @@ def test_prompts_already_read_reuse_llama_cpp_cells_with_identical_tokens(llama_
             engine.close()
         runs[name] = (alone, together, turn)
     (off_alone, off_together, off_turn), (on_alone, on_together, on_turn) = runs["off"], runs["on"]
-    assert [r.token_ids for r in on_alone] == [r.token_ids for r in off_alone]
-    assert [r.token_ids for r in on_together] == [r.token_ids for r in off_together] == \
-        [r.token_ids for r in off_alone]
+    greedy_runs = [on_alone[0], on_together[0], off_alone[0], off_together[0]]
+    assert all(r.token_ids == off_alone[0].token_ids for r in greedy_runs)
     assert on_turn.token_ids == off_turn.token_ids
+    for run in (on_alone, on_together, off_together):
+        for result, reference in zip(run, off_alone):
+            got = {t[0]: math.exp(t[2]) for t in result.logprobs[0].top}  # near-ties may swap places
+            for token, _, logprob in reference.logprobs[0].top[:3]:
+                assert abs(got.get(token, 0.0) - math.exp(logprob)) < 0.05, (token, got)
     assert [r.usage.cached_tokens for r in off_alone + off_together + [off_turn]] == [0] * 7
     # (the first may already find the cells the engine without the cache left: finished sequences keep them)
     assert [r.usage.cached_tokens for r in on_alone[1:]] == [n - 1, n - 1]

@@ -10,16 +10,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from webui.engine.params import MAX_SEED, InvalidParameter, SamplingParams
+from webui.engine.params import SamplingParams, specs
 
 MAX_N = 16
-
-# SamplingParams field -> the request field that sets it (only where names differ).
-API_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "ban_eos": "ignore_eos"}
-NUMBER_FIELDS = ("max_tokens", "temperature", "top_p", "n", "seed", "presence_penalty", "frequency_penalty", "top_k",
-                 "min_p", "typical_p", "repetition_penalty", "min_tokens", "no_repeat_ngram_size")
 
 
 class OpenAIModel(BaseModel):
@@ -30,31 +25,29 @@ class StreamOptions(OpenAIModel):
     include_usage: bool = False
 
 
-class SamplingRequest(OpenAIModel):
+def _sampling_fields() -> dict[str, Any]:
+    """Every sampling parameter as an optional request field under its API name, typed from its spec."""
+    return {spec.api_name or name: ((spec.api_type or spec.kind) | None, None) for name, spec in specs().items()}
+
+
+NUMBER_FIELDS = ("n", *(spec.api_name or name for name, spec in specs().items() if spec.kind in (int, float)))
+
+# The sampling fields come from SamplingParams' specs: a parameter added there is a request field here.
+SamplingFields = create_model("SamplingFields", __base__=OpenAIModel, **_sampling_fields())
+
+
+class SamplingRequest(SamplingFields):
     """Fields shared by /v1/chat/completions and /v1/completions."""
 
     model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
     n: int = Field(1, ge=1, le=MAX_N)
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
-    # vLLM's extra sampling fields
-    top_k: int | None = None
-    min_p: float | None = None
-    typical_p: float | None = None
-    repetition_penalty: float | None = None
-    min_tokens: int | None = None
-    no_repeat_ngram_size: int | None = None
-    ignore_eos: bool | None = None
     preset: str | None = None
+    # LoRA adapters (attached to the loaded model) with their weights, as [[name, weight], ...]; the model id
+    # 'base:adapter' selects one at its attached weight. Reproduce records send this to repeat their adapters.
+    loras: list[tuple[str, float]] | None = None
 
     @field_validator(*NUMBER_FIELDS, mode="before")
     @classmethod
@@ -63,38 +56,18 @@ class SamplingRequest(OpenAIModel):
             raise ValueError(f"must be a number, got {str(value).lower()}")
         return value
 
-    def max_new_tokens(self) -> int | None:
-        return self.max_tokens
-
-    def api_names(self) -> dict[str, str]:
-        return API_NAMES
+    def renamed(self) -> dict[str, str]:
+        """Fields this request sets under another name than their usual API name."""
+        return {}
 
     # max_tokens when neither the request nor its preset sets it (None: SamplingParams' own default)
     default_max_tokens: ClassVar[int | None] = None
 
     def to_sampling_params(self, base: SamplingParams) -> SamplingParams:
-        """``base`` (a preset or neutral) overridden by every field the request set."""
+        """``base`` (a preset or neutral) overridden by every field the request set; errors use the API's names."""
         if self.default_max_tokens is not None and "max_new_tokens" not in base.changed():
             base = base.replace(max_new_tokens=self.default_max_tokens)
-        given = {
-            "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
-            "typical_p": self.typical_p, "repetition_penalty": self.repetition_penalty,
-            "presence_penalty": self.presence_penalty, "frequency_penalty": self.frequency_penalty,
-            "no_repeat_ngram_size": self.no_repeat_ngram_size, "max_new_tokens": self.max_new_tokens(),
-            "min_new_tokens": self.min_tokens, "stop": self.stop, "ban_eos": self.ignore_eos,
-            # OpenAI takes any int64 seed; ours are 0..2^63-1, so a negative seed maps into that range
-            "seed": None if self.seed is None else self.seed % (MAX_SEED + 1),
-            "logit_bias": self.logit_bias,
-        }
-        changes = {k: v for k, v in given.items() if v is not None}
-        try:
-            return base.replace(**changes)
-        except InvalidParameter as exc:
-            names = self.api_names()
-            message = str(exc)
-            for ours, theirs in names.items():
-                message = message.replace(ours, theirs)
-            raise InvalidParameter(names.get(exc.param, exc.param), message, exc.value) from exc
+        return SamplingParams.from_api(self.model_dump(), base, self.renamed())
 
     @property
     def include_usage(self) -> bool:
@@ -137,13 +110,9 @@ class ChatCompletionRequest(SamplingRequest):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
-    def max_new_tokens(self) -> int | None:
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-
-    def api_names(self) -> dict[str, str]:
-        if self.max_completion_tokens is None:
-            return API_NAMES
-        return {**API_NAMES, "max_new_tokens": "max_completion_tokens"}
+    def renamed(self) -> dict[str, str]:
+        """OpenAI's newer name for max_tokens wins when it is given."""
+        return {"max_new_tokens": "max_completion_tokens"} if self.max_completion_tokens is not None else {}
 
     def chat_messages(self) -> list[dict[str, str]]:
         return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]

@@ -78,7 +78,7 @@ def retrieve_model(model_id: str, request: Request) -> dict:
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     s = serving(request)
-    model, loras = s.resolve_model(body.model)
+    model, loras = s.resolve_model(body.model, body.loras)
     params = s.sampling_params(body)
     messages = body.chat_messages()
     try:
@@ -118,7 +118,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
     s = serving(request)
-    model, loras = s.resolve_model(body.model)
+    model, loras = s.resolve_model(body.model, body.loras)
     params = s.sampling_params(body)
     prompts = body.prompts()
     _log_prompt(request, prompts)

@@ -69,12 +69,19 @@ class Serving:
         model = self.services.models.loaded
         return [f"{model.name}:{name}" for name in getattr(model, "loras", {})] if model else []
 
-    def resolve_model(self, name: str | None) -> tuple[LoadedModel, tuple[tuple[str, float], ...]]:
-        """The model a request names and the LoRA adapters it selects (``base:adapter``; none otherwise)."""
+    def resolve_model(self, name: str | None, loras: Sequence[tuple[str, float]] | None = None
+                      ) -> tuple[LoadedModel, tuple[tuple[str, float], ...]]:
+        """The model a request names and the LoRA adapters it selects: ``loras`` with their weights, or the
+        ``base:adapter`` in the name at its attached weight, or none."""
         model = self.services.models.loaded
         if model is None:
             raise APIError(503, "no model is loaded; load one in the Model tab or start with --model NAME",
                            type="service_unavailable", code="no_model_loaded")
+        if loras is not None:
+            if name not in (None, "") and name not in self.model_names():
+                raise APIError(400, f"give adapters either in the model id ('{name}') or in 'loras', not both; "
+                                    f"with 'loras', name the base model: {model.name}", param="loras")
+            return model, self._attached(model, loras)
         if name in (None, "") or name in self.model_names():
             return model, ()
         base, _, adapter = (name or "").rpartition(":")
@@ -90,6 +97,18 @@ class Serving:
                 f"('{model.name}'): load it in the Model tab" if name in known else
                 f"the model '{name}' does not exist; available: {', '.join(self.model_names())}")
         raise APIError(404, hint, type="not_found_error", param="model", code="model_not_found")
+
+    @staticmethod
+    def _attached(model: LoadedModel, loras: Sequence[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
+        attached = getattr(model, "loras", {})
+        for i, (adapter, weight) in enumerate(loras):
+            if adapter not in attached:
+                raise APIError(404, f"loras[{i}]: the LoRA adapter '{adapter}' is not attached to {model.name}; "
+                                    f"attached: {', '.join(attached) or 'none'}", type="not_found_error",
+                               param="loras")
+            if not -10 <= weight <= 10:
+                raise APIError(400, f"loras[{i}]: a LoRA weight must be in [-10, 10], got {weight:g}", param="loras")
+        return tuple((str(a), float(w)) for a, w in loras)
 
     def sampling_params(self, req: SamplingRequest) -> SamplingParams:
         base = self.services.presets.get(req.preset).params if req.preset else SamplingParams()

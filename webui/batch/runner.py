@@ -145,7 +145,8 @@ class BatchRunner:
             except (ChatPromptError, ValueError) as exc:
                 raise BatchInputError(f"prompt {row.id}: {exc}") from exc
             prompts[row.index] = (text, messages)
-        run = self.store.create(job.name, job.to_spec(settings), model.name, len(cells))
+        spec = {**job.to_spec(settings), "loader": model.loader}  # so each row's record names it
+        run = self.store.create(job.name, spec, model.name, len(cells))
         handle = RunHandle(run.id, cells)
         with self._lock:
             self._active[run.id] = handle

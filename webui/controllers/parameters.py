@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from webui.controllers.errors import UserError
-from webui.engine.params import InvalidParameter, SamplingParams, param_fields
+from webui.engine.params import InvalidParameter, ParamSpec, SamplingParams, specs
 from webui.names import InvalidName
 from webui.presets import Preset, PresetError
 from webui.services import Services
@@ -19,38 +19,38 @@ from webui.services import Services
 
 def params_from_values(values: dict[str, Any]) -> SamplingParams:
     """SamplingParams from the controls' current values (raises InvalidParameter naming the parameter)."""
-    v = dict(values)
-    v["stop"] = [s.replace("\\n", "\n").replace("\\t", "\t") for s in (v.get("stop") or "").splitlines() if s]
-    v["logit_bias"] = _parse_bias(v.get("logit_bias") or "")
-    seed = v.get("seed")
-    v["seed"] = None if seed in (None, "", -1) else seed
-    return SamplingParams.from_dict(v)
-
-
-def _parse_bias(text: str) -> dict:
-    try:
-        value = json.loads(text) if text.strip() else {}
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise InvalidParameter("logit_bias", f'logit_bias must be JSON like {{"2": -100}}, got {text!r}', text)
-    return value
+    return SamplingParams.from_dict({name: _from_control(name, spec.widget, values.get(name))
+                                     for name, spec in specs().items()})
 
 
 def values_from_params(params: SamplingParams) -> list[Any]:
-    """The controls' values for ``params``, in param_fields() order."""
+    """The controls' values for ``params``, in the specs' order."""
     d = params.to_dict()
-    out = []
-    for name, *_ in param_fields():
-        if name == "stop":
-            out.append("\n".join(s.replace("\n", "\\n").replace("\t", "\\t") for s in d["stop"]))
-        elif name == "seed":
-            out.append(-1 if d["seed"] is None else d["seed"])
-        elif name == "logit_bias":
-            out.append(json.dumps(d["logit_bias"]) if d["logit_bias"] else "")
-        else:
-            out.append(d[name])
-    return out
+    return [_to_control(spec, d[name]) for name, spec in specs().items()]
+
+
+def _from_control(name: str, widget: str, value: Any) -> Any:
+    if widget == "lines":  # one string a line, with \n and \t typed as escapes
+        return [s.replace("\\n", "\n").replace("\\t", "\t") for s in (value or "").splitlines() if s]
+    if widget == "json":
+        try:
+            parsed = json.loads(value) if (value or "").strip() else {}
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise InvalidParameter(name, f'{name} must be a JSON object like {{"2": -100}}, got {value!r}', value)
+        return parsed
+    return None if value == "" else value
+
+
+def _to_control(spec: ParamSpec, value: Any) -> Any:
+    if spec.widget == "lines":
+        return "\n".join(s.replace("\n", "\\n").replace("\t", "\\t") for s in value)
+    if spec.widget == "json":
+        return json.dumps(value) if value else ""
+    if value is None:  # an alias stands for "not set" (seed -1)
+        return next((alias for alias, meaning in spec.aliases if meaning is None), None)
+    return value
 
 
 def user_error(exc: InvalidParameter) -> UserError:

@@ -1,11 +1,16 @@
 """SamplingParams: the one definition of every sampling knob.
 
-Each field carries a :class:`ParamSpec` (bounds, step, one-line help) in its
-dataclass metadata. The UI builds its sliders from it, the API validates with
-it, presets are partial dicts over the neutral defaults. Values are normalised
-first (``temperature`` 0 means greedy, ``seed`` -1 means random, a single stop
-string becomes a tuple) and then checked in one place, with an error that names
-the parameter, the value and the allowed range.
+Each field carries a :class:`ParamSpec` in its dataclass metadata: bounds, step
+and one-line help, the OpenAI request field that sets it (and whether that is a
+standard OpenAI field or one of vLLM's / text-generation-webui's extras), the
+control the UI shows, and hooks for values that are not plain numbers. The UI
+builds its controls from it, the API derives its request fields and error names
+from it, the remote loader and reproduce records their request bodies, and the
+user guide's table is checked against it: adding a field here is the whole
+definition. Values are normalised first (``temperature`` 0 means greedy,
+``seed`` -1 means random, a single stop string becomes a tuple) and then
+checked in one place, with an error that names the parameter (by the name the
+caller used), the value and the allowed range.
 """
 
 from __future__ import annotations
@@ -13,14 +18,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 MAX_SEED = 2**63 - 1
 MAX_STOP_STRINGS = 16
+MAX_LOGIT_BIAS = 300
 
 
 class InvalidParameter(ValueError):
-    """A sampling parameter has a bad value; ``param`` names it."""
+    """A sampling parameter has a bad value; ``param`` names it as the caller knows it (an API name, say)."""
 
     def __init__(self, param: str, message: str, value: Any = None):
         super().__init__(message)
@@ -30,18 +36,35 @@ class InvalidParameter(ValueError):
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """Bounds and help for one numeric field; ``None`` bounds are open-ended."""
+    """One field's bounds, help, API name and control; ``None`` bounds are open-ended."""
 
     kind: type
+    """int, float or bool; anything else has a ``check`` hook."""
     minimum: float | None = None
     maximum: float | None = None
     step: float | None = None
     help: str = ""
     min_exclusive: bool = False
-    # Values that are normalised away before checking (e.g. top_k -1 -> 0).
     aliases: tuple[tuple[Any, Any], ...] = ()
+    """Values normalised away before checking (e.g. top_k -1 -> 0)."""
+    api_name: str = ""
+    """The OpenAI request field that sets it, where it differs from the field's own name."""
+    openai: bool = False
+    """A standard OpenAI field (always sent); False: an extra (vLLM, text-generation-webui) sent only when set."""
+    api_type: Any = None
+    """The request field's type (pydantic checks it before ``check``); None: ``kind | None``."""
+    check: Callable[[str, Any], Any] | None = None
+    """(shown name, value) -> the normalised value, or InvalidParameter; for values that are not numbers."""
+    to_json: Callable[[Any], Any] | None = None
+    """The normalised value as JSON has it (records, presets, request bodies)."""
+    from_api: Callable[[Any], Any] | None = None
+    """A request's value -> ours, before ``check`` (e.g. OpenAI's signed seeds into our range)."""
+    widget: str = "slider"
+    """The UI control: slider, number, checkbox, lines (one string a line) or json."""
 
     def range_text(self) -> str:
+        if self.minimum is None and self.maximum is None:
+            return ""
         lo = "-inf" if self.minimum is None else _fmt(self.minimum)
         hi = "inf" if self.maximum is None else _fmt(self.maximum)
         return f"{'(' if self.min_exclusive else '['}{lo}, {hi}]"
@@ -51,10 +74,54 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def _param(default: Any, kind: type, lo=None, hi=None, step=None, *, help: str,
-           min_exclusive: bool = False, aliases=()) -> Any:
-    spec = ParamSpec(kind, lo, hi, step, help, min_exclusive, tuple(aliases))
-    return field(default=default, metadata={"spec": spec})
+def _param(default: Any, kind: type, lo=None, hi=None, step=None, *, help: str, min_exclusive: bool = False,
+           aliases=(), **spec: Any) -> Any:
+    return field(default=default, metadata={"spec": ParamSpec(kind, lo, hi, step, help, min_exclusive,
+                                                               tuple(aliases), **spec)})
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidParameter(name, f"{name} must be true or false, got {value!r}", value)
+    return value
+
+
+def _check_stop(name: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(s, str) for s in value):
+        raise InvalidParameter(name, f"{name} must be a string or a list of strings, got {value!r}", value)
+    if any(s == "" for s in value):
+        raise InvalidParameter(name, f"{name} strings must not be empty", value)
+    if len(value) > MAX_STOP_STRINGS:
+        raise InvalidParameter(name, f"at most {MAX_STOP_STRINGS} {name} strings are allowed, got {len(value)}",
+                               value)
+    return tuple(dict.fromkeys(value))
+
+
+def _check_logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
+    """{token_id: bias} (keys may be strings, as JSON has them) -> sorted ((id, bias), ...)."""
+    if value is None:
+        return ()
+    items = value.items() if isinstance(value, Mapping) else value
+    try:
+        pairs = [(k, v) for k, v in items]
+    except (TypeError, ValueError):
+        raise InvalidParameter(name, f"{name} must map token ids to biases, got {value!r}", value)
+    if len(pairs) > MAX_LOGIT_BIAS:
+        raise InvalidParameter(name, f"{name} may hold at most {MAX_LOGIT_BIAS} tokens, got {len(pairs)}", value)
+    out = {}
+    for key, bias in pairs:
+        token = int(key) if isinstance(key, str) and key.strip().isdigit() else key
+        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+            raise InvalidParameter(name, f"{name} keys must be token ids (integers >= 0), got {key!r}", value)
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise InvalidParameter(name, f"{name} values must be numbers in [-100, 100], got {bias!r} "
+                                         f"for token {token}", value)
+        out[token] = float(bias)
+    return tuple(sorted(out.items()))
 
 
 @dataclass(frozen=True)
@@ -62,10 +129,10 @@ class SamplingParams:
     """How one request samples its tokens. Defaults are neutral (no effect)."""
 
     temperature: float = _param(
-        1.0, float, 0.0, 5.0, 0.01,
+        1.0, float, 0.0, 5.0, 0.01, openai=True,
         help="Divides the logits; lower is more focused, 0 means greedy (always the most likely token).")
     top_p: float = _param(
-        1.0, float, 0.0, 1.0, 0.01, min_exclusive=True,
+        1.0, float, 0.0, 1.0, 0.01, min_exclusive=True, openai=True,
         help="Nucleus sampling: keep the smallest set of tokens whose probabilities add up to top_p. 1 disables it.")
     top_k: int = _param(
         0, int, 0, 1000, 1, aliases=((-1, 0),),
@@ -80,40 +147,41 @@ class SamplingParams:
         1.0, float, 0.0, 5.0, 0.01, min_exclusive=True,
         help="Divides the positive logits (multiplies the negative) of tokens already in the prompt or output. 1 disables it.")
     presence_penalty: float = _param(
-        0.0, float, -2.0, 2.0, 0.05,
+        0.0, float, -2.0, 2.0, 0.05, openai=True,
         help="Subtracted once from the logit of every token that already appeared in the output (OpenAI semantics).")
     frequency_penalty: float = _param(
-        0.0, float, -2.0, 2.0, 0.05,
+        0.0, float, -2.0, 2.0, 0.05, openai=True,
         help="Subtracted from a token's logit for each time it already appeared in the output (OpenAI semantics).")
     no_repeat_ngram_size: int = _param(
         0, int, 0, 20, 1,
         help="Never repeat an n-gram of this size that is already in the prompt or output. 0 disables it.")
     max_new_tokens: int = _param(
-        512, int, 1, 32768, 1,
+        512, int, 1, 32768, 1, api_name="max_tokens", openai=True, widget="number",
         help="The most tokens to generate.")
     min_new_tokens: int = _param(
-        0, int, 0, 32768, 1,
+        0, int, 0, 32768, 1, api_name="min_tokens", widget="number",
         help="End-of-sequence is blocked until this many tokens were generated.")
-    stop: tuple[str, ...] = field(default=(), metadata={"help": (
-        "Strings that end generation when they appear; they are not part of the output.")})
+    stop: tuple[str, ...] = _param(
+        (), tuple, openai=True, api_type=str | list[str], check=_check_stop, to_json=list, widget="lines",
+        help="Strings that end generation when they appear; they are not part of the output.")
     seed: int | None = _param(
-        None, int, 0, MAX_SEED, 1, aliases=((-1, None),),
+        None, int, 0, MAX_SEED, 1, aliases=((-1, None),), openai=True, widget="number",
+        # OpenAI takes any int64 seed; ours are 0..2^63-1, so a negative seed maps into that range
+        from_api=lambda seed: seed % (MAX_SEED + 1),
         help="Seed for this request's random generator; the same seed repeats the same output. Empty or -1 means random.")
-    ban_eos: bool = field(default=False, metadata={"help": (
-        "Never end on the end-of-sequence token; generate until max_new_tokens or a stop string.")})
-    logit_bias: tuple[tuple[int, float], ...] = field(default=(), metadata={"help": (
-        "Added to the logits of the given token ids before sampling, as {token_id: bias} with bias in "
-        "[-100, 100]; -100 bans a token, 100 forces it.")})
+    ban_eos: bool = _param(
+        False, bool, api_name="ignore_eos", check=_check_bool, widget="checkbox",
+        help="Never end on the end-of-sequence token; generate until max_new_tokens or a stop string.")
+    logit_bias: tuple[tuple[int, float], ...] = _param(
+        (), dict, openai=True, api_type=dict[str, float], check=_check_logit_bias, widget="json",
+        to_json=lambda pairs: {str(t): b for t, b in pairs},
+        help=("Added to the logits of the given token ids before sampling, as {token_id: bias} with bias in "
+              "[-100, 100]; -100 bans a token, 100 forces it."))
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            value = _normalise(f, getattr(self, f.name))
-            object.__setattr__(self, f.name, value)
-        if self.min_new_tokens > self.max_new_tokens:
-            raise InvalidParameter(
-                "min_new_tokens",
-                f"min_new_tokens must be <= max_new_tokens ({self.max_new_tokens}), got {self.min_new_tokens}",
-                self.min_new_tokens)
+            object.__setattr__(self, f.name, _normalise(f, getattr(self, f.name), f.name))
+        _check_together({"min_new_tokens": self.min_new_tokens, "max_new_tokens": self.max_new_tokens}, {})
 
     # -- construction -----------------------------------------------------
     @classmethod
@@ -121,15 +189,31 @@ class SamplingParams:
         """Neutral defaults overridden by ``values``; an unknown key is an error."""
         return cls().replace(source=source, **values)
 
-    def replace(self, source: str = "", **changes: Any) -> "SamplingParams":
-        """A validated copy with ``changes`` applied."""
-        known = field_names()
+    def replace(self, source: str = "", names: Mapping[str, str] | None = None, **changes: Any) -> "SamplingParams":
+        """A validated copy with ``changes`` applied; errors call each field what ``names`` maps it to."""
+        names = names or {}
+        fields = {f.name: f for f in dataclasses.fields(self)}
         for key in changes:
-            if key not in known:
+            if key not in fields:
                 where = f" in {source}" if source else ""
                 raise InvalidParameter(key, f"unknown sampling parameter '{key}'{where}; "
-                                            f"known parameters: {', '.join(sorted(known))}", key)
-        return dataclasses.replace(self, **changes)
+                                            f"known parameters: {', '.join(sorted(fields))}", key)
+        checked = {k: _normalise(fields[k], v, names.get(k, k)) for k, v in changes.items()}
+        _check_together({name: getattr(self, name) for name in fields} | checked, names)
+        return dataclasses.replace(self, **checked)
+
+    @classmethod
+    def from_api(cls, fields: Mapping[str, Any], base: "SamplingParams | None" = None,
+                 names: Mapping[str, str] | None = None) -> "SamplingParams":
+        """``base`` (neutral) overridden by the request fields that are set (not None), named as the API names
+        them; ``names`` overrides an API name (e.g. max_completion_tokens for max_new_tokens)."""
+        names = {**api_names(), **(names or {})}
+        changes = {}
+        for name, spec in specs().items():
+            value = fields.get(names[name])
+            if value is not None:
+                changes[name] = spec.from_api(value) if spec.from_api else value
+        return (base or cls()).replace(names=names, **changes)
 
     # -- views --------------------------------------------------------------
     @property
@@ -137,41 +221,56 @@ class SamplingParams:
         return self.temperature == 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["stop"] = list(self.stop)
-        d["logit_bias"] = {str(t): b for t, b in self.logit_bias}
-        return d
+        """Every field as JSON has it."""
+        return {name: spec.to_json(getattr(self, name)) if spec.to_json else getattr(self, name)
+                for name, spec in specs().items()}
 
     def changed(self) -> dict[str, Any]:
         """Only the fields that differ from neutral (what a preset file stores)."""
         neutral = SamplingParams().to_dict()
         return {k: v for k, v in self.to_dict().items() if neutral[k] != v}
 
+    def api_body(self) -> dict[str, Any]:
+        """The OpenAI request fields that give these parameters: standard fields whenever they have a value,
+        extras (vLLM's, text-generation-webui's) only where they differ from neutral, so strict servers are not
+        sent fields they reject."""
+        values, neutral, names = self.to_dict(), SamplingParams().to_dict(), api_names()
+        return {names[k]: v for k, v in values.items()
+                if (v not in (None, [], {}) if specs()[k].openai else v != neutral[k])}
+
+
+def specs() -> dict[str, ParamSpec]:
+    """Every field's spec, in declaration order."""
+    return {f.name: f.metadata["spec"] for f in dataclasses.fields(SamplingParams)}
+
+
+def api_names() -> dict[str, str]:
+    """Field -> the OpenAI request field that sets it."""
+    return {name: spec.api_name or name for name, spec in specs().items()}
+
 
 def field_names() -> set[str]:
-    return {f.name for f in dataclasses.fields(SamplingParams)}
+    return set(specs())
 
 
-def param_fields() -> list[tuple[str, Any, ParamSpec | None, str]]:
-    """(name, neutral default, spec or None, help) for every field, in order."""
-    out = []
-    for f in dataclasses.fields(SamplingParams):
-        spec = f.metadata.get("spec")
-        out.append((f.name, f.default, spec, spec.help if spec else f.metadata["help"]))
-    return out
+def param_fields() -> list[tuple[str, Any, ParamSpec, str]]:
+    """(name, neutral default, spec, help) for every field, in order."""
+    return [(f.name, f.default, f.metadata["spec"], f.metadata["spec"].help)
+            for f in dataclasses.fields(SamplingParams)]
 
 
-def _normalise(f: dataclasses.Field, value: Any) -> Any:
-    name = f.name
-    if name == "stop":
-        return _check_stop(value)
-    if name == "logit_bias":
-        return _check_logit_bias(value)
-    if name == "ban_eos":
-        if not isinstance(value, bool):
-            raise InvalidParameter(name, f"ban_eos must be true or false, got {value!r}", value)
-        return value
+def _check_together(values: Mapping[str, Any], names: Mapping[str, str]) -> None:
+    """Rules between fields, on normalised ``values``; errors call fields what ``names`` maps them to."""
+    low, high = values["min_new_tokens"], values["max_new_tokens"]
+    if low > high:
+        lo, hi = names.get("min_new_tokens", "min_new_tokens"), names.get("max_new_tokens", "max_new_tokens")
+        raise InvalidParameter(lo, f"{lo} must be <= {hi} ({high}), got {low}", low)
+
+
+def _normalise(f: dataclasses.Field, value: Any, name: str) -> Any:
     spec: ParamSpec = f.metadata["spec"]
+    if spec.check is not None:
+        return spec.check(name, value)
     for alias, meaning in spec.aliases:
         if value is not None and not isinstance(value, bool) and value == alias:
             value = meaning
@@ -184,7 +283,7 @@ def _normalise(f: dataclasses.Field, value: Any) -> Any:
     too_low = lo is not None and (value <= lo if spec.min_exclusive else value < lo)
     if too_low or (hi is not None and value > hi) or (isinstance(value, float) and math.isnan(value)):
         raise InvalidParameter(name, f"{name} must be in {spec.range_text()}, got {value!r}", value)
-    if name == "temperature" and value < 1e-5:
+    if f.name == "temperature" and value < 1e-5:
         return 0.0
     return value
 
@@ -200,45 +299,3 @@ def _coerce(name: str, value: Any, spec: ParamSpec) -> int | float:
             value = int(value)
         return value
     return float(value)
-
-
-def _check_stop(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = (value,)
-    if not isinstance(value, (list, tuple)) or not all(isinstance(s, str) for s in value):
-        raise InvalidParameter("stop", f"stop must be a string or a list of strings, got {value!r}", value)
-    if any(s == "" for s in value):
-        raise InvalidParameter("stop", "stop strings must not be empty", value)
-    if len(value) > MAX_STOP_STRINGS:
-        raise InvalidParameter("stop", f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(value)}", value)
-    return tuple(dict.fromkeys(value))
-
-
-MAX_LOGIT_BIAS = 300
-
-
-def _check_logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
-    """{token_id: bias} (keys may be strings, as JSON has them) -> sorted ((id, bias), ...)."""
-    if value is None:
-        return ()
-    items = value.items() if isinstance(value, Mapping) else value
-    try:
-        pairs = [(k, v) for k, v in items]
-    except (TypeError, ValueError):
-        raise InvalidParameter("logit_bias", f"logit_bias must map token ids to biases, got {value!r}", value)
-    if len(pairs) > MAX_LOGIT_BIAS:
-        raise InvalidParameter("logit_bias", f"logit_bias may hold at most {MAX_LOGIT_BIAS} tokens, got {len(pairs)}",
-                               value)
-    out = {}
-    for key, bias in pairs:
-        token = int(key) if isinstance(key, str) and key.strip().isdigit() else key
-        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-            raise InvalidParameter("logit_bias", f"logit_bias keys must be token ids (integers >= 0), got {key!r}",
-                                   value)
-        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
-            raise InvalidParameter("logit_bias", f"logit_bias values must be numbers in [-100, 100], got {bias!r} "
-                                                 f"for token {token}", value)
-        out[token] = float(bias)
-    return tuple(sorted(out.items()))

@@ -28,7 +28,7 @@ def relay(seq: Sequence, model) -> None:
 
     finish, usage = None, None
     try:
-        for chunk in model.stream(request.prompt, request.messages, request.params.to_dict(), request.logprobs,
+        for chunk in model.stream(request.prompt, request.messages, request.params.api_body(), request.logprobs,
                                   stop_reading):
             usage = chunk.usage or usage
             if chunk.text and seq.first_token is None:

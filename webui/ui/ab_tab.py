@@ -56,7 +56,8 @@ def create_ab_tab(services: Services, params, active: ActiveRequests) -> dict:
             sampling = params.params(data) if choice == CURRENT else services.presets.get(choice).params
         except (PresetError, InvalidName) as exc:
             raise UserError(str(exc)) from exc
-        loras = () if data[adapter] in (None, NO_ADAPTER) else ((data[adapter], 1.0),)
+        weight = dict(services.models.active_loras).get(data[adapter], 1.0)  # as attached in the Model tab
+        loras = () if data[adapter] in (None, NO_ADAPTER) else ((data[adapter], weight),)
         return GenerationRequest(text, sampling, add_special_tokens=messages is None, loras=loras,
                                  messages=messages)
 

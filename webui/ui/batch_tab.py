@@ -354,7 +354,7 @@ def wire_batch_tab(services: Services, c: dict, params) -> None:
         if rid is None or not 0 <= index < len(rows):
             raise UserError("Run a batch or open a stored run, then click one of its rows.")
         row, run = rows[index], store.get(rid)
-        model = services.models.loaded
+        model = services.models.loaded  # runs stored before runs kept their loader: guess from what is loaded
         loader = model.loader if model is not None and model.name == run.model else "transformers"
         record = record_for_batch_row(run.model or "?", run.spec, row, loader)
         which = f"row {index + 1}: prompt {row.prompt_id}, {row.setting}, sample {row.sample}"

@@ -10,29 +10,25 @@ from __future__ import annotations
 import gradio as gr
 
 from webui.controllers.parameters import values_from_params
-from webui.engine.params import SamplingParams, param_fields
-
-NUMBER_FIELD_ABOVE = 1000  # int ranges wider than this get a number box, not an unusable slider
+from webui.engine.params import SamplingParams, specs
 
 
 def build_param_components(initial: SamplingParams | None = None) -> dict[str, gr.components.Component]:
     """One component per SamplingParams field, in declaration order, elem ids "params-<name>"."""
     components: dict[str, gr.components.Component] = {}
     values = values_from_params(initial or SamplingParams())
-    for (name, _, spec, help_text), default in zip(param_fields(), values):
-        common = dict(label=name, info=help_text, elem_id=f"params-{name}")
-        if name == "stop":
+    for (name, spec), default in zip(specs().items(), values):
+        common = dict(label=name, info=spec.help, elem_id=f"params-{name}")
+        if spec.widget == "lines":
             components[name] = gr.Textbox(value=default, lines=2, placeholder=r"one per line; \n for a newline",
                                           **common)
-        elif name == "logit_bias":
+        elif spec.widget == "json":
             components[name] = gr.Textbox(value=default, lines=1, placeholder='{"token id": bias}, e.g. {"2": -100}',
                                           **common)
-        elif name == "ban_eos":
+        elif spec.widget == "checkbox":
             components[name] = gr.Checkbox(value=default, **common)
-        elif name == "seed":
-            components[name] = gr.Number(value=default, **common)
-        elif spec.kind is int and (spec.maximum or 0) > NUMBER_FIELD_ABOVE:
-            components[name] = gr.Number(value=default, **{**common, "info": f"{help_text} {spec.range_text()}"})
+        elif spec.widget == "number":
+            components[name] = gr.Number(value=default, **{**common, "info": f"{spec.help} {spec.range_text()}"})
         else:
             lo = spec.minimum + spec.step if spec.min_exclusive else spec.minimum
             components[name] = gr.Slider(minimum=lo, maximum=spec.maximum, step=spec.step, value=default,
