@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
+Progress = Callable[[float, str], None]
+"""Reports (fraction done in [0, 1], what is happening) while a model loads or converts."""
+
 
 class LoaderError(Exception):
     """Base class of the errors a loader raises for the user to read."""

@@ -1,110 +1,89 @@
-"""A/B tab: one prompt, two settings (presets, the current parameters, with or without an adapter), streamed at once.
-
-Both requests are submitted together, so they share the engine's decode steps.
-"""
+"""A/B tab: layout and wiring over ABController (webui.controllers.ab)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
-from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
-from webui.engine import EngineError, GenerationError, GenerationRequest
-from webui.engine.stream import interleave
-from webui.names import InvalidName
-from webui.presets import PresetError
-from webui.controllers import UserError
+from webui.controllers.ab import ABController, Side
+from webui.controllers.generation import ActiveRequests
 from webui.services import Services
-from webui.controllers.generation import ActiveRequests, stats_text
 from webui.ui.feedback import session_key, shows_errors
+from webui.ui.parameters_tab import ParametersTab
 
 PANEL = "ab"
-CURRENT = "current parameters"
-NO_ADAPTER = "no adapter"
 
 
-def side_choices(services: Services) -> tuple[list[str], list[str]]:
-    model = services.models.loaded
-    adapters = list(getattr(model, "loras", {}) or {}) if model is not None else []
-    return [CURRENT, *services.presets.names()], [NO_ADAPTER, *adapters]
+@dataclass
+class SideColumn:
+    parameters: gr.Dropdown
+    adapter: gr.Dropdown
+    output: gr.Textbox
+    stats: gr.Markdown
 
 
-def create_ab_tab(services: Services, params, active: ActiveRequests) -> dict:
+@dataclass
+class ABTab:
+    prompt: gr.Textbox
+    chat: gr.Checkbox
+    sides: tuple[SideColumn, SideColumn]
+    run: gr.Button
+    stop: gr.Button
+    controller: ABController
+
+
+def _side_column(name: str, side: Side, choices: tuple[list[str], list[str]]) -> SideColumn:
+    with gr.Column():
+        parameters = gr.Dropdown(choices=choices[0], value=side.parameters, label=f"{name.upper()}: parameters",
+                                 elem_id=f"ab-{name}-preset")
+        adapter = gr.Dropdown(choices=choices[1], value=side.adapter, label=f"{name.upper()}: LoRA adapter",
+                              elem_id=f"ab-{name}-lora")
+        output = gr.Textbox(label=f"Output {name.upper()}", lines=10, interactive=False, elem_id=f"ab-{name}-output")
+        stats = gr.Markdown("", elem_id=f"ab-{name}-stats")
+    return SideColumn(parameters, adapter, output, stats)
+
+
+def create_ab_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> ABTab:
+    controller = ABController(services, active)
     prompt = gr.Textbox(label="Prompt", lines=3, elem_id="ab-prompt", placeholder="Write a haiku about rain.")
     chat = gr.Checkbox(label="Chat format (the model's chat template)", value=True, elem_id="ab-chat")
-    presets, adapters = side_choices(services)
-    sides = []
+    choices = controller.choices()
     with gr.Row():
-        for name in ("a", "b"):
-            with gr.Column():
-                preset = gr.Dropdown(choices=presets, value=CURRENT if name == "a" else None,
-                                     label=f"{name.upper()}: parameters", elem_id=f"ab-{name}-preset")
-                adapter = gr.Dropdown(choices=adapters, value=NO_ADAPTER, label=f"{name.upper()}: LoRA adapter",
-                                      elem_id=f"ab-{name}-lora")
-                output = gr.Textbox(label=f"Output {name.upper()}", lines=10, interactive=False,
-                                    elem_id=f"ab-{name}-output")
-                stats = gr.Markdown("", elem_id=f"ab-{name}-stats")
-                sides.append((preset, adapter, output, stats))
+        sides = tuple(_side_column(name, side, choices) for name, side in zip("ab", controller.default_sides()))
     with gr.Row():
-        run_btn = gr.Button("Run both", variant="primary", elem_id="ab-run")
-        stop_btn = gr.Button("Stop", variant="stop", elem_id="ab-stop")
+        run = gr.Button("Run both", variant="primary", elem_id="ab-run")
+        stop = gr.Button("Stop", variant="stop", elem_id="ab-stop")
+    tab = ABTab(prompt, chat, sides, run, stop, controller)
+    _wire(tab, params)
+    return tab
 
-    def request_for(data: dict, preset, adapter, text: str, messages) -> GenerationRequest:
-        choice = data[preset]
-        if not choice:
-            raise UserError("Choose parameters for both sides (a preset or the current parameters).")
-        try:
-            sampling = params.params(data) if choice == CURRENT else services.presets.get(choice).params
-        except (PresetError, InvalidName) as exc:
-            raise UserError(str(exc)) from exc
-        weight = dict(services.models.active_loras).get(data[adapter], 1.0)  # as attached in the Model tab
-        loras = () if data[adapter] in (None, NO_ADAPTER) else ((data[adapter], weight),)
-        return GenerationRequest(text, sampling, add_special_tokens=messages is None, loras=loras,
-                                 messages=messages)
 
+def _wire(tab: ABTab, params: ParametersTab) -> None:
+    c = tab.controller
+    a, b = tab.sides
+
+    @shows_errors
     def run(data: dict, request: gr.Request):
-        model = services.models.loaded
-        if model is None:
-            raise UserError("No model is loaded; load one in the Model tab.")
-        if not data[prompt].strip():
-            raise UserError("Type a prompt first.")
-        messages = None
-        text = data[prompt]
-        if data[chat]:
-            try:
-                messages = chat_messages([{"role": "user", "content": text}])
-                text = render_chat_prompt(model.tokenizer, messages)
-            except ChatPromptError as exc:
-                raise UserError(str(exc)) from exc
-        requests = [request_for(data, p, a, text, messages) for p, a, _, _ in sides]
-        try:
-            streams = [services.engine.submit(r) for r in requests]
-        except (EngineError, ValueError) as exc:
-            raise UserError(str(exc)) from exc
-        key = session_key(request, PANEL)
-        texts, notes = ["", ""], ["generating…", "generating…"]
-        for s in streams:
-            active.start((key[0], f"{PANEL}-{id(s)}"), s)
-        try:
-            for index, item in interleave(streams):
-                if isinstance(item, GenerationError):
-                    notes[index] = f"error: {item}"
-                else:
-                    texts[index] += item.text
-                    if item.finish_reason is not None:
-                        notes[index] = stats_text(item)
-                yield texts[0], notes[0], texts[1], notes[1]
-        finally:
-            for s in streams:
-                active.finish((key[0], f"{PANEL}-{id(s)}"), s)
+        sides = tuple(Side(data[s.parameters], data[s.adapter]) for s in tab.sides)
+        for texts, notes in c.run(data[tab.prompt], data[tab.chat], sides, params.params(data),
+                                  session_key(request, PANEL)[0]):
+            yield texts[0], notes[0], texts[1], notes[1]
 
     def stop(request: gr.Request) -> None:
-        active.cancel_session(session_key(request, PANEL)[0], prefix=PANEL)
+        c.stop(session_key(request, PANEL)[0])
 
-    outputs = [sides[0][2], sides[0][3], sides[1][2], sides[1][3]]
-    inputs = {prompt, chat, *[c for side in sides for c in side[:2]], *params.inputs}
-    run_btn.click(shows_errors(run), inputs, outputs, concurrency_limit=None)
-    for preset, adapter, _, _ in sides:  # adapters attached or presets saved since the page loaded
-        preset.focus(lambda: gr.update(choices=side_choices(services)[0]), None, preset)
-        adapter.focus(lambda: gr.update(choices=side_choices(services)[1]), None, adapter)
-    stop_btn.click(shows_errors(stop), None, None, concurrency_limit=None)
-    return {"presets": [sides[0][0], sides[1][0]], "adapters": [sides[0][1], sides[1][1]]}
+    inputs = {tab.prompt, tab.chat, *[x for s in tab.sides for x in (s.parameters, s.adapter)], *params.inputs}
+    tab.run.click(run, inputs, [a.output, a.stats, b.output, b.stats], concurrency_limit=None)
+    for side in tab.sides:  # adapters attached or presets saved since the page loaded
+        side.parameters.focus(lambda: gr.update(choices=c.choices()[0]), None, side.parameters)
+        side.adapter.focus(lambda: gr.update(choices=c.choices()[1]), None, side.adapter)
+    tab.stop.click(stop, None, None, concurrency_limit=None)
+
+
+def on_load(tab: ABTab) -> tuple[list, object]:
+    """(outputs, function): a page (re)load offers the presets and adapters there are now."""
+    def load():
+        presets, adapters = tab.controller.choices()
+        return (*[gr.update(choices=presets) for _ in tab.sides], *[gr.update(choices=adapters) for _ in tab.sides])
+    return [*[s.parameters for s in tab.sides], *[s.adapter for s in tab.sides]], load

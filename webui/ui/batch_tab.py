@@ -1,377 +1,309 @@
-"""Batch tab: prompts x a settings grid x samples, run together on the engine, with asserts and views.
-
-The logic (loading prompts, the grid, asserts, running, storing, exporting)
-lives in webui.batch; this module only turns form values into a BatchJob and
-results into tables.
-"""
+"""Batch tab: layout and wiring over BatchController (webui.controllers.batch); tables in batch_views."""
 
 from __future__ import annotations
 
-import difflib
-import html
-import tempfile
-import time
-from pathlib import Path
+from dataclasses import dataclass, fields
 
 import gradio as gr
-import pandas as pd
 
-from webui.batch import (BatchInputError, GridSpec, ResultRow, cell_text, compare, load_prompts_text, parse_axes,
-                         parse_lines, pivot, prompt_label, rows_for_setting, summarize, to_csv, to_jsonl,
-                         with_asserts)
-from webui.batch.runner import BatchJob
-from webui.batch.store import RunNotFound
-from webui.insight import InsightUnavailable, inspect_rendered
-from webui.names import InvalidName
-from webui.reproduce import RecordError, record_for_batch_row
-from webui.controllers import UserError
+from webui.batch import rows_for_setting
+from webui.controllers.batch import NO_RUN, BatchController, BatchForm
+from webui.controllers.errors import UserError
 from webui.services import Services
+from webui.ui.batch_views import compare_html, pivot_table, result_table, shown_rows, summary_table
 from webui.ui.feedback import shows_errors
-from webui.store import StoreError
-from webui.ui.inspection import create_inspector_panel, inspection_views, record_views
+from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
+from webui.ui.parameters_tab import ParametersTab
 
-REFRESH_SECONDS = 0.7
-RESULT_COLUMNS = ["prompt", "setting", "sample", "seed", "output", "finish", "tokens", "cached prompt", "ttft (s)",
-                  "tok/s", "asserts", "passed"]
+COLUMN_WIDTHS = ["16%", "13%", "5%", "5%", "27%", "6%", "6%", "6%", "5%", "7%", "4%"]
 
 
-def shown_rows(rows: list[ResultRow], query: str = "", failures_only: bool = False) -> list[ResultRow]:
-    """The rows the results table shows for a filter, in its order."""
-    q = query.strip().lower()
-    return [r for r in rows if not (failures_only and r.passed is not False)
-            and not (q and q not in f"{r.prompt} {r.output} {r.setting}".lower())]
+@dataclass
+class FormFields:
+    """The form's components, named as BatchForm's fields."""
+
+    prompts: gr.Textbox
+    upload: gr.State
+    template: gr.Textbox
+    asserts: gr.Textbox
+    system: gr.Textbox
+    raw: gr.Checkbox
+    presets: gr.CheckboxGroup
+    axes: gr.Textbox
+    samples: gr.Number
+    base_seed: gr.Number
+    name: gr.Textbox
+
+    @property
+    def inputs(self) -> set:
+        return {getattr(self, f.name) for f in fields(self)}
+
+    def read(self, data: dict) -> BatchForm:
+        values = {f.name: data[getattr(self, f.name)] for f in fields(self)}
+        return BatchForm(**{**values, "presets": tuple(values["presets"] or ()), "raw": bool(values["raw"])})
 
 
-def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = False) -> pd.DataFrame:
-    out = []
-    for r in shown_rows(rows, query, failures_only):
-        marks = " ".join(("✓ " if a.passed else "✗ ") + a.label for a in r.asserts)
-        out.append([prompt_label(r), r.setting, r.sample, r.seed, cell_text(r), r.finish_reason, r.completion_tokens,
-                    f"{r.cached_tokens}/{r.prompt_tokens}", None if r.ttft is None else round(r.ttft, 3),
-                    None if r.tokens_per_second is None else round(r.tokens_per_second, 1), marks,
-                    "" if r.passed is None else ("pass" if r.passed else "FAIL")])
-    return pd.DataFrame(out, columns=RESULT_COLUMNS)
+@dataclass
+class BatchTab:
+    form: FormFields
+    run_id: gr.State
+    upload_button: gr.UploadButton
+    clear_upload: gr.Button
+    upload_note: gr.Markdown
+    plan: gr.Markdown
+    check: gr.Button
+    run: gr.Button
+    cancel: gr.Button
+    progress: gr.Markdown
+    query: gr.Textbox
+    failures: gr.Checkbox
+    table: gr.Dataframe
+    inspector: InspectorPanel
+    summary: gr.Dataframe
+    pass_plot: gr.BarPlot
+    speed_plot: gr.BarPlot
+    pivot: gr.Dataframe
+    side_a: gr.Dropdown
+    run_b: gr.Dropdown
+    side_b: gr.Dropdown
+    compare: gr.HTML
+    runs: gr.Dropdown
+    open: gr.Button
+    rename_text: gr.Textbox
+    rename: gr.Button
+    delete: gr.Button
+    rerun: gr.Button
+    csv: gr.Button
+    jsonl: gr.Button
+    export_file: gr.File
+    controller: BatchController
+
+    @property
+    def views(self) -> list:
+        """What shows a run, in ``view_updates`` order."""
+        return [self.table, self.summary, self.pass_plot, self.speed_plot, self.pivot, self.side_a, self.side_b,
+                self.compare, self.runs, self.run_b, *self.inspector.outputs]
 
 
-def summary_table(rows: list[ResultRow]) -> pd.DataFrame:
-    data = [[s.label, s.rows, s.passed, s.failed, None if s.pass_rate is None else round(100 * s.pass_rate, 1),
-             None if s.mean_tokens_per_second is None else round(s.mean_tokens_per_second, 1),
-             None if s.mean_ttft is None else round(s.mean_ttft, 3)] for s in summarize(rows)]
-    return pd.DataFrame(data, columns=["setting", "rows", "passed", "failed", "pass rate %", "tok/s", "ttft (s)"])
+def _form_column(services: Services) -> dict:
+    with gr.Column(scale=1):
+        prompts = gr.Textbox(label="Prompts, one per line", lines=6, elem_id="batch-prompts",
+                             placeholder="What is the capital of France?\nWrite a haiku about rain.")
+        with gr.Row():
+            upload_button = gr.UploadButton("Upload .txt / .csv / .jsonl", file_types=[".txt", ".csv", ".jsonl"],
+                                            size="sm", elem_id="batch-upload")
+            clear_upload = gr.Button("Use the text box instead", size="sm", elem_id="batch-clear-upload")
+        upload_note = gr.Markdown("", elem_id="batch-upload-note")
+        template = gr.Textbox(label="Template (optional): {{column}} from the file's columns", lines=1,
+                              elem_id="batch-template")
+        asserts = gr.Textbox(label="Asserts for every prompt, one per line", lines=3, elem_id="batch-asserts",
+                             placeholder="contains:Paris\nmax-length:200\nregex:^[A-Z]\nis-json")
+        system = gr.Textbox(label="System prompt", lines=1, elem_id="batch-system")
+        raw = gr.Checkbox(label="Raw prompts (no chat template)", value=False, elem_id="batch-raw")
+    with gr.Column(scale=1):
+        presets = gr.CheckboxGroup(choices=services.presets.names(), label="Presets (none: the Parameters tab's)",
+                                   elem_id="batch-presets")
+        axes = gr.Textbox(label="Vary parameters, one per line", lines=3, elem_id="batch-axes",
+                          placeholder="temperature=0,0.7,1.2\ntop_p=0.9,1.0\nmax_new_tokens=64")
+        with gr.Row():
+            samples = gr.Number(value=1, precision=0, minimum=1, maximum=100, label="Samples per cell",
+                                elem_id="batch-samples")
+            base_seed = gr.Number(value=0, precision=0, minimum=0, label="Base seed", elem_id="batch-seed")
+        name = gr.Textbox(label="Run name", value="Batch run", elem_id="batch-name")
+        plan = gr.Markdown("", elem_id="batch-plan")
+        with gr.Row():
+            check = gr.Button("Check plan", elem_id="batch-check")
+            run = gr.Button("Run", variant="primary", elem_id="batch-run")
+            cancel = gr.Button("Cancel", variant="stop", elem_id="batch-cancel")
+        progress = gr.Markdown("", elem_id="batch-progress")
+    form = FormFields(prompts, gr.State(None), template, asserts, system, raw, presets, axes, samples, base_seed, name)
+    return dict(form=form, upload_button=upload_button, clear_upload=clear_upload, upload_note=upload_note, plan=plan,
+                check=check, run=run, cancel=cancel, progress=progress)
 
 
-def pivot_table(rows: list[ResultRow]) -> pd.DataFrame:
-    prompts, settings, matrix = pivot(rows)
-    return pd.DataFrame([[p, *cells] for p, cells in zip(prompts, matrix)], columns=["prompt", *settings])
+def _result_tabs() -> dict:
+    with gr.Tab("Results"):
+        with gr.Row():
+            query = gr.Textbox(label="Filter", placeholder="text in prompt, output or setting", elem_id="batch-filter",
+                               scale=3)
+            failures = gr.Checkbox(label="Failures only", elem_id="batch-failures", scale=1)
+        table = gr.Dataframe(value=result_table([]), interactive=False, wrap=True, elem_id="batch-results",
+                             column_widths=COLUMN_WIDTHS, max_height=640)
+        with gr.Accordion("Prompt and reproduce record of a row (click a row)", open=False,
+                          elem_id="batch-inspect-panel"):
+            inspector = create_inspector_panel("batch", with_record=True)
+    with gr.Tab("Summary"):
+        summary = gr.Dataframe(value=summary_table([]), interactive=False, elem_id="batch-summary")
+        with gr.Row():
+            pass_plot = gr.BarPlot(x="setting", y="pass rate %", title="Pass rate per setting",
+                                   elem_id="batch-pass-plot")
+            speed_plot = gr.BarPlot(x="setting", y="tok/s", title="Tokens/s per setting", elem_id="batch-speed-plot")
+    with gr.Tab("Pivot"):
+        pivot = gr.Dataframe(value=pivot_table([]), interactive=False, wrap=True, elem_id="batch-pivot",
+                             max_height=640)
+    with gr.Tab("Compare"):
+        with gr.Row():
+            side_a = gr.Dropdown(label="A: setting", choices=[], elem_id="batch-compare-a")
+            run_b = gr.Dropdown(label="B: run (default: this run)", choices=[], elem_id="batch-compare-run")
+            side_b = gr.Dropdown(label="B: setting", choices=[], elem_id="batch-compare-b")
+        compare = gr.HTML(elem_id="batch-compare")
+    return dict(query=query, failures=failures, table=table, inspector=inspector, summary=summary,
+                pass_plot=pass_plot, speed_plot=speed_plot, pivot=pivot, side_a=side_a, run_b=run_b, side_b=side_b,
+                compare=compare)
 
 
-def diff_html(a: str | None, b: str | None) -> tuple[str, str]:
-    """Both outputs with the words that differ highlighted."""
-    if a is None or b is None:
-        return html.escape(a or "(missing)"), html.escape(b or "(missing)")
-    wa, wb = a.split(" "), b.split(" ")
-    left, right = [], []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=wa, b=wb, autojunk=False).get_opcodes():
-        ta, tb = html.escape(" ".join(wa[i1:i2])), html.escape(" ".join(wb[j1:j2]))
-        if op == "equal":
-            left.append(ta)
-            right.append(tb)
-        else:
-            if ta:
-                left.append(f"<mark class='diff-del'>{ta}</mark>")
-            if tb:
-                right.append(f"<mark class='diff-add'>{tb}</mark>")
-    return " ".join(left), " ".join(right)
+def _runs_tab() -> dict:
+    with gr.Tab("Runs"):
+        runs = gr.Dropdown(label="Stored runs", choices=[], elem_id="batch-runs")
+        with gr.Row():
+            open_ = gr.Button("Open", size="sm", elem_id="batch-open")
+            rename_text = gr.Textbox(label="New name", elem_id="batch-rename-text", scale=2)
+            rename = gr.Button("Rename", size="sm", elem_id="batch-rename")
+            delete = gr.Button("Delete", size="sm", variant="stop", elem_id="batch-delete")
+            rerun = gr.Button("Re-run", size="sm", elem_id="batch-rerun")
+        with gr.Row():
+            csv = gr.Button("Export CSV", size="sm", elem_id="batch-export-csv")
+            jsonl = gr.Button("Export JSONL", size="sm", elem_id="batch-export-jsonl")
+        export_file = gr.File(label="Export", visible=False, elem_id="batch-export-file")
+    return dict(runs=runs, open=open_, rename_text=rename_text, rename=rename, delete=delete, rerun=rerun, csv=csv,
+                jsonl=jsonl, export_file=export_file)
 
 
-def compare_html(rows_a: list[ResultRow], rows_b: list[ResultRow], label_a: str, label_b: str) -> str:
-    if not rows_a or not rows_b:
-        return "<p>Choose two settings (or two runs) that have results.</p>"
-    pairs = compare(rows_a, rows_b)
-    same = sum(p.same for p in pairs)
-    body = []
-    for p in pairs:
-        left, right = diff_html(p.output_a, p.output_b)
-        mark = "same" if p.same else "differs"
-        body.append(f"<tr class='{mark}'><td>{html.escape(p.prompt)}</td><td>{p.sample}</td>"
-                    f"<td>{left}</td><td>{right}</td><td>{mark}</td></tr>")
-    return (f"<p>{same} of {len(pairs)} outputs are the same.</p><table class='batch-compare'><thead><tr>"
-            f"<th>prompt</th><th>sample</th><th>{html.escape(label_a)}</th><th>{html.escape(label_b)}</th><th></th>"
-            f"</tr></thead><tbody>{''.join(body)}</tbody></table>")
-
-
-def create_batch_tab(services: Services) -> dict:
-    runner, store = services.batch_runner, services.batches
-    run_id = gr.State(None)
-    upload = gr.State(None)  # (file name, content) of an uploaded prompt file
+def create_batch_tab(services: Services) -> BatchTab:
     with gr.Row():
-        with gr.Column(scale=1):
-            prompts = gr.Textbox(label="Prompts, one per line", lines=6, elem_id="batch-prompts",
-                                 placeholder="What is the capital of France?\nWrite a haiku about rain.")
-            with gr.Row():
-                upload_btn = gr.UploadButton("Upload .txt / .csv / .jsonl", file_types=[".txt", ".csv", ".jsonl"],
-                                             size="sm", elem_id="batch-upload")
-                clear_upload = gr.Button("Use the text box instead", size="sm", elem_id="batch-clear-upload")
-            upload_note = gr.Markdown("", elem_id="batch-upload-note")
-            template = gr.Textbox(label="Template (optional): {{column}} from the file's columns", lines=1,
-                                  elem_id="batch-template")
-            asserts = gr.Textbox(label="Asserts for every prompt, one per line", lines=3, elem_id="batch-asserts",
-                                 placeholder="contains:Paris\nmax-length:200\nregex:^[A-Z]\nis-json")
-            system = gr.Textbox(label="System prompt", lines=1, elem_id="batch-system")
-            raw = gr.Checkbox(label="Raw prompts (no chat template)", value=False, elem_id="batch-raw")
-        with gr.Column(scale=1):
-            presets = gr.CheckboxGroup(choices=services.presets.names(), label="Presets (none: the Parameters tab's)",
-                                       elem_id="batch-presets")
-            axes = gr.Textbox(label="Vary parameters, one per line", lines=3, elem_id="batch-axes",
-                              placeholder="temperature=0,0.7,1.2\ntop_p=0.9,1.0\nmax_new_tokens=64")
-            with gr.Row():
-                samples = gr.Number(value=1, precision=0, minimum=1, maximum=100, label="Samples per cell",
-                                    elem_id="batch-samples")
-                base_seed = gr.Number(value=0, precision=0, minimum=0, label="Base seed", elem_id="batch-seed")
-            name = gr.Textbox(label="Run name", value="Batch run", elem_id="batch-name")
-            plan_md = gr.Markdown("", elem_id="batch-plan")
-            with gr.Row():
-                check_btn = gr.Button("Check plan", elem_id="batch-check")
-                run_btn = gr.Button("Run", variant="primary", elem_id="batch-run")
-                cancel_btn = gr.Button("Cancel", variant="stop", elem_id="batch-cancel")
-            progress = gr.Markdown("", elem_id="batch-progress")
+        form = _form_column(services)
     with gr.Tabs():
-        with gr.Tab("Results"):
-            with gr.Row():
-                query = gr.Textbox(label="Filter", placeholder="text in prompt, output or setting",
-                                   elem_id="batch-filter", scale=3)
-                failures = gr.Checkbox(label="Failures only", elem_id="batch-failures", scale=1)
-            table = gr.Dataframe(value=result_table([]), interactive=False, wrap=True, elem_id="batch-results",
-                                 column_widths=["16%", "13%", "5%", "5%", "27%", "6%", "6%", "6%", "5%", "7%", "4%"])
-            with gr.Accordion("Prompt and reproduce record of a row (click a row)", open=False,
-                              elem_id="batch-inspect-panel"):
-                inspector = create_inspector_panel("batch", with_record=True)
-        with gr.Tab("Summary"):
-            summary = gr.Dataframe(value=summary_table([]), interactive=False, elem_id="batch-summary")
-            with gr.Row():
-                pass_plot = gr.BarPlot(x="setting", y="pass rate %", title="Pass rate per setting",
-                                       elem_id="batch-pass-plot")
-                speed_plot = gr.BarPlot(x="setting", y="tok/s", title="Tokens/s per setting",
-                                        elem_id="batch-speed-plot")
-        with gr.Tab("Pivot"):
-            pivot_df = gr.Dataframe(interactive=False, wrap=True, elem_id="batch-pivot")
-        with gr.Tab("Compare"):
-            with gr.Row():
-                side_a = gr.Dropdown(label="A: setting", choices=[], elem_id="batch-compare-a")
-                run_b = gr.Dropdown(label="B: run (default: this run)", choices=[], elem_id="batch-compare-run")
-                side_b = gr.Dropdown(label="B: setting", choices=[], elem_id="batch-compare-b")
-            compare_out = gr.HTML(elem_id="batch-compare")
-        with gr.Tab("Runs"):
-            runs = gr.Dropdown(label="Stored runs", choices=[], elem_id="batch-runs")
-            with gr.Row():
-                open_btn = gr.Button("Open", size="sm", elem_id="batch-open")
-                rename_text = gr.Textbox(label="New name", elem_id="batch-rename-text", scale=2)
-                rename_btn = gr.Button("Rename", size="sm", elem_id="batch-rename")
-                delete_btn = gr.Button("Delete", size="sm", variant="stop", elem_id="batch-delete")
-                rerun_btn = gr.Button("Re-run", size="sm", elem_id="batch-rerun")
-            with gr.Row():
-                csv_btn = gr.Button("Export CSV", size="sm", elem_id="batch-export-csv")
-                jsonl_btn = gr.Button("Export JSONL", size="sm", elem_id="batch-export-jsonl")
-            export_file = gr.File(label="Export", visible=False, elem_id="batch-export-file")
-
-    def run_choices() -> list[tuple[str, int]]:
-        return [(f"#{r.id} {r.name} · {r.done}/{r.total} · {r.status}", r.id) for r in store.list()]
-
-    def stored_rows(rid: int | None) -> list[ResultRow]:
-        if rid is None:
-            return []
-        handle = runner.active(rid)
-        if handle is not None:
-            return handle.rows()
-        try:
-            return [ResultRow.from_dict(d) for d in store.results(rid)]
-        except RunNotFound:
-            return []
-
-    def views(rid: int | None, q: str = "", only_failures: bool = False):
-        rows = stored_rows(rid)
-        labels = list(dict.fromkeys(r.setting for r in rows))
-        summ = summary_table(rows)
-        fastest = float(summ["tok/s"].max()) if len(summ) and summ["tok/s"].notna().any() else 1.0
-        return (result_table(rows, q, only_failures), summ, gr.update(value=summ, y_lim=[0, 100]),
-                gr.update(value=summ, y_lim=[0, fastest * 1.15]), pivot_table(rows),
-                gr.update(choices=labels, value=labels[0] if labels else None),
-                gr.update(choices=labels, value=labels[1] if len(labels) > 1 else (labels[0] if labels else None)),
-                gr.update(choices=run_choices(), value=rid), gr.update(choices=run_choices()))
-
-    view_outputs = [table, summary, pass_plot, speed_plot, pivot_df, side_a, side_b, runs, run_b]
-
-    def build_job(data: dict, params) -> BatchJob:
-        uploaded = data[upload]
-        tmpl = data[template].strip() or None
-        if uploaded:
-            rows = load_prompts_text(uploaded[0], uploaded[1], tmpl)
-        else:
-            rows = parse_lines(data[prompts], tmpl)
-        rows = with_asserts(rows, data[asserts].splitlines())
-        grid = GridSpec(list(data[presets] or []), parse_axes(data[axes]), int(data[samples] or 1),
-                        int(data[base_seed] or 0), base=params)
-        return BatchJob(data[name].strip() or "Batch run", rows, grid, data[system], bool(data[raw]))
-
-    def describe(job: BatchJob) -> str:
-        settings, cells = runner.plan(job)
-        rate = services.engine.stats().tokens_per_second or 8.0 * min(len(cells), services.engine.config.max_running)
-        budget = sum(c.setting.params.max_new_tokens for c in cells)
-        seconds = budget / rate
-        took = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
-        return (f"**{len(job.rows)} prompts × {len(settings)} settings × {job.grid.samples} samples = "
-                f"{len(cells)} cells** · at most {budget:,} tokens · roughly {took} or less")
-
-    return dict(run_id=run_id, upload=upload, prompts=prompts, upload_btn=upload_btn, clear_upload=clear_upload,
-                upload_note=upload_note, template=template, asserts=asserts, system=system, raw=raw,
-                presets=presets, axes=axes, samples=samples, base_seed=base_seed, name=name, plan_md=plan_md,
-                check_btn=check_btn, run_btn=run_btn, cancel_btn=cancel_btn, progress=progress, query=query,
-                failures=failures, table=table, summary=summary, pivot_df=pivot_df, side_a=side_a, side_b=side_b,
-                run_b=run_b, compare_out=compare_out, runs=runs, open_btn=open_btn, rename_text=rename_text,
-                rename_btn=rename_btn, delete_btn=delete_btn, rerun_btn=rerun_btn, csv_btn=csv_btn,
-                jsonl_btn=jsonl_btn, export_file=export_file, view_outputs=view_outputs, views=views,
-                build_job=build_job, describe=describe, stored_rows=stored_rows, run_choices=run_choices,
-                inspector=inspector)
+        results = _result_tabs()
+        stored = _runs_tab()
+    return BatchTab(**form, **results, **stored, run_id=gr.State(None), controller=BatchController(services))
 
 
-def wire_batch_tab(services: Services, c: dict, params) -> None:
+def view_updates(tab: BatchTab, run_id: int | None, query: str = "", failures_only: bool = False) -> tuple:
+    """Values for ``BatchTab.views``: every panel shows run ``run_id`` (the row inspector is emptied)."""
+    c = tab.controller
+    rows = c.rows(run_id)
+    labels = list(dict.fromkeys(r.setting for r in rows))
+    summ = summary_table(rows)
+    fastest = float(summ["tok/s"].max()) if len(summ) and summ["tok/s"].notna().any() else 1.0
+    a, b = (labels[0] if labels else None), (labels[1] if len(labels) > 1 else (labels[0] if labels else None))
+    compared = compare_html(_setting_rows(rows, a), _setting_rows(rows, b), f"A: {a}", f"B: {b}")
+    return (result_table(rows, query, failures_only), summ, gr.update(value=summ, y_lim=[0, 100]),
+            gr.update(value=summ, y_lim=[0, fastest * 1.15]), pivot_table(rows),
+            gr.update(choices=labels, value=a), gr.update(choices=labels, value=b), compared,
+            gr.update(choices=c.run_choices(), value=run_id), gr.update(choices=c.run_choices()),
+            *["" for _ in tab.inspector.outputs[:2]], None, *["" for _ in tab.inspector.outputs[3:]])
+
+
+def _setting_rows(rows, label):
+    return rows_for_setting(rows, label or "")
+
+
+def wire_batch_tab(tab: BatchTab, params: ParametersTab) -> None:
     """Events of the Batch tab; ``params`` (the Parameters tab) is the base when no preset is chosen."""
-    runner, store = services.batch_runner, services.batches
-    form = {c[k] for k in ("upload", "prompts", "template", "asserts", "system", "raw", "presets", "axes", "samples",
-                           "base_seed", "name")}
+    _wire_running(tab, params)
+    _wire_views(tab)
+    _wire_runs(tab)
 
-    def job_from(data: dict) -> BatchJob:
-        try:
-            return c["build_job"](data, params.params(data))
-        except (BatchInputError, InvalidName) as exc:
-            raise UserError(str(exc)) from exc
 
+def _wire_running(tab: BatchTab, params: ParametersTab) -> None:
+    c = tab.controller
+
+    @shows_errors
     def check(data: dict):
-        try:
-            return c["describe"](job_from(data))
-        except BatchInputError as exc:
-            raise UserError(str(exc)) from exc
+        return c.plan(c.job(tab.form.read(data), params.params(data)))
 
+    @shows_errors
     def run(data: dict):
-        job = job_from(data)
-        try:
-            plan_text = c["describe"](job)
-            handle = runner.start(job)
-        except BatchInputError as exc:
-            raise UserError(str(exc)) from exc
-        rid = handle.run_id
-        while not handle.wait(REFRESH_SECONDS):
-            eta = handle.eta_seconds()
-            status = f"Running: {handle.done}/{handle.total} done" + (f" · about {eta:.0f}s left" if eta else "")
-            yield (plan_text, status, rid, *c["views"](rid))
-        word = {"done": "Finished", "cancelled": "Cancelled", "failed": "Failed"}[handle.status]
-        took = time.monotonic() - handle.started
-        yield (plan_text, f"{word}: {handle.done}/{handle.total} rows in {took:.1f}s", rid, *c["views"](rid))
+        job = c.job(tab.form.read(data), params.params(data))
+        plan = c.plan(job)
+        for step in c.run(job):
+            yield plan, step.status, step.run_id, *view_updates(tab, step.run_id)
 
-    def cancel(rid: int | None) -> str:
-        if rid is None or not runner.cancel(rid):
-            return "Nothing is running."
-        return "Cancelling… finished rows are kept."
+    @shows_errors
+    def upload(file):
+        return c.upload(file if isinstance(file, str) else file.name)
 
-    def uploaded(file) -> tuple:
-        path = Path(file if isinstance(file, str) else file.name)
-        content = path.read_bytes()
-        try:
-            count = len(load_prompts_text(path.name, content))
-        except BatchInputError as exc:
-            raise UserError(str(exc)) from exc
-        return (path.name, content), f"Using **{path.name}**: {count} prompts (the text box is ignored)."
+    inputs = tab.form.inputs | set(params.inputs)
+    tab.check.click(check, inputs, [tab.plan])
+    tab.run.click(run, inputs, [tab.plan, tab.progress, tab.run_id, *tab.views], concurrency_limit=None)
+    tab.cancel.click(c.cancel, [tab.run_id], [tab.progress], concurrency_limit=None)
+    tab.upload_button.upload(upload, [tab.upload_button], [tab.form.upload, tab.upload_note])
+    tab.clear_upload.click(lambda: (None, ""), None, [tab.form.upload, tab.upload_note])
+
+
+def _wire_views(tab: BatchTab) -> None:
+    c = tab.controller
 
     def compare_view(rid: int | None, a: str | None, b_run: int | None, b: str | None) -> str:
-        rows_a = rows_for_setting(c["stored_rows"](rid), a or "")
-        rows_b = rows_for_setting(c["stored_rows"](b_run if b_run is not None else rid), b or "")
-        return compare_html(rows_a, rows_b, f"A: {a}", f"B: {b}")
+        other = c.rows(b_run if b_run is not None else rid)
+        return compare_html(_setting_rows(c.rows(rid), a), _setting_rows(other, b), f"A: {a}", f"B: {b}")
 
     def b_settings(b_run: int | None, rid: int | None):
-        labels = list(dict.fromkeys(r.setting for r in c["stored_rows"](b_run if b_run is not None else rid)))
+        labels = list(dict.fromkeys(r.setting for r in c.rows(b_run if b_run is not None else rid)))
         return gr.update(choices=labels, value=labels[0] if labels else None)
 
-    def open_run(chosen: int | None):
-        if chosen is None:
-            raise UserError("Choose a stored run first.")
-        return chosen, *c["views"](chosen)
-
-    def rename(chosen: int | None, new_name: str):
-        try:
-            store.rename(_need(chosen), new_name)
-        except StoreError as exc:
-            raise UserError(str(exc)) from exc
-        return gr.update(choices=c["run_choices"](), value=chosen)
-
-    def delete(chosen: int | None, current: int | None):
-        try:
-            store.delete(_need(chosen))
-        except StoreError as exc:
-            raise UserError(str(exc)) from exc
-        rid = None if current == chosen else current
-        return rid, *c["views"](rid)
-
-    def rerun(chosen: int | None):
-        stored = store.get(_need(chosen))
-        try:
-            job = BatchJob.from_spec(f"{stored.name} (re-run)", stored.spec)
-            handle = runner.start(job)
-        except BatchInputError as exc:
-            raise UserError(str(exc)) from exc
-        while not handle.wait(REFRESH_SECONDS):
-            yield f"Re-running: {handle.done}/{handle.total} done", handle.run_id, *c["views"](handle.run_id)
-        yield f"Re-run {handle.status}: {handle.done}/{handle.total} rows", handle.run_id, *c["views"](handle.run_id)
-
-    def export(chosen: int | None, kind: str):
-        rid = _need(chosen)
-        rows = c["stored_rows"](rid)
-        folder = Path(tempfile.mkdtemp(prefix="batch-export-"))
-        path = folder / f"batch-run-{rid}.{kind}"
-        path.write_text(to_csv(rows) if kind == "csv" else to_jsonl(rows), encoding="utf-8")
-        return gr.update(value=str(path), visible=True)
-
-    run_outputs = [c["plan_md"], c["progress"], c["run_id"], *c["view_outputs"]]
-    c["check_btn"].click(shows_errors(check), form | set(params.inputs), [c["plan_md"]])
-    c["run_btn"].click(shows_errors(run), form | set(params.inputs), run_outputs, concurrency_limit=None)
-    c["cancel_btn"].click(shows_errors(cancel), [c["run_id"]], [c["progress"]], concurrency_limit=None)
-    c["upload_btn"].upload(shows_errors(uploaded), [c["upload_btn"]], [c["upload"], c["upload_note"]])
-    c["clear_upload"].click(lambda: (None, ""), None, [c["upload"], c["upload_note"]])
-    for control in (c["query"], c["failures"]):
-        control.change(lambda rid, q, f: c["views"](rid, q, f)[0], [c["run_id"], c["query"], c["failures"]],
-                       [c["table"]], show_progress="hidden")
-    compare_inputs = [c["run_id"], c["side_a"], c["run_b"], c["side_b"]]
-    for control in (c["side_a"], c["side_b"]):
-        control.change(shows_errors(compare_view), compare_inputs, [c["compare_out"]], show_progress="hidden")
-    c["run_b"].change(shows_errors(b_settings), [c["run_b"], c["run_id"]], [c["side_b"]])
-    c["open_btn"].click(shows_errors(open_run), [c["runs"]], [c["run_id"], *c["view_outputs"]])
-    c["rename_btn"].click(shows_errors(rename), [c["runs"], c["rename_text"]], [c["runs"]])
-    c["delete_btn"].click(shows_errors(delete), [c["runs"], c["run_id"]], [c["run_id"], *c["view_outputs"]])
-    c["rerun_btn"].click(shows_errors(rerun), [c["runs"]], [c["progress"], c["run_id"], *c["view_outputs"]], concurrency_limit=None)
+    @shows_errors
     def select_row(rid: int | None, q: str, only_failures: bool, selected: gr.SelectData):
         """One click on a result row: the exact prompt the model read, its tokens, and the row's record."""
         index = selected.index[0] if isinstance(selected.index, (list, tuple)) else selected.index
-        rows = shown_rows(c["stored_rows"](rid), q, only_failures)
+        rows = shown_rows(c.rows(rid), q, only_failures)
         if rid is None or not 0 <= index < len(rows):
             raise UserError("Run a batch or open a stored run, then click one of its rows.")
-        row, run = rows[index], store.get(rid)
-        model = services.models.loaded  # runs stored before runs kept their loader: guess from what is loaded
-        loader = model.loader if model is not None and model.name == run.model else "transformers"
-        record = record_for_batch_row(run.model or "?", run.spec, row, loader)
-        which = f"row {index + 1}: prompt {row.prompt_id}, {row.setting}, sample {row.sample}"
-        try:
-            request = record.request(model.tokenizer)
-            rendered, tokens, note = inspection_views(inspect_rendered(model, request.prompt,
-                                                                       request.add_special_tokens))
-        except (InsightUnavailable, RecordError, AttributeError) as exc:
-            rendered, tokens, note = "", None, f"Tokens need a local model ({exc})."
-        return (f"{which} · {note}", rendered, tokens, *record_views(record, services.config.api_port))
+        seen = c.inspect_row(rid, rows[index])
+        rendered, tokens, note = inspection_views(seen.seen) if seen.seen else ("", None, seen.note)
+        return (f"row {index + 1}: {seen.which} · {note}", rendered, tokens,
+                *record_views(seen.record, c.services.config.api_port))
 
-    c["table"].select(shows_errors(select_row), [c["run_id"], c["query"], c["failures"]], c["inspector"].outputs)
-    c["csv_btn"].click(shows_errors(lambda r: export(r, "csv")), [c["runs"]], [c["export_file"]])
-    c["jsonl_btn"].click(shows_errors(lambda r: export(r, "jsonl")), [c["runs"]], [c["export_file"]])
+    for control in (tab.query, tab.failures):
+        control.change(lambda rid, q, f: result_table(c.rows(rid), q, f), [tab.run_id, tab.query, tab.failures],
+                       [tab.table], show_progress="hidden")
+    compare_inputs = [tab.run_id, tab.side_a, tab.run_b, tab.side_b]
+    for control in (tab.side_a, tab.side_b):
+        control.input(compare_view, compare_inputs, [tab.compare], show_progress="hidden")
+    tab.run_b.input(b_settings, [tab.run_b, tab.run_id], [tab.side_b]).then(compare_view, compare_inputs,
+                                                                              [tab.compare])
+    tab.table.select(select_row, [tab.run_id, tab.query, tab.failures], tab.inspector.outputs)
 
 
-def _need(run: int | None) -> int:
-    if run is None:
-        raise UserError("Choose a stored run first.")
-    return run
+def _wire_runs(tab: BatchTab) -> None:
+    c = tab.controller
+
+    @shows_errors
+    def open_run(chosen: int | None):
+        if chosen is None:
+            raise UserError(NO_RUN)
+        return chosen, *view_updates(tab, chosen)
+
+    @shows_errors
+    def rename(chosen: int | None, new_name: str):
+        c.rename(chosen, new_name)
+        return gr.update(choices=c.run_choices(), value=chosen)
+
+    @shows_errors
+    def delete(chosen: int | None, current: int | None):
+        c.delete(chosen)
+        rid = None if current == chosen else current
+        return rid, *view_updates(tab, rid)
+
+    @shows_errors
+    def rerun(chosen: int | None):
+        for step in c.rerun(chosen):
+            yield step.status, step.run_id, *view_updates(tab, step.run_id)
+
+    @shows_errors
+    def export(chosen: int | None, kind: str):
+        return gr.update(value=str(c.export(chosen, kind)), visible=True)
+
+    tab.open.click(open_run, [tab.runs], [tab.run_id, *tab.views])
+    tab.rename.click(rename, [tab.runs, tab.rename_text], [tab.runs])
+    tab.delete.click(delete, [tab.runs, tab.run_id], [tab.run_id, *tab.views])
+    tab.rerun.click(rerun, [tab.runs], [tab.progress, tab.run_id, *tab.views], concurrency_limit=None)
+    tab.csv.click(lambda r: export(r, "csv"), [tab.runs], [tab.export_file])
+    tab.jsonl.click(lambda r: export(r, "jsonl"), [tab.runs], [tab.export_file])
+
+
+def on_load(tab: BatchTab) -> tuple[list, object]:
+    """(outputs, function): a page (re)load lists the stored runs and the presets there are now."""
+    c = tab.controller
+    return [tab.runs, tab.form.presets], lambda: (gr.update(choices=c.run_choices()),
+                                                   gr.update(choices=c.services.presets.names()))

@@ -1,129 +1,141 @@
-"""Insight tab: the prompt as the model sees it, and the next-token distribution under the current parameters."""
+"""Insight tab: layout and wiring over InsightController (webui.controllers.insight)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import gradio as gr
 import pandas as pd
 
-from webui.engine import EngineError
-from webui.insight import InsightUnavailable, inspect_prompt, next_tokens, perplexity
-from webui.reproduce import RecordError, parse_record
-from webui.controllers import UserError
+from webui.controllers.insight import PERPLEXITY_COLUMNS, InsightController
 from webui.services import Services
 from webui.ui.feedback import shows_errors
 from webui.ui.inspection import inspection_views
+from webui.ui.parameters_tab import ParametersTab
+
+NEXT_COLUMNS = ["token", "id", "probability", "after processors", "under these parameters"]
+CHART_HINT = ("Type a text and click **Next tokens**: the 20 most likely next tokens appear here, with what the "
+              "current parameters keep or cut.")
 
 
-def perplexity_table(services: Services) -> pd.DataFrame:
-    """Every stored evaluation, newest first, to compare models, quantizations and adapters."""
-    import datetime
+@dataclass
+class InsightTab:
+    text: gr.Textbox
+    chat: gr.Checkbox
+    system: gr.Textbox
+    inspect: gr.Button
+    next: gr.Button
+    summary: gr.Markdown
+    chart_hint: gr.Markdown
+    chart: gr.BarPlot
+    tabs: gr.Tabs
+    table: gr.Dataframe
+    rendered: gr.Code
+    token_table: gr.Dataframe
+    record_in: gr.Code
+    record_run: gr.Button
+    record_out: gr.Textbox
+    record_note: gr.Markdown
+    ppl_text: gr.Textbox
+    ppl_upload: gr.UploadButton
+    ppl_window: gr.Number
+    ppl_run: gr.Button
+    ppl_note: gr.Markdown
+    ppl_table: gr.Dataframe
+    controller: InsightController
 
-    rows = [[r.model + "".join(f" +{n}×{w:g}" for n, w in r.loras), r.loader, r.dataset, r.tokens,
-             round(r.ppl, 3), r.window, datetime.datetime.fromtimestamp(r.created).strftime("%Y-%m-%d %H:%M")]
-            for r in services.perplexity.list()]
-    return pd.DataFrame(rows, columns=["model", "loader", "text", "tokens", "perplexity", "window", "when"])
 
-
-def create_insight_tab(services: Services, params) -> dict:
+def _question_row() -> dict:
     with gr.Row():
         with gr.Column(scale=2):
-            text = gr.Textbox(label="Text", lines=5, elem_id="insight-text",
-                              placeholder="The capital of France is")
+            text = gr.Textbox(label="Text", lines=5, elem_id="insight-text", placeholder="The capital of France is")
             with gr.Row():
                 chat = gr.Checkbox(label="As a chat message (apply the chat template)", value=False,
                                    elem_id="insight-chat")
                 system = gr.Textbox(label="System prompt", lines=1, elem_id="insight-system")
             with gr.Row():
-                inspect_btn = gr.Button("Inspect prompt", elem_id="insight-inspect")
-                next_btn = gr.Button("Next tokens", variant="primary", elem_id="insight-next")
+                inspect = gr.Button("Inspect prompt", elem_id="insight-inspect")
+                next_ = gr.Button("Next tokens", variant="primary", elem_id="insight-next")
             summary = gr.Markdown("", elem_id="insight-summary")
         with gr.Column(scale=3):
-            chart = gr.BarPlot(x="token", y="probability", color="under these parameters", sort="-y",
+            chart_hint = gr.Markdown(CHART_HINT, elem_id="insight-chart-hint")
+            chart = gr.BarPlot(x="token", y="probability", color="under these parameters", sort="-y", visible=False,
                                title="Top 20 next tokens (raw probability)", elem_id="insight-chart")
-    with gr.Tabs():
-        with gr.Tab("Next tokens"):
-            table = gr.Dataframe(interactive=False, elem_id="insight-next-table")
-        with gr.Tab("Tokens of the prompt"):
+    return dict(text=text, chat=chat, system=system, inspect=inspect, next=next_, summary=summary,
+                chart_hint=chart_hint, chart=chart)
+
+
+def _sub_tabs(controller: InsightController) -> dict:
+    with gr.Tabs(elem_id="insight-tabs") as tabs:
+        with gr.Tab("Next tokens", id="next"):
+            table = gr.Dataframe(headers=NEXT_COLUMNS, interactive=False, elem_id="insight-next-table")
+        with gr.Tab("Tokens of the prompt", id="prompt"):
             rendered = gr.Code(label="Exactly what the model reads", language=None, interactive=False,
                                elem_id="insight-rendered")
-            token_table = gr.Dataframe(interactive=False, elem_id="insight-tokens")
-        with gr.Tab("Re-run a record"):
+            token_table = gr.Dataframe(headers=["#", "id", "token"], interactive=False, elem_id="insight-tokens")
+        with gr.Tab("Re-run a record", id="record"):
             record_in = gr.Code(language="json", label="Paste a record (from a chat reply's Reproduce panel)",
                                 interactive=True, elem_id="record-input")
-            record_btn = gr.Button("Re-run it", variant="primary", elem_id="record-run")
+            record_run = gr.Button("Re-run it", variant="primary", elem_id="record-run")
             record_out = gr.Textbox(label="Output", lines=6, interactive=False, elem_id="record-output")
             record_note = gr.Markdown("", elem_id="record-note")
-        with gr.Tab("Perplexity"):
+        with gr.Tab("Perplexity", id="perplexity"):
             with gr.Row():
-                ppl_text = gr.Textbox(label="Text to evaluate (or upload a .txt)", lines=4, elem_id="ppl-text",
-                                      scale=4)
+                ppl_text = gr.Textbox(label="Text to evaluate (or upload a .txt)", lines=4, elem_id="ppl-text", scale=4)
                 with gr.Column(scale=1):
                     ppl_upload = gr.UploadButton("Upload .txt", file_types=[".txt"], size="sm", elem_id="ppl-upload")
                     ppl_window = gr.Number(value=512, precision=0, minimum=2, label="Window (tokens)",
                                            elem_id="ppl-window")
-                    ppl_btn = gr.Button("Evaluate", variant="primary", elem_id="ppl-run")
+                    ppl_run = gr.Button("Evaluate", variant="primary", elem_id="ppl-run")
             ppl_note = gr.Markdown("", elem_id="ppl-note")
-            ppl_table = gr.Dataframe(value=perplexity_table(services), interactive=False, elem_id="ppl-results")
+            ppl_table = gr.Dataframe(value=perplexity_frame(controller), interactive=False, elem_id="ppl-results")
+    return dict(tabs=tabs, table=table, rendered=rendered, token_table=token_table, record_in=record_in,
+                record_run=record_run, record_out=record_out, record_note=record_note, ppl_text=ppl_text,
+                ppl_upload=ppl_upload, ppl_window=ppl_window, ppl_run=ppl_run, ppl_note=ppl_note, ppl_table=ppl_table)
 
-    def inspect(value: str, as_chat: bool, system_prompt: str):
-        try:
-            seen = inspect_prompt(services.models.loaded, value, as_chat, system_prompt)
-        except (InsightUnavailable, ValueError) as exc:
-            raise UserError(str(exc)) from exc
-        return inspection_views(seen)
 
+def perplexity_frame(controller: InsightController) -> pd.DataFrame:
+    return pd.DataFrame(controller.perplexity_rows(), columns=PERPLEXITY_COLUMNS)
+
+
+def create_insight_tab(services: Services, params: ParametersTab) -> InsightTab:
+    controller = InsightController(services)
+    tab = InsightTab(**_question_row(), **_sub_tabs(controller), controller=controller)
+    _wire(tab, params)
+    return tab
+
+
+def _wire(tab: InsightTab, params: ParametersTab) -> None:
+    c = tab.controller
+
+    @shows_errors
+    def inspect(text: str, chat: bool, system: str):
+        rendered, tokens, note = inspection_views(c.inspect(text, chat, system))
+        return rendered, tokens, note, gr.Tabs(selected="prompt")  # open the sub-tab that shows it
+
+    @shows_errors
     def explore(data: dict):
-        sampling = params.params(data)
-        try:
-            found = next_tokens(services.engine, data[text], data[chat], sampling, 20, data[system])
-        except (InsightUnavailable, ValueError) as exc:
-            raise UserError(str(exc)) from exc
-        frame = pd.DataFrame({
-            "token": [repr(t.token)[1:-1] for t in found], "id": [t.token_id for t in found],
-            "probability": [round(t.probability, 4) for t in found],
-            "after processors": [round(t.after, 4) for t in found],
-            "under these parameters": ["kept" if t.kept else "cut" for t in found]})
-        cut = sum(not t.kept for t in found)
-        note = (f"Top token **{frame['token'][0]!s}** ({found[0].probability:.1%}). The current parameters cut "
-                f"{cut} of these 20.")
-        return frame, frame, note
+        found = c.next_tokens(data[tab.text], data[tab.chat], data[tab.system], params.params(data))
+        frame = pd.DataFrame(found.rows(), columns=NEXT_COLUMNS)
+        return gr.update(value=frame, visible=True), gr.update(visible=False), frame, found.summary, gr.Tabs(
+            selected="next")
 
-    def evaluate(value: str, window: float | None, progress=gr.Progress()):
-        model = services.models.loaded
-        loras = services.models.active_loras
-        try:
-            result = perplexity(services.engine, value, int(window or 512), loras,
-                                progress=lambda f, m: progress(f, desc=m))
-        except (InsightUnavailable, ValueError) as exc:
-            raise UserError(str(exc)) from exc
-        label = " ".join(value.split())[:40] + ("…" if len(value) > 40 else "")
-        services.perplexity.add(model.name, model.loader, loras, label, result.tokens, result.nll, result.ppl,
-                                result.window)
-        return (f"**Perplexity {result.ppl:.2f}** over {result.tokens:,} tokens (mean NLL {result.nll:.4f}, "
-                f"window {result.window}).", perplexity_table(services))
+    @shows_errors
+    def evaluate(text: str, window: float | None, progress=gr.Progress()):
+        note = c.perplexity(text, window, progress=lambda f, m: progress(f, desc=m))
+        return note, perplexity_frame(c)
 
-    def load_text(file):
-        from pathlib import Path
+    tab.inspect.click(inspect, [tab.text, tab.chat, tab.system],
+                      [tab.rendered, tab.token_table, tab.summary, tab.tabs])
+    tab.next.click(explore, {tab.text, tab.chat, tab.system, *params.inputs},
+                   [tab.chart, tab.chart_hint, tab.table, tab.summary, tab.tabs], concurrency_limit=None)
+    tab.record_run.click(shows_errors(c.rerun), [tab.record_in], [tab.record_out, tab.record_note],
+                         concurrency_limit=None)
+    tab.ppl_run.click(evaluate, [tab.ppl_text, tab.ppl_window], [tab.ppl_note, tab.ppl_table], concurrency_limit=None)
+    tab.ppl_upload.upload(lambda f: c.read_text(f if isinstance(f, str) else f.name), [tab.ppl_upload],
+                          [tab.ppl_text])
 
-        return Path(file if isinstance(file, str) else file.name).read_text(encoding="utf-8", errors="replace")
 
-    def rerun(text_in: str):
-        try:
-            record = parse_record(text_in or "")
-            model = services.models.loaded
-            if model is None:
-                raise RecordError("no model is loaded; load the record's model first")
-            note = "" if model.name == record.model else (
-                f"Note: the record was made with **{record.model}**; **{model.name}** is loaded now. ")
-            result = services.engine.generate(record.request(model.tokenizer))
-        except (RecordError, EngineError, ValueError) as exc:
-            raise UserError(str(exc)) from exc
-        return result.text, note + f"{result.usage.completion_tokens} tokens · finish: {result.finish_reason} · " \
-                                   f"seed {result.seed}"
-
-    record_btn.click(shows_errors(rerun), [record_in], [record_out, record_note], concurrency_limit=None)
-    ppl_btn.click(shows_errors(evaluate), [ppl_text, ppl_window], [ppl_note, ppl_table], concurrency_limit=None)
-    ppl_upload.upload(shows_errors(load_text), [ppl_upload], [ppl_text])
-    inspect_btn.click(shows_errors(inspect), [text, chat, system], [rendered, token_table, summary])
-    next_btn.click(shows_errors(explore), {text, chat, system, *params.inputs}, [chart, table, summary], concurrency_limit=None)
-    return {"text": text, "ppl_table": ppl_table}
+def on_load(tab: InsightTab) -> tuple[list, object]:
+    """(outputs, function): a page (re)load lists the stored perplexity evaluations."""
+    return [tab.ppl_table], lambda: perplexity_frame(tab.controller)

@@ -1,0 +1,44 @@
+"""ABController without a browser: two settings streamed together, each side's mistakes named."""
+
+from __future__ import annotations
+
+import pytest
+
+from webui.controllers import UserError
+from webui.controllers.ab import CURRENT, NO_ADAPTER, ABController, Side
+from webui.engine import SamplingParams
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=5, ban_eos=True)
+
+
+@pytest.fixture
+def controller(services, active):
+    return ABController(services, active)
+
+
+def last(views):
+    out = None
+    for out in views:
+        pass
+    return out
+
+
+def test_both_sides_stream_and_side_b_starts_on_a_preset(controller):
+    a, b = controller.default_sides()
+    assert a == Side(CURRENT, NO_ADAPTER) and b.parameters in controller.choices()[0] and b.parameters != CURRENT
+    texts, notes = last(controller.run("Hello", True, (a, Side(CURRENT, NO_ADAPTER)), GREEDY, "tab"))
+    assert texts[0] == texts[1] and texts[0] and all("finish: length" in n for n in notes)
+    texts, notes = last(controller.run("Hello", False, (a, b), GREEDY, "tab"))
+    assert all("seed" in n for n in notes)
+
+
+def test_mistakes_name_the_side(controller, services):
+    with pytest.raises(UserError, match="Type a prompt"):
+        list(controller.run(" ", True, controller.default_sides(), GREEDY, "tab"))
+    with pytest.raises(UserError, match="side B"):
+        list(controller.run("Hi", True, (Side(CURRENT, None), Side(None, None)), GREEDY, "tab"))
+    with pytest.raises(UserError, match="Side A: unknown preset"):
+        list(controller.run("Hi", True, (Side("Nope", None), Side(CURRENT, None)), GREEDY, "tab"))
+    services.models.unload()
+    with pytest.raises(UserError, match="No model is loaded"):
+        list(controller.run("Hi", True, controller.default_sides(), GREEDY, "tab"))

@@ -1,0 +1,98 @@
+"""BatchController without a browser: plan, run, cancel, re-run, rename, delete, export, a row's record."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from webui.controllers import UserError
+from webui.controllers.batch import BatchController, BatchForm
+from webui.engine import SamplingParams
+
+BASE = SamplingParams(temperature=0, max_new_tokens=4, ban_eos=True)
+
+
+@pytest.fixture
+def controller(services):
+    return BatchController(services)
+
+
+def finished(steps):
+    out = None
+    for out in steps:
+        pass
+    return out
+
+
+def test_plan_run_rows_and_export(controller, tmp_path):
+    form = BatchForm(prompts="Hello\nOnce upon a time", asserts="max-length:500", axes="temperature=0,0.7",
+                     samples=2, name="mine")
+    job = controller.job(form, BASE)
+    assert "2 prompts × 2 settings × 2 samples = 8 cells" in controller.plan(job)
+    done = finished(controller.run(job))
+    assert done.finished and done.status.startswith("Finished: 8/8 rows") and "tok/s for the whole run" in done.status
+    rows = controller.rows(done.run_id)
+    assert len(rows) == 8 and all(r.passed for r in rows) and all(r.completion_tokens == 4 for r in rows)
+    assert controller.run_choices()[0] == (f"#{done.run_id} mine · 8/8 · done", done.run_id)
+    exported = list(csv.DictReader(io.StringIO(controller.export(done.run_id, "csv").read_text())))
+    assert len(exported) == 8
+    lines = controller.export(done.run_id, "jsonl").read_text().splitlines()
+    assert len(lines) == 8 and json.loads(lines[0])["setting"]
+
+
+def test_rerun_repeats_and_rename_delete(controller):
+    first = finished(controller.run(controller.job(BatchForm(prompts="Hello"), BASE)))
+    again = finished(controller.rerun(first.run_id))
+    assert again.status.startswith("Re-run Finished: 1/1")
+    assert [r.output for r in controller.rows(again.run_id)] == [r.output for r in controller.rows(first.run_id)]
+    controller.rename(first.run_id, "renamed")
+    assert "renamed" in controller.run_choices()[-1][0]
+    controller.delete(first.run_id)
+    assert controller.rows(first.run_id) == [] and len(controller.run_choices()) == 1
+    for action in (lambda: controller.delete(None), lambda: controller.export(None, "csv"),
+                   lambda: list(controller.rerun(None))):
+        with pytest.raises(UserError, match="Choose a stored run first"):
+            action()
+    with pytest.raises(UserError, match="deleted"):
+        list(controller.rerun(first.run_id))
+
+
+def test_cancel_keeps_finished_rows(controller):
+    job = controller.job(BatchForm(prompts="\n".join(f"Story {i}" for i in range(12))),
+                         BASE.replace(max_new_tokens=200))
+    steps = controller.run(job)
+    first = next(steps)
+    assert controller.cancel(first.run_id).startswith("Cancelling")
+    done = finished(steps)
+    assert done.status.startswith("Cancelled") and controller.cancel(done.run_id) == "Nothing is running."
+
+
+def test_bad_input_is_refused_before_anything_runs(controller, tmp_path):
+    for form, said in ((BatchForm(prompts="Hi", axes="top_p=1.5"), r"top_p must be in \(0, 1\]"),
+                       (BatchForm(prompts="Hi", asserts="regex:([unclosed"), "regex"),
+                       (BatchForm(prompts="  "), "prompt"),
+                       (BatchForm(prompts="Hi", presets=("Nope",)), "Nope")):
+        with pytest.raises(UserError, match=said):
+            controller.plan(controller.job(form, BASE))
+    bad = tmp_path / "p.jsonl"
+    bad.write_text("{not json\n")
+    with pytest.raises(UserError, match="p.jsonl"):
+        controller.upload(bad)
+    good = tmp_path / "p.csv"
+    good.write_text("prompt\nOne\nTwo\n")
+    (name, content), note = controller.upload(good)
+    assert name == "p.csv" and "2 prompts" in note
+    assert len(controller.job(BatchForm(upload=(name, content)), BASE).rows) == 2
+    assert controller.run_choices() == []
+
+
+def test_a_row_shows_what_the_model_read_and_its_record(controller, services):
+    done = finished(controller.run(controller.job(BatchForm(prompts="Name a fruit.", system="Be brief."), BASE)))
+    row = controller.rows(done.run_id)[0]
+    seen = controller.inspect_row(done.run_id, row)
+    assert "Name a fruit." in seen.seen.text and "Be brief." in seen.seen.text
+    assert seen.record.loader == "transformers" and seen.record.params["seed"] == row.seed
+    assert services.engine.generate(seen.record.request(services.models.loaded.tokenizer)).text == row.output

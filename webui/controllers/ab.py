@@ -1,0 +1,100 @@
+"""ABController: one prompt under two settings (current parameters or a preset, with or without an adapter),
+streamed side by side. Both requests are submitted together, so they share the engine's decode steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
+from webui.controllers.errors import UserError
+from webui.controllers.generation import ActiveRequests, stats_text
+from webui.engine import EngineError, GenerationError, GenerationRequest, SamplingParams
+from webui.engine.stream import interleave
+from webui.names import InvalidName
+from webui.presets import PresetError
+from webui.services import Services
+
+PANEL = "ab"
+CURRENT = "current parameters"
+NO_ADAPTER = "no adapter"
+
+
+@dataclass(frozen=True)
+class Side:
+    parameters: str | None
+    """CURRENT or a preset's name."""
+    adapter: str | None
+    """NO_ADAPTER or an attached adapter's name (applied at the weight it was attached with)."""
+
+
+class ABController:
+    def __init__(self, services: Services, active: ActiveRequests) -> None:
+        self.services, self.active = services, active
+
+    def choices(self) -> tuple[list[str], list[str]]:
+        """(parameter choices, adapter choices) for each side."""
+        model = self.services.models.loaded
+        adapters = list(model.loras) if model is not None and model.capabilities.lora else []
+        return [CURRENT, *self.services.presets.names()], [NO_ADAPTER, *adapters]
+
+    def default_sides(self) -> tuple[Side, Side]:
+        """A: the current parameters; B: the first preset, so Run both compares something from the start."""
+        presets = self.services.presets.names()
+        return Side(CURRENT, NO_ADAPTER), Side(presets[0] if presets else CURRENT, NO_ADAPTER)
+
+    def run(self, prompt: str, chat: bool, sides: tuple[Side, Side], current: SamplingParams,
+            session: str) -> Iterator[tuple[list[str], list[str]]]:
+        """(texts, notes) of both sides as they stream; ``session`` names the browser tab (for Stop)."""
+        model = self.services.models.loaded
+        if model is None:
+            raise UserError("No model is loaded; load one in the Model tab.")
+        if not prompt.strip():
+            raise UserError("Type a prompt first.")
+        messages, text = None, prompt
+        if chat:
+            try:
+                messages = chat_messages([{"role": "user", "content": prompt}])
+                text = render_chat_prompt(model.tokenizer, messages)
+            except ChatPromptError as exc:
+                raise UserError(str(exc)) from exc
+        requests = [self._request(side, name, current, text, messages) for side, name in zip(sides, "AB")]
+        try:
+            streams = [self.services.engine.submit(r) for r in requests]
+        except (EngineError, ValueError) as exc:
+            raise UserError(str(exc)) from exc
+        yield from self._follow(streams, session)
+
+    def stop(self, session: str) -> int:
+        return self.active.cancel_session(session, prefix=PANEL)
+
+    def _request(self, side: Side, name: str, current: SamplingParams, text: str, messages) -> GenerationRequest:
+        if not side.parameters:
+            raise UserError(f"Choose parameters for side {name} (a preset or the current parameters).")
+        try:
+            sampling = current if side.parameters == CURRENT else self.services.presets.get(side.parameters).params
+        except (PresetError, InvalidName) as exc:
+            raise UserError(f"Side {name}: {exc}") from exc
+        loras = ()
+        if side.adapter not in (None, NO_ADAPTER):
+            weight = dict(self.services.models.active_loras).get(side.adapter, 1.0)  # as attached in the Model tab
+            loras = ((side.adapter, weight),)
+        return GenerationRequest(text, sampling, add_special_tokens=messages is None, loras=loras, messages=messages)
+
+    def _follow(self, streams, session: str) -> Iterator[tuple[list[str], list[str]]]:
+        texts, notes = ["", ""], ["generating…", "generating…"]
+        keys = [(session, f"{PANEL}-{id(s)}") for s in streams]
+        for key, s in zip(keys, streams):
+            self.active.start(key, s)
+        try:
+            for index, item in interleave(streams):
+                if isinstance(item, GenerationError):
+                    notes[index] = f"error: {item}"
+                else:
+                    texts[index] += item.text
+                    if item.finish_reason is not None:
+                        notes[index] = stats_text(item)
+                yield list(texts), list(notes)
+        finally:
+            for key, s in zip(keys, streams):
+                self.active.finish(key, s)

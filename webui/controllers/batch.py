@@ -1,0 +1,201 @@
+"""BatchController: the Batch tab's behaviour: a form becomes a BatchJob, runs (and re-runs) are started,
+followed, cancelled, renamed, deleted and exported, and one row is looked at with its record."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text, parse_axes, parse_lines, to_csv, \
+    to_jsonl, with_asserts
+from webui.batch.runner import BatchJob, RunHandle
+from webui.batch.store import RunNotFound
+from webui.controllers.chat import MessageInspection
+from webui.controllers.errors import UserError
+from webui.engine import SamplingParams
+from webui.insight import InsightUnavailable, inspect_rendered
+from webui.names import InvalidName
+from webui.reproduce import RecordError, record_for_batch_row
+from webui.services import Services
+from webui.store import StoreError
+
+REFRESH_SECONDS = 0.7
+NO_RUN = "Choose a stored run first."
+
+
+@dataclass(frozen=True)
+class BatchForm:
+    """The Batch tab's form as plain values."""
+
+    prompts: str = ""
+    upload: tuple[str, bytes] | None = None
+    """(file name, content) of an uploaded prompt file; it wins over ``prompts``."""
+    template: str = ""
+    asserts: str = ""
+    system: str = ""
+    raw: bool = False
+    presets: tuple[str, ...] = ()
+    axes: str = ""
+    samples: float | None = 1
+    base_seed: float | None = 0
+    name: str = "Batch run"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One refresh of a running (or finished) run."""
+
+    run_id: int
+    status: str
+    finished: bool
+
+
+class BatchController:
+    def __init__(self, services: Services) -> None:
+        self.services, self.runner, self.store = services, services.batch_runner, services.batches
+
+    # -- runs and their rows ----------------------------------------------------------------------------
+    def run_choices(self) -> list[tuple[str, int]]:
+        return [(f"#{r.id} {r.name} · {r.done}/{r.total} · {r.status}", r.id) for r in self.store.list()]
+
+    def rows(self, run_id: int | None) -> list[ResultRow]:
+        """The run's rows so far (a running run's live rows, else the stored ones); [] for no run."""
+        if run_id is None:
+            return []
+        handle = self.runner.active(run_id)
+        if handle is not None:
+            return handle.rows()
+        try:
+            return [ResultRow.from_dict(d) for d in self.store.results(run_id)]
+        except RunNotFound:
+            return []
+
+    # -- planning and running -----------------------------------------------------------------------------
+    def job(self, form: BatchForm, params: SamplingParams) -> BatchJob:
+        """The job ``form`` describes; ``params`` (the Parameters tab's) is the base when no preset is chosen."""
+        try:
+            template = form.template.strip() or None
+            rows = (load_prompts_text(form.upload[0], form.upload[1], template) if form.upload
+                    else parse_lines(form.prompts, template))
+            rows = with_asserts(rows, form.asserts.splitlines())
+            grid = GridSpec(list(form.presets), parse_axes(form.axes), int(form.samples or 1),
+                            int(form.base_seed or 0), base=params)
+            return BatchJob(form.name.strip() or "Batch run", rows, grid, form.system, form.raw)
+        except (BatchInputError, InvalidName) as exc:
+            raise UserError(str(exc)) from exc
+
+    def plan(self, job: BatchJob) -> str:
+        """What the job will run: cells, token budget and a rough time."""
+        try:
+            settings, cells = self.runner.plan(job)
+        except BatchInputError as exc:
+            raise UserError(str(exc)) from exc
+        engine = self.services.engine
+        rate = engine.stats().tokens_per_second or 8.0 * min(len(cells), engine.config.max_running)
+        budget = sum(c.setting.params.max_new_tokens for c in cells)
+        seconds = budget / rate
+        took = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+        return (f"**{len(job.rows)} prompts × {len(settings)} settings × {job.grid.samples} samples = "
+                f"{len(cells)} cells** · at most {budget:,} tokens · roughly {took} or less")
+
+    def run(self, job: BatchJob) -> Iterator[Progress]:
+        """Start ``job`` and follow it until it ends (a refresh every REFRESH_SECONDS)."""
+        yield from self._follow(self._start(job), "Running", "")
+
+    def rerun(self, run_id: int | None) -> Iterator[Progress]:
+        """Run a stored run again with its stored settings (presets changed since do not matter)."""
+        stored = self._get(run_id)
+        try:
+            job = BatchJob.from_spec(f"{stored.name} (re-run)", stored.spec)
+        except BatchInputError as exc:
+            raise UserError(str(exc)) from exc
+        yield from self._follow(self._start(job), "Re-running", "Re-run ")
+
+    def cancel(self, run_id: int | None) -> str:
+        if run_id is None or not self.runner.cancel(run_id):
+            return "Nothing is running."
+        return "Cancelling… finished rows are kept."
+
+    def _start(self, job: BatchJob) -> RunHandle:
+        try:
+            return self.runner.start(job)
+        except BatchInputError as exc:
+            raise UserError(str(exc)) from exc
+
+    def _follow(self, handle: RunHandle, doing: str, prefix: str) -> Iterator[Progress]:
+        while not handle.wait(REFRESH_SECONDS):
+            eta = handle.eta_seconds()
+            yield Progress(handle.run_id, f"{doing}: {handle.done}/{handle.total} done · {self._speed(handle)}"
+                           + (f" · about {eta:.0f}s left" if eta else ""), False)
+        word = {"done": "Finished", "cancelled": "Cancelled", "failed": "Failed"}[handle.status]
+        took = time.monotonic() - handle.started
+        yield Progress(handle.run_id, f"{prefix}{word}: {handle.done}/{handle.total} rows in {took:.1f}s · "
+                                      f"{self._speed(handle)}", True)
+
+    @staticmethod
+    def _speed(handle: RunHandle) -> str:
+        """The run's aggregate tokens/s (all rows together), beside which each row's own rate reads right."""
+        tokens = sum(r.completion_tokens for r in handle.rows())
+        elapsed = max(time.monotonic() - handle.started, 1e-6)
+        return f"{tokens / elapsed:.1f} tok/s for the whole run (each row's tok/s is its own share)"
+
+    # -- stored runs ----------------------------------------------------------------------------------------
+    def upload(self, path: str | Path) -> tuple[tuple[str, bytes], str]:
+        """((file name, content), note) for a prompt file; UserError says what is wrong with it."""
+        path = Path(path)
+        content = path.read_bytes()
+        try:
+            count = len(load_prompts_text(path.name, content))
+        except BatchInputError as exc:
+            raise UserError(str(exc)) from exc
+        return (path.name, content), f"Using **{path.name}**: {count} prompts (the text box is ignored)."
+
+    def rename(self, run_id: int | None, name: str) -> None:
+        try:
+            self.store.rename(self._need(run_id), name)
+        except StoreError as exc:
+            raise UserError(str(exc)) from exc
+
+    def delete(self, run_id: int | None) -> None:
+        try:
+            self.store.delete(self._need(run_id))
+        except StoreError as exc:
+            raise UserError(str(exc)) from exc
+
+    def export(self, run_id: int | None, kind: str) -> Path:
+        """The run's rows as a CSV or JSONL file in a new temporary folder."""
+        rid = self._need(run_id)
+        path = Path(tempfile.mkdtemp(prefix="batch-export-")) / f"batch-run-{rid}.{kind}"
+        rows = self.rows(rid)
+        path.write_text(to_csv(rows) if kind == "csv" else to_jsonl(rows), encoding="utf-8")
+        return path
+
+    def inspect_row(self, run_id: int | None, row: ResultRow) -> MessageInspection:
+        """What the model read for ``row`` of run ``run_id``, and the row's reproduce record."""
+        run = self._get(run_id)
+        model = self.services.models.loaded  # runs stored before runs kept their loader: guess from what is loaded
+        loader = model.loader if model is not None and model.name == run.model else "transformers"
+        record = record_for_batch_row(run.model or "?", run.spec, row, loader)
+        which = f"prompt {row.prompt_id}, {row.setting}, sample {row.sample}"
+        if model is None or model.capabilities.text_only:
+            return MessageInspection(which, None, "Tokens need a local model loaded in the Model tab.", record)
+        try:
+            request = record.request(model.tokenizer)
+            seen = inspect_rendered(model, request.prompt, request.add_special_tokens)
+        except (InsightUnavailable, RecordError) as exc:
+            return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
+        return MessageInspection(which, seen, "", record)
+
+    def _need(self, run_id: int | None) -> int:
+        if run_id is None:
+            raise UserError(NO_RUN)
+        return run_id
+
+    def _get(self, run_id: int | None):
+        try:
+            return self.store.get(self._need(run_id))
+        except RunNotFound as exc:
+            raise UserError(f"{exc}; it may have been deleted in another tab") from exc

@@ -1,0 +1,93 @@
+"""InsightController: the Insight tab's behaviour: the prompt's tokens, the next-token distribution under the
+current parameters, re-running a reproduce record, and perplexity kept for comparison."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+
+from loaders.base import Progress
+from webui.controllers.errors import UserError
+from webui.engine import EngineError, SamplingParams
+from webui.insight import InsightUnavailable, NextToken, PromptInspection, inspect_prompt, next_tokens, perplexity
+from webui.reproduce import RecordError, parse_record
+from webui.services import Services
+
+TOP = 20
+PERPLEXITY_COLUMNS = ["model", "loader", "text", "tokens", "perplexity", "window", "when"]
+
+
+def shown_token(token: str) -> str:
+    """A token as plain text (spaces and newlines made visible), safe inside Markdown code."""
+    return token.replace("\n", "↵").replace("\t", "⇥").replace(" ", "␣").replace("`", "ˋ") or "∅"
+
+
+@dataclass(frozen=True)
+class NextTokens:
+    tokens: list[NextToken]
+
+    @property
+    def summary(self) -> str:
+        first, cut = self.tokens[0], sum(not t.kept for t in self.tokens)
+        return (f"Top token `{shown_token(first.token)}` ({first.probability:.1%}). The current parameters cut "
+                f"{cut} of these {len(self.tokens)}.")
+
+    def rows(self) -> list[list]:
+        return [[shown_token(t.token), t.token_id, round(t.probability, 4), round(t.after, 4),
+                 "kept" if t.kept else "cut"] for t in self.tokens]
+
+
+class InsightController:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def inspect(self, text: str, chat: bool, system_prompt: str) -> PromptInspection:
+        try:
+            return inspect_prompt(self.services.models.loaded, text, chat, system_prompt)
+        except (InsightUnavailable, ValueError) as exc:
+            raise UserError(str(exc)) from exc
+
+    def next_tokens(self, text: str, chat: bool, system_prompt: str, params: SamplingParams) -> NextTokens:
+        try:
+            return NextTokens(next_tokens(self.services.engine, text, chat, params, TOP, system_prompt))
+        except (InsightUnavailable, ValueError) as exc:
+            raise UserError(str(exc)) from exc
+
+    def rerun(self, record_text: str) -> tuple[str, str]:
+        """(output, note) of a pasted reproduce record run on the loaded model."""
+        try:
+            record = parse_record(record_text or "")
+            model = self.services.models.loaded
+            if model is None:
+                raise RecordError("no model is loaded; load the record's model first")
+            result = self.services.engine.generate(record.request(model.tokenizer))
+        except (RecordError, EngineError, ValueError) as exc:
+            raise UserError(str(exc)) from exc
+        note = "" if model.name == record.model else (
+            f"Note: the record was made with **{record.model}**; **{model.name}** is loaded now. ")
+        return result.text, (f"{note}{result.usage.completion_tokens} tokens · finish: {result.finish_reason} · "
+                             f"seed {result.seed}")
+
+    def perplexity(self, text: str, window: float | None, progress: Progress | None = None) -> str:
+        """Evaluate and store the loaded model's perplexity on ``text``; the summary line."""
+        model, loras = self.services.models.loaded, self.services.models.active_loras
+        try:
+            result = perplexity(self.services.engine, text, int(window or 512), loras, progress=progress)
+        except (InsightUnavailable, ValueError) as exc:
+            raise UserError(str(exc)) from exc
+        label = " ".join(text.split())[:40] + ("…" if len(text) > 40 else "")
+        self.services.perplexity.add(model.name, model.loader, loras, label, result.tokens, result.nll, result.ppl,
+                                     result.window)
+        return (f"**Perplexity {result.ppl:.2f}** over {result.tokens:,} tokens (mean NLL {result.nll:.4f}, "
+                f"window {result.window}).")
+
+    def perplexity_rows(self) -> list[list]:
+        """Every stored evaluation, newest first, to compare models, quantizations and adapters."""
+        return [[r.model + "".join(f" +{n}×{w:g}" for n, w in r.loras), r.loader, r.dataset, r.tokens,
+                 round(r.ppl, 3), r.window, datetime.datetime.fromtimestamp(r.created).strftime("%Y-%m-%d %H:%M")]
+                for r in self.services.perplexity.list()]
+
+    @staticmethod
+    def read_text(path: str | Path) -> str:
+        return Path(path).read_text(encoding="utf-8", errors="replace")

@@ -1,0 +1,159 @@
+"""ModelController: the Model tab's behaviour: load / unload / reload / connect, LoRA adapters, what is loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from loaders.base import LoaderError, LoadOptions, Progress
+from webui.controllers.errors import UserError
+from webui.controllers.generation import prefix_cache_text
+from webui.names import InvalidName
+from webui.services import Services
+
+AUTO_LOADER = "auto"
+REMOTE_SAMPLERS = ("the server's: temperature, top_p, stop, seed, penalties, logit_bias, max tokens; top_k, min_p, "
+                   "typical_p, repetition_penalty, min_tokens, no_repeat_ngram_size, ignore_eos sent as vLLM-style "
+                   "extras only when set (a server that lacks one answers with a clear error)")
+PREFIX_CACHE = {"blocks": "yes (the engine's blocks)", "native": "yes (in the backend's own cache)", "": "no"}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the Model tab says about the loaded model, and its chat template."""
+
+    text: str
+    template: str
+
+
+class ModelController:
+    def __init__(self, services: Services) -> None:
+        self.services, self.models = services, services.models
+
+    # -- what there is ------------------------------------------------------------------------------------
+    def model_names(self) -> list[str]:
+        return [e.name for e in self.models.available()]
+
+    def selected_model(self) -> str | None:
+        """The loaded model's name, else the last one the user loaded."""
+        loaded = self.models.loaded
+        return loaded.name if loaded else self.services.settings.get().last_model
+
+    def loader_choices(self) -> list[tuple[str, str]]:
+        """(label, value) pairs; a loader whose backend is missing says why and how to install it."""
+        choices = [("auto (from what the model holds; the default model: transformers)", AUTO_LOADER)]
+        for s in self.services.registry.status():
+            label = s.name if s.available else f"{s.name} — unavailable: {s.reason}; install: {s.install_hint}"
+            choices.append((label, s.name))
+        return choices
+
+    def info(self) -> ModelInfo:
+        model = self.models.loaded
+        if model is None:
+            return ModelInfo("No model loaded.", "")
+        caps = model.capabilities
+        if caps.text_only:
+            return ModelInfo(f"**{model.name}** on the remote server `{model.base_url}` · it samples and batches "
+                             f"itself; context length: {model.context_length or 'not reported'}  \nChats are sent "
+                             "as messages and the server applies its own chat template.", "(the remote server's own)")
+        text = (f"**{model.name}** · loader `{model.loader}` · {model.device} / {model.dtype}  \n"
+                f"context length: {model.context_length} tokens · weights: {model.memory_bytes() / 2**20:,.0f} MiB · "
+                f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'} · "
+                f"prefix cache: {PREFIX_CACHE[caps.prefix_cache]}  \npath: `{model.path}`")
+        return ModelInfo(text, model.tokenizer.chat_template or "(this model has no chat template)")
+
+    def capability_table(self) -> str:
+        """Markdown: what each registered loader can do, and why one is unavailable."""
+        rows = ["| loader | available | formats | devices | batched | LoRA | logprobs | prefix cache | samplers |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for s in self.services.registry.status():
+            c = s.capabilities
+            available = "yes" if s.available else f"no: {s.reason}"
+            samplers = REMOTE_SAMPLERS if c.text_only else "all (our pipeline on its logits)"
+            rows.append(f"| {s.name} | {available} | {', '.join(c.formats) or '-'} | {', '.join(c.devices)} | "
+                        f"{'yes' if c.batched_forward else 'no'} | {'yes' if c.lora else 'no'} | "
+                        f"{'yes' if c.logprobs else 'no'} | {PREFIX_CACHE[c.prefix_cache]} | {samplers} |")
+        return "\n".join(rows) + ("\n\nPrefix cache: prompts already read are not prefilled again (chat turns, "
+                                  "regenerate, n > 1, batch grids). Models with sliding-window layers (e.g. Gemma "
+                                  "2/3, Mistral with a sliding window) keep only their last tokens, so they are "
+                                  "always prefilled in full.")
+
+    # -- loading --------------------------------------------------------------------------------------------
+    def load(self, name: str | None, loader: str | None, device: str, dtype: str, threads: float | None,
+             progress: Progress | None = None) -> ModelInfo:
+        """Load ``name``; on failure the previous model stays loaded and the message says so."""
+        if not name:
+            raise UserError("Choose a model first.")
+        n_threads = int(threads) if threads else None
+        chosen = None if loader in (None, AUTO_LOADER) else loader
+        try:
+            self.models.load(name, chosen, LoadOptions(device, dtype, n_threads), progress=progress)
+        except (LoaderError, InvalidName, ValueError) as exc:
+            raise self._kept(exc) from exc
+        self.services.settings.update(last_model=name, last_loader=chosen,
+                                      load_options={"device": device, "dtype": dtype, "threads": n_threads})
+        return self.info()
+
+    def unload(self) -> ModelInfo:
+        self.models.unload()
+        return self.info()
+
+    def reload(self, progress: Progress | None = None) -> ModelInfo:
+        try:
+            self.models.reload(progress=progress)
+        except LoaderError as exc:
+            raise UserError(str(exc)) from exc
+        return self.info()
+
+    def connect(self, url: str, key: str, name: str) -> ModelInfo:
+        """Use a remote OpenAI-compatible server as the model."""
+        if not url.strip():
+            raise UserError("Type the server's base URL first, e.g. http://gpu-box:8000/v1")
+        try:
+            self.models.load_remote(url, key, name.strip() or None)
+        except LoaderError as exc:
+            raise self._kept(exc) from exc
+        return self.info()
+
+    def _kept(self, exc: Exception) -> UserError:
+        still = self.models.loaded
+        return UserError(f"{exc}." + (f" The previous model ({still.name}) is still loaded." if still else ""))
+
+    # -- adapters -------------------------------------------------------------------------------------------
+    def lora_choices(self) -> list[str]:
+        """Adapters in the loras dir that fit the loaded model."""
+        return [e.name for e in self.models.compatible_loras()]
+
+    def active_text(self) -> str:
+        loaded = self.models.loaded
+        if loaded is not None and not loaded.capabilities.lora:
+            return f"The {loaded.loader} loader cannot apply LoRA adapters."
+        if not self.models.active_loras:
+            return f"No adapter attached. Put adapters (peft folders) in `{self.services.config.loras_dir}`."
+        return "Attached: " + ", ".join(f"**{n}** ×{w:g}" for n, w in self.models.active_loras)
+
+    def attach(self, name: str | None, weight: float | None) -> str:
+        return self._change_lora(self.models.attach_lora, name, 1.0 if weight is None else float(weight))
+
+    def detach(self, name: str | None) -> str:
+        return self._change_lora(self.models.detach_lora, name)
+
+    def _change_lora(self, change: Callable, name: str | None, *args) -> str:
+        if not name:
+            if not self.lora_choices():
+                raise UserError(f"No adapter fits this model: put LoRA adapters (peft folders with "
+                                f"adapter_config.json) in {self.services.config.loras_dir}, then reload the page.")
+            raise UserError("Choose an adapter first.")
+        try:
+            change(name, *args)
+        except (LoaderError, InvalidName) as exc:
+            raise UserError(str(exc)) from exc
+        return self.active_text()
+
+    # -- prefix cache ---------------------------------------------------------------------------------------
+    def prefix_cache_text(self) -> str:
+        return prefix_cache_text(self.services)
+
+    def clear_prefix_cache(self) -> str:
+        self.services.engine.clear_prefix_cache()
+        return self.prefix_cache_text()
