@@ -27,7 +27,8 @@ from loaders.base import LoadOptions, common_prefix
 from loaders.registry import default_registry
 from webui.config import AppConfig
 from webui.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
-from webui.models import DEFAULT_MODEL, default_model_gguf, ensure_converted
+from loaders.hf import ensure_converted
+from webui.models import DEFAULT_MODEL, default_model_gguf
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 

@@ -21,6 +21,9 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkabl
 Progress = Callable[[float, str], None]
 """Reports (fraction done in [0, 1], what is happening) while a model loads or converts."""
 
+NATIVE, CONVERTS = 2, 1
+"""Loader.match answers: the path is in the loader's own format / the loader reads it after converting it."""
+
 
 class LoaderError(Exception):
     """Base class of the errors a loader raises for the user to read."""
@@ -107,25 +110,33 @@ class Tokenizer(Protocol):
     def token_strings(self, ids: Sequence[int]) -> list[str]: ...
 
 
-@runtime_checkable
 class LoadedModel(Protocol):
+    """What every loaded model is: its facts. What it can do is one of the protocols below, told apart by
+    ``capabilities`` (``text_only``: a TextBackend; else a SteppedModel; ``lora``: also a LoraModel)."""
+
     name: str
     loader: str
     path: Path
     tokenizer: Tokenizer
     capabilities: Capabilities
     context_length: int
-    vocab_size: int  # rows of the logits forward() returns
     device: str
     dtype: str
 
-    def new_cache(self, loras: tuple[tuple[str, float], ...] = ()) -> Any:
-        """A fresh, empty per-sequence cache (opaque to the engine), bound to the LoRA adapters to apply.
+    def memory_bytes(self) -> int:
+        """Bytes the weights take."""
 
-        Loaders without LoRA support (``capabilities.lora`` False) are never asked for adapters and
-        need no ``loras`` parameter; those with it also provide ``loras`` (attached adapters by name),
-        ``check_lora(path)``, ``add_lora(name, path)`` and ``remove_lora(name)``.
-        """
+    def close(self) -> None:
+        """Release the weights; the object is unusable afterwards."""
+
+
+class SteppedModel(LoadedModel, Protocol):
+    """A model the engine steps itself: every running sequence's next-token logits, one batched step at a time."""
+
+    vocab_size: int  # rows of the logits forward() returns
+
+    def new_cache(self) -> Any:
+        """A fresh, empty per-sequence cache (opaque to the engine)."""
 
     def release(self, cache: Any) -> None:
         """The sequence owning ``cache`` has finished; free what it holds."""
@@ -143,13 +154,39 @@ class LoadedModel(Protocol):
         """Feed each sequence its unseen ids; return next-token logits, shape [len(caches), vocab]."""
 
     def logits(self, ids: Sequence[int], last_only: bool = True) -> "torch.Tensor":  # noqa: F821
-        """Optional: logits for ``ids`` run alone, outside the running batch (insight views, perplexity)."""
+        """Logits for ``ids`` run alone, outside the running batch (insight views, perplexity)."""
 
-    def memory_bytes(self) -> int:
-        """Bytes the weights take."""
 
-    def close(self) -> None:
-        """Release the weights; the object is unusable afterwards."""
+class LoraModel(SteppedModel, Protocol):
+    """A stepped model that applies LoRA adapters per sequence (``capabilities.lora``)."""
+
+    loras: dict[str, Any]
+    """Attached adapters by name."""
+
+    def new_cache(self, loras: tuple[tuple[str, float], ...] = ()) -> Any:
+        """A fresh cache bound to the (name, weight) adapters to apply to its sequence."""
+
+    def check_lora(self, path: Path) -> None:
+        """Raise (LoRAError) unless the adapter at ``path`` fits this model."""
+
+    def add_lora(self, name: str, path: Path) -> None: ...
+
+    def remove_lora(self, name: str) -> None: ...
+
+
+class TextBackend(LoadedModel, Protocol):
+    """A server that samples and batches by itself (``capabilities.text_only``): the engine relays its text."""
+
+    base_url: str
+
+    def stream(self, prompt: str | list[int], messages: list[dict] | None, fields: dict[str, Any],
+               logprobs: int | None, cancelled: Callable[[], bool]) -> Iterator[Any]:
+        """The reply as chunks (text, finish reason, usage, logprobs); ``fields``: sampling as request fields."""
+
+
+def attached_loras(model: LoadedModel | None) -> dict[str, Any]:
+    """The adapters attached to ``model`` (none when nothing is loaded or its loader cannot apply any)."""
+    return model.loras if model is not None and model.capabilities.lora else {}  # type: ignore[attr-defined]
 
 
 class Loader(Protocol):
@@ -161,10 +198,15 @@ class Loader(Protocol):
     requires: tuple[str, ...]  # importable module names the backend needs
     install_hint: str
 
-    def can_load(self, path: Path) -> bool: ...
-    # Optional: native_format(path) -> bool, True where the path is in the loader's own format (it runs it
-    # without converting); automatic choice prefers such a loader (llama.cpp over transformers for a .gguf).
-    def load(self, path: Path, options: LoadOptions, progress: Callable[[float, str], None] | None = None) -> LoadedModel: ...
+    def match(self, path: Path) -> int:
+        """Whether ``path`` is this loader's: NATIVE (its own format), CONVERTS (it reads it after ``prepare``)
+        or 0 (not at all). The registry picks the best match among installed loaders."""
+
+    def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
+        """What ``load`` should read for ``path``: the path itself, or something made once in ``workdir`` (a
+        folder the caller keeps for this model, e.g. a .gguf converted to safetensors)."""
+
+    def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel: ...
 
 
 @contextlib.contextmanager

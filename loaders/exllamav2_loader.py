@@ -16,16 +16,16 @@ else depends on it.
 from __future__ import annotations
 
 import gc
-import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from loaders.base import (Capabilities, LoadedModel, LoaderError, LoaderUnavailable, LoadOptions, ModelLoadError,
-                          require_backend)
+from loaders.base import (NATIVE, Capabilities, LoadedModel, LoaderError, LoaderUnavailable, LoadOptions,
+                          ModelLoadError, Progress, require_backend)
+from loaders.extras import EXTRAS
+from loaders.hf import quant_method
 
-Progress = Callable[[float, str], None]
 NEEDS_GPU = "ExLlamaV2 needs an NVIDIA GPU with CUDA; this machine has none (use the transformers loader)"
-INSTALL_HINT = "python launch.py install exllamav2 (on a machine with an NVIDIA GPU and CUDA)"
+INSTALL_HINT = EXTRAS["exllamav2"].hint
 
 
 def register_loaders(register: Callable[[Any], None]) -> None:
@@ -34,14 +34,7 @@ def register_loaders(register: Callable[[Any], None]) -> None:
 
 def is_exl2_folder(path: Path) -> bool:
     """An EXL2 folder: config.json with a quantization_config of quant_method 'exl2' (or an exl2 marker file)."""
-    config = path / "config.json"
-    if not (path.is_dir() and config.is_file()):
-        return False
-    try:
-        quant = json.loads(config.read_text()).get("quantization_config") or {}
-    except ValueError:
-        return False
-    return str(quant.get("quant_method", "")).lower() == "exl2" or (path / "measurement.json").is_file()
+    return (path / "config.json").is_file() and quant_method(path) == "exl2"
 
 
 def cuda_available() -> bool:
@@ -64,10 +57,11 @@ class ExLlamaV2Loader:
         """Why it cannot run here (checked after the package is found)."""
         return None if cuda_available() else NEEDS_GPU
 
-    def can_load(self, path: Path) -> bool:
-        return is_exl2_folder(path)
+    def match(self, path: Path) -> int:
+        return NATIVE if is_exl2_folder(path) else 0
 
-    native_format = can_load
+    def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
+        return path
 
     def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
         if not cuda_available():
@@ -107,7 +101,7 @@ class ExLlamaV2Model:
         import torch
         from exllamav2 import ExLlamaV2, ExLlamaV2Config
 
-        from loaders.transformers_loader import folder_tokenizer
+        from loaders.hf import folder_tokenizer
 
         self.path, self.name = path, path.name
         before = torch.cuda.memory_allocated()

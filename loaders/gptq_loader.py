@@ -8,16 +8,15 @@ Make one with ``python launch.py quantize gptq MODEL --bits 4``.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from loaders.base import Capabilities, LoadedModel, LoadOptions, ModelLoadError, require_backend
-from loaders.transformers_loader import TransformersModel, _from_pretrained, resolve_device
-
-Progress = Callable[[float, str], None]
+from loaders.base import NATIVE, Capabilities, LoadedModel, LoadOptions, ModelLoadError, Progress, require_backend
+from loaders.extras import EXTRAS
+from loaders.hf import from_pretrained, quant_method, resolve_device
+from loaders.transformers_loader import TransformersModel
 
 
 def register_loaders(register: Callable[[Any], None]) -> None:
@@ -26,15 +25,7 @@ def register_loaders(register: Callable[[Any], None]) -> None:
 
 def is_gptq_folder(path: Path) -> bool:
     """A folder with quantize_config.json, or a config.json whose quantization_config says gptq."""
-    if not path.is_dir():
-        return False
-    if (path / "quantize_config.json").is_file():
-        return True
-    try:
-        quant = json.loads((path / "config.json").read_text()).get("quantization_config") or {}
-    except (OSError, ValueError):
-        return False
-    return str(quant.get("quant_method", "")).lower() == "gptq"
+    return quant_method(path) == "gptq"
 
 
 class GPTQLoader:
@@ -43,12 +34,13 @@ class GPTQLoader:
     capabilities = Capabilities(batched_forward=True, lora=False, logprobs=True, devices=("cpu", "cuda"),
                                 formats=("gptq",), prefix_cache="blocks")
     requires = ("torch", "transformers", "gptqmodel", "optimum")
-    install_hint = "python launch.py install gptq (gptqmodel 7.6.0 keeps torch 2.13.0)"
+    install_hint = EXTRAS["gptq"].hint
 
-    def can_load(self, path: Path) -> bool:
-        return is_gptq_folder(path)
+    def match(self, path: Path) -> int:
+        return NATIVE if is_gptq_folder(path) else 0
 
-    native_format = can_load
+    def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
+        return path
 
     def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
         require_backend(self)
@@ -66,7 +58,7 @@ class GPTQLoader:
         dtype = options.dtype if options.dtype != "auto" else ("float16" if device.startswith("cuda") else "bfloat16")
         if progress:
             progress(0.0, f"loading the GPTQ model {path.name} on {device}")
-        model, tokenizer = _from_pretrained(path, device, dtype)
+        model, tokenizer = from_pretrained(path, device, dtype)
         if progress:
             progress(1.0, f"loaded {path.name}")
         loaded = TransformersModel(path, model, tokenizer, device, dtype)

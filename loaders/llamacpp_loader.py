@@ -23,13 +23,11 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from loaders.base import (Capabilities, LoadedModel, LoaderError, LoadOptions, ModelLoadError, common_prefix,
-                          require_backend)
+from loaders.base import (NATIVE, Capabilities, LoadedModel, LoaderError, LoadOptions, ModelLoadError, Progress,
+                          common_prefix, require_backend)
+from loaders.extras import EXTRAS
 
-Progress = Callable[[float, str], None]
-
-INSTALL_HINT = ("python launch.py install llamacpp (builds llama-cpp-python from source: about 12 minutes "
-                "on 2 CPU cores), or the Install button in the Model tab")
+INSTALL_HINT = EXTRAS["llamacpp"].hint
 MAX_SEQUENCES = 64
 """Sequence ids in the shared context; the last one is kept for out-of-band logits (insight, perplexity)."""
 KV_TOKENS = 16384
@@ -50,10 +48,11 @@ class LlamaCppLoader:
     requires = ("llama_cpp",)
     install_hint = INSTALL_HINT
 
-    def can_load(self, path: Path) -> bool:
-        return path.is_file() and path.suffix == ".gguf"
+    def match(self, path: Path) -> int:
+        return NATIVE if path.is_file() and path.suffix == ".gguf" else 0
 
-    native_format = can_load
+    def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
+        return path
 
     def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
         require_backend(self)

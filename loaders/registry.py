@@ -63,26 +63,26 @@ class LoaderRegistry:
                                     loader.capabilities))
         return out
 
+    def can_read(self, path: Path) -> bool:
+        """Whether any registered loader reads ``path`` (installed or not): what counts as a model."""
+        return any(loader.match(path) > 0 for loader in self._loaders.values())
+
     def for_path(self, path: Path) -> Loader:
         """The loader for what ``path`` holds: one that reads the format natively, else any that can read it.
 
-        Each loader knows its own formats (``can_load``); a native reader whose backend is installed wins
-        (llama.cpp for a .gguf), then the first that can read it in registry order (transformers dequantizes
-        a .gguf). Loaders whose backend is missing are chosen only when nothing else can read the path, so
-        the user gets their install hint.
+        Each loader says how well it reads a path (``match``: NATIVE, CONVERTS or 0), so a third-party loader
+        adds a format by registering. A native reader whose backend is installed wins (llama.cpp for a .gguf),
+        then one that converts (transformers dequantizes a .gguf), in registry order. Loaders whose backend is
+        missing are chosen only when no installed one can read the path, so the user gets their install hint.
         """
-        able = [loader for loader in self._loaders.values() if loader.can_load(path)]
+        scores = {name: loader.match(path) for name, loader in self._loaders.items()}
         ready = {s.name for s in self.status() if s.available}
-        ranked = sorted(able, key=lambda loader: (loader.name not in ready, not _native(loader, path)))
+        ranked = sorted((name for name, score in scores.items() if score > 0),
+                        key=lambda name: (name not in ready, -scores[name]))
         if ranked:
-            return ranked[0]
+            return self._loaders[ranked[0]]
         raise UnknownLoader(f"no registered loader can read '{path}' "
                             f"(loaders: {', '.join(self._loaders) or 'none'})")
-
-
-def _native(loader: Loader, path: Path) -> bool:
-    """Whether ``path`` is in the loader's own format (it runs it as is, without converting)."""
-    return getattr(loader, "native_format", lambda p: False)(path)
 
 
 def _load_hook(spec: str) -> RegisterHook:

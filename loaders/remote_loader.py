@@ -63,8 +63,11 @@ class RemoteLoader:
     requires = ("httpx",)
     install_hint = "pip install httpx"
 
-    def can_load(self, path: Path) -> bool:
-        return False  # chosen by URL, not by a file
+    def match(self, path: Path) -> int:
+        return 0  # chosen by URL, not by a file
+
+    def prepare(self, path: Path, workdir: Path, progress=None) -> Path:
+        return path
 
     def load(self, path: Path, options: LoadOptions, progress=None) -> "RemoteModel":
         raise ModelLoadError("the remote loader connects to a server URL; use the Model tab's Remote server "

@@ -12,11 +12,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from loaders.base import (Capabilities, LoadedModel, LoaderUnavailable, LoadOptions, ModelLoadError,
-                          atomic_folder, missing_module, require_backend)
+from loaders.base import (CONVERTS, NATIVE, Capabilities, LoadedModel, LoaderUnavailable, LoadOptions, Progress,
+                          missing_module, require_backend)
+from loaders.hf import (HF_INSTALL, HF_REQUIRES, HFTokenizer, check_model_path, ensure_converted, eos_ids,
+                        from_pretrained, is_hf_folder, quant_method, resolve_device, resolve_dtype)
 from loaders.lora import Adapters, Selection, check_fits
-
-Progress = Callable[[float, str], None]
 
 
 def register_loaders(register: Callable[[Any], None]) -> None:
@@ -28,20 +28,19 @@ class TransformersLoader:
     description = "Hugging Face transformers: safetensors model folders and .gguf files (dequantized on load)"
     capabilities = Capabilities(batched_forward=True, lora=True, logprobs=True,
                                 devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"), prefix_cache="blocks")
-    requires = ("torch", "transformers", "safetensors")
-    install_hint = "pip install torch==2.13.0 transformers safetensors"
+    requires = HF_REQUIRES
+    install_hint = HF_INSTALL
 
-    def can_load(self, path: Path) -> bool:
-        from loaders.exllamav2_loader import is_exl2_folder
-        from loaders.gptq_loader import is_gptq_folder
+    def match(self, path: Path) -> int:
+        """A Hugging Face folder of plain weights is its own format; a .gguf it reads by converting it.
+        Folders that declare a quantization (GPTQ, EXL2, ...) are left to the loaders that read them."""
+        if is_hf_folder(path):
+            return NATIVE if quant_method(path) is None else 0
+        return CONVERTS if path.is_file() and path.suffix == ".gguf" else 0
 
-        if path.is_dir():  # quantized folders belong to their own loaders
-            return (path / "config.json").is_file() and not is_exl2_folder(path) and not is_gptq_folder(path)
-        return path.is_file() and path.suffix == ".gguf"
-
-    def native_format(self, path: Path) -> bool:
-        """A Hugging Face folder is read as is; a .gguf is dequantized (a native reader is preferred for it)."""
-        return path.is_dir()
+    def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
+        """A .gguf is dequantized once into ``workdir`` (a safetensors folder loads in seconds after that)."""
+        return ensure_converted(path, workdir, progress) if path.suffix == ".gguf" else path
 
     def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
         require_backend(self)
@@ -57,119 +56,10 @@ class TransformersLoader:
         dtype = resolve_dtype(options.dtype, device)
         if progress:
             progress(0.0, f"loading {path.name} on {device} as {dtype}")
-        model, tokenizer = _from_pretrained(path, device, dtype)
+        model, tokenizer = from_pretrained(path, device, dtype)
         if progress:
             progress(1.0, f"loaded {path.name}")
         return TransformersModel(path, model, tokenizer, device, dtype)
-
-
-def check_model_path(path: Path) -> None:
-    if not path.exists():
-        raise ModelLoadError(f"model path '{path}' does not exist")
-    if path.is_dir() and not (path / "config.json").is_file():
-        raise ModelLoadError(f"'{path}' is not a model folder: it has no config.json (expected a Hugging Face "
-                             "folder with config.json and *.safetensors, or a .gguf file)")
-    if path.is_file() and path.suffix != ".gguf":
-        raise ModelLoadError(f"'{path}' is not a model: expected a folder with config.json or a .gguf file")
-
-
-def resolve_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ModelLoadError(f"device '{device}' was asked for, but torch sees no CUDA GPU here; choose cpu or auto "
-                             "(Device in the Model tab, or --device cpu)")
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise ModelLoadError("device 'mps' was asked for, but torch has no MPS support here; choose cpu or auto "
-                             "(Device in the Model tab, or --device cpu)")
-    return device
-
-
-def resolve_dtype(dtype: str, device: str) -> str:
-    if dtype != "auto":
-        return dtype
-    if device.startswith("cuda"):
-        import torch
-
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    return "float32"
-
-
-def _from_pretrained(path: Path, device: str, dtype: str):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    kwargs: dict[str, Any] = {}
-    folder = path
-    if path.suffix == ".gguf":
-        folder, kwargs["gguf_file"] = path.parent, path.name
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=getattr(torch, dtype), local_files_only=True, **kwargs)
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelLoadError(f"could not load '{path}' with transformers: {exc}") from exc
-    model.to(device).eval()
-    return model, tokenizer
-
-
-def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
-    """Dequantize a .gguf file once into a safetensors folder (written atomically)."""
-    require_backend(TransformersLoader())
-    if missing_module(["gguf"]):
-        raise LoaderUnavailable("transformers", "gguf", "pip install gguf")
-    check_model_path(gguf_path)
-    model, tokenizer = _from_pretrained(gguf_path, "cpu", "float32")
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer.remove_quantization_config(model)
-    with atomic_folder(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    return out_dir
-
-
-def folder_tokenizer(folder: Path) -> "HFTokenizer":
-    """The Hugging Face tokenizer (and eos ids from generation_config.json) of a model folder.
-
-    For backends that run a folder's weights themselves (ExLlamaV2) but keep its HF tokenizer files,
-    so chat templates and token strings are the same as with the transformers loader.
-    """
-    from transformers import AutoTokenizer, GenerationConfig
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelLoadError(f"could not read the tokenizer in '{folder}': {exc}") from exc
-    try:
-        generation = GenerationConfig.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError):
-        generation = None
-    return HFTokenizer(tokenizer, _eos_ids(generation, tokenizer))
-
-
-class HFTokenizer:
-    """Our Tokenizer protocol over a transformers tokenizer."""
-
-    def __init__(self, tokenizer: Any, eos_ids: frozenset[int]):
-        self._tok = tokenizer
-        self.eos_token_ids = eos_ids
-        self.chat_template: str | None = getattr(tokenizer, "chat_template", None)
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
-
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        if not self.chat_template:
-            raise ModelLoadError("this model has no chat template; use a raw completion instead")
-        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
-
-    def token_strings(self, ids: Sequence[int]) -> list[str]:
-        return [self._tok.decode([i], skip_special_tokens=False) for i in ids]
 
 
 class TransformersModel:
@@ -182,7 +72,7 @@ class TransformersModel:
 
         self.path, self.name = path, path.stem if path.is_file() else path.name
         self.model, self.device, self.dtype = model, device, dtype
-        self.tokenizer = HFTokenizer(tokenizer, _eos_ids(getattr(model, "generation_config", None), tokenizer))
+        self.tokenizer = HFTokenizer(tokenizer, eos_ids(getattr(model, "generation_config", None), tokenizer))
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         batched = _plain_dynamic_cache(self._empty_cache())
@@ -298,12 +188,3 @@ def _plain_dynamic_cache(cache: Any) -> bool:
     return all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
-def _eos_ids(generation_config: Any, tokenizer: Any) -> frozenset[int]:
-    """The ids that end a reply: the generation config's eos ids and the tokenizer's."""
-    ids: set[int] = set()
-    for source in (getattr(generation_config, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
-        if isinstance(source, int):
-            ids.add(source)
-        elif isinstance(source, (list, tuple)):
-            ids.update(int(i) for i in source)
-    return frozenset(ids)

@@ -20,6 +20,8 @@ import sys
 import venv
 from pathlib import Path
 
+from loaders.extras import EXTRAS  # standard library only, like this module
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 STAMP = VENV / ".workbench-install.json"
@@ -84,11 +86,7 @@ def ensure_venv(extras: tuple[str, ...] = ()) -> None:
     STAMP.write_text(json.dumps(wanted))
 
 
-OPTIONAL_EXTRAS = {
-    "llamacpp": "the llama.cpp loader (llama-cpp-python; builds from source: about 12 minutes on 2 CPU cores)",
-    "gptq": "the GPTQ loader and `launch.py quantize gptq` (gptqmodel 7.6.0, which keeps torch 2.13.0, and optimum)",
-    "exllamav2": "the ExLlamaV2 loader (needs an NVIDIA GPU with CUDA)",
-}
+OPTIONAL_EXTRAS = {name: extra.summary for name, extra in EXTRAS.items()}
 
 
 def install_extras(names: list[str]) -> int:

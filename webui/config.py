@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"where chats, presets, settings and converted models live (default: {default_user_data_dir()}; "
                         f"or set ${HOME_ENV})")
     g.add_argument("--listen", action="store_true", help="listen on all interfaces instead of 127.0.0.1 "
-                                                         "(warns unless auth is set)")
+                                                         "(the UI has no login: it warns that anyone on the network "
+                                                         "can use it; the API needs --api-key to leave 127.0.0.1)")
     g.add_argument("--port", type=_port, default=7860, help="UI port (default 7860)")
     g.add_argument("--max-running", type=_positive_int, default=16,
                    help="sequences the engine generates at once (default 16)")

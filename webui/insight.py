@@ -46,7 +46,7 @@ class NextToken:
 def _local(model: LoadedModel | None) -> LoadedModel:
     if model is None:
         raise InsightUnavailable("no model is loaded; load one in the Model tab")
-    if model.capabilities.text_only or not hasattr(model, "logits"):
+    if model.capabilities.text_only:
         raise InsightUnavailable(f"the {model.loader} loader gives no token ids or logits; load a local model")
     return model
 

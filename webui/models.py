@@ -15,9 +15,8 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from loaders.base import LoadedModel, LoadOptions, ModelLoadError
+from loaders.base import LoadedModel, LoadOptions, ModelLoadError, Progress
 from loaders.registry import LoaderRegistry
 from webui.config import AppConfig
 from webui.engine import Engine
@@ -31,15 +30,21 @@ DEFAULT_MODEL_LOADER = "transformers"
 """The default model is the reference model: fp32 through transformers (LoRA, exact batching) unless another
 loader is chosen (llama.cpp runs its GGUF as is, faster on a CPU)."""
 
-Progress = Callable[[float, str], None]
-
-
 @dataclass(frozen=True)
 class ModelEntry:
     name: str
     path: Path
-    format: str  # "hf-folder" | "gguf"
+    format: str  # "hf-folder" for a folder, else the file's suffix ("gguf")
     default: bool = False
+
+    @property
+    def model_name(self) -> str:
+        """The name a loaded model goes by: a file's name without its suffix."""
+        return self.name if self.default or self.path.is_dir() else Path(self.name).stem
+
+
+def _format(path: Path) -> str:
+    return "hf-folder" if path.is_dir() else path.suffix.lstrip(".")
 
 
 def default_model_gguf() -> Path | None:
@@ -79,12 +84,8 @@ class ModelManager:
         models_dir = self.config.models_dir
         if models_dir.is_dir():
             for p in sorted(models_dir.iterdir(), key=lambda p: p.name.lower()):
-                if p.name.startswith("."):
-                    continue
-                if p.is_dir() and (p / "config.json").is_file():
-                    entries.append(ModelEntry(p.name, p, "hf-folder"))
-                elif p.is_file() and p.suffix == ".gguf":
-                    entries.append(ModelEntry(p.name, p, "gguf"))
+                if not p.name.startswith(".") and self.registry.can_read(p):  # each loader knows its formats
+                    entries.append(ModelEntry(p.name, p, _format(p)))
         return entries
 
     def resolve(self, name: str) -> ModelEntry:
@@ -105,7 +106,7 @@ class ModelManager:
         path = Path(path).expanduser().resolve()
         if not path.exists():
             raise ModelLoadError(f"model path '{path}' does not exist")
-        return ModelEntry(path.name, path, "gguf" if path.suffix == ".gguf" else "hf-folder")
+        return ModelEntry(path.name, path, _format(path))
 
     # -- loading ---------------------------------------------------------------
     @property
@@ -122,11 +123,9 @@ class ModelManager:
             if not loader and entry.default:
                 loader = DEFAULT_MODEL_LOADER
             chosen = self.registry.get(loader) if loader else self.registry.for_path(entry.path)
-            path = entry.path
-            if entry.format == "gguf" and chosen.name == "transformers":
-                path = self.converted_folder(entry, progress)
+            path = chosen.prepare(entry.path, self.workdir(entry), progress)
             model = chosen.load(path, options, progress)
-            model.name = entry.name.removesuffix(".gguf") if entry.format == "gguf" else entry.name
+            model.name = entry.model_name
             old = self._loaded
             self.engine.set_model(model)
             self._loaded, self._loaded_entry = model, entry
@@ -139,10 +138,8 @@ class ModelManager:
     def load_remote(self, base_url: str, api_key: str | None = None, model: str | None = None,
                     timeout: float = 600.0) -> LoadedModel:
         """Use a remote OpenAI-compatible server as the model; on failure the previous model stays loaded."""
-        from loaders.remote_loader import RemoteLoader
-
         with self._lock:
-            remote = RemoteLoader().connect(base_url.strip(), api_key or None, model or None, timeout)
+            remote = self.registry.get("remote").connect(base_url.strip(), api_key or None, model or None, timeout)
             old = self._loaded
             self.engine.set_model(remote)
             self._loaded, self._loaded_entry = remote, None
@@ -251,26 +248,6 @@ class ModelManager:
                             f"{', '.join(able) or 'none'}")
         return model
 
-    def converted_folder(self, entry: ModelEntry, progress: Progress | None = None) -> Path:
-        """The safetensors folder for a .gguf model, converted once into ``<user data>/converted``."""
-        return ensure_converted(entry.path, self.config.converted_dir / entry.name.removesuffix(".gguf"), progress)
-
-
-def ensure_converted(gguf: Path, out: Path, progress: Progress | None = None) -> Path:
-    """Convert ``gguf`` to a safetensors folder at ``out`` unless that was done for this very file."""
-    from loaders.transformers_loader import convert_gguf
-
-    stat = gguf.stat()
-    source = {"gguf": str(gguf), "size": stat.st_size, "mtime": int(stat.st_mtime)}
-    marker = out / "converted_from.json"
-    if marker.is_file() and json.loads(marker.read_text()) == source:
-        return out
-    message = f"converting {gguf.name} to safetensors once (later loads take seconds)"
-    if progress:
-        progress(0.0, message)
-    log.warning("%s -> %s", message, out)
-    convert_gguf(gguf, out)
-    marker.write_text(json.dumps(source))
-    if progress:
-        progress(1.0, f"converted {gguf.name}")
-    return out
+    def workdir(self, entry: ModelEntry) -> Path:
+        """The folder a loader may fill once for ``entry`` (e.g. a .gguf converted to safetensors)."""
+        return self.config.converted_dir / entry.model_name

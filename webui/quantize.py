@@ -187,8 +187,9 @@ def main(argv: list[str]) -> int:
             check_exl2_ready(args.bits)
         path = Path(args.model).expanduser()
         entry = manager.entry_for_path(path) if path.exists() else manager.resolve(args.model)
-        source = manager.converted_folder(entry, lambda f, m: print(m)) if entry.format == "gguf" else entry.path
-        name = entry.name.removesuffix(".gguf")
+        # quantizers read a Hugging Face folder: the transformers loader makes one of a .gguf (once)
+        source = manager.registry.get("transformers").prepare(entry.path, manager.workdir(entry), lambda f, m: print(m))
+        name = entry.model_name
         out = args.out or config.models_dir / f"{name}-{args.method}-{args.bits:g}bit"
         if out.exists() and not args.force:
             raise QuantizeError(f"'{out}' exists; pass --force to replace it or --out to write elsewhere")

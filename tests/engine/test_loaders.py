@@ -10,7 +10,7 @@ import importlib.util
 
 import pytest
 
-from loaders.base import Capabilities, LoaderUnavailable, LoadOptions, ModelLoadError
+from loaders.base import NATIVE, Capabilities, LoaderUnavailable, LoadOptions, ModelLoadError
 from loaders.registry import ENTRY_POINT_GROUP, LoaderRegistry, UnknownLoader, default_registry
 
 
@@ -21,8 +21,11 @@ class FakeLoader:
         self.capabilities = Capabilities(devices=("cpu",))
         self.install_hint = "pip install fake-backend"
 
-    def can_load(self, path: Path) -> bool:
-        return path.suffix == ".fake"
+    def match(self, path: Path) -> int:
+        return NATIVE if path.suffix == ".fake" else 0
+
+    def prepare(self, path: Path, workdir: Path, progress=None) -> Path:
+        return path
 
     def load(self, path, options, progress=None):
         from loaders.base import require_backend
@@ -188,3 +191,42 @@ def test_the_device_picker_offers_only_what_this_machine_has():
     assert devices[:2] == ("auto", "cpu")
     assert ("cuda" in devices) == torch.cuda.is_available()
     assert ("mps" in devices) == torch.backends.mps.is_available()
+
+
+def test_a_registered_loader_adds_a_format_and_prepares_it(tmp_path, tiny_model_dir):
+    """A third-party loader says which paths are its own and what to make of them first; ModelManager
+    asks the registry for the loader and the loader for the path to load, naming no loader itself."""
+    from webui.config import AppConfig
+    from webui.engine import Engine
+    from webui.models import ModelManager
+
+    class Zipped:
+        name, description, install_hint, requires = "zipped", "folders in a .zipmodel file", "", ()
+        capabilities = Capabilities(devices=("cpu",), formats=("zipmodel",))
+        prepared: list = []
+
+        def match(self, path: Path) -> int:
+            return NATIVE if path.suffix == ".zipmodel" else 0
+
+        def prepare(self, path: Path, workdir: Path, progress=None) -> Path:
+            self.prepared.append((path.name, workdir.name))
+            return tiny_model_dir  # "unpacked" once into workdir; here: an existing folder
+
+        def load(self, path, options, progress=None):
+            return default_registry().get("transformers").load(path, LoadOptions(device="cpu"))
+
+    registry = default_registry()
+    registry.register(Zipped())
+    config = AppConfig(user_data_dir=tmp_path / "data", device="cpu")
+    config.make_dirs()
+    (config.models_dir / "packed.zipmodel").write_bytes(b"zip")
+    assert registry.for_path(config.models_dir / "packed.zipmodel").name == "zipped"
+    engine = Engine()
+    manager = ModelManager(config, engine, registry)
+    try:
+        model = manager.load(manager.entry_for_path(config.models_dir / "packed.zipmodel"))
+        assert Zipped.prepared == [("packed.zipmodel", "packed")] and model.path == tiny_model_dir
+        assert model.name == "packed" and [e.name for e in manager.available()][-1] == "packed.zipmodel"
+    finally:
+        manager.unload()
+        engine.close()

@@ -12,7 +12,8 @@ from loaders.registry import UnknownLoader, default_registry
 from tests.conftest import TEST_THREADS
 from webui.config import AppConfig
 from webui.engine import Engine, GenerationRequest, NoModelLoaded, SamplingParams
-from webui.models import DEFAULT_MODEL, ModelManager, default_model_gguf, ensure_converted
+from loaders.hf import ensure_converted
+from webui.models import DEFAULT_MODEL, ModelManager, default_model_gguf
 from webui.names import InvalidName
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=4, ban_eos=True)

@@ -79,11 +79,11 @@ def test_unreadable_settings_are_set_aside_not_lost(tmp_path):
 
 def test_loader_list_shows_missing_backends_with_install_hint(make_services):
     from tests.engine.test_loaders import FakeLoader
-    from webui.ui.model_tab import loader_choices
+    from webui.controllers.model import ModelController
 
     services = make_services()
     services.registry.register(FakeLoader("ghost", requires=("definitely_not_installed_pkg",)))
-    labels = dict((value, label) for label, value in loader_choices(services))
+    labels = dict((value, label) for label, value in ModelController(services).loader_choices())
     assert labels["transformers"] == "transformers"
     assert "unavailable: missing package 'definitely_not_installed_pkg'" in labels["ghost"]
     assert "install: pip install fake-backend" in labels["ghost"]

@@ -22,8 +22,9 @@ def test_json_round_trip():
 
 
 def test_the_api_request_carries_every_setting():
-    route, body = record(loras=[["secret", 1.0]]).api_body()
-    assert route == "/chat/completions" and body["model"] == "SmolLM2-135M-Instruct:secret"
+    route, body = record(loras=[["secret", 0.5], ["other", 1.0]]).api_body()
+    assert route == "/chat/completions" and body["model"] == "SmolLM2-135M-Instruct"
+    assert body["loras"] == [["secret", 0.5], ["other", 1.0]]  # every adapter at the record's own weight
     assert (body["temperature"], body["top_k"], body["seed"], body["stop"], body["max_tokens"]) == (
         0.7, 40, 123, ["\n\n"], 20)
     raw = ReproduceRecord("m", SamplingParams(temperature=0).to_dict(), prompt="Once")

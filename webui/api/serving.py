@@ -11,7 +11,7 @@ from typing import AsyncIterator, Sequence
 
 from fastapi import Request
 
-from loaders.base import LoadedModel
+from loaders.base import attached_loras, LoadedModel
 from webui.api.errors import APIError
 from webui.api.protocol import SamplingRequest
 from webui.engine import (GenerationEvent, GenerationRequest, InvalidParameter, PromptTooLong, RequestStream,
@@ -67,7 +67,7 @@ class Serving:
     def adapter_ids(self) -> list[str]:
         """``base:adapter`` for every attached LoRA adapter: the model id that selects it."""
         model = self.services.models.loaded
-        return [f"{model.name}:{name}" for name in getattr(model, "loras", {})] if model else []
+        return [f"{model.name}:{name}" for name in attached_loras(model)] if model else []
 
     def resolve_model(self, name: str | None, loras: Sequence[tuple[str, float]] | None = None
                       ) -> tuple[LoadedModel, tuple[tuple[str, float], ...]]:
@@ -86,9 +86,9 @@ class Serving:
             return model, ()
         base, _, adapter = (name or "").rpartition(":")
         if base in self.model_names() and adapter:
-            if adapter not in getattr(model, "loras", {}):
+            if adapter not in attached_loras(model):
                 raise APIError(404, f"the LoRA adapter '{adapter}' is not attached to {model.name}; attached: "
-                                    f"{', '.join(getattr(model, 'loras', {})) or 'none'}", type="not_found_error",
+                                    f"{', '.join(attached_loras(model)) or 'none'}", type="not_found_error",
                                param="model", code="model_not_found")
             weight = dict(self.services.models.active_loras).get(adapter, 1.0)
             return model, ((adapter, weight),)
@@ -100,7 +100,7 @@ class Serving:
 
     @staticmethod
     def _attached(model: LoadedModel, loras: Sequence[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
-        attached = getattr(model, "loras", {})
+        attached = attached_loras(model)
         for i, (adapter, weight) in enumerate(loras):
             if adapter not in attached:
                 raise APIError(404, f"loras[{i}]: the LoRA adapter '{adapter}' is not attached to {model.name}; "

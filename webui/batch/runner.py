@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaders.base import attached_loras
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
 from webui.batch.prompts import PromptRow
@@ -130,7 +131,7 @@ class BatchRunner:
         if model is None:
             raise BatchInputError("no model is loaded; load one in the Model tab first")
         settings, cells = self.plan(job)
-        attached = getattr(model, "loras", {})
+        attached = attached_loras(model)
         for setting in settings:
             missing = [n for n, _ in setting.loras if n not in attached]
             if missing:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
+from loaders.base import LoadedModel
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.controllers.errors import UserError
 from webui.controllers.generation import ActiveRequests, stats_text, stream_request, stream_text
@@ -56,9 +57,9 @@ class MessageInspection:
     record: ReproduceRecord | None = None
 
 
-def reply_stats(event: GenerationEvent, params: SamplingParams, model=None, loras=()) -> dict[str, Any]:
+def reply_stats(event: GenerationEvent, params: SamplingParams, model: LoadedModel, loras=()) -> dict[str, Any]:
     u, t = event.usage, event.timings
-    return {"model": getattr(model, "name", None), "loader": getattr(model, "loader", None),
+    return {"model": model.name, "loader": model.loader,
             "loras": [list(x) for x in loras],
             "completion_tokens": u.completion_tokens, "prompt_tokens": u.prompt_tokens,
             "cached_tokens": u.cached_tokens,

@@ -12,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 
+from loaders.extras import EXTRAS
 from webui.bootstrap import OPTIONAL_EXTRAS
 from webui.jobs import JobBusy, JobUpdate, launch_command
 from webui.quantize import BITS
@@ -19,9 +20,7 @@ from webui.controllers import UserError
 from webui.services import Services
 from webui.ui.feedback import shows_errors
 
-EXPECTED = {"llamacpp": "building llama-cpp-python from source usually takes about 12 minutes on 2 CPU cores",
-            "gptq": "downloading gptqmodel and its dependencies takes a minute or two",
-            "quantize": "quantizing a small model on a CPU takes several minutes"}
+QUANTIZE_TAKES = "quantizing a small model on a CPU takes several minutes"
 
 
 def _minutes(seconds: float) -> str:
@@ -66,7 +65,7 @@ def create_backends_panel(services: Services, model_names: Callable[[], list[str
     def install(name: str) -> Iterator[tuple[str, str]]:
         if name not in OPTIONAL_EXTRAS:
             raise UserError(f"choose one of: {', '.join(OPTIONAL_EXTRAS)}")
-        yield from run_job(services, f"installing {name}", launch_command("install", name), EXPECTED.get(name, ""))
+        yield from run_job(services, f"installing {name}", launch_command("install", name), EXTRAS[name].takes)
         importlib.invalidate_caches()  # the new package becomes visible to the loader list
 
     def quantize(name: str | None, bits: int, group: float | None) -> Iterator[tuple[str, str]]:
@@ -76,7 +75,7 @@ def create_backends_panel(services: Services, model_names: Callable[[], list[str
                               "--user-data-dir", str(services.config.user_data_dir))
         if group:
             argv += ["--group-size", str(int(group))]
-        yield from run_job(services, f"quantizing {name}", argv, EXPECTED["quantize"])
+        yield from run_job(services, f"quantizing {name}", argv, QUANTIZE_TAKES)
 
     installed = install_btn.click(shows_errors(install), [extra], [status, log], concurrency_limit=1, concurrency_id="jobs")
     quantized = quantize_btn.click(shows_errors(quantize), [q_model, q_bits, q_group], [status, log], concurrency_limit=1,

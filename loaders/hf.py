@@ -1,0 +1,180 @@
+"""What every loader of Hugging Face folders shares: reading a folder and its tokenizer, devices and dtypes,
+the quantization method a folder declares, and converting a .gguf to a safetensors folder once.
+
+torch and transformers are imported inside the functions, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+from loaders.base import LoaderUnavailable, ModelLoadError, Progress, atomic_folder, missing_module
+
+log = logging.getLogger(__name__)
+
+HF_REQUIRES = ("torch", "transformers", "safetensors")
+HF_INSTALL = "pip install torch==2.13.0 transformers safetensors"
+
+
+def is_hf_folder(path: Path) -> bool:
+    return path.is_dir() and (path / "config.json").is_file()
+
+
+def quant_method(path: Path) -> str | None:
+    """The quantization a Hugging Face folder declares ('gptq', 'exl2', ...), or None for plain weights.
+
+    Read from config.json's quantization_config; AutoGPTQ's quantize_config.json and EXL2's
+    measurement.json count too, as the tools that write them mean them to.
+    """
+    if not path.is_dir():
+        return None
+    if (path / "quantize_config.json").is_file():
+        return "gptq"
+    if (path / "measurement.json").is_file():
+        return "exl2"
+    try:
+        quant = json.loads((path / "config.json").read_text()).get("quantization_config") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    method = str(quant.get("quant_method", "")).lower() if isinstance(quant, dict) else ""
+    return method or None
+
+
+def check_model_path(path: Path) -> None:
+    if not path.exists():
+        raise ModelLoadError(f"model path '{path}' does not exist")
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ModelLoadError(f"'{path}' is not a model folder: it has no config.json (expected a Hugging Face "
+                             "folder with config.json and *.safetensors, or a .gguf file)")
+    if path.is_file() and path.suffix != ".gguf":
+        raise ModelLoadError(f"'{path}' is not a model: expected a folder with config.json or a .gguf file")
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device '{device}' was asked for, but torch sees no CUDA GPU here; choose cpu or auto "
+                             "(Device in the Model tab, or --device cpu)")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError("device 'mps' was asked for, but torch has no MPS support here; choose cpu or auto "
+                             "(Device in the Model tab, or --device cpu)")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    if dtype != "auto":
+        return dtype
+    if device.startswith("cuda"):
+        import torch
+
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "float32"
+
+
+def from_pretrained(path: Path, device: str, dtype: str):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {}
+    folder = path
+    if path.suffix == ".gguf":
+        folder, kwargs["gguf_file"] = path.parent, path.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=getattr(torch, dtype), local_files_only=True, **kwargs)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"could not load '{path}' with transformers: {exc}") from exc
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
+    """Dequantize a .gguf file once into a safetensors folder (written atomically)."""
+    missing = missing_module([*HF_REQUIRES, "gguf"])
+    if missing:
+        raise LoaderUnavailable("transformers", missing, f"{HF_INSTALL} gguf")
+    check_model_path(gguf_path)
+    model, tokenizer = from_pretrained(gguf_path, "cpu", "float32")
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    with atomic_folder(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return out_dir
+
+
+def ensure_converted(gguf: Path, out: Path, progress: Progress | None = None) -> Path:
+    """Convert ``gguf`` to a safetensors folder at ``out`` unless that was done for this very file."""
+    source = {"gguf": gguf.name, "size": gguf.stat().st_size}  # not its path: checkouts may share a user data dir
+    marker = out / "converted_from.json"
+    if marker.is_file() and json.loads(marker.read_text()) == source:
+        return out
+    message = f"converting {gguf.name} to safetensors once (later loads take seconds)"
+    log.warning("%s -> %s", message, out)
+    if progress:
+        progress(0.0, message)
+    convert_gguf(gguf, out)
+    marker.write_text(json.dumps(source))
+    if progress:
+        progress(1.0, f"converted {gguf.name}")
+    return out
+
+
+def folder_tokenizer(folder: Path) -> "HFTokenizer":
+    """The Hugging Face tokenizer (and eos ids from generation_config.json) of a model folder.
+
+    For backends that run a folder's weights themselves (ExLlamaV2) but keep its HF tokenizer files,
+    so chat templates and token strings are the same as with the transformers loader.
+    """
+    from transformers import AutoTokenizer, GenerationConfig
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"could not read the tokenizer in '{folder}': {exc}") from exc
+    try:
+        generation = GenerationConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError):
+        generation = None
+    return HFTokenizer(tokenizer, eos_ids(generation, tokenizer))
+
+
+class HFTokenizer:
+    """Our Tokenizer protocol over a transformers tokenizer."""
+
+    def __init__(self, tokenizer: Any, eos_ids: frozenset[int]):
+        self._tok = tokenizer
+        self.eos_token_ids = eos_ids
+        self.chat_template: str | None = getattr(tokenizer, "chat_template", None)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        if not self.chat_template:
+            raise ModelLoadError("this model has no chat template; use a raw completion instead")
+        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        return [self._tok.decode([i], skip_special_tokens=False) for i in ids]
+
+
+def eos_ids(generation_config: Any, tokenizer: Any) -> frozenset[int]:
+    """The ids that end a reply: the generation config's eos ids and the tokenizer's."""
+    ids: set[int] = set()
+    for source in (getattr(generation_config, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(int(i) for i in source)
+    return frozenset(ids)
