@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import random_lora
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import (LONG, bot_messages, choose, export_file, open_page, ready_page, screenshot,
+from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, export_file, open_page, ready_page, screenshot,
                             send, tab, toast, upload_file, wait_reply_done, wait_text)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
@@ -282,6 +282,23 @@ def test_bad_input_gets_a_clear_message(server, browser, tmp_path):
     page.close()
 
 
+def test_a_wrong_value_is_named_the_moment_it_is_typed(server, browser):
+    """Not Gradio's 'Value -5 is less than minimum value 0.0', nor a silent 0 or a rounded seed."""
+    page = open_page(browser, server.url)
+    tab(page, "Parameters")
+    for elem_id, typed, said in (("params-temperature input[type=number]", "-5",
+                                  "temperature must be in [0, 5], got -5.0; the slider moved to 0"),
+                                 ("params-max_new_tokens input", "99999999",
+                                  "max_new_tokens must be in [1, 32768], got 99999999"),
+                                 ("params-seed input", "1.5", "seed must be an integer")):
+        box = page.locator(f"#{elem_id}")
+        box.fill(typed)
+        box.press("Tab")
+        wait_text(page, "#preset-note", said, 30_000)
+    choose_preset(page, "Deterministic", "0")  # leave good values for the next tests
+    page.close()
+
+
 def test_model_tab_unload_load_and_a_failed_load_keeps_the_model(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=4)
     tab(page, "Model")
@@ -291,6 +308,7 @@ def test_model_tab_unload_load_and_a_failed_load_keeps_the_model(server, browser
     wait_text(page, "#status-line", "No model loaded", 30_000)
     send(page, "Hello?")
     toast(page, "No model is loaded")
+    assert page.locator("#chat-message textarea").input_value() == "Hello?"  # the message is a toast, not a badge
     tab(page, "Model")
     choose(page, "model-name", "SmolLM2-135M-Instruct")
     page.locator("#model-load").click()

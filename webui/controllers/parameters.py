@@ -18,9 +18,9 @@ from webui.services import Services
 
 
 def params_from_values(values: dict[str, Any]) -> SamplingParams:
-    """SamplingParams from the controls' current values (raises InvalidParameter naming the parameter)."""
-    return SamplingParams.from_dict({name: _from_control(name, spec.widget, values.get(name))
-                                     for name, spec in specs().items()})
+    """SamplingParams from the controls' values (the rest neutral); InvalidParameter names the parameter."""
+    return SamplingParams.from_dict({name: _from_control(name, specs()[name].widget, value)
+                                     for name, value in values.items()})
 
 
 def values_from_params(params: SamplingParams) -> list[Any]:
@@ -61,9 +61,12 @@ class ParametersController:
     def __init__(self, services: Services) -> None:
         self.services, self.presets, self.settings = services, services.presets, services.settings
 
-    def current(self, values: dict[str, Any]) -> SamplingParams:
-        """The controls' values as SamplingParams; UserError names the parameter, its range and the tab."""
+    def current(self, values: dict[str, Any], changed: str | None = None) -> SamplingParams:
+        """The controls' values as SamplingParams; UserError names the parameter, its range and the tab
+        (the ``changed`` one first, when it is wrong too: the control the user just touched)."""
         try:
+            if changed is not None:
+                params_from_values({changed: values[changed]})
             return params_from_values(values)
         except InvalidParameter as exc:
             raise user_error(exc) from exc

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import gradio as gr
 
 from webui.controllers import UserError
 from webui.controllers.parameters import ParametersController, values_from_params
-from webui.engine.params import SamplingParams
+from webui.engine.params import SamplingParams, specs
 from webui.services import Services
 from webui.ui.feedback import shows_errors
 from webui.ui.params_panel import build_param_components
@@ -94,19 +95,36 @@ def _wire_controls(tab: ParametersTab) -> None:
     """Every change (typed, dragged, pasted, deleted) is checked and kept; a wrong value is named in the note."""
     controller, inputs = tab.controller, tab.inputs
 
-    def remember(data: dict):
-        values = {name: data[c] for name, c in tab.controls.items()}
+    def remember(name: str, data: dict):
+        values = {key: data[c] for key, c in tab.controls.items()}
         try:
-            params = controller.current(values)
+            params = controller.current(values, changed=name)
         except UserError as exc:  # shown beside the presets while the value stays wrong
             return gr.skip(), f"⚠ {exc}"
+        note = data[tab.note] or ""
         if params.changed() == controller.settings.get().params:  # a preset or a reload set these very values
-            return gr.skip(), ("" if data[tab.note].startswith("⚠") else gr.skip())
+            return gr.skip(), (clamped(note, params) if note.startswith("⚠") else gr.skip())
         controller.remember(values)
-        return None, ""  # edited: the preset's name no longer describes them
+        return None, clamped(note, params)  # edited: the preset's name no longer describes them
 
-    for control in inputs:
-        control.change(remember, {*inputs, tab.note}, [tab.preset, tab.note], show_progress="hidden")
+    for name, control in tab.controls.items():
+        control.change(functools.partial(remember, name), {*inputs, tab.note}, [tab.preset, tab.note],
+                       show_progress="hidden")
+
+
+def clamped(note: str, params: SamplingParams) -> str:
+    """A slider answers an out-of-range value typed in its box by moving to its end: keep the warning the
+    typed value earned, and say where the slider went, instead of silently using the end value."""
+    if not note.startswith("⚠ Parameters tab: "):
+        return ""
+    name = note.removeprefix("⚠ Parameters tab: ").split(" ", 1)[0]
+    spec = specs().get(name)
+    if spec is None or spec.widget != "slider":
+        return ""
+    low = spec.minimum + spec.step if spec.min_exclusive else spec.minimum  # the slider's own ends
+    if getattr(params, name) not in (low, spec.maximum):
+        return ""
+    return f"{note}; the slider moved to {getattr(params, name):g} and that is used"
 
 
 def on_load(tab: ParametersTab) -> tuple[list, object]:

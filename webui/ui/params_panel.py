@@ -31,6 +31,13 @@ def build_param_components(initial: SamplingParams | None = None) -> dict[str, g
             components[name] = gr.Number(value=default, **{**common, "info": f"{spec.help} {spec.range_text()}"})
         else:
             lo = spec.minimum + spec.step if spec.min_exclusive else spec.minimum
-            components[name] = gr.Slider(minimum=lo, maximum=spec.maximum, step=spec.step, value=default,
-                                         **common)
+            slider = gr.Slider(minimum=lo, maximum=spec.maximum, step=spec.step, value=default, **common)
+            slider.preprocess = _unchecked  # a typed -5 reaches the check that names the parameter
+            components[name] = slider
     return components
+
+
+def _unchecked(payload: float | None) -> float | None:
+    """A slider's value as typed: Gradio's own bounds check would answer 'Value -5 is less than minimum value
+    0.0.' naming no parameter (and log a traceback); SamplingParams checks it and names the parameter."""
+    return payload
