@@ -78,7 +78,7 @@ def next_tokens(engine: Engine, text: str, chat: bool, params: SamplingParams, t
         raise InsightUnavailable("the text is empty; type something to look at what comes next")
 
     logits = engine.call_between_steps(lambda: model.logits(inspection.ids).float())
-    sampler = Sampler(params, sorted(model.tokenizer.eos_token_ids), len(inspection.ids), seed=0)
+    sampler = Sampler(params, sorted(model.tokenizer.eos_token_ids), len(inspection.ids), 0, model.tokenizer)
     processed = sampler.process(inspection.ids, logits)
     raw = logits.softmax(-1)
     after = sampler.distribution(processed).exp()  # the same computation as each generated token's

@@ -9,7 +9,8 @@ import torch
 
 from webui.engine.params import SamplingParams
 from webui.engine.sampling import (PROCESSOR_ORDER, MinP, NoRepeatNGram, PresenceFrequencyPenalty,
-                                   RepetitionPenalty, Sampler, Temperature, TopK, TopP, TypicalP, build_processors)
+                                   RepetitionPenalty, Sampler, SamplingContext, Temperature, TopK, TopP, TypicalP,
+                                   build_processors)
 
 INF = float("inf")
 
@@ -98,19 +99,19 @@ def test_ban_eos_always():
 
 
 def test_neutral_params_build_no_processors():
-    assert build_processors(SamplingParams(), eos_ids=[2], prompt_len=3) == []
+    assert build_processors(SamplingParams(), SamplingContext(3, (2,))) == []
 
 
 def test_greedy_skips_truncation_but_keeps_penalties():
     names = [n for n, _ in build_processors(
-        SamplingParams(temperature=0, top_k=5, top_p=0.5, repetition_penalty=1.2), [2], 3)]
+        SamplingParams(temperature=0, top_k=5, top_p=0.5, repetition_penalty=1.2), SamplingContext(3, (2,)))]
     assert names == ["repetition_penalty"]
 
 
 def test_processors_run_in_the_declared_order():
     params = SamplingParams(temperature=0.7, top_k=5, top_p=0.9, typical_p=0.9, min_p=0.1, repetition_penalty=1.1,
                             presence_penalty=0.1, no_repeat_ngram_size=3, min_new_tokens=1, logit_bias={1: 1.0})
-    names = [n for n, _ in build_processors(params, eos_ids=[2], prompt_len=3)]
+    names = [n for n, _ in build_processors(params, SamplingContext(3, (2,)))]
     assert names == list(PROCESSOR_ORDER)
 
 
@@ -184,3 +185,11 @@ def test_greedy_puts_all_the_mass_after_the_processors_on_the_argmax():
     choice = Sampler(SamplingParams(temperature=0), [], 0, 0).sample([], logits, top_logprobs=3)
     assert choice.token_id == 1 and choice.logprob_after == 0.0
     assert [math.exp(v) for v in choice.top_after] == [1.0, 0.0, 0.0]
+
+
+def test_the_context_gives_each_sequence_its_own_seeded_generator_and_the_tokenizer():
+    """What samplers that draw (XTC) or read text (DRY's breakers) are built with."""
+    a, b = SamplingContext(0, seed=7, tokenizer="tok"), SamplingContext(0, seed=7)
+    draws = [torch.rand(3, generator=c.rng(torch.device("cpu"))) for c in (a, b)]
+    assert torch.equal(*draws) and a.rng(torch.device("cpu")) is a.rng(torch.device("cpu"))
+    assert Sampler(SamplingParams(), [2], 5, 7, tokenizer="tok").context == SamplingContext(5, (2,), 7, "tok")

@@ -2,14 +2,18 @@
 
 Every processor is a callable ``(ids, logits) -> logits`` over one sequence's
 1-D float logits, where ``ids`` is the sequence so far (prompt then output).
-A processor is built only when its parameter is not neutral, so greedy decoding
-with neutral parameters costs one ``argmax``.
+It is built from the parameters and the sequence's ``SamplingContext`` (the
+prompt length, the end-of-sequence ids, the sequence's own seeded random
+generator, the tokenizer), so a sampler that draws (XTC) or reads text (DRY's
+sequence breakers) fits the same shape. A processor is built only when its
+parameter is not neutral, so greedy decoding with neutral parameters costs one
+``argmax``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -35,6 +39,25 @@ PROCESSOR_ORDER: tuple[str, ...] = (
 )
 
 TRUNCATION = {"temperature", "top_k", "top_p", "typical_p", "min_p"}
+
+
+@dataclass
+class SamplingContext:
+    """What processors of one sequence may need besides its tokens and logits."""
+
+    prompt_len: int
+    eos_ids: tuple[int, ...] = ()
+    seed: int = 0
+    tokenizer: Any = None
+    """The model's tokenizer (loaders.base.Tokenizer), or None where a caller has none."""
+    _generator: torch.Generator | None = field(default=None, repr=False)
+
+    def rng(self, device: torch.device) -> torch.Generator:
+        """The sequence's own random generator, seeded with its seed on first use (never the global RNG)."""
+        if self._generator is None:
+            self._generator = torch.Generator(device=device)
+            self._generator.manual_seed(self.seed)
+        return self._generator
 
 
 class LogitBias:
@@ -167,14 +190,14 @@ class MinP:
         return logits.masked_fill(probs < self.p * probs.max(), NEG_INF)
 
 
-def build_processors(params: SamplingParams, eos_ids: Sequence[int], prompt_len: int) -> list[tuple[str, Processor]]:
-    """The non-neutral processors for ``params``, in ``PROCESSOR_ORDER``."""
-    p = params
+def build_processors(params: SamplingParams, ctx: SamplingContext) -> list[tuple[str, Processor]]:
+    """The non-neutral processors for ``params`` over one sequence (``ctx``), in ``PROCESSOR_ORDER``."""
+    p, prompt_len = params, ctx.prompt_len
     made: dict[str, Processor] = {}
     if p.logit_bias:
         made["logit_bias"] = LogitBias(p.logit_bias)
-    if eos_ids and (p.ban_eos or p.min_new_tokens > 0):
-        made["eos_ban"] = EosBan(eos_ids, prompt_len, p.min_new_tokens, p.ban_eos)
+    if ctx.eos_ids and (p.ban_eos or p.min_new_tokens > 0):
+        made["eos_ban"] = EosBan(ctx.eos_ids, prompt_len, p.min_new_tokens, p.ban_eos)
     if p.repetition_penalty != 1.0:
         made["repetition_penalty"] = RepetitionPenalty(p.repetition_penalty)
     if p.presence_penalty or p.frequency_penalty:
@@ -209,17 +232,11 @@ class TokenChoice:
 class Sampler:
     """Samples one sequence's tokens; owns that request's random generator."""
 
-    def __init__(self, params: SamplingParams, eos_ids: Sequence[int], prompt_len: int, seed: int):
-        self.params = params
-        self.processors = build_processors(params, eos_ids, prompt_len)
-        self.seed = seed
-        self._generator: torch.Generator | None = None
-
-    def _rng(self, device: torch.device) -> torch.Generator:
-        if self._generator is None:
-            self._generator = torch.Generator(device=device)
-            self._generator.manual_seed(self.seed)
-        return self._generator
+    def __init__(self, params: SamplingParams, eos_ids: Sequence[int], prompt_len: int, seed: int,
+                 tokenizer: Any = None):
+        self.params, self.seed = params, seed
+        self.context = SamplingContext(prompt_len, tuple(sorted(set(eos_ids))), seed, tokenizer)
+        self.processors = build_processors(params, self.context)
 
     def process(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
         """Apply the processors to a copy of ``logits`` (float32)."""
@@ -234,7 +251,7 @@ class Sampler:
             token = int(torch.argmax(processed).item())
         else:
             probs = processed.softmax(-1)
-            token = int(torch.multinomial(probs, 1, generator=self._rng(probs.device)).item())
+            token = int(torch.multinomial(probs, 1, generator=self.context.rng(probs.device)).item())
         choice = TokenChoice(token)
         if top_logprobs is not None:
             raw = logits.to(torch.float32).log_softmax(-1)

@@ -84,7 +84,7 @@ class Sequence:
         self.pending = list(self.prompt_ids)
         self.max_new = min(self.request.params.max_new_tokens, model.context_length - len(self.prompt_ids))
         tok = model.tokenizer
-        self.sampler = Sampler(self.request.params, sorted(tok.eos_token_ids), len(self.prompt_ids), self.seed)
+        self.sampler = Sampler(self.request.params, sorted(tok.eos_token_ids), len(self.prompt_ids), self.seed, tok)
         self.detok = IncrementalDetokenizer(lambda ids: tok.decode(ids, skip_special_tokens=True),
                                             self.prompt_ids[-8:])
         self.stops = StopStringMatcher(self.request.params.stop)
