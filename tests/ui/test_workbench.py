@@ -146,6 +146,21 @@ def test_parameters_persist_across_reload(server, browser):
     page.wait_for_function("() => document.querySelector('#params-max_new_tokens input').value === '33'",
                            timeout=30_000)
     assert page.locator("#params-temperature input[type=number]").input_value() == "0"
+    stop = page.locator("#params-stop textarea")
+    stop.focus()
+    page.keyboard.insert_text("END")  # what a paste does: no key presses
+    bias = page.locator("#params-logit_bias textarea, #params-logit_bias input").first
+    bias.fill('{"2": -100}')
+    bias.press("Control+a")
+    bias.press("Delete")
+    page.wait_for_function("() => !document.querySelector('#preset input').value", timeout=30_000)  # edited
+    page.wait_for_timeout(1000)
+    page.reload()
+    page.wait_for_selector("#chat-message textarea")
+    tab(page, "Parameters")
+    page.wait_for_function("() => document.querySelector('#params-stop textarea').value === 'END'", timeout=30_000)
+    assert bias.input_value() == ""
+    stop.fill("")
     page.close()
 
 
