@@ -24,7 +24,7 @@ CSS = """
 .batch-compare tr.differs td:last-child {color: var(--color-accent); font-weight: 600}
 mark.diff-del {background: #fdd; text-decoration: line-through}
 mark.diff-add {background: #dfd}
-#batch-results td, #batch-pivot td {word-break: normal; overflow-wrap: anywhere; hyphens: auto}
+#batch-results td, #batch-results th, #batch-pivot td {word-break: normal; overflow-wrap: break-word}
 #batch-pivot {overflow-x: auto}
 """
 

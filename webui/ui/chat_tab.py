@@ -190,6 +190,10 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     tab.chatbot.select(select_message, [tab.chat_id], tab.inspector.outputs)
 
 
+def _messages_and_stats(view: ChatView) -> tuple:
+    return view.messages, view.stats
+
+
 def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     refresh = dict(fn=lambda cid: panel_updates(session, cid), inputs=[tab.chat_id], outputs=tab.panels,
                    show_progress="hidden")
@@ -222,8 +226,8 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh)
     tab.new.click(lambda q: open_chat(None, q), [tab.search], with_confirm).then(**refresh)
     tab.chatbot.clear(lambda q: open_chat(None, q), [tab.search], with_confirm).then(**refresh)  # stays stored
-    tab.remove_last.click(shows_errors(lambda cid: session.remove_last(cid).messages), [tab.chat_id],
-                          [tab.chatbot]).then(**refresh)
+    tab.remove_last.click(shows_errors(lambda cid: _messages_and_stats(session.remove_last(cid))), [tab.chat_id],
+                          [tab.chatbot, tab.stats]).then(**refresh)
     tab.search.change(lambda q: gr.update(choices=session.listed(q)), [tab.search], [tab.chat_list],
                       show_progress="hidden")
     tab.rename.click(rename, [tab.chat_id, tab.title, tab.search], with_confirm)

@@ -100,31 +100,36 @@ def _wire_controls(tab: ParametersTab) -> None:
         try:
             params = controller.current(values, changed=name)
         except UserError as exc:  # shown beside the presets while the value stays wrong
-            return gr.skip(), f"⚠ {exc}"
-        note = data[tab.note] or ""
-        if params.changed() == controller.settings.get().params:  # a preset or a reload set these very values
-            return gr.skip(), (clamped(note, params) if note.startswith("⚠") else gr.skip())
+            end = slider_end(name, values[name])
+            if end is None:
+                return gr.skip(), f"⚠ {exc}"
+            values[name] = end  # what the slider shows now, and what a reply will use
+            try:
+                controller.remember(values)
+            except UserError:
+                return gr.skip(), f"⚠ {exc}"
+            return None, f"⚠ {exc}; the slider moved to {end:g} and that is used"
+        if params.changed() == controller.settings.get().params:  # nothing new (a value typed back, say)
+            return gr.skip(), ("" if (data[tab.note] or "").startswith("⚠") else gr.skip())
         controller.remember(values)
-        return None, clamped(note, params)  # edited: the preset's name no longer describes them
+        return None, ""  # edited: the preset's name no longer describes them
 
     for name, control in tab.controls.items():
-        control.change(functools.partial(remember, name), {*inputs, tab.note}, [tab.preset, tab.note],
-                       show_progress="hidden")
+        # Text boxes: every change (a paste or a deletion is not always an input event). The others: what the
+        # user does (a preset or a reload setting all of them must not queue a check per control).
+        event = control.change if specs()[name].widget in ("lines", "json") else control.input
+        event(functools.partial(remember, name), {*inputs, tab.note}, [tab.preset, tab.note], show_progress="hidden")
 
 
-def clamped(note: str, params: SamplingParams) -> str:
-    """A slider answers an out-of-range value typed in its box by moving to its end: keep the warning the
-    typed value earned, and say where the slider went, instead of silently using the end value."""
-    if not note.startswith("⚠ Parameters tab: "):
-        return ""
-    name = note.removeprefix("⚠ Parameters tab: ").split(" ", 1)[0]
-    spec = specs().get(name)
-    if spec is None or spec.widget != "slider":
-        return ""
+def slider_end(name: str, value) -> float | None:
+    """Where a slider goes when a value out of its range is typed in its box (its nearer end), or None."""
+    spec = specs()[name]
+    if spec.widget != "slider" or not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
     low = spec.minimum + spec.step if spec.min_exclusive else spec.minimum  # the slider's own ends
-    if getattr(params, name) not in (low, spec.maximum):
-        return ""
-    return f"{note}; the slider moved to {getattr(params, name):g} and that is used"
+    if value < low:
+        return low
+    return spec.maximum if value > spec.maximum else None
 
 
 def on_load(tab: ParametersTab) -> tuple[list, object]:
