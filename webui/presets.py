@@ -25,7 +25,7 @@ BUILTIN_PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 TGWUI_ALIASES = {"ban_eos_token": "ban_eos", "min_length": "min_new_tokens"}
 # text-generation-webui samplers we do not implement; accepted and reported, not applied.
 TGWUI_ONLY_KEYS = frozenset({
-    "do_sample", "tfs", "top_a", "epsilon_cutoff", "eta_cutoff", "mirostat_mode", "mirostat_tau",
+    "do_sample", "mirostat_mode", "mirostat_tau",
     "mirostat_eta", "repetition_penalty_range", "encoder_repetition_penalty", "penalty_alpha",
     "guidance_scale", "negative_prompt", "smoothing_factor", "smoothing_curve", "dynamic_temperature",
     "dynatemp_low", "dynatemp_high", "dynatemp_exponent", "temperature_last", "sampler_priority",

@@ -53,7 +53,8 @@ def test_text_generation_webui_preset_loads_where_keys_overlap(tmp_path):
                      "mirostat_mode: 0\ntfs: 1\ntop_a: 0\nban_eos_token: false\n")
     params, ignored = load_preset_file(tgwui)
     assert (params.temperature, params.top_p, params.top_k, params.repetition_penalty) == (0.7, 0.9, 20, 1.15)
-    assert set(ignored) == {"mirostat_mode", "tfs", "top_a"}
+    assert set(ignored) == {"mirostat_mode"}  # tfs and top_a are ours too now (neutral here)
+    assert (params.tfs, params.top_a) == (1.0, 0.0)
 
 
 def test_save_get_delete_roundtrip(store):

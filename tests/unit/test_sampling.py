@@ -9,7 +9,8 @@ import torch
 
 from webui.engine.params import SamplingParams
 from webui.engine.sampling import (PROCESSOR_ORDER, MinP, NoRepeatNGram, PresenceFrequencyPenalty,
-                                   RepetitionPenalty, Sampler, SamplingContext, Temperature, TopK, TopP, TypicalP,
+                                   RepetitionPenalty, Sampler, SamplingContext, TailFree, Temperature, TopA, TopK, TopP,
+                                   TypicalP, EpsilonCutoff, EtaCutoff,
                                    build_processors)
 
 INF = float("inf")
@@ -110,7 +111,8 @@ def test_greedy_skips_truncation_but_keeps_penalties():
 
 def test_processors_run_in_the_declared_order():
     params = SamplingParams(temperature=0.7, top_k=5, top_p=0.9, typical_p=0.9, min_p=0.1, repetition_penalty=1.1,
-                            presence_penalty=0.1, no_repeat_ngram_size=3, min_new_tokens=1, logit_bias={1: 1.0})
+                            presence_penalty=0.1, no_repeat_ngram_size=3, min_new_tokens=1, logit_bias={1: 1.0},
+                            top_n_sigma=2.0, tfs=0.9, top_a=0.1, epsilon_cutoff=3, eta_cutoff=3)
     names = [n for n, _ in build_processors(params, SamplingContext(3, (2,)))]
     assert names == list(PROCESSOR_ORDER)
 
@@ -193,3 +195,30 @@ def test_the_context_gives_each_sequence_its_own_seeded_generator_and_the_tokeni
     draws = [torch.rand(3, generator=c.rng(torch.device("cpu"))) for c in (a, b)]
     assert torch.equal(*draws) and a.rng(torch.device("cpu")) is a.rng(torch.device("cpu"))
     assert Sampler(SamplingParams(), [2], 5, 7, tokenizer="tok").context == SamplingContext(5, (2,), 7, "tok")
+
+
+def test_tail_free_cuts_where_the_sorted_probabilities_stop_curving():
+    # probabilities 0.5, 0.25, 0.125, 0.0625, 0.0625: second differences 0.125, 0.0625, 0.0625 -> 0.5, 0.75, 1.0
+    logits = torch.tensor([0.5, 0.25, 0.125, 0.0625, 0.0625]).log()
+    kept = lambda z: torch.isfinite(TailFree(z)([], logits.clone())).tolist()  # noqa: E731
+    assert kept(0.5) == [True, True, False, False, False]
+    assert kept(0.8) == [True, True, True, False, False]
+    assert kept(0.99) == [True, True, True, False, False]  # below z = 1 the last curvature step is tail
+
+
+def test_top_a_relative_to_the_squared_top_probability():
+    logits = torch.tensor([0.6, 0.3, 0.08, 0.02]).log()
+    out = TopA(0.2)([], logits.clone())  # 0.2 * 0.36 = 0.072: drops 0.02
+    assert torch.isfinite(out).tolist() == [True, True, True, False]
+
+
+def test_epsilon_and_eta_cutoffs_in_ten_thousandths():
+    logits = torch.tensor([0.9, 0.0995, 0.0004, 0.0001]).log()
+    assert torch.isfinite(EpsilonCutoff(3)([], logits.clone())).tolist() == [True, True, True, False]
+    entropy = -(logits.exp() * logits).sum()
+    eta = 5e-4
+    cutoff = min(eta, eta ** 0.5 * float(torch.exp(-entropy)))
+    expected = (logits.exp() >= cutoff).tolist()
+    assert torch.isfinite(EtaCutoff(5)([], logits.clone())).tolist() == expected and expected[0] and not expected[3]
+    only = torch.tensor([0.0])  # the top token always stays, whatever the cutoff
+    assert torch.isfinite(EpsilonCutoff(9)([], only.clone())).all() and torch.isfinite(EtaCutoff(20)([], only)).all()

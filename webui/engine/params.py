@@ -152,6 +152,24 @@ class SamplingParams:
     frequency_penalty: float = _param(
         0.0, float, -2.0, 2.0, 0.05, openai=True,
         help="Subtracted from a token's logit for each time it already appeared in the output (OpenAI semantics).")
+    top_n_sigma: float = _param(
+        0.0, float, 0.0, 5.0, 0.01,
+        help="Keep tokens whose logit is within n standard deviations of the top logit (after temperature). "
+             "0 disables it.")
+    tfs: float = _param(
+        1.0, float, 0.0, 1.0, 0.01, min_exclusive=True,
+        help="Tail-free sampling: cut the tail where the sorted probabilities stop curving; lower cuts more. "
+             "1 disables it.")
+    top_a: float = _param(
+        0.0, float, 0.0, 1.0, 0.01,
+        help="Drop tokens whose probability is below top_a times the square of the top token's. 0 disables it.")
+    epsilon_cutoff: float = _param(
+        0.0, float, 0.0, 9.0, 0.01,
+        help="Drop tokens whose probability is below this many ten-thousandths (3 = 0.0003). 0 disables it.")
+    eta_cutoff: float = _param(
+        0.0, float, 0.0, 20.0, 0.01,
+        help="Eta sampling, in ten-thousandths: a cutoff that drops as the distribution's entropy rises. "
+             "0 disables it.")
     no_repeat_ngram_size: int = _param(
         0, int, 0, 20, 1,
         help="Never repeat an n-gram of this size that is already in the prompt or output. 0 disables it.")

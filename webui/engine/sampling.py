@@ -32,13 +32,19 @@ PROCESSOR_ORDER: tuple[str, ...] = (
     "presence_frequency_penalty",
     "no_repeat_ngram",
     "temperature",
+    "top_n_sigma",
     "top_k",
     "top_p",
     "typical_p",
+    "epsilon_cutoff",
+    "eta_cutoff",
+    "tfs",
+    "top_a",
     "min_p",
 )
 
-TRUNCATION = {"temperature", "top_k", "top_p", "typical_p", "min_p"}
+TRUNCATION = {"temperature", "top_n_sigma", "top_k", "top_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "tfs",
+              "top_a", "min_p"}
 
 
 @dataclass
@@ -190,6 +196,80 @@ class MinP:
         return logits.masked_fill(probs < self.p * probs.max(), NEG_INF)
 
 
+class TopNSigma:
+    """Keeps tokens whose logit is within n standard deviations of the top logit (llama.cpp's top_n_sigma)."""
+
+    def __init__(self, n: float):
+        self.n = n
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        finite = logits[torch.isfinite(logits)]
+        if finite.numel() <= 1:
+            return logits
+        cutoff = finite.max() - self.n * finite.std(unbiased=False)
+        return logits.masked_fill(logits < cutoff, NEG_INF)
+
+
+class TailFree:
+    """Tail-free sampling: the absolute second derivative of the sorted probabilities, normalised, summed until
+    ``z``; the tokens after that point are the tail."""
+
+    def __init__(self, z: float):
+        self.z = z
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = sorted_logits.softmax(-1)
+        if probs.numel() < 3:
+            return logits
+        curvature = (probs[:-2] - 2 * probs[1:-1] + probs[2:]).abs()
+        total = curvature.sum()
+        if total <= 0:
+            return logits
+        keep = int(((curvature / total).cumsum(-1) <= self.z).sum().item()) + 1  # the first always stays
+        drop = torch.ones_like(probs, dtype=torch.bool)
+        drop[:max(keep, 1)] = False
+        return logits.masked_fill(drop.scatter(0, order, drop), NEG_INF)
+
+
+class TopA:
+    """Drops tokens below ``a`` times the squared probability of the top token."""
+
+    def __init__(self, a: float):
+        self.a = a
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        probs = logits.softmax(-1)
+        return logits.masked_fill(probs < self.a * probs.max() ** 2, NEG_INF)
+
+
+class EpsilonCutoff:
+    """Drops tokens whose probability is below epsilon (given in units of 1e-4, as text-generation-webui does);
+    the top token always stays."""
+
+    def __init__(self, epsilon: float):
+        self.epsilon = epsilon * 1e-4
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        probs = logits.softmax(-1)
+        return logits.masked_fill((probs < self.epsilon) & (probs < probs.max()), NEG_INF)
+
+
+class EtaCutoff:
+    """Eta sampling (Hewitt et al.): drops tokens below min(eta, sqrt(eta) * exp(-entropy)), eta in units of 1e-4;
+    the top token always stays."""
+
+    def __init__(self, eta: float):
+        self.eta = eta * 1e-4
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        logp = logits.log_softmax(-1)
+        probs = logp.exp()
+        entropy = -torch.nansum(probs * logp)
+        cutoff = min(self.eta, float(self.eta ** 0.5 * torch.exp(-entropy)))
+        return logits.masked_fill((probs < cutoff) & (probs < probs.max()), NEG_INF)
+
+
 def build_processors(params: SamplingParams, ctx: SamplingContext) -> list[tuple[str, Processor]]:
     """The non-neutral processors for ``params`` over one sequence (``ctx``), in ``PROCESSOR_ORDER``."""
     p, prompt_len = params, ctx.prompt_len
@@ -207,12 +287,22 @@ def build_processors(params: SamplingParams, ctx: SamplingContext) -> list[tuple
     if not p.greedy:  # truncation cannot change the argmax, so greedy skips it
         if p.temperature != 1.0:
             made["temperature"] = Temperature(p.temperature)
+        if p.top_n_sigma > 0.0:
+            made["top_n_sigma"] = TopNSigma(p.top_n_sigma)
         if p.top_k > 0:
             made["top_k"] = TopK(p.top_k)
         if p.top_p < 1.0:
             made["top_p"] = TopP(p.top_p)
         if p.typical_p < 1.0:
             made["typical_p"] = TypicalP(p.typical_p)
+        if p.epsilon_cutoff > 0.0:
+            made["epsilon_cutoff"] = EpsilonCutoff(p.epsilon_cutoff)
+        if p.eta_cutoff > 0.0:
+            made["eta_cutoff"] = EtaCutoff(p.eta_cutoff)
+        if p.tfs < 1.0:
+            made["tfs"] = TailFree(p.tfs)
+        if p.top_a > 0.0:
+            made["top_a"] = TopA(p.top_a)
         if p.min_p > 0.0:
             made["min_p"] = MinP(p.min_p)
     return [(name, made[name]) for name in PROCESSOR_ORDER if name in made]
