@@ -15,7 +15,7 @@ from webui.ui.feedback import shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
 
-COLUMN_WIDTHS = ["13%", "12%", "6%", "5%", "25%", "5%", "5%", "6%", "5%", "5%", "9%", "4%"]
+COLUMN_WIDTHS = ["13%", "12%", "6%", "5%", "20%", "6%", "6%", "6%", "5%", "5%", "11%", "5%"]
 """One per RESULT_COLUMNS entry: wide enough that no header or assert label breaks inside a word."""
 
 
