@@ -180,3 +180,26 @@ def run_async(coro, timeout: float = 120):
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result(timeout)
+
+
+@pytest.fixture
+def services(tmp_path: Path, tiny_model_dir: Path):
+    """Services over a fresh user data dir with the tiny random model loaded as "tiny"."""
+    from webui.config import AppConfig
+    from webui.services import Services
+
+    config = AppConfig(user_data_dir=tmp_path / "data", threads=TEST_THREADS, device="cpu", max_running=8)
+    config.make_dirs()
+    (config.models_dir / "tiny").symlink_to(tiny_model_dir, target_is_directory=True)
+    made = Services.create(config)
+    made.models.load("tiny")
+    yield made
+    made.close()
+
+
+def last(items):
+    """The last item a generator yields (running it to the end); None if it yields nothing."""
+    out = None
+    for out in items:
+        pass
+    return out

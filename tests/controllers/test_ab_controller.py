@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import last
 from webui.controllers import UserError
 from webui.controllers.ab import CURRENT, NO_ADAPTER, ABController, Side
 from webui.engine import SamplingParams
@@ -15,12 +16,6 @@ GREEDY = SamplingParams(temperature=0, max_new_tokens=5, ban_eos=True)
 def controller(services, active):
     return ABController(services, active)
 
-
-def last(views):
-    out = None
-    for out in views:
-        pass
-    return out
 
 
 def test_both_sides_stream_and_side_b_starts_on_a_preset(controller):

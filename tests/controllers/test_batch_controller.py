@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.conftest import last
 from webui.controllers import UserError
 from webui.controllers.batch import BatchController, BatchForm
 from webui.engine import SamplingParams
@@ -20,19 +21,13 @@ def controller(services):
     return BatchController(services)
 
 
-def finished(steps):
-    out = None
-    for out in steps:
-        pass
-    return out
-
 
 def test_plan_run_rows_and_export(controller, tmp_path):
     form = BatchForm(prompts="Hello\nOnce upon a time", asserts="max-length:500", axes="temperature=0,0.7",
                      samples=2, name="mine")
     job = controller.job(form, BASE)
     assert "2 prompts × 2 settings × 2 samples = 8 cells" in controller.plan(job)
-    done = finished(controller.run(job))
+    done = last(controller.run(job))
     assert done.finished and done.status.startswith("Finished: 8/8 rows") and "tok/s for the whole run" in done.status
     rows = controller.rows(done.run_id)
     assert len(rows) == 8 and all(r.passed for r in rows) and all(r.completion_tokens == 4 for r in rows)
@@ -44,8 +39,8 @@ def test_plan_run_rows_and_export(controller, tmp_path):
 
 
 def test_rerun_repeats_and_rename_delete(controller):
-    first = finished(controller.run(controller.job(BatchForm(prompts="Hello"), BASE)))
-    again = finished(controller.rerun(first.run_id))
+    first = last(controller.run(controller.job(BatchForm(prompts="Hello"), BASE)))
+    again = last(controller.rerun(first.run_id))
     assert again.status.startswith("Re-run Finished: 1/1")
     assert [r.output for r in controller.rows(again.run_id)] == [r.output for r in controller.rows(first.run_id)]
     controller.rename(first.run_id, "renamed")
@@ -66,7 +61,7 @@ def test_cancel_keeps_finished_rows(controller):
     steps = controller.run(job)
     first = next(steps)
     assert controller.cancel(first.run_id).startswith("Cancelling")
-    done = finished(steps)
+    done = last(steps)
     assert done.status.startswith("Cancelled") and controller.cancel(done.run_id) == "Nothing is running."
 
 
@@ -90,7 +85,7 @@ def test_bad_input_is_refused_before_anything_runs(controller, tmp_path):
 
 
 def test_a_row_shows_what_the_model_read_and_its_record(controller, services):
-    done = finished(controller.run(controller.job(BatchForm(prompts="Name a fruit.", system="Be brief."), BASE)))
+    done = last(controller.run(controller.job(BatchForm(prompts="Name a fruit.", system="Be brief."), BASE)))
     row = controller.rows(done.run_id)[0]
     seen = controller.inspect_row(done.run_id, row)
     assert "Name a fruit." in seen.seen.text and "Be brief." in seen.seen.text

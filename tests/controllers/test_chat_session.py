@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import last
 from webui.controllers import UserError
 from webui.controllers.chat import ChatSession
 from webui.engine import SamplingParams
@@ -16,12 +17,6 @@ KEY = ("tab-1", "chat")
 def session(services, active):
     return ChatSession(services, active)
 
-
-def last(views):
-    out = None
-    for out in views:
-        pass
-    return out
 
 
 def roles(session, chat_id):

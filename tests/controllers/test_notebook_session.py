@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import last
 from webui.controllers import UserError
 from webui.controllers.notebook import MAX_UNDO, NotebookSession
 from webui.engine import SamplingParams
@@ -16,12 +17,6 @@ KEY = ("tab-1", "notebook")
 def session(services, active):
     return NotebookSession(services, active)
 
-
-def last(views):
-    out = None
-    for out in views:
-        pass
-    return out
 
 
 def test_generate_continues_the_text_and_undo_brings_it_back(session):

@@ -5,27 +5,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_THREADS
 from tests.engine.scripted import ScriptedModel
 from webui.batch import BatchInputError, GridSpec, parse_lines
 from webui.batch.runner import BatchJob
-from webui.config import AppConfig
 from webui.services import Services
-
-
-@pytest.fixture
-def services(tmp_path: Path, tiny_model_dir: Path):
-    config = AppConfig(user_data_dir=tmp_path / "data", threads=TEST_THREADS, device="cpu", max_running=8)
-    config.make_dirs()
-    (config.models_dir / "tiny").symlink_to(tiny_model_dir, target_is_directory=True)
-    made = Services.create(config)
-    made.models.load("tiny")
-    yield made
-    made.close()
 
 
 def job(rows_text: str, **grid) -> BatchJob:

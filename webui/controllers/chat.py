@@ -303,6 +303,7 @@ class ChatSession:
                      sampling: SamplingParams, model) -> Iterator[ChatView]:
         """Store the streamed reply as it grows (after ``before``: text, token ids, token rows)."""
         base, ids, rows = before[0], list(before[1]), list(before[2])
+        head = self.view(cid)  # title and system prompt stay while it streams: one query per token, not two
         for text, event in events:
             ids += event.token_ids
             rows += token_rows(event.logprobs)
@@ -317,4 +318,5 @@ class ChatSession:
                 target = self.chats.append(cid, "assistant", content, stats=stat)
             elif target is not None:
                 self.chats.update(target.id, content=content, stats=stat)
-            yield replace(self.view(cid), stats=stats_text(event) if final else "generating…")
+            yield replace(head, messages=to_chatbot(self.chats.messages(cid)),
+                          stats=stats_text(event) if final else "generating…")
