@@ -2,9 +2,10 @@
 
 Built-in presets live in the repository's presets/ folder, the user's own in
 ``<user data>/presets``; a user preset shadows a built-in one of the same name.
-text-generation-webui preset files load too: the keys both tools share are
-used, the samplers only it has are listed in ``Preset.ignored`` (so the UI can
-say so), and any other key is an error naming the key and the file.
+text-generation-webui preset files load too, with every sampler it has; the
+few keys that are not sampling settings here (beam search, say) are listed in
+``Preset.ignored`` with the reason (so the UI can say so), and any other key is
+an error naming the key and the file.
 """
 
 from __future__ import annotations
@@ -23,17 +24,24 @@ BUILTIN_PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 # text-generation-webui keys with the same meaning under another name.
 TGWUI_ALIASES = {"ban_eos_token": "ban_eos", "min_length": "min_new_tokens"}
-# text-generation-webui samplers we do not implement; accepted and reported, not applied.
-TGWUI_ONLY_KEYS = frozenset({
-    "do_sample", "mirostat_mode", "mirostat_tau",
-    "mirostat_eta", "repetition_penalty_range", "encoder_repetition_penalty", "penalty_alpha",
-    "guidance_scale", "negative_prompt", "smoothing_factor", "smoothing_curve", "dynamic_temperature",
-    "dynatemp_low", "dynatemp_high", "dynatemp_exponent", "temperature_last", "sampler_priority",
-    "dry_multiplier", "dry_base", "dry_allowed_length", "dry_sequence_breakers", "xtc_threshold",
-    "xtc_probability", "top_n_sigma", "num_beams", "length_penalty", "early_stopping",
-    "prompt_lookup_num_tokens", "static_cache", "custom_token_bans", "auto_max_new_tokens",
-    "add_bos_token", "skip_special_tokens", "truncation_length", "grammar_string",
-})
+_BEAM = "beam search is another decoding method (it searches several continuations), not a sampler"
+_SPEED = "a speed setting of transformers' own generate loop, which this workbench's engine does not use"
+_LATER = "not built yet: {} comes with a later release of this workbench"
+# text-generation-webui keys that are not sampling settings here -> (their neutral value, why). Set to their
+# neutral value they change nothing there either; set otherwise they are named with the reason, not applied.
+NOT_APPLIED: dict[str, tuple[Any, str]] = {
+    "num_beams": (1, _BEAM), "length_penalty": (1, _BEAM), "early_stopping": (False, _BEAM),
+    "penalty_alpha": (0, "contrastive search is another decoding method, not a sampler"),
+    "prompt_lookup_num_tokens": (0, _SPEED), "static_cache": (False, _SPEED),
+    "max_tokens_second": (0, "a display throttle of text-generation-webui's UI; streaming here is as fast as the "
+                             "model"),
+    "grammar_string": ("", _LATER.format("constrained output (grammars)")),
+    "guidance_scale": (1, _LATER.format("CFG")), "negative_prompt": ("", _LATER.format("CFG")),
+    "truncation_length": (None, _LATER.format("prompt truncation")),
+    "auto_max_new_tokens": (False, _LATER.format("auto_max_new_tokens")),
+    "add_bos_token": (True, _LATER.format("add_bos_token")),
+    "skip_special_tokens": (True, _LATER.format("skip_special_tokens")),
+}
 
 
 class PresetError(ValueError):
@@ -45,32 +53,44 @@ class Preset:
     name: str
     params: SamplingParams
     builtin: bool
-    ignored: tuple[str, ...] = field(default=())
+    ignored: dict[str, str] = field(default_factory=dict)
+    """Keys read but not applied -> why."""
+
+    def ignored_text(self) -> str:
+        """The keys not applied, grouped by reason ("" when none)."""
+        by_reason: dict[str, list[str]] = {}
+        for key, reason in self.ignored.items():
+            by_reason.setdefault(reason, []).append(key)
+        return "; ".join(f"{', '.join(keys)}: {reason}" for reason, keys in by_reason.items())
 
 
-def parse_preset(data: Any, source: str) -> tuple[SamplingParams, tuple[str, ...]]:
-    """Turn a preset mapping into SamplingParams; errors name ``source``."""
+def parse_preset(data: Any, source: str) -> tuple[SamplingParams, dict[str, str]]:
+    """Turn a preset mapping into SamplingParams and the keys not applied (-> why); errors name ``source``."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise PresetError(f"{source}: a preset must be a mapping of parameter: value, got {type(data).__name__}")
     values: dict[str, Any] = {}
-    ignored: list[str] = []
+    ignored: dict[str, str] = {}
     for key, value in data.items():
         key = TGWUI_ALIASES.get(key, key)
-        if key == "do_sample" and value is False:
-            values["temperature"] = 0.0
-        elif key in TGWUI_ONLY_KEYS:
-            ignored.append(key)
-        else:
+        if key in NOT_APPLIED:
+            neutral, why = NOT_APPLIED[key]
+            if value != neutral:
+                ignored[key] = why
+        elif key not in ("do_sample", "dynamic_temperature_low"):
             values[key] = value
+    if "dynamic_temperature_low" in data:  # text-generation-webui before 2024-01: from this up to temperature
+        values.update(dynatemp_low=data["dynamic_temperature_low"], dynatemp_high=data.get("temperature", 1.0))
+    if data.get("do_sample") is False:  # greedy, whatever the temperature says
+        values["temperature"] = 0.0
     try:
-        return SamplingParams.from_dict(values, source=source), tuple(ignored)
+        return SamplingParams.from_dict(values, source=source), ignored
     except InvalidParameter as exc:
         raise PresetError(f"{source}: {exc}") from exc
 
 
-def load_preset_file(path: Path) -> tuple[SamplingParams, tuple[str, ...]]:
+def load_preset_file(path: Path) -> tuple[SamplingParams, dict[str, str]]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

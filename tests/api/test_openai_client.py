@@ -98,6 +98,13 @@ def test_extra_sampling_fields_and_a_preset_are_accepted(client):
         extra_body={"top_k": 1, "min_p": 0.1, "repetition_penalty": 1.1, "preset": "Precise"})
     assert r.choices[0].message.content
     assert r.usage.completion_tokens <= 12
+    # text-generation-webui's samplers under its own names, as its API and front-ends send them
+    r = client.chat.completions.create(
+        model=MODEL, messages=FRANCE, max_tokens=6, seed=3,
+        extra_body={"dry_multiplier": 0.8, "dry_sequence_breakers": '"\\n", ":"', "xtc_probability": 0.5,
+                    "mirostat_mode": 2, "dynamic_temperature": True, "dynatemp_low": 0.5, "dynatemp_high": 1.5,
+                    "sampler_priority": "min_p\ntemperature", "custom_token_bans": "0", "temperature_last": True})
+    assert r.choices[0].message.content and r.usage.completion_tokens <= 6
 
 
 # -- chat, streamed ---------------------------------------------------------------------------------------------------

@@ -21,6 +21,10 @@ def test_prompt_and_next_tokens(controller):
     found = controller.next_tokens("The capital of France is", False, "", SamplingParams(top_k=5))
     assert len(found.tokens) == 20 and sum(t.kept for t in found.tokens) == 5
     assert found.summary.startswith("Top token `") and "cut 15 of these 20" in found.summary
+    assert found.summary.endswith("Shaped by, in order: `top_k`.")
+    reordered = SamplingParams(temperature=0.5, min_p=0.2, top_k=5, sampler_priority=["min_p", "top_k", "temperature"])
+    assert controller.next_tokens("The capital of France is", False, "", reordered).steps == [
+        "min_p", "top_k", "temperature"]
     assert "**" not in found.summary.split("(")[0]  # a token with a leading space is not put in bold
     assert len(found.rows()[0]) == 5
     assert shown_token(" Paris\n") == "␣Paris↵"

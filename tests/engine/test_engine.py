@@ -124,6 +124,28 @@ def test_two_concurrent_requests_with_different_parameters(tiny_engine):
     assert results["b"].usage.completion_tokens == 7 and results["b"].finish_reason == "length"
 
 
+STATEFUL = {
+    "xtc": dict(xtc_threshold=0.01, xtc_probability=0.5),
+    "mirostat": dict(mirostat_mode=2, mirostat_tau=4.0, mirostat_eta=0.3),
+    "adaptive_p": dict(adaptive_target=0.2, adaptive_decay=0.8),
+    "dry": dict(dry_multiplier=1.5, dry_allowed_length=1, repetition_penalty_range=32),
+}
+
+
+def test_samplers_with_state_or_chance_give_each_sequence_its_own_in_a_batch(tiny_engine):
+    """XTC's draws, mirostat's mu, adaptive-p's average and DRY's history belong to a sequence: four requests
+    sharing every batched step give what each gives alone, and a seed repeats it."""
+    def request(name: str, seed: int) -> GenerationRequest:
+        return GenerationRequest("Once upon a time", SamplingParams(
+            temperature=1.0, max_new_tokens=12, seed=seed, ban_eos=True, **STATEFUL[name]))
+
+    alone = {name: tiny_engine.generate(request(name, 5)).token_ids for name in STATEFUL}
+    streams = {name: tiny_engine.submit(request(name, 5)) for name in STATEFUL}
+    together = {name: stream.result().token_ids for name, stream in streams.items()}
+    assert together == alone
+    assert tiny_engine.generate(request("xtc", 6)).token_ids != alone["xtc"]
+
+
 def test_cancel_ends_within_one_step_and_spares_others(tok):
     model = ScriptedModel(tok, [100] * 400, step_delay=0.01)
     engine = Engine(model)

@@ -164,6 +164,25 @@ def test_parameters_persist_across_reload(server, browser):
     page.close()
 
 
+def test_the_sampler_order_is_shown_and_a_new_order_is_kept(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=4)
+    choose_preset(page, "Balanced", "0.7")
+    wait_text(page, "#params-running", "repetition_penalty → temperature → top_p → min_p", 30_000)
+    page.locator("#params-group-temperature-shaping").get_by_text("Temperature shaping").first.click()  # unfold
+    page.locator("#params-dynamic_temperature input").wait_for(state="visible", timeout=10_000)
+    order = page.locator("#params-sampler_priority textarea")
+    order.fill("min_p\ntemperature")
+    wait_text(page, "#params-running", "repetition_penalty → top_p → min_p → temperature", 30_000)
+    screenshot(page, "parameters-order")
+    page.wait_for_timeout(1000)
+    page.reload()
+    page.wait_for_selector("#chat-message textarea")
+    tab(page, "Parameters")
+    wait_text(page, "#params-running", "repetition_penalty → top_p → min_p → temperature", 30_000)
+    assert order.input_value().splitlines()[-2:] == ["min_p", "temperature"]
+    page.close()
+
+
 def test_rename_search_and_delete(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=4)
     send(page, "Where do penguins live?")

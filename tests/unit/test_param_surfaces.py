@@ -16,8 +16,10 @@ from webui.controllers.parameters import params_from_values, values_from_params
 from webui.engine.params import InvalidParameter, SamplingParams, api_names, specs
 from webui.reproduce import ReproduceRecord, parse_record
 
-WIDGETS = {"slider", "number", "checkbox", "lines", "json"}
-SPECIAL = {"stop": ["END", "\n###"], "logit_bias": {"5": -50.0, "17": 2.5}, "ban_eos": True, "seed": 1234}
+WIDGETS = {"slider", "number", "checkbox", "lines", "text", "json"}
+SPECIAL = {"stop": ["END", "\n###"], "logit_bias": {"5": -50.0, "17": 2.5}, "ban_eos": True, "seed": 1234,
+           "dynamic_temperature": True, "temperature_last": True, "mirostat_mode": 2,
+           "dry_sequence_breakers": ["\n", "##"], "custom_token_bans": [5, 17], "sampler_priority": ["min_p", "top_k"]}
 
 
 def example(name: str):
@@ -37,6 +39,7 @@ def test_each_spec_is_complete():
     seen = set()
     for name, spec in specs().items():
         assert spec.help and spec.widget in WIDGETS, name
+        assert spec.widget != "text" or spec.to_text is not None, f"{name}: a text control needs to_text"
         assert (spec.check is not None) or spec.kind in (int, float), f"{name}: a non-number needs a check hook"
         if spec.kind in (int, float):
             assert spec.minimum is not None and spec.maximum is not None and spec.step, name

@@ -36,6 +36,34 @@ BAD_VALUES = [
     ("logit_bias", {"5": 101}, "logit_bias values must be numbers in [-100, 100], got 101 for token 5"),
     ("logit_bias", {"x": 1}, "logit_bias keys must be token ids"),
     ("logit_bias", 7, "logit_bias must map token ids to biases"),
+    ("xtc_threshold", 0.6, "xtc_threshold must be in [0, 0.5]"),
+    ("xtc_probability", -0.1, "xtc_probability must be in [0, 1]"),
+    ("dynamic_temperature", 1, "dynamic_temperature must be true or false"),
+    ("dynatemp_low", 0, "dynatemp_low must be in (0, 5]"),
+    ("dynatemp_high", 6, "dynatemp_high must be in (0, 5]"),
+    ("dynatemp_exponent", 0, "dynatemp_exponent must be in (0, 5]"),
+    ("smoothing_factor", 11, "smoothing_factor must be in [0, 10]"),
+    ("smoothing_curve", 0.5, "smoothing_curve must be in [1, 10]"),
+    ("temperature_last", "no", "temperature_last must be true or false"),
+    ("mirostat_mode", 1, "mirostat_mode 1 (Mirostat v1) is not offered; use 2"),
+    ("mirostat_mode", 3, "mirostat_mode must be in [0, 2]"),
+    ("mirostat_tau", 11, "mirostat_tau must be in [0, 10]"),
+    ("mirostat_eta", 2, "mirostat_eta must be in [0, 1]"),
+    ("adaptive_target", 1.5, "adaptive_target must be in [0, 1]"),
+    ("adaptive_decay", 1.0, "adaptive_decay must be in [0, 0.99]"),
+    ("repetition_penalty_range", -1, "repetition_penalty_range must be in [0, 32768]"),
+    ("encoder_repetition_penalty", 0, "encoder_repetition_penalty must be in (0, 5]"),
+    ("dry_multiplier", 6, "dry_multiplier must be in [0, 5]"),
+    ("dry_base", 0.5, "dry_base must be in [1, 4]"),
+    ("dry_allowed_length", 0, "dry_allowed_length must be in [1, 20]"),
+    ("dry_sequence_breakers", '"\\n", :', "dry_sequence_breakers must be quoted strings separated by commas"),
+    ("dry_sequence_breakers", [""], "dry_sequence_breakers strings must not be empty"),
+    ("dry_sequence_breakers", 5, "dry_sequence_breakers must be a list of strings"),
+    ("custom_token_bans", "1, x", "custom_token_bans must be token ids (integers >= 0) separated by commas, got 'x'"),
+    ("custom_token_bans", [-1], "custom_token_bans must be token ids"),
+    ("custom_token_bans", list(range(1001)), "custom_token_bans may hold at most 1000 tokens"),
+    ("sampler_priority", ["top_k", "top_q"], "sampler_priority: unknown sampler 'top_q'; samplers: repetition_penalty,"),
+    ("sampler_priority", 7, "sampler_priority must be a list of sampler names"),
     ("temperature", True, "temperature must be a number"),
     ("temperature", float("nan"), "temperature must be in"),
 ]
@@ -109,3 +137,11 @@ def test_prefix_cache_mb_on_the_command_line():
     for bad in ("-1", "lots"):
         with pytest.raises(SystemExit):
             config_from_args(["--prefix-cache-mb", bad])
+
+
+def test_text_forms_of_the_list_parameters():
+    p = SamplingParams.from_dict({"sampler_priority": "min_p, top_k\ntemperature", "custom_token_bans": "7, 3,7",
+                                  "dry_sequence_breakers": '["\\n", "::"]'})
+    assert p.sampler_priority[-3:] == ("min_p", "top_k", "temperature") and len(p.sampler_priority) == 21
+    assert p.custom_token_bans == (3, 7) and p.dry_sequence_breakers == ("\n", "::")
+    assert SamplingParams.from_dict({"dry_sequence_breakers": ""}).dry_sequence_breakers == ()

@@ -47,14 +47,14 @@ def test_malformed_files(tmp_path, text, message):
         load_preset_file(bad)
 
 
-def test_text_generation_webui_preset_loads_where_keys_overlap(tmp_path):
+def test_text_generation_webui_preset_loads_its_keys_and_old_names(tmp_path):
     tgwui = tmp_path / "tgwui.yaml"
     tgwui.write_text("temperature: 0.7\ntop_p: 0.9\ntop_k: 20\nrepetition_penalty: 1.15\n"
-                     "mirostat_mode: 0\ntfs: 1\ntop_a: 0\nban_eos_token: false\n")
+                     "mirostat_mode: 2\ntfs: 1\ntop_a: 0\nban_eos_token: false\nnum_beams: 1\n")
     params, ignored = load_preset_file(tgwui)
     assert (params.temperature, params.top_p, params.top_k, params.repetition_penalty) == (0.7, 0.9, 20, 1.15)
-    assert set(ignored) == {"mirostat_mode"}  # tfs and top_a are ours too now (neutral here)
-    assert (params.tfs, params.top_a) == (1.0, 0.0)
+    assert ignored == {}  # num_beams 1 is no beam search; mirostat, tfs and top_a are ours too
+    assert (params.mirostat_mode, params.tfs, params.top_a) == (2, 1.0, 0.0)
 
 
 def test_save_get_delete_roundtrip(store):

@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
-from webui.engine.params import SamplingParams
-from webui.engine.sampling import (PROCESSOR_ORDER, MinP, NoRepeatNGram, PresenceFrequencyPenalty,
-                                   RepetitionPenalty, Sampler, SamplingContext, TailFree, Temperature, TopA, TopK, TopP,
-                                   TypicalP, EpsilonCutoff, EtaCutoff,
+from webui.engine.params import SAMPLER_ORDER, SamplingParams
+from webui.engine.sampling import (CONSTRAINTS, AdaptiveP, CountPenalty, Dry, DynamicTemperature,
+                                   EncoderRepetitionPenalty, EpsilonCutoff, EtaCutoff, Mirostat, MinP, NoRepeatNGram,
+                                   QuadraticSampling, RepetitionPenalty, Sampler, SamplingContext, TailFree,
+                                   Temperature, TokenBans, TopA, TopK, TopP, TypicalP, Xtc, active_samplers,
                                    build_processors)
 
 INF = float("inf")
@@ -70,7 +71,7 @@ def test_repetition_penalty_divides_positive_and_multiplies_negative():
 
 def test_presence_and_frequency_penalties_count_only_the_output():
     # prompt is [2]; output [0, 0, 1]
-    out = PresenceFrequencyPenalty(presence=0.5, frequency=0.25, prompt_len=1)([2, 0, 0, 1], torch.zeros(3))
+    out = CountPenalty(presence=0.5, frequency=0.25, prompt_len=1)([2, 0, 0, 1], torch.zeros(3))
     assert out.tolist() == pytest.approx([-1.0, -0.75, 0.0])
 
 
@@ -109,12 +110,42 @@ def test_greedy_skips_truncation_but_keeps_penalties():
     assert names == ["repetition_penalty"]
 
 
-def test_processors_run_in_the_declared_order():
-    params = SamplingParams(temperature=0.7, top_k=5, top_p=0.9, typical_p=0.9, min_p=0.1, repetition_penalty=1.1,
-                            presence_penalty=0.1, no_repeat_ngram_size=3, min_new_tokens=1, logit_bias={1: 1.0},
-                            top_n_sigma=2.0, tfs=0.9, top_a=0.1, epsilon_cutoff=3, eta_cutoff=3)
-    names = [n for n, _ in build_processors(params, SamplingContext(3, (2,)))]
-    assert names == list(PROCESSOR_ORDER)
+EVERY_SAMPLER = dict(
+    temperature=0.7, top_k=5, top_p=0.9, typical_p=0.9, min_p=0.1, repetition_penalty=1.1, presence_penalty=0.1,
+    frequency_penalty=0.1, no_repeat_ngram_size=3, min_new_tokens=1, logit_bias={1: 1.0}, custom_token_bans=[3],
+    top_n_sigma=2.0, tfs=0.9, top_a=0.1, epsilon_cutoff=3, eta_cutoff=3, dry_multiplier=0.8, xtc_probability=0.5,
+    dynamic_temperature=True, smoothing_factor=0.3, mirostat_mode=2, adaptive_target=0.5,
+    encoder_repetition_penalty=1.1)
+
+
+def test_processors_run_in_the_default_order_with_the_constraints_first():
+    names = [n for n, _ in build_processors(SamplingParams(**EVERY_SAMPLER), SamplingContext(3, (2,)))]
+    # dynamic temperature replaces the fixed temperature, so "temperature" itself is not built
+    assert names == [*CONSTRAINTS, *(n for n in SAMPLER_ORDER if n != "temperature")]
+
+
+def test_sampler_priority_reorders_and_the_ones_left_out_run_first():
+    params = SamplingParams(temperature=0.7, top_k=5, min_p=0.1, sampler_priority=["min_p", "temperature"])
+    assert params.sampler_priority[-2:] == ("min_p", "temperature")
+    assert active_samplers(params) == ["top_k", "min_p", "temperature"]
+    assert active_samplers(params.replace(temperature_last=True, sampler_priority="temperature\ntop_k\nmin_p")) == [
+        "top_k", "min_p", "temperature"]
+    assert active_samplers(SamplingParams(temperature=0.7, min_p=0.1)) == ["temperature", "min_p"]
+
+
+def test_sampler_priority_changes_what_is_drawn():
+    # min_p 0.5 keeps only the top token of the raw logits, but all three once temperature 3 has flattened them
+    logits = probs_logits(0.7, 0.2, 0.1)
+    first = Sampler(SamplingParams(temperature=3.0, min_p=0.5), [], 0, 0)
+    last = Sampler(SamplingParams(temperature=3.0, min_p=0.5, temperature_last=True), [], 0, 0)
+    assert kept(first.process([], logits)) == [0, 1, 2] and kept(last.process([], logits)) == [0]
+
+
+def test_a_step_that_would_remove_every_token_is_skipped():
+    # top_k keeps token 0; no_repeat_ngram (after it in the default order) would ban it too
+    sampler = Sampler(SamplingParams(temperature=1.0, top_k=1, no_repeat_ngram_size=2), [], 0, 0)
+    out = sampler.process([0, 0], torch.tensor([5.0, 1.0, 0.0]))
+    assert kept(out) == [0]
 
 
 def test_order_matters_temperature_before_min_p():
@@ -222,3 +253,87 @@ def test_epsilon_and_eta_cutoffs_in_ten_thousandths():
     assert torch.isfinite(EtaCutoff(5)([], logits.clone())).tolist() == expected and expected[0] and not expected[3]
     only = torch.tensor([0.0])  # the top token always stays, whatever the cutoff
     assert torch.isfinite(EpsilonCutoff(9)([], only.clone())).all() and torch.isfinite(EtaCutoff(20)([], only)).all()
+
+
+def test_token_bans_and_the_repetition_penalty_range():
+    assert kept(TokenBans([1, 2])([], torch.zeros(4))) == [0, 3]
+    out = RepetitionPenalty(2.0, last_n=2)([0, 1, 2], torch.full((4,), 2.0))
+    assert out.tolist() == [2.0, 1.0, 1.0, 2.0]  # token 0 is outside the last two
+    out = CountPenalty(0.0, 1.0, prompt_len=1, last_n=2)([3, 0, 1, 1], torch.zeros(4))
+    assert out.tolist() == [0.0, -2.0, 0.0, 0.0]  # only the last two generated tokens count
+
+
+def test_encoder_repetition_penalty_favours_the_prompt_tokens():
+    out = EncoderRepetitionPenalty(2.0, prompt_len=2)([0, 1, 3], torch.tensor([1.0, -1.0, 1.0, 1.0]))
+    assert out.tolist() == [2.0, -0.5, 1.0, 1.0]
+
+
+def test_dry_penalises_the_token_that_would_extend_a_repeat():
+    dry = Dry(multiplier=1.0, base=2.0, allowed_length=2, breakers={9})
+    # "5 6 7 8 ... 5 6 7": 8 would extend a 3-token repeat: 1 * 2 ** (3 - 2)
+    assert dry.penalties([5, 6, 7, 8, 1, 5, 6, 7]) == {8: 2.0}
+    assert dry.penalties([5, 6, 7, 8, 1, 6, 7]) == {8: 1.0}  # a 2-token repeat: 2 ** 0
+    assert dry.penalties([5, 6, 7, 8, 1, 7]) == {}  # 1 token is allowed
+    assert dry.penalties([5, 9, 7, 8, 1, 5, 9, 7]) == {}  # the match stops at the breaker 9: 1 token
+    assert dry.penalties([5, 6, 7, 9, 5, 6, 7]) == {}  # the token after is a breaker
+    assert Dry(1.0, 2.0, 2, set(), last_n=4).penalties([5, 6, 7, 8, 1, 5, 6, 7]) == {}  # outside the range
+    out = dry([5, 6, 7, 8, 1, 5, 6, 7], torch.zeros(10))
+    assert out[8] == -2.0 and out.count_nonzero() == 1
+
+
+def test_xtc_removes_the_top_choices_but_the_last_above_the_threshold():
+    logits = probs_logits(0.4, 0.3, 0.2, 0.1)
+    always = Xtc(0.15, 1.0, SamplingContext(0), protected=[])
+    assert kept(always([], logits.clone())) == [2, 3]
+    assert kept(Xtc(0.15, 1.0, SamplingContext(0), protected=[1])([], logits.clone())) == [0, 1, 2, 3]
+    assert kept(Xtc(0.5, 1.0, SamplingContext(0), protected=[])([], logits.clone())) == [0, 1, 2, 3]
+
+
+def test_xtc_draws_from_the_sequence_generator():
+    logits = probs_logits(0.4, 0.3, 0.2, 0.1)
+
+    def pattern(seed):
+        xtc = Xtc(0.15, 0.5, SamplingContext(0, seed=seed), protected=[])
+        return [len(kept(xtc([], logits.clone()))) for _ in range(40)]
+    assert pattern(3) == pattern(3) and pattern(3) != pattern(4) and {2, 4} == set(pattern(3))
+
+
+def test_dynamic_temperature_follows_the_entropy():
+    dyn = DynamicTemperature(0.5, 2.0, 1.0)
+    assert dyn.temperature(torch.zeros(8)) == pytest.approx(2.0)  # uniform: normalised entropy 1
+    assert dyn.temperature(torch.tensor([50.0, 0.0, 0.0])) == pytest.approx(0.5, abs=1e-6)
+    half = probs_logits(0.5, 0.5, 1e-9, 1e-9)  # entropy ln 2 of a max ln 4: halfway
+    assert dyn.temperature(half) == pytest.approx(1.25, abs=1e-3)
+    assert DynamicTemperature(0.5, 2.0, 2.0).temperature(half) == pytest.approx(0.875, abs=1e-3)
+
+
+def test_quadratic_sampling_bends_the_logits_around_the_top():
+    logits = torch.tensor([3.0, 2.0, 1.0, -INF])
+    assert QuadraticSampling(0.5, 1.0)([], logits.clone()).tolist() == [3.0, 2.5, 1.0, -INF]
+    # curve 2: k = 0.5, s = 0.5: d = -1 -> 3 - 0.5 - 0.5 = 2; d = -2 -> 3 - 2 - 4 = -3
+    assert QuadraticSampling(1.0, 2.0)([], logits.clone()).tolist() == [3.0, 2.0, -3.0, -INF]
+
+
+def test_mirostat_truncates_by_surprise_and_steers_mu():
+    mirostat = Mirostat(tau=1.0, eta=0.5)  # mu = 2 bits: keeps p >= 0.25
+    logits = probs_logits(0.5, 0.3, 0.15, 0.05)
+    assert kept(mirostat([], logits.clone())) == [0, 1]
+    mirostat.observe(1)  # p = 0.3 / 0.8 among those kept: surprise log2(8/3)
+    assert mirostat.mu == pytest.approx(2.0 - 0.5 * (math.log2(0.8 / 0.3) - 1.0))
+    assert kept(Mirostat(tau=0.01, eta=0.1)([], logits.clone())) == [0]  # the top token always stays
+
+
+def test_adaptive_p_favours_tokens_near_the_target_and_follows_what_was_picked():
+    adaptive = AdaptiveP(target=0.3, decay=0.5)
+    probs = adaptive([], probs_logits(0.6, 0.3, 0.1)).softmax(-1)
+    assert int(probs.argmax()) == 1  # the token nearest 0.3
+    adaptive.observe(0)  # picked 0.6: the average rises, so the next target drops below 0.3
+    assert adaptive.weighted_sum / adaptive.total_weight > 0.3
+
+
+def test_stateful_samplers_learn_from_the_token_the_sampler_drew():
+    sampler = Sampler(SamplingParams(mirostat_mode=2, mirostat_tau=1.0, mirostat_eta=0.5), [], 0, seed=1)
+    mirostat = sampler.processors[0][1]
+    before = mirostat.mu
+    sampler.sample([], probs_logits(0.5, 0.3, 0.15, 0.05))
+    assert mirostat.mu != before

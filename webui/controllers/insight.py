@@ -10,6 +10,7 @@ from pathlib import Path
 from loaders.base import Progress
 from webui.controllers.errors import UserError
 from webui.engine import EngineError, SamplingParams
+from webui.engine.sampling import active_samplers
 from webui.insight import InsightUnavailable, NextToken, PromptInspection, inspect_prompt, next_tokens, perplexity
 from webui.reproduce import RecordError, parse_record
 from webui.services import Services
@@ -26,12 +27,16 @@ def shown_token(token: str) -> str:
 @dataclass(frozen=True)
 class NextTokens:
     tokens: list[NextToken]
+    steps: list[str]
+    """The steps that shaped the "after" column, in the order they ran."""
 
     @property
     def summary(self) -> str:
         first, cut = self.tokens[0], sum(not t.kept for t in self.tokens)
+        shaped = (f"Shaped by, in order: {' → '.join(f'`{s}`' for s in self.steps)}." if self.steps
+                  else "No sampler is set: the model's own distribution.")
         return (f"Top token `{shown_token(first.token)}` ({first.probability:.1%}). The current parameters cut "
-                f"{cut} of these {len(self.tokens)}.")
+                f"{cut} of these {len(self.tokens)}. {shaped}")
 
     def rows(self) -> list[list]:
         return [[shown_token(t.token), t.token_id, round(t.probability, 4), round(t.after, 4),
@@ -50,7 +55,8 @@ class InsightController:
 
     def next_tokens(self, text: str, chat: bool, system_prompt: str, params: SamplingParams) -> NextTokens:
         try:
-            return NextTokens(next_tokens(self.services.engine, text, chat, params, TOP, system_prompt))
+            found = next_tokens(self.services.engine, text, chat, params, TOP, system_prompt)
+            return NextTokens(found, active_samplers(params))
         except (InsightUnavailable, ValueError) as exc:
             raise UserError(str(exc)) from exc
 

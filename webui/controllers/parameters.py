@@ -1,7 +1,7 @@
 """ParametersController: the Parameters tab's behaviour (the controls' values, presets, what is remembered).
 
-The controls hold plain values (numbers, a checkbox, text for stop strings and
-logit_bias); ``params_from_values`` turns them into SamplingParams and names
+The controls hold plain values (numbers, a checkbox, text for stop strings,
+logit_bias and the other list parameters); ``params_from_values`` turns them into SamplingParams and names
 the parameter and its range when one is wrong, the moment it is typed.
 """
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from webui.controllers.errors import UserError
 from webui.engine.params import InvalidParameter, ParamSpec, SamplingParams, specs
+from webui.engine.sampling import active_samplers
 from webui.names import InvalidName
 from webui.presets import Preset, PresetError
 from webui.services import Services
@@ -48,9 +49,20 @@ def _to_control(spec: ParamSpec, value: Any) -> Any:
         return "\n".join(s.replace("\n", "\\n").replace("\t", "\\t") for s in value)
     if spec.widget == "json":
         return json.dumps(value) if value else ""
+    if spec.widget == "text":
+        return spec.to_text(value)
     if value is None:  # an alias stands for "not set" (seed -1)
         return next((alias for alias, meaning in spec.aliases if meaning is None), None)
     return value
+
+
+def pipeline_text(params: SamplingParams) -> str:
+    """The steps that run for ``params``, in order, and how the token is then chosen (Markdown)."""
+    steps = " → ".join(f"`{name}`" for name in active_samplers(params))
+    then = "the most likely token is taken (greedy)" if params.greedy else "a token is drawn"
+    if not steps:
+        return f"**Runs now:** nothing; {then} from the model's own distribution."
+    return f"**Runs now, in order:** {steps}; then {then}."
 
 
 def user_error(exc: InvalidParameter) -> UserError:

@@ -16,6 +16,7 @@ caller used), the value and the allowed range.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -23,6 +24,19 @@ from typing import Any, Callable, Mapping
 MAX_SEED = 2**63 - 1
 MAX_STOP_STRINGS = 16
 MAX_LOGIT_BIAS = 300
+MAX_TOKEN_BANS = 1000
+
+# Every sampler whose place in the pipeline the user can change (``sampler_priority``), named as
+# text-generation-webui names them, in its default order. Logit bias, token bans and the end-of-sequence ban
+# always run first: they are constraints, not samplers.
+SAMPLER_ORDER: tuple[str, ...] = (
+    "repetition_penalty", "presence_penalty", "frequency_penalty", "dry", "top_n_sigma", "temperature",
+    "dynamic_temperature", "quadratic_sampling", "top_k", "top_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
+    "tfs", "top_a", "min_p", "adaptive_p", "mirostat", "xtc", "encoder_repetition_penalty", "no_repeat_ngram",
+)
+# What temperature_last moves to the end of the order.
+TEMPERATURE_SAMPLERS = ("temperature", "dynamic_temperature", "quadratic_sampling")
+DRY_BREAKERS = ("\n", ":", '"', "*")
 
 
 class InvalidParameter(ValueError):
@@ -60,7 +74,11 @@ class ParamSpec:
     from_api: Callable[[Any], Any] | None = None
     """A request's value -> ours, before ``check`` (e.g. OpenAI's signed seeds into our range)."""
     widget: str = "slider"
-    """The UI control: slider, number, checkbox, lines (one string a line) or json."""
+    """The UI control: slider, number, checkbox, lines (one string a line), text (``to_text`` writes it) or json."""
+    to_text: Callable[[Any], str] | None = None
+    """The value as a "text" control shows it (``check`` reads it back)."""
+    group: str = "Sampling"
+    """The heading the UI shows it under."""
 
     def range_text(self) -> str:
         if self.minimum is None and self.maximum is None:
@@ -101,6 +119,68 @@ def _check_stop(name: str, value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(value))
 
 
+def _strings(name: str, value: Any, what: str) -> list[str]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(s, str) for s in value):
+        raise InvalidParameter(name, f"{name} must be {what}, got {value!r}", value)
+    return list(value)
+
+
+def _check_priority(name: str, value: Any) -> tuple[str, ...]:
+    """Sampler names (a list, or one text a name per line or comma-separated) -> the whole order: the samplers
+    left out run first in the default order, as text-generation-webui runs them."""
+    if value is None:
+        return SAMPLER_ORDER
+    if isinstance(value, str):
+        value = value.replace(",", "\n").splitlines()
+    given = [s.strip() for s in _strings(name, value, "a list of sampler names") if s.strip()]
+    unknown = [s for s in given if s not in SAMPLER_ORDER]
+    if unknown:
+        raise InvalidParameter(name, f"{name}: unknown sampler {unknown[0]!r}; samplers: {', '.join(SAMPLER_ORDER)}",
+                               value)
+    given = list(dict.fromkeys(given))
+    return tuple([s for s in SAMPLER_ORDER if s not in given] + given)
+
+
+def _check_breakers(name: str, value: Any) -> tuple[str, ...]:
+    """A list of strings, or text-generation-webui's text form: quoted strings separated by commas."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = json.loads(text if text.startswith("[") else f"[{text}]")
+        except ValueError:
+            raise InvalidParameter(name, f'{name} must be quoted strings separated by commas, like "\\n", ":", '
+                                         f"got {text!r}", value) from None
+    breakers = _strings(name, value, "a list of strings")
+    if any(s == "" for s in breakers):
+        raise InvalidParameter(name, f"{name} strings must not be empty", value)
+    return tuple(dict.fromkeys(breakers))
+
+
+def _check_token_ids(name: str, value: Any) -> tuple[int, ...]:
+    """Token ids: a list of integers, or text with ids separated by commas (text-generation-webui's form)."""
+    if value is None:
+        return ()
+    items = value.replace("\n", ",").split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise InvalidParameter(name, f"{name} must be token ids separated by commas, got {value!r}", value)
+    ids = []
+    for item in items:
+        if isinstance(item, str):
+            item = item.strip()
+            if not item:
+                continue
+            item = int(item) if item.isdigit() else item
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise InvalidParameter(name, f"{name} must be token ids (integers >= 0) separated by commas, "
+                                         f"got {item!r}", value)
+        ids.append(item)
+    if len(ids) > MAX_TOKEN_BANS:
+        raise InvalidParameter(name, f"{name} may hold at most {MAX_TOKEN_BANS} tokens, got {len(ids)}", value)
+    return tuple(sorted(set(ids)))
+
+
 def _check_logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
     """{token_id: bias} (keys may be strings, as JSON has them) -> sorted ((id, bias), ...)."""
     if value is None:
@@ -124,6 +204,10 @@ def _check_logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(out.items()))
 
 
+REPETITION, TEMPERATURE, ADAPTIVE, LENGTH = ("Repetition", "Temperature shaping", "Mirostat and adaptive-p",
+                                            "Length, stops and tokens")
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request samples its tokens. Defaults are neutral (no effect)."""
@@ -144,13 +228,13 @@ class SamplingParams:
         1.0, float, 0.0, 1.0, 0.01, min_exclusive=True,
         help="Locally typical sampling: keep tokens whose surprise is close to the expected surprise. 1 disables it.")
     repetition_penalty: float = _param(
-        1.0, float, 0.0, 5.0, 0.01, min_exclusive=True,
+        1.0, float, 0.0, 5.0, 0.01, min_exclusive=True, group=REPETITION,
         help="Divides the positive logits (multiplies the negative) of tokens already in the prompt or output. 1 disables it.")
     presence_penalty: float = _param(
-        0.0, float, -2.0, 2.0, 0.05, openai=True,
+        0.0, float, -2.0, 2.0, 0.05, openai=True, group=REPETITION,
         help="Subtracted once from the logit of every token that already appeared in the output (OpenAI semantics).")
     frequency_penalty: float = _param(
-        0.0, float, -2.0, 2.0, 0.05, openai=True,
+        0.0, float, -2.0, 2.0, 0.05, openai=True, group=REPETITION,
         help="Subtracted from a token's logit for each time it already appeared in the output (OpenAI semantics).")
     top_n_sigma: float = _param(
         0.0, float, 0.0, 5.0, 0.01,
@@ -170,36 +254,116 @@ class SamplingParams:
         0.0, float, 0.0, 20.0, 0.01,
         help="Eta sampling, in ten-thousandths: a cutoff that drops as the distribution's entropy rises. "
              "0 disables it.")
+    xtc_threshold: float = _param(
+        0.1, float, 0.0, 0.5, 0.01,
+        help="XTC: when two or more tokens are at least this likely, all but the least likely of them are "
+             "removed (with xtc_probability).")
+    xtc_probability: float = _param(
+        0.0, float, 0.0, 1.0, 0.01,
+        help="XTC (exclude top choices): how often the removal happens, drawn from the request's seeded generator; "
+             "never when it would remove a newline or end-of-sequence. 0 disables it.")
+    dynamic_temperature: bool = _param(
+        False, bool, check=_check_bool, widget="checkbox", group=TEMPERATURE,
+        help="Replace temperature by one between dynatemp_low and dynatemp_high, higher where the model is unsure "
+             "(the distribution's normalised entropy to the power dynatemp_exponent).")
+    dynatemp_low: float = _param(
+        1.0, float, 0.0, 5.0, 0.01, min_exclusive=True, group=TEMPERATURE,
+        help="Dynamic temperature: the temperature when the model is certain.")
+    dynatemp_high: float = _param(
+        1.0, float, 0.0, 5.0, 0.01, min_exclusive=True, group=TEMPERATURE,
+        help="Dynamic temperature: the temperature when every token is equally likely.")
+    dynatemp_exponent: float = _param(
+        1.0, float, 0.0, 5.0, 0.01, min_exclusive=True, group=TEMPERATURE,
+        help="Dynamic temperature: how the entropy maps between low and high (1 linear; higher stays low longer).")
+    smoothing_factor: float = _param(
+        0.0, float, 0.0, 10.0, 0.01, group=TEMPERATURE,
+        help="Quadratic sampling: bends the logits around the top one; higher is more focused, lower flatter. "
+             "0 disables it.")
+    smoothing_curve: float = _param(
+        1.0, float, 1.0, 10.0, 0.01, group=TEMPERATURE,
+        help="Quadratic sampling: how steeply the unlikely tokens fall off (1 a plain quadratic).")
+    temperature_last: bool = _param(
+        False, bool, check=_check_bool, widget="checkbox", group=TEMPERATURE,
+        help="Run temperature, dynamic temperature and quadratic sampling after every other sampler, "
+             "whatever sampler_priority says.")
+    mirostat_mode: int = _param(
+        0, int, 0, 2, 2, group=ADAPTIVE,
+        help="2 turns on Mirostat v2: truncation that steers each token's surprise towards mirostat_tau. "
+             "0 disables it (v1 is not offered).")
+    mirostat_tau: float = _param(
+        5.0, float, 0.0, 10.0, 0.01, group=ADAPTIVE,
+        help="Mirostat: the target surprise, in bits; lower is more focused.")
+    mirostat_eta: float = _param(
+        0.1, float, 0.0, 1.0, 0.01, group=ADAPTIVE,
+        help="Mirostat: how fast it adapts to the surprise of the tokens it picked.")
+    adaptive_target: float = _param(
+        0.0, float, 0.0, 1.0, 0.01, group=ADAPTIVE,
+        help="Adaptive-p: favour tokens near this probability, steered by the probabilities picked so far. "
+             "0 disables it.")
+    adaptive_decay: float = _param(
+        0.9, float, 0.0, 0.99, 0.01, group=ADAPTIVE,
+        help="Adaptive-p: how long it remembers (about 1 / (1 - decay) tokens).")
     no_repeat_ngram_size: int = _param(
-        0, int, 0, 20, 1,
+        0, int, 0, 20, 1, group=REPETITION,
         help="Never repeat an n-gram of this size that is already in the prompt or output. 0 disables it.")
+    repetition_penalty_range: int = _param(
+        0, int, 0, 32768, 64, group=REPETITION,
+        help="How many of the last tokens repetition_penalty, presence/frequency penalty and DRY look at. "
+             "0 means all.")
+    encoder_repetition_penalty: float = _param(
+        1.0, float, 0.0, 5.0, 0.01, min_exclusive=True, group=REPETITION,
+        help="Above 1 favours tokens that are in the prompt (a hallucination filter); below 1 avoids them. "
+             "1 disables it.")
+    dry_multiplier: float = _param(
+        0.0, float, 0.0, 5.0, 0.01, group=REPETITION,
+        help="DRY: penalise a token that would extend a sequence already in the text; 0.8 is typical. "
+             "0 disables it.")
+    dry_base: float = _param(
+        1.75, float, 1.0, 4.0, 0.01, group=REPETITION,
+        help="DRY: how fast the penalty grows with the length of the repeated sequence.")
+    dry_allowed_length: int = _param(
+        2, int, 1, 20, 1, group=REPETITION,
+        help="DRY: the longest sequence that may be repeated without a penalty.")
+    dry_sequence_breakers: tuple[str, ...] = _param(
+        DRY_BREAKERS, tuple, api_type=str | list[str], check=_check_breakers, to_json=list, widget="text",
+        to_text=lambda breakers: ", ".join(json.dumps(b) for b in breakers), group=REPETITION,
+        help='DRY: strings a repeated sequence does not continue across, quoted and separated by commas.')
     max_new_tokens: int = _param(
-        512, int, 1, 32768, 1, api_name="max_tokens", openai=True, widget="number",
+        512, int, 1, 32768, 1, api_name="max_tokens", openai=True, widget="number", group=LENGTH,
         help="The most tokens to generate.")
     min_new_tokens: int = _param(
-        0, int, 0, 32768, 1, api_name="min_tokens", widget="number",
+        0, int, 0, 32768, 1, api_name="min_tokens", widget="number", group=LENGTH,
         help="End-of-sequence is blocked until this many tokens were generated.")
     stop: tuple[str, ...] = _param(
-        (), tuple, openai=True, api_type=str | list[str], check=_check_stop, to_json=list, widget="lines",
+        (), tuple, openai=True, api_type=str | list[str], check=_check_stop, to_json=list, widget="lines", group=LENGTH,
         help="Strings that end generation when they appear; they are not part of the output.")
     seed: int | None = _param(
-        None, int, 0, MAX_SEED, 1, aliases=((-1, None),), openai=True, widget="number",
+        None, int, 0, MAX_SEED, 1, aliases=((-1, None),), openai=True, widget="number", group=LENGTH,
         # OpenAI takes any int64 seed; ours are 0..2^63-1, so a negative seed maps into that range
         from_api=lambda seed: seed % (MAX_SEED + 1),
         help="Seed for this request's random generator; the same seed repeats the same output. Empty or -1 means random.")
     ban_eos: bool = _param(
-        False, bool, api_name="ignore_eos", check=_check_bool, widget="checkbox",
+        False, bool, api_name="ignore_eos", check=_check_bool, widget="checkbox", group=LENGTH,
         help="Never end on the end-of-sequence token; generate until max_new_tokens or a stop string.")
     logit_bias: tuple[tuple[int, float], ...] = _param(
-        (), dict, openai=True, api_type=dict[str, float], check=_check_logit_bias, widget="json",
+        (), dict, openai=True, api_type=dict[str, float], check=_check_logit_bias, widget="json", group=LENGTH,
         to_json=lambda pairs: {str(t): b for t, b in pairs},
         help=("Added to the logits of the given token ids before sampling, as {token_id: bias} with bias in "
               "[-100, 100]; -100 bans a token, 100 forces it."))
+    custom_token_bans: tuple[int, ...] = _param(
+        (), tuple, api_type=str | list[int], check=_check_token_ids, to_json=list, widget="text", group=LENGTH,
+        to_text=lambda ids: ", ".join(map(str, ids)),
+        help="Token ids never to generate, separated by commas (the Insight tab shows a token's id).")
+    sampler_priority: tuple[str, ...] = _param(
+        SAMPLER_ORDER, tuple, api_type=str | list[str], check=_check_priority, to_json=list, widget="lines",
+        group="Sampler order",
+        help="The order the samplers run in, one a line; those left out run first. Only the ones set (not "
+             "neutral) run; logit bias and token bans always come first.")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _normalise(f, getattr(self, f.name), f.name))
-        _check_together({"min_new_tokens": self.min_new_tokens, "max_new_tokens": self.max_new_tokens}, {})
+        _check_together(vars(self), {})
 
     # -- construction -----------------------------------------------------
     @classmethod
@@ -279,6 +443,9 @@ def param_fields() -> list[tuple[str, Any, ParamSpec, str]]:
 
 def _check_together(values: Mapping[str, Any], names: Mapping[str, str]) -> None:
     """Rules between fields, on normalised ``values``; errors call fields what ``names`` maps them to."""
+    if values["mirostat_mode"] == 1:
+        name = names.get("mirostat_mode", "mirostat_mode")
+        raise InvalidParameter(name, f"{name} 1 (Mirostat v1) is not offered; use 2 (Mirostat v2) or 0 (off)", 1)
     low, high = values["min_new_tokens"], values["max_new_tokens"]
     if low > high:
         lo, hi = names.get("min_new_tokens", "min_new_tokens"), names.get("max_new_tokens", "max_new_tokens")

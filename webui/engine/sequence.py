@@ -40,11 +40,13 @@ def tokenize_prompt(model: LoadedModel, request: GenerationRequest) -> list[int]
         raise ValueError("the prompt is empty; type something to continue from")
     if len(ids) >= model.context_length:
         raise PromptTooLong(len(ids), request.params.max_new_tokens, model.context_length)
-    vocab = model.vocab_size
-    bad = [t for t in ids if t >= vocab] + [t for t, _ in request.params.logit_bias if t >= vocab]
-    if bad:
-        raise InvalidParameter("logit_bias" if bad[0] not in ids else "prompt",
-                               f"token id {bad[0]} is not in the model's vocabulary (ids 0..{vocab - 1})", bad[0])
+    vocab, params = model.vocab_size, request.params
+    for field, tokens in (("prompt", ids), ("logit_bias", [t for t, _ in params.logit_bias]),
+                          ("custom_token_bans", params.custom_token_bans)):
+        bad = [t for t in tokens if t >= vocab]
+        if bad:
+            raise InvalidParameter(field, f"{field}: token id {bad[0]} is not in the model's vocabulary "
+                                          f"(ids 0..{vocab - 1})", bad[0])
     return ids
 
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import gradio as gr
 
 from webui.controllers import UserError
-from webui.controllers.parameters import ParametersController, values_from_params
+from webui.controllers.parameters import ParametersController, pipeline_text, values_from_params
 from webui.engine.params import SamplingParams, specs
 from webui.services import Services
 from webui.ui.feedback import shows_errors
-from webui.ui.params_panel import build_param_components
+from webui.ui.params_panel import build_params_panel
 
 
 @dataclass
@@ -20,6 +20,7 @@ class ParametersTab:
     controls: dict[str, gr.components.Component]
     preset: gr.Dropdown
     note: gr.Markdown
+    running: gr.Markdown
     controller: ParametersController
 
     @property
@@ -45,10 +46,8 @@ def create_parameters_tab(services: Services) -> ParametersTab:
         delete = gr.Button("Delete preset", variant="stop", elem_id="preset-delete", scale=1)
     note = gr.Markdown("", elem_id="preset-note")
     confirm = gr.State(False)
-    with gr.Row():
-        with gr.Column():
-            controls = build_param_components(params)
-    tab = ParametersTab(controls, preset, note, controller)
+    panel = build_params_panel(params)
+    tab = ParametersTab(panel.controls, preset, note, panel.running, controller)
     _wire_presets(tab, save_name, save, delete, neutral, confirm)
     _wire_controls(tab)
     return tab
@@ -63,9 +62,10 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         if not name:
             return gr.skip()
         chosen = controller.apply(name)
-        ignored = (f"Ignored keys this workbench does not implement: {', '.join(chosen.ignored)}"
-                   if chosen.ignored else f"Preset '{chosen.name}' applied.")
-        return *values_from_params(chosen.params), ignored
+        said = f"Preset '{chosen.name}' applied."
+        if chosen.ignored:
+            said += f" Not applied: {chosen.ignored_text()}."
+        return *values_from_params(chosen.params), said, pipeline_text(chosen.params)
 
     @shows_errors
     def save_preset(data: dict):
@@ -83,10 +83,13 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         return (gr.update(choices=controller.presets.names(), value=None), f"Deleted preset '{name}'.", False,
                 gr.update(value="Delete preset"))
 
-    tab.preset.input(apply_preset, [tab.preset], [*inputs, tab.note])
+    tab.preset.input(apply_preset, [tab.preset], [*inputs, tab.note, tab.running])
     tab.preset.input(lambda: (False, gr.update(value="Delete preset")), None, [confirm, delete])
-    neutral.click(lambda: (*values_from_params(controller.neutral()), None, "Neutral: every sampler off."), None,
-                  [*inputs, tab.preset, tab.note])
+    def reset():
+        params = controller.neutral()
+        return *values_from_params(params), None, "Neutral: every sampler off.", pipeline_text(params)
+
+    neutral.click(reset, None, [*inputs, tab.preset, tab.note, tab.running])
     save.click(save_preset, {save_name, *inputs}, [tab.preset, tab.note])
     delete.click(delete_preset, [tab.preset, confirm], [tab.preset, tab.note, confirm, delete])
 
@@ -102,23 +105,24 @@ def _wire_controls(tab: ParametersTab) -> None:
         except UserError as exc:  # shown beside the presets while the value stays wrong
             end = slider_end(name, values[name])
             if end is None:
-                return gr.skip(), f"⚠ {exc}"
+                return gr.skip(), f"⚠ {exc}", gr.skip()
             values[name] = end  # what the slider shows now, and what a reply will use
             try:
-                controller.remember(values)
+                params = controller.remember(values)
             except UserError:
-                return gr.skip(), f"⚠ {exc}"
-            return None, f"⚠ {exc}; the slider moved to {end:g} and that is used"
+                return gr.skip(), f"⚠ {exc}", gr.skip()
+            return None, f"⚠ {exc}; the slider moved to {end:g} and that is used", pipeline_text(params)
         if params.changed() == controller.settings.get().params:  # nothing new (a value typed back, say)
-            return gr.skip(), ("" if (data[tab.note] or "").startswith("⚠") else gr.skip())
+            return gr.skip(), ("" if (data[tab.note] or "").startswith("⚠") else gr.skip()), gr.skip()
         controller.remember(values)
-        return None, ""  # edited: the preset's name no longer describes them
+        return None, "", pipeline_text(params)  # edited: the preset's name no longer describes them
 
     for name, control in tab.controls.items():
         # Text boxes: every change (a paste or a deletion is not always an input event). The others: what the
         # user does (a preset or a reload setting all of them must not queue a check per control).
         event = control.change if specs()[name].widget in ("lines", "json") else control.input
-        event(functools.partial(remember, name), {*inputs, tab.note}, [tab.preset, tab.note], show_progress="hidden")
+        event(functools.partial(remember, name), {*inputs, tab.note}, [tab.preset, tab.note, tab.running],
+              show_progress="hidden")
 
 
 def slider_end(name: str, value) -> float | None:
@@ -137,5 +141,5 @@ def on_load(tab: ParametersTab) -> tuple[list, object]:
     def load():
         params, preset_name, note = tab.controller.saved()
         return *values_from_params(params), gr.update(choices=tab.controller.presets.names(),
-                                                      value=preset_name), note
-    return [*tab.inputs, tab.preset, tab.note], load
+                                                      value=preset_name), note, pipeline_text(params)
+    return [*tab.inputs, tab.preset, tab.note, tab.running], load

@@ -2,39 +2,75 @@
 
 Number boxes carry no minimum, maximum or precision of their own: Gradio would
 refuse or round a value with a message that names no parameter; the controller
-checks it against the spec and says which parameter and what range.
+checks it against the spec and says which parameter and what range. Controls
+sit under their spec's group heading, in two columns.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
-from webui.controllers.parameters import values_from_params
-from webui.engine.params import SamplingParams, specs
+from webui.controllers.parameters import pipeline_text, values_from_params
+from webui.engine.params import ParamSpec, SamplingParams, specs
+
+LEFT = ("Sampling", "Temperature shaping", "Mirostat and adaptive-p")
+CLOSED = ("Temperature shaping", "Mirostat and adaptive-p")  # rarely used: folded until opened
 
 
-def build_param_components(initial: SamplingParams | None = None) -> dict[str, gr.components.Component]:
-    """One component per SamplingParams field, in declaration order, elem ids "params-<name>"."""
-    components: dict[str, gr.components.Component] = {}
-    values = values_from_params(initial or SamplingParams())
-    for (name, spec), default in zip(specs().items(), values):
-        common = dict(label=name, info=spec.help, elem_id=f"params-{name}")
-        if spec.widget == "lines":
-            components[name] = gr.Textbox(value=default, lines=2, placeholder=r"one per line; \n for a newline",
-                                          **common)
-        elif spec.widget == "json":
-            components[name] = gr.Textbox(value=default, lines=1, placeholder='{"token id": bias}, e.g. {"2": -100}',
-                                          **common)
-        elif spec.widget == "checkbox":
-            components[name] = gr.Checkbox(value=default, **common)
-        elif spec.widget == "number":
-            components[name] = gr.Number(value=default, **{**common, "info": f"{spec.help} {spec.range_text()}"})
-        else:
-            lo = spec.minimum + spec.step if spec.min_exclusive else spec.minimum
-            slider = gr.Slider(minimum=lo, maximum=spec.maximum, step=spec.step, value=default, **common)
-            slider.preprocess = _unchecked  # a typed -5 reaches the check that names the parameter
-            components[name] = slider
-    return components
+@dataclass
+class ParamsPanel:
+    controls: dict[str, gr.components.Component]
+    running: gr.Markdown
+    """The steps that run now, in order (under the sampler order)."""
+
+
+def build_params_panel(initial: SamplingParams | None = None) -> ParamsPanel:
+    """One component per SamplingParams field, elem ids "params-<name>", grouped under their headings."""
+    initial = initial or SamplingParams()
+    values = dict(zip(specs(), values_from_params(initial)))
+    groups: dict[str, list[str]] = {}
+    for name, spec in specs().items():
+        groups.setdefault(spec.group, []).append(name)
+    controls: dict[str, gr.components.Component] = {}
+    running = None
+    with gr.Row():
+        for column in (LEFT, tuple(g for g in groups if g not in LEFT)):
+            with gr.Column():
+                for group in column:
+                    with gr.Accordion(group, open=group not in CLOSED, elem_id=f"params-group-{_slug(group)}"):
+                        for name in groups[group]:
+                            controls[name] = _control(name, specs()[name], values[name])
+                        if group == "Sampler order":
+                            running = gr.Markdown(pipeline_text(initial), elem_id="params-running")
+    assert running is not None
+    # in the specs' order, as values_from_params lists the values (not the order they are laid out in)
+    return ParamsPanel({name: controls[name] for name in specs()}, running)
+
+
+def _slug(group: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in group.lower())
+
+
+def _control(name: str, spec: ParamSpec, value) -> gr.components.Component:
+    common = dict(label=name, info=spec.help, elem_id=f"params-{name}")
+    if spec.widget == "lines":
+        if name == "sampler_priority":
+            return gr.Textbox(value=value, lines=6, max_lines=30, placeholder="one sampler a line", **common)
+        return gr.Textbox(value=value, lines=2, placeholder=r"one per line; \n for a newline", **common)
+    if spec.widget == "text":
+        return gr.Textbox(value=value, lines=1, **common)
+    if spec.widget == "json":
+        return gr.Textbox(value=value, lines=1, placeholder='{"token id": bias}, e.g. {"2": -100}', **common)
+    if spec.widget == "checkbox":
+        return gr.Checkbox(value=value, **common)
+    if spec.widget == "number":
+        return gr.Number(value=value, **{**common, "info": f"{spec.help} {spec.range_text()}"})
+    lo = spec.minimum + spec.step if spec.min_exclusive else spec.minimum
+    slider = gr.Slider(minimum=lo, maximum=spec.maximum, step=spec.step, value=value, **common)
+    slider.preprocess = _unchecked  # a typed -5 reaches the check that names the parameter
+    return slider
 
 
 def _unchecked(payload: float | None) -> float | None:
