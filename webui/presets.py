@@ -37,10 +37,6 @@ NOT_APPLIED: dict[str, tuple[Any, str]] = {
                              "model"),
     "grammar_string": ("", _LATER.format("constrained output (grammars)")),
     "guidance_scale": (1, _LATER.format("CFG")), "negative_prompt": ("", _LATER.format("CFG")),
-    "truncation_length": (None, _LATER.format("prompt truncation")),
-    "auto_max_new_tokens": (False, _LATER.format("auto_max_new_tokens")),
-    "add_bos_token": (True, _LATER.format("add_bos_token")),
-    "skip_special_tokens": (True, _LATER.format("skip_special_tokens")),
 }
 
 

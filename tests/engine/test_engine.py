@@ -89,6 +89,52 @@ def test_length_finish_and_held_back_text_flushed(tok):
     assert result.text == tok.decode(result.token_ids)
 
 
+def test_skip_special_tokens_off_shows_them(tok):
+    special = tok.encode("<|im_start|>", add_special_tokens=False)
+    assert len(special) == 1
+    script = tok.encode("Hi", add_special_tokens=False) + special + tok.encode(" there", add_special_tokens=False)
+    for skip, text in ((True, "Hi there"), (False, "Hi<|im_start|> there")):
+        engine = Engine(ScriptedModel(tok, script))
+        try:
+            assert engine.generate(GenerationRequest("q", greedy(20, skip_special_tokens=skip))).text == text
+        finally:
+            engine.close()
+
+
+def test_truncation_length_keeps_the_newest_prompt_tokens_and_auto_max_new_tokens_fills_the_rest(tok):
+    prompt = tok.encode(" one two three four five six seven eight nine ten", add_special_tokens=False)
+    engine = Engine(ScriptedModel(tok, [100] * 400, context_length=64))
+    try:
+        cut = engine.generate(GenerationRequest(prompt, greedy(4, truncation_length=10, ban_eos=True)))
+        assert cut.usage.prompt_tokens == 6 and cut.usage.completion_tokens == 4  # 10 - 4 newest prompt tokens
+        with pytest.raises(PromptTooLong):  # truncation_length 0: a prompt too long is refused, not cut
+            engine.generate(GenerationRequest(prompt * 7, greedy(4)))
+        auto = engine.generate(GenerationRequest(prompt, greedy(4, auto_max_new_tokens=True, ban_eos=True)))
+        assert auto.usage.completion_tokens == 64 - len(prompt) and auto.finish_reason == "length"
+        both = engine.generate(GenerationRequest(prompt, greedy(4, auto_max_new_tokens=True, truncation_length=20,
+                                                               ban_eos=True)))
+        assert (both.usage.prompt_tokens, both.usage.completion_tokens) == (len(prompt), 20 - len(prompt))
+    finally:
+        engine.close()
+
+
+def test_add_bos_token_off_asks_the_tokenizer_for_no_special_tokens(tok):
+    from webui.engine.sequence import tokenize_prompt
+
+    seen = []
+
+    class Tok:
+        def encode(self, text, add_special_tokens=True):
+            seen.append(add_special_tokens)
+            return [1, 5] if add_special_tokens else [5]
+
+    model = ScriptedModel(Tok(), [])
+    assert tokenize_prompt(model, GenerationRequest("x", greedy(1))) == [1, 5]
+    assert tokenize_prompt(model, GenerationRequest("x", greedy(1, add_bos_token=False))) == [5]
+    assert tokenize_prompt(model, GenerationRequest("x", greedy(1), add_special_tokens=False)) == [5]
+    assert seen == [True, False, False]
+
+
 # -- real (tiny) model: seeds, concurrency, cancellation ---------------------------------
 
 def test_same_seed_same_tokens_other_seed_differs(tiny_engine):

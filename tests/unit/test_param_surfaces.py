@@ -19,7 +19,8 @@ from webui.reproduce import ReproduceRecord, parse_record
 WIDGETS = {"slider", "number", "checkbox", "lines", "text", "json"}
 SPECIAL = {"stop": ["END", "\n###"], "logit_bias": {"5": -50.0, "17": 2.5}, "ban_eos": True, "seed": 1234,
            "dynamic_temperature": True, "temperature_last": True, "mirostat_mode": 2,
-           "dry_sequence_breakers": ["\n", "##"], "custom_token_bans": [5, 17], "sampler_priority": ["min_p", "top_k"]}
+           "dry_sequence_breakers": ["\n", "##"], "custom_token_bans": [5, 17], "sampler_priority": ["min_p", "top_k"],
+           "auto_max_new_tokens": True, "add_bos_token": False, "skip_special_tokens": False}
 
 
 def example(name: str):

@@ -64,6 +64,10 @@ BAD_VALUES = [
     ("custom_token_bans", list(range(1001)), "custom_token_bans may hold at most 1000 tokens"),
     ("sampler_priority", ["top_k", "top_q"], "sampler_priority: unknown sampler 'top_q'; samplers: repetition_penalty,"),
     ("sampler_priority", 7, "sampler_priority must be a list of sampler names"),
+    ("auto_max_new_tokens", 1, "auto_max_new_tokens must be true or false"),
+    ("truncation_length", -1, "truncation_length must be in [0, 1048576]"),
+    ("add_bos_token", "no", "add_bos_token must be true or false"),
+    ("skip_special_tokens", None, "skip_special_tokens must be true or false"),
     ("temperature", True, "temperature must be a number"),
     ("temperature", float("nan"), "temperature must be in"),
 ]

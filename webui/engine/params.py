@@ -350,6 +350,20 @@ class SamplingParams:
         to_json=lambda pairs: {str(t): b for t, b in pairs},
         help=("Added to the logits of the given token ids before sampling, as {token_id: bias} with bias in "
               "[-100, 100]; -100 bans a token, 100 forces it."))
+    auto_max_new_tokens: bool = _param(
+        False, bool, check=_check_bool, widget="checkbox", group=LENGTH,
+        help="Generate up to the end of the context (or truncation_length), whatever max_new_tokens says.")
+    truncation_length: int = _param(
+        0, int, 0, 1048576, 1, widget="number", group=LENGTH,
+        help="Cut the prompt's oldest tokens so that it and max_new_tokens fit in this many tokens (capped at the "
+             "model's context). 0: never cut; a prompt too long is an error.")
+    add_bos_token: bool = _param(
+        True, bool, check=_check_bool, widget="checkbox", group=LENGTH,
+        help="Let the tokenizer add its beginning-of-sequence token to a raw prompt (a chat template decides "
+             "for chat prompts).")
+    skip_special_tokens: bool = _param(
+        True, bool, check=_check_bool, widget="checkbox", group=LENGTH,
+        help="Leave special tokens (like <|im_end|>) out of the text; some models need them shown.")
     custom_token_bans: tuple[int, ...] = _param(
         (), tuple, api_type=str | list[int], check=_check_token_ids, to_json=list, widget="text", group=LENGTH,
         to_text=lambda ids: ", ".join(map(str, ids)),

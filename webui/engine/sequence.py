@@ -31,16 +31,27 @@ def check_loras(model: LoadedModel, request: GenerationRequest) -> None:
                                        f"{', '.join(attached) or 'none'}", missing[0])
 
 
+def token_budget(model: LoadedModel, params) -> int:
+    """How many tokens the prompt and the output may take together: truncation_length (capped at the context)
+    or the whole context."""
+    return min(params.truncation_length or model.context_length, model.context_length)
+
+
 def tokenize_prompt(model: LoadedModel, request: GenerationRequest) -> list[int]:
+    params = request.params
     if isinstance(request.prompt, list):
         ids = list(request.prompt)
     else:
-        ids = model.tokenizer.encode(request.prompt, add_special_tokens=request.add_special_tokens)
+        ids = model.tokenizer.encode(request.prompt,
+                                     add_special_tokens=request.add_special_tokens and params.add_bos_token)
     if not ids:
         raise ValueError("the prompt is empty; type something to continue from")
+    if params.truncation_length:  # keep the newest tokens, with room for max_new_tokens
+        keep = max(1, token_budget(model, params) - params.max_new_tokens)
+        ids = ids[-keep:]
     if len(ids) >= model.context_length:
         raise PromptTooLong(len(ids), request.params.max_new_tokens, model.context_length)
-    vocab, params = model.vocab_size, request.params
+    vocab = model.vocab_size
     for field, tokens in (("prompt", ids), ("logit_bias", [t for t, _ in params.logit_bias]),
                           ("custom_token_bans", params.custom_token_bans)):
         bad = [t for t in tokens if t >= vocab]
@@ -84,10 +95,12 @@ class Sequence:
         self.prompt_ids = prompt_ids if prompt_ids is not None else tokenize_prompt(model, self.request)
         self.ids = list(self.prompt_ids)
         self.pending = list(self.prompt_ids)
-        self.max_new = min(self.request.params.max_new_tokens, model.context_length - len(self.prompt_ids))
+        params, room = self.request.params, model.context_length - len(self.prompt_ids)
+        self.max_new = (max(1, min(room, token_budget(model, params) - len(self.prompt_ids)))
+                        if params.auto_max_new_tokens else min(params.max_new_tokens, room))
         tok = model.tokenizer
-        self.sampler = Sampler(self.request.params, sorted(tok.eos_token_ids), len(self.prompt_ids), self.seed, tok)
-        self.detok = IncrementalDetokenizer(lambda ids: tok.decode(ids, skip_special_tokens=True),
+        self.sampler = Sampler(params, sorted(tok.eos_token_ids), len(self.prompt_ids), self.seed, tok)
+        self.detok = IncrementalDetokenizer(lambda ids: tok.decode(ids, skip_special_tokens=params.skip_special_tokens),
                                             self.prompt_ids[-8:])
         self.stops = StopStringMatcher(self.request.params.stop)
         self.cache = model.new_cache(loras=self.request.loras) if self.request.loras else model.new_cache()
