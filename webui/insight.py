@@ -16,6 +16,8 @@ from loaders.base import LoadedModel
 from webui.chat import chat_messages, render_chat_prompt
 from webui.engine import Engine, EngineError, SamplingParams
 from webui.engine.sampling import Sampler
+from webui.engine.sequence import guide_prompt
+from webui.engine.types import GenerationRequest
 
 
 class InsightUnavailable(EngineError):
@@ -79,6 +81,10 @@ def next_tokens(engine: Engine, text: str, chat: bool, params: SamplingParams, t
 
     logits = engine.call_between_steps(lambda: model.logits(inspection.ids).float())
     sampler = Sampler(params, sorted(model.tokenizer.eos_token_ids), len(inspection.ids), 0, model.tokenizer)
+    if params.guidance_scale != 1.0:  # CFG: the negative prompt's distribution, as a reply would have it
+        request = GenerationRequest(text, params, add_special_tokens=not chat)
+        negative = guide_prompt(model, request, inspection.ids)
+        sampler.context.guidance = engine.call_between_steps(lambda: model.logits(negative).float())
     processed = sampler.process(inspection.ids, logits)
     raw = logits.softmax(-1)
     after = sampler.distribution(processed).exp()  # the same computation as each generated token's

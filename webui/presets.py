@@ -36,7 +36,6 @@ NOT_APPLIED: dict[str, tuple[Any, str]] = {
     "max_tokens_second": (0, "a display throttle of text-generation-webui's UI; streaming here is as fast as the "
                              "model"),
     "grammar_string": ("", _LATER.format("constrained output (grammars)")),
-    "guidance_scale": (1, _LATER.format("CFG")), "negative_prompt": ("", _LATER.format("CFG")),
 }
 
 

@@ -35,6 +35,13 @@ def test_send_stores_the_message_and_the_streamed_reply(session):
     assert session.view(done.chat_id) == done  # the stored chat is what was shown
 
 
+def test_a_cfg_reply_shows_what_the_negative_prompt_cost(session):
+    done = list(session.send(None, "Hello there", "", GREEDY.replace(guidance_scale=1.5, negative_prompt="Go away"),
+                             KEY))[-1]
+    reply = session.chats.messages(done.chat_id)[-1]
+    assert reply.stats["guidance_tokens"] > 3 and f"CFG ran {reply.stats['guidance_tokens']} more tokens" in done.stats
+
+
 def test_mistakes_are_user_errors_and_store_nothing(session, services):
     with pytest.raises(UserError, match="Type a message"):
         list(session.send(None, "  ", "", GREEDY, KEY))

@@ -25,6 +25,9 @@ def test_prompt_and_next_tokens(controller):
     reordered = SamplingParams(temperature=0.5, min_p=0.2, top_k=5, sampler_priority=["min_p", "top_k", "temperature"])
     assert controller.next_tokens("The capital of France is", False, "", reordered).steps == [
         "min_p", "top_k", "temperature"]
+    guided = controller.next_tokens("The capital of France is", False, "",
+                                    SamplingParams(guidance_scale=2.0, negative_prompt="The capital of Spain is"))
+    assert guided.steps == ["cfg"] and [t.after for t in guided.tokens] != [t.probability for t in guided.tokens]
     assert "**" not in found.summary.split("(")[0]  # a token with a leading space is not put in bold
     assert len(found.rows()[0]) == 5
     assert shown_token(" Paris\n") == "␣Paris↵"

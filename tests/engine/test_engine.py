@@ -192,6 +192,30 @@ def test_samplers_with_state_or_chance_give_each_sequence_its_own_in_a_batch(tin
     assert tiny_engine.generate(request("xtc", 6)).token_ids != alone["xtc"]
 
 
+def test_cfg_runs_the_negative_prompt_beside_the_request_and_matches_the_formula(tiny_engine, tiny_model):
+    """Greedy CFG, step by step by hand (the model's logits after the prompt and after the negative prompt, each
+    followed by the tokens so far), equals what the engine gives with the negative prompt batched beside it."""
+    tok = tiny_model.tokenizer
+    prompt, negative, scale, n = "Once upon a time", "The end. The end.", 1.8, 6
+    params = greedy(n, guidance_scale=scale, negative_prompt=negative, ban_eos=True)
+    got = tiny_engine.generate(GenerationRequest(prompt, params))
+    cond, uncond, expected = tok.encode(prompt), tok.encode(negative), []
+    for _ in range(n):
+        c = tiny_model.logits(cond + expected).float().log_softmax(-1)
+        u = tiny_model.logits(uncond + expected).float().log_softmax(-1)
+        expected.append(int((u + scale * (c - u)).argmax()))
+    assert got.token_ids == expected
+    plain = tiny_engine.generate(GenerationRequest(prompt, greedy(n, ban_eos=True)))
+    assert plain.token_ids != expected and plain.usage.guidance_tokens == 0  # it does steer, and costs nothing off
+    assert got.usage.guidance_tokens == len(uncond) + n - 1  # the negative prompt, then each token but the last
+    # beside other requests in the same steps (one of them CFG too), the same tokens
+    streams = [tiny_engine.submit(GenerationRequest(prompt, params)),
+               tiny_engine.submit(GenerationRequest("Tell me a story", greedy(9, ban_eos=True))),
+               tiny_engine.submit(GenerationRequest("Hello", greedy(4, guidance_scale=0.5, ban_eos=True)))]
+    assert streams[0].result().token_ids == expected
+    assert [s.result().usage.completion_tokens for s in streams[1:]] == [9, 4]
+
+
 def test_cancel_ends_within_one_step_and_spares_others(tok):
     model = ScriptedModel(tok, [100] * 400, step_delay=0.01)
     engine = Engine(model)

@@ -275,3 +275,18 @@ def test_prompts_already_read_reuse_llama_cpp_cells_with_identical_tokens(llama_
     assert [r.usage.cached_tokens for r in on_alone[1:]] == [n - 1, n - 1]
     assert all(r.usage.cached_tokens == n - 1 for r in on_together)
     assert on_turn.usage.cached_tokens > n  # the reply too: its cells were kept
+
+
+def test_cfg_runs_its_negative_prompt_as_a_second_llama_cpp_sequence(engine, llama_model):
+    """CFG's negative prompt takes its own llama.cpp sequence in the same batches; greedy CFG equals the formula
+    applied by hand to its logits."""
+    tok = llama_model.tokenizer
+    prompt, negative, scale, n = "The capital of France is", "I do not know.", 2.0, 3
+    got = engine.generate(GenerationRequest(prompt, SamplingParams(
+        temperature=0, max_new_tokens=n, guidance_scale=scale, negative_prompt=negative, ban_eos=True)))
+    cond, uncond, expected = tok.encode(prompt), tok.encode(negative), []
+    for _ in range(n):
+        c = llama_model.logits(cond + expected).float().log_softmax(-1)
+        u = llama_model.logits(uncond + expected).float().log_softmax(-1)
+        expected.append(int((u + scale * (c - u)).argmax()))
+    assert got.token_ids == expected and got.usage.guidance_tokens == len(uncond) + n - 1

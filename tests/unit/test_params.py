@@ -64,6 +64,8 @@ BAD_VALUES = [
     ("custom_token_bans", list(range(1001)), "custom_token_bans may hold at most 1000 tokens"),
     ("sampler_priority", ["top_k", "top_q"], "sampler_priority: unknown sampler 'top_q'; samplers: repetition_penalty,"),
     ("sampler_priority", 7, "sampler_priority must be a list of sampler names"),
+    ("guidance_scale", 3, "guidance_scale must be in [-0.5, 2.5]"),
+    ("negative_prompt", 5, "negative_prompt must be a string, got 5"),
     ("auto_max_new_tokens", 1, "auto_max_new_tokens must be true or false"),
     ("truncation_length", -1, "truncation_length must be in [0, 1048576]"),
     ("add_bos_token", "no", "add_bos_token must be true or false"),

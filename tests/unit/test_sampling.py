@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from webui.engine.params import SAMPLER_ORDER, SamplingParams
-from webui.engine.sampling import (CONSTRAINTS, AdaptiveP, CountPenalty, Dry, DynamicTemperature,
+from webui.engine.sampling import (CONSTRAINTS, AdaptiveP, CountPenalty, Dry, DynamicTemperature, Guidance,
                                    EncoderRepetitionPenalty, EpsilonCutoff, EtaCutoff, Mirostat, MinP, NoRepeatNGram,
                                    QuadraticSampling, RepetitionPenalty, Sampler, SamplingContext, TailFree,
                                    Temperature, TokenBans, TopA, TopK, TopP, TypicalP, Xtc, active_samplers,
@@ -115,7 +115,7 @@ EVERY_SAMPLER = dict(
     frequency_penalty=0.1, no_repeat_ngram_size=3, min_new_tokens=1, logit_bias={1: 1.0}, custom_token_bans=[3],
     top_n_sigma=2.0, tfs=0.9, top_a=0.1, epsilon_cutoff=3, eta_cutoff=3, dry_multiplier=0.8, xtc_probability=0.5,
     dynamic_temperature=True, smoothing_factor=0.3, mirostat_mode=2, adaptive_target=0.5,
-    encoder_repetition_penalty=1.1)
+    encoder_repetition_penalty=1.1, guidance_scale=1.5)
 
 
 def test_processors_run_in_the_default_order_with_the_constraints_first():
@@ -337,3 +337,14 @@ def test_stateful_samplers_learn_from_the_token_the_sampler_drew():
     before = mirostat.mu
     sampler.sample([], probs_logits(0.5, 0.3, 0.15, 0.05))
     assert mirostat.mu != before
+
+
+def test_cfg_mixes_the_log_probabilities_with_the_negative_prompts():
+    ctx = SamplingContext(0)
+    cond, uncond = probs_logits(0.6, 0.3, 0.1), probs_logits(0.7, 0.1, 0.2)
+    guidance = Guidance(2.5, ctx)
+    assert torch.equal(guidance([], cond.clone()), cond)  # no negative prompt logits yet: unchanged
+    ctx.guidance = uncond
+    expected = uncond.log_softmax(-1) + 2.5 * (cond.log_softmax(-1) - uncond.log_softmax(-1))
+    out = guidance([], cond.clone())
+    assert torch.allclose(out, expected) and int(out.argmax()) == 1  # away from what the negative prompt favours

@@ -62,7 +62,7 @@ def reply_stats(event: GenerationEvent, params: SamplingParams, model: LoadedMod
     return {"model": model.name, "loader": model.loader,
             "loras": [list(x) for x in loras],
             "completion_tokens": u.completion_tokens, "prompt_tokens": u.prompt_tokens,
-            "cached_tokens": u.cached_tokens,
+            "cached_tokens": u.cached_tokens, "guidance_tokens": u.guidance_tokens,
             "time_to_first_token": t.first_token, "tokens_per_second": t.tokens_per_second,
             "finish_reason": event.finish_reason, "stop_string": event.stop_string, "seed": event.seed,
             "params": params.to_dict(), "summary": stats_text(event)}

@@ -369,7 +369,13 @@ class Engine:
         plan = self._plan()
         if not plan:
             return
-        logits = self._model.forward([s.cache for s, _ in plan], [ids for _, ids in plan])
+        # CFG: a request's negative prompt rides in the same forward (all of it with the request's first chunk,
+        # then each sampled token), so its logits are ready whenever the request samples
+        guides = [(s.guide, s.guide.pending) for s, _ in plan if s.guide is not None and s.guide.pending]
+        feeds = [(s.cache, ids) for s, ids in plan] + [(g.cache, ids) for g, ids in guides]
+        logits = self._model.forward([c for c, _ in feeds], [ids for _, ids in feeds])
+        for j, (guide, ids) in enumerate(guides):
+            guide.took(ids, logits[len(plan) + j])
         sampled = 0
         for i, (seq, ids) in enumerate(plan):
             seq.pending = seq.pending[len(ids):]

@@ -181,6 +181,14 @@ def _check_token_ids(name: str, value: Any) -> tuple[int, ...]:
     return tuple(sorted(set(ids)))
 
 
+def _check_text(name: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidParameter(name, f"{name} must be a string, got {value!r}", value)
+    return value
+
+
 def _check_logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
     """{token_id: bias} (keys may be strings, as JSON has them) -> sorted ((id, bias), ...)."""
     if value is None:
@@ -206,6 +214,7 @@ def _check_logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
 
 REPETITION, TEMPERATURE, ADAPTIVE, LENGTH = ("Repetition", "Temperature shaping", "Mirostat and adaptive-p",
                                             "Length, stops and tokens")
+GUIDANCE = "Guidance (CFG)"
 
 
 @dataclass(frozen=True)
@@ -350,6 +359,13 @@ class SamplingParams:
         to_json=lambda pairs: {str(t): b for t, b in pairs},
         help=("Added to the logits of the given token ids before sampling, as {token_id: bias} with bias in "
               "[-100, 100]; -100 bans a token, 100 forces it."))
+    guidance_scale: float = _param(
+        1.0, float, -0.5, 2.5, 0.05, group=GUIDANCE,
+        help="CFG: steer each token away from what the negative prompt would make likely (1.5 is a good start); "
+             "it runs the negative prompt as a second sequence beside the request. 1 disables it.")
+    negative_prompt: str = _param(
+        "", str, check=_check_text, widget="text", to_text=str, group=GUIDANCE,
+        help="CFG: the text to steer away from; empty means the prompt's last token alone.")
     auto_max_new_tokens: bool = _param(
         False, bool, check=_check_bool, widget="checkbox", group=LENGTH,
         help="Generate up to the end of the context (or truncation_length), whatever max_new_tokens says.")

@@ -24,8 +24,8 @@ Processor = Callable[[Sequence[int], torch.Tensor], torch.Tensor]
 
 NEG_INF = float("-inf")
 
-# Constraints that always run first, before the samplers in ``sampler_priority``'s order.
-CONSTRAINTS: tuple[str, ...] = ("logit_bias", "token_bans", "eos_ban")
+# CFG and the constraints always run first, before the samplers in ``sampler_priority``'s order.
+CONSTRAINTS: tuple[str, ...] = ("cfg", "logit_bias", "token_bans", "eos_ban")
 # Samplers that only shape what is drawn: greedy decoding (temperature 0) takes the top token without them.
 DRAW_ONLY = frozenset({"temperature", "dynamic_temperature", "quadratic_sampling", "top_n_sigma", "top_k", "top_p",
                        "typical_p", "epsilon_cutoff", "eta_cutoff", "tfs", "top_a", "min_p", "adaptive_p",
@@ -41,6 +41,8 @@ class SamplingContext:
     seed: int = 0
     tokenizer: Any = None
     """The model's tokenizer (loaders.base.Tokenizer), or None where a caller has none."""
+    guidance: torch.Tensor | None = None
+    """CFG: the negative prompt's next-token logits at this step, set before each token is sampled."""
     _generator: torch.Generator | None = field(default=None, repr=False)
 
     def rng(self, device: torch.device) -> torch.Generator:
@@ -49,6 +51,20 @@ class SamplingContext:
             self._generator = torch.Generator(device=device)
             self._generator.manual_seed(self.seed)
         return self._generator
+
+
+class Guidance:
+    """Classifier-free guidance: ``uncond + scale * (cond - uncond)`` over log-probabilities, where uncond is
+    the negative prompt's distribution at the same step (transformers' UnbatchedClassifierFreeGuidance)."""
+
+    def __init__(self, scale: float, ctx: "SamplingContext"):
+        self.scale, self.ctx = scale, ctx
+
+    def __call__(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        if self.ctx.guidance is None:
+            return logits
+        uncond = self.ctx.guidance.to(logits.device, torch.float32).log_softmax(-1)
+        return uncond + self.scale * (logits.log_softmax(-1) - uncond)
 
 
 class LogitBias:
@@ -446,6 +462,7 @@ Factory = Callable[[SamplingParams, "SamplingContext"], "Processor | None"]
 
 # How each step is built from the parameters, or None where its parameters are neutral.
 FACTORIES: dict[str, Factory] = {
+    "cfg": lambda p, c: Guidance(p.guidance_scale, c) if p.guidance_scale != 1.0 else None,
     "logit_bias": lambda p, c: LogitBias(p.logit_bias) if p.logit_bias else None,
     "token_bans": lambda p, c: TokenBans(p.custom_token_bans) if p.custom_token_bans else None,
     "eos_ban": lambda p, c: (EosBan(c.eos_ids, c.prompt_len, p.min_new_tokens, p.ban_eos)

@@ -61,6 +61,32 @@ def tokenize_prompt(model: LoadedModel, request: GenerationRequest) -> list[int]
     return ids
 
 
+class Guide:
+    """CFG's second sequence: the negative prompt, fed beside its request in the same batched steps and then
+    every token the request samples, so its next-token logits are always at the request's position."""
+
+    def __init__(self, prompt_ids: list[int], cache: Any):
+        self.pending, self.cache = list(prompt_ids), cache
+        self.fed = 0  # tokens it has cost (reported in the reply's usage)
+        self.logits: torch.Tensor | None = None
+
+    def took(self, ids: list[int], logits: torch.Tensor) -> None:
+        self.pending = self.pending[len(ids):]
+        self.fed += len(ids)
+        self.logits = logits
+
+
+def guide_prompt(model: LoadedModel, request: GenerationRequest, prompt_ids: list[int]) -> list[int]:
+    """The negative prompt's tokens (with a BOS where the prompt's has one), or the prompt's last token when
+    there is none (as transformers does)."""
+    params = request.params
+    if not params.negative_prompt:
+        return prompt_ids[-1:]
+    ids = model.tokenizer.encode(params.negative_prompt,
+                                 add_special_tokens=request.add_special_tokens and params.add_bos_token)
+    return ids[-max(1, model.context_length // 2):]
+
+
 class Sequence:
     """Engine-side state of one request. Only the engine thread touches it."""
 
@@ -89,6 +115,7 @@ class Sequence:
         self.prefix_pins: list = []
         self.prefix_full = False  # the cache had no room for this sequence's next block: stop offering
         self.waiting_for: "Sequence | None" = None
+        self.guide: Guide | None = None
 
     def start(self, model: LoadedModel, prompt_ids: list[int] | None = None) -> None:
         """Bind to ``model``: tokenize (unless given), size the budget, build sampler and cache."""
@@ -103,9 +130,15 @@ class Sequence:
         self.detok = IncrementalDetokenizer(lambda ids: tok.decode(ids, skip_special_tokens=params.skip_special_tokens),
                                             self.prompt_ids[-8:])
         self.stops = StopStringMatcher(self.request.params.stop)
-        self.cache = model.new_cache(loras=self.request.loras) if self.request.loras else model.new_cache()
+        self.cache = self._new_cache(model)
+        if params.guidance_scale != 1.0:
+            self.guide = Guide(guide_prompt(model, self.request, self.prompt_ids), self._new_cache(model))
+            self.max_new = max(1, min(self.max_new, model.context_length - len(self.guide.pending)))
         self.admitted = now()
         self.model = model
+
+    def _new_cache(self, model: LoadedModel) -> Any:
+        return model.new_cache(loras=self.request.loras) if self.request.loras else model.new_cache()
 
     @property
     def kv_tokens(self) -> int:
@@ -122,9 +155,13 @@ class Sequence:
 
     def step(self, logits: torch.Tensor) -> GenerationEvent:
         """Sample the next token from ``logits`` and build this step's event."""
+        if self.guide is not None:
+            self.sampler.context.guidance = self.guide.logits
         choice = self.sampler.sample(self.ids, logits, self.request.logprobs)
         token = choice.token_id
         self.ids.append(token)
+        if self.guide is not None:
+            self.guide.pending = [token]
         self.pending = [token]
         self.prompt_done = True
         self.completion_tokens += 1
@@ -158,11 +195,16 @@ class Sequence:
         event.text = text
         event.finish_reason, event.error = reason, error
         event.stop_string = self.stops.matched if self.model is not None else None
-        event.usage = Usage(len(self.prompt_ids), self.completion_tokens, self.cached_tokens)
+        event.usage = Usage(len(self.prompt_ids), self.completion_tokens, self.cached_tokens,
+                            self.guide.fed if self.guide else 0)
         event.timings = self.timings(self.completion_tokens)
-        if self.cache is not None and self.model is not None:
-            self.model.release(self.cache)
+        if self.model is not None:
+            for cache in (self.cache, self.guide.cache if self.guide else None):
+                if cache is not None:
+                    self.model.release(cache)
         self.cache = None
+        if self.guide is not None:
+            self.guide.cache = None
         return event
 
     def timings(self, completion_tokens: int) -> Timings:

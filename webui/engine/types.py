@@ -98,6 +98,7 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache (not prefilled again)
+    guidance_tokens: int = 0  # tokens CFG's negative prompt sequence was fed beside this request
 
     @property
     def total_tokens(self) -> int:
