@@ -173,6 +173,10 @@ def test_the_sampler_order_is_shown_and_a_new_order_is_kept(server, browser):
     order = page.locator("#params-sampler_priority textarea")
     order.fill("min_p\ntemperature")
     wait_text(page, "#params-running", "repetition_penalty → top_p → min_p → temperature", 30_000)
+    bans = page.locator("#params-custom_token_bans textarea, #params-custom_token_bans input").first
+    bans.focus()
+    page.keyboard.insert_text("9, 5")  # a paste: no key presses
+    wait_text(page, "#params-running", "token_bans → repetition_penalty", 30_000)
     screenshot(page, "parameters-order")
     page.wait_for_timeout(1000)
     page.reload()
@@ -180,6 +184,7 @@ def test_the_sampler_order_is_shown_and_a_new_order_is_kept(server, browser):
     tab(page, "Parameters")
     wait_text(page, "#params-running", "repetition_penalty → top_p → min_p → temperature", 30_000)
     assert order.input_value().splitlines()[-2:] == ["min_p", "temperature"]
+    assert bans.input_value() == "5, 9"
     page.close()
 
 

@@ -65,6 +65,16 @@ def test_axes_product_per_preset(presets):
     assert settings[2].overrides == {"temperature": 0.7, "top_p": 0.9}
 
 
+def test_the_newer_samplers_are_grid_axes_too(presets):
+    axes = parse_axes("temperature_last=false,true\ndry_multiplier=0,0.8\nmirostat_mode=0,2\n"
+                      "sampler_priority=temperature,min_p")
+    settings = expand(GridSpec(["Balanced"], axes), presets)
+    assert len(settings) == 16
+    last = settings[-1].params
+    assert (last.temperature_last, last.dry_multiplier, last.mirostat_mode) == (True, 0.8, 2)
+    assert last.sampler_priority[-1] == "min_p" and settings[-2].params.sampler_priority[-1] == "temperature"
+
+
 def test_overrides_win_over_the_preset_and_the_rest_of_the_preset_stays(presets):
     precise = presets.get("Precise").params
     (setting,) = expand(GridSpec(["Precise"], {"temperature": [0.9]}), presets)

@@ -120,7 +120,7 @@ def _wire_controls(tab: ParametersTab) -> None:
     for name, control in tab.controls.items():
         # Text boxes: every change (a paste or a deletion is not always an input event). The others: what the
         # user does (a preset or a reload setting all of them must not queue a check per control).
-        event = control.change if specs()[name].widget in ("lines", "json") else control.input
+        event = control.change if specs()[name].widget in ("lines", "text", "json") else control.input
         event(functools.partial(remember, name), {*inputs, tab.note}, [tab.preset, tab.note, tab.running],
               show_progress="hidden")
 

@@ -3,7 +3,8 @@
 Number boxes carry no minimum, maximum or precision of their own: Gradio would
 refuse or round a value with a message that names no parameter; the controller
 checks it against the spec and says which parameter and what range. Controls
-sit under their spec's group heading, in two columns.
+sit under their spec's group heading, in two columns; the sampler order and the
+steps that run now come first on the right.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import gradio as gr
 from webui.controllers.parameters import pipeline_text, values_from_params
 from webui.engine.params import ParamSpec, SamplingParams, specs
 
-LEFT = ("Sampling", "Temperature shaping", "Mirostat and adaptive-p")
+COLUMNS = (("Sampling", "Temperature shaping", "Mirostat and adaptive-p", "Guidance (CFG)"),
+           ("Sampler order", "Repetition", "Length, stops and tokens"))
 CLOSED = ("Temperature shaping", "Mirostat and adaptive-p")  # rarely used: folded until opened
 
 
@@ -35,8 +37,9 @@ def build_params_panel(initial: SamplingParams | None = None) -> ParamsPanel:
         groups.setdefault(spec.group, []).append(name)
     controls: dict[str, gr.components.Component] = {}
     running = None
+    assert {g for column in COLUMNS for g in column} == set(groups), "every group has a place"
     with gr.Row():
-        for column in (LEFT, tuple(g for g in groups if g not in LEFT)):
+        for column in COLUMNS:
             with gr.Column():
                 for group in column:
                     with gr.Accordion(group, open=group not in CLOSED, elem_id=f"params-group-{_slug(group)}"):
