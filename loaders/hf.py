@@ -6,6 +6,7 @@ torch and transformers are imported inside the functions, so importing this modu
 
 from __future__ import annotations
 
+
 import json
 import logging
 from pathlib import Path
@@ -159,6 +160,14 @@ class HFTokenizer:
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def guidance_tokenizer(self) -> Any:
+        """llguidance's view of this vocabulary (for structured output); built once (well under a second)."""
+        import llguidance.hf
+
+        if getattr(self, "_guidance", None) is None:
+            self._guidance = llguidance.hf.from_tokenizer(self._tok, eos_token=sorted(self.eos_token_ids))
+        return self._guidance
 
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         if not self.chat_template:

@@ -17,9 +17,11 @@ imported when a model is loaded, so listing loaders stays cheap.
 
 from __future__ import annotations
 
+
 import ctypes
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -327,6 +329,16 @@ class LlamaCppTokenizer:
         self.eos_token_ids = frozenset(i for i in range(n) if lib.llama_vocab_is_eog(vocab, i))
         self._special = {"bos_token": self._piece(lib.llama_vocab_bos(vocab), True),
                          "eos_token": self._piece(lib.llama_vocab_eos(vocab), True)}
+
+    def guidance_tokenizer(self) -> Any:
+        """llguidance's view of this vocabulary (for structured output); built once (about a second)."""
+        from llguidance.llamacpp import lltokenizer_from_vocab
+
+        if getattr(self, "_guidance", None) is None:
+            with warnings.catch_warnings():  # llguidance calls a llama_cpp function deprecated per token
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._guidance = lltokenizer_from_vocab(self._vocab, eos_token=sorted(self.eos_token_ids))
+        return self._guidance
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         data = text.encode("utf-8")

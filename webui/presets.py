@@ -26,7 +26,6 @@ BUILTIN_PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 TGWUI_ALIASES = {"ban_eos_token": "ban_eos", "min_length": "min_new_tokens"}
 _BEAM = "beam search is another decoding method (it searches several continuations), not a sampler"
 _SPEED = "a speed setting of transformers' own generate loop, which this workbench's engine does not use"
-_LATER = "not built yet: {} comes with a later release of this workbench"
 # text-generation-webui keys that are not sampling settings here -> (their neutral value, why). Set to their
 # neutral value they change nothing there either; set otherwise they are named with the reason, not applied.
 NOT_APPLIED: dict[str, tuple[Any, str]] = {
@@ -35,7 +34,6 @@ NOT_APPLIED: dict[str, tuple[Any, str]] = {
     "prompt_lookup_num_tokens": (0, _SPEED), "static_cache": (False, _SPEED),
     "max_tokens_second": (0, "a display throttle of text-generation-webui's UI; streaming here is as fast as the "
                              "model"),
-    "grammar_string": ("", _LATER.format("constrained output (grammars)")),
 }
 
 
@@ -73,6 +71,9 @@ def parse_preset(data: Any, source: str) -> tuple[SamplingParams, dict[str, str]
             neutral, why = NOT_APPLIED[key]
             if value != neutral:
                 ignored[key] = why
+        elif key == "grammar_string":
+            if value:
+                values["structured_outputs"] = {"grammar": value}
         elif key not in ("do_sample", "dynamic_temperature_low"):
             values[key] = value
     if "dynamic_temperature_low" in data:  # text-generation-webui before 2024-01: from this up to temperature

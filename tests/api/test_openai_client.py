@@ -12,6 +12,7 @@ import time
 
 import openai
 import pytest
+from pydantic import BaseModel, Field
 
 from tests.conftest import run_async
 
@@ -409,3 +410,37 @@ def test_openai_compatibility_details(api):
         model = http.get("/models/gpt-test").json()
         assert model["id"] == "gpt-test" and model["object"] == "model"
         assert http.get("/models/no-such-model").status_code == 404
+
+
+# -- structured output ---------------------------------------------------------------------------------------------
+
+class City(BaseModel):
+    city: str = Field(max_length=20)
+    country: str = Field(max_length=20)
+
+
+def test_parse_with_a_pydantic_model_gets_a_valid_object(client):
+    r = client.chat.completions.parse(model=MODEL, messages=FRANCE, response_format=City, temperature=0,
+                                      max_tokens=60)
+    parsed = r.choices[0].message.parsed
+    assert isinstance(parsed, City) and parsed.city and r.choices[0].finish_reason == "stop"
+
+
+def test_json_object_and_vllms_fields_constrain_the_output(client):
+    r = client.chat.completions.create(model=MODEL, messages=FRANCE, temperature=0, max_tokens=30,
+                                       extra_body={"guided_choice": ["Paris", "Lyon"]})
+    assert r.choices[0].message.content in ("Paris", "Lyon")
+    r = client.completions.create(model=MODEL, prompt="The year was", max_tokens=8, temperature=0,
+                                  extra_body={"structured_outputs": {"regex": " [0-9]{4}\\."}})
+    assert re.fullmatch(" [0-9]{4}\\.", r.choices[0].text)
+    stream = client.chat.completions.create(model=MODEL, messages=FRANCE, temperature=0, max_tokens=40, stream=True,
+                                            response_format={"type": "json_object"})
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text.startswith("{")
+
+
+def test_a_bad_schema_is_a_400_naming_the_field(client):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=5, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}})
+    assert info.value.body["param"] == "response_format" and "Invalid type: nope" in info.value.body["message"]

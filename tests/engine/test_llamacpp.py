@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import threading
 
 import pytest
@@ -290,3 +291,9 @@ def test_cfg_runs_its_negative_prompt_as_a_second_llama_cpp_sequence(engine, lla
         u = llama_model.logits(uncond + expected).float().log_softmax(-1)
         expected.append(int((u + scale * (c - u)).argmax()))
     assert got.token_ids == expected and got.usage.guidance_tokens == len(uncond) + n - 1
+
+
+def test_structured_output_on_llama_cpps_own_vocabulary(engine):
+    result = engine.generate(GenerationRequest("The answer is", SamplingParams(
+        temperature=1.0, seed=2, max_new_tokens=8, structured_outputs={"regex": "(yes|no), [0-9]"})))
+    assert re.fullmatch("(yes|no), [0-9]", result.text) and result.finish_reason == "stop"

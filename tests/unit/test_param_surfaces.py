@@ -21,7 +21,8 @@ SPECIAL = {"stop": ["END", "\n###"], "logit_bias": {"5": -50.0, "17": 2.5}, "ban
            "dynamic_temperature": True, "temperature_last": True, "mirostat_mode": 2,
            "dry_sequence_breakers": ["\n", "##"], "custom_token_bans": [5, 17], "sampler_priority": ["min_p", "top_k"],
            "auto_max_new_tokens": True, "add_bos_token": False, "skip_special_tokens": False,
-           "negative_prompt": "A dull, wrong answer."}
+           "negative_prompt": "A dull, wrong answer.",
+           "structured_outputs": {"json": {"type": "object", "properties": {"b": {"type": "integer"}, "a": {}}}}}
 
 
 def example(name: str):

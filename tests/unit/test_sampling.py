@@ -115,7 +115,7 @@ EVERY_SAMPLER = dict(
     frequency_penalty=0.1, no_repeat_ngram_size=3, min_new_tokens=1, logit_bias={1: 1.0}, custom_token_bans=[3],
     top_n_sigma=2.0, tfs=0.9, top_a=0.1, epsilon_cutoff=3, eta_cutoff=3, dry_multiplier=0.8, xtc_probability=0.5,
     dynamic_temperature=True, smoothing_factor=0.3, mirostat_mode=2, adaptive_target=0.5,
-    encoder_repetition_penalty=1.1, guidance_scale=1.5)
+    encoder_repetition_penalty=1.1, guidance_scale=1.5, structured_outputs={"regex": "[0-9]+"})
 
 
 def test_processors_run_in_the_default_order_with_the_constraints_first():

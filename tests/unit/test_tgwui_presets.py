@@ -8,7 +8,7 @@ import pytest
 from tests.conftest import ROOT
 from webui.engine.params import SAMPLER_ORDER, SamplingParams
 from webui.engine.sampling import active_samplers
-from webui.presets import PresetStore, load_preset_file
+from webui.presets import PresetError, PresetStore, load_preset_file
 
 PRESETS = ROOT / "tests" / "data" / "tgwui_presets"
 
@@ -77,3 +77,13 @@ def test_a_saved_preset_with_new_samplers_round_trips(tmp_path):
                             sampler_priority=("min_p", "temperature"), dry_sequence_breakers=("\n", "##"))
     store.save("mine", params)
     assert store.get("mine").params == params
+
+
+def test_a_grammar_string_is_applied_as_structured_output(tmp_path):
+    preset = tmp_path / "grammar.yaml"
+    preset.write_text('temperature: 0.5\ngrammar_string: |\n  root ::= "yes" | "no"\n')
+    params, ignored = load_preset_file(preset)
+    assert params.structured_outputs[0] == "grammar" and "::=" in params.structured_outputs[1] and not ignored
+    preset.write_text('grammar_string: "root ::= ("\n')
+    with pytest.raises(PresetError, match="structured_outputs: invalid grammar"):
+        load_preset_file(preset)

@@ -8,11 +8,12 @@ Priority of values: the request, then the request's ``preset``, then neutral.
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from webui.engine.params import SamplingParams, specs
+from webui.engine.params import InvalidParameter, SamplingParams, specs
 
 MAX_N = 16
 
@@ -48,6 +49,12 @@ class SamplingRequest(SamplingFields):
     # LoRA adapters (attached to the loaded model) with their weights, as [[name, weight], ...]; the model id
     # 'base:adapter' selects one at its attached weight. Reproduce records send this to repeat their adapters.
     loras: list[tuple[str, float]] | None = None
+    # structured output under OpenAI's name and vLLM's older ones (vLLM's structured_outputs is a sampling field)
+    response_format: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
 
     @field_validator(*NUMBER_FIELDS, mode="before")
     @classmethod
@@ -67,11 +74,49 @@ class SamplingRequest(SamplingFields):
         """``base`` (a preset or neutral) overridden by every field the request set; errors use the API's names."""
         if self.default_max_tokens is not None and "max_new_tokens" not in base.changed():
             base = base.replace(max_new_tokens=self.default_max_tokens)
-        return SamplingParams.from_api(self.model_dump(), base, self.renamed())
+        fields, names = self.model_dump(), self.renamed()
+        given = self._structured()
+        if len(given) > 1:
+            raise InvalidParameter(given[1][0], f"give one way of constraining the output, got {len(given)}: "
+                                                f"{', '.join(field for field, _ in given)}")
+        if given:  # read under the field that gave it, so an error names that field
+            field, value = given[0]
+            fields[field] = value
+            names = {**names, "structured_outputs": field}
+        return SamplingParams.from_api(fields, base, names)
+
+    def _structured(self) -> list[tuple[str, Any]]:
+        """(request field, vLLM structured_outputs value) for each way this request constrains its output."""
+        given = [(f"guided_{form}", {form: getattr(self, f"guided_{form}")})
+                 for form in ("json", "regex", "choice", "grammar") if getattr(self, f"guided_{form}") is not None]
+        if self.structured_outputs:
+            given.insert(0, ("structured_outputs", self.structured_outputs))
+        if self.response_format is not None:
+            value = response_format_constraint(self.response_format)
+            if value is not None:
+                given.insert(0, ("response_format", value))
+        return given
 
     @property
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+def response_format_constraint(response_format: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's response_format as a structured_outputs value (None for plain text)."""
+    kind = response_format.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"json_object": True}
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+            raise InvalidParameter("response_format", 'response_format: json_schema needs {"name": ..., "schema": '
+                                                      '{...}}, got ' + json.dumps(spec), spec)
+        return {"json": spec["schema"]}
+    raise InvalidParameter("response_format", f"response_format: type must be text, json_object or json_schema, "
+                                              f"got {kind!r}", kind)
 
 
 class ContentPart(OpenAIModel):

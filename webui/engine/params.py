@@ -189,6 +189,35 @@ def _check_text(name: str, value: Any) -> str:
     return value
 
 
+def _check_structured(name: str, value: Any) -> tuple:
+    """vLLM's structured_outputs: {form: value} with one form -> (form, value) (a schema as JSON text)."""
+    from webui.engine.structured import FORMS, StructuredError, grammar_of
+
+    if value is None or value == {} or value == ():
+        return ()
+    if isinstance(value, tuple):
+        value = {value[0]: json.loads(value[1]) if value[0] == "json" else value[1]}
+    forms = [k for k in value if value[k] is not None] if isinstance(value, Mapping) else None
+    if forms is None or len(forms) != 1 or forms[0] not in FORMS:
+        raise InvalidParameter(name, f"{name} must hold one of {', '.join(FORMS)}, like {{\"regex\": \"[0-9]+\"}}, "
+                                     f"got {value!r}", value)
+    form, given = forms[0], value[forms[0]]
+    try:
+        grammar_of(form, given)
+    except StructuredError as exc:
+        raise InvalidParameter(name, f"{name}: {exc}", value) from None
+    if form == "json":
+        return form, json.dumps(json.loads(given) if isinstance(given, str) else given)  # property order kept
+    return form, tuple(given) if form == "choice" else given
+
+
+def _structured_json(pair: tuple) -> dict:
+    if not pair:
+        return {}
+    form, value = pair
+    return {form: json.loads(value) if form == "json" else list(value) if form == "choice" else value}
+
+
 def _check_logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
     """{token_id: bias} (keys may be strings, as JSON has them) -> sorted ((id, bias), ...)."""
     if value is None:
@@ -380,6 +409,11 @@ class SamplingParams:
     skip_special_tokens: bool = _param(
         True, bool, check=_check_bool, widget="checkbox", group=LENGTH,
         help="Leave special tokens (like <|im_end|>) out of the text; some models need them shown.")
+    structured_outputs: tuple = _param(
+        (), dict, api_type=dict[str, Any], check=_check_structured, to_json=_structured_json, widget="json",
+        group=LENGTH,
+        help=('Constrain the output: {"json": schema}, {"json_object": true}, {"regex": "..."}, '
+              '{"choice": ["yes", "no"]} or {"grammar": "GBNF or Lark"}; every token must fit it.'))
     custom_token_bans: tuple[int, ...] = _param(
         (), tuple, api_type=str | list[int], check=_check_token_ids, to_json=list, widget="text", group=LENGTH,
         to_text=lambda ids: ", ".join(map(str, ids)),

@@ -19,13 +19,14 @@ from typing import Any, Callable, Sequence
 import torch
 
 from webui.engine.params import TEMPERATURE_SAMPLERS, SamplingParams
+from webui.engine.structured import mask_for
 
 Processor = Callable[[Sequence[int], torch.Tensor], torch.Tensor]
 
 NEG_INF = float("-inf")
 
 # CFG and the constraints always run first, before the samplers in ``sampler_priority``'s order.
-CONSTRAINTS: tuple[str, ...] = ("cfg", "logit_bias", "token_bans", "eos_ban")
+CONSTRAINTS: tuple[str, ...] = ("cfg", "structured_outputs", "logit_bias", "token_bans", "eos_ban")
 # Samplers that only shape what is drawn: greedy decoding (temperature 0) takes the top token without them.
 DRAW_ONLY = frozenset({"temperature", "dynamic_temperature", "quadratic_sampling", "top_n_sigma", "top_k", "top_p",
                        "typical_p", "epsilon_cutoff", "eta_cutoff", "tfs", "top_a", "min_p", "adaptive_p",
@@ -463,6 +464,8 @@ Factory = Callable[[SamplingParams, "SamplingContext"], "Processor | None"]
 # How each step is built from the parameters, or None where its parameters are neutral.
 FACTORIES: dict[str, Factory] = {
     "cfg": lambda p, c: Guidance(p.guidance_scale, c) if p.guidance_scale != 1.0 else None,
+    "structured_outputs": lambda p, c: (mask_for(p.structured_outputs, c.tokenizer) or (lambda ids, logits: logits)
+                                        if p.structured_outputs else None),
     "logit_bias": lambda p, c: LogitBias(p.logit_bias) if p.logit_bias else None,
     "token_bans": lambda p, c: TokenBans(p.custom_token_bans) if p.custom_token_bans else None,
     "eos_ban": lambda p, c: (EosBan(c.eos_ids, c.prompt_len, p.min_new_tokens, p.ban_eos)

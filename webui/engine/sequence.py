@@ -39,6 +39,9 @@ def token_budget(model: LoadedModel, params) -> int:
 
 def tokenize_prompt(model: LoadedModel, request: GenerationRequest) -> list[int]:
     params = request.params
+    if params.structured_outputs and not hasattr(model.tokenizer, "guidance_tokenizer"):
+        raise InvalidParameter("structured_outputs", f"structured_outputs: the {model.loader} loader's tokenizer "
+                                                     "cannot constrain output; use another loader")
     if isinstance(request.prompt, list):
         ids = list(request.prompt)
     else:

@@ -65,7 +65,8 @@ def _control(name: str, spec: ParamSpec, value) -> gr.components.Component:
     if spec.widget == "text":
         return gr.Textbox(value=value, lines=1, **common)
     if spec.widget == "json":
-        return gr.Textbox(value=value, lines=1, placeholder='{"token id": bias}, e.g. {"2": -100}', **common)
+        example = '{"token id": bias}, e.g. {"2": -100}' if name == "logit_bias" else '{"regex": "[0-9]+"}'
+        return gr.Textbox(value=value, lines=1, placeholder=example, **common)
     if spec.widget == "checkbox":
         return gr.Checkbox(value=value, **common)
     if spec.widget == "number":
