@@ -33,7 +33,7 @@ class ReproduceRecord:
     loras: list[list] = field(default_factory=list)  # [[name, weight], ...]
 
     def to_json(self) -> str:
-        return json.dumps({"format": FORMAT, "version": 1, **asdict(self)}, indent=2, ensure_ascii=False)
+        return _dumps({"format": FORMAT, "version": 1, **asdict(self)})
 
     def sampling(self) -> SamplingParams:
         try:
@@ -121,3 +121,14 @@ def record_for_batch_row(model: str, spec: dict[str, Any], row: Any, loader: str
         return ReproduceRecord(model, params, prompt=row.prompt, loader=loader, loras=loras)
     messages = chat_messages([{"role": "user", "content": row.prompt}], spec.get("system_prompt", ""))
     return ReproduceRecord(model, params, messages, loader=loader, loras=loras)
+
+
+def _dumps(value: Any, indent: str = "") -> str:
+    """JSON with two-space indents, a list of plain values on one line (a sampler order is one line, not 21)."""
+    inner = indent + "  "
+    if isinstance(value, dict) and value:
+        items = ",\n".join(f"{inner}{json.dumps(k, ensure_ascii=False)}: {_dumps(v, inner)}" for k, v in value.items())
+        return "{\n" + items + "\n" + indent + "}"
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in value):
+        return "[\n" + ",\n".join(inner + _dumps(v, inner) for v in value) + "\n" + indent + "]"
+    return json.dumps(value, ensure_ascii=False)

@@ -94,3 +94,10 @@ def ready_page(browser, url: str, max_new_tokens: int = 12, preset: str = "Deter
     tab(page, "Chat")
     page.locator("#chat-new").click()
     return page
+
+
+def code_text(page, elem_id: str) -> str:
+    """The whole text of a Code component: its editor draws only the lines in view, so read its document."""
+    return page.evaluate("""(id) => { const c = document.querySelector('#' + id + ' .cm-content');
+        const view = c && c.cmTile && c.cmTile.view;
+        return view ? view.state.doc.toString() : c.innerText; }""", elem_id)

@@ -46,7 +46,7 @@ def test_perplexity_is_evaluated_and_kept(server, browser):
 
 
 def test_a_chat_reply_record_reruns_to_the_same_text(server, browser):
-    from tests.ui.pages import bot_messages, send, wait_reply_done
+    from tests.ui.pages import bot_messages, code_text, send, wait_reply_done
 
     page = open_page(browser, server.url)
     choose_preset(page, "Deterministic", "0")
@@ -56,7 +56,7 @@ def test_a_chat_reply_record_reruns_to_the_same_text(server, browser):
     reply = bot_messages(page)[-1].split("\n")[0]
     page.get_by_text("Prompt and reproduce record (click a message; default: the last reply)").click()
     wait_text(page, "#chat-record", "llm-workbench.record", 30_000)
-    record = page.locator("#chat-record .cm-content").inner_text()
+    record = code_text(page, "chat-record")
     assert "curl" in page.locator("#chat-record-curl").inner_text()
     tab(page, "Insight")
     page.get_by_role("tab", name="Re-run a record").click()
