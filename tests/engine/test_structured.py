@@ -73,3 +73,8 @@ def test_a_loader_without_a_grammar_tokenizer_is_refused_at_once(tiny_model):
         assert info.value.param == "structured_outputs"
     finally:
         engine.close()
+
+
+def test_a_finished_grammar_ends_the_reply_even_with_ban_eos(tiny_engine):
+    result = tiny_engine.generate(GenerationRequest("Once", constrained({"choice": ["yes", "no"]}, ban_eos=True)))
+    assert result.text in ("yes", "no") and result.finish_reason == "stop" and result.usage.completion_tokens <= 3

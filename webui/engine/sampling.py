@@ -552,6 +552,11 @@ class Sampler:
         self.processors = build_processors(params, self.context)
         self.observers = [p for _, p in self.processors if hasattr(p, "observe")]  # mirostat, adaptive-p
 
+    @property
+    def grammar_done(self) -> bool:
+        """A structured-output grammar has ended (so the sequence must end, even with ban_eos)."""
+        return any(getattr(o, "done", False) for o in self.observers)
+
     def process(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
         """Apply the processors to a copy of ``logits`` (float32). A step that would leave no token at all
         (a ban on the one token top_k kept, say) is skipped, so there is always something to draw."""

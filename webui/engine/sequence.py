@@ -172,7 +172,8 @@ class Sequence:
             self.first_token = now()
         finish: FinishReason | None = None
         text = ""
-        if token in self.model.tokenizer.eos_token_ids and not self.request.params.ban_eos:
+        if token in self.model.tokenizer.eos_token_ids and (not self.request.params.ban_eos
+                                                             or self.sampler.grammar_done):
             finish = "stop"
         else:
             text, stopped = self.stops.feed(self.detok.add(token))

@@ -116,6 +116,11 @@ class StructuredMask:
         if not self.matcher.is_stopped():
             self.matcher.consume_token(token)
 
+    @property
+    def done(self) -> bool:
+        """The grammar is complete and ended: nothing may follow."""
+        return self.matcher.is_stopped()
+
 
 def mask_for(form_value: tuple, tokenizer: Any) -> Callable | None:
     """The mask for ``(form, value)`` over ``tokenizer``'s vocabulary; None without a tokenizer (a listing)."""
