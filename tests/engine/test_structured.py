@@ -9,6 +9,7 @@ import re
 import pytest
 
 from webui.engine import GenerationRequest, InvalidParameter, SamplingParams
+from tests.conftest import ROOT
 from webui.engine.structured import _compiled
 
 
@@ -78,3 +79,24 @@ def test_a_loader_without_a_grammar_tokenizer_is_refused_at_once(tiny_model):
 def test_a_finished_grammar_ends_the_reply_even_with_ban_eos(tiny_engine):
     result = tiny_engine.generate(GenerationRequest("Once", constrained({"choice": ["yes", "no"]}, ban_eos=True)))
     assert result.text in ("yes", "no") and result.finish_reason == "stop" and result.usage.completion_tokens <= 3
+
+
+GBNF = sorted((ROOT / "tests" / "data" / "gbnf").glob("*.gbnf"))
+
+
+@pytest.mark.parametrize("path", GBNF, ids=[p.stem for p in GBNF])
+def test_gbnf_files_people_have_constrain_every_token(tiny_engine, tiny_model, path):
+    """text-generation-webui's own grammar files: each token a random model draws is one the grammar accepts
+    (llguidance checks the whole sequence again), and a reply that ended did so where the grammar may end."""
+    import llguidance as llg
+
+    from webui.engine.structured import grammar_of
+
+    form = {"grammar": path.read_text()}
+    result = tiny_engine.generate(GenerationRequest("Once upon a time", constrained(form, n=24)))
+    tokens = [t for t in result.token_ids if t not in tiny_model.tokenizer.eos_token_ids]
+    matcher = llg.LLMatcher(tiny_model.tokenizer.guidance_tokenizer(), grammar_of("grammar", form["grammar"]))
+    assert tokens and matcher.validate_tokens(tokens) == len(tokens), result.text
+    if result.finish_reason == "stop":
+        matcher.consume_tokens(tokens)
+        assert matcher.is_accepting(), result.text
