@@ -169,10 +169,12 @@ class HFTokenizer:
             self._guidance = llguidance.hf.from_tokenizer(self._tok, eos_token=sorted(self.eos_token_ids))
         return self._guidance
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
         if not self.chat_template:
             raise ModelLoadError("this model has no chat template; use a raw completion instead")
-        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                             tools=tools)
 
     def token_strings(self, ids: Sequence[int]) -> list[str]:
         return [self._tok.decode([i], skip_special_tokens=False) for i in ids]

@@ -366,12 +366,13 @@ class LlamaCppTokenizer:
     def token_strings(self, ids: Sequence[int]) -> list[str]:
         return [self._piece(int(i), True).decode("utf-8", errors="replace") for i in ids]
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
         if not self.chat_template:
             raise ModelLoadError("this .gguf file has no chat template; use a raw completion instead")
         from transformers.utils.chat_template_utils import render_jinja_template
 
         special = {k: v.decode("utf-8", errors="replace") for k, v in self._special.items()}
-        rendered, _ = render_jinja_template([messages], chat_template=self.chat_template,
+        rendered, _ = render_jinja_template([messages], tools=tools, chat_template=self.chat_template,
                                             add_generation_prompt=add_generation_prompt, **special)
         return rendered[0]

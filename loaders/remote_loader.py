@@ -46,7 +46,8 @@ class RemoteTokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         raise LoaderError("a remote model has no local tokenizer; token ids are not available")
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
         """A readable transcript (for display); what is sent is the messages themselves."""
         text = "".join(f"<{m['role']}>\n{m['content']}\n" for m in messages)
         return text + ("<assistant>\n" if add_generation_prompt else "")

@@ -76,6 +76,15 @@ CASES = [
     case("response_format-unknown-type", chat(response_format={"type": "yaml"}), param="response_format"),
     case("response_format-schema-missing", chat(response_format={"type": "json_schema"}), param="response_format"),
     case("two-constraints", chat(guided_regex="a", response_format={"type": "json_object"}), param="guided_regex"),
+    case("tool_choice-without-tools", chat(tool_choice="required"), param="tool_choice"),
+    case("tools-not-functions", chat(tools=[{"type": "retrieval"}]), param="tools[0]"),
+    case("tools-bad-schema", chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "nope"}}}]), param="tools[0]"),
+    case("tool_choice-and-response_format", chat(tools=[{"type": "function", "function": {"name": "f"}}],
+                                                  tool_choice="required", response_format={"type": "json_object"}),
+         param="tool_choice"),
+    case("tool_calls-without-a-function", {"messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "x"}]}, {"role": "user", "content": "hi"}], "max_tokens": 1}, param=ANY),
     case("n-0", chat(n=0), param="n"),
     case("n-17", chat(n=17), param="n"),
     case("max_tokens-0", chat(max_tokens=0), param="max_tokens"),

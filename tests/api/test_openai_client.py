@@ -7,6 +7,7 @@ tests/api/test_bad_requests.py::test_a_sampling_error_keeps_the_connection_and_i
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 
@@ -444,3 +445,59 @@ def test_a_bad_schema_is_a_400_naming_the_field(client):
         client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=5, response_format={
             "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}})
     assert info.value.body["param"] == "response_format" and "Invalid type: nope" in info.value.body["message"]
+
+
+# -- tool calling --------------------------------------------------------------------------------------------------
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
+                   "required": ["city"], "additionalProperties": False}}}
+ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_a_required_tool_call_comes_back_with_an_id_and_arguments_that_fit(client):
+    r = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, tools=[WEATHER_TOOL], tool_choice="required",
+                                       parallel_tool_calls=False, temperature=0, max_tokens=60)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert call.id.startswith("call_") and call.type == "function" and call.function.name == "get_weather"
+    assert set(json.loads(call.function.arguments)) == {"city"}
+
+
+def test_a_named_tool_call_streams_as_openai_streams_it_and_the_result_goes_back(client):
+    stream = client.chat.completions.create(
+        model=MODEL, messages=ASK_WEATHER, tools=[WEATHER_TOOL], temperature=0, max_tokens=60, stream=True,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False)
+    calls, finish = {}, None
+    for chunk in stream:
+        for choice in chunk.choices:
+            for delta in choice.delta.tool_calls or []:
+                call = calls.setdefault(delta.index, {"id": None, "name": None, "arguments": ""})
+                call["id"] = call["id"] or delta.id
+                if delta.function.name:
+                    call["name"] = delta.function.name
+                call["arguments"] += delta.function.arguments or ""
+            finish = choice.finish_reason or finish
+    assert finish == "tool_calls" and len(calls) == 1
+    call = calls[0]
+    assert call["name"] == "get_weather" and call["id"].startswith("call_") and "city" in json.loads(call["arguments"])
+    history = ASK_WEATHER + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call["id"], "type": "function", "function": {"name": "get_weather", "arguments": call["arguments"]}}]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "Sunny, 24 degrees."}]
+    r = client.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER_TOOL], tool_choice="none",
+                                       temperature=0, max_tokens=12)
+    assert r.choices[0].message.content and not r.choices[0].message.tool_calls
+
+
+def test_auto_gives_either_text_or_calls_and_a_bad_choice_is_a_400(client):
+    r = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, tools=[WEATHER_TOOL], temperature=0,
+                                       max_tokens=40)
+    message = r.choices[0].message
+    assert (message.tool_calls and r.choices[0].finish_reason == "tool_calls") or message.content
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, tools=[WEATHER_TOOL], max_tokens=5,
+                                       tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert info.value.body["param"] == "tool_choice" and "get_time" in info.value.body["message"]

@@ -133,14 +133,20 @@ class ContentPart(OpenAIModel):
 
 
 class ChatMessage(OpenAIModel):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool result's call
 
     @model_validator(mode="after")
     def _content_required(self) -> "ChatMessage":
         if self.content is None and self.role != "assistant":
             raise ValueError(f"a {self.role} message needs 'content'")
+        for call in self.tool_calls or []:
+            function = call.get("function")
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise ValueError('each of tool_calls needs {"function": {"name": ..., "arguments": ...}}')
         return self
 
     def text(self) -> str:
@@ -159,8 +165,20 @@ class ChatCompletionRequest(SamplingRequest):
         """OpenAI's newer name for max_tokens wins when it is given."""
         return {"max_new_tokens": "max_completion_tokens"} if self.max_completion_tokens is not None else {}
 
-    def chat_messages(self) -> list[dict[str, str]]:
-        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        out = []
+        for m in self.messages:
+            entry: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            if m.tool_calls:
+                entry["tool_calls"] = m.tool_calls
+            if m.role == "tool":
+                entry["tool_call_id"] = m.tool_call_id
+            out.append(entry)
+        return out
 
     def logprobs_wanted(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None

@@ -10,10 +10,11 @@ from fastapi.responses import StreamingResponse
 from loaders.base import ModelLoadError
 from webui.api.errors import APIError
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
+from webui.api.tools import ToolPlan, may_be_a_call, plan_tools, read_calls, template_messages, template_takes_tools
 from webui.api.serving import (FINISH_REASONS, Choice, Serving, collect, error_chunk, merged, new_id, note_usage, now,
                                sse, usage)
 from webui.chat import ChatPromptError, render_chat_prompt
-from webui.engine import RequestStream
+from webui.engine import InvalidParameter, RequestStream
 from webui.engine.types import TokenLogprob
 
 router = APIRouter()
@@ -80,9 +81,16 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     s = serving(request)
     model, loras = s.resolve_model(body.model, body.loras)
     params = s.sampling_params(body)
+    plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
+    if plan is not None and plan.grammar() is not None:
+        if params.structured_outputs:
+            raise InvalidParameter("tool_choice", "tool_choice 'required' or a named function constrains the reply "
+                                                  "to tool calls; it cannot be combined with response_format or "
+                                                  "structured_outputs", body.tool_choice)
+        params = params.replace(structured_outputs=plan.grammar())
     messages = body.chat_messages()
     try:
-        prompt = render_chat_prompt(model.tokenizer, messages)
+        prompt = render_messages(model.tokenizer, messages, plan)
     except (ChatPromptError, ModelLoadError) as exc:
         raise APIError(400, str(exc), param="messages") from exc
     _log_prompt(request, messages)
@@ -96,8 +104,26 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
             return envelope(rid, "chat.completion.chunk", created, model.name, [
                 {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}], **usage_field)
 
+        held = {i: "" for i in range(len(streams))}  # with tools: a reply held back while it may be a call
+
         def on_event(index: int, event) -> list[dict]:
             out = []
+            if plan is not None and index in held:
+                held[index] += event.text
+                if may_be_a_call(held[index]) and event.finish_reason is None:
+                    return out
+                text, calls = read_calls(held.pop(index), plan) if event.finish_reason else (held.pop(index), [])
+                if text:
+                    out.append(chunk(index, {"content": text}))
+                for i, call in enumerate(calls):  # as OpenAI streams them: id and name, then the arguments
+                    out.append(chunk(index, {"tool_calls": [{"index": i, "id": call.id, "type": "function",
+                                                             "function": {"name": call.name, "arguments": ""}}]}))
+                    out.append(chunk(index, {"tool_calls": [{"index": i, "function": {"arguments": call.arguments}}]}))
+                if event.finish_reason is not None:
+                    finish = "tool_calls" if calls and event.finish_reason == "stop" else FINISH_REASONS[
+                        event.finish_reason]
+                    out.append(chunk(index, {}, finish))
+                return out
             if event.text or event.logprobs:
                 lp = chat_logprobs(event.logprobs) if body.logprobs else None
                 out.append(chunk(index, {"content": event.text}, logprobs=lp))
@@ -110,9 +136,34 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                           "chat.completion.chunk")
     choices = await collect(streams, request)
     return envelope(rid, "chat.completion", created, model.name, [
-        {"index": c.index, "message": {"role": "assistant", "content": c.text, "refusal": None},
-         "logprobs": chat_logprobs(c.logprobs) if body.logprobs else None,
-         "finish_reason": FINISH_REASONS[c.finish_reason]} for c in choices], usage=usage(choices))
+        {"index": c.index, **chat_message(c, plan), "logprobs": chat_logprobs(c.logprobs) if body.logprobs else None}
+        for c in choices], usage=usage(choices))
+
+
+def chat_message(choice, plan: ToolPlan | None) -> dict:
+    """The "message" and "finish_reason" of a finished choice: tool calls read from the text when tools were
+    offered."""
+    message = {"role": "assistant", "content": choice.text, "refusal": None}
+    finish = FINISH_REASONS[choice.finish_reason]
+    if plan is not None:
+        content, calls = read_calls(choice.text, plan)
+        if calls:
+            message.update(content=content, tool_calls=[c.to_dict() for c in calls])
+            finish = "tool_calls" if choice.finish_reason == "stop" else finish
+    return {"message": message, "finish_reason": finish}
+
+
+def render_messages(tokenizer, messages: list[dict], plan: ToolPlan | None) -> str:
+    """The chat prompt; with tools (offered now or in the history) through the template's own tool support, or
+    the fallback written into the messages."""
+    if plan is None and not any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
+        return render_chat_prompt(tokenizer, messages)
+    native = template_takes_tools(tokenizer)
+    shaped = template_messages(messages, plan, native)
+    if native:
+        return tokenizer.apply_chat_template(shaped, add_generation_prompt=True,
+                                             tools=list(plan.tools) if plan else None)
+    return render_chat_prompt(tokenizer, shaped)
 
 
 @router.post("/v1/completions")

@@ -1,0 +1,74 @@
+"""Tool calling's pieces without a model: the request's tools checked, the fallback prompt, reading calls."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from webui.api.tools import FALLBACK, may_be_a_call, plan_tools, read_calls, template_messages
+from webui.engine.params import InvalidParameter
+from webui.engine.structured import grammar_of
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+
+
+def test_the_choice_is_read_and_checked():
+    assert plan_tools(None, None, None) is None and plan_tools([WEATHER], "none", None) is None
+    assert plan_tools([WEATHER], None, None).choice == "auto"
+    named = plan_tools([WEATHER, TIME], {"type": "function", "function": {"name": "get_time"}}, False)
+    assert named.choice == "get_time" and not named.parallel
+    for tools, choice, param in (([WEATHER], {"type": "function", "function": {"name": "nope"}}, "tool_choice"),
+                                 ([WEATHER], "sometimes", "tool_choice"), (None, "required", "tool_choice"),
+                                 ([{"type": "function"}], None, "tools[0]"),
+                                 ([{"type": "function", "function": {"name": "f", "parameters": 5}}], None, "tools[0]")):
+        with pytest.raises(InvalidParameter) as info:
+            plan_tools(tools, choice, None)
+        assert info.value.param == param
+
+
+def test_required_and_named_choices_become_a_grammar_of_calls():
+    assert plan_tools([WEATHER], "auto", None).grammar() is None
+    grammar = plan_tools([WEATHER, TIME], {"type": "function", "function": {"name": "get_time"}}, False).grammar()
+    assert "get_time" in grammar["grammar"] and "get_weather" not in grammar["grammar"]
+    grammar_of("grammar", grammar["grammar"])  # a grammar llguidance accepts
+    assert "call+" in plan_tools([WEATHER], "required", None).grammar()["grammar"]
+
+
+def test_reading_calls_from_a_reply():
+    plan = plan_tools([WEATHER, TIME], "auto", None)
+    text = 'Let me look.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' \
+           '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
+    content, calls = read_calls(text, plan)
+    assert content == "Let me look." and [c.name for c in calls] == ["get_weather", "get_time"]
+    assert json.loads(calls[0].arguments) == {"city": "Paris"} and calls[0].id.startswith("call_")
+    assert calls[0].id != calls[1].id
+    assert read_calls('{"name": "get_time", "parameters": {}}', plan)[1][0].name == "get_time"  # bare JSON
+    assert read_calls("The weather is fine.", plan) == ("The weather is fine.", [])
+    assert read_calls('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', plan)[1] == []  # not a tool
+    assert len(read_calls(text, plan_tools([WEATHER, TIME], "auto", False))[1]) == 1  # parallel calls off
+
+
+def test_a_stream_holds_back_only_what_may_be_a_call():
+    assert may_be_a_call("") and may_be_a_call("  <tool") and may_be_a_call('{"na')
+    assert not may_be_a_call("The") and not may_be_a_call("<b>")
+
+
+def test_the_fallback_writes_tools_calls_and_results_into_the_history():
+    plan = plan_tools([WEATHER], "auto", None)
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"},
+               {"role": "assistant", "content": "", "tool_calls": [
+                   {"id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+               {"role": "tool", "content": "Sunny", "tool_call_id": "call_1"}]
+    shaped = template_messages(history, plan, native=False)
+    assert shaped[0]["content"].startswith("Be brief.\n\n" + FALLBACK) and "get_weather" in shaped[0]["content"]
+    assert shaped[2] == {"role": "assistant", "content": '<tool_call>{"name": "get_weather", "arguments": '
+                                                         '{"city": "Paris"}}</tool_call>'}
+    assert shaped[3] == {"role": "user", "content": "<tool_response>\nSunny\n</tool_response>"}
+    native = template_messages(history, plan, native=True)
+    assert native[2]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}  # templates expect objects
+    assert native[3] == {"role": "tool", "content": "Sunny", "tool_call_id": "call_1"}

@@ -1,0 +1,177 @@
+"""OpenAI tool calling on /v1/chat/completions.
+
+Tools reach the model through its own chat template when the template takes
+``tools`` (Qwen, Llama 3.1, Hermes, Mistral…). A template without them gets the
+fallback: a system block listing the functions and asking for calls written as
+
+    <tool_call>{"name": "<function>", "arguments": {...}}</tool_call>
+
+(the Hermes format many models know), with earlier calls and ``tool`` results
+written into the history the same way. ``tool_choice`` "required" or a named
+function constrains the reply to such calls, arguments fitting each function's
+JSON schema (a Lark grammar through structured output); "auto" lets the model
+choose and the reply is read for calls afterwards; "none" leaves tools out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from webui.engine.params import InvalidParameter
+from webui.engine.structured import StructuredError, grammar_of
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+FALLBACK = ("You can call functions. To call one, reply with only\n"
+            '<tool_call>{"name": "<function name>", "arguments": {<the arguments as JSON>}}</tool_call>\n'
+            "(one block per call) and nothing else. The functions, as JSON:\n")
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    tools: tuple[dict, ...]  # OpenAI's {"type": "function", "function": {...}} objects, as sent
+    choice: str  # "auto", "required" or a function's name ("none" leaves no plan at all)
+    parallel: bool
+
+    @property
+    def functions(self) -> list[dict]:
+        return [t["function"] for t in self.tools]
+
+    def grammar(self) -> dict | None:
+        """structured_outputs for "required" or a named function: calls whose arguments fit the schemas."""
+        if self.choice == "auto":
+            return None
+        chosen = [f for f in self.functions if self.choice in ("required", f["name"])]
+        schema = {"anyOf": [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+                             "properties": {"name": {"const": f["name"]},
+                                            "arguments": f.get("parameters") or {"type": "object"}}}
+                            for f in chosen]}
+        calls = "call+" if self.parallel else "call"
+        return {"grammar": f'start: {calls}\ncall: "{CALL_OPEN}" body "{CALL_CLOSE}"\nbody: %json {json.dumps(schema)}'}
+
+
+def plan_tools(tools: list[dict] | None, tool_choice: Any, parallel: bool | None) -> ToolPlan | None:
+    """The request's tools and choice, checked (InvalidParameter names the field); None: no tools this time."""
+    if tool_choice is not None and not tools and tool_choice != "none":
+        raise InvalidParameter("tool_choice", "tool_choice needs tools", tool_choice)
+    if not tools or tool_choice == "none":
+        return None
+    names = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict) \
+                or not isinstance(function.get("name"), str) or not function["name"]:
+            raise InvalidParameter(f"tools[{i}]", f'tools[{i}] must be {{"type": "function", "function": '
+                                                  f'{{"name": ..., "parameters": {{...}}}}}}', tool)
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise InvalidParameter(f"tools[{i}]", f"tools[{i}].function.parameters must be a JSON schema object",
+                                   tool)
+        if parameters:
+            try:
+                grammar_of("json", parameters)
+            except StructuredError as exc:
+                raise InvalidParameter(f"tools[{i}]", f"tools[{i}].function.parameters: {exc}", tool) from None
+        names.append(function["name"])
+    if tool_choice in (None, "auto", "required"):
+        choice = tool_choice or "auto"
+    elif isinstance(tool_choice, dict) and isinstance((tool_choice.get("function") or {}).get("name"), str):
+        choice = tool_choice["function"]["name"]
+        if choice not in names:
+            raise InvalidParameter("tool_choice", f"tool_choice names '{choice}', which is not among the tools: "
+                                                  f"{', '.join(names)}", tool_choice)
+    else:
+        raise InvalidParameter("tool_choice", 'tool_choice must be "none", "auto", "required" or '
+                                              '{"type": "function", "function": {"name": ...}}', tool_choice)
+    return ToolPlan(tuple(tools), choice, parallel is not False)
+
+
+def template_takes_tools(tokenizer: Any) -> bool:
+    return "tools" in (getattr(tokenizer, "chat_template", None) or "")
+
+
+def template_messages(messages: list[dict], plan: ToolPlan | None, native: bool) -> list[dict]:
+    """The history as the template gets it. Natively: OpenAI's shape (arguments as objects, which templates
+    expect). Otherwise: calls and results written as text, and the functions in the system message."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls") or []
+        if native:
+            entry = {"role": m["role"], "content": m.get("content") or ""}
+            if calls:
+                entry["tool_calls"] = [{"type": "function", "id": c.get("id"), "function": {
+                    "name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))}}
+                    for c in calls]
+            if m["role"] == "tool":
+                entry["tool_call_id"] = m.get("tool_call_id")
+            out.append(entry)
+        elif m["role"] == "tool":
+            out.append({"role": "user", "content": f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"})
+        else:
+            text = (m.get("content") or "") + "".join(
+                CALL_OPEN + json.dumps({"name": c["function"]["name"],
+                                        "arguments": _arguments(c["function"].get("arguments"))}) + CALL_CLOSE
+                for c in calls)
+            out.append({"role": m["role"], "content": text})
+    if plan is not None and not native:
+        block = FALLBACK + json.dumps(plan.functions, ensure_ascii=False)
+        if out and out[0]["role"] == "system":
+            out[0] = {"role": "system", "content": out[0]["content"] + "\n\n" + block}
+        else:
+            out.insert(0, {"role": "system", "content": block})
+    return out
+
+
+def _arguments(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value if value is not None else {}
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+    id: str
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+_BLOCK = re.compile(re.escape(CALL_OPEN) + r"\s*(.*?)\s*" + re.escape(CALL_CLOSE), re.S)
+
+
+def read_calls(text: str, plan: ToolPlan) -> tuple[str | None, list[ToolCall]]:
+    """(content, calls) of a reply: calls in <tool_call> blocks, or the whole reply as one call's JSON; text that
+    is not a call for one of the tools stays content."""
+    names = {f["name"] for f in plan.functions}
+    bodies = [m.group(1) for m in _BLOCK.finditer(text)]
+    rest = _BLOCK.sub("", text).strip() if bodies else text.strip()
+    if not bodies and text.strip().startswith("{"):
+        bodies, rest = [text.strip()], ""
+    calls = []
+    for body in bodies:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("name") in names:
+            args = data.get("arguments", data.get("parameters", {}))
+            calls.append(ToolCall(data["name"], json.dumps(args, ensure_ascii=False), "call_" + secrets.token_hex(12)))
+    if not calls:
+        return text, []
+    if not plan.parallel:
+        calls = calls[:1]
+    return rest or None, calls
+
+
+def may_be_a_call(text_so_far: str) -> bool:
+    """Whether a reply that begins like this may still turn out to be a tool call (so a stream holds it back)."""
+    start = text_so_far.lstrip()
+    return not start or CALL_OPEN.startswith(start[:len(CALL_OPEN)]) or start.startswith("{")
