@@ -82,12 +82,13 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     model, loras = s.resolve_model(body.model, body.loras)
     params = s.sampling_params(body)
     plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
-    if plan is not None and plan.grammar() is not None:
+    calls_only = plan.grammar() if plan is not None else None
+    if calls_only is not None:
         if params.structured_outputs:
             raise InvalidParameter("tool_choice", "tool_choice 'required' or a named function constrains the reply "
                                                   "to tool calls; it cannot be combined with response_format or "
                                                   "structured_outputs", body.tool_choice)
-        params = params.replace(structured_outputs=plan.grammar())
+        params = params.replace(structured_outputs=calls_only)
     messages = body.chat_messages()
     try:
         prompt = render_messages(model.tokenizer, messages, plan)

@@ -195,8 +195,8 @@ def _check_structured(name: str, value: Any) -> tuple:
 
     if value is None or value == {} or value == ():
         return ()
-    if isinstance(value, tuple):
-        value = {value[0]: json.loads(value[1]) if value[0] == "json" else value[1]}
+    if isinstance(value, tuple) and len(value) == 2 and value[0] in FORMS:
+        return value  # already checked and normalised (every replace() normalises all fields again)
     forms = [k for k in value if value[k] is not None] if isinstance(value, Mapping) else None
     if forms is None or len(forms) != 1 or forms[0] not in FORMS:
         raise InvalidParameter(name, f"{name} must hold one of {', '.join(FORMS)}, like {{\"regex\": \"[0-9]+\"}}, "
