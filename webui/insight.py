@@ -43,6 +43,7 @@ class NextToken:
     probability: float  # under the model's raw distribution
     after: float  # after the sampling processors (0 where they cut the token)
     kept: bool  # whether the current parameters could still pick it
+    masked: bool = False  # the output constraint (structured_outputs) does not allow it here
 
 
 def _local(model: LoadedModel | None) -> LoadedModel:
@@ -88,9 +89,12 @@ def next_tokens(engine: Engine, text: str, chat: bool, params: SamplingParams, t
     processed = sampler.process(inspection.ids, logits)
     raw = logits.softmax(-1)
     after = sampler.distribution(processed).exp()  # the same computation as each generated token's
+    constraint = dict(sampler.processors).get("structured_outputs")
+    allowed = torch.isfinite(constraint(inspection.ids, logits.clone())) if constraint else None
     values, ids = torch.topk(raw, top)
     strings = model.tokenizer.token_strings(ids.tolist())
-    return [NextToken(int(i), s, float(p), float(after[i]), bool(after[i] > 0))
+    return [NextToken(int(i), s, float(p), float(after[i]), bool(after[i] > 0),
+                      allowed is not None and not bool(allowed[i]))
             for i, s, p in zip(ids.tolist(), strings, values.tolist())]
 
 

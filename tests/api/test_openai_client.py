@@ -470,10 +470,11 @@ def test_a_named_tool_call_streams_as_openai_streams_it_and_the_result_goes_back
     stream = client.chat.completions.create(
         model=MODEL, messages=ASK_WEATHER, tools=[WEATHER_TOOL], temperature=0, max_tokens=60, stream=True,
         tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False)
-    calls, finish = {}, None
+    calls, finish, pieces = {}, None, 0
     for chunk in stream:
         for choice in chunk.choices:
             for delta in choice.delta.tool_calls or []:
+                pieces += bool(delta.function.arguments)
                 call = calls.setdefault(delta.index, {"id": None, "name": None, "arguments": ""})
                 call["id"] = call["id"] or delta.id
                 if delta.function.name:
@@ -481,6 +482,7 @@ def test_a_named_tool_call_streams_as_openai_streams_it_and_the_result_goes_back
                 call["arguments"] += delta.function.arguments or ""
             finish = choice.finish_reason or finish
     assert finish == "tool_calls" and len(calls) == 1
+    assert pieces > 2  # the arguments arrive piece by piece as they are generated
     call = calls[0]
     assert call["name"] == "get_weather" and call["id"].startswith("call_") and "city" in json.loads(call["arguments"])
     history = ASK_WEATHER + [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from webui.controllers import UserError
@@ -58,3 +60,14 @@ def test_perplexity_is_stored_for_comparison(controller):
     assert note.startswith("**Perplexity ")
     rows = controller.perplexity_rows()
     assert len(rows) == 1 and rows[0][0] == "tiny" and rows[0][5] == 16
+
+
+def test_the_next_tokens_the_output_constraint_masks_are_named(controller):
+    params = SamplingParams(structured_outputs={"regex": "[a-z ]+"})
+    found = controller.next_tokens("Once upon a time", False, "", params)
+    assert [t.masked for t in found.tokens] == [re.fullmatch("[a-z ]+", t.token) is None for t in found.tokens]
+    assert all(t.after == 0 for t in found.tokens if t.masked)
+    masked = sum(t.masked for t in found.tokens)
+    assert 0 < masked < 20 and f"({masked} masked by the output constraint)" in found.summary
+    assert {row[4] for row in found.rows()} == {"masked by the constraint", "kept"}
+    assert found.steps == ["structured_outputs"]

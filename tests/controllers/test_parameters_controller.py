@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from webui.controllers import UserError
-from webui.controllers.parameters import ParametersController, params_from_values, values_from_params
+from webui.controllers.parameters import (CONSTRAINT_FORMS, ParametersController, constraint_fields, constraint_json,
+                                          params_from_values, same_constraint, values_from_params)
 from webui.engine.params import SamplingParams, param_fields
 
 NAMES = [name for name, *_ in param_fields()]
@@ -26,6 +27,35 @@ def test_control_values_round_trip():
     params = SamplingParams(temperature=0.7, stop=("\n", "END"), seed=5, logit_bias={2: -100}, ban_eos=True)
     assert params_from_values(values(params)) == params
     assert params_from_values(values(seed=-1)).seed is None and params_from_values(values(seed=42.0)).seed == 42
+
+
+@pytest.mark.parametrize("label, text, value", [
+    ("none", "ignored", {}),
+    ("JSON (any object)", "", {"json_object": True}),
+    ("JSON schema", '{"type": "object", "properties": {"b": {"type": "integer"}, "a": {}}}',
+     {"json": {"type": "object", "properties": {"b": {"type": "integer"}, "a": {}}}}),
+    ("regex", "[0-9]{3} ", {"regex": "[0-9]{3} "}),  # spaces are part of a regex
+    ("choice (one a line)", "yes\n\nno\n", {"choice": ["yes", "no"]}),
+    ("grammar (GBNF or Lark)", 'root ::= "a" | "b"', {"grammar": 'root ::= "a" | "b"'}),
+])
+def test_the_constrain_output_control_gives_structured_outputs_and_shows_it_back(label, text, value):
+    held = constraint_json(label, text)
+    params = params_from_values(values(structured_outputs=held))
+    assert params.to_dict()["structured_outputs"] == value
+    shown = dict(zip(NAMES, values_from_params(params)))["structured_outputs"]
+    assert same_constraint(shown, held)
+    back_label, back_text = constraint_fields(shown)
+    assert back_label == label
+    if CONSTRAINT_FORMS[label] not in (None, "json_object"):
+        assert same_constraint(constraint_json(back_label, back_text), held)
+
+
+def test_a_form_without_text_is_no_constraint_and_a_bad_one_is_named(controller):
+    assert constraint_json("regex", "") == "" and constraint_json("choice (one a line)", "\n \n") == ""
+    with pytest.raises(UserError, match="Parameters tab: structured_outputs: the JSON schema is not valid JSON"):
+        controller.remember(values(structured_outputs=constraint_json("JSON schema", '{"type": ')))
+    with pytest.raises(UserError, match="Parameters tab: structured_outputs: invalid regex"):
+        controller.remember(values(structured_outputs=constraint_json("regex", "[a-")))
 
 
 @pytest.mark.parametrize("name, bad, said", [

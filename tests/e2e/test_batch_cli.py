@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -44,6 +45,25 @@ def test_headless_run_writes_results_and_checks_the_pass_rate(tmp_path, user_dat
     assert again.returncode == 1 and "pass rate below 100%" in again.stderr
     rerun = [json.loads(line) for line in (tmp_path / "again.jsonl").read_text().splitlines()]
     assert [r["output"] for r in rerun] == [r["output"] for r in rows]  # same seeds, same outputs
+
+
+def test_a_grid_axis_over_the_output_constraint(tmp_path, user_data):
+    prompts = tmp_path / "q.txt"
+    prompts.write_text("How old is the oldest tree?\nIs the sea blue?\n")
+    out = tmp_path / "results.jsonl"
+    axis = 'structured_outputs=[{"regex": "[0-9]{2,3} years"}, {"choice": ["yes", "no"]}, {}]'
+    done = batch(user_data, str(prompts), "--grid", "temperature=1.0", "--grid", "max_new_tokens=6", "--grid", axis,
+                 "--samples", "2", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    by_setting = {}
+    for r in rows:
+        by_setting.setdefault(r["setting"], []).append(r["output"])
+    regex, choice, free = (by_setting[f"structured_outputs={v}"]
+                           for v in ('{"regex":"[0-9]{2,3} years"}', '{"choice":["yes","no"]}', "{}"))
+    assert len(regex) == len(choice) == len(free) == 4
+    assert all(re.fullmatch(r"[0-9]{2,3}( years?| yea| ye| y|)", o) for o in regex), regex  # 6 tokens may cut it
+    assert all(o in ("yes", "no") for o in choice), choice
 
 
 @pytest.mark.parametrize("setup,args,message", [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.pages import choose_preset, open_page, screenshot, set_number, tab, wait_text
+from tests.ui.pages import choose, choose_preset, open_page, screenshot, set_number, tab, wait_text
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -19,6 +19,20 @@ def test_next_tokens_and_prompt_tokens(server, browser):
     wait_text(page, "#insight-summary", "The current parameters cut", 60_000)
     table = page.locator("#insight-next-table").inner_text()
     assert "kept" in table and "cut" in table  # Precise's top_k/top_p cut some of the 20
+    tab(page, "Parameters")
+    choose(page, "params-constraint-form", "choice (one a line)")
+    page.locator("#params-constraint-text textarea").fill("Paris\nLyon")
+    wait_text(page, "#params-running", "structured_outputs", 30_000)
+    tab(page, "Insight")
+    page.locator("#insight-next").click()
+    wait_text(page, "#insight-summary", "masked by the output constraint", 60_000)
+    assert "masked by the constraint" in page.locator("#insight-next-table").inner_text()
+    page.locator("#insight-chart").wait_for(state="visible", timeout=30_000)
+    page.wait_for_timeout(1000)  # the plot draws after it shows
+    screenshot(page, "insight-constraint")
+    tab(page, "Parameters")
+    choose(page, "params-constraint-form", "none")
+    tab(page, "Insight")
     page.locator("#insight-inspect").click()
     wait_text(page, "#insight-summary", "of the 8,192-token context", 60_000)
     page.get_by_role("tab", name="Tokens of the prompt").click()

@@ -188,6 +188,38 @@ def test_the_sampler_order_is_shown_and_a_new_order_is_kept(server, browser):
     page.close()
 
 
+def test_constrain_output_holds_the_reply_and_a_bad_one_loses_nothing(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=8)
+    tab(page, "Parameters")
+    choose(page, "params-constraint-form", "choice (one a line)")
+    text = page.locator("#params-constraint-text textarea")
+    text.wait_for(state="visible", timeout=10_000)
+    text.fill("Rome\nLondon\nParis")
+    wait_text(page, "#params-running", "structured_outputs", 30_000)
+    screenshot(page, "parameters-constraint")
+    question = "What is the capital of France? One word."
+    send(page, question)
+    wait_reply_done(page)
+    _, content, stats = last_reply(server.user_data, question)
+    assert content in ("Rome", "London", "Paris")
+    assert json.loads(stats)["params"]["structured_outputs"] == {"choice": ["Rome", "London", "Paris"]}
+    tab(page, "Parameters")
+    choose(page, "params-constraint-form", "JSON schema")  # the text is read as a schema now: not one
+    wait_text(page, "#preset-note", "structured_outputs: the JSON schema is not valid JSON", 30_000)
+    page.wait_for_timeout(1000)
+    page.reload()
+    page.wait_for_selector("#chat-message textarea")
+    tab(page, "Parameters")  # the choice is what was kept
+    page.wait_for_function("() => document.querySelector('#params-constraint-text textarea').value === "
+                           "'Rome\\nLondon\\nParis'", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#params-constraint-form input').value === "
+                           "'choice (one a line)'", timeout=30_000)
+    choose(page, "params-constraint-form", "none")
+    page.wait_for_function("() => !document.querySelector('#params-running').innerText.includes('structured')",
+                           timeout=30_000)
+    page.close()
+
+
 def test_rename_search_and_delete(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=4)
     send(page, "Where do penguins live?")

@@ -45,6 +45,32 @@ def test_parse_axis_errors(text, message):
         parse_axis(text)
 
 
+def test_values_with_commas_or_structure_are_a_json_list(presets):
+    name, values = parse_axis('structured_outputs=[{"regex": "[0-9]{1,3}"}, {"choice": ["yes", "no"]}, {}]')
+    assert name == "structured_outputs" and values[2] == {}
+    assert parse_axis('stop=["a,b", ["x", "y"]]') == ("stop", ["a,b", ["x", "y"]])
+    settings = expand(GridSpec([], {name: values}), presets)
+    assert [s.label for s in settings] == ['structured_outputs={"regex":"[0-9]{1,3}"}',
+                                           'structured_outputs={"choice":["yes","no"]}', "structured_outputs={}"]
+    assert [s.params.structured_outputs for s in settings] == [("regex", "[0-9]{1,3}"), ("choice", ("yes", "no")),
+                                                               ()]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('structured_outputs=[{"regex": ', "values starting with \\[ are read as a JSON list, and this is not valid"),
+    ("structured_outputs=[]", "needs a non-empty JSON list"),
+])
+def test_a_json_list_axis_that_cannot_be_read_is_named(text, message):
+    with pytest.raises(BatchInputError, match=message):
+        parse_axis(text)
+
+
+def test_a_bad_constraint_in_an_axis_names_the_value(presets):
+    with pytest.raises(BatchInputError, match=r'grid: structured_outputs=\{"regex":"\[a-"\}: structured_outputs: '
+                                              "invalid regex"):
+        expand(GridSpec([], dict([parse_axis('structured_outputs=[{"regex": "[a-"}]')])), presets)
+
+
 def test_parse_axes_lines():
     assert parse_axes("temperature=0,1\n\ntop_p=0.9\n") == {"temperature": [0, 1], "top_p": [0.9]}
     with pytest.raises(BatchInputError, match="temperature is given twice"):

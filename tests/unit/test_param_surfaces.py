@@ -16,7 +16,7 @@ from webui.controllers.parameters import params_from_values, values_from_params
 from webui.engine.params import InvalidParameter, SamplingParams, api_names, specs
 from webui.reproduce import ReproduceRecord, parse_record
 
-WIDGETS = {"slider", "number", "checkbox", "lines", "text", "json"}
+WIDGETS = {"slider", "number", "checkbox", "lines", "text", "json", "constraint"}
 SPECIAL = {"stop": ["END", "\n###"], "logit_bias": {"5": -50.0, "17": 2.5}, "ban_eos": True, "seed": 1234,
            "dynamic_temperature": True, "temperature_last": True, "mirostat_mode": 2,
            "dry_sequence_breakers": ["\n", "##"], "custom_token_bans": [5, 17], "sampler_priority": ["min_p", "top_k"],

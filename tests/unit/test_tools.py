@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from webui.api.tools import FALLBACK, may_be_a_call, plan_tools, read_calls, template_messages
+from webui.api.tools import FALLBACK, CallStream, may_be_a_call, plan_tools, read_calls, template_messages
 from webui.engine.params import InvalidParameter
 from webui.engine.structured import grammar_of
 
@@ -72,3 +72,24 @@ def test_the_fallback_writes_tools_calls_and_results_into_the_history():
     native = template_messages(history, plan, native=True)
     assert native[2]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}  # templates expect objects
     assert native[3] == {"role": "tool", "content": "Sunny", "tool_call_id": "call_1"}
+
+
+@pytest.mark.parametrize("piece", [1, 3, 7, 1000])
+def test_a_constrained_reply_streams_calls_piece_by_piece_however_it_is_cut(piece):
+    text = ('<tool_call>{"name": "get_weather", "arguments": {"city": "Pa\\"r}is", "n": [1, {"a": 2}]}}</tool_call>'
+            '<tool_call> {"name":"get_time","arguments":{}}</tool_call>')
+    reader, deltas = CallStream(), []
+    for i in range(0, len(text), piece):
+        deltas += reader.feed(text[i:i + piece])
+    calls: dict[int, dict] = {}
+    for delta in deltas:
+        call = calls.setdefault(delta["index"], {"id": None, "arguments": ""})
+        if "id" in delta:
+            assert call["id"] is None and delta["id"].startswith("call_") and delta["function"]["arguments"] == ""
+            call.update(id=delta["id"], name=delta["function"]["name"])
+        call["arguments"] += delta["function"]["arguments"]
+    assert reader.calls == 2 and [c["name"] for c in calls.values()] == ["get_weather", "get_time"]
+    assert json.loads(calls[0]["arguments"]) == {"city": 'Pa"r}is', "n": [1, {"a": 2}]}
+    assert json.loads(calls[1]["arguments"]) == {}
+    if piece == 1:
+        assert sum(1 for d in deltas if d["index"] == 0 and "id" not in d) > 10  # a piece per token, not one

@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 from loaders.base import ModelLoadError
 from webui.api.errors import APIError
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
-from webui.api.tools import ToolPlan, may_be_a_call, plan_tools, read_calls, template_messages, template_takes_tools
+from webui.api.tools import CallStream, ToolPlan, may_be_a_call, plan_tools, read_calls, template_messages, template_takes_tools
 from webui.api.serving import (FINISH_REASONS, Choice, Serving, collect, error_chunk, merged, new_id, note_usage, now,
                                sse, usage)
 from webui.chat import ChatPromptError, render_chat_prompt
@@ -106,9 +106,18 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                 {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}], **usage_field)
 
         held = {i: "" for i in range(len(streams))}  # with tools: a reply held back while it may be a call
+        # constrained to calls: each call streams as it is generated (id and name, then argument pieces)
+        readers = {i: CallStream() for i in range(len(streams))} if plan and plan.choice != "auto" else {}
 
         def on_event(index: int, event) -> list[dict]:
             out = []
+            if index in readers:
+                out += [chunk(index, {"tool_calls": [delta]}) for delta in readers[index].feed(event.text)]
+                if event.finish_reason is not None:
+                    finish = "tool_calls" if readers[index].calls and event.finish_reason == "stop" else \
+                        FINISH_REASONS[event.finish_reason]
+                    out.append(chunk(index, {}, finish))
+                return out
             if plan is not None and index in held:
                 held[index] += event.text
                 if may_be_a_call(held[index]) and event.finish_reason is None:

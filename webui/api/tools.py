@@ -175,3 +175,59 @@ def may_be_a_call(text_so_far: str) -> bool:
     """Whether a reply that begins like this may still turn out to be a tool call (so a stream holds it back)."""
     start = text_so_far.lstrip()
     return not start or CALL_OPEN.startswith(start[:len(CALL_OPEN)]) or start.startswith("{")
+
+
+_CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+
+
+class CallStream:
+    """Reads a constrained reply ("required" or a named function: the grammar writes each call as
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, properties in that order) as it streams, and
+    gives OpenAI's tool-call deltas as soon as they are known: the id and name once the name is complete, then
+    each new piece of the arguments as it is generated."""
+
+    def __init__(self) -> None:
+        self.text, self.pos, self.calls = "", 0, 0
+        self.state = "between"  # between calls, in a call's head (before its arguments), or in "arguments"
+        self.depth, self.in_string, self.escape = 0, False, False
+
+    def feed(self, text: str) -> list[dict]:
+        self.text += text
+        out: list[dict] = []
+        while True:
+            if self.state == "between":
+                start = self.text.find(CALL_OPEN, self.pos)
+                if start < 0:
+                    return out
+                self.pos, self.state = start + len(CALL_OPEN), "head"
+            elif self.state == "head":
+                head = _CALL_HEAD.match(self.text, self.pos)
+                if head is None or head.end() == len(self.text):  # not all there yet (more spaces may follow)
+                    return out
+                out.append({"index": self.calls, "id": "call_" + secrets.token_hex(12), "type": "function",
+                            "function": {"name": json.loads(f'"{head.group(1)}"'), "arguments": ""}})
+                self.pos, self.state, self.depth = head.end(), "arguments", 0
+            else:
+                start, ended = self.pos, self._scan()
+                if self.pos > start:
+                    out.append({"index": self.calls, "function": {"arguments": self.text[start:self.pos]}})
+                if not ended:
+                    return out
+                self.calls, self.state = self.calls + 1, "between"
+
+    def _scan(self) -> bool:
+        """Advance over the arguments' JSON; True once its value is complete."""
+        while self.pos < len(self.text):
+            c = self.text[self.pos]
+            self.pos += 1
+            if self.in_string:
+                self.escape, self.in_string = (False, True) if self.escape else (c == "\\", c != '"')
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+            elif c in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    return True
+        return False

@@ -101,17 +101,34 @@ def parse_value(text: str) -> Any:
 
 
 def parse_axis(text: str) -> tuple[str, list[Any]]:
-    """``"temperature=0,0.7,1.2"`` -> ``("temperature", [0, 0.7, 1.2])`` (the CLI --grid flag, the UI)."""
+    """``"temperature=0,0.7,1.2"`` -> ``("temperature", [0, 0.7, 1.2])`` (the CLI --grid flag, the UI).
+
+    Values that hold commas or are not plain (a constraint, a stop list) are given as a JSON list:
+    ``structured_outputs=[{"regex": "[0-9]+"}, {"choice": ["yes", "no"]}, {}]``.
+    """
     name, sep, values = text.partition("=")
     name = name.strip()
     if not sep or not name:
         raise BatchInputError(f"grid: expected name=value1,value2,... (e.g. temperature=0,0.7,1.2), got '{text}'")
     _check_axis_name(name)
+    if values.strip().startswith("["):
+        return name, _json_values(name, values.strip())
     parts = [v for v in values.split(",")]
     if not values.strip() or any(not v.strip() for v in parts):
         raise BatchInputError(f"grid: {name} needs comma-separated values without empty ones "
                               f"(e.g. {name}=0,0.7,1.2), got '{values.strip()}'")
     return name, [parse_value(v) for v in parts]
+
+
+def _json_values(name: str, text: str) -> list[Any]:
+    try:
+        values = json.loads(text)
+    except ValueError as exc:
+        raise BatchInputError(f"grid: {name}: values starting with [ are read as a JSON list, and this is not "
+                              f"valid JSON ({exc}); e.g. {name}=[{{\"regex\": \"[0-9]+\"}}, {{}}]") from None
+    if not isinstance(values, list) or not values:
+        raise BatchInputError(f"grid: {name} needs a non-empty JSON list of values, got {text}")
+    return values
 
 
 def parse_axes(lines: str | Iterable[str]) -> dict[str, list[Any]]:

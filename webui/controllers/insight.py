@@ -31,16 +31,28 @@ class NextTokens:
     """The steps that shaped the "after" column, in the order they ran."""
 
     @property
+    def masked(self) -> int:
+        """How many of the tokens the output constraint masks."""
+        return sum(t.masked for t in self.tokens)
+
+    @property
     def summary(self) -> str:
-        first, cut = self.tokens[0], sum(not t.kept for t in self.tokens)
+        first, cut, masked = self.tokens[0], sum(not t.kept for t in self.tokens), self.masked
         shaped = (f"Shaped by, in order: {' → '.join(f'`{s}`' for s in self.steps)}." if self.steps
                   else "No sampler is set: the model's own distribution.")
+        by_constraint = f" ({masked} masked by the output constraint)" if masked else ""
         return (f"Top token `{shown_token(first.token)}` ({first.probability:.1%}). The current parameters cut "
-                f"{cut} of these {len(self.tokens)}. {shaped}")
+                f"{cut} of these {len(self.tokens)}{by_constraint}. {shaped}")
 
     def rows(self) -> list[list]:
-        return [[shown_token(t.token), t.token_id, round(t.probability, 4), round(t.after, 4),
-                 "kept" if t.kept else "cut"] for t in self.tokens]
+        return [[shown_token(t.token), t.token_id, round(t.probability, 4), round(t.after, 4), _status(t)]
+                for t in self.tokens]
+
+
+def _status(token: NextToken) -> str:
+    if token.masked:
+        return "masked by the constraint"
+    return "kept" if token.kept else "cut"
 
 
 class InsightController:

@@ -33,7 +33,7 @@ def values_from_params(params: SamplingParams) -> list[Any]:
 def _from_control(name: str, widget: str, value: Any) -> Any:
     if widget == "lines":  # one string a line, with \n and \t typed as escapes
         return [s.replace("\\n", "\n").replace("\\t", "\t") for s in (value or "").splitlines() if s]
-    if widget == "json":
+    if widget in ("json", "constraint"):
         try:
             parsed = json.loads(value) if (value or "").strip() else {}
         except ValueError:
@@ -47,13 +47,76 @@ def _from_control(name: str, widget: str, value: Any) -> Any:
 def _to_control(spec: ParamSpec, value: Any) -> Any:
     if spec.widget == "lines":
         return "\n".join(s.replace("\n", "\\n").replace("\t", "\\t") for s in value)
-    if spec.widget == "json":
+    if spec.widget in ("json", "constraint"):
         return json.dumps(value) if value else ""
     if spec.widget == "text":
         return spec.to_text(value)
     if value is None:  # an alias stands for "not set" (seed -1)
         return next((alias for alias, meaning in spec.aliases if meaning is None), None)
     return value
+
+
+# The "Constrain output" control: a form (these labels -> structured_outputs' forms) and the text for it.
+CONSTRAINT_FORMS = {"none": None, "JSON (any object)": "json_object", "JSON schema": "json", "regex": "regex",
+                    "choice (one a line)": "choice", "grammar (GBNF or Lark)": "grammar"}
+CONSTRAINT_HINTS = {
+    "json": '{"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}',
+    "regex": "[0-9]{3}-[0-9]{4}", "choice": "yes\nno\nmaybe",
+    "grammar": 'root ::= "yes" | "no"   (GBNF, as llama.cpp takes it; or Lark: start: "yes" | "no")'}
+
+
+def constraint_json(form_label: str | None, text: str | None) -> str:
+    """The structured_outputs value (as its JSON control holds it) for a form and its text; "" for none or no
+    text. Text that is not usable is passed on as it is, for the check to name the problem."""
+    form, text = CONSTRAINT_FORMS.get(form_label or "none"), text or ""
+    if form is None:
+        return ""
+    if form == "json_object":
+        value: Any = True
+    elif form == "choice":
+        value = [line for line in text.splitlines() if line.strip()]
+    elif form == "json":
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+    else:
+        value = text
+    return json.dumps({form: value}) if value not in ("", []) and str(value).strip() else ""
+
+
+def constraint_fields(value: str) -> tuple[str, str | None] | None:
+    """(form label, text or None where the form takes none) for a structured_outputs JSON value; None when it
+    cannot be read as one form (the parameter check says why)."""
+    try:
+        parsed = json.loads(value) if (value or "").strip() else {}
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict) or len(parsed) > 1:
+        return None
+    if not parsed:
+        return "none", None
+    (form, given), = parsed.items()
+    label = next((label for label, f in CONSTRAINT_FORMS.items() if f == form), None)
+    if label is None:
+        return None
+    if form == "json_object":
+        return label, None
+    if form == "choice":
+        return label, "\n".join(given) if isinstance(given, list) else str(given)
+    if form == "json" and not isinstance(given, str):
+        return label, json.dumps(given, indent=2)
+    return label, str(given)
+
+
+def same_constraint(a: str, b: str) -> bool:
+    """Whether two structured_outputs JSON texts say the same (spacing and key order aside)."""
+    def read(text: str) -> Any:
+        try:
+            return json.loads(text) if (text or "").strip() else {}
+        except ValueError:
+            return text
+    return read(a) == read(b)
 
 
 def pipeline_text(params: SamplingParams) -> str:

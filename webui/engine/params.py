@@ -74,7 +74,8 @@ class ParamSpec:
     from_api: Callable[[Any], Any] | None = None
     """A request's value -> ours, before ``check`` (e.g. OpenAI's signed seeds into our range)."""
     widget: str = "slider"
-    """The UI control: slider, number, checkbox, lines (one string a line), text (``to_text`` writes it) or json."""
+    """The UI control: slider, number, checkbox, lines (one string a line), text (``to_text`` writes it), json,
+    or constraint (a form and its text, held as JSON)."""
     to_text: Callable[[Any], str] | None = None
     """The value as a "text" control shows it (``check`` reads it back)."""
     group: str = "Sampling"
@@ -410,8 +411,8 @@ class SamplingParams:
         True, bool, check=_check_bool, widget="checkbox", group=LENGTH,
         help="Leave special tokens (like <|im_end|>) out of the text; some models need them shown.")
     structured_outputs: tuple = _param(
-        (), dict, api_type=dict[str, Any], check=_check_structured, to_json=_structured_json, widget="json",
-        group=LENGTH,
+        (), dict, api_type=dict[str, Any], check=_check_structured, to_json=_structured_json, widget="constraint",
+        group="Constrain output",
         help=('Constrain the output: {"json": schema}, {"json_object": true}, {"regex": "..."}, '
               '{"choice": ["yes", "no"]} or {"grammar": "GBNF or Lark"}; every token must fit it.'))
     custom_token_bans: tuple[int, ...] = _param(

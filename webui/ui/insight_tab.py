@@ -14,6 +14,8 @@ from webui.ui.inspection import inspection_views
 from webui.ui.parameters_tab import ParametersTab
 
 NEXT_COLUMNS = ["token", "id", "probability", "after processors", "under these parameters"]
+# Every status a next token can have, so a chart drawn without one (no constraint) still keeps its colour.
+STATUS_COLORS = {"kept": "#4c78a8", "cut": "#f58518", "masked by the constraint": "#9d9d9d"}
 CHART_HINT = ("Type a text and click **Next tokens**: the 20 most likely next tokens appear here, with what the "
               "current parameters keep or cut.")
 
@@ -60,6 +62,7 @@ def _question_row() -> dict:
         with gr.Column(scale=3):
             chart_hint = gr.Markdown(CHART_HINT, elem_id="insight-chart-hint")
             chart = gr.BarPlot(x="token", y="probability", color="under these parameters", sort="-y", visible=False,
+                               color_map=STATUS_COLORS,
                                title="Top 20 next tokens (raw probability)", elem_id="insight-chart")
     return dict(text=text, chat=chat, system=system, inspect=inspect, next=next_, summary=summary,
                 chart_hint=chart_hint, chart=chart)
@@ -117,7 +120,9 @@ def _wire(tab: InsightTab, params: ParametersTab) -> None:
     def explore(data: dict):
         found = c.next_tokens(data[tab.text], data[tab.chat], data[tab.system], params.params(data))
         frame = pd.DataFrame(found.rows(), columns=NEXT_COLUMNS)
-        return gr.update(value=frame, visible=True), gr.update(visible=False), frame, found.summary, gr.Tabs(
+        # hidden here and shown by the next step: a plot updated in place keeps the colours of its first data
+        # (a status it had not shown, "masked", would not be drawn), a plot shown anew takes them from its data
+        return gr.update(value=frame, visible=False), gr.update(visible=False), frame, found.summary, gr.Tabs(
             selected="next")
 
     @shows_errors
@@ -128,7 +133,8 @@ def _wire(tab: InsightTab, params: ParametersTab) -> None:
     tab.inspect.click(inspect, [tab.text, tab.chat, tab.system],
                       [tab.rendered, tab.token_table, tab.summary, tab.tabs])
     tab.next.click(explore, {tab.text, tab.chat, tab.system, *params.inputs},
-                   [tab.chart, tab.chart_hint, tab.table, tab.summary, tab.tabs], concurrency_limit=None)
+                   [tab.chart, tab.chart_hint, tab.table, tab.summary, tab.tabs], concurrency_limit=None).success(
+        lambda: gr.update(visible=True), None, tab.chart, show_progress="hidden")
     tab.record_run.click(shows_errors(c.rerun), [tab.record_in], [tab.record_out, tab.record_note],
                          concurrency_limit=None)
     tab.ppl_run.click(evaluate, [tab.ppl_text, tab.ppl_window], [tab.ppl_note, tab.ppl_table], concurrency_limit=None)

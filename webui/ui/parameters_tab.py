@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import gradio as gr
 
 from webui.controllers import UserError
-from webui.controllers.parameters import ParametersController, pipeline_text, values_from_params
+from webui.controllers.parameters import ParametersController, pipeline_text
 from webui.engine.params import SamplingParams, specs
 from webui.services import Services
 from webui.ui.feedback import shows_errors
-from webui.ui.params_panel import build_params_panel
+from webui.ui.params_panel import ParamsPanel, build_params_panel
 
 
 @dataclass
@@ -22,6 +22,7 @@ class ParametersTab:
     note: gr.Markdown
     running: gr.Markdown
     controller: ParametersController
+    panel: ParamsPanel
 
     @property
     def inputs(self) -> list[gr.components.Component]:
@@ -47,7 +48,7 @@ def create_parameters_tab(services: Services) -> ParametersTab:
     note = gr.Markdown("", elem_id="preset-note")
     confirm = gr.State(False)
     panel = build_params_panel(params)
-    tab = ParametersTab(panel.controls, preset, note, panel.running, controller)
+    tab = ParametersTab(panel.controls, preset, note, panel.running, controller, panel)
     _wire_presets(tab, save_name, save, delete, neutral, confirm)
     _wire_controls(tab)
     return tab
@@ -55,7 +56,7 @@ def create_parameters_tab(services: Services) -> ParametersTab:
 
 def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, delete: gr.Button,
                   neutral: gr.Button, confirm: gr.State) -> None:
-    controller, inputs = tab.controller, tab.inputs
+    controller, inputs, shown = tab.controller, tab.inputs, tab.panel.shown
 
     @shows_errors
     def apply_preset(name: str | None):
@@ -65,7 +66,7 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         said = f"Preset '{chosen.name}' applied."
         if chosen.ignored:
             said += f" Not applied: {chosen.ignored_text()}."
-        return *values_from_params(chosen.params), said, pipeline_text(chosen.params)
+        return *tab.panel.show(chosen.params), said, pipeline_text(chosen.params)
 
     @shows_errors
     def save_preset(data: dict):
@@ -83,13 +84,13 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         return (gr.update(choices=controller.presets.names(), value=None), f"Deleted preset '{name}'.", False,
                 gr.update(value="Delete preset"))
 
-    tab.preset.input(apply_preset, [tab.preset], [*inputs, tab.note, tab.running])
+    tab.preset.input(apply_preset, [tab.preset], [*shown, tab.note, tab.running])
     tab.preset.input(lambda: (False, gr.update(value="Delete preset")), None, [confirm, delete])
     def reset():
         params = controller.neutral()
-        return *values_from_params(params), None, "Neutral: every sampler off.", pipeline_text(params)
+        return *tab.panel.show(params), None, "Neutral: every sampler off.", pipeline_text(params)
 
-    neutral.click(reset, None, [*inputs, tab.preset, tab.note, tab.running])
+    neutral.click(reset, None, [*shown, tab.preset, tab.note, tab.running])
     save.click(save_preset, {save_name, *inputs}, [tab.preset, tab.note])
     delete.click(delete_preset, [tab.preset, confirm], [tab.preset, tab.note, confirm, delete])
 
@@ -120,7 +121,7 @@ def _wire_controls(tab: ParametersTab) -> None:
     for name, control in tab.controls.items():
         # Text boxes: every change (a paste or a deletion is not always an input event). The others: what the
         # user does (a preset or a reload setting all of them must not queue a check per control).
-        event = control.change if specs()[name].widget in ("lines", "text", "json") else control.input
+        event = control.change if specs()[name].widget in ("lines", "text", "json", "constraint") else control.input
         event(functools.partial(remember, name), {*inputs, tab.note}, [tab.preset, tab.note, tab.running],
               show_progress="hidden")
 
@@ -140,6 +141,6 @@ def on_load(tab: ParametersTab) -> tuple[list, object]:
     """(outputs, function): a page (re)load shows the parameters last used, and says if they could not be."""
     def load():
         params, preset_name, note = tab.controller.saved()
-        return *values_from_params(params), gr.update(choices=tab.controller.presets.names(),
-                                                      value=preset_name), note, pipeline_text(params)
-    return [*tab.inputs, tab.preset, tab.note, tab.running], load
+        return *tab.panel.show(params), gr.update(choices=tab.controller.presets.names(),
+                                                  value=preset_name), note, pipeline_text(params)
+    return [*tab.panel.shown, tab.preset, tab.note, tab.running], load

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from webui.controllers.parameters import pipeline_text, values_from_params
+from webui.controllers.parameters import (CONSTRAINT_FORMS, CONSTRAINT_HINTS, constraint_fields, constraint_json,
+                                          pipeline_text, same_constraint, values_from_params)
 from webui.engine.params import ParamSpec, SamplingParams, specs
 
-COLUMNS = (("Sampling", "Temperature shaping", "Mirostat and adaptive-p", "Guidance (CFG)"),
+COLUMNS = (("Sampling", "Temperature shaping", "Mirostat and adaptive-p", "Guidance (CFG)", "Constrain output"),
            ("Sampler order", "Repetition", "Length, stops and tokens"))
 CLOSED = ("Temperature shaping", "Mirostat and adaptive-p")  # rarely used: folded until opened
 
@@ -26,6 +27,18 @@ class ParamsPanel:
     controls: dict[str, gr.components.Component]
     running: gr.Markdown
     """The steps that run now, in order (under the sampler order)."""
+    form: gr.Dropdown
+    text: gr.Textbox
+    """The "Constrain output" form and its text; they write the structured_outputs control (which is hidden)."""
+
+    @property
+    def shown(self) -> list[gr.components.Component]:
+        """What :meth:`show` fills: every control, then the constraint's form and text."""
+        return [*self.controls.values(), self.form, self.text]
+
+    def show(self, params: SamplingParams) -> list:
+        values = values_from_params(params)
+        return [*values, *_constraint_updates(dict(zip(specs(), values))["structured_outputs"])]
 
 
 def build_params_panel(initial: SamplingParams | None = None) -> ParamsPanel:
@@ -44,12 +57,15 @@ def build_params_panel(initial: SamplingParams | None = None) -> ParamsPanel:
                 for group in column:
                     with gr.Accordion(group, open=group not in CLOSED, elem_id=f"params-group-{_slug(group)}"):
                         for name in groups[group]:
-                            controls[name] = _control(name, specs()[name], values[name])
+                            if specs()[name].widget == "constraint":
+                                form, text, controls[name] = _constraint_controls(name, values[name])
+                            else:
+                                controls[name] = _control(name, specs()[name], values[name])
                         if group == "Sampler order":
                             running = gr.Markdown(pipeline_text(initial), elem_id="params-running")
     assert running is not None
     # in the specs' order, as values_from_params lists the values (not the order they are laid out in)
-    return ParamsPanel({name: controls[name] for name in specs()}, running)
+    return ParamsPanel({name: controls[name] for name in specs()}, running, form, text)
 
 
 def _slug(group: str) -> str:
@@ -75,6 +91,45 @@ def _control(name: str, spec: ParamSpec, value) -> gr.components.Component:
     slider = gr.Slider(minimum=lo, maximum=spec.maximum, step=spec.step, value=value, **common)
     slider.preprocess = _unchecked  # a typed -5 reaches the check that names the parameter
     return slider
+
+
+def _constraint_controls(name: str, value: str) -> tuple[gr.Dropdown, gr.Textbox, gr.Textbox]:
+    """(form, text, the parameter's own JSON box): the user picks a form and types its text; the JSON box
+    (hidden) holds the structured_outputs value that the other tabs read and that is remembered."""
+    shown_form, shown_text = _constraint_updates(value)
+    form = gr.Dropdown(choices=list(CONSTRAINT_FORMS), value=shown_form, label="Constrain output",
+                       info="Every generated token must fit it: any JSON object, a JSON schema, a regular expression, "
+                            "one of the choices, or a grammar (GBNF as llama.cpp takes it, or Lark). Over the API: "
+                            f"{name}.", elem_id="params-constraint-form")
+    text = gr.Textbox(lines=4, max_lines=30, label="Constraint", elem_id="params-constraint-text",
+                      **{k: v for k, v in shown_text.items() if k != "__type__"})
+    held = gr.Textbox(value=value, visible="hidden", label=name, elem_id=f"params-{name}")
+
+    def from_form(chosen: str, typed: str, current: str):
+        new = constraint_json(chosen, typed)
+        return (gr.skip() if same_constraint(new, current) else new), _text_update(chosen)
+
+    def from_text(chosen: str, typed: str, current: str):
+        new = constraint_json(chosen, typed)
+        return gr.skip() if same_constraint(new, current) else new
+
+    form.input(from_form, [form, text, held], [held, text], show_progress="hidden")
+    text.change(from_text, [form, text, held], held, show_progress="hidden")  # typed, pasted or deleted
+    return form, text, held
+
+
+def _text_update(form_label: str, value: str | None = None) -> dict:
+    """The constraint text box for a form: hidden where the form takes no text, with an example."""
+    form = CONSTRAINT_FORMS.get(form_label)
+    update = gr.update(visible=form not in (None, "json_object"), placeholder=CONSTRAINT_HINTS.get(form, ""))
+    return update if value is None else {**update, "value": value}
+
+
+def _constraint_updates(value: str) -> tuple[str, dict]:
+    """The form and text box showing a structured_outputs JSON value (a value no form reads shows as none); the
+    text is kept where the form takes none, for when the user picks a form that does again."""
+    label, text = constraint_fields(value) or ("none", None)
+    return label, _text_update(label, text)
 
 
 def _unchecked(payload: float | None) -> float | None:
