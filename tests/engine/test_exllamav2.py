@@ -151,7 +151,9 @@ def test_exl2_model_drives_the_engine_like_the_transformers_model(stand_in_exl2,
     try:
         prompts = ["The capital of France is", "1, 2, 3,", "Once upon a time"]
         for params in (SamplingParams(temperature=0, max_new_tokens=8),
-                       SamplingParams(temperature=1.0, top_k=50, seed=3, max_new_tokens=8)):
+                       SamplingParams(temperature=1.0, top_k=50, seed=3, max_new_tokens=8),
+                       SamplingParams(temperature=1.0, seed=4, max_new_tokens=8,
+                                      structured_outputs={"regex": "(yes|no), [0-9]+"})):
             streams = [ours.submit(GenerationRequest(p, params)) for p in prompts]  # several at once
             expected = [theirs.generate(GenerationRequest(p, params)).token_ids for p in prompts]
             assert [s.result().token_ids for s in streams] == expected
@@ -226,3 +228,16 @@ def test_exl2_perplexity_close_to_full_precision(exl2_engine, real_engine):
     exl2, fp32 = perplexity(exl2_engine, TEXT), perplexity(real_engine, TEXT)
     assert exl2.tokens == fp32.tokens
     assert fp32.ppl * 0.9 < exl2.ppl < fp32.ppl * 1.2, (exl2.ppl, fp32.ppl)
+
+
+@needs_gpu
+def test_exl2_structured_output_holds(exl2_engine):
+    prompt = exl2_engine.model.tokenizer.apply_chat_template(QUESTION)
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"],
+              "additionalProperties": False}
+    streams = [exl2_engine.submit(GenerationRequest(prompt, SamplingParams(
+        temperature=1.0, seed=seed, max_new_tokens=40, structured_outputs={"json": schema}), add_special_tokens=False))
+        for seed in range(4)]
+    for stream in streams:
+        result = stream.result()
+        assert result.finish_reason == "stop" and set(json.loads(result.text)) == {"city"}, result.text

@@ -11,6 +11,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import re
 import shutil
 
 import pytest
@@ -78,6 +79,18 @@ def test_quantized_perplexity_within_a_reasonable_factor_of_fp32(gptq_engine, re
     assert quantized.tokens == fp32.tokens
     # 4 bits cost a 135M model more than a large one: ~1.3-1.6x here on a 30-line calibration set
     assert fp32.ppl < quantized.ppl < fp32.ppl * 2, (quantized.ppl, fp32.ppl)
+
+
+def test_structured_output_on_the_quantized_model(gptq_engine):
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"],
+              "additionalProperties": False}
+    streams = [gptq_engine.submit(GenerationRequest("Is Paris in France?", SamplingParams(
+        temperature=1.0, seed=seed, max_new_tokens=48, structured_outputs=form)))
+        for seed, form in ((1, {"regex": "(yes|no), [0-9]"}), (2, {"json": schema}))]  # side by side in a batch
+    results = [stream.result() for stream in streams]
+    assert re.fullmatch("(yes|no), [0-9]", results[0].text) and results[0].finish_reason == "stop"
+    assert results[1].finish_reason == "stop", (results[1].text, results[1].finish_reason)
+    assert json.loads(results[1].text)["answer"] in ("yes", "no")
 
 
 def test_bad_group_size_and_bits_are_clear_errors(default_model_dir, tmp_path):
