@@ -161,6 +161,10 @@ class HFTokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    def special_tokens(self) -> dict[str, str]:
+        """bos_token and eos_token as text (what chat templates write)."""
+        return {"bos_token": self._tok.bos_token or "", "eos_token": self._tok.eos_token or ""}
+
     def guidance_tokenizer(self) -> Any:
         """llguidance's view of this vocabulary (for structured output); built once (well under a second)."""
         import llguidance.hf

@@ -372,7 +372,10 @@ class LlamaCppTokenizer:
             raise ModelLoadError("this .gguf file has no chat template; use a raw completion instead")
         from transformers.utils.chat_template_utils import render_jinja_template
 
-        special = {k: v.decode("utf-8", errors="replace") for k, v in self._special.items()}
         rendered, _ = render_jinja_template([messages], tools=tools, chat_template=self.chat_template,
-                                            add_generation_prompt=add_generation_prompt, **special)
+                                            add_generation_prompt=add_generation_prompt, **self.special_tokens())
         return rendered[0]
+
+    def special_tokens(self) -> dict[str, str]:
+        """bos_token and eos_token as text (what chat templates write)."""
+        return {k: v.decode("utf-8", errors="replace") for k, v in self._special.items()}

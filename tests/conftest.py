@@ -54,6 +54,22 @@ def tiny_model_dir(default_model_dir: Path, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def untemplated_model_dir(tiny_model_dir: Path, tmp_path_factory) -> Path:
+    """The tiny model with its tokenizer's chat template taken out (as many base models ship)."""
+    import json
+    import shutil
+
+    out = tmp_path_factory.mktemp("untemplated") / "tiny-untemplated"
+    shutil.copytree(tiny_model_dir, out)
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    config = out / "tokenizer_config.json"
+    data = json.loads(config.read_text())
+    data.pop("chat_template", None)
+    config.write_text(json.dumps(data))
+    return out
+
+
 def load_model(path: Path):
     from loaders.base import LoadOptions
     from loaders.registry import default_registry

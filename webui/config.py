@@ -68,6 +68,11 @@ class AppConfig:
         return self.user_data_dir / "presets"
 
     @property
+    def templates_dir(self) -> Path:
+        """The user's own chat (instruction) templates, one .jinja file each."""
+        return self.user_data_dir / "templates"
+
+    @property
     def converted_dir(self) -> Path:
         """Safetensors folders made once from .gguf files, so later loads take seconds."""
         return self.user_data_dir / "converted"

@@ -31,6 +31,7 @@ class ReproduceRecord:
     prompt: str | None = None  # raw text
     loader: str = "transformers"
     loras: list[list] = field(default_factory=list)  # [[name, weight], ...]
+    chat_template: dict[str, str] | None = None  # {"name", "source"} when not the model's own
 
     def to_json(self) -> str:
         return _dumps({"format": FORMAT, "version": 1, **asdict(self)})
@@ -47,9 +48,22 @@ class ReproduceRecord:
 
         loras = tuple((str(n), float(w)) for n, w in self.loras)
         if self.messages is not None:
-            return GenerationRequest(render_chat_prompt(tokenizer, self.messages), self.sampling(),
-                                     add_special_tokens=False, messages=self.messages, loras=loras)
+            prompt = render_chat_prompt(tokenizer, self.messages, template=self.template())
+            return GenerationRequest(prompt, self.sampling(), add_special_tokens=False, messages=self.messages,
+                                     loras=loras)
         return GenerationRequest(self.prompt or "", self.sampling(), loras=loras)
+
+    def template(self):
+        """The record's chat template (None: the model's own); RecordError when it is not one."""
+        from webui.chat.templates import TemplateError, check_source, from_record
+
+        try:
+            template = from_record(self.chat_template)
+            if template is not None:
+                check_source(template.source)
+        except TemplateError as exc:
+            raise RecordError(f"chat_template: {exc}") from exc
+        return template
 
     def api_body(self) -> tuple[str, dict[str, Any]]:
         """(route, JSON body) of the equivalent OpenAI API request."""
@@ -57,7 +71,8 @@ class ReproduceRecord:
         if self.loras:  # every adapter at the record's weight (not the weight attached now)
             body["loras"] = [[str(n), float(w)] for n, w in self.loras]
         if self.messages is not None:
-            return "/chat/completions", {**body, "messages": self.messages}
+            template = {"chat_template": self.chat_template["source"]} if self.chat_template else {}
+            return "/chat/completions", {**body, "messages": self.messages, **template}
         return "/completions", {**body, "prompt": self.prompt}
 
     def curl(self, base_url: str = "http://127.0.0.1:5000/v1") -> str:
@@ -77,7 +92,7 @@ class ReproduceRecord:
                 f"reply = {call}(\n    {args},\n)\n")
 
 
-_EXTRAS = {"loras", *(spec.api_name or name for name, spec in specs().items() if not spec.openai)}
+_EXTRAS = {"loras", "chat_template", *(spec.api_name or name for name, spec in specs().items() if not spec.openai)}
 
 
 def parse_record(text: str) -> ReproduceRecord:
@@ -93,8 +108,9 @@ def parse_record(text: str) -> ReproduceRecord:
     if (data.get("messages") is None) == (data.get("prompt") is None):
         raise RecordError("a record needs either 'messages' (a chat) or 'prompt' (raw text)")
     record = ReproduceRecord(data["model"], data["params"], data.get("messages"), data.get("prompt"),
-                             data.get("loader", "transformers"), data.get("loras") or [])
+                             data.get("loader", "transformers"), data.get("loras") or [], data.get("chat_template"))
     record.sampling()  # validates the parameters now
+    record.template()
     return record
 
 
@@ -104,7 +120,8 @@ def record_for_reply(history: list[dict[str, str]], system_prompt: str, stats: d
 
     params = {**stats["params"], "seed": stats.get("seed", stats["params"].get("seed"))}
     return ReproduceRecord(stats.get("model", "?"), params, chat_messages(history, system_prompt),
-                           loader=stats.get("loader", "transformers"), loras=stats.get("loras", []))
+                           loader=stats.get("loader", "transformers"), loras=stats.get("loras", []),
+                           chat_template=stats.get("chat_template"))
 
 
 def record_for_batch_row(model: str, spec: dict[str, Any], row: Any, loader: str = "transformers") -> ReproduceRecord:
@@ -120,7 +137,7 @@ def record_for_batch_row(model: str, spec: dict[str, Any], row: Any, loader: str
     if spec.get("raw"):
         return ReproduceRecord(model, params, prompt=row.prompt, loader=loader, loras=loras)
     messages = chat_messages([{"role": "user", "content": row.prompt}], spec.get("system_prompt", ""))
-    return ReproduceRecord(model, params, messages, loader=loader, loras=loras)
+    return ReproduceRecord(model, params, messages, loader=loader, loras=loras, chat_template=spec.get("chat_template"))
 
 
 def _dumps(value: Any, indent: str = "") -> str:

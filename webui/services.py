@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from loaders.registry import LoaderRegistry
 from webui.batch.runner import BatchRunner
 from webui.batch.store import BatchStore
+from webui.chat.templates import TemplateStore
 from webui.config import AppConfig
 from webui.jobs import JobRunner
 from webui.engine import Engine, EngineConfig
@@ -24,6 +25,7 @@ class Services:
     engine: Engine
     models: ModelManager
     presets: PresetStore
+    templates: TemplateStore
     settings: SettingsStore
     db: Database
     chats: ChatStore
@@ -45,7 +47,7 @@ class Services:
         batches = BatchStore(db)
         batches.mark_interrupted()  # runs a previous process left 'running' died with it; their rows stay
         services = cls(config, registry, engine, ModelManager(config, engine, registry),
-                       PresetStore(config.presets_dir), SettingsStore(config.user_data_dir / "settings.json"), db,
+                       PresetStore(config.presets_dir), TemplateStore(config.templates_dir), SettingsStore(config.user_data_dir / "settings.json"), db,
                        ChatStore(db), NotebookStore(db), batches, None,  # type: ignore[arg-type]
                        PerplexityStore(db), JobRunner())
         services.batch_runner = BatchRunner(services, batches)

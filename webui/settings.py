@@ -30,6 +30,7 @@ class Settings:
     params: dict[str, Any] | None = None  # keys that differ from neutral; None: the last preset's
     system_prompt: str = ""
     use_chat_template: bool = True
+    chat_template: str = ""  # the Chat tab's instruction template: "" the model's own, else a template's name
 
 
 class SettingsStore:

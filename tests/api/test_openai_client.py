@@ -447,6 +447,24 @@ def test_a_bad_schema_is_a_400_naming_the_field(client):
     assert info.value.body["param"] == "response_format" and "Invalid type: nope" in info.value.body["message"]
 
 
+# -- chat templates --------------------------------------------------------------------------------------------------
+
+def test_a_request_may_bring_its_chat_template_as_vllm_takes_it(client):
+    plain = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+    own = client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=3, temperature=0)
+    named = client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=3, temperature=0,
+                                           extra_body={"chat_template": "User/Assistant"})
+    given = client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=3, temperature=0,
+                                           extra_body={"chat_template": plain})
+    # "User: <question>\nAssistant:" and "user: <question>\nassistant:" are far shorter than ChatML with its
+    # default system prompt
+    assert named.usage.prompt_tokens < own.usage.prompt_tokens and given.usage.prompt_tokens < own.usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=3,
+                                       extra_body={"chat_template": "{% for m in messages %}x{% endfor %}"})
+    assert info.value.body["param"] == "chat_template" and "does not write the messages" in info.value.body["message"]
+
+
 # -- tool calling --------------------------------------------------------------------------------------------------
 
 WEATHER_TOOL = {"type": "function", "function": {

@@ -164,3 +164,32 @@ def test_inspect_shows_what_the_model_read_and_the_record(session, services):
     services.models.unload()
     assert "need a local model" in session.inspect(done.chat_id).note
     assert session.last_tokens(done.chat_id)[1] is False
+
+
+def test_a_model_without_a_template_chats_through_a_guessed_one_and_the_record_keeps_it(
+        session, services, untemplated_model_dir):
+    from webui.reproduce import parse_record
+
+    (services.config.models_dir / "bare").symlink_to(untemplated_model_dir, target_is_directory=True)
+    services.models.load("bare")
+    assert session.template().note.startswith("this model has no chat template; using the built-in 'ChatML'")
+    done = last(session.send(None, "Hello there", "", GREEDY, KEY))
+    reply = session.chats.messages(done.chat_id)[-1]
+    assert reply.stats["chat_template"]["name"] == "ChatML"
+    record = parse_record(session.inspect(done.chat_id).record.to_json())
+    assert record.chat_template["name"] == "ChatML" and "chat_template" in record.api_body()[1]
+    again = services.engine.generate(record.request(services.models.loaded.tokenizer))
+    assert again.token_ids == reply.stats["token_ids"]  # the record re-creates the reply
+
+
+def test_a_chosen_template_renders_the_chat_and_its_stop_strings_end_the_reply(session, services):
+    services.settings.update(chat_template="User/Assistant")
+    done = last(session.send(None, "Hi", "Be brief.", GREEDY, KEY))
+    seen = session.inspect(done.chat_id)
+    assert seen.seen.text == "Be brief.\n\nUser: Hi\nAssistant:"
+    reply = session.chats.messages(done.chat_id)[-1]
+    assert "\nUser:" in reply.stats["params"]["stop"] and reply.stats["chat_template"]["name"] == "User/Assistant"
+    services.settings.update(chat_template="Deleted one")
+    with pytest.raises(UserError, match="Instruction template: there is no template 'Deleted one'"):
+        last(session.send(done.chat_id, "Again", "", GREEDY, KEY))
+    assert roles(session, done.chat_id) == ["user", "assistant"]  # nothing stored

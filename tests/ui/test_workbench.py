@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import random_lora
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, export_file, open_page, ready_page, screenshot,
-                            send, tab, toast, upload_file, wait_reply_done, wait_text)
+from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, code_text, export_file, open_page, ready_page,
+                            screenshot, send, tab, toast, upload_file, wait_reply_done, wait_text)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -217,6 +217,37 @@ def test_constrain_output_holds_the_reply_and_a_bad_one_loses_nothing(server, br
     choose(page, "params-constraint-form", "none")
     page.wait_for_function("() => !document.querySelector('#params-running').innerText.includes('structured')",
                            timeout=30_000)
+    page.close()
+
+
+def test_an_instruction_template_is_chosen_previewed_saved_and_used(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=4)
+    page.locator("#chat-template-panel").get_by_text("Instruction template").first.click()  # unfold
+    wait_text(page, "#chat-template-note", "own template", 30_000)
+    choose(page, "chat-template", "User/Assistant")
+    wait_text(page, "#chat-template-note", "Chats use the template 'User/Assistant'", 30_000)
+    page.locator("#chat-message textarea").fill("Name a color.")
+    page.locator("#chat-template-preview-button").click()
+    page.wait_for_function("() => document.querySelector('#chat-template-preview').innerText.includes("
+                           "'User: Name a color.')", timeout=30_000)
+    assert code_text(page, "chat-template-preview").endswith("User: Name a color.\nAssistant:")
+    screenshot(page, "chat-template")
+    page.locator("#chat-send").click()
+    wait_reply_done(page)
+    stats = json.loads(last_reply(server.user_data, "Name a color.")[2])
+    assert stats["chat_template"]["name"] == "User/Assistant" and "\nUser:" in stats["params"]["stop"]
+    page.locator("#chat-template-name input, #chat-template-name textarea").first.fill("My plain")
+    page.locator("#chat-template-save").click()  # the editor's text (the built-in's) as a template of my own
+    wait_text(page, "#chat-template-note", "Chats use the template 'My plain'", 30_000)
+    assert (server.user_data / "templates" / "My plain.jinja").is_file()
+    page.reload()
+    page.wait_for_selector("#chat-message textarea")
+    page.locator("#chat-template-panel").get_by_text("Instruction template").first.click()
+    page.wait_for_function("() => document.querySelector('#chat-template input')?.value === 'My plain'",
+                           timeout=30_000)
+    page.locator("#chat-template-delete").click()
+    wait_text(page, "#chat-template-note", "own template", 30_000)
+    assert not (server.user_data / "templates" / "My plain.jinja").exists()
     page.close()
 
 

@@ -168,6 +168,7 @@ class ChatCompletionRequest(SamplingRequest):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    chat_template: str | None = None  # vLLM's: a Jinja template for this request (or a template's name, ours)
 
     def chat_messages(self) -> list[dict[str, Any]]:
         out = []

@@ -10,10 +10,12 @@ from fastapi.responses import StreamingResponse
 from loaders.base import ModelLoadError
 from webui.api.errors import APIError
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
-from webui.api.tools import CallStream, ToolPlan, may_be_a_call, plan_tools, read_calls, template_messages, template_takes_tools
+from webui.api.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, read_calls, template_messages,
+                             template_takes_tools)
 from webui.api.serving import (FINISH_REASONS, Choice, Serving, collect, error_chunk, merged, new_id, note_usage, now,
                                sse, usage)
 from webui.chat import ChatPromptError, render_chat_prompt
+from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
 from webui.engine import InvalidParameter, RequestStream
 from webui.engine.types import TokenLogprob
 
@@ -90,8 +92,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                                                   "structured_outputs", body.tool_choice)
         params = params.replace(structured_outputs=calls_only)
     messages = body.chat_messages()
+    template = request_template(s.services.templates, body.chat_template, model)
     try:
-        prompt = render_messages(model.tokenizer, messages, plan)
+        prompt = render_messages(model.tokenizer, messages, plan, template)
     except (ChatPromptError, ModelLoadError) as exc:
         raise APIError(400, str(exc), param="messages") from exc
     _log_prompt(request, messages)
@@ -163,17 +166,38 @@ def chat_message(choice, plan: ToolPlan | None) -> dict:
     return {"message": message, "finish_reason": finish}
 
 
-def render_messages(tokenizer, messages: list[dict], plan: ToolPlan | None) -> str:
-    """The chat prompt; with tools (offered now or in the history) through the template's own tool support, or
-    the fallback written into the messages."""
+def request_template(templates: TemplateStore, given: str | None, model) -> ChatTemplate | None:
+    """The request's chat_template (vLLM's field: Jinja text; here also a built-in's or saved template's name);
+    None: the model's own, which a model without one cannot use (a 400 naming chat_template)."""
+    if given is None:
+        if not model.capabilities.text_only and not getattr(model.tokenizer, "chat_template", None):
+            raise APIError(400, f"the model '{model.name}' has no chat template of its own; send chat_template: a "
+                                f"Jinja template or one of {', '.join(templates.names())} (its special tokens "
+                                f"suggest '{guess(model.tokenizer)}')", param="chat_template")
+        return None
+    if model.capabilities.text_only:
+        raise APIError(400, f"chat_template cannot apply to '{model.name}': a remote server renders chats itself",
+                       param="chat_template")
+    try:
+        if given in templates.names():
+            return ChatTemplate(given, templates.source(given))
+        check_source(given)
+    except TemplateError as exc:
+        raise APIError(400, f"chat_template: {exc}", param="chat_template") from exc
+    return ChatTemplate("request", given)
+
+
+def render_messages(tokenizer, messages: list[dict], plan: ToolPlan | None, template: ChatTemplate | None = None) -> str:
+    """The chat prompt (``template`` None: the model's own); with tools (offered now or in the history) through
+    the template's own tool support, or the fallback written into the messages."""
     if plan is None and not any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
-        return render_chat_prompt(tokenizer, messages)
-    native = template_takes_tools(tokenizer)
+        return render_chat_prompt(tokenizer, messages, template=template)
+    template = template or ChatTemplate("")
+    native = template_takes_tools(template.source if template.source is not None else tokenizer.chat_template)
     shaped = template_messages(messages, plan, native)
     if native:
-        return tokenizer.apply_chat_template(shaped, add_generation_prompt=True,
-                                             tools=list(plan.tools) if plan else None)
-    return render_chat_prompt(tokenizer, shaped)
+        return template.render(tokenizer, shaped, add_generation_prompt=True, tools=list(plan.tools) if plan else None)
+    return render_chat_prompt(tokenizer, shaped, template=template)
 
 
 @router.post("/v1/completions")

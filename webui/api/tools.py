@@ -89,8 +89,9 @@ def plan_tools(tools: list[dict] | None, tool_choice: Any, parallel: bool | None
     return ToolPlan(tuple(tools), choice, parallel is not False)
 
 
-def template_takes_tools(tokenizer: Any) -> bool:
-    return "tools" in (getattr(tokenizer, "chat_template", None) or "")
+def template_takes_tools(source: str | None) -> bool:
+    """Whether a chat template's Jinja source renders ``tools``."""
+    return "tools" in (source or "")
 
 
 def template_messages(messages: list[dict], plan: ToolPlan | None, native: bool) -> list[dict]:

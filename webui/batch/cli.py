@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--template", help="prompt template with {{column}} variables (CSV/JSONL columns)")
     p.add_argument("--system-prompt", default="", help="system prompt for the chat template")
     p.add_argument("--raw", action="store_true", help="send prompts as they are, without the chat template")
+    p.add_argument("--chat-template", default="", metavar="NAME",
+                   help="instruction template: a built-in (ChatML, Llama 3, Mistral, Gemma, Phi-3, Alpaca, Vicuna, "
+                        "User/Assistant) or one saved in the user data dir (default: the model's own)")
     p.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, help="refuse grids larger than this")
     p.add_argument("--name", help="name of the stored run (default: the prompts file name)")
     p.add_argument("--out", type=Path, help="write results here (.jsonl or .csv)")
@@ -66,7 +69,8 @@ def main(argv: list[str]) -> int:
     config.make_dirs()
     services = Services.create(config)
     try:
-        job = BatchJob(args.name or args.prompts.name, rows, grid, args.system_prompt, args.raw, args.max_cells)
+        job = BatchJob(args.name or args.prompts.name, rows, grid, args.system_prompt, args.raw, args.max_cells,
+                       chat_template=args.chat_template)
         services.batch_runner.plan(job)  # bad grids fail before the model loads
         load_startup_model(services)
         handle = services.batch_runner.start(job)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loaders.base import attached_loras
@@ -20,6 +20,7 @@ from webui.batch.prompts import PromptRow
 from webui.batch.results import ResultRow, result_for
 from webui.batch.store import BatchStore
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
+from webui.chat.templates import ChatTemplate, TemplateError
 from webui.engine import EngineError, GenerationRequest, SamplingParams
 
 
@@ -32,12 +33,14 @@ class BatchJob:
     raw: bool = False  # True: prompts go to the model as they are, without the chat template
     max_cells: int = DEFAULT_MAX_CELLS
     settings: list[Setting] | None = None  # expanded from ``grid`` unless given (a re-run)
+    chat_template: str = ""  # the instruction template's name ("": the model's own)
 
     def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
                 "settings": [{"label": s.label, "params": s.params.to_dict(), "preset": s.preset,
                               "overrides": s.overrides, "loras": [list(x) for x in s.loras]} for s in settings],
-                "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells}
+                "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells,
+                "chat_template_name": self.chat_template}
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
@@ -46,7 +49,7 @@ class BatchJob:
                     for s in spec["settings"]]
         return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
                    spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),
-                   settings)
+                   settings, spec.get("chat_template_name", ""))
 
 
 @dataclass
@@ -119,18 +122,32 @@ class BatchRunner:
         handle.cancel()
         return True
 
-    def plan(self, job: BatchJob) -> tuple[list[Setting], list[Cell]]:
-        """Settings and cells, or a BatchInputError before anything runs."""
+    def plan(self, job: BatchJob, stops: tuple[str, ...] = ()) -> tuple[list[Setting], list[Cell]]:
+        """Settings and cells, or a BatchInputError before anything runs. ``stops``: the chat template's, added to
+        every setting's stop strings."""
         if not job.rows:
             raise BatchInputError("there are no prompts; paste some (one per line) or upload a file")
         settings = job.settings if job.settings is not None else expand(job.grid, self.services.presets)
+        if stops:
+            settings = [replace(s, params=s.params.replace(stop=tuple(dict.fromkeys((*s.params.stop, *stops)))))
+                        for s in settings]
         return settings, plan(job.rows, settings, job.grid.samples, job.grid.base_seed, job.max_cells)
+
+    def template(self, job: BatchJob, model) -> ChatTemplate | None:
+        """The instruction template the job's prompts are rendered with (None for raw prompts)."""
+        if job.raw or model.capabilities.text_only:
+            return None
+        try:
+            return self.services.templates.resolve(job.chat_template, model.tokenizer)
+        except TemplateError as exc:
+            raise BatchInputError(f"chat template: {exc}") from exc
 
     def start(self, job: BatchJob) -> RunHandle:
         model = self.services.models.loaded
         if model is None:
             raise BatchInputError("no model is loaded; load one in the Model tab first")
-        settings, cells = self.plan(job)
+        template = self.template(job, model)
+        settings, cells = self.plan(job, template.stops if template else ())
         attached = attached_loras(model)
         for setting in settings:
             missing = [n for n, _ in setting.loras if n not in attached]
@@ -142,11 +159,12 @@ class BatchRunner:
             try:
                 messages = None if job.raw else chat_messages([{"role": "user", "content": row.text}],
                                                               job.system_prompt)
-                text = row.text if job.raw else render_chat_prompt(model.tokenizer, messages)
+                text = row.text if job.raw else render_chat_prompt(model.tokenizer, messages, template=template)
             except (ChatPromptError, ValueError) as exc:
                 raise BatchInputError(f"prompt {row.id}: {exc}") from exc
             prompts[row.index] = (text, messages)
-        spec = {**job.to_spec(settings), "loader": model.loader}  # so each row's record names it
+        spec = {**job.to_spec(settings), "loader": model.loader,  # so each row's record names it
+                "chat_template": template.to_record() if template else None}
         run = self.store.create(job.name, spec, model.name, len(cells))
         handle = RunHandle(run.id, cells)
         with self._lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from loaders.base import Tokenizer
+from webui.chat.templates import ChatTemplate, TemplateError, guess
 
 ROLES = ("system", "user", "assistant")
 
@@ -25,20 +26,29 @@ def chat_messages(messages: Iterable[Mapping[str, str]], system_prompt: str = ""
 
 
 def render_chat_prompt(tokenizer: Tokenizer, messages: Iterable[Mapping[str, str]], system_prompt: str = "",
-                       continue_last: bool = False) -> str:
-    """The chat rendered with the model's template, ready for the assistant's (next) reply.
+                       continue_last: bool = False, template: ChatTemplate | None = None,
+                       tools: list[dict] | None = None) -> str:
+    """The chat rendered with ``template`` (None: the model's own), ready for the assistant's (next) reply.
 
     ``continue_last``: the last message is a partial assistant reply to be
     continued; it is appended after the generation prompt without its end token,
-    so the model picks up mid-sentence.
+    so the model picks up mid-sentence. ChatPromptError says what is wrong (a
+    model without a template of its own names the built-in that would fit).
     """
+    template = template or ChatTemplate("")
+    if template.source is None and not getattr(tokenizer, "chat_template", None):
+        raise ChatPromptError(f"this model has no chat template of its own; choose an instruction template (the "
+                              f"built-in '{guess(tokenizer)}' fits its special tokens) or send a raw prompt")
     msgs = chat_messages(messages, system_prompt)
+    partial = ""
     if continue_last:
         if not msgs or msgs[-1]["role"] != "assistant":
             raise ChatPromptError("there is no assistant reply to continue; send a message first")
         partial = msgs.pop()["content"]
-        return tokenizer.apply_chat_template(msgs, add_generation_prompt=True) + partial
-    if not msgs:
+    elif not msgs:
         raise ChatPromptError("the chat has no messages; send at least one")
     # Like OpenAI and vLLM, a chat that ends with a system or assistant message still gets a new reply.
-    return tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+    try:
+        return template.render(tokenizer, msgs, add_generation_prompt=True, tools=tools) + partial
+    except TemplateError as exc:
+        raise ChatPromptError(f"{exc} (template '{template.name or 'the model’s own'}')") from None

@@ -83,7 +83,8 @@ class BatchController:
             rows = with_asserts(rows, form.asserts.splitlines())
             grid = GridSpec(list(form.presets), parse_axes(form.axes), int(form.samples or 1),
                             int(form.base_seed or 0), base=params)
-            return BatchJob(form.name.strip() or "Batch run", rows, grid, form.system, form.raw)
+            return BatchJob(form.name.strip() or "Batch run", rows, grid, form.system, form.raw,
+                            chat_template=self.services.settings.get().chat_template)  # the Chat tab's choice
         except (BatchInputError, InvalidName) as exc:
             raise UserError(str(exc)) from exc
 

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from loaders.base import LoadedModel
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
+from webui.chat.templates import ChatTemplate, TemplateError, from_record
 from webui.controllers.errors import UserError
 from webui.controllers.generation import ActiveRequests, stats_text, stream_request, stream_text
 from webui.engine import GenerationEvent, SamplingParams
@@ -57,9 +58,10 @@ class MessageInspection:
     record: ReproduceRecord | None = None
 
 
-def reply_stats(event: GenerationEvent, params: SamplingParams, model: LoadedModel, loras=()) -> dict[str, Any]:
+def reply_stats(event: GenerationEvent, params: SamplingParams, model: LoadedModel, loras=(),
+                template: ChatTemplate | None = None) -> dict[str, Any]:
     u, t = event.usage, event.timings
-    return {"model": model.name, "loader": model.loader,
+    return {"model": model.name, "loader": model.loader, "chat_template": template.to_record() if template else None,
             "loras": [list(x) for x in loras],
             "completion_tokens": u.completion_tokens, "prompt_tokens": u.prompt_tokens,
             "cached_tokens": u.cached_tokens, "guidance_tokens": u.guidance_tokens,
@@ -155,6 +157,7 @@ class ChatSession:
         if not text.strip():
             raise UserError("Type a message first.")
         self._check_ready(key)
+        self.template()  # a template that cannot be used is said before anything is stored
         if chat_id is None:
             chat_id = self.chats.create(title=" ".join(text.split())[:TITLE_LENGTH], system_prompt=system_prompt).id
         self.chats.append(chat_id, "user", text)
@@ -212,8 +215,9 @@ class ChatSession:
             ids, rows = stats.get("token_ids"), stats.get("tokens")
             if not ids or not rows or len(ids) != len(rows):
                 raise BranchError("the last reply has no token record to branch from; regenerate it first")
+            template = self._template(model, stats)
             prompt = render_chat_prompt(model.tokenizer, turns_of(self.chats.messages(cid)[:-1]),
-                                        self.chats.get(cid).system_prompt)
+                                        self.chats.get(cid).system_prompt, template=template)
             req = branch_request(model.tokenizer.encode(prompt, add_special_tokens=False), ids, position, token_id,
                                  sampling, loras=self.services.models.active_loras, logprobs=VIEW_TOP)
             prefix_ids = ids[:position] + [token_id]
@@ -230,7 +234,8 @@ class ChatSession:
             yield replace(self.view(cid), stats="finish: length (branched at the last token)")
             return
         events = stream_request(self.services, self.active, key, req)
-        yield from self._store_reply(cid, target, (prefix, prefix_ids, prefix_rows), events, sampling, model)
+        yield from self._store_reply(cid, target, (prefix, prefix_ids, prefix_rows), events, sampling, model,
+                                     template)
 
     # -- looking at a message ---------------------------------------------------------------------------
     def inspect(self, chat_id: int | None, index: int | None = None) -> MessageInspection:
@@ -250,8 +255,10 @@ class ChatSession:
         if model is None or model.capabilities.text_only:
             return MessageInspection(which, None, "Tokens need a local model loaded in the Model tab.", record)
         try:
-            seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, turns, system_prompt), False)
-        except (InsightUnavailable, ChatPromptError) as exc:
+            template = self._template(model, stats if reply else None)
+            seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, turns, system_prompt,
+                                                              template=template), False)
+        except (InsightUnavailable, ChatPromptError, UserError) as exc:
             return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
         return MessageInspection(which, seen, "", record)
 
@@ -286,21 +293,47 @@ class ChatSession:
         system_prompt = self.chats.get(cid).system_prompt
         if continue_last and model.capabilities.text_only:
             raise UserError("Continue needs a local model: a remote server cannot extend a reply it did not start.")
+        target = history[-1] if continue_last else None
+        stats = (target.stats or {}) if target else {}
+        template = self._template(model, stats if continue_last else None)
         try:
             prompt = render_chat_prompt(model.tokenizer, turns_of(history), system_prompt,
-                                        continue_last=continue_last)
+                                        continue_last=continue_last, template=template)
             messages = chat_messages(turns_of(history), system_prompt)
         except ChatPromptError as exc:
             raise UserError(str(exc)) from exc
-        target = history[-1] if continue_last else None
-        stats = (target.stats or {}) if target else {}
+        if template.stops:  # a turn with no end token of its own ends where the next turn would begin
+            sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.stops))))
         before = (target.content, stats.get("token_ids", []), stats.get("tokens", [])) if target else ("", [], [])
         logprobs = None if model.capabilities.text_only else VIEW_TOP
         events = stream_text(self.services, self.active, key, prompt, sampling, False, messages, logprobs)
-        yield from self._store_reply(cid, target, before, events, sampling, model)
+        yield from self._store_reply(cid, target, before, events, sampling, model, template)
+
+    def template(self, model: LoadedModel | None = None) -> ChatTemplate:
+        """The instruction template chats use now (the Chat tab's choice; the model's own by default)."""
+        model = model or self.services.models.loaded
+        choice = self.services.settings.get().chat_template
+        if model is None or model.capabilities.text_only:
+            if choice:
+                raise UserError(f"the instruction template '{choice}' cannot apply: a remote server renders chats "
+                                "with its own template; choose \"the model's own\" in Chat")
+            return ChatTemplate("")
+        try:
+            return self.services.templates.resolve(choice, model.tokenizer)
+        except TemplateError as exc:
+            raise UserError(f"Instruction template: {exc}") from exc
+
+    def _template(self, model: LoadedModel, stats: dict | None) -> ChatTemplate:
+        """The template a stored reply was made with (to continue or branch it), else the current one."""
+        if stats and "chat_template" in stats:
+            try:
+                return from_record(stats["chat_template"]) or ChatTemplate("")
+            except TemplateError as exc:
+                raise UserError(str(exc)) from exc
+        return self.template(model)
 
     def _store_reply(self, cid: int, target: Message | None, before: tuple[str, list[int], list[dict]], events,
-                     sampling: SamplingParams, model) -> Iterator[ChatView]:
+                     sampling: SamplingParams, model, template: ChatTemplate | None = None) -> Iterator[ChatView]:
         """Store the streamed reply as it grows (after ``before``: text, token ids, token rows)."""
         base, ids, rows = before[0], list(before[1]), list(before[2])
         head = self.view(cid)  # title and system prompt stay while it streams: one query per token, not two
@@ -312,7 +345,7 @@ class ChatSession:
             content, final = base + text, event.finish_reason is not None
             stat = None
             if final:
-                stat = reply_stats(event, sampling, model, self.services.models.active_loras)
+                stat = reply_stats(event, sampling, model, self.services.models.active_loras, template)
                 stat.update(token_ids=ids, tokens=rows)
             if target is None and (content or final):
                 target = self.chats.append(cid, "assistant", content, stats=stat)

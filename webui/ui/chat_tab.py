@@ -14,6 +14,8 @@ from webui.services import Services
 from webui.ui.feedback import session_key, shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
+from webui.ui.template_panel import TemplatePanel, create_template_panel, wire_template_panel
+from webui.ui.template_panel import on_load as template_on_load
 from webui.ui.token_view import branch_of, create_token_view, view_value
 
 PANEL = "chat"
@@ -43,6 +45,7 @@ class ChatTab:
     stats: gr.Markdown
     token_view: gr.HTML
     inspector: InspectorPanel
+    template: TemplatePanel
     session: ChatSession
 
     @property
@@ -79,9 +82,10 @@ def _chat_list_column() -> dict:
                 export=export, import_=import_, export_file=export_file)
 
 
-def _conversation_column() -> dict:
+def _conversation_column(services: Services) -> dict:
     system = gr.Textbox(label="System prompt", lines=2, elem_id="chat-system",
                         placeholder="(empty: the model's own default)")
+    template = create_template_panel(services)
     chatbot = gr.Chatbot(elem_id="chat-log", height=460, editable="user", buttons=["copy"], sanitize_html=True)
     # lines=1 (growing to max_lines): Gradio sends on Enter and keeps Shift+Enter for a new line
     message = gr.Textbox(label="Message", placeholder="Type a message; Enter sends, Shift+Enter adds a line",
@@ -100,7 +104,7 @@ def _conversation_column() -> dict:
         inspector = create_inspector_panel("chat", with_record=True)
     return dict(system=system, chatbot=chatbot, message=message, send=send, stop=stop, regenerate=regenerate,
                 continue_=continue_, remove_last=remove_last, stats=stats, token_view=token_view,
-                inspector=inspector)
+                inspector=inspector, template=template)
 
 
 def create_chat_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> ChatTab:
@@ -108,11 +112,12 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
         with gr.Column(scale=1, min_width=240):
             left = _chat_list_column()
         with gr.Column(scale=4):
-            right = _conversation_column()
+            right = _conversation_column(services)
     session = ChatSession(services, active)
     tab = ChatTab(chat_id=gr.State(None), confirm=gr.State(False), session=session, **left, **right)
     _wire_generation(tab, session, params)
     _wire_chat_list(tab, session)
+    wire_template_panel(tab.template, tab.chat_id, tab.message, tab.system)
     return tab
 
 
@@ -239,7 +244,9 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
 
 def on_load(tab: ChatTab) -> tuple[list, Any]:
     """(outputs, function): a page (re)load opens the most recent chat, with its system prompt."""
+    template_outputs, template_values = template_on_load(tab.template)
+
     def load():
         view = tab.session.latest()
-        return *view_updates(tab.session, view, ""), *panel_updates(tab.session, view.chat_id)
-    return [*tab.view, *tab.panels], load
+        return *view_updates(tab.session, view, ""), *panel_updates(tab.session, view.chat_id), *template_values()
+    return [*tab.view, *tab.panels, *template_outputs], load

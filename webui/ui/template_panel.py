@@ -1,0 +1,66 @@
+"""The Chat tab's instruction template panel: choose, edit, preview, save your own (over TemplatesController)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from webui.controllers.templates import TemplatesController, TemplateView
+from webui.services import Services
+from webui.ui.feedback import shows_errors
+
+
+@dataclass
+class TemplatePanel:
+    choice: gr.Dropdown
+    note: gr.Markdown
+    source: gr.Code
+    name: gr.Textbox
+    save: gr.Button
+    delete: gr.Button
+    preview: gr.Button
+    rendered: gr.Code
+    controller: TemplatesController
+
+    @property
+    def outputs(self) -> list:
+        """What :meth:`show` fills."""
+        return [self.choice, self.source, self.note]
+
+    def show(self, view: TemplateView) -> tuple:
+        return gr.update(choices=self.controller.choices(), value=view.choice), view.source, view.note
+
+
+def create_template_panel(services: Services) -> TemplatePanel:
+    controller = TemplatesController(services)
+    with gr.Accordion("Instruction template", open=False, elem_id="chat-template-panel"):
+        choice = gr.Dropdown(choices=controller.choices(), label="Template", elem_id="chat-template",
+                             info="The model's own by default; a built-in for a model without one (or with a wrong "
+                                  "one), or your own. Also used by Batch runs.")
+        note = gr.Markdown("", elem_id="chat-template-note")
+        source = gr.Code(language="jinja2", label="Jinja (edit it, preview it, save it as your own)",
+                         interactive=True, lines=6, max_lines=20, elem_id="chat-template-source")
+        with gr.Row():
+            name = gr.Textbox(label="Save as", placeholder="template name", scale=3, elem_id="chat-template-name")
+            save = gr.Button("Save template", scale=1, elem_id="chat-template-save")
+            delete = gr.Button("Delete template", variant="stop", scale=1, elem_id="chat-template-delete")
+        preview = gr.Button("Preview the prompt", elem_id="chat-template-preview-button")
+        rendered = gr.Code(language=None, label="What the model would read (this chat, your message, the editor's "
+                                                "template)", interactive=False, elem_id="chat-template-preview")
+    return TemplatePanel(choice, note, source, name, save, delete, preview, rendered, controller)
+
+
+def wire_template_panel(panel: TemplatePanel, chat_id: gr.State, message: gr.Textbox, system: gr.Textbox) -> None:
+    c = panel.controller
+    panel.choice.input(shows_errors(lambda chosen: panel.show(c.choose(chosen))), [panel.choice], panel.outputs)
+    panel.save.click(shows_errors(lambda name, source: panel.show(c.save(name, source))), [panel.name, panel.source],
+                     panel.outputs)
+    panel.delete.click(shows_errors(lambda chosen: panel.show(c.delete(chosen))), [panel.choice], panel.outputs)
+    panel.preview.click(shows_errors(c.preview), [chat_id, message, system, panel.source], [panel.rendered])
+
+
+def on_load(panel: TemplatePanel) -> tuple[list, Any]:
+    """(outputs, function): a page (re)load shows the template chats use now."""
+    return panel.outputs, lambda: panel.show(panel.controller.current())
