@@ -115,11 +115,14 @@ def parse_record(text: str) -> ReproduceRecord:
 
 
 def record_for_reply(history: list[dict[str, str]], system_prompt: str, stats: dict[str, Any]) -> ReproduceRecord:
-    """The record of a stored chat reply: the chat before it, and the stats saved with it."""
+    """The record of a stored chat reply: the chat before it as it was sent (without the oldest messages left out
+    to fit the context), and the stats saved with it."""
     from webui.chat import chat_messages
+    from webui.chat.context import kept_messages
 
     params = {**stats["params"], "seed": stats.get("seed", stats["params"].get("seed"))}
-    return ReproduceRecord(stats.get("model", "?"), params, chat_messages(history, system_prompt),
+    sent = kept_messages(chat_messages(history, system_prompt), stats.get("dropped", 0))
+    return ReproduceRecord(stats.get("model", "?"), params, sent,
                            loader=stats.get("loader", "transformers"), loras=stats.get("loras", []),
                            chat_template=stats.get("chat_template"))
 

@@ -31,6 +31,7 @@ class Settings:
     system_prompt: str = ""
     use_chat_template: bool = True
     chat_template: str = ""  # the Chat tab's instruction template: "" the model's own, else a template's name
+    context_policy: str = "drop oldest messages"  # or "refuse": a chat longer than the context
 
 
 class SettingsStore:

@@ -465,6 +465,21 @@ def test_a_request_may_bring_its_chat_template_as_vllm_takes_it(client):
     assert info.value.body["param"] == "chat_template" and "does not write the messages" in info.value.body["message"]
 
 
+def test_a_prompt_too_long_is_a_400_unless_truncate_prompt_tokens_asks_to_cut_it(client):
+    long = "word " * 9000  # more than the default model's 8,192-token context
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL, prompt=long, max_tokens=2)
+    assert info.value.body["code"] == "context_length_exceeded" and info.value.body["param"] == "prompt"
+    cut = client.completions.create(model=MODEL, prompt=long, max_tokens=2, extra_body={"truncate_prompt_tokens": 50})
+    assert cut.usage.prompt_tokens == 50
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": long}], max_tokens=2,
+                                          extra_body={"truncate_prompt_tokens": 30})
+    assert chat.usage.prompt_tokens == 30
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, extra_body={"truncate_prompt_tokens": 0})
+    assert info.value.body["param"] == "truncate_prompt_tokens"
+
+
 # -- tool calling --------------------------------------------------------------------------------------------------
 
 WEATHER_TOOL = {"type": "function", "function": {

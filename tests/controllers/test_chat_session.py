@@ -193,3 +193,30 @@ def test_a_chosen_template_renders_the_chat_and_its_stop_strings_end_the_reply(s
     with pytest.raises(UserError, match="Instruction template: there is no template 'Deleted one'"):
         last(session.send(done.chat_id, "Again", "", GREEDY, KEY))
     assert roles(session, done.chat_id) == ["user", "assistant"]  # nothing stored
+
+
+def test_a_chat_longer_than_the_context_leaves_out_its_oldest_turns_and_says_so(session, services):
+    params = GREEDY.replace(max_new_tokens=40)  # the tiny model's context is 256 tokens
+    chat_id = None
+    for n in range(8):
+        chat_id = last(session.send(chat_id, f"Message number {n}: " + "word " * 12, "Stay brief.", params,
+                                    KEY)).chat_id
+    reply = session.chats.messages(chat_id)[-1]
+    dropped = reply.stats["dropped"]
+    assert dropped >= 2 and dropped % 2 == 0  # whole turns: the chat sent still starts with a user message
+    assert f"{dropped} oldest messages were not sent" in session.view(chat_id).stats
+    seen = session.inspect(chat_id)
+    assert "Stay brief." in seen.seen.text and "Message number 7" in seen.seen.text
+    assert "Message number 0" not in seen.seen.text and f"{dropped} oldest messages were not sent" in seen.note
+    assert len(seen.seen.ids) <= 256 - 40
+    assert seen.record.messages[0]["content"] == "Stay brief." and seen.record.messages[1]["role"] == "user"
+    again = services.engine.generate(seen.record.request(services.models.loaded.tokenizer))
+    assert again.token_ids == reply.stats["token_ids"]  # the record holds what was sent, and re-creates the reply
+    services.settings.update(context_policy="refuse")
+    with pytest.raises(UserError, match="the context leaves 216 for it .*start a new chat"):
+        last(session.regenerate(chat_id, params, KEY))
+    assert session.chats.messages(chat_id)[-1] == reply  # refused before the reply was taken away
+    services.settings.update(context_policy="drop oldest messages")
+    with pytest.raises(UserError, match="the last message .* shorten it"):
+        last(session.send(chat_id, "word " * 300, "", params, KEY))
+    assert len(session.chats.messages(chat_id)) == 16  # nothing stored

@@ -222,7 +222,7 @@ def test_constrain_output_holds_the_reply_and_a_bad_one_loses_nothing(server, br
 
 def test_an_instruction_template_is_chosen_previewed_saved_and_used(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=4)
-    page.locator("#chat-template-panel").get_by_text("Instruction template").first.click()  # unfold
+    page.locator("#chat-template-panel").get_by_text("Instruction template and context").first.click()  # unfold
     wait_text(page, "#chat-template-note", "own template", 30_000)
     choose(page, "chat-template", "User/Assistant")
     wait_text(page, "#chat-template-note", "Chats use the template 'User/Assistant'", 30_000)
@@ -242,12 +242,19 @@ def test_an_instruction_template_is_chosen_previewed_saved_and_used(server, brow
     assert (server.user_data / "templates" / "My plain.jinja").is_file()
     page.reload()
     page.wait_for_selector("#chat-message textarea")
-    page.locator("#chat-template-panel").get_by_text("Instruction template").first.click()
+    page.locator("#chat-template-panel").get_by_text("Instruction template and context").first.click()
     page.wait_for_function("() => document.querySelector('#chat-template input')?.value === 'My plain'",
                            timeout=30_000)
     page.locator("#chat-template-delete").click()
     wait_text(page, "#chat-template-note", "own template", 30_000)
     assert not (server.user_data / "templates" / "My plain.jinja").exists()
+    page.locator("#chat-context-policy").get_by_text("refuse", exact=True).click()
+    settings = server.user_data / "settings.json"
+    deadline = time.monotonic() + 30
+    while json.loads(settings.read_text())["context_policy"] != "refuse" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert json.loads(settings.read_text())["context_policy"] == "refuse"
+    page.locator("#chat-context-policy").get_by_text("drop oldest messages", exact=True).click()
     page.close()
 
 

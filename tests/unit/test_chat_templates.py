@@ -111,3 +111,4 @@ def test_the_api_names_chat_template_when_a_model_has_none(tmp_path):
         request_template(store, None, model)
     assert info.value.param == "chat_template" and "suggest 'Gemma'" in str(info.value)
     assert request_template(store, "Gemma", model).source == BUILTIN["Gemma"]
+

@@ -55,6 +55,9 @@ class SamplingRequest(SamplingFields):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
+    # vLLM's: keep only the prompt's last k tokens (-1: as many as the context leaves); without it a prompt too long
+    # for the context is a 400, as OpenAI answers
+    truncate_prompt_tokens: int | None = None
 
     @field_validator(*NUMBER_FIELDS, mode="before")
     @classmethod

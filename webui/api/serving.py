@@ -16,7 +16,7 @@ from webui.api.errors import APIError
 from webui.api.protocol import SamplingRequest
 from webui.engine import (GenerationEvent, GenerationRequest, InvalidParameter, PromptTooLong, RequestStream,
                           SamplingParams)
-from webui.engine.params import MAX_SEED
+from webui.engine.params import MAX_SEED, specs
 from webui.services import Services
 
 # The OpenAI API has no "timeout" or "cancelled" finish: a request cut by our time limit reads as "length".
@@ -54,6 +54,9 @@ class Choice:
             self.prompt_tokens = event.usage.prompt_tokens
             self.cached_tokens = event.usage.cached_tokens
             self.first_token = event.timings.first_token
+
+
+TRUNCATE_ALL = int(specs()["truncation_length"].maximum)  # capped at the model's context when used
 
 
 class Serving:
@@ -112,7 +115,17 @@ class Serving:
 
     def sampling_params(self, req: SamplingRequest) -> SamplingParams:
         base = self.services.presets.get(req.preset).params if req.preset else SamplingParams()
-        return req.to_sampling_params(base)
+        params = req.to_sampling_params(base)
+        keep = req.truncate_prompt_tokens
+        if keep is None:
+            return params
+        if isinstance(keep, bool) or not (keep == -1 or keep >= 1):
+            raise APIError(400, f"truncate_prompt_tokens must be -1 (as many as the context leaves) or a number of "
+                                f"tokens >= 1, got {keep}", param="truncate_prompt_tokens")
+        # truncation_length is prompt + output: the prompt keeps its last `keep` tokens, fewer if the reply would
+        # not fit the context (-1: all the context leaves)
+        total = TRUNCATE_ALL if keep == -1 else min(keep + params.max_new_tokens, TRUNCATE_ALL)
+        return params.replace(truncation_length=total)
 
     def submit(self, prompts: Sequence[str | list[int]], params: SamplingParams, n: int, logprobs: int | None,
                add_special_tokens: bool, prompt_param: str, loras: tuple = (),

@@ -16,7 +16,9 @@ from typing import Any, Iterator
 
 from loaders.base import LoadedModel
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
+from webui.chat.context import FittedChat, fit_chat, kept_messages
 from webui.chat.templates import ChatTemplate, TemplateError, from_record
+from webui.engine.sequence import token_budget
 from webui.controllers.errors import UserError
 from webui.controllers.generation import ActiveRequests, stats_text, stream_request, stream_text
 from webui.engine import GenerationEvent, SamplingParams
@@ -157,7 +159,9 @@ class ChatSession:
         if not text.strip():
             raise UserError("Type a message first.")
         self._check_ready(key)
-        self.template()  # a template that cannot be used is said before anything is stored
+        history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else []
+        system = self.chats.get(chat_id).system_prompt if chat_id is not None else system_prompt
+        self._check_fits([*history, {"role": "user", "content": text}], system, sampling)
         if chat_id is None:
             chat_id = self.chats.create(title=" ".join(text.split())[:TITLE_LENGTH], system_prompt=system_prompt).id
         self.chats.append(chat_id, "user", text)
@@ -170,6 +174,7 @@ class ChatSession:
         self._check_ready(key)
         history = self.chats.messages(cid)
         if history and history[-1].role == "assistant":
+            self._check_fits(turns_of(history[:-1]), self.chats.get(cid).system_prompt, sampling)
             self.chats.truncate(cid, history[-1].position)
         yield from self._reply(cid, sampling, key)
 
@@ -187,6 +192,8 @@ class ChatSession:
         if not 0 <= index < len(history) or history[index].role != "user":
             raise UserError("Only your own messages can be edited.")
         self._check_ready(key)
+        self._check_fits([*turns_of(history[:index]), {"role": "user", "content": text}],
+                         self.chats.get(cid).system_prompt, sampling)
         self.chats.update(history[index].id, content=text)
         self.chats.truncate(cid, history[index].position + 1)
         yield replace(self.view(cid), stats="…")
@@ -216,8 +223,9 @@ class ChatSession:
             if not ids or not rows or len(ids) != len(rows):
                 raise BranchError("the last reply has no token record to branch from; regenerate it first")
             template = self._template(model, stats)
-            prompt = render_chat_prompt(model.tokenizer, turns_of(self.chats.messages(cid)[:-1]),
-                                        self.chats.get(cid).system_prompt, template=template)
+            sent = kept_messages(chat_messages(turns_of(self.chats.messages(cid)[:-1]),
+                                               self.chats.get(cid).system_prompt), stats.get("dropped", 0))
+            prompt = render_chat_prompt(model.tokenizer, sent, template=template)
             req = branch_request(model.tokenizer.encode(prompt, add_special_tokens=False), ids, position, token_id,
                                  sampling, loras=self.services.models.active_loras, logprobs=VIEW_TOP)
             prefix_ids = ids[:position] + [token_id]
@@ -254,13 +262,14 @@ class ChatSession:
         model = self.services.models.loaded
         if model is None or model.capabilities.text_only:
             return MessageInspection(which, None, "Tokens need a local model loaded in the Model tab.", record)
+        dropped = stats.get("dropped", 0) if reply else 0
         try:
             template = self._template(model, stats if reply else None)
-            seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, turns, system_prompt,
-                                                              template=template), False)
+            sent = kept_messages(chat_messages(turns, system_prompt), dropped)
+            seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, sent, template=template), False)
         except (InsightUnavailable, ChatPromptError, UserError) as exc:
             return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
-        return MessageInspection(which, seen, "", record)
+        return MessageInspection(which, seen, FittedChat("", [], dropped).note, record)
 
     def last_tokens(self, chat_id: int | None) -> tuple[list[dict[str, Any]], bool]:
         """The last reply's token rows, and whether they can be branched (a local model is loaded)."""
@@ -296,18 +305,34 @@ class ChatSession:
         target = history[-1] if continue_last else None
         stats = (target.stats or {}) if target else {}
         template = self._template(model, stats if continue_last else None)
-        try:
-            prompt = render_chat_prompt(model.tokenizer, turns_of(history), system_prompt,
-                                        continue_last=continue_last, template=template)
-            messages = chat_messages(turns_of(history), system_prompt)
-        except ChatPromptError as exc:
-            raise UserError(str(exc)) from exc
+        fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, continue_last)
         if template.stops:  # a turn with no end token of its own ends where the next turn would begin
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.stops))))
         before = (target.content, stats.get("token_ids", []), stats.get("tokens", [])) if target else ("", [], [])
         logprobs = None if model.capabilities.text_only else VIEW_TOP
-        events = stream_text(self.services, self.active, key, prompt, sampling, False, messages, logprobs)
-        yield from self._store_reply(cid, target, before, events, sampling, model, template)
+        events = stream_text(self.services, self.active, key, fitted.prompt, sampling, False, fitted.messages,
+                             logprobs)
+        yield from self._store_reply(cid, target, before, events, sampling, model, template, fitted)
+
+    def _fitted(self, model: LoadedModel, turns: list[dict[str, str]], system_prompt: str, sampling: SamplingParams,
+                template: ChatTemplate, continue_last: bool = False) -> FittedChat:
+        """The chat as it will be sent: rendered, and within the context (UserError says why it cannot be)."""
+        try:
+            if model.capabilities.text_only:  # the server renders and fits the chat itself
+                return FittedChat(render_chat_prompt(model.tokenizer, turns, system_prompt,
+                                                     continue_last=continue_last, template=template),
+                                  chat_messages(turns, system_prompt))
+            return fit_chat(model.tokenizer, turns, system_prompt,
+                            max(1, token_budget(model, sampling) - sampling.max_new_tokens), template,
+                            continue_last, self.services.settings.get().context_policy)
+        except ChatPromptError as exc:
+            raise UserError(str(exc)) from exc
+
+    def _check_fits(self, turns: list[dict[str, str]], system_prompt: str, sampling: SamplingParams) -> None:
+        """Before anything is stored or removed: the chat as it would be sent can be (UserError otherwise)."""
+        model = self.services.models.loaded
+        if model is not None:
+            self._fitted(model, turns, system_prompt, sampling, self.template(model))
 
     def template(self, model: LoadedModel | None = None) -> ChatTemplate:
         """The instruction template chats use now (the Chat tab's choice; the model's own by default)."""
@@ -333,7 +358,8 @@ class ChatSession:
         return self.template(model)
 
     def _store_reply(self, cid: int, target: Message | None, before: tuple[str, list[int], list[dict]], events,
-                     sampling: SamplingParams, model, template: ChatTemplate | None = None) -> Iterator[ChatView]:
+                     sampling: SamplingParams, model, template: ChatTemplate | None = None,
+                     fitted: FittedChat | None = None) -> Iterator[ChatView]:
         """Store the streamed reply as it grows (after ``before``: text, token ids, token rows)."""
         base, ids, rows = before[0], list(before[1]), list(before[2])
         head = self.view(cid)  # title and system prompt stay while it streams: one query per token, not two
@@ -347,9 +373,11 @@ class ChatSession:
             if final:
                 stat = reply_stats(event, sampling, model, self.services.models.active_loras, template)
                 stat.update(token_ids=ids, tokens=rows)
+                if fitted is not None and fitted.dropped:
+                    stat.update(dropped=fitted.dropped, summary=f"{stat['summary']} · {fitted.note}")
             if target is None and (content or final):
                 target = self.chats.append(cid, "assistant", content, stats=stat)
             elif target is not None:
                 self.chats.update(target.id, content=content, stats=stat)
             yield replace(head, messages=to_chatbot(self.chats.messages(cid)),
-                          stats=stats_text(event) if final else "generating…")
+                          stats=stat["summary"] if final else "generating…")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from webui.chat import ChatPromptError, render_chat_prompt
+from webui.chat.context import POLICIES
 from webui.chat.templates import BUILTIN, MODEL_OWN, ChatTemplate, TemplateError
 from webui.controllers.errors import UserError
 from webui.services import Services
@@ -71,6 +72,14 @@ class TemplatesController:
         except TemplateError as exc:
             raise UserError(str(exc)) from exc
         return self.choose(None) if self.services.settings.get().chat_template == choice else self.current()
+
+    def context_policy(self, policy: str | None = None) -> str:
+        """What a chat longer than the context does (set it when ``policy`` is given)."""
+        if policy is not None:
+            if policy not in POLICIES:
+                raise UserError(f"the context policy must be one of: {', '.join(POLICIES)}")
+            self.services.settings.update(context_policy=policy)
+        return self.services.settings.get().context_policy
 
     def preview(self, chat_id: int | None, draft: str, system_prompt: str, source: str) -> str:
         """The chat so far, plus the message being typed, rendered with the editor's text (not yet saved)."""

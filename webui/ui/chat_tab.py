@@ -131,6 +131,8 @@ def panel_updates(session: ChatSession, chat_id: int | None, index: int | None =
     """Values for ``ChatTab.panels`` (message ``index``; None: the last reply)."""
     seen = session.inspect(chat_id, index)
     rendered, tokens, note = inspection_views(seen.seen) if seen.seen else ("", None, seen.note)
+    if seen.seen and seen.note:  # e.g. the oldest messages left out to fit the context
+        note = f"{note} · {seen.note}"
     rows, branchable = session.last_tokens(chat_id)
     head = f"{seen.which} · {note}" if seen.which else ""
     return head, rendered, tokens, *record_views(seen.record, session.services.config.api_port), view_value(

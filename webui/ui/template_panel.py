@@ -7,6 +7,7 @@ from typing import Any
 
 import gradio as gr
 
+from webui.chat.context import POLICIES
 from webui.controllers.templates import TemplatesController, TemplateView
 from webui.services import Services
 from webui.ui.feedback import shows_errors
@@ -22,6 +23,7 @@ class TemplatePanel:
     delete: gr.Button
     preview: gr.Button
     rendered: gr.Code
+    policy: gr.Radio
     controller: TemplatesController
 
     @property
@@ -35,7 +37,7 @@ class TemplatePanel:
 
 def create_template_panel(services: Services) -> TemplatePanel:
     controller = TemplatesController(services)
-    with gr.Accordion("Instruction template", open=False, elem_id="chat-template-panel"):
+    with gr.Accordion("Instruction template and context", open=False, elem_id="chat-template-panel"):
         choice = gr.Dropdown(choices=controller.choices(), label="Template", elem_id="chat-template",
                              info="The model's own by default; a built-in for a model without one (or with a wrong "
                                   "one), or your own. Also used by Batch runs.")
@@ -49,7 +51,12 @@ def create_template_panel(services: Services) -> TemplatePanel:
         preview = gr.Button("Preview the prompt", elem_id="chat-template-preview-button")
         rendered = gr.Code(language=None, label="What the model would read (this chat, your message, the editor's "
                                                 "template)", interactive=False, elem_id="chat-template-preview")
-    return TemplatePanel(choice, note, source, name, save, delete, preview, rendered, controller)
+        policy = gr.Radio(choices=list(POLICIES), value=controller.context_policy(), elem_id="chat-context-policy",
+                          label="When the chat is longer than the context",
+                          info="Leave out the oldest messages (never the system prompt or your last message; the "
+                               "reply says how many), or refuse and say so. Parameters' truncation_length lowers "
+                               "the context used.")
+    return TemplatePanel(choice, note, source, name, save, delete, preview, rendered, policy, controller)
 
 
 def wire_template_panel(panel: TemplatePanel, chat_id: gr.State, message: gr.Textbox, system: gr.Textbox) -> None:
@@ -59,8 +66,10 @@ def wire_template_panel(panel: TemplatePanel, chat_id: gr.State, message: gr.Tex
                      panel.outputs)
     panel.delete.click(shows_errors(lambda chosen: panel.show(c.delete(chosen))), [panel.choice], panel.outputs)
     panel.preview.click(shows_errors(c.preview), [chat_id, message, system, panel.source], [panel.rendered])
+    panel.policy.input(shows_errors(c.context_policy), [panel.policy], [panel.policy], show_progress="hidden")
 
 
 def on_load(panel: TemplatePanel) -> tuple[list, Any]:
-    """(outputs, function): a page (re)load shows the template chats use now."""
-    return panel.outputs, lambda: panel.show(panel.controller.current())
+    """(outputs, function): a page (re)load shows the template chats use now and the context policy."""
+    return [*panel.outputs, panel.policy], lambda: (*panel.show(panel.controller.current()),
+                                                    panel.controller.context_policy())

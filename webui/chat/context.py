@@ -1,0 +1,64 @@
+"""Fitting a chat into the model's context: the oldest turns are left out (never the system prompt or the last
+user message), or the chat is refused, as the user chooses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from webui.chat.prompt import ChatPromptError, chat_messages, render_chat_prompt
+from webui.chat.templates import ChatTemplate
+
+DROP_OLDEST, REFUSE = "drop oldest messages", "refuse"
+POLICIES = (DROP_OLDEST, REFUSE)
+
+
+@dataclass(frozen=True)
+class FittedChat:
+    prompt: str
+    messages: list[dict[str, str]]
+    """What was sent: the system prompt and the messages kept."""
+    dropped: int = 0
+    """How many of the oldest messages were left out."""
+
+    @property
+    def note(self) -> str:
+        if not self.dropped:
+            return ""
+        return f"{self.dropped} oldest message{'s were' if self.dropped > 1 else ' was'} not sent (the context is full)"
+
+
+def kept_messages(messages: list[dict[str, str]], dropped: int) -> list[dict[str, str]]:
+    """``messages`` (the system prompt first, if any) without the ``dropped`` oldest ones after it."""
+    head = 1 if messages and messages[0]["role"] == "system" else 0
+    return messages[:head] + messages[head + dropped:]
+
+
+def fit_chat(tokenizer: Any, turns: Iterable[Mapping[str, str]], system_prompt: str, budget: int,
+             template: ChatTemplate | None = None, continue_last: bool = False,
+             policy: str = DROP_OLDEST) -> FittedChat:
+    """The chat rendered within ``budget`` prompt tokens. With DROP_OLDEST the oldest turns go first (a turn: a
+    message and the replies after it, so the chat still starts with a user message); ChatPromptError when even
+    the system prompt and the last user message (and what follows it) do not fit, or when the policy is REFUSE."""
+    messages = chat_messages(turns, system_prompt)
+    head = 1 if messages and messages[0]["role"] == "system" else 0
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=len(messages) - 1)
+    dropped = 0
+    while True:
+        kept = kept_messages(messages, dropped)
+        prompt = render_chat_prompt(tokenizer, kept, continue_last=continue_last, template=template)
+        size = len(tokenizer.encode(prompt, add_special_tokens=False))
+        if size <= budget:
+            return FittedChat(prompt, kept, dropped)
+        if policy == REFUSE:
+            raise ChatPromptError(f"the chat is {size} tokens and the context leaves {budget} for it (after "
+                                  f"max_new_tokens); start a new chat, lower max_new_tokens, or let the oldest "
+                                  f"messages be left out")
+        following = head + dropped + 1
+        while following < last_user and messages[following]["role"] != "user":
+            following += 1
+        if following > last_user:
+            raise ChatPromptError(f"the last message (with the system prompt) is {size} tokens and the context "
+                                  f"leaves {budget} for it (after max_new_tokens); shorten it or lower "
+                                  f"max_new_tokens")
+        dropped = following - head
