@@ -69,13 +69,19 @@ def test_send_while_a_reply_is_being_written_says_so(session):
     assert roles(session, chat_id) == ["user", "assistant"]
 
 
-def test_regenerate_at_temperature_zero_replaces_the_reply_with_the_same_text(session):
+def test_regenerate_adds_a_version_and_the_arrows_move_between_them(session):
     done = last(session.send(None, "Name a color", "", GREEDY, KEY))
     before = session.chats.messages(done.chat_id)[-1]
-    again = last(session.regenerate(done.chat_id, GREEDY, KEY))
+    again = last(session.regenerate(done.chat_id, GREEDY.replace(temperature=1.0, seed=5), KEY))
     after = session.chats.messages(done.chat_id)
-    assert [m.role for m in after] == ["user", "assistant"] and after[-1].created > before.created
-    assert after[-1].content == before.content and len(again.messages) == 2 and "finish" in again.stats
+    assert [m.role for m in after] == ["user", "assistant"] and after[-1].id != before.id
+    assert session.version_of(done.chat_id, 1) == (2, 2) and "version 2 of 2" in again.messages[-1]["content"]
+    back = session.switch_version(done.chat_id, 1, -1)
+    assert session.chats.messages(done.chat_id)[-1].id == before.id and "version 1 of 2" in back.messages[-1]["content"]
+    with pytest.raises(UserError, match="first version"):
+        session.switch_version(done.chat_id, 1, -1)
+    session.switch_version(done.chat_id, 1, +1)
+    assert session.chats.messages(done.chat_id)[-1].id == after[-1].id
 
 
 def test_continue_extends_the_last_reply(session):
@@ -87,15 +93,30 @@ def test_continue_extends_the_last_reply(session):
     assert len(after.stats["token_ids"]) == 8 and after.stats["token_ids"][:4] == before.stats["token_ids"]
 
 
-def test_edit_your_message_replies_again_and_a_reply_cannot_be_edited(session):
+def test_an_edit_is_a_new_branch_and_the_models_message_can_be_edited_too(session):
     done = last(session.send(None, "First question", "", GREEDY, KEY))
     last(session.send(done.chat_id, "Second question", "", GREEDY, KEY))
-    with pytest.raises(UserError, match="Only your own messages"):
-        list(session.edit(done.chat_id, 1, "not mine", GREEDY, KEY))
+    kept = last(session.edit(done.chat_id, 1, "A reply I wrote", GREEDY, KEY))
+    assert [m["content"].split("\n\n")[0] for m in kept.messages] == ["First question", "A reply I wrote"]
+    assert session.chats.messages(done.chat_id)[-1].stats["edited"] and session.version_of(done.chat_id, 1) == (2, 2)
     edited = last(session.edit(done.chat_id, 0, "Edited question", GREEDY, KEY))
     history = session.chats.messages(done.chat_id)
     assert [(m.role, m.content) for m in history][0] == ("user", "Edited question")
     assert roles(session, done.chat_id) == ["user", "assistant"] and "finish" in edited.stats
+    old = session.switch_version(done.chat_id, 0, -1)  # the first branch, with its own continuation, is all there
+    assert len(old.messages) == 2 and session.chats.messages(done.chat_id)[1].content == "A reply I wrote"
+    session.switch_version(done.chat_id, 1, -1)
+    assert [m.content for m in session.chats.messages(done.chat_id)][2] == "Second question"
+    with pytest.raises(UserError, match="cannot be edited"):
+        list(session.edit(done.chat_id, 9, "nowhere", GREEDY, KEY))
+
+
+def test_branch_to_a_new_chat_from_any_message(session):
+    done = last(session.send(None, "One", "", GREEDY, KEY))
+    last(session.send(done.chat_id, "Two", "", GREEDY, KEY))
+    branched = session.branch_chat(done.chat_id, 1)
+    assert branched.chat_id != done.chat_id and branched.title == "One (branch)" and len(branched.messages) == 2
+    assert len(session.chats.messages(done.chat_id)) == 4
 
 
 def test_remove_last_drops_your_last_message_and_its_reply(session):
@@ -220,3 +241,12 @@ def test_a_chat_longer_than_the_context_leaves_out_its_oldest_turns_and_says_so(
     with pytest.raises(UserError, match="the last message .* shorten it"):
         last(session.send(chat_id, "word " * 300, "", params, KEY))
     assert len(session.chats.messages(chat_id)) == 16  # nothing stored
+
+
+def test_an_edit_box_shows_the_version_and_stats_lines_and_they_are_not_stored(session):
+    done = last(session.send(None, "Hi", "", GREEDY, KEY))
+    last(session.regenerate(done.chat_id, GREEDY, KEY))
+    shown = session.view(done.chat_id).messages[-1]["content"]
+    assert "version 2 of 2" in shown and "reply-stats" in shown
+    last(session.edit(done.chat_id, 1, "Better reply" + shown[shown.index("\n\n<span"):], GREEDY, KEY))
+    assert session.chats.messages(done.chat_id)[-1].content == "Better reply"

@@ -47,7 +47,7 @@ def last_reply(user_data: Path, question: str):
     """(created, content, stats) of the last reply in the chat where ``question`` was asked."""
     found = rows(user_data, "SELECT m.created, m.content, m.stats FROM messages m WHERE m.role='assistant' AND "
                             "m.chat_id = (SELECT chat_id FROM messages WHERE content = ? ORDER BY id DESC LIMIT 1) "
-                            "ORDER BY m.position DESC LIMIT 1", question)
+                            "ORDER BY m.position DESC, m.id DESC LIMIT 1", question)
     return found[0] if found else None
 
 
@@ -342,9 +342,31 @@ def test_edit_a_past_message_and_regenerate_from_there(server, browser):
     wait_reply_done(page)
     chat = rows(server.user_data, "SELECT chat_id FROM messages WHERE content = 'What is the capital of France?' "
                                   "ORDER BY id DESC LIMIT 1")[0][0]
-    stored = rows(server.user_data, "SELECT role, content FROM messages WHERE chat_id = ? ORDER BY position", chat)
+    stored = shown_path(server.user_data, chat)
     assert [r for r, _ in stored] == ["user", "assistant"] and "Paris" in stored[1][1]
+    assert len(rows(server.user_data, "SELECT id FROM messages WHERE chat_id = ?", chat)) == 6  # nothing lost
+    page.locator("#chat-log [data-testid='user']").first.click()  # select it: its versions show
+    wait_text(page, "#chat-version", "Message 1: version 2 of 2", 30_000)
+    page.locator("#chat-version-prev").click()
+    wait_text(page, "#chat-log", "And of Italy?", 30_000)  # the first version, with the conversation after it
+    assert [c for _, c in shown_path(server.user_data, chat)][::2] == ["What is the capital of Spain?",
+                                                                      "And of Italy?"]
+    screenshot(page, "chat-versions")
+    page.locator("#chat-branch-new").click()
+    wait_text(page, "#chat-list", "What is the capital of Spain? (branch)", 30_000)
+    page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=bot]').length === 0",
+                           timeout=30_000)  # the new chat holds the chat up to the selected (first) message
     page.close()
+
+
+def shown_path(user_data: Path, chat: int) -> list[tuple[str, str]]:
+    """(role, content) of the chat's shown path (from its current leaf up)."""
+    return rows(user_data, """WITH RECURSIVE path(id) AS (
+                                  SELECT current_leaf FROM chats WHERE id = ? UNION ALL
+                                  SELECT m.parent_id FROM messages m JOIN path ON m.id = path.id
+                                  WHERE m.parent_id IS NOT NULL)
+                              SELECT role, content FROM messages WHERE id IN (SELECT id FROM path)
+                              ORDER BY position""", chat)
 
 
 def test_continue_extends_the_last_reply(server, browser):

@@ -40,11 +40,11 @@ def good_document() -> dict:
 def test_export_format(chats: ChatStore) -> None:
     chat_id = sample(chats)
     data = json.loads(chats.export_json(chat_id))
-    assert list(data) == ["format", "version", "title", "system_prompt", "created", "messages"]
-    assert data["format"] == "llm-workbench.chat" and data["version"] == 1
+    assert list(data) == ["format", "version", "title", "system_prompt", "created", "messages", "current"]
+    assert data["format"] == "llm-workbench.chat" and data["version"] == 2
     assert data["title"] == "Ünïcode & 100% title"
     assert data["created"] == chats.get(chat_id).created
-    assert data["messages"][1] == {"role": "user", "content": "hi 👋", "stats": None}
+    assert data["messages"][1] == {"role": "user", "content": "hi 👋", "stats": None, "parent": 0}
     with pytest.raises(ChatNotFound):
         chats.export_json(999)
 
@@ -94,9 +94,9 @@ MALFORMED = [
     (_mutate(("format",), _DELETE), "missing field 'format'"),
     (_mutate(("format",), "other.app"), "format must be 'llm-workbench.chat', got 'other.app'"),
     (_mutate(("version",), _DELETE), "missing field 'version'"),
-    (_mutate(("version",), 2), "version 2 was written by a newer workbench.*upgrade"),
-    (_mutate(("version",), "1"), "version must be 1, got '1'"),
-    (_mutate(("version",), True), "version must be 1, got True"),
+    (_mutate(("version",), 3), "version 3 was written by a newer workbench.*upgrade"),
+    (_mutate(("version",), "1"), "version must be 1 or 2, got '1'"),
+    (_mutate(("version",), True), "version must be 1 or 2, got True"),
     (_mutate(("title",), _DELETE), "missing field 'title'"),
     (_mutate(("title",), 5), r"title must be a string, got a number \(5\)"),
     (_mutate(("title",), "  "), "title must not be empty"),

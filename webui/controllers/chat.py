@@ -9,6 +9,7 @@ return what the tab shows (a ChatView), so no panel can describe another chat.
 from __future__ import annotations
 
 import html
+import re
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -72,10 +73,23 @@ def reply_stats(event: GenerationEvent, params: SamplingParams, model: LoadedMod
             "params": params.to_dict(), "summary": stats_text(event)}
 
 
-def to_chatbot(messages: list[Message]) -> list[dict[str, str]]:
+_DECORATION = re.compile(r"\n\n<span class='(?:message-version|reply-stats)'>[^<]*</span>")
+
+
+def undecorated(content: str) -> str:
+    """A message as the user wrote it: without the version and stats lines ``to_chatbot`` adds (an edit box
+    shows them)."""
+    return _DECORATION.sub("", content)
+
+
+def to_chatbot(messages: list[Message], versions: dict[int, tuple[int, int]] | None = None) -> list[dict[str, str]]:
+    """Chatbot messages: a reply ends with its stats line; a message with several versions says which it is."""
     out = []
     for m in messages:
         content = m.content
+        k, n = (versions or {}).get(m.id, (1, 1))
+        if n > 1:
+            content += f"\n\n<span class='message-version'>version {k} of {n}</span>"
         if m.role == "assistant" and m.stats and m.stats.get("summary"):
             content += f"\n\n<span class='reply-stats'>{html.escape(m.stats['summary'])}</span>"
         out.append({"role": m.role, "content": content})
@@ -106,8 +120,11 @@ class ChatSession:
         except StoreError as exc:
             raise UserError(f"{exc}; it may have been deleted in another tab") from exc
         last = history[-1] if history and history[-1].role == "assistant" else None
-        return ChatView(chat.id, chat.title, chat.system_prompt, to_chatbot(history),
+        return ChatView(chat.id, chat.title, chat.system_prompt, self._chatbot(chat.id, history),
                         ((last.stats or {}).get("summary", "") if last else ""))
+
+    def _chatbot(self, chat_id: int, history: list[Message]) -> list[dict[str, str]]:
+        return to_chatbot(history, self.chats.version_numbers(chat_id))
 
     def latest(self) -> ChatView:
         """The most recently used chat (what a reloaded page opens), or a new one."""
@@ -169,13 +186,13 @@ class ChatSession:
         yield from self._reply(chat_id, sampling, key)
 
     def regenerate(self, chat_id: int | None, sampling: SamplingParams, key: Key) -> Iterator[ChatView]:
-        """Replace the last reply with a new one."""
+        """A new version of the last reply (the previous one stays, a click away)."""
         cid = self._require(chat_id)
         self._check_ready(key)
         history = self.chats.messages(cid)
         if history and history[-1].role == "assistant":
             self._check_fits(turns_of(history[:-1]), self.chats.get(cid).system_prompt, sampling)
-            self.chats.truncate(cid, history[-1].position)
+            self.chats.rewind(cid, history[-1].position)
         yield from self._reply(cid, sampling, key)
 
     def continue_reply(self, chat_id: int | None, sampling: SamplingParams, key: Key) -> Iterator[ChatView]:
@@ -186,18 +203,54 @@ class ChatSession:
 
     def edit(self, chat_id: int | None, index: int, text: str, sampling: SamplingParams,
              key: Key) -> Iterator[ChatView]:
-        """Replace message ``index`` (one of yours), drop what followed it and reply again."""
+        """A new version of message ``index``, the earlier one kept. Your message: the model replies to it (a new
+        branch). The model's: the edit is kept as it is (Continue or Regenerate go on from there)."""
         cid = self._require(chat_id)
+        text = undecorated(text)
         history = self.chats.messages(cid)
-        if not 0 <= index < len(history) or history[index].role != "user":
-            raise UserError("Only your own messages can be edited.")
+        if not 0 <= index < len(history) or history[index].role not in ("user", "assistant"):
+            raise UserError("That message cannot be edited; click one of the chat's messages.")
+        if history[index].role == "assistant":
+            self.chats.rewind(cid, index)
+            self.chats.append(cid, "assistant", text, stats={"edited": True, "summary": "edited by hand"})
+            yield self.view(cid)
+            return
         self._check_ready(key)
         self._check_fits([*turns_of(history[:index]), {"role": "user", "content": text}],
                          self.chats.get(cid).system_prompt, sampling)
-        self.chats.update(history[index].id, content=text)
-        self.chats.truncate(cid, history[index].position + 1)
+        self.chats.rewind(cid, index)
+        self.chats.append(cid, "user", text)
         yield replace(self.view(cid), stats="…")
         yield from self._reply(cid, sampling, key)
+
+    def switch_version(self, chat_id: int | None, index: int, step: int) -> ChatView:
+        """Show message ``index``'s previous (step -1) or next (+1) version, and the conversation after it."""
+        cid = self._require(chat_id)
+        history = self.chats.messages(cid)
+        if not 0 <= index < len(history):
+            raise UserError("Click a message first to move between its versions.")
+        versions = self.chats.versions(history[index].id)
+        at = versions.index(history[index].id) + step
+        if not 0 <= at < len(versions):
+            raise UserError(f"This is the {'first' if step < 0 else 'last'} version of that message.")
+        self.chats.show(versions[at])
+        return self.view(cid)
+
+    def version_of(self, chat_id: int | None, index: int | None) -> tuple[int, int]:
+        """(number, count) of message ``index``'s versions; (0, 0) when there is no such message."""
+        history = self.chats.messages(chat_id) if chat_id is not None else []
+        if index is None or not 0 <= index < len(history):
+            return 0, 0
+        return self.chats.version_numbers(chat_id).get(history[index].id, (1, 1))
+
+    def branch_chat(self, chat_id: int | None, index: int) -> ChatView:
+        """A new chat holding this chat up to and including message ``index``; the tab then shows it."""
+        cid = self._require(chat_id)
+        history = self.chats.messages(cid)
+        if not 0 <= index < len(history):
+            raise UserError("Click the message to branch from first.")
+        title = f"{self.chats.get(cid).title} (branch)"
+        return self.view(self.chats.branch(history[index].id, title[-200:]).id)
 
     def remove_last(self, chat_id: int | None) -> ChatView:
         """Remove your last message and everything after it."""
@@ -233,7 +286,7 @@ class ChatSession:
         except (BranchError, ChatPromptError) as exc:
             raise UserError(str(exc)) from exc
         self._check_ready(key)
-        self.chats.truncate(cid, last.position)
+        self.chats.rewind(cid, last.position)  # a new version of the reply; the old one stays
         prefix = model.tokenizer.decode(prefix_ids)
         target = self.chats.append(cid, "assistant", prefix)
         yield replace(self.view(cid), stats="…")
@@ -379,5 +432,5 @@ class ChatSession:
                 target = self.chats.append(cid, "assistant", content, stats=stat)
             elif target is not None:
                 self.chats.update(target.id, content=content, stats=stat)
-            yield replace(head, messages=to_chatbot(self.chats.messages(cid)),
+            yield replace(head, messages=self._chatbot(cid, self.chats.messages(cid)),
                           stats=stat["summary"] if final else "generating…")

@@ -1,19 +1,22 @@
-"""Chat data rules, and the chat export format (version 1) of ChatStore.export/import_json.
+"""Chat data rules, and the chat export format (version 2) of ChatStore.export/import_json.
 
     {
       "format": "llm-workbench.chat",       required, exactly this
-      "version": 1,                         required; a newer version is refused
+      "version": 2,                         required: 1 or 2; a newer version is refused
       "title": "My chat",                   required, 1-200 characters, one line
       "system_prompt": "",                  optional string, default ""
       "created": 1717171717.5,              optional, seconds since the epoch, default now
-      "messages": [                         required, in order
+      "messages": [                         required, parents before their children
         {"role": "user",                    required: "system", "user" or "assistant"
          "content": "Hi",                   required string
-         "stats": {"tokens": 12}}           optional object or null (tokens, ttft, seed...)
-      ]
-    }
+         "stats": {"tokens": 12},           optional object or null (tokens, ttft, seed...)
+         "parent": null}                    version 2: the index of the message it follows (null: a
+      ],                                    first message); versions of a message share a parent
+      "current": 1                          version 2, optional: the index of the shown path's last
+    }                                       message (default: the last message)
 
-Unknown keys are ignored. NaN and Infinity are not JSON and are refused.
+Version 1 (no "parent", no "current") is one linear conversation. Unknown keys are
+ignored. NaN and Infinity are not JSON and are refused.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 from webui.store.errors import StoreError
 
 FORMAT = "llm-workbench.chat"
-VERSION = 1
+VERSION = 2
 ROLES = ("system", "user", "assistant")
 MAX_TITLE_LENGTH = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -57,7 +60,17 @@ class ChatExport:
     system_prompt: str
     created: float
     messages: list[tuple[str, str, dict[str, Any] | None]]
-    """(role, content, stats) in order."""
+    """(role, content, stats), parents before their children."""
+    parents: list[int | None] | None = None
+    """Each message's parent, as an index into ``messages`` (None: a first message); None: a linear chat."""
+    current: int | None = None
+    """The index of the shown path's last message."""
+
+    def __post_init__(self) -> None:
+        if self.parents is None:  # one linear conversation
+            object.__setattr__(self, "parents", [None] + list(range(len(self.messages) - 1))
+                               if self.messages else [])
+            object.__setattr__(self, "current", len(self.messages) - 1 if self.messages else None)
 
 
 def export_chat(chat: ChatExport) -> str:
@@ -68,8 +81,9 @@ def export_chat(chat: ChatExport) -> str:
         "title": chat.title,
         "system_prompt": chat.system_prompt,
         "created": chat.created,
-        "messages": [{"role": role, "content": content, "stats": stats}
-                     for role, content, stats in chat.messages],
+        "messages": [{"role": role, "content": content, "stats": stats, "parent": parent}
+                     for (role, content, stats), parent in zip(chat.messages, chat.parents)],
+        "current": chat.current,
     }
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
 
@@ -103,8 +117,22 @@ def parse_chat(text: str | bytes) -> ChatExport:
         raise _error(f"created must be a time in seconds since the epoch, got {created!r}")
     raw_messages = _field(data, "messages", list, "a list")
     messages = [_message(i, m) for i, m in enumerate(raw_messages)]
-    return ChatExport(title=title, system_prompt=system_prompt, created=float(created),
-                      messages=messages)
+    if data["version"] == 1:
+        return ChatExport(title=title, system_prompt=system_prompt, created=float(created), messages=messages)
+    parents = [_parent(i, m) for i, m in enumerate(raw_messages)]
+    current = data.get("current", len(messages) - 1 if messages else None)
+    if current is not None and (isinstance(current, bool) or not isinstance(current, int)
+                                or not 0 <= current < len(messages)):
+        raise _error(f"current must be the index of a message (0 to {len(messages) - 1}) or null, got {current!r}")
+    return ChatExport(title=title, system_prompt=system_prompt, created=float(created), messages=messages,
+                      parents=parents, current=current)
+
+
+def _parent(index: int, item: dict[str, Any]) -> int | None:
+    parent = item.get("parent")
+    if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int) or not 0 <= parent < index):
+        raise _error(f"messages[{index}].parent must be the index of an earlier message or null, got {parent!r}")
+    return parent
 
 
 def _check_version(data: dict[str, Any]) -> None:
@@ -113,9 +141,9 @@ def _check_version(data: dict[str, Any]) -> None:
     version = data["version"]
     if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
         raise _error(f"version {version} was written by a newer workbench (this one reads "
-                     f"version {VERSION}); upgrade the workbench to import it")
-    if isinstance(version, bool) or version != VERSION:
-        raise _error(f"version must be {VERSION}, got {version!r}")
+                     f"versions 1 to {VERSION}); upgrade the workbench to import it")
+    if isinstance(version, bool) or version not in (1, VERSION):
+        raise _error(f"version must be 1 or {VERSION}, got {version!r}")
 
 
 def _message(index: int, item: object) -> tuple[str, str, dict[str, Any] | None]:

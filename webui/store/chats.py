@@ -1,4 +1,9 @@
-"""Chats and their messages. Every write is one transaction and touches ``chats.updated``."""
+"""Chats and their messages. Every write is one transaction and touches ``chats.updated``.
+
+Messages form a tree: a regenerated reply or an edited message is a new version (a sibling) of the one it
+replaces, with its own continuation, and nothing is overwritten. A chat shows one path, the one that ends at
+its current leaf; ``messages()`` is that path, ``versions()`` a message's siblings, ``show()`` switches path.
+"""
 
 from __future__ import annotations
 
@@ -34,13 +39,15 @@ class Message:
     id: int
     chat_id: int
     position: int
-    """0-based place in the chat; contiguous, since only truncate() deletes messages."""
+    """0-based place in the chat's path (its depth in the tree)."""
     role: str
     """One of ROLES: 'system', 'user', 'assistant'."""
     content: str
     stats: dict[str, Any] | None
     """Free-form JSON object: tokens, ttft, tokens_per_s, finish_reason, seed, params..."""
     created: float
+    parent_id: int | None = None
+    """The message it answers or follows; None for a first message."""
 
 
 class ChatStore:
@@ -111,28 +118,88 @@ class ChatStore:
                 raise _not_found(chat_id)
 
     def messages(self, chat_id: int) -> builtins.list[Message]:
-        """The chat's messages in order; ChatNotFound if there is no such chat."""
+        """The chat's shown path, first message first; ChatNotFound if there is no such chat."""
         with self._db.transaction() as conn:
-            self._get(conn, chat_id)
-            rows = conn.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY position",
-                                (chat_id,)).fetchall()
-        return [_message(row) for row in rows]
+            return self._path(conn, self._get_leaf(conn, chat_id))
 
     def append(self, chat_id: int, role: str, content: str,
                stats: dict[str, Any] | None = None) -> Message:
-        """Add a message at the end of the chat and return it."""
+        """Add a message after the shown path's last one (it becomes the chat's current leaf) and return it."""
         _check_role(role)
         _check_str("content", content)
         stats_json = _stats_json(stats)
         with self._db.transaction() as conn:
+            leaf = self._get_leaf(conn, chat_id)
             now = self._touch(conn, chat_id)
+            depth = 0 if leaf is None else conn.execute("SELECT position + 1 FROM messages WHERE id = ?",
+                                                        (leaf,)).fetchone()[0]
             cur = conn.execute(
-                """INSERT INTO messages (chat_id, position, role, content, stats, created)
-                   VALUES (?, (SELECT COALESCE(MAX(position) + 1, 0) FROM messages
-                               WHERE chat_id = ?), ?, ?, ?, ?)""",
-                (chat_id, chat_id, role, content, stats_json, now))
+                """INSERT INTO messages (chat_id, parent_id, position, role, content, stats, created)
+                   VALUES (?, ?, ?, ?, ?, ?, ?)""",
+                (chat_id, leaf, depth, role, content, stats_json, now))
+            conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (cur.lastrowid, chat_id))
             return _message(conn.execute("SELECT * FROM messages WHERE id = ?",
                                          (cur.lastrowid,)).fetchone())
+
+    def rewind(self, chat_id: int, to_position: int) -> None:
+        """Show the path only up to ``to_position`` (exclusive), keeping what followed as a branch: the next
+        append is a new version of the message that stood at ``to_position``."""
+        _check_position(to_position)
+        with self._db.transaction() as conn:
+            path = self._path(conn, self._get_leaf(conn, chat_id))
+            self._touch(conn, chat_id)
+            leaf = path[to_position - 1].id if 0 < to_position <= len(path) else (
+                path[-1].id if path and to_position > len(path) else None)
+            conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (leaf, chat_id))
+
+    def versions(self, message_id: int) -> builtins.list[int]:
+        """The ids of a message's versions (itself and its siblings: the same parent), oldest first."""
+        with self._db.transaction() as conn:
+            row = self._message_row(conn, message_id)
+            rows = conn.execute("SELECT id FROM messages WHERE chat_id = ? AND parent_id IS ? ORDER BY id",
+                                (row["chat_id"], row["parent_id"])).fetchall()
+        return [r["id"] for r in rows]
+
+    def version_numbers(self, chat_id: int) -> dict[int, tuple[int, int]]:
+        """For every message of the chat: (its 1-based number among its versions, how many versions there are)."""
+        with self._db.transaction() as conn:
+            self._get(conn, chat_id)
+            rows = conn.execute("SELECT id, parent_id FROM messages WHERE chat_id = ? ORDER BY id",
+                                (chat_id,)).fetchall()
+        groups: dict[Any, builtins.list[int]] = {}
+        for row in rows:
+            groups.setdefault(row["parent_id"], []).append(row["id"])
+        return {mid: (i + 1, len(ids)) for ids in groups.values() for i, mid in enumerate(ids)}
+
+    def show(self, message_id: int) -> builtins.list[Message]:
+        """Show the path through ``message_id`` (continued by the newest reply at each step); the new path."""
+        with self._db.transaction() as conn:
+            row = self._message_row(conn, message_id)
+            leaf = message_id
+            while (child := conn.execute("SELECT id FROM messages WHERE parent_id = ? ORDER BY id DESC LIMIT 1",
+                                         (leaf,)).fetchone()) is not None:
+                leaf = child["id"]
+            self._touch(conn, row["chat_id"], "current_leaf = ?", (leaf,))
+            return self._path(conn, leaf)
+
+    def branch(self, message_id: int, title: str) -> Chat:
+        """A new chat holding the path up to and including ``message_id`` (stats and all), shown from its end."""
+        title = check_title(title)
+        with self._db.transaction() as conn:
+            row = self._message_row(conn, message_id)
+            source = self._get(conn, row["chat_id"])
+            now = time.time()
+            chat_id = conn.execute(
+                "INSERT INTO chats (title, system_prompt, created, updated) VALUES (?, ?, ?, ?)",
+                (title, source.system_prompt, now, now)).lastrowid
+            parent = None
+            for m in self._path(conn, message_id):
+                parent = conn.execute(
+                    "INSERT INTO messages (chat_id, parent_id, position, role, content, stats, created) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (chat_id, parent, m.position, m.role, m.content, _stats_json(m.stats), m.created)).lastrowid
+            conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (parent, chat_id))
+            return self._get(conn, chat_id)
 
     def update(self, message_id: int, content: str | None = None,
                stats: dict[str, Any] | None = None) -> Message:
@@ -156,25 +223,33 @@ class ChatStore:
                                          (message_id,)).fetchone())
 
     def truncate(self, chat_id: int, from_position: int) -> int:
-        """Delete the messages at and after ``from_position``; return how many went."""
-        if isinstance(from_position, bool) or not isinstance(from_position, int) \
-                or from_position < 0:
-            raise StoreError(f"from_position must be an integer >= 0, got {from_position!r}")
+        """Delete the shown path's messages at and after ``from_position`` (with every version that followed
+        them); return how many messages went."""
+        _check_position(from_position)
         with self._db.transaction() as conn:
+            path = self._path(conn, self._get_leaf(conn, chat_id))
             self._touch(conn, chat_id)
-            return conn.execute("DELETE FROM messages WHERE chat_id = ? AND position >= ?",
-                                (chat_id, from_position)).rowcount
+            if from_position >= len(path):
+                return 0
+            before = conn.execute("SELECT COUNT(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
+            conn.execute("DELETE FROM messages WHERE id = ?", (path[from_position].id,))  # and its subtree
+            leaf = path[from_position - 1].id if from_position > 0 else None
+            conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (leaf, chat_id))
+            return before - conn.execute("SELECT COUNT(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
 
     def export_json(self, chat_id: int) -> str:
-        """The chat as JSON in the documented format (see webui.store.chat_format)."""
+        """The chat as JSON in the documented format (see webui.store.chat_format): every version, each message
+        naming its parent, and which path is shown."""
         with self._db.transaction() as conn:
             chat = self._get(conn, chat_id)
-            rows = conn.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY position",
-                                (chat_id,)).fetchall()
+            leaf = self._get_leaf(conn, chat_id)
+            rows = conn.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,)).fetchall()
         messages = [_message(row) for row in rows]
+        index = {m.id: i for i, m in enumerate(messages)}
         return export_chat(ChatExport(
             title=chat.title, system_prompt=chat.system_prompt, created=chat.created,
-            messages=[(m.role, m.content, m.stats) for m in messages]))
+            messages=[(m.role, m.content, m.stats) for m in messages],
+            parents=[index.get(m.parent_id) for m in messages], current=index.get(leaf)))
 
     def import_json(self, text: str) -> Chat:
         """Create a new chat from exported JSON; on any error raise StoreError, writing nothing."""
@@ -185,12 +260,42 @@ class ChatStore:
                 "INSERT INTO chats (title, system_prompt, created, updated) VALUES (?, ?, ?, ?)",
                 (data.title, data.system_prompt, data.created, now))
             chat_id = cur.lastrowid
-            conn.executemany(
-                "INSERT INTO messages (chat_id, position, role, content, stats, created) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [(chat_id, i, role, content, _stats_json(stats), now)
-                 for i, (role, content, stats) in enumerate(data.messages)])
+            ids: builtins.list[int] = []
+            depth: builtins.list[int] = []
+            for (role, content, stats), parent in zip(data.messages, data.parents):
+                depth.append(0 if parent is None else depth[parent] + 1)
+                ids.append(conn.execute(
+                    "INSERT INTO messages (chat_id, parent_id, position, role, content, stats, created) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (chat_id, None if parent is None else ids[parent], depth[-1], role, content,
+                     _stats_json(stats), now)).lastrowid)
+            leaf = ids[data.current] if data.current is not None else None
+            conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (leaf, chat_id))
             return self._get(conn, chat_id)
+
+    def _get_leaf(self, conn: sqlite3.Connection, chat_id: Any) -> int | None:
+        row = conn.execute("SELECT current_leaf FROM chats WHERE id = ?", (chat_id,)).fetchone()
+        if row is None:
+            raise _not_found(chat_id)
+        return row["current_leaf"]
+
+    @staticmethod
+    def _path(conn: sqlite3.Connection, leaf: int | None) -> builtins.list[Message]:
+        if leaf is None:
+            return []
+        rows = conn.execute(
+            """WITH RECURSIVE path(id) AS (
+                   SELECT ? UNION ALL SELECT m.parent_id FROM messages AS m JOIN path ON m.id = path.id
+                   WHERE m.parent_id IS NOT NULL)
+               SELECT * FROM messages WHERE id IN (SELECT id FROM path) ORDER BY position""", (leaf,)).fetchall()
+        return [_message(row) for row in rows]
+
+    @staticmethod
+    def _message_row(conn: sqlite3.Connection, message_id: Any) -> sqlite3.Row:
+        row = conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        if row is None:
+            raise MessageNotFound(f"message {message_id} does not exist (its chat may have been deleted)")
+        return row
 
     def _get(self, conn: sqlite3.Connection, chat_id: Any) -> Chat:
         row = conn.execute("SELECT * FROM chats WHERE id = ?", (chat_id,)).fetchone()
@@ -213,6 +318,11 @@ class ChatStore:
 def _check_str(field: str, value: object) -> None:
     if not isinstance(value, str):
         raise StoreError(f"{field} must be a string, got {type(value).__name__}")
+
+
+def _check_position(position: object) -> None:
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise StoreError(f"from_position must be an integer >= 0, got {position!r}")
 
 
 def _check_role(role: object) -> None:
@@ -249,4 +359,4 @@ def _message(row: sqlite3.Row) -> Message:
     stats = json.loads(row["stats"]) if row["stats"] is not None else None
     return Message(id=row["id"], chat_id=row["chat_id"], position=row["position"],
                    role=row["role"], content=row["content"], stats=stats,
-                   created=row["created"])
+                   created=row["created"], parent_id=row["parent_id"])

@@ -73,4 +73,29 @@ MIGRATIONS: tuple[str, ...] = (
         created   REAL NOT NULL
     );
     """,
+    # 4: messages form a tree (regenerated replies and edited messages are kept as versions, each with its own
+    # continuation); a chat shows the path that ends at its current leaf.
+    """
+    CREATE TABLE message_tree (
+        id        INTEGER PRIMARY KEY,
+        chat_id   INTEGER NOT NULL REFERENCES chats (id) ON DELETE CASCADE,
+        parent_id INTEGER REFERENCES message_tree (id) ON DELETE CASCADE,  -- NULL: a first message
+        position  INTEGER NOT NULL,  -- depth in the tree: 0 for a first message
+        role      TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+        content   TEXT NOT NULL,
+        stats     TEXT,  -- a JSON object, or NULL
+        created   REAL NOT NULL
+    );
+    INSERT INTO message_tree (id, chat_id, parent_id, position, role, content, stats, created)
+        SELECT m.id, m.chat_id,
+               (SELECT p.id FROM messages AS p WHERE p.chat_id = m.chat_id AND p.position = m.position - 1),
+               m.position, m.role, m.content, m.stats, m.created
+        FROM messages AS m ORDER BY m.position, m.id;
+    DROP TABLE messages;
+    ALTER TABLE message_tree RENAME TO messages;
+    CREATE INDEX messages_by_parent ON messages (chat_id, parent_id);
+    ALTER TABLE chats ADD COLUMN current_leaf INTEGER;
+    UPDATE chats SET current_leaf =
+        (SELECT id FROM messages WHERE chat_id = chats.id ORDER BY position DESC, id DESC LIMIT 1);
+    """,
 )

@@ -19,6 +19,7 @@ from webui.ui.template_panel import on_load as template_on_load
 from webui.ui.token_view import branch_of, create_token_view, view_value
 
 PANEL = "chat"
+NO_SELECTION = "Click a message: its versions, a branch from it, and what the model read show here and below."
 
 
 @dataclass
@@ -36,6 +37,11 @@ class ChatTab:
     export_file: gr.File
     system: gr.Textbox
     chatbot: gr.Chatbot
+    selected: gr.State
+    version: gr.Markdown
+    previous: gr.Button
+    next_: gr.Button
+    branch_new: gr.Button
     message: gr.Textbox
     send: gr.Button
     stop: gr.Button
@@ -50,8 +56,9 @@ class ChatTab:
 
     @property
     def view(self) -> list:
-        """The components a ChatView fills, in ``view_updates`` order."""
-        return [self.chatbot, self.chat_id, self.title, self.system, self.chat_list, self.stats]
+        """The components a ChatView fills, in ``view_updates`` order (a new view clears the selected message)."""
+        return [self.chatbot, self.chat_id, self.title, self.system, self.chat_list, self.stats, self.selected,
+                self.version]
 
     @property
     def panels(self) -> list:
@@ -86,7 +93,12 @@ def _conversation_column(services: Services) -> dict:
     system = gr.Textbox(label="System prompt", lines=2, elem_id="chat-system",
                         placeholder="(empty: the model's own default)")
     template = create_template_panel(services)
-    chatbot = gr.Chatbot(elem_id="chat-log", height=460, editable="user", buttons=["copy"], sanitize_html=True)
+    chatbot = gr.Chatbot(elem_id="chat-log", height=460, editable="all", buttons=["copy"], sanitize_html=True)
+    with gr.Row(equal_height=True):
+        version = gr.Markdown(NO_SELECTION, elem_id="chat-version")
+        previous = gr.Button("◀ previous version", size="sm", elem_id="chat-version-prev", scale=0, min_width=150)
+        next_ = gr.Button("next version ▶", size="sm", elem_id="chat-version-next", scale=0, min_width=150)
+        branch_new = gr.Button("Branch to a new chat", size="sm", elem_id="chat-branch-new", scale=0, min_width=180)
     # lines=1 (growing to max_lines): Gradio sends on Enter and keeps Shift+Enter for a new line
     message = gr.Textbox(label="Message", placeholder="Type a message; Enter sends, Shift+Enter adds a line",
                          lines=1, max_lines=10, elem_id="chat-message")
@@ -102,7 +114,8 @@ def _conversation_column(services: Services) -> dict:
     with gr.Accordion("Prompt and reproduce record (click a message; default: the last reply)",
                       open=False, elem_id="chat-inspect-panel"):
         inspector = create_inspector_panel("chat", with_record=True)
-    return dict(system=system, chatbot=chatbot, message=message, send=send, stop=stop, regenerate=regenerate,
+    return dict(system=system, chatbot=chatbot, version=version, previous=previous, next_=next_,
+                branch_new=branch_new, message=message, send=send, stop=stop, regenerate=regenerate,
                 continue_=continue_, remove_last=remove_last, stats=stats, token_view=token_view,
                 inspector=inspector, template=template)
 
@@ -114,7 +127,8 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
         with gr.Column(scale=4):
             right = _conversation_column(services)
     session = ChatSession(services, active)
-    tab = ChatTab(chat_id=gr.State(None), confirm=gr.State(False), session=session, **left, **right)
+    tab = ChatTab(chat_id=gr.State(None), confirm=gr.State(False), selected=gr.State(None), session=session, **left,
+                  **right)
     _wire_generation(tab, session, params)
     _wire_chat_list(tab, session)
     wire_template_panel(tab.template, tab.chat_id, tab.message, tab.system)
@@ -124,7 +138,7 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
 def view_updates(session: ChatSession, view: ChatView, query: str) -> tuple:
     """Values for ``ChatTab.view``: the chat, and the past-chats list with it selected."""
     listed = gr.update(choices=session.listed(query), value=view.chat_id)
-    return view.messages, view.chat_id, view.title, view.system_prompt, listed, view.stats
+    return view.messages, view.chat_id, view.title, view.system_prompt, listed, view.stats, None, NO_SELECTION
 
 
 def panel_updates(session: ChatSession, chat_id: int | None, index: int | None = None) -> tuple:
@@ -152,7 +166,7 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
         first = next(views)  # the message is stored: clear the box
         yield *view_updates(session, first, data[tab.search]), ""
         for view in views:
-            yield view.messages, gr.skip(), gr.skip(), gr.skip(), gr.skip(), view.stats, gr.skip()
+            yield view.messages, gr.skip(), gr.skip(), gr.skip(), gr.skip(), view.stats, gr.skip(), gr.skip(), gr.skip()
 
     @shows_errors
     def regenerate(data: dict, request: gr.Request):
@@ -182,7 +196,8 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
         session.stop(session_key(request, PANEL))
 
     def select_message(cid: int | None, selected: gr.SelectData):
-        return panel_updates(session, cid, selected.index if isinstance(selected.index, int) else selected.index[0])
+        index = selected.index if isinstance(selected.index, int) else selected.index[0]
+        return *panel_updates(session, cid, index), index, version_text(session, cid, index)
 
     inputs, short = {tab.chat_id, *params.inputs}, [tab.chatbot, tab.stats]
     send_inputs = {tab.message, tab.chat_id, tab.system, tab.search, *params.inputs}
@@ -194,7 +209,42 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
         trigger(handler, inputs | {tab.token_view}, short, concurrency_limit=None, trigger_mode="multiple").then(
             lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
     tab.stop.click(stop, None, None, concurrency_limit=None)
-    tab.chatbot.select(select_message, [tab.chat_id], tab.inspector.outputs)
+    tab.chatbot.select(select_message, [tab.chat_id], [*tab.panels, tab.selected, tab.version])
+    _wire_versions(tab, session)
+
+
+def version_text(session: ChatSession, chat_id: int | None, index: int | None) -> str:
+    number, count = session.version_of(chat_id, index)
+    if not count:
+        return NO_SELECTION
+    return f"Message {index + 1}: version {number} of {count}" + ("" if count > 1 else " (edit or regenerate it to "
+                                                                                      "add another)")
+
+
+def _wire_versions(tab: ChatTab, session: ChatSession) -> None:
+    """◀ ▶ move between the selected message's versions (the conversation after it follows); a branch copies
+    the chat up to it into a new chat."""
+    refresh = dict(fn=lambda cid: panel_updates(session, cid), inputs=[tab.chat_id], outputs=tab.panels,
+                   show_progress="hidden")
+
+    def step(by: int):
+        @shows_errors
+        def move(cid: int | None, index: int | None):
+            if index is None:
+                raise UserError("Click a message first to move between its versions.")
+            view = session.switch_version(cid, index, by)
+            return view.messages, view.stats, version_text(session, cid, index)
+        return move
+
+    @shows_errors
+    def branch(cid: int | None, index: int | None, query: str):
+        if index is None:
+            raise UserError("Click the message to branch from first.")
+        return view_updates(session, session.branch_chat(cid, index), query)
+
+    for button, by in ((tab.previous, -1), (tab.next_, +1)):
+        button.click(step(by), [tab.chat_id, tab.selected], [tab.chatbot, tab.stats, tab.version]).then(**refresh)
+    tab.branch_new.click(branch, [tab.chat_id, tab.selected, tab.search], tab.view).then(**refresh)
 
 
 def _messages_and_stats(view: ChatView) -> tuple:
@@ -217,7 +267,7 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     def delete(cid: int | None, confirmed: bool, query: str):
         if not confirmed:
             return (*[gr.skip()] * 5, f"Click **Confirm delete** to delete '{session.title(cid)}' for good.",
-                    True, gr.update(value="Confirm delete"))
+                    gr.skip(), gr.skip(), True, gr.update(value="Confirm delete"))
         return *view_updates(session, session.delete(cid), query), False, gr.update(value="Delete")
 
     @shows_errors
