@@ -465,6 +465,18 @@ def test_a_request_may_bring_its_chat_template_as_vllm_takes_it(client):
     assert info.value.body["param"] == "chat_template" and "does not write the messages" in info.value.body["message"]
 
 
+def test_continue_final_message_continues_the_assistants_start_as_vllm_does(client):
+    start = "The capital of France is"
+    r = client.chat.completions.create(
+        model=MODEL, messages=[*FRANCE, {"role": "assistant", "content": start}], max_tokens=3, temperature=0,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    assert "Paris" in r.choices[0].message.content and not r.choices[0].message.content.startswith(start)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=3,
+                                       extra_body={"continue_final_message": True})
+    assert info.value.body["param"] == "continue_final_message"
+
+
 def test_a_prompt_too_long_is_a_400_unless_truncate_prompt_tokens_asks_to_cut_it(client):
     long = "word " * 9000  # more than the default model's 8,192-token context
     with pytest.raises(openai.BadRequestError) as info:

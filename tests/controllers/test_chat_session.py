@@ -250,3 +250,27 @@ def test_an_edit_box_shows_the_version_and_stats_lines_and_they_are_not_stored(s
     assert "version 2 of 2" in shown and "reply-stats" in shown
     last(session.edit(done.chat_id, 1, "Better reply" + shown[shown.index("\n\n<span"):], GREEDY, KEY))
     assert session.chats.messages(done.chat_id)[-1].content == "Better reply"
+
+
+def test_records_of_continued_and_branched_replies_re_create_them_exactly(session, services):
+    from webui.controllers.insight import InsightController
+
+    sampled = GREEDY.replace(temperature=1.0, top_k=40, seed=11)
+    done = last(session.send(None, "Tell me about cats", "", sampled, KEY))
+    last(session.continue_reply(done.chat_id, sampled.replace(seed=12), KEY))
+    continued = session.chats.messages(done.chat_id)[-1]
+    assert len(continued.stats["token_ids"]) == 8 and "8 tokens, 4 new" in continued.stats["summary"]
+    rows, _ = session.last_tokens(done.chat_id)
+    alternative = next(a[0] for a in rows[1]["alts"] if a[0] != rows[1]["id"])
+    last(session.branch(done.chat_id, 1, alternative, sampled.replace(seed=13), KEY))
+    branched = session.chats.messages(done.chat_id)[-1]
+    assert branched.stats["token_ids"][:2] == [continued.stats["token_ids"][0], alternative]
+    assert len(branched.stats["token_ids"]) == 4
+    tokenizer = services.models.loaded.tokenizer
+    for reply in (continued, branched):
+        session.chats.show(reply.id)
+        record = session.inspect(done.chat_id).record
+        result = services.engine.generate(record.request(tokenizer))
+        assert [*record.continue_from["token_ids"], *result.token_ids] == reply.stats["token_ids"]
+        output, _ = InsightController(services).rerun(record.to_json())
+        assert output == reply.content  # what the Insight tab's "Re-run a record" shows

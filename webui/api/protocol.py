@@ -172,6 +172,9 @@ class ChatCompletionRequest(SamplingRequest):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     chat_template: str | None = None  # vLLM's: a Jinja template for this request (or a template's name, ours)
+    # vLLM's: the last (assistant) message is the start of the reply, which the model continues
+    continue_final_message: bool = False
+    add_generation_prompt: bool | None = None
 
     def chat_messages(self) -> list[dict[str, Any]]:
         out = []

@@ -93,8 +93,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         params = params.replace(structured_outputs=calls_only)
     messages = body.chat_messages()
     template = request_template(s.services.templates, body.chat_template, model)
+    if body.add_generation_prompt is False and not body.continue_final_message:
+        raise APIError(400, "add_generation_prompt false is only taken with continue_final_message true (the reply "
+                            "continues the last assistant message)", param="add_generation_prompt")
+    if body.continue_final_message and (plan is not None or messages[-1]["role"] != "assistant"):
+        raise APIError(400, "continue_final_message needs the last message to be the assistant's start of the reply "
+                            "(and no tools)", param="continue_final_message")
     try:
-        prompt = render_messages(model.tokenizer, messages, plan, template)
+        prompt = render_messages(model.tokenizer, messages, plan, template, body.continue_final_message)
     except (ChatPromptError, ModelLoadError) as exc:
         raise APIError(400, str(exc), param="messages") from exc
     _log_prompt(request, messages)
@@ -187,11 +193,13 @@ def request_template(templates: TemplateStore, given: str | None, model) -> Chat
     return ChatTemplate("request", given)
 
 
-def render_messages(tokenizer, messages: list[dict], plan: ToolPlan | None, template: ChatTemplate | None = None) -> str:
-    """The chat prompt (``template`` None: the model's own); with tools (offered now or in the history) through
-    the template's own tool support, or the fallback written into the messages."""
+def render_messages(tokenizer, messages: list[dict], plan: ToolPlan | None, template: ChatTemplate | None = None,
+                    continue_last: bool = False) -> str:
+    """The chat prompt (``template`` None: the model's own; ``continue_last``: the last message is the start of
+    the reply); with tools (offered now or in the history) through the template's own tool support, or the
+    fallback written into the messages."""
     if plan is None and not any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
-        return render_chat_prompt(tokenizer, messages, template=template)
+        return render_chat_prompt(tokenizer, messages, template=template, continue_last=continue_last)
     template = template or ChatTemplate("")
     native = template_takes_tools(template.source if template.source is not None else tokenizer.chat_template)
     shaped = template_messages(messages, plan, native)

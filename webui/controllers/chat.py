@@ -290,12 +290,14 @@ class ChatSession:
         prefix = model.tokenizer.decode(prefix_ids)
         target = self.chats.append(cid, "assistant", prefix)
         yield replace(self.view(cid), stats="…")
-        if req is None:  # the alternative was the reply's last allowed token
-            self.chats.update(target.id, stats={**(last.stats or {}), "token_ids": prefix_ids, "tokens": prefix_rows})
+        if req is None:  # the alternative was the reply's last allowed token: nothing was generated (no record)
+            kept = {k: v for k, v in (last.stats or {}).items() if k in ("model", "loader", "loras", "chat_template")}
+            self.chats.update(target.id, stats={**kept, "token_ids": prefix_ids, "tokens": prefix_rows,
+                                                "summary": f"{len(prefix_ids)} tokens · branched at the last token"})
             yield replace(self.view(cid), stats="finish: length (branched at the last token)")
             return
         events = stream_request(self.services, self.active, key, req)
-        yield from self._store_reply(cid, target, (prefix, prefix_ids, prefix_rows), events, sampling, model,
+        yield from self._store_reply(cid, target, (prefix, prefix_ids, prefix_rows), events, req.params, model,
                                      template)
 
     # -- looking at a message ---------------------------------------------------------------------------
@@ -358,25 +360,34 @@ class ChatSession:
         target = history[-1] if continue_last else None
         stats = (target.stats or {}) if target else {}
         template = self._template(model, stats if continue_last else None)
-        fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, continue_last)
+        given = stats.get("token_ids") if target is not None and not model.capabilities.text_only else None
+        if given and model.tokenizer.decode(given) != target.content:
+            given = None  # edited since: continue from its text
+        if given:  # continue from the reply's own tokens (its text could tokenize differently)
+            fitted = self._fitted(model, turns_of(history[:-1]), system_prompt, sampling, template, reserve=len(given))
+            prompt: str | list[int] = [*model.tokenizer.encode(fitted.prompt, add_special_tokens=False), *given]
+        else:
+            fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, continue_last)
+            prompt = fitted.prompt
         if template.stops:  # a turn with no end token of its own ends where the next turn would begin
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.stops))))
-        before = (target.content, stats.get("token_ids", []), stats.get("tokens", [])) if target else ("", [], [])
+        before = (target.content, list(given or []), stats.get("tokens", []) if given else []) if target else (
+            "", [], [])
         logprobs = None if model.capabilities.text_only else VIEW_TOP
-        events = stream_text(self.services, self.active, key, fitted.prompt, sampling, False, fitted.messages,
-                             logprobs)
+        events = stream_text(self.services, self.active, key, prompt, sampling, False, fitted.messages, logprobs)
         yield from self._store_reply(cid, target, before, events, sampling, model, template, fitted)
 
     def _fitted(self, model: LoadedModel, turns: list[dict[str, str]], system_prompt: str, sampling: SamplingParams,
-                template: ChatTemplate, continue_last: bool = False) -> FittedChat:
-        """The chat as it will be sent: rendered, and within the context (UserError says why it cannot be)."""
+                template: ChatTemplate, continue_last: bool = False, reserve: int = 0) -> FittedChat:
+        """The chat as it will be sent: rendered, and within the context less ``reserve`` tokens (a reply's given
+        start); UserError says why it cannot be."""
         try:
             if model.capabilities.text_only:  # the server renders and fits the chat itself
                 return FittedChat(render_chat_prompt(model.tokenizer, turns, system_prompt,
                                                      continue_last=continue_last, template=template),
                                   chat_messages(turns, system_prompt))
             return fit_chat(model.tokenizer, turns, system_prompt,
-                            max(1, token_budget(model, sampling) - sampling.max_new_tokens), template,
+                            max(1, token_budget(model, sampling) - sampling.max_new_tokens - reserve), template,
                             continue_last, self.services.settings.get().context_policy)
         except ChatPromptError as exc:
             raise UserError(str(exc)) from exc
@@ -426,6 +437,11 @@ class ChatSession:
             if final:
                 stat = reply_stats(event, sampling, model, self.services.models.active_loras, template)
                 stat.update(token_ids=ids, tokens=rows)
+                if base:  # the reply's start was given to this run: a record holds it, and re-runs the rest
+                    stat["continue_from"] = {"token_ids": list(before[1]), "text": base} if before[1] else {
+                        "text": base}
+                    stat["summary"] = f"{len(ids)} tokens, {len(ids) - len(before[1])} new · " + \
+                        stat["summary"].split(" · ", 1)[1] if before[1] else stat["summary"]
                 if fitted is not None and fitted.dropped:
                     stat.update(dropped=fitted.dropped, summary=f"{stat['summary']} · {fitted.note}")
             if target is None and (content or final):

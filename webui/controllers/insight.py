@@ -84,8 +84,10 @@ class InsightController:
             raise UserError(str(exc)) from exc
         note = "" if model.name == record.model else (
             f"Note: the record was made with **{record.model}**; **{model.name}** is loaded now. ")
-        return result.text, (f"{note}{result.usage.completion_tokens} tokens · finish: {result.finish_reason} · "
-                             f"seed {result.seed}")
+        given = " (after the reply's given start)" if record.continue_from else ""
+        return record.reply(model.tokenizer, list(result.token_ids), result.text), (
+            f"{note}{result.usage.completion_tokens} tokens{given} · finish: {result.finish_reason} · "
+            f"seed {result.seed}")
 
     def perplexity(self, text: str, window: float | None, progress: Progress | None = None) -> str:
         """Evaluate and store the loaded model's perplexity on ``text``; the summary line."""
