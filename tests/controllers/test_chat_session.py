@@ -274,3 +274,30 @@ def test_records_of_continued_and_branched_replies_re_create_them_exactly(sessio
         assert [*record.continue_from["token_ids"], *result.token_ids] == reply.stats["token_ids"]
         output, _ = InsightController(services).rerun(record.to_json())
         assert output == reply.content  # what the Insight tab's "Re-run a record" shows
+
+
+def test_start_reply_with_is_continued_by_the_model_and_kept_in_the_record(session, services):
+    done = last(session.send(None, "What is 2+2?", "", GREEDY, KEY, start="The answer is"))
+    reply = session.chats.messages(done.chat_id)[-1]
+    assert reply.content.startswith("The answer is") and len(reply.stats["token_ids"]) == 4
+    assert reply.stats["continue_from"] == {"text": "The answer is"}
+    record = session.inspect(done.chat_id).record
+    assert record.api_body()[1]["continue_final_message"] is True
+    result = services.engine.generate(record.request(services.models.loaded.tokenizer))
+    assert record.reply(services.models.loaded.tokenizer, list(result.token_ids), result.text) == reply.content
+    again = last(session.regenerate(done.chat_id, GREEDY, KEY, start="Four"))
+    assert again.messages[-1]["content"].startswith("Four")
+
+
+def test_impersonate_writes_the_users_next_message_without_storing_it(session, services):
+    done = last(session.send(None, "Hi", "Be brief.", GREEDY, KEY))
+    draft = last(session.impersonate(done.chat_id, "", GREEDY, KEY))
+    assert isinstance(draft, str) and len(session.chats.messages(done.chat_id)) == 2
+    template = session.template()
+    prompt = template.user_turn_prompt(services.models.loaded.tokenizer,
+                                       [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                                        {"role": "assistant", "content": session.chats.messages(done.chat_id)[1].content}])
+    assert prompt.endswith("<|im_end|>\n<|im_start|>user\n")
+    services.settings.update(chat_template="User/Assistant")
+    plain = session.template().user_turn_prompt(services.models.loaded.tokenizer, [{"role": "user", "content": "Hi"}])
+    assert plain == "User: Hi\nUser: " and session.template().user_stops == ("\nAssistant:",)

@@ -258,6 +258,22 @@ def test_an_instruction_template_is_chosen_previewed_saved_and_used(server, brow
     page.close()
 
 
+def test_start_reply_with_impersonate_and_send_to_notebook(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=4)
+    page.locator("#chat-start textarea, #chat-start input").first.fill("Blue is")
+    send(page, "What color is the sky?")
+    wait_reply_done(page)
+    assert last_reply(server.user_data, "What color is the sky?")[1].startswith("Blue is")
+    page.locator("#chat-start textarea, #chat-start input").first.fill("")
+    page.locator("#chat-impersonate").click()
+    page.wait_for_function("() => document.querySelector('#chat-message textarea').value.length > 0",
+                           timeout=LONG)
+    page.locator("#chat-to-notebook").click()
+    page.wait_for_function("() => document.querySelector('#notebook-text textarea').value.includes("
+                           "'<|im_start|>assistant\\nBlue is')", timeout=30_000)
+    page.close()
+
+
 def test_rename_search_and_delete(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=4)
     send(page, "Where do penguins live?")

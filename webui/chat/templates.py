@@ -58,6 +58,9 @@ BUILTIN: dict[str, str] = {
 # Where a turn has no end token of its own, the text that starts the next turn ends the reply.
 STOPS: dict[str, tuple[str, ...]] = {"Alpaca": ("### Instruction:",), "Vicuna": ("USER:",),
                                      "User/Assistant": ("\nUser:",)}
+# Where the model writes the user's turn (Impersonate), the text that starts the assistant's turn ends it.
+USER_STOPS: dict[str, tuple[str, ...]] = {"Alpaca": ("### Response:",), "Vicuna": ("ASSISTANT:",),
+                                          "User/Assistant": ("\nAssistant:",)}
 # A special token in the vocabulary -> the built-in that uses it (first match wins).
 MARKERS = (("<|im_start|>", "ChatML"), ("<|start_header_id|>", "Llama 3"), ("<start_of_turn>", "Gemma"),
            ("<|assistant|>", "Phi-3"), ("[INST]", "Mistral"))
@@ -81,7 +84,26 @@ class ChatTemplate:
 
     @property
     def stops(self) -> tuple[str, ...]:
-        return STOPS.get(self.name, ()) if self.source is not None and self.source == BUILTIN.get(self.name) else ()
+        """Stop strings for the assistant's turn (built-ins whose turns have no end token)."""
+        return STOPS.get(self.name, ()) if self.builtin else ()
+
+    @property
+    def user_stops(self) -> tuple[str, ...]:
+        """Stop strings for a user's turn written by the model."""
+        return USER_STOPS.get(self.name, ()) if self.builtin else ()
+
+    @property
+    def builtin(self) -> bool:
+        return self.source is not None and self.source == BUILTIN.get(self.name)
+
+    def user_turn_prompt(self, tokenizer: Any, messages: list[dict]) -> str:
+        """The chat rendered up to where the user's next message would begin (for the model to write it)."""
+        mark = "\u2063NEXT-USER-MESSAGE\u2063"
+        full = self.render(tokenizer, [*messages, {"role": "user", "content": mark}], add_generation_prompt=False)
+        if mark not in full:
+            raise TemplateError("this template does not write a user message's content, so the model cannot "
+                                "write one")
+        return full[:full.index(mark)]
 
     def render(self, tokenizer: Any, messages: list[dict], add_generation_prompt: bool = True,
                tools: list[dict] | None = None) -> str:

@@ -171,7 +171,7 @@ class ChatSession:
 
     # -- generating -------------------------------------------------------------------------------------
     def send(self, chat_id: int | None, text: str, system_prompt: str, sampling: SamplingParams,
-             key: Key) -> Iterator[ChatView]:
+             key: Key, start: str = "") -> Iterator[ChatView]:
         """Store the user's message (a new chat when ``chat_id`` is None), then stream the reply."""
         if not text.strip():
             raise UserError("Type a message first.")
@@ -183,9 +183,10 @@ class ChatSession:
             chat_id = self.chats.create(title=" ".join(text.split())[:TITLE_LENGTH], system_prompt=system_prompt).id
         self.chats.append(chat_id, "user", text)
         yield replace(self.view(chat_id), stats="…")
-        yield from self._reply(chat_id, sampling, key)
+        yield from self._reply(chat_id, sampling, key, start=start)
 
-    def regenerate(self, chat_id: int | None, sampling: SamplingParams, key: Key) -> Iterator[ChatView]:
+    def regenerate(self, chat_id: int | None, sampling: SamplingParams, key: Key,
+                   start: str = "") -> Iterator[ChatView]:
         """A new version of the last reply (the previous one stays, a click away)."""
         cid = self._require(chat_id)
         self._check_ready(key)
@@ -193,7 +194,7 @@ class ChatSession:
         if history and history[-1].role == "assistant":
             self._check_fits(turns_of(history[:-1]), self.chats.get(cid).system_prompt, sampling)
             self.chats.rewind(cid, history[-1].position)
-        yield from self._reply(cid, sampling, key)
+        yield from self._reply(cid, sampling, key, start=start)
 
     def continue_reply(self, chat_id: int | None, sampling: SamplingParams, key: Key) -> Iterator[ChatView]:
         """Extend the last reply from where it stopped."""
@@ -222,6 +223,38 @@ class ChatSession:
         self.chats.append(cid, "user", text)
         yield replace(self.view(cid), stats="…")
         yield from self._reply(cid, sampling, key)
+
+    def impersonate(self, chat_id: int | None, system_prompt: str, sampling: SamplingParams,
+                    key: Key) -> Iterator[str]:
+        """The model writes your next message (the text so far, streamed): it goes into the message box, and is
+        sent only if you send it."""
+        model = self.services.models.loaded
+        self._check_ready(key)
+        if model.capabilities.text_only:
+            raise UserError("Impersonate needs a local model: a remote server only writes the assistant's turn.")
+        history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else []
+        system = self.chats.get(chat_id).system_prompt if chat_id is not None else system_prompt
+        template = self.template(model)
+        try:
+            prompt = template.user_turn_prompt(model.tokenizer, chat_messages(history, system))
+        except (TemplateError, ChatPromptError) as exc:
+            raise UserError(f"Impersonate: {exc}") from exc
+        if template.user_stops:
+            sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.user_stops))))
+        for text, _ in stream_text(self.services, self.active, key, prompt, sampling, False):
+            yield text.strip()
+
+    def as_text(self, chat_id: int | None) -> str:
+        """The chat as the model reads it, ready for the next reply (for the Notebook, to go on by hand)."""
+        cid = self._require(chat_id)
+        model = self.services.models.loaded
+        if model is None or model.capabilities.text_only:
+            raise UserError("Sending a chat to the Notebook needs a local model (its template writes the text).")
+        try:
+            return render_chat_prompt(model.tokenizer, turns_of(self.chats.messages(cid)),
+                                      self.chats.get(cid).system_prompt, template=self.template(model))
+        except ChatPromptError as exc:
+            raise UserError(str(exc)) from exc
 
     def switch_version(self, chat_id: int | None, index: int, step: int) -> ChatView:
         """Show message ``index``'s previous (step -1) or next (+1) version, and the conversation after it."""
@@ -349,7 +382,10 @@ class ChatSession:
         history = self.chats.messages(chat_id)
         return history[-1] if history and history[-1].role == "assistant" else None
 
-    def _reply(self, cid: int, sampling: SamplingParams, key: Key, continue_last: bool = False) -> Iterator[ChatView]:
+    def _reply(self, cid: int, sampling: SamplingParams, key: Key, continue_last: bool = False,
+               start: str = "") -> Iterator[ChatView]:
+        """Stream a reply into the chat: a new one (beginning with ``start``, which the model continues, when
+        given), or the rest of the last one (``continue_last``)."""
         model = self.services.models.loaded
         if model is None:
             raise UserError(NO_MODEL)
@@ -366,13 +402,19 @@ class ChatSession:
         if given:  # continue from the reply's own tokens (its text could tokenize differently)
             fitted = self._fitted(model, turns_of(history[:-1]), system_prompt, sampling, template, reserve=len(given))
             prompt: str | list[int] = [*model.tokenizer.encode(fitted.prompt, add_special_tokens=False), *given]
+        elif start and not continue_last:
+            if model.capabilities.text_only:
+                raise UserError("'Start reply with' needs a local model: a remote server starts its replies itself.")
+            reserve = len(model.tokenizer.encode(start, add_special_tokens=False))
+            fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, reserve=reserve)
+            prompt = fitted.prompt + start
         else:
             fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, continue_last)
             prompt = fitted.prompt
         if template.stops:  # a turn with no end token of its own ends where the next turn would begin
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.stops))))
         before = (target.content, list(given or []), stats.get("tokens", []) if given else []) if target else (
-            "", [], [])
+            start, [], [])
         logprobs = None if model.capabilities.text_only else VIEW_TOP
         events = stream_text(self.services, self.active, key, prompt, sampling, False, fitted.messages, logprobs)
         yield from self._store_reply(cid, target, before, events, sampling, model, template, fitted)

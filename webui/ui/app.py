@@ -36,7 +36,7 @@ def build_ui(services: Services) -> gr.Blocks:
         with gr.Row(equal_height=True):
             gr.Markdown("### LLM Workbench", elem_id="app-title")
             status = gr.Markdown(status_text(services), elem_id="status-line")
-        with gr.Tabs(elem_id="tabs"):
+        with gr.Tabs(elem_id="tabs") as tabs:
             chat_panel = gr.Tab("Chat", id="chat", elem_id="tab-chat")
             notebook_panel = gr.Tab("Notebook", id="notebook", elem_id="tab-notebook")
             with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
@@ -52,6 +52,7 @@ def build_ui(services: Services) -> gr.Blocks:
             with notebook_panel:
                 notebook = notebook_tab.create_notebook_tab(services, params, active)
             batch_tab.wire_batch_tab(batch, params)
+            chat_tab.wire_notebook(chat, notebook.text, tabs)
             with insight_panel:
                 insight = insight_tab.create_insight_tab(services, params)
             with ab_panel:

@@ -43,6 +43,9 @@ class ChatTab:
     next_: gr.Button
     branch_new: gr.Button
     message: gr.Textbox
+    start: gr.Textbox
+    impersonate: gr.Button
+    to_notebook: gr.Button
     send: gr.Button
     stop: gr.Button
     regenerate: gr.Button
@@ -103,6 +106,11 @@ def _conversation_column(services: Services) -> dict:
     message = gr.Textbox(label="Message", placeholder="Type a message; Enter sends, Shift+Enter adds a line",
                          lines=1, max_lines=10, elem_id="chat-message")
     with gr.Row():
+        start = gr.Textbox(label="Start reply with", placeholder="(the model continues from this text)", lines=1,
+                           scale=3, elem_id="chat-start")
+        impersonate = gr.Button("Impersonate", size="sm", scale=1, elem_id="chat-impersonate")
+        to_notebook = gr.Button("Send to Notebook", size="sm", scale=1, elem_id="chat-to-notebook")
+    with gr.Row():
         send = gr.Button("Send", variant="primary", elem_id="chat-send")
         stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
         regenerate = gr.Button("Regenerate", elem_id="chat-regenerate")
@@ -115,7 +123,8 @@ def _conversation_column(services: Services) -> dict:
                       open=False, elem_id="chat-inspect-panel"):
         inspector = create_inspector_panel("chat", with_record=True)
     return dict(system=system, chatbot=chatbot, version=version, previous=previous, next_=next_,
-                branch_new=branch_new, message=message, send=send, stop=stop, regenerate=regenerate,
+                branch_new=branch_new, message=message, start=start, impersonate=impersonate,
+                to_notebook=to_notebook, send=send, stop=stop, regenerate=regenerate,
                 continue_=continue_, remove_last=remove_last, stats=stats, token_view=token_view,
                 inspector=inspector, template=template)
 
@@ -162,7 +171,7 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     @shows_errors
     def send(data: dict, request: gr.Request):
         views = session.send(data[tab.chat_id], data[tab.message], data[tab.system], params.params(data),
-                             session_key(request, PANEL))
+                             session_key(request, PANEL), data[tab.start])
         first = next(views)  # the message is stored: clear the box
         yield *view_updates(session, first, data[tab.search]), ""
         for view in views:
@@ -170,7 +179,13 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
 
     @shows_errors
     def regenerate(data: dict, request: gr.Request):
-        yield from streamed(session.regenerate(data[tab.chat_id], params.params(data), session_key(request, PANEL)))
+        yield from streamed(session.regenerate(data[tab.chat_id], params.params(data), session_key(request, PANEL),
+                                               data[tab.start]))
+
+    @shows_errors
+    def impersonate(data: dict, request: gr.Request):
+        yield from session.impersonate(data[tab.chat_id], data[tab.system], params.params(data),
+                                       session_key(request, PANEL))
 
     @shows_errors
     def continue_reply(data: dict, request: gr.Request):
@@ -199,8 +214,10 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
         index = selected.index if isinstance(selected.index, int) else selected.index[0]
         return *panel_updates(session, cid, index), index, version_text(session, cid, index)
 
-    inputs, short = {tab.chat_id, *params.inputs}, [tab.chatbot, tab.stats]
-    send_inputs = {tab.message, tab.chat_id, tab.system, tab.search, *params.inputs}
+    inputs, short = {tab.chat_id, tab.start, *params.inputs}, [tab.chatbot, tab.stats]
+    send_inputs = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs}
+    tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message],
+                          concurrency_limit=None)
     for trigger in (tab.send.click, tab.message.submit):
         trigger(send, send_inputs, [*tab.view, tab.message], concurrency_limit=None, trigger_mode="multiple").then(
             lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
@@ -292,6 +309,12 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     tab.system.blur(session.save_system, [tab.chat_id, tab.system], None)
     tab.export.click(export, [tab.chat_id], [tab.export_file])
     tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)
+
+
+def wire_notebook(tab: ChatTab, notebook_text: gr.Textbox, tabs: gr.Tabs) -> None:
+    """"Send to Notebook": the chat as the model reads it goes into the Notebook's text, and the Notebook opens."""
+    tab.to_notebook.click(shows_errors(lambda cid: (tab.session.as_text(cid), gr.Tabs(selected="notebook"))),
+                          [tab.chat_id], [notebook_text, tabs])
 
 
 def on_load(tab: ChatTab) -> tuple[list, Any]:
