@@ -301,3 +301,13 @@ def test_impersonate_writes_the_users_next_message_without_storing_it(session, s
     services.settings.update(chat_template="User/Assistant")
     plain = session.template().user_turn_prompt(services.models.loaded.tokenizer, [{"role": "user", "content": "Hi"}])
     assert plain == "User: Hi\nUser: " and session.template().user_stops == ("\nAssistant:",)
+
+
+def test_the_token_view_shows_any_stored_reply_and_only_the_last_can_be_branched(session):
+    done = last(session.send(None, "One", "", GREEDY, KEY))
+    last(session.send(done.chat_id, "Two", "", GREEDY, KEY))
+    history = session.chats.messages(done.chat_id)
+    first, branchable = session.last_tokens(done.chat_id, 1)
+    assert [r["id"] for r in first] == history[1].stats["token_ids"] and not branchable
+    latest, branchable = session.last_tokens(done.chat_id, 0)  # a user message: the last reply
+    assert [r["id"] for r in latest] == history[3].stats["token_ids"] and branchable

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from webui.store import ChatStore, Database, MessageNotFound
+from webui.store import ChatStore, Database, MessageNotFound, StoreError
 from webui.store.schema import MIGRATIONS
 
 
@@ -105,3 +105,34 @@ def test_a_database_from_before_the_tree_keeps_its_chats(tmp_path):
         assert chats.append(1, "assistant", "d").position == 3
     finally:
         db.close()
+
+
+TGWUI_HISTORY = {  # the shape text-generation-webui saves in logs/chat/<character>/<id>.json
+    "internal": [["<|BEGIN-VISIBLE-CHAT|>", "How can I help you today?"],
+                 ["What is 2 < 3?", "True: 2 is less than 3."],
+                 ["Thanks", ""]],
+    "visible": [["", "How can I help you today?"], ["What is 2 &lt; 3?", "True: 2 is less than 3."],
+                ["Thanks", ""]],
+    "metadata": {"assistant_0": {"timestamp": "Dec 03, 2026 10:00"}},
+}
+
+
+def test_a_text_generation_webui_history_imports_and_exports_back(chats):
+    chat = chats.import_json(json.dumps(TGWUI_HISTORY))
+    assert chat.title == "Imported from text-generation-webui"
+    assert [(m.role, m.content) for m in chats.messages(chat.id)] == [
+        ("assistant", "How can I help you today?"), ("user", "What is 2 < 3?"),
+        ("assistant", "True: 2 is less than 3."), ("user", "Thanks")]
+    back = json.loads(chats.export_tgwui(chat.id))
+    assert back["internal"] == TGWUI_HISTORY["internal"] and back["visible"] == TGWUI_HISTORY["visible"]
+
+
+@pytest.mark.parametrize("history, said", [
+    ({"internal": "nope"}, "internal must be a list"),
+    ({"internal": [["only one"]]}, r"internal\[0\] must be a \[user message, reply\] pair"),
+    ({"internal": []}, "holds no messages"),
+])
+def test_a_bad_text_generation_webui_history_is_named_and_nothing_is_written(chats, history, said):
+    with pytest.raises(StoreError, match=said):
+        chats.import_json(json.dumps(history))
+    assert chats.list() == []

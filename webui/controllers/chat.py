@@ -155,11 +155,13 @@ class ChatSession:
         if chat_id is not None:
             self.chats.set_system_prompt(chat_id, text)
 
-    def export(self, chat_id: int | None) -> Path:
-        """The chat as a JSON file in a new temporary folder."""
+    def export(self, chat_id: int | None, tgwui: bool = False) -> Path:
+        """The chat as a JSON file in a new temporary folder: ours (every version), or text-generation-webui's
+        history format (the conversation shown)."""
         cid = self._require(chat_id)
-        path = Path(tempfile.mkdtemp(prefix="chat-export-")) / f"chat-{cid}.json"
-        path.write_text(self.chats.export_json(cid), encoding="utf-8")
+        name = f"chat-{cid}-text-generation-webui.json" if tgwui else f"chat-{cid}.json"
+        path = Path(tempfile.mkdtemp(prefix="chat-export-")) / name
+        path.write_text(self.chats.export_tgwui(cid) if tgwui else self.chats.export_json(cid), encoding="utf-8")
         return path
 
     def import_file(self, path: str | Path) -> ChatView:
@@ -359,12 +361,16 @@ class ChatSession:
             return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
         return MessageInspection(which, seen, FittedChat("", [], dropped).note, record)
 
-    def last_tokens(self, chat_id: int | None) -> tuple[list[dict[str, Any]], bool]:
-        """The last reply's token rows, and whether they can be branched (a local model is loaded)."""
-        last = self._last_reply(chat_id) if chat_id is not None else None
-        rows = (last.stats or {}).get("tokens", []) if last else []
+    def last_tokens(self, chat_id: int | None, index: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+        """The token rows of reply ``index`` (None, or not a reply: the last reply), and whether they can be
+        branched (the last reply, with a local model loaded)."""
+        history = self.chats.messages(chat_id) if chat_id is not None else []
+        last = history[-1] if history and history[-1].role == "assistant" else None
+        chosen = history[index] if index is not None and 0 <= index < len(history) \
+            and history[index].role == "assistant" else last
+        rows = (chosen.stats or {}).get("tokens", []) if chosen else []
         model = self.services.models.loaded
-        return rows, model is not None and not model.capabilities.text_only
+        return rows, chosen is last and model is not None and not model.capabilities.text_only
 
     # -- helpers ----------------------------------------------------------------------------------------
     def _require(self, chat_id: int | None) -> int:

@@ -17,10 +17,15 @@
 
 Version 1 (no "parent", no "current") is one linear conversation. Unknown keys are
 ignored. NaN and Infinity are not JSON and are refused.
+
+text-generation-webui's chat histories (``{"internal": [[user, reply], ...], "visible": [...]}``,
+a first pair ``["<|BEGIN-VISIBLE-CHAT|>", greeting]`` for a greeting) are read too, and
+``export_tgwui`` writes the shown conversation in that shape.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -98,6 +103,8 @@ def parse_chat(text: str | bytes) -> ChatExport:
         raise _error(f"not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise _error(f"expected a JSON object at the top level, got {_kind(data)}")
+    if "format" not in data and "internal" in data:
+        return _tgwui(data)
     if "format" not in data:
         raise _error(f"missing field 'format' (expected {FORMAT!r}; "
                      "is this a chat exported by the workbench?)")
@@ -126,6 +133,44 @@ def parse_chat(text: str | bytes) -> ChatExport:
         raise _error(f"current must be the index of a message (0 to {len(messages) - 1}) or null, got {current!r}")
     return ChatExport(title=title, system_prompt=system_prompt, created=float(created), messages=messages,
                       parents=parents, current=current)
+
+
+TGWUI_GREETING = "<|BEGIN-VISIBLE-CHAT|>"
+TGWUI_TITLE = "Imported from text-generation-webui"
+
+
+def _tgwui(data: dict[str, Any]) -> ChatExport:
+    """text-generation-webui's history: [user, reply] pairs under "internal" (the raw text; "visible" is HTML)."""
+    pairs = data["internal"]
+    if not isinstance(pairs, list):
+        raise _error(f"internal must be a list of [user message, reply] pairs, got {_kind(pairs)}")
+    messages: list[tuple[str, str, dict[str, Any] | None]] = []
+    for i, pair in enumerate(pairs):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise _error(f"internal[{i}] must be a [user message, reply] pair of strings, got {_kind(pair)}")
+        user, reply = pair
+        if user.strip() and user != TGWUI_GREETING:
+            messages.append(("user", user, None))
+        if reply.strip():
+            messages.append(("assistant", reply, None))
+    if not messages:
+        raise _error("the text-generation-webui history holds no messages")
+    return ChatExport(title=TGWUI_TITLE, system_prompt="", created=time.time(), messages=messages)
+
+
+def export_tgwui(messages: list[tuple[str, str]]) -> str:
+    """(role, content) of a conversation as text-generation-webui saves a chat history."""
+    pairs: list[list[str]] = []
+    for role, content in messages:
+        if role == "user":
+            pairs.append([content, ""])
+        elif role == "assistant":
+            if pairs and not pairs[-1][1]:
+                pairs[-1][1] = content
+            else:  # a reply with no message before it (a greeting)
+                pairs.append([TGWUI_GREETING if not pairs else "", content])
+    visible = [["" if u == TGWUI_GREETING else html.escape(u), html.escape(r)] for u, r in pairs]
+    return json.dumps({"internal": pairs, "visible": visible}, indent=2, ensure_ascii=False)
 
 
 def _parent(index: int, item: dict[str, Any]) -> int | None:

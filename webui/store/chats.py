@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from webui.store.chat_format import ROLES, ChatExport, check_title, export_chat, parse_chat
+from webui.store.chat_format import ROLES, ChatExport, check_title, export_chat, export_tgwui, parse_chat
 from webui.store.db import Database
 from webui.store.errors import ChatNotFound, MessageNotFound, StoreError
 
@@ -250,6 +250,10 @@ class ChatStore:
             title=chat.title, system_prompt=chat.system_prompt, created=chat.created,
             messages=[(m.role, m.content, m.stats) for m in messages],
             parents=[index.get(m.parent_id) for m in messages], current=index.get(leaf)))
+
+    def export_tgwui(self, chat_id: int) -> str:
+        """The shown conversation as text-generation-webui saves a chat history."""
+        return export_tgwui([(m.role, m.content) for m in self.messages(chat_id)])
 
     def import_json(self, text: str) -> Chat:
         """Create a new chat from exported JSON; on any error raise StoreError, writing nothing."""

@@ -33,6 +33,7 @@ class ChatTab:
     rename: gr.Button
     delete: gr.Button
     export: gr.Button
+    export_tgwui: gr.Button
     import_: gr.UploadButton
     export_file: gr.File
     system: gr.Textbox
@@ -87,9 +88,10 @@ def _chat_list_column() -> dict:
     with gr.Row():
         export = gr.Button("Export JSON", size="sm", elem_id="chat-export")
         import_ = gr.UploadButton("Import JSON", file_types=[".json"], size="sm", elem_id="chat-import")
+    export_tgwui = gr.Button("Export for text-generation-webui", size="sm", elem_id="chat-export-tgwui")
     export_file = gr.File(label="Exported chat", visible=False, elem_id="chat-export-file")
     return dict(new=new, search=search, chat_list=chat_list, title=title, rename=rename, delete=delete,
-                export=export, import_=import_, export_file=export_file)
+                export=export, export_tgwui=export_tgwui, import_=import_, export_file=export_file)
 
 
 def _conversation_column(services: Services) -> dict:
@@ -117,7 +119,7 @@ def _conversation_column(services: Services) -> dict:
         continue_ = gr.Button("Continue", elem_id="chat-continue")
         remove_last = gr.Button("Remove last", elem_id="chat-remove-last")
     stats = gr.Markdown("", elem_id="chat-stats")
-    with gr.Accordion("Tokens of the last reply", open=False, elem_id="chat-tokens-panel"):
+    with gr.Accordion("Tokens of the reply (the last, or the one clicked)", open=False, elem_id="chat-tokens-panel"):
         token_view = create_token_view("chat-tokens")
     with gr.Accordion("Prompt and reproduce record (click a message; default: the last reply)",
                       open=False, elem_id="chat-inspect-panel"):
@@ -156,7 +158,7 @@ def panel_updates(session: ChatSession, chat_id: int | None, index: int | None =
     rendered, tokens, note = inspection_views(seen.seen) if seen.seen else ("", None, seen.note)
     if seen.seen and seen.note:  # e.g. the oldest messages left out to fit the context
         note = f"{note} · {seen.note}"
-    rows, branchable = session.last_tokens(chat_id)
+    rows, branchable = session.last_tokens(chat_id, index)
     head = f"{seen.which} · {note}" if seen.which else ""
     return head, rendered, tokens, *record_views(seen.record, session.services.config.api_port), view_value(
         rows, branchable)
@@ -287,9 +289,8 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
                     gr.skip(), gr.skip(), True, gr.update(value="Confirm delete"))
         return *view_updates(session, session.delete(cid), query), False, gr.update(value="Delete")
 
-    @shows_errors
-    def export(cid: int | None):
-        return gr.update(value=str(session.export(cid)), visible=True)
+    def export(tgwui: bool):
+        return shows_errors(lambda cid: gr.update(value=str(session.export(cid, tgwui)), visible=True))
 
     @shows_errors
     def import_chat(file, query: str):
@@ -307,7 +308,8 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     tab.rename.click(rename, [tab.chat_id, tab.title, tab.search], with_confirm)
     tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], [*with_confirm, tab.delete]).then(**refresh)
     tab.system.blur(session.save_system, [tab.chat_id, tab.system], None)
-    tab.export.click(export, [tab.chat_id], [tab.export_file])
+    tab.export.click(export(False), [tab.chat_id], [tab.export_file])
+    tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
     tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)
 
 
