@@ -311,3 +311,16 @@ def test_the_token_view_shows_any_stored_reply_and_only_the_last_can_be_branched
     assert [r["id"] for r in first] == history[1].stats["token_ids"] and not branchable
     latest, branchable = session.last_tokens(done.chat_id, 0)  # a user message: the last reply
     assert [r["id"] for r in latest] == history[3].stats["token_ids"] and branchable
+
+
+def test_a_chats_parameters_can_be_taken_back(session, services):
+    from webui.controllers.parameters import ParametersController
+
+    services.settings.update(chat_template="User/Assistant")
+    done = last(session.send(None, "Hi", "", GREEDY.replace(top_k=7, stop=("END",)), KEY))
+    params = session.chat_params(done.chat_id)
+    assert params.top_k == 7 and params.stop == ("END",)  # not the template's own "\nUser:"
+    ParametersController(services).use(params)
+    assert services.settings.get().params["top_k"] == 7 and services.settings.get().last_preset is None
+    with pytest.raises(UserError, match="no reply made here yet"):
+        session.chat_params(session.chats.create().id)

@@ -268,6 +268,9 @@ def test_start_reply_with_impersonate_and_send_to_notebook(server, browser):
     page.locator("#chat-impersonate").click()
     page.wait_for_function("() => document.querySelector('#chat-message textarea').value.length > 0",
                            timeout=LONG)
+    page.locator("#chat-use-params").click()
+    wait_text(page, "#preset-note", "Parameters taken from a chat's last reply.", 30_000)
+    assert json.loads((server.user_data / "settings.json").read_text())["params"]["max_new_tokens"] == 4
     page.locator("#chat-to-notebook").click()
     page.wait_for_function("() => document.querySelector('#notebook-text textarea').value.includes("
                            "'<|im_start|>assistant\\nBlue is')", timeout=30_000)

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 from loaders.base import LoadedModel
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.context import FittedChat, fit_chat, kept_messages
-from webui.chat.templates import ChatTemplate, TemplateError, from_record
+from webui.chat.templates import STOPS, ChatTemplate, TemplateError, from_record
 from webui.engine.sequence import token_budget
 from webui.controllers.errors import UserError
 from webui.controllers.generation import ActiveRequests, stats_text, stream_request, stream_text
@@ -245,6 +245,20 @@ class ChatSession:
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.user_stops))))
         for text, _ in stream_text(self.services, self.active, key, prompt, sampling, False):
             yield text.strip()
+
+    def chat_params(self, chat_id: int | None) -> SamplingParams:
+        """The parameters the chat's last reply was made with (without the stop strings its template added)."""
+        cid = self._require(chat_id)
+        made = next((m.stats for m in reversed(self.chats.messages(cid)) if m.stats and "params" in m.stats), None)
+        if made is None:
+            raise UserError("This chat has no reply made here yet, so it has no parameters to use.")
+        template_stops = STOPS.get((made.get("chat_template") or {}).get("name", ""), ())
+        params = dict(made["params"])
+        params["stop"] = [s for s in params.get("stop", []) if s not in template_stops]
+        try:
+            return SamplingParams.from_dict(params, source="this chat's last reply")
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
 
     def as_text(self, chat_id: int | None) -> str:
         """The chat as the model reads it, ready for the next reply (for the Notebook, to go on by hand)."""

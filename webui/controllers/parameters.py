@@ -172,6 +172,11 @@ class ParametersController:
         self.settings.update(params=params.changed(), last_preset=None)
         return params
 
+    def use(self, params: SamplingParams) -> SamplingParams:
+        """Make ``params`` the current parameters (e.g. a chat's own), as if they had been set by hand."""
+        self.settings.update(params=params.changed(), last_preset=None)
+        return params
+
     def apply(self, name: str) -> Preset:
         try:
             chosen = self.presets.get(name)

@@ -9,6 +9,7 @@ import gradio as gr
 
 from webui.controllers import UserError
 from webui.controllers.chat import ChatSession, ChatView
+from webui.controllers.parameters import pipeline_text
 from webui.controllers.generation import ActiveRequests
 from webui.services import Services
 from webui.ui.feedback import session_key, shows_errors
@@ -47,6 +48,7 @@ class ChatTab:
     start: gr.Textbox
     impersonate: gr.Button
     to_notebook: gr.Button
+    use_params: gr.Button
     send: gr.Button
     stop: gr.Button
     regenerate: gr.Button
@@ -112,6 +114,7 @@ def _conversation_column(services: Services) -> dict:
                            scale=3, elem_id="chat-start")
         impersonate = gr.Button("Impersonate", size="sm", scale=1, elem_id="chat-impersonate")
         to_notebook = gr.Button("Send to Notebook", size="sm", scale=1, elem_id="chat-to-notebook")
+        use_params = gr.Button("Use this chat's parameters", size="sm", scale=1, elem_id="chat-use-params")
     with gr.Row():
         send = gr.Button("Send", variant="primary", elem_id="chat-send")
         stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
@@ -126,7 +129,7 @@ def _conversation_column(services: Services) -> dict:
         inspector = create_inspector_panel("chat", with_record=True)
     return dict(system=system, chatbot=chatbot, version=version, previous=previous, next_=next_,
                 branch_new=branch_new, message=message, start=start, impersonate=impersonate,
-                to_notebook=to_notebook, send=send, stop=stop, regenerate=regenerate,
+                to_notebook=to_notebook, use_params=use_params, send=send, stop=stop, regenerate=regenerate,
                 continue_=continue_, remove_last=remove_last, stats=stats, token_view=token_view,
                 inspector=inspector, template=template)
 
@@ -220,6 +223,14 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     send_inputs = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs}
     tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message],
                           concurrency_limit=None)
+
+    @shows_errors
+    def use_params(cid: int | None):
+        used = params.controller.use(session.chat_params(cid))
+        gr.Info("The Parameters tab now holds this chat's parameters.")
+        return *params.panel.show(used), None, "Parameters taken from a chat's last reply.", pipeline_text(used)
+
+    tab.use_params.click(use_params, [tab.chat_id], [*params.panel.shown, params.preset, params.note, params.running])
     for trigger in (tab.send.click, tab.message.submit):
         trigger(send, send_inputs, [*tab.view, tab.message], concurrency_limit=None, trigger_mode="multiple").then(
             lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
