@@ -91,3 +91,15 @@ def test_a_row_shows_what_the_model_read_and_its_record(controller, services):
     assert "Name a fruit." in seen.seen.text and "Be brief." in seen.seen.text
     assert seen.record.loader == "transformers" and seen.record.params["seed"] == row.seed
     assert services.engine.generate(seen.record.request(services.models.loaded.tokenizer)).text == row.output
+
+
+def test_a_run_uses_the_chosen_chat_template_and_its_records_keep_it(controller, services):
+    services.settings.update(chat_template="User/Assistant")
+    job = controller.job(BatchForm(prompts="Name a fruit.", system="Be brief."), BASE)
+    assert "chat template: User/Assistant" in controller.plan(job)
+    done = last(controller.run(job))
+    row = controller.rows(done.run_id)[0]
+    seen = controller.inspect_row(done.run_id, row)
+    assert seen.seen.text == "Be brief.\n\nUser: Name a fruit.\nAssistant:" and "\nUser:" in row.params["stop"]
+    assert seen.record.chat_template["name"] == "User/Assistant"
+    assert services.engine.generate(seen.record.request(services.models.loaded.tokenizer)).text == row.output

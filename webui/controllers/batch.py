@@ -99,8 +99,10 @@ class BatchController:
         budget = sum(c.setting.params.max_new_tokens for c in cells)
         seconds = budget / rate
         took = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+        template = "raw prompts (no chat template)" if job.raw else (
+            f"chat template: {job.chat_template or 'the model’s own'} (chosen in Chat)")
         return (f"**{len(job.rows)} prompts × {len(settings)} settings × {job.grid.samples} samples = "
-                f"{len(cells)} cells** · at most {budget:,} tokens · roughly {took} or less")
+                f"{len(cells)} cells** · at most {budget:,} tokens · roughly {took} or less · {template}")
 
     def run(self, job: BatchJob) -> Iterator[Progress]:
         """Start ``job`` and follow it until it ends (a refresh every REFRESH_SECONDS)."""
