@@ -214,6 +214,8 @@ class ChatSession:
         if not 0 <= index < len(history) or history[index].role not in ("user", "assistant"):
             raise UserError("That message cannot be edited; click one of the chat's messages.")
         if history[index].role == "assistant":
+            if self.active.busy(key):
+                raise UserError("A reply is still being written here; wait for it or press Stop.")
             self.chats.rewind(cid, index)
             self.chats.append(cid, "assistant", text, stats={"edited": True, "summary": "edited by hand"})
             yield self.view(cid)
