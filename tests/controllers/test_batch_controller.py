@@ -103,3 +103,21 @@ def test_a_run_uses_the_chosen_chat_template_and_its_records_keep_it(controller,
     assert seen.seen.text == "Be brief.\n\nUser: Name a fruit.\nAssistant:" and "\nUser:" in row.params["stop"]
     assert seen.record.chat_template["name"] == "User/Assistant"
     assert services.engine.generate(seen.record.request(services.models.loaded.tokenizer)).text == row.output
+
+
+def test_scored_asserts_weights_and_the_summarys_interval(controller, tmp_path):
+    from webui.batch import summarize
+
+    checker = tmp_path / "check.py"
+    checker.write_text("def get_assert(output, context):\n    return {'pass': True, 'score': 0.5, 'reason': 'half'}\n")
+    form = BatchForm(prompts="Hello", samples=3, asserts=f"max-length:4 tokens\npython:{checker}\nnot-is-json\n"
+                                                          "similar:completely different words here\nttft:60000")
+    done = last(controller.run(controller.job(form, BASE.replace(temperature=1.0))))
+    rows = controller.rows(done.run_id)
+    assert len(rows) == 3 and all(len(r.asserts) == 5 for r in rows)
+    for r in rows:
+        similar = r.asserts[3]
+        assert similar.score is not None and r.passed is (similar.score >= 0.75)
+        assert r.score == pytest.approx((1 + 0.5 + 1 + similar.score + 1) / 5)
+    (summary,) = summarize(rows)
+    assert summary.pass_interval is not None and summary.mean_score == pytest.approx(sum(r.score for r in rows) / 3)

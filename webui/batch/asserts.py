@@ -10,13 +10,32 @@ Text comparisons are case-sensitive, except ``icontains``. ``equals`` and
 ``starts-with`` ignore whitespace around the output (models often start with a
 space or end with a newline); ``regex`` uses :func:`re.search`, so anchor it
 with ``^``/``$`` to match the whole output.
+
+Every assert has a score in [0, 1] (1 or 0 for yes/no checks; ``similar`` and
+``python`` may give any score), a ``weight`` (default 1) and, for scored kinds,
+a ``threshold`` the score must reach. ``not-`` before any kind inverts it (its
+score becomes 1 - score). A row's score is the weighted mean of its asserts'.
+
+``similar:<reference>`` compares the output with a reference by the cosine of
+their character-trigram counts (case and runs of spaces ignored): no model and
+no download, good at "says the same words", blind to paraphrase (default
+threshold 0.75). ``python:<file.py>[:function]`` calls ``function(output,
+context)`` (default ``get_assert``, as promptfoo names it) in a separate Python
+process with a time limit; it returns a bool, a score, or ``{"pass", "score",
+"reason"}``. ``latency:<ms>``, ``ttft:<ms>`` and ``tokens-per-second:<n>`` check
+the row's timing.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
-from dataclasses import dataclass, field
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -24,25 +43,61 @@ import jsonschema
 
 from webui.batch.errors import BatchInputError
 
-TEXT_KINDS = ("contains", "icontains", "not-contains", "equals", "regex", "starts-with")
-KINDS = (*TEXT_KINDS, "is-json", "max-length")
+TEXT_KINDS = ("contains", "icontains", "not-contains", "equals", "regex", "starts-with", "similar")
+NUMBER_KINDS = ("latency", "ttft", "tokens-per-second")  # a number: milliseconds, or tokens per second
+KINDS = (*TEXT_KINDS, "is-json", "max-length", "python", *NUMBER_KINDS)
+SCORED_KINDS = ("similar", "python")  # may give a score in [0, 1], held against a threshold
+DEFAULT_THRESHOLD = {"similar": 0.75, "python": 0.5}
+PYTHON_TIMEOUT = 10.0  # seconds a python assert may take
 LENGTH_UNITS = {"chars": "chars", "char": "chars", "characters": "chars", "character": "chars",
                 "tokens": "tokens", "token": "tokens"}
 EXCERPT = 60
 _EXAMPLES = ("contains:Paris, icontains:paris, not-contains:London, equals:4, regex:^\\d+$, starts-with:The, "
-             "is-json, is-json:{\"type\":\"object\"}, max-length:200, max-length:50 tokens")
+             "is-json, is-json:{\"type\":\"object\"}, max-length:200, max-length:50 tokens, "
+             "similar:The capital is Paris, python:checks.py, latency:5000, ttft:500, tokens-per-second:5, "
+             "not-regex:^\\s*$")
 
 
 @dataclass(frozen=True)
 class AssertResult:
-    """The outcome of one assert on one output; ``detail`` says why it failed ("" when it passed)."""
+    """The outcome of one assert on one output; ``detail`` says why it failed ("" when it passed; a scored
+    kind says its score either way)."""
 
     passed: bool
     detail: str = ""
     label: str = ""
+    score: float | None = None
+    """In [0, 1] for kinds that score; None: 1 if passed else 0."""
+    weight: float = 1.0
+
+    @property
+    def value(self) -> float:
+        return self.score if self.score is not None else float(self.passed)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "passed": self.passed, "detail": self.detail}
+        out: dict[str, Any] = {"label": self.label, "passed": self.passed, "detail": self.detail}
+        if self.score is not None:
+            out["score"] = self.score
+        if self.weight != 1.0:
+            out["weight"] = self.weight
+        return out
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What an assert looks at: the output, and how it was made."""
+
+    output: str
+    completion_tokens: int = 0
+    ttft: float | None = None  # seconds
+    tokens_per_second: float | None = None
+    prompt: str = ""
+
+
+def row_score(results: list[AssertResult]) -> float | None:
+    """The weighted mean of the asserts' scores (None without asserts, or with no weight at all)."""
+    total = sum(r.weight for r in results)
+    return sum(r.value * r.weight for r in results) / total if results and total > 0 else None
 
 
 @dataclass(frozen=True)
@@ -52,15 +107,21 @@ class Assert:
     for max-length. Validated on construction."""
 
     kind: str
-    value: str | int | None = None
-    options: Mapping[str, str] = field(default_factory=dict, hash=False)
+    value: str | int | float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    negate: bool = False
+    weight: float = 1.0
+    threshold: float | None = None
+    """For scored kinds: the score that passes (None: the kind's default)."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise BatchInputError(f"unknown assert kind '{self.kind}'; kinds: {', '.join(KINDS)}")
-        extra = set(self.options) - ({"unit"} if self.kind == "max-length" else set())
+        allowed = {"max-length": {"unit"}, "python": {"timeout"}}.get(self.kind, set())
+        extra = set(self.options) - allowed
         if extra:
             raise BatchInputError(f"{self.kind}: unknown option(s) {', '.join(sorted(map(str, extra)))}")
+        _check_weight(self.kind, self.weight, self.threshold)
         if self.kind in TEXT_KINDS:
             _check_text_value(self.kind, self.value)
             if self.kind == "regex":
@@ -70,6 +131,10 @@ class Assert:
                 if not isinstance(self.value, str):
                     raise BatchInputError(f"is-json: the schema must be JSON text, got {self.value!r}")
                 object.__setattr__(self, "value", _schema_text(self.value))
+        elif self.kind == "python":
+            _check_python(self.value, self.options)
+        elif self.kind in NUMBER_KINDS:
+            _check_number(self.kind, self.value)
         else:
             _check_max_length(self.value, self.options)
             object.__setattr__(self, "options", {"unit": self.options.get("unit", "chars")})
@@ -84,25 +149,48 @@ class Assert:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSONL form, which :func:`parse_assert` reads back."""
+        kind = f"not-{self.kind}" if self.negate else self.kind
         if self.kind == "max-length":
-            return {"type": self.kind, "value": self.value, "unit": self.unit}
-        if self.kind == "is-json":
-            return {"type": self.kind} if self.value is None else {"type": self.kind, "schema": json.loads(self.value)}
-        return {"type": self.kind, "value": self.value}
+            out: dict[str, Any] = {"type": kind, "value": self.value, "unit": self.unit}
+        elif self.kind == "is-json":
+            out = {"type": kind} if self.value is None else {"type": kind, "schema": json.loads(str(self.value))}
+        else:
+            out = {"type": kind, "value": self.value, **({"timeout": self.options["timeout"]}
+                                                         if "timeout" in self.options else {})}
+        if self.weight != 1.0:
+            out["weight"] = self.weight
+        if self.threshold is not None:
+            out["threshold"] = self.threshold
+        return out
 
-    def check(self, output: str, completion_tokens: int) -> AssertResult:
-        """Run the check on ``output`` (``completion_tokens`` serves ``max-length ... tokens``)."""
-        passed, detail = _CHECKS[self.kind](self, output, completion_tokens)
-        return AssertResult(passed, "" if passed else detail, self.label)
+    @property
+    def pass_at(self) -> float:
+        return self.threshold if self.threshold is not None else DEFAULT_THRESHOLD.get(self.kind, 0.5)
+
+    def check(self, seen: Observed | str, completion_tokens: int = 0) -> AssertResult:
+        """Run the check (an output alone, or what was observed of it: tokens, timing)."""
+        if isinstance(seen, str):
+            seen = Observed(seen, completion_tokens)
+        passed, detail, score, by_score = _run(self, seen)
+        if by_score and score is not None:
+            passed = score >= self.pass_at
+            detail = f"{detail} (score {score:.2f}, needs {self.pass_at:g})".strip()
+        if self.negate:
+            passed = not passed
+            score = None if score is None else 1.0 - score
+            detail = detail if passed or self.kind in SCORED_KINDS else f"the output passes {assert_label(self)[4:]}"
+        shown = detail if (not passed or self.kind in SCORED_KINDS) else ""
+        return AssertResult(passed, shown, self.label, score, self.weight)
 
 
 def assert_label(item: Assert) -> str:
     """A short display form, the compact spec (``contains:Paris``, ``max-length:50 tokens``)."""
+    kind = f"not-{item.kind}" if item.negate else item.kind
     if item.kind == "is-json":
-        return "is-json" if item.value is None else f"is-json:{item.value}"
+        return kind if item.value is None else f"{kind}:{item.value}"
     if item.kind == "max-length":
-        return f"max-length:{item.value}" + (" tokens" if item.unit == "tokens" else "")
-    return f"{item.kind}:{_one_line(str(item.value))}"
+        return f"{kind}:{item.value}" + (" tokens" if item.unit == "tokens" else "")
+    return f"{kind}:{_one_line(str(item.value))}"
 
 
 def parse_assert(spec: str | Mapping[str, Any] | Assert) -> Assert:
@@ -120,18 +208,30 @@ def parse_assert(spec: str | Mapping[str, Any] | Assert) -> Assert:
                               f"{{\"type\": \"contains\", \"value\": \"Paris\"}}, got {spec!r}")
     text = spec.strip()
     kind, sep, value = text.partition(":")
-    kind = kind.strip().lower()
-    if kind not in KINDS:
+    kind, negate = _kind(kind)
+    if kind is None:
         raise BatchInputError(f"unknown assert '{_excerpt(text)}'; write kind:value with kind one of "
-                              f"{', '.join(KINDS)} (e.g. {_EXAMPLES})")
+                              f"{', '.join(KINDS)}, or not- before one (e.g. {_EXAMPLES})")
     value = value.strip()
     if kind == "is-json":
-        return Assert(kind, value or None)
+        return Assert(kind, value or None, negate=negate)
     if kind == "max-length":
-        return _parse_max_length(value)
+        return replace(_parse_max_length(value), negate=negate)
     if not sep or not value:
         raise BatchInputError(f"{kind} needs a value, e.g. {kind}:{_EXAMPLE_VALUES[kind]}")
-    return Assert(kind, value)
+    if kind in NUMBER_KINDS:
+        return Assert(kind, _number(kind, value), negate=negate)
+    return Assert(kind, value, negate=negate)
+
+
+def _kind(given: Any) -> tuple[str | None, bool]:
+    """(kind, negated) of a written kind: a kind, or not- before one; (None, False) when it is neither."""
+    kind = str(given).strip().lower()
+    if kind in KINDS:
+        return kind, False
+    if kind.startswith("not-") and kind[4:] in KINDS and kind[4:] != "not-contains":
+        return kind[4:], True
+    return None, False
 
 
 def parse_asserts(specs: Any, where: str = "") -> list[Assert]:
@@ -155,35 +255,42 @@ def check_all(asserts: list[Assert], output: str, completion_tokens: int) -> lis
 # -- parsing helpers -----------------------------------------------------------
 
 _EXAMPLE_VALUES = {"contains": "Paris", "icontains": "paris", "not-contains": "London", "equals": "4",
-                   "regex": "^\\d+$", "starts-with": "The"}
-_DICT_KEYS = {"type", "kind", "value", "schema", "unit"}
+                   "regex": "^\\d+$", "starts-with": "The", "similar": "The capital of France is Paris",
+                   "python": "checks.py:get_assert", "latency": "5000", "ttft": "500", "tokens-per-second": "5"}
+_DICT_KEYS = {"type", "kind", "value", "schema", "unit", "weight", "threshold", "timeout"}
 
 
 def _from_dict(spec: Mapping[str, Any]) -> Assert:
     unknown = set(spec) - _DICT_KEYS
+    shown = json.dumps(dict(spec), ensure_ascii=False, default=str)[:120]
     if unknown:
-        raise BatchInputError(f"assert {json.dumps(dict(spec), ensure_ascii=False)[:120]} has unknown key(s) "
-                              f"{', '.join(sorted(map(str, unknown)))}; keys: type, value (schema for is-json, "
-                              "unit for max-length)")
-    kind = spec.get("type", spec.get("kind"))
-    if not isinstance(kind, str) or kind.strip().lower() not in KINDS:
-        raise BatchInputError(f"assert {json.dumps(dict(spec), ensure_ascii=False)[:120]} needs \"type\" "
-                              f"set to one of {', '.join(KINDS)}")
-    kind = kind.strip().lower()
+        raise BatchInputError(f"assert {shown} has unknown key(s) {', '.join(sorted(map(str, unknown)))}; keys: "
+                              "type, value (schema for is-json, unit for max-length, timeout for python), weight, "
+                              "threshold")
+    kind, negate = _kind(spec.get("type", spec.get("kind")))
+    if kind is None:
+        raise BatchInputError(f"assert {shown} needs \"type\" set to one of {', '.join(KINDS)} (or not- before one)")
+    extra = {k: spec[k] for k in ("weight", "threshold") if spec.get(k) is not None}
     value = spec.get("schema", spec.get("value"))
     if kind == "is-json":
         if value is None or value == "":
-            return Assert(kind)
-        return Assert(kind, value if isinstance(value, str) else _dump_schema(value))
+            return Assert(kind, negate=negate, **extra)
+        return Assert(kind, value if isinstance(value, str) else _dump_schema(value), negate=negate, **extra)
     if kind == "max-length":
         unit = spec.get("unit")
         if isinstance(value, str):
-            return _parse_max_length(value if unit is None else f"{value} {unit}")
-        return Assert(kind, value, {"unit": LENGTH_UNITS.get(str(unit).lower(), str(unit))} if unit else {})
+            made = _parse_max_length(value if unit is None else f"{value} {unit}")
+        else:
+            made = Assert(kind, value, {"unit": LENGTH_UNITS.get(str(unit).lower(), str(unit))} if unit else {})
+        return replace(made, negate=negate, **extra)
     if value is None:
         raise BatchInputError(f"{kind} needs a \"value\", e.g. {{\"type\": \"{kind}\", "
                               f"\"value\": \"{_EXAMPLE_VALUES[kind]}\"}}")
-    return Assert(kind, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+    if kind in NUMBER_KINDS:
+        return Assert(kind, _number(kind, value), negate=negate, **extra)
+    options = {"timeout": spec["timeout"]} if kind == "python" and spec.get("timeout") is not None else {}
+    return Assert(kind, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False), options,
+                  negate=negate, **extra)
 
 
 def _parse_max_length(value: str) -> Assert:
@@ -195,6 +302,52 @@ def _parse_max_length(value: str) -> Assert:
     if unit and unit not in LENGTH_UNITS:
         raise BatchInputError(f"max-length: unknown unit '{unit}'; use chars or tokens (e.g. max-length:50 tokens)")
     return Assert("max-length", int(number), {"unit": LENGTH_UNITS[unit]} if unit else {})
+
+
+def _check_weight(kind: str, weight: Any, threshold: Any) -> None:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+        raise BatchInputError(f"{kind}: weight must be a number >= 0, got {weight!r}")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                  or not 0 <= threshold <= 1):
+        raise BatchInputError(f"{kind}: threshold must be a score between 0 and 1, got {threshold!r}")
+
+
+def _number(kind: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        unit = "tokens per second" if kind == "tokens-per-second" else "milliseconds"
+        raise BatchInputError(f"{kind} needs a number of {unit} >= 0, e.g. {kind}:{_EXAMPLE_VALUES[kind]}; "
+                              f"got {value!r}")
+    return number
+
+
+def _check_number(kind: str, value: Any) -> None:
+    _number(kind, value)
+
+
+def _check_python(value: Any, options: Mapping[str, Any]) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise BatchInputError("python needs a file, e.g. python:checks.py or python:checks.py:my_check")
+    path, function = python_target(value)
+    if not path.is_file():
+        raise BatchInputError(f"python:{value}: there is no file {path}")
+    if not function.isidentifier():
+        raise BatchInputError(f"python:{value}: '{function}' is not a function name")
+    timeout = options.get("timeout", PYTHON_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 600:
+        raise BatchInputError(f"python: timeout must be a number of seconds in (0, 600], got {timeout!r}")
+
+
+def python_target(value: str) -> tuple[Path, str]:
+    """(file, function) of a python assert: ``file.py`` (function get_assert) or ``file.py:function``."""
+    text = value.strip().removeprefix("file://")
+    head, sep, tail = text.rpartition(":")
+    if sep and head.endswith(".py") and tail and "/" not in tail and "\\" not in tail:
+        return Path(head).expanduser(), tail
+    return Path(text).expanduser(), "get_assert"
 
 
 def _check_text_value(kind: str, value: Any) -> None:
@@ -259,7 +412,97 @@ def _excerpt(text: str, limit: int = EXCERPT) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-# -- checks: each returns (passed, why it failed) -----------------------------------
+# -- checks: each returns (passed, why it failed); _run adds scored kinds' scores ---------
+
+def _run(a: Assert, seen: Observed) -> tuple[bool, str, float | None, bool]:
+    """(passed, why, score, whether the score against the threshold decides)."""
+    if a.kind == "similar":
+        score = similarity(seen.output, str(a.value))
+        return True, "similarity to the reference", score, True
+    if a.kind == "python":
+        return _python(a, seen)
+    if a.kind in NUMBER_KINDS:
+        return (*_timing(a, seen), None, False)
+    return (*_CHECKS[a.kind](a, seen.output, seen.completion_tokens), None, False)
+
+
+def _trigrams(text: str) -> Counter:
+    text = " ".join(text.casefold().split())
+    return Counter(text[i:i + 3] for i in range(max(1, len(text) - 2)))
+
+
+def similarity(a: str, b: str) -> float:
+    """Cosine similarity of two texts' character-trigram counts (case and runs of spaces ignored), in [0, 1]."""
+    ca, cb = _trigrams(a), _trigrams(b)
+    dot = sum(n * cb[g] for g, n in ca.items())
+    norm = math.sqrt(sum(n * n for n in ca.values()) * sum(n * n for n in cb.values()))
+    return dot / norm if norm else float(a.strip() == b.strip())
+
+
+def _timing(a: Assert, seen: Observed) -> tuple[bool, str]:
+    limit = float(a.value)  # type: ignore[arg-type]
+    if seen.ttft is None or (a.kind != "ttft" and not seen.tokens_per_second):
+        return False, f"{a.kind}: this row has no timing recorded"
+    if a.kind == "ttft":
+        ms = seen.ttft * 1000
+        return ms <= limit, f"first token after {ms:.0f} ms, more than {limit:g} ms"
+    if a.kind == "tokens-per-second":
+        tps = float(seen.tokens_per_second or 0)
+        return tps >= limit, f"{tps:.1f} tokens/s, fewer than {limit:g}"
+    ms = (seen.ttft + seen.completion_tokens / float(seen.tokens_per_second or 1)) * 1000
+    return ms <= limit, f"took {ms:.0f} ms, more than {limit:g} ms"
+
+
+_PYTHON_RUNNER = """
+import importlib.util, json, sys
+path, name = sys.argv[1], sys.argv[2]
+spec = importlib.util.spec_from_file_location("workbench_assert", path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+given = json.load(sys.stdin)
+result = getattr(module, name)(given["output"], given["context"])
+print("\\x1eRESULT" + json.dumps(result))
+"""
+
+
+def _python(a: Assert, seen: Observed) -> tuple[bool, str, float | None, bool]:
+    path, function = python_target(str(a.value))
+    timeout = float(a.options.get("timeout", PYTHON_TIMEOUT))
+    context = {"prompt": seen.prompt, "completion_tokens": seen.completion_tokens, "ttft": seen.ttft,
+               "tokens_per_second": seen.tokens_per_second}
+    try:
+        done = subprocess.run([sys.executable, "-c", _PYTHON_RUNNER, str(path), function],
+                              input=json.dumps({"output": seen.output, "context": context}), capture_output=True,
+                              text=True, timeout=timeout, cwd=path.parent if path.parent.is_dir() else None)
+    except subprocess.TimeoutExpired:
+        return False, f"{path.name}:{function} took more than {timeout:g} s and was stopped", 0.0, False
+    marker = done.stdout.rfind("\x1eRESULT")
+    if done.returncode != 0 or marker < 0:
+        last = (done.stderr.strip().splitlines() or ["it printed no result"])[-1]
+        return False, f"{path.name}:{function} failed: {_excerpt(last, 200)}", 0.0, False
+    try:
+        result = json.loads(done.stdout[marker + len("\x1eRESULT"):])
+    except ValueError:
+        return False, f"{path.name}:{function} returned something that is not JSON", 0.0, False
+    return _python_result(f"{path.name}:{function}", result)
+
+
+def _python_result(name: str, result: Any) -> tuple[bool, str, float | None, bool]:
+    """A python assert's return value: a bool, a score (held against the threshold), or {"pass", "score",
+    "reason"} (its pass decides)."""
+    if isinstance(result, bool):
+        return result, f"{name} returned {str(result).lower()}", float(result), False
+    if isinstance(result, (int, float)) and math.isfinite(result):
+        return True, f"{name} scored it", max(0.0, min(1.0, float(result))), True
+    if isinstance(result, dict) and isinstance(result.get("pass", result.get("pass_")), bool):
+        passed = result.get("pass", result.get("pass_"))
+        score = result.get("score")
+        score = max(0.0, min(1.0, float(score))) if isinstance(score, (int, float)) and not isinstance(
+            score, bool) else float(passed)
+        reason = str(result.get("reason") or f"{name} returned pass {str(passed).lower()}")
+        return passed, reason, score, False
+    return False, f"{name} must return true/false, a score, or {{\"pass\", \"score\", \"reason\"}}; got " \
+                  f"{_excerpt(json.dumps(result, default=str), 80)}", 0.0, False
 
 def _contains(a: Assert, out: str, _: int) -> tuple[bool, str]:
     return a.value in out, f"output does not contain '{a.value}'"

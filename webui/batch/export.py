@@ -22,8 +22,8 @@ from webui.batch.errors import BatchInputError
 from webui.batch.results import ResultRow
 
 CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "setting", "sample", "seed", "output", "finish_reason",
-               "prompt_tokens", "completion_tokens", "cached_tokens", "ttft", "tokens_per_second", "passed", "asserts", "error",
-               "params", "assert_results")
+               "prompt_tokens", "completion_tokens", "cached_tokens", "ttft", "tokens_per_second", "passed", "score",
+               "asserts", "error", "params", "assert_results")
 _TEXT_COLUMNS = frozenset({"prompt_id", "prompt", "setting", "output", "finish_reason", "asserts", "error"})
 _INT_COLUMNS = ("prompt_index", "sample", "seed", "prompt_tokens", "completion_tokens")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
@@ -72,7 +72,7 @@ def _csv_values(row: ResultRow) -> dict[str, Any]:
         "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
         "cached_tokens": row.cached_tokens, "ttft": row.ttft,
         "tokens_per_second": row.tokens_per_second,
-        "passed": "" if row.passed is None else str(row.passed).lower(),
+        "passed": "" if row.passed is None else str(row.passed).lower(), "score": row.score,
         "asserts": assert_summary(row.asserts), "error": row.error,
         "params": json.dumps(row.params, ensure_ascii=False, sort_keys=True),
         "assert_results": json.dumps([a.to_dict() for a in row.asserts], ensure_ascii=False),
@@ -103,7 +103,7 @@ def from_csv(text: str) -> list[ResultRow]:
     if not table:
         raise BatchInputError("the CSV is empty; it needs the header row written by the export")
     header = table[0]
-    missing = [c for c in CSV_COLUMNS if c not in header and c not in ("asserts", "cached_tokens")]
+    missing = [c for c in CSV_COLUMNS if c not in header and c not in ("asserts", "cached_tokens", "score")]
     if missing:
         raise BatchInputError(f"the CSV lacks the column(s) {', '.join(missing)}; columns: {', '.join(header)}")
     rows = []
@@ -122,8 +122,8 @@ def _row_from_cells(cells: dict[str, str], where: str) -> ResultRow:
         for name in _INT_COLUMNS:
             data[name] = int(cells[name])
         data["cached_tokens"] = int(cells.get("cached_tokens") or 0)  # CSVs exported before it existed lack it
-        for name in ("ttft", "tokens_per_second"):
-            data[name] = float(cells[name]) if cells[name] else None
+        for name in ("ttft", "tokens_per_second", "score"):
+            data[name] = float(cells[name]) if cells.get(name) else None
     except ValueError as exc:
         raise BatchInputError(f"{where}: {exc}") from None
     passed = cells["passed"].strip().lower()

@@ -7,11 +7,12 @@ so rows from different runs can be compared and exported alike.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from webui.batch.asserts import AssertResult
+from webui.batch.asserts import AssertResult, Observed, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Cell
 
@@ -41,6 +42,7 @@ class ResultRow:
     passed: bool | None = None
     error: str | None = None
     cached_tokens: int = 0  # prompt tokens the prefix cache served (rows stored before it existed: 0)
+    score: float | None = None  # the asserts' weighted mean score (None: no asserts, or rows from before scores)
 
     def __post_init__(self) -> None:
         if self.error == "":
@@ -66,21 +68,27 @@ class ResultRow:
 
 
 def _assert_results(items: Any, prefix: str) -> list[AssertResult]:
+    def number(value: Any) -> bool:
+        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
     def ok(a: Any) -> bool:
         return (isinstance(a, Mapping) and isinstance(a.get("label"), str) and isinstance(a.get("passed"), bool)
-                and isinstance(a.get("detail", ""), str))
+                and isinstance(a.get("detail", ""), str) and number(a.get("score")) and number(a.get("weight")))
 
     if not isinstance(items, list) or not all(ok(a) for a in items):
         raise BatchInputError(f"{prefix}asserts must be a list of {{\"label\": text, \"passed\": true/false, "
-                              f"\"detail\": text}}, got {items!r:.200}")
-    return [AssertResult(a["passed"], a.get("detail", ""), a["label"]) for a in items]
+                              f"\"detail\": text, \"score\": number, \"weight\": number}}, got {items!r:.200}")
+    return [AssertResult(a["passed"], a.get("detail", ""), a["label"],
+                         None if a.get("score") is None else float(a["score"]), float(a.get("weight", 1.0)))
+            for a in items]
 
 
-_OPTIONAL = {"cached_tokens": 0}  # fields added later, so rows stored or exported before them still load
+_OPTIONAL = {"cached_tokens": 0, "score": None}  # fields added later, so rows stored or exported before them still load
 _TYPES: dict[str, tuple[type, ...]] = {
     "prompt_index": (int,), "prompt_id": (str,), "prompt": (str,), "setting": (str,), "params": (dict,),
     "sample": (int,), "seed": (int,), "output": (str,), "finish_reason": (str,), "prompt_tokens": (int,),
-    "completion_tokens": (int,), "cached_tokens": (int,), "ttft": (int, float, type(None)), "tokens_per_second": (int, float, type(None)),
+    "completion_tokens": (int,), "cached_tokens": (int,), "ttft": (int, float, type(None)),
+    "tokens_per_second": (int, float, type(None)), "score": (int, float, type(None)),
     "passed": (bool, type(None)), "error": (str, type(None)),
 }
 
@@ -90,7 +98,7 @@ def _check_types(values: dict[str, Any], prefix: str) -> None:
         value = values[name]
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise BatchInputError(f"{prefix}{name} has the wrong type: {value!r}")
-    for name in ("ttft", "tokens_per_second"):
+    for name in ("ttft", "tokens_per_second", "score"):
         if isinstance(values[name], int):
             values[name] = float(values[name])
 
@@ -100,16 +108,19 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
                error: str | None = None) -> ResultRow:
     """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error)."""
     error = error or None
-    asserts = [] if error else [a.check(output, completion_tokens) for a in cell.row.asserts]
+    seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text)
+    asserts = [] if error else [a.check(seen) for a in cell.row.asserts]
     if not cell.row.asserts:
         passed = None
     else:
         passed = error is None and all(a.passed for a in asserts)
+    score = (0.0 if error else row_score(asserts)) if cell.row.asserts else None
     return ResultRow(
         prompt_index=cell.row.index, prompt_id=cell.row.id, prompt=cell.row.text, setting=cell.setting.label,
         params=cell.params.to_dict(), sample=cell.sample, seed=cell.seed, output=output,
         finish_reason=finish_reason, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-        ttft=ttft, tokens_per_second=tokens_per_second, cached_tokens=cached_tokens, asserts=asserts, passed=passed, error=error)
+        ttft=ttft, tokens_per_second=tokens_per_second, cached_tokens=cached_tokens, asserts=asserts, passed=passed,
+        error=error, score=score)
 
 
 # -- summaries -----------------------------------------------------------------------
@@ -126,6 +137,9 @@ class SettingSummary:
     mean_tokens_per_second: float | None
     mean_ttft: float | None
     errors: int = 0
+    mean_score: float | None = None
+    pass_interval: tuple[float, float] | None = None
+    """95% Wilson interval of the pass rate, when the run drew more than one sample per prompt."""
 
 
 def summarize(rows: Iterable[ResultRow]) -> list[SettingSummary]:
@@ -138,11 +152,21 @@ def summarize(rows: Iterable[ResultRow]) -> list[SettingSummary]:
         passed = sum(1 for r in group if r.passed is True)
         failed = sum(1 for r in group if r.passed is False)
         ok = [r for r in group if r.error is None]
+        sampled = any(r.sample > 0 for r in group)
         out.append(SettingSummary(
             label, len(group), passed, failed, passed / (passed + failed) if passed + failed else None,
             _mean(r.tokens_per_second for r in ok), _mean(r.ttft for r in ok),
-            sum(1 for r in group if r.error is not None)))
+            sum(1 for r in group if r.error is not None), _mean(r.score for r in group),
+            wilson(passed, passed + failed) if sampled and passed + failed else None))
     return out
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (95% by default): sound for small n and rates near 0 or 1."""
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _mean(values: Iterable[float | None]) -> float | None:

@@ -98,7 +98,12 @@ def _form_column(services: Services) -> dict:
         template = gr.Textbox(label="Template (optional): {{column}} from the file's columns", lines=1,
                               elem_id="batch-template")
         asserts = gr.Textbox(label="Asserts for every prompt, one per line", lines=3, elem_id="batch-asserts",
-                             placeholder="contains:Paris\nmax-length:200\nregex:^[A-Z]\nis-json")
+                             placeholder="contains:Paris\nmax-length:200\nnot-regex:^\\s*$\nis-json\n"
+                                         "similar:The capital of France is Paris\npython:checks.py\nttft:500",
+                             info="Kinds: contains, icontains, equals, regex, starts-with, is-json[:schema], "
+                                  "max-length:N [tokens], similar:text (score ≥ 0.75), python:file.py[:function], "
+                                  "latency:ms, ttft:ms, tokens-per-second:N; not- before any. Weights and "
+                                  "thresholds: JSONL asserts {\"type\", \"value\", \"weight\", \"threshold\"}.")
         system = gr.Textbox(label="System prompt", lines=1, elem_id="batch-system")
         raw = gr.Checkbox(label="Raw prompts (no chat template)", value=False, elem_id="batch-raw")
     with gr.Column(scale=1):

@@ -23,7 +23,8 @@ def shown_rows(rows: list[ResultRow], query: str = "", failures_only: bool = Fal
 def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = False) -> pd.DataFrame:
     out = []
     for r in shown_rows(rows, query, failures_only):
-        marks = " ".join(("✓ " if a.passed else "✗ ") + a.label for a in r.asserts)
+        marks = " ".join(("✓ " if a.passed else "✗ ") + a.label + ("" if a.score is None else f" ({a.score:.2f})")
+                         for a in r.asserts)
         out.append([prompt_label(r), r.setting, r.sample, r.seed, cell_text(r), r.finish_reason, r.completion_tokens,
                     f"{r.cached_tokens}/{r.prompt_tokens}", None if r.ttft is None else round(r.ttft, 3),
                     None if r.tokens_per_second is None else round(r.tokens_per_second, 1), marks,
@@ -33,9 +34,12 @@ def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = F
 
 def summary_table(rows: list[ResultRow]) -> pd.DataFrame:
     data = [[s.label, s.rows, s.passed, s.failed, None if s.pass_rate is None else round(100 * s.pass_rate, 1),
+             "" if s.pass_interval is None else f"{100 * s.pass_interval[0]:.0f}–{100 * s.pass_interval[1]:.0f}",
+             None if s.mean_score is None else round(s.mean_score, 3),
              None if s.mean_tokens_per_second is None else round(s.mean_tokens_per_second, 1),
              None if s.mean_ttft is None else round(s.mean_ttft, 3)] for s in summarize(rows)]
-    return pd.DataFrame(data, columns=["setting", "rows", "passed", "failed", "pass rate %", "tok/s", "ttft (s)"])
+    return pd.DataFrame(data, columns=["setting", "rows", "passed", "failed", "pass rate %", "95% interval %",
+                                       "mean score", "tok/s", "ttft (s)"])
 
 
 def pivot_table(rows: list[ResultRow]) -> pd.DataFrame:
