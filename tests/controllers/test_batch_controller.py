@@ -121,3 +121,21 @@ def test_scored_asserts_weights_and_the_summarys_interval(controller, tmp_path):
         assert r.score == pytest.approx((1 + 0.5 + 1 + similar.score + 1) / 5)
     (summary,) = summarize(rows)
     assert summary.pass_interval is not None and summary.mean_score == pytest.approx(sum(r.score for r in rows) / 3)
+
+
+def test_an_uploaded_promptfoo_suite_runs_its_providers_as_settings(controller, tmp_path):
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text("prompts: ['Say {{word}}']\nproviders:\n  - id: a\n    config: {max_tokens: 3}\n"
+                     "  - id: b\n    config: {max_tokens: 2, temperature: 0.5, seed: 1}\n"
+                     "tests:\n  - vars: {word: hi}\n    assert:\n      - type: not-regex\n        value: '^$'\n")
+    upload, note = controller.upload(suite)
+    assert "promptfoo suite" in note and "1 prompts × 2 providers" in note
+    done = last(controller.run(controller.job(BatchForm(upload=upload), BASE)))
+    rows = controller.rows(done.run_id)
+    assert [(r.setting, r.completion_tokens) for r in rows] == [("a", 3), ("b", 2)] and all(r.passed for r in rows)
+    shaped = json.loads(controller.export(done.run_id, "json").read_text())
+    assert [r["provider"]["label"] for r in shaped["results"]["results"]] == ["a", "b"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prompts: ['x']\ntests:\n  - assert:\n      - type: cost\n        threshold: 1\n")
+    with pytest.raises(UserError, match="the assert type 'cost' is not supported here"):
+        controller.upload(bad)

@@ -66,6 +66,26 @@ def test_a_grid_axis_over_the_output_constraint(tmp_path, user_data):
     assert all(o in ("yes", "no") for o in choice), choice
 
 
+def test_a_promptfoo_suite_runs_and_writes_promptfoos_output(tmp_path, user_data):
+    suite = ROOT / "tests" / "data" / "promptfoo" / "promptfooconfig.yaml"
+    out = tmp_path / "results.json"
+    done = batch(user_data, str(suite), "--out", str(out))
+    assert done.returncode in (0, 1), done.stderr  # 1: some test failed, which the report says
+    data = json.loads(out.read_text())
+    results = data["results"]["results"]
+    assert len(results) == 8 and {r["provider"]["label"] for r in results} == {"greedy", "warm"}
+    france = [r for r in results if r["prompt"]["label"].startswith("France") and r["provider"]["label"] == "greedy"]
+    assert all("Paris" in r["response"]["output"] and r["success"] for r in france), france
+    components = france[0]["gradingResult"]["componentResults"]
+    assert [c["assertion"]["type"] for c in components] == ["not-is-json", "latency", "icontains", "similar"]
+    assert "stored as batch run" in done.stdout and "greedy" in done.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: javascript\n"
+                   "        value: 'output.length > 1'\n")
+    refused = batch(user_data, str(bad))
+    assert refused.returncode == 2 and "the assert type 'javascript' is not supported here" in refused.stderr
+
+
 @pytest.mark.parametrize("setup,args,message", [
     ("prompt,x\n", [], "no prompts"),
     ("question\nhi\n", [], "no 'prompt' column"),

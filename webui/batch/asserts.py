@@ -45,7 +45,8 @@ from webui.batch.errors import BatchInputError
 
 TEXT_KINDS = ("contains", "icontains", "not-contains", "equals", "regex", "starts-with", "similar")
 NUMBER_KINDS = ("latency", "ttft", "tokens-per-second")  # a number: milliseconds, or tokens per second
-KINDS = (*TEXT_KINDS, "is-json", "max-length", "python", *NUMBER_KINDS)
+LIST_KINDS = ("contains-any", "contains-all", "icontains-any", "icontains-all")  # a list of texts
+KINDS = (*TEXT_KINDS, *LIST_KINDS, "is-json", "max-length", "python", *NUMBER_KINDS)
 SCORED_KINDS = ("similar", "python")  # may give a score in [0, 1], held against a threshold
 DEFAULT_THRESHOLD = {"similar": 0.75, "python": 0.5}
 PYTHON_TIMEOUT = 10.0  # seconds a python assert may take
@@ -135,6 +136,8 @@ class Assert:
             _check_python(self.value, self.options)
         elif self.kind in NUMBER_KINDS:
             _check_number(self.kind, self.value)
+        elif self.kind in LIST_KINDS:
+            object.__setattr__(self, "value", _text_list(self.kind, self.value))
         else:
             _check_max_length(self.value, self.options)
             object.__setattr__(self, "options", {"unit": self.options.get("unit", "chars")})
@@ -154,6 +157,8 @@ class Assert:
             out: dict[str, Any] = {"type": kind, "value": self.value, "unit": self.unit}
         elif self.kind == "is-json":
             out = {"type": kind} if self.value is None else {"type": kind, "schema": json.loads(str(self.value))}
+        elif self.kind in LIST_KINDS:
+            out = {"type": kind, "value": json.loads(str(self.value))}
         else:
             out = {"type": kind, "value": self.value, **({"timeout": self.options["timeout"]}
                                                          if "timeout" in self.options else {})}
@@ -190,6 +195,11 @@ def assert_label(item: Assert) -> str:
         return kind if item.value is None else f"{kind}:{item.value}"
     if item.kind == "max-length":
         return f"{kind}:{item.value}" + (" tokens" if item.unit == "tokens" else "")
+    if item.kind in LIST_KINDS:
+        return f"{kind}:{_one_line(','.join(json.loads(str(item.value))))}"
+    if item.kind in NUMBER_KINDS:
+        number = float(item.value)  # type: ignore[arg-type]
+        return f"{kind}:{int(number) if number.is_integer() else number}"
     return f"{kind}:{_one_line(str(item.value))}"
 
 
@@ -221,6 +231,8 @@ def parse_assert(spec: str | Mapping[str, Any] | Assert) -> Assert:
         raise BatchInputError(f"{kind} needs a value, e.g. {kind}:{_EXAMPLE_VALUES[kind]}")
     if kind in NUMBER_KINDS:
         return Assert(kind, _number(kind, value), negate=negate)
+    if kind in LIST_KINDS:
+        return Assert(kind, [v.strip() for v in value.split(",")], negate=negate)
     return Assert(kind, value, negate=negate)
 
 
@@ -254,7 +266,8 @@ def check_all(asserts: list[Assert], output: str, completion_tokens: int) -> lis
 
 # -- parsing helpers -----------------------------------------------------------
 
-_EXAMPLE_VALUES = {"contains": "Paris", "icontains": "paris", "not-contains": "London", "equals": "4",
+_EXAMPLE_VALUES = {"contains-any": "Paris,Lyon", "contains-all": "Paris,France", "icontains-any": "paris,lyon",
+                   "icontains-all": "paris,france", "contains": "Paris", "icontains": "paris", "not-contains": "London", "equals": "4",
                    "regex": "^\\d+$", "starts-with": "The", "similar": "The capital of France is Paris",
                    "python": "checks.py:get_assert", "latency": "5000", "ttft": "500", "tokens-per-second": "5"}
 _DICT_KEYS = {"type", "kind", "value", "schema", "unit", "weight", "threshold", "timeout"}
@@ -288,6 +301,8 @@ def _from_dict(spec: Mapping[str, Any]) -> Assert:
                               f"\"value\": \"{_EXAMPLE_VALUES[kind]}\"}}")
     if kind in NUMBER_KINDS:
         return Assert(kind, _number(kind, value), negate=negate, **extra)
+    if kind in LIST_KINDS:
+        return Assert(kind, value, negate=negate, **extra)
     options = {"timeout": spec["timeout"]} if kind == "python" and spec.get("timeout") is not None else {}
     return Assert(kind, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False), options,
                   negate=negate, **extra)
@@ -348,6 +363,20 @@ def python_target(value: str) -> tuple[Path, str]:
     if sep and head.endswith(".py") and tail and "/" not in tail and "\\" not in tail:
         return Path(head).expanduser(), tail
     return Path(text).expanduser(), "get_assert"
+
+
+def _text_list(kind: str, value: Any) -> str:
+    """A list kind's texts (a list, or JSON text of one) as compact JSON text."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = [value]
+    if isinstance(value, tuple):
+        value = list(value)
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise BatchInputError(f"{kind} needs a list of non-empty texts, e.g. {kind}:Paris,Lyon; got {value!r}")
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _check_text_value(kind: str, value: Any) -> None:
@@ -550,5 +579,16 @@ def _check_length(a: Assert, out: str, tokens: int) -> tuple[bool, str]:
     return size <= int(a.value), f"output has {size} {what}, more than {a.value}"  # type: ignore[arg-type]
 
 
-_CHECKS = {"contains": _contains, "icontains": _icontains, "not-contains": _not_contains, "equals": _equals,
+def _contains_list(a: Assert, out: str, _: int) -> tuple[bool, str]:
+    texts = json.loads(str(a.value))
+    fold = a.kind.startswith("i")
+    found = [t for t in texts if (t.casefold() in out.casefold() if fold else t in out)]
+    if a.kind.endswith("-any"):
+        return bool(found), f"output contains none of {', '.join(repr(t) for t in texts)}"
+    missing = [t for t in texts if t not in found]
+    return not missing, f"output lacks {', '.join(repr(t) for t in missing)}"
+
+
+_CHECKS = {"contains-any": _contains_list, "contains-all": _contains_list, "icontains-any": _contains_list,
+           "icontains-all": _contains_list, "contains": _contains, "icontains": _icontains, "not-contains": _not_contains, "equals": _equals,
            "starts-with": _starts_with, "regex": _regex, "is-json": _is_json, "max-length": _check_length}

@@ -1,8 +1,11 @@
 """`python launch.py batch PROMPTS_FILE ...`: a batch run without a browser, for scripts and CI.
 
-Progress goes to the terminal, results to --out (.jsonl or .csv) and to the
-workbench's database like a run from the Batch tab. The exit code is 1 when a
-setting's assert pass rate is below --min-pass-rate, 2 for bad input.
+PROMPTS_FILE is a prompt file (.txt, .csv, .jsonl) or a promptfoo config
+(promptfooconfig.yaml: its prompts x tests, asserts and providers as settings).
+Progress goes to the terminal, results to --out (.jsonl, .csv, or .json in
+promptfoo's output shape) and to the workbench's database like a run from the
+Batch tab. The exit code is 1 when a setting's assert pass rate is below
+--min-pass-rate, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from webui.batch.errors import BatchInputError
 from webui.batch.export import to_csv, to_jsonl
 from webui.batch.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
 from webui.batch.prompts import load_prompts, unescape_newlines
+from webui.batch.promptfoo import is_config, load_config, to_promptfoo
 from webui.batch.results import summarize
 from webui.batch.runner import BatchJob
 from webui.config import AppConfig, default_user_data_dir
@@ -25,7 +29,8 @@ from webui.store import StoreError
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python launch.py batch", description=__doc__.splitlines()[0])
-    p.add_argument("prompts", type=Path, help="prompts: .txt (one per line), .csv or .jsonl")
+    p.add_argument("prompts", type=Path, help="prompts: .txt (one per line), .csv or .jsonl, or a promptfoo config "
+                                              "(promptfooconfig.yaml)")
     p.add_argument("--preset", nargs="+", default=[], metavar="NAME", help="presets to compare (grid dimension)")
     p.add_argument("--grid", action="append", default=[], metavar="PARAM=V1,V2",
                    help="vary a sampling parameter, e.g. --grid temperature=0,0.7 (repeatable)")
@@ -39,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "User/Assistant) or one saved in the user data dir (default: the model's own)")
     p.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, help="refuse grids larger than this")
     p.add_argument("--name", help="name of the stored run (default: the prompts file name)")
-    p.add_argument("--out", type=Path, help="write results here (.jsonl or .csv)")
+    p.add_argument("--out", type=Path, help="write results here (.jsonl, .csv, or .json: promptfoo's output shape)")
     p.add_argument("--min-pass-rate", type=float, help="exit 1 if a setting's assert pass rate is below this (0-1)")
     p.add_argument("--model", help="model name or path (default: the default model)")
     p.add_argument("--loader")
@@ -52,12 +57,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.out is not None and args.out.suffix not in (".jsonl", ".csv"):
-        return _fail(f"--out must end in .jsonl or .csv, got '{args.out}'")
+    if args.out is not None and args.out.suffix not in (".jsonl", ".csv", ".json"):
+        return _fail(f"--out must end in .jsonl, .csv or .json (promptfoo's shape), got '{args.out}'")
     if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
         return _fail(f"--min-pass-rate must be between 0 and 1, got {args.min_pass_rate}")
+    settings, description = None, ""
     try:
-        rows = load_prompts(args.prompts, unescape_newlines(args.template) if args.template else None)
+        if is_config(args.prompts):
+            if args.preset or args.grid or args.template:
+                raise BatchInputError("a promptfoo config brings its own prompts and providers (settings); "
+                                      "--preset, --grid and --template do not apply to it")
+            description, rows, settings = load_config(args.prompts)
+        else:
+            rows = load_prompts(args.prompts, unescape_newlines(args.template) if args.template else None)
         grid = GridSpec(args.preset, dict(parse_axis(a) for a in args.grid), args.samples, args.seed)
     except (BatchInputError, OSError) as exc:
         return _fail(str(exc))
@@ -69,8 +81,8 @@ def main(argv: list[str]) -> int:
     config.make_dirs()
     services = Services.create(config)
     try:
-        job = BatchJob(args.name or args.prompts.name, rows, grid, args.system_prompt, args.raw, args.max_cells,
-                       chat_template=args.chat_template)
+        job = BatchJob(args.name or description or args.prompts.name, rows, grid, args.system_prompt, args.raw,
+                       args.max_cells, settings, chat_template=args.chat_template)
         services.batch_runner.plan(job)  # bad grids fail before the model loads
         load_startup_model(services)
         handle = services.batch_runner.start(job)
@@ -79,7 +91,8 @@ def main(argv: list[str]) -> int:
         _progress(handle, final=True)
         results = handle.rows()
         if args.out:
-            args.out.write_text(to_csv(results) if args.out.suffix == ".csv" else to_jsonl(results), encoding="utf-8")
+            written = {".csv": to_csv, ".jsonl": to_jsonl}.get(args.out.suffix, lambda r: to_promptfoo(r, job.name))
+            args.out.write_text(written(results), encoding="utf-8")
             print(f"wrote {len(results)} rows to {args.out}")
         return _report(results, args.min_pass_rate, handle.run_id)
     except (BatchInputError, LoaderError, InvalidName, StoreError, ValueError) as exc:

@@ -11,6 +11,7 @@ from typing import Iterator
 
 from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text, parse_axes, parse_lines, to_csv, \
     to_jsonl, with_asserts
+from webui.batch.promptfoo import is_config, read_config, to_promptfoo
 from webui.batch.runner import BatchJob, RunHandle
 from webui.batch.store import RunNotFound
 from webui.controllers.chat import MessageInspection
@@ -53,6 +54,16 @@ class Progress:
     finished: bool
 
 
+def _read_suite(content: bytes):
+    """(description, rows, settings) of an uploaded promptfoo config; its file:// paths are read relative to the
+    folder the workbench runs in (an upload has no folder of its own)."""
+    try:
+        text = content.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BatchInputError(f"the promptfoo config is not UTF-8 text (byte {exc.start})") from None
+    return read_config(text, Path.cwd())
+
+
 class BatchController:
     def __init__(self, services: Services) -> None:
         self.services, self.runner, self.store = services, services.batch_runner, services.batches
@@ -77,6 +88,12 @@ class BatchController:
     def job(self, form: BatchForm, params: SamplingParams) -> BatchJob:
         """The job ``form`` describes; ``params`` (the Parameters tab's) is the base when no preset is chosen."""
         try:
+            if form.upload and is_config(form.upload[0]):
+                name, rows, settings = _read_suite(form.upload[1])
+                rows = with_asserts(rows, form.asserts.splitlines())
+                grid = GridSpec([], {}, int(form.samples or 1), int(form.base_seed or 0), base=params)
+                return BatchJob(form.name.strip() or name, rows, grid, form.system, form.raw, settings=settings,
+                                chat_template=self.services.settings.get().chat_template)
             template = form.template.strip() or None
             rows = (load_prompts_text(form.upload[0], form.upload[1], template) if form.upload
                     else parse_lines(form.prompts, template))
@@ -151,6 +168,11 @@ class BatchController:
         path = Path(path)
         content = path.read_bytes()
         try:
+            if is_config(path.name):
+                _, rows, settings = _read_suite(content)
+                return (path.name, content), (
+                    f"Using the promptfoo suite **{path.name}**: {len(rows)} prompts × {len(settings)} providers "
+                    "(its providers are the settings: the presets and axes here are not used).")
             count = len(load_prompts_text(path.name, content))
         except BatchInputError as exc:
             raise UserError(str(exc)) from exc
@@ -169,11 +191,12 @@ class BatchController:
             raise UserError(str(exc)) from exc
 
     def export(self, run_id: int | None, kind: str) -> Path:
-        """The run's rows as a CSV or JSONL file in a new temporary folder."""
+        """The run's rows as a CSV, JSONL or promptfoo-shaped JSON ("json") file in a new temporary folder."""
         rid = self._need(run_id)
         path = Path(tempfile.mkdtemp(prefix="batch-export-")) / f"batch-run-{rid}.{kind}"
         rows = self.rows(rid)
-        path.write_text(to_csv(rows) if kind == "csv" else to_jsonl(rows), encoding="utf-8")
+        written = {"csv": to_csv, "jsonl": to_jsonl}.get(kind) or (lambda r: to_promptfoo(r, self._get(rid).name))
+        path.write_text(written(rows), encoding="utf-8")
         return path
 
     def inspect_row(self, run_id: int | None, row: ResultRow) -> MessageInspection:

@@ -76,6 +76,7 @@ class BatchTab:
     rerun: gr.Button
     csv: gr.Button
     jsonl: gr.Button
+    promptfoo: gr.Button
     export_file: gr.File
     controller: BatchController
 
@@ -91,7 +92,8 @@ def _form_column(services: Services) -> dict:
         prompts = gr.Textbox(label="Prompts, one per line", lines=6, elem_id="batch-prompts",
                              placeholder="What is the capital of France?\nWrite a haiku about rain.")
         with gr.Row():
-            upload_button = gr.UploadButton("Upload .txt / .csv / .jsonl", file_types=[".txt", ".csv", ".jsonl"],
+            upload_button = gr.UploadButton("Upload .txt / .csv / .jsonl / promptfooconfig.yaml",
+                                            file_types=[".txt", ".csv", ".jsonl", ".yaml", ".yml"],
                                             size="sm", elem_id="batch-upload")
             clear_upload = gr.Button("Use the text box instead", size="sm", elem_id="batch-clear-upload")
         upload_note = gr.Markdown("", elem_id="batch-upload-note")
@@ -170,9 +172,10 @@ def _runs_tab() -> dict:
         with gr.Row():
             csv = gr.Button("Export CSV", size="sm", elem_id="batch-export-csv")
             jsonl = gr.Button("Export JSONL", size="sm", elem_id="batch-export-jsonl")
+            promptfoo = gr.Button("Export promptfoo JSON", size="sm", elem_id="batch-export-promptfoo")
         export_file = gr.File(label="Export", visible=False, elem_id="batch-export-file")
     return dict(runs=runs, open=open_, rename_text=rename_text, rename=rename, delete=delete, rerun=rerun, csv=csv,
-                jsonl=jsonl, export_file=export_file)
+                jsonl=jsonl, promptfoo=promptfoo, export_file=export_file)
 
 
 def create_batch_tab(services: Services) -> BatchTab:
@@ -306,6 +309,7 @@ def _wire_runs(tab: BatchTab) -> None:
     tab.rerun.click(rerun, [tab.runs], [tab.progress, tab.run_id, *tab.views], concurrency_limit=None)
     tab.csv.click(lambda r: export(r, "csv"), [tab.runs], [tab.export_file])
     tab.jsonl.click(lambda r: export(r, "jsonl"), [tab.runs], [tab.export_file])
+    tab.promptfoo.click(lambda r: export(r, "json"), [tab.runs], [tab.export_file])
 
 
 def on_load(tab: BatchTab) -> tuple[list, object]:

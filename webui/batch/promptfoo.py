@@ -1,0 +1,265 @@
+"""promptfoo test suites: read a ``promptfooconfig.yaml`` into a batch job, write results in promptfoo's shape.
+
+What is read: ``prompts`` (texts with ``{{vars}}``, ``{id/label, raw}`` objects, or
+``file://`` text files, split on lines of ``---`` as promptfoo splits them),
+``tests`` (inline, or a ``file://`` YAML/JSON list) with ``vars``, ``assert``
+and ``description``, ``defaultTest`` (its ``vars`` and ``assert`` apply to
+every test) and ``providers``. Every provider runs on the loaded model: each
+becomes one setting, labelled by its ``label`` or ``id``, with its ``config``
+(``temperature``, ``max_tokens``, ``top_p``, ``seed``, ``stop``... as the OpenAI
+API names them) as that setting's parameters; the model named in a provider id
+is not loaded for it. Asserts keep promptfoo's names (contains, icontains,
+contains-any, contains-all, equals, regex, starts-with, is-json, similar,
+python with ``file://``, latency, their ``not-`` forms, ``weight`` and
+``threshold``); any other type (javascript, llm-rubric, cost...) is an error
+that names it, never skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from webui.batch.asserts import Assert, parse_assert, row_score
+from webui.batch.errors import BatchInputError
+from webui.batch.grid import Setting
+from webui.batch.prompts import PromptRow, render
+from webui.batch.results import ResultRow
+from webui.engine.params import InvalidParameter, SamplingParams
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+# promptfoo's assert types we run, by promptfoo's name -> ours (the same names; listed to refuse the others)
+SUPPORTED = ("contains", "icontains", "contains-any", "contains-all", "icontains-any", "icontains-all", "equals",
+             "regex", "starts-with", "is-json", "similar", "python", "latency")
+
+
+def is_config(name: str | Path) -> bool:
+    return Path(name).suffix.lower() in CONFIG_SUFFIXES
+
+
+def load_config(path: Path) -> tuple[str, list[PromptRow], list[Setting]]:
+    """(description, prompt rows, settings) of a promptfoo config file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BatchInputError(f"cannot read the promptfoo config '{path}': {exc}") from None
+    return read_config(text, Path(path).parent)
+
+
+def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setting]]:
+    """Like :func:`load_config` for config text; ``file://`` paths are relative to ``base``."""
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BatchInputError(f"promptfoo config: not valid YAML ({exc})") from None
+    if not isinstance(config, dict):
+        raise BatchInputError("promptfoo config: expected a mapping with prompts, providers and tests")
+    unknown_top = set(config) - {"description", "prompts", "providers", "tests", "defaultTest", "outputPath",
+                                 "sharing", "env", "evaluateOptions", "scenarios", "derivedMetrics", "nunjucksFilters"}
+    if unknown_top:
+        raise BatchInputError(f"promptfoo config: unknown key(s) {', '.join(sorted(unknown_top))}")
+    if config.get("scenarios"):
+        raise BatchInputError("promptfoo config: scenarios are not supported; list their tests under tests")
+    prompts = _prompts(config.get("prompts"), base)
+    default = config.get("defaultTest") or {}
+    if not isinstance(default, dict):
+        raise BatchInputError("promptfoo config: defaultTest must be a mapping (vars, assert)")
+    tests = _tests(config.get("tests"), base) or [{}]
+    rows = []
+    for t, test in enumerate(tests):
+        where = f"tests[{t}]"
+        variables = {**_vars(default.get("vars"), "defaultTest"), **_vars(test.get("vars"), where)}
+        asserts = [*_asserts(default.get("assert"), "defaultTest", base), *_asserts(test.get("assert"), where, base)]
+        name = str(test.get("description") or f"test {t + 1}")
+        for label, prompt in prompts:
+            text = render(prompt, variables, where=f"{where} with prompt '{label}'")
+            row_id = name if len(prompts) == 1 else f"{name} · {label}"
+            rows.append(PromptRow(len(rows), text, variables, asserts, row_id))
+    return str(config.get("description") or "promptfoo suite"), rows, _settings(config.get("providers"))
+
+
+def _prompts(given: Any, base: Path) -> list[tuple[str, str]]:
+    if given is None:
+        raise BatchInputError("promptfoo config: prompts is missing; list at least one prompt")
+    items = given if isinstance(given, list) else [given]
+    out: list[tuple[str, str]] = []
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            raw = item.get("raw")
+            if not isinstance(raw, str):
+                raise BatchInputError(f"promptfoo config: prompts[{i}] needs 'raw' (the prompt text)")
+            out.append((str(item.get("label") or item.get("id") or f"prompt {i + 1}"), raw))
+        elif isinstance(item, str) and item.startswith("file://"):
+            path = base / item.removeprefix("file://")
+            if path.suffix.lower() not in (".txt", ".md", ""):
+                raise BatchInputError(f"promptfoo config: prompts[{i}]: {path.name}: only text prompt files are "
+                                      "read (.txt, .md); JavaScript/Python prompt functions are not")
+            try:
+                parts = [p.strip() for p in path.read_text(encoding="utf-8").split("\n---\n") if p.strip()]
+            except OSError as exc:
+                raise BatchInputError(f"promptfoo config: prompts[{i}]: cannot read {path}: {exc}") from None
+            out += [(f"{path.name}" + (f" #{n + 1}" if len(parts) > 1 else ""), p) for n, p in enumerate(parts)]
+        elif isinstance(item, str):
+            out.append((item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item))
+        else:
+            raise BatchInputError(f"promptfoo config: prompts[{i}] must be a text, file://path or {{raw: ...}}")
+    if not out:
+        raise BatchInputError("promptfoo config: prompts is empty; list at least one prompt")
+    return out
+
+
+def _tests(given: Any, base: Path) -> list[dict[str, Any]]:
+    if given is None:
+        return []
+    if isinstance(given, str):
+        given = [given]
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(given if isinstance(given, list) else [None]):
+        if isinstance(item, str) and item.startswith("file://"):
+            out += _test_file(base / item.removeprefix("file://"), f"tests[{i}]")
+        elif isinstance(item, dict):
+            out.append(item)
+        else:
+            raise BatchInputError(f"promptfoo config: tests[{i}] must be a mapping (vars, assert) or a "
+                                  "file://tests.yaml path")
+    return out
+
+
+def _test_file(path: Path, where: str) -> list[dict[str, Any]]:
+    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
+        raise BatchInputError(f"promptfoo config: {where}: {path.name}: test files are read as YAML or JSON lists")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise BatchInputError(f"promptfoo config: {where}: cannot read {path}: {exc}") from None
+    if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
+        raise BatchInputError(f"promptfoo config: {where}: {path.name} must hold a list of tests")
+    return data
+
+
+def _vars(given: Any, where: str) -> dict[str, str]:
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise BatchInputError(f"promptfoo config: {where}.vars must be a mapping of names to values")
+    return {str(k): v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for k, v in given.items()}
+
+
+def _asserts(given: Any, where: str, base: Path) -> list[Assert]:
+    if given is None:
+        return []
+    if not isinstance(given, list):
+        raise BatchInputError(f"promptfoo config: {where}.assert must be a list")
+    return [_assert(item, f"{where}.assert[{i}]", base) for i, item in enumerate(given)]
+
+
+def _assert(item: Any, where: str, base: Path) -> Assert:
+    if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+        raise BatchInputError(f"promptfoo config: {where} needs a type")
+    kind = item["type"]
+    plain = kind.removeprefix("not-")
+    if plain not in SUPPORTED:
+        raise BatchInputError(f"promptfoo config: {where}: the assert type '{kind}' is not supported here "
+                              f"(supported: {', '.join(SUPPORTED)}, and not- before each)")
+    unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider"}
+    if unknown:
+        raise BatchInputError(f"promptfoo config: {where}: unknown key(s) {', '.join(sorted(unknown))}")
+    spec: dict[str, Any] = {"type": kind}
+    value = item.get("value")
+    if plain == "latency":
+        spec["value"] = item.get("threshold")  # promptfoo's latency limit (ms) is its threshold
+    elif plain == "python":
+        if not (isinstance(value, str) and value.startswith("file://")):
+            raise BatchInputError(f"promptfoo config: {where}: inline Python is not supported; put it in a file "
+                                  "and write value: file://checks.py")
+        spec["value"] = str(base / value.removeprefix("file://"))
+    elif plain == "is-json":
+        if value is not None:
+            spec["schema"] = value
+    elif plain == "equals" and value is not None and not isinstance(value, str):
+        spec["value"] = json.dumps(value, ensure_ascii=False)
+    else:
+        spec["value"] = value
+    if plain != "latency" and item.get("threshold") is not None:
+        spec["threshold"] = item["threshold"]
+    if item.get("weight") is not None:
+        spec["weight"] = item["weight"]
+    try:
+        return parse_assert(spec)
+    except BatchInputError as exc:
+        raise BatchInputError(f"promptfoo config: {where}: {exc}") from None
+
+
+def _settings(given: Any) -> list[Setting]:
+    items = given if isinstance(given, list) else [given] if given else [{"id": "loaded model"}]
+    out: list[Setting] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            item = {"id": item}
+        if not isinstance(item, dict) or not isinstance(item.get("id", ""), str):
+            raise BatchInputError(f"promptfoo config: providers[{i}] must be an id or a mapping with id and config")
+        label = str(item.get("label") or item.get("id") or f"provider {i + 1}")
+        config = item.get("config") or {}
+        if not isinstance(config, dict):
+            raise BatchInputError(f"promptfoo config: providers[{i}].config must be a mapping")
+        fields = {k: v for k, v in config.items() if k not in ("apiKey", "apiBaseUrl", "apiHost")}
+        try:
+            params = SamplingParams.from_api(fields, SamplingParams(temperature=0.0, max_new_tokens=256))
+        except (InvalidParameter, ValueError) as exc:
+            raise BatchInputError(f"promptfoo config: providers[{i}] ({label}).config: {exc}") from None
+        unknown = set(fields) - set(_api_names())
+        if unknown:
+            raise BatchInputError(f"promptfoo config: providers[{i}] ({label}).config: unknown setting(s) "
+                                  f"{', '.join(sorted(unknown))}")
+        if any(s.label == label for s in out):
+            raise BatchInputError(f"promptfoo config: two providers are labelled '{label}'; give each a label")
+        out.append(Setting(label, params, None, dict(fields)))
+    return out
+
+
+def _api_names() -> set[str]:
+    from webui.engine.params import api_names
+
+    return set(api_names().values())
+
+
+# -- results in promptfoo's output shape -------------------------------------------------------------------
+
+def to_promptfoo(rows: Iterable[ResultRow], description: str = "") -> str:
+    """Results as promptfoo writes ``--output results.json``: results.results[] with prompt, vars, response,
+    success, score and gradingResult (with one componentResult per assert), and results.stats."""
+    results = []
+    for r in rows:
+        components = [{"pass": a.passed, "score": a.value, "reason": a.detail or "passed",
+                       "assertion": {"type": a.label.partition(":")[0], "value": a.label.partition(":")[2]}}
+                      for a in r.asserts]
+        score = r.score if r.score is not None else (row_score(r.asserts) or (1.0 if r.passed is not False else 0))
+        results.append({
+            "prompt": {"raw": r.prompt, "label": r.prompt_id}, "vars": {}, "provider": {"id": r.setting,
+                                                                                        "label": r.setting},
+            "response": {"output": r.output, "tokenUsage": {"prompt": r.prompt_tokens,
+                                                            "completion": r.completion_tokens,
+                                                            "total": r.prompt_tokens + r.completion_tokens}},
+            "success": r.passed is not False, "score": score, "latencyMs": _latency_ms(r), "error": r.error,
+            "gradingResult": {"pass": r.passed is not False, "score": score, "reason": _reason(r),
+                              "componentResults": components}})
+    passed = sum(1 for r in results if r["success"])
+    return json.dumps({"results": {"version": 3, "results": results,
+                                   "stats": {"successes": passed, "failures": len(results) - passed}},
+                       "config": {"description": description}}, indent=2, ensure_ascii=False)
+
+
+def _latency_ms(row: ResultRow) -> int | None:
+    if row.ttft is None or not row.tokens_per_second:
+        return None
+    return round((row.ttft + row.completion_tokens / row.tokens_per_second) * 1000)
+
+
+def _reason(row: ResultRow) -> str:
+    if row.error:
+        return row.error
+    failed = [f"{a.label}: {a.detail}" for a in row.asserts if not a.passed]
+    return "; ".join(failed) or "All assertions passed"
