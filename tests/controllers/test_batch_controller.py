@@ -139,3 +139,26 @@ def test_an_uploaded_promptfoo_suite_runs_its_providers_as_settings(controller, 
     bad.write_text("prompts: ['x']\ntests:\n  - assert:\n      - type: cost\n        threshold: 1\n")
     with pytest.raises(UserError, match="the assert type 'cost' is not supported here"):
         controller.upload(bad)
+
+
+def test_a_person_reviews_rows_and_the_review_is_stored_counted_and_exported(controller):
+    from webui.batch import summarize
+
+    done = last(controller.run(controller.job(BatchForm(prompts="Hello\nBye", samples=1), BASE)))
+    first, second = controller.rows(done.run_id)
+    assert controller.review(done.run_id, (first.prompt_index, first.setting, first.sample), "good", " fine ") \
+        == "Marked good."
+    controller.review(done.run_id, (second.prompt_index, second.setting, second.sample), "bad", "rambles")
+    rows = controller.rows(done.run_id)
+    assert [r.review for r in rows] == [{"verdict": "good", "note": "fine"}, {"verdict": "bad", "note": "rambles"}]
+    (summary,) = summarize(rows)
+    assert (summary.good, summary.bad) == (1, 1)
+    exported = list(csv.DictReader(io.StringIO(controller.export(done.run_id, "csv").read_text())))
+    assert [(e["review"], e["review_note"]) for e in exported] == [("good", "fine"), ("bad", "rambles")]
+    assert json.loads(controller.export(done.run_id, "jsonl").read_text().splitlines()[1])["review"]["verdict"] == "bad"
+    controller.review(done.run_id, (first.prompt_index, first.setting, first.sample), None, "")
+    assert controller.rows(done.run_id)[0].review is None
+    with pytest.raises(UserError, match="Click the row to review first"):
+        controller.review(done.run_id, None, "good", "")
+    with pytest.raises(UserError, match="not in this run"):
+        controller.review(done.run_id, (9, "x", 0), "good", "")

@@ -30,16 +30,22 @@ def test_upload_two_presets_run_table_pass_rates_export(server, browser, tmp_pat
     table = page.locator("#batch-results").inner_text()
     assert "Deterministic · max_new_tokens=10" in table and "Precise · max_new_tokens=10" in table
     assert "Paris" in table
+    page.locator("#batch-results [role='row'][aria-rowindex='2'] [role='gridcell']").first.click()  # review it
+    page.locator("#batch-review").get_by_text("bad", exact=True).click()
+    page.locator("#batch-review-note textarea, #batch-review-note input").first.fill("too terse")
+    page.locator("#batch-review-save").click()
+    wait_text(page, "#batch-results", "bad: too terse", 30_000)
     screenshot(page, "batch")
     page.get_by_role("tab", name="Summary").click()
     summary = page.locator("#batch-summary").inner_text()
-    assert "pass rate %" in summary and "Deterministic" in summary
+    assert "pass rate %" in summary and "Deterministic" in summary and "marked bad" in summary
     page.get_by_role("tab", name="Runs").click()
     saved = export_file(page, "batch-export-csv", "batch-export-file", tmp_path / "out.csv")
     rows = list(csv.DictReader(io.StringIO(saved.read_text())))
     assert len(rows) == 4 and {r["setting"] for r in rows} == {"Deterministic · max_new_tokens=10",
                                                                 "Precise · max_new_tokens=10"}
     assert any("Paris" in r["output"] for r in rows)
+    assert [(r["review"], r["review_note"]) for r in rows if r["review"]] == [("bad", "too terse")]
     page.close()
 
 

@@ -23,8 +23,9 @@ from webui.batch.results import ResultRow
 
 CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "setting", "sample", "seed", "output", "finish_reason",
                "prompt_tokens", "completion_tokens", "cached_tokens", "ttft", "tokens_per_second", "passed", "score",
-               "asserts", "error", "params", "assert_results")
-_TEXT_COLUMNS = frozenset({"prompt_id", "prompt", "setting", "output", "finish_reason", "asserts", "error"})
+               "asserts", "error", "review", "review_note", "params", "assert_results")
+_TEXT_COLUMNS = frozenset({"prompt_id", "prompt", "setting", "output", "finish_reason", "asserts", "error",
+                           "review_note"})
 _INT_COLUMNS = ("prompt_index", "sample", "seed", "prompt_tokens", "completion_tokens")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
 
@@ -74,6 +75,7 @@ def _csv_values(row: ResultRow) -> dict[str, Any]:
         "tokens_per_second": row.tokens_per_second,
         "passed": "" if row.passed is None else str(row.passed).lower(), "score": row.score,
         "asserts": assert_summary(row.asserts), "error": row.error,
+        "review": (row.review or {}).get("verdict"), "review_note": (row.review or {}).get("note"),
         "params": json.dumps(row.params, ensure_ascii=False, sort_keys=True),
         "assert_results": json.dumps([a.to_dict() for a in row.asserts], ensure_ascii=False),
     }
@@ -103,7 +105,8 @@ def from_csv(text: str) -> list[ResultRow]:
     if not table:
         raise BatchInputError("the CSV is empty; it needs the header row written by the export")
     header = table[0]
-    missing = [c for c in CSV_COLUMNS if c not in header and c not in ("asserts", "cached_tokens", "score")]
+    missing = [c for c in CSV_COLUMNS if c not in header
+               and c not in ("asserts", "cached_tokens", "score", "review", "review_note")]
     if missing:
         raise BatchInputError(f"the CSV lacks the column(s) {', '.join(missing)}; columns: {', '.join(header)}")
     rows = []
@@ -131,6 +134,9 @@ def _row_from_cells(cells: dict[str, str], where: str) -> ResultRow:
         raise BatchInputError(f"{where}: passed must be true, false or empty, got '{cells['passed']}'")
     data["passed"] = None if passed == "" else passed == "true"
     data["error"] = data.get("error") or None
+    verdict = cells.get("review", "").strip()
+    data["review"] = {"verdict": verdict, "note": data.pop("review_note", "") or ""} if verdict else None
+    data.pop("review_note", None)
     for name in ("params", "assert_results"):
         try:
             data[name] = json.loads(cells[name])

@@ -43,6 +43,8 @@ class ResultRow:
     error: str | None = None
     cached_tokens: int = 0  # prompt tokens the prefix cache served (rows stored before it existed: 0)
     score: float | None = None  # the asserts' weighted mean score (None: no asserts, or rows from before scores)
+    review: dict[str, str] | None = field(default=None, hash=False)
+    """A person's verdict: {"verdict": "good" or "bad", "note": text}; None: not reviewed."""
 
     def __post_init__(self) -> None:
         if self.error == "":
@@ -63,6 +65,7 @@ class ResultRow:
             raise BatchInputError(f"{prefix}missing field(s) {', '.join(missing)}")
         values = {n: data.get(n, _OPTIONAL.get(n)) for n in names}
         values["asserts"] = _assert_results(data["asserts"], prefix)
+        values["review"] = check_review(values["review"], prefix)
         _check_types(values, prefix)
         return cls(**values)
 
@@ -83,7 +86,8 @@ def _assert_results(items: Any, prefix: str) -> list[AssertResult]:
             for a in items]
 
 
-_OPTIONAL = {"cached_tokens": 0, "score": None}  # fields added later, so rows stored or exported before them still load
+_OPTIONAL = {"cached_tokens": 0, "score": None, "review": None}
+REVIEW_VERDICTS = ("good", "bad")  # fields added later, so rows stored or exported before them still load
 _TYPES: dict[str, tuple[type, ...]] = {
     "prompt_index": (int,), "prompt_id": (str,), "prompt": (str,), "setting": (str,), "params": (dict,),
     "sample": (int,), "seed": (int,), "output": (str,), "finish_reason": (str,), "prompt_tokens": (int,),
@@ -91,6 +95,17 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "tokens_per_second": (int, float, type(None)), "score": (int, float, type(None)),
     "passed": (bool, type(None)), "error": (str, type(None)),
 }
+
+
+def check_review(review: Any, prefix: str = "") -> dict[str, str] | None:
+    """A review as stored: None, or {"verdict": "good"|"bad", "note": text}."""
+    if review is None:
+        return None
+    if not isinstance(review, Mapping) or review.get("verdict") not in REVIEW_VERDICTS \
+            or not isinstance(review.get("note", ""), str):
+        raise BatchInputError(f"{prefix}review must be {{\"verdict\": \"good\" or \"bad\", \"note\": text}}, "
+                              f"got {review!r:.120}")
+    return {"verdict": review["verdict"], "note": review.get("note", "")}
 
 
 def _check_types(values: dict[str, Any], prefix: str) -> None:
@@ -140,6 +155,9 @@ class SettingSummary:
     mean_score: float | None = None
     pass_interval: tuple[float, float] | None = None
     """95% Wilson interval of the pass rate, when the run drew more than one sample per prompt."""
+    good: int = 0
+    bad: int = 0
+    """Rows a person marked good / bad."""
 
 
 def summarize(rows: Iterable[ResultRow]) -> list[SettingSummary]:
@@ -157,7 +175,9 @@ def summarize(rows: Iterable[ResultRow]) -> list[SettingSummary]:
             label, len(group), passed, failed, passed / (passed + failed) if passed + failed else None,
             _mean(r.tokens_per_second for r in ok), _mean(r.ttft for r in ok),
             sum(1 for r in group if r.error is not None), _mean(r.score for r in group),
-            wilson(passed, passed + failed) if sampled and passed + failed else None))
+            wilson(passed, passed + failed) if sampled and passed + failed else None,
+            sum(1 for r in group if (r.review or {}).get("verdict") == "good"),
+            sum(1 for r in group if (r.review or {}).get("verdict") == "bad")))
     return out
 
 

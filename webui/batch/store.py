@@ -56,6 +56,20 @@ class BatchStore:
                          (run_id, cell, json.dumps(result)))
             conn.execute("UPDATE batch_runs SET updated = ? WHERE id = ?", (time.time(), run_id))
 
+    def set_review(self, run_id: int, prompt_index: int, setting: str, sample: int,
+                   review: dict[str, Any] | None) -> bool:
+        """Store a person's verdict on one row ({"verdict": "good"|"bad", "note": text}; None clears it);
+        False when the run has no such row."""
+        with self._db.transaction() as conn:
+            changed = conn.execute(
+                "UPDATE batch_results SET result = json_set(result, '$.review', json(?)) WHERE run_id = ? AND "
+                "json_extract(result, '$.prompt_index') = ? AND json_extract(result, '$.setting') = ? AND "
+                "json_extract(result, '$.sample') = ?",
+                (json.dumps(review), run_id, prompt_index, setting, sample)).rowcount
+            if changed:
+                conn.execute("UPDATE batch_runs SET updated = ? WHERE id = ?", (time.time(), run_id))
+            return changed > 0
+
     def finish(self, run_id: int, status: str) -> None:
         if status not in STATUSES:
             raise StoreError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")

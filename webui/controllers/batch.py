@@ -178,6 +178,20 @@ class BatchController:
             raise UserError(str(exc)) from exc
         return (path.name, content), f"Using **{path.name}**: {count} prompts (the text box is ignored)."
 
+    def review(self, run_id: int | None, key: tuple[int, str, int] | None, verdict: str | None, note: str) -> str:
+        """Store a person's verdict on a row (``key``: prompt index, setting, sample); "" clears it."""
+        rid = self._need(run_id)
+        if key is None:
+            raise UserError("Click the row to review first.")
+        if self.runner.active(rid) is not None:
+            raise UserError("The run is still going; review its rows when it has finished.")
+        if verdict not in ("good", "bad", "", None):
+            raise UserError(f"A review is good or bad, got {verdict!r}")
+        review = {"verdict": verdict, "note": (note or "").strip()} if verdict else None
+        if not self.store.set_review(rid, key[0], key[1], key[2], review):
+            raise UserError("That row is not in this run any more; open the run again.")
+        return f"Marked {verdict}." if verdict else "Review cleared."
+
     def rename(self, run_id: int | None, name: str) -> None:
         try:
             self.store.rename(self._need(run_id), name)

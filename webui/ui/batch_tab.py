@@ -15,7 +15,7 @@ from webui.ui.feedback import shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
 
-COLUMN_WIDTHS = ["13%", "12%", "6%", "5%", "20%", "6%", "6%", "6%", "5%", "5%", "11%", "5%"]
+COLUMN_WIDTHS = ["12%", "11%", "5%", "5%", "19%", "5%", "5%", "6%", "5%", "5%", "10%", "5%", "7%"]
 """One per RESULT_COLUMNS entry: wide enough that no header or assert label breaks inside a word."""
 
 
@@ -61,6 +61,11 @@ class BatchTab:
     table: gr.Dataframe
     inspector: InspectorPanel
     summary: gr.Dataframe
+    verdict: gr.Radio
+    review_note: gr.Textbox
+    review_save: gr.Button
+    review_clear: gr.Button
+    selected_row: gr.State
     pass_plot: gr.BarPlot
     speed_plot: gr.BarPlot
     pivot: gr.Dataframe
@@ -84,7 +89,7 @@ class BatchTab:
     def views(self) -> list:
         """What shows a run, in ``view_updates`` order."""
         return [self.table, self.summary, self.pass_plot, self.speed_plot, self.pivot, self.side_a, self.side_b,
-                self.compare, self.runs, self.run_b, *self.inspector.outputs]
+                self.compare, self.runs, self.run_b, *self.inspector.outputs, self.selected_row]
 
 
 def _form_column(services: Services) -> dict:
@@ -137,6 +142,13 @@ def _result_tabs() -> dict:
             failures = gr.Checkbox(label="Failures only", elem_id="batch-failures", scale=1)
         table = gr.Dataframe(value=result_table([]), interactive=False, wrap=True, elem_id="batch-results",
                              column_widths=COLUMN_WIDTHS, max_height=640)
+        with gr.Row(equal_height=True):
+            verdict = gr.Radio(["good", "bad"], label="Your review of the clicked row", elem_id="batch-review",
+                               scale=1)
+            review_note = gr.Textbox(label="Note", placeholder="why (optional)", elem_id="batch-review-note", scale=3)
+            review_save = gr.Button("Save review", size="sm", elem_id="batch-review-save", scale=0, min_width=120)
+            review_clear = gr.Button("Clear review", size="sm", elem_id="batch-review-clear", scale=0,
+                                     min_width=120)
         with gr.Accordion("Prompt and reproduce record of a row (click a row)", open=False,
                           elem_id="batch-inspect-panel"):
             inspector = create_inspector_panel("batch", with_record=True)
@@ -155,7 +167,8 @@ def _result_tabs() -> dict:
             run_b = gr.Dropdown(label="B: run (default: this run)", choices=[], elem_id="batch-compare-run")
             side_b = gr.Dropdown(label="B: setting", choices=[], elem_id="batch-compare-b")
         compare = gr.HTML(elem_id="batch-compare")
-    return dict(query=query, failures=failures, table=table, inspector=inspector, summary=summary,
+    return dict(query=query, failures=failures, table=table, verdict=verdict, review_note=review_note,
+                review_save=review_save, review_clear=review_clear, inspector=inspector, summary=summary,
                 pass_plot=pass_plot, speed_plot=speed_plot, pivot=pivot, side_a=side_a, run_b=run_b, side_b=side_b,
                 compare=compare)
 
@@ -184,7 +197,8 @@ def create_batch_tab(services: Services) -> BatchTab:
     with gr.Tabs():
         results = _result_tabs()
         stored = _runs_tab()
-    return BatchTab(**form, **results, **stored, run_id=gr.State(None), controller=BatchController(services))
+    return BatchTab(**form, **results, **stored, run_id=gr.State(None), selected_row=gr.State(None),
+                    controller=BatchController(services))
 
 
 def view_updates(tab: BatchTab, run_id: int | None, query: str = "", failures_only: bool = False) -> tuple:
@@ -200,7 +214,7 @@ def view_updates(tab: BatchTab, run_id: int | None, query: str = "", failures_on
             gr.update(value=summ, y_lim=[0, fastest * 1.15]), pivot_table(rows),
             gr.update(choices=labels, value=a), gr.update(choices=labels, value=b), compared,
             gr.update(choices=c.run_choices(), value=run_id), gr.update(choices=c.run_choices()),
-            *["" for _ in tab.inspector.outputs[:2]], None, *["" for _ in tab.inspector.outputs[3:]])
+            *["" for _ in tab.inspector.outputs[:2]], None, *["" for _ in tab.inspector.outputs[3:]], None)
 
 
 def _setting_rows(rows, label):
@@ -258,10 +272,22 @@ def _wire_views(tab: BatchTab) -> None:
         rows = shown_rows(c.rows(rid), q, only_failures)
         if rid is None or not 0 <= index < len(rows):
             raise UserError("Run a batch or open a stored run, then click one of its rows.")
-        seen = c.inspect_row(rid, rows[index])
+        row = rows[index]
+        seen = c.inspect_row(rid, row)
         rendered, tokens, note = inspection_views(seen.seen) if seen.seen else ("", None, seen.note)
+        review = row.review or {}
         return (f"row {index + 1}: {seen.which} · {note}", rendered, tokens,
-                *record_views(seen.record, c.services.config.api_port))
+                *record_views(seen.record, c.services.config.api_port), (row.prompt_index, row.setting, row.sample),
+                review.get("verdict"), review.get("note", ""))
+
+    def review(clear: bool):
+        @shows_errors
+        def save(rid: int | None, key, verdict: str | None, note: str, q: str, only_failures: bool):
+            gr.Info(c.review(rid, tuple(key) if key else None, None if clear else verdict, "" if clear else note))
+            rows = c.rows(rid)
+            return result_table(rows, q, only_failures), summary_table(rows), *((None, "") if clear else (
+                gr.skip(), gr.skip()))
+        return save
 
     for control in (tab.query, tab.failures):
         control.change(lambda rid, q, f: result_table(c.rows(rid), q, f), [tab.run_id, tab.query, tab.failures],
@@ -271,7 +297,12 @@ def _wire_views(tab: BatchTab) -> None:
         control.input(compare_view, compare_inputs, [tab.compare], show_progress="hidden")
     tab.run_b.input(b_settings, [tab.run_b, tab.run_id], [tab.side_b]).then(compare_view, compare_inputs,
                                                                               [tab.compare])
-    tab.table.select(select_row, [tab.run_id, tab.query, tab.failures], tab.inspector.outputs)
+    tab.table.select(select_row, [tab.run_id, tab.query, tab.failures],
+                     [*tab.inspector.outputs, tab.selected_row, tab.verdict, tab.review_note])
+    review_inputs = [tab.run_id, tab.selected_row, tab.verdict, tab.review_note, tab.query, tab.failures]
+    review_outputs = [tab.table, tab.summary, tab.verdict, tab.review_note]
+    tab.review_save.click(review(False), review_inputs, review_outputs)
+    tab.review_clear.click(review(True), review_inputs, review_outputs)
 
 
 def _wire_runs(tab: BatchTab) -> None:

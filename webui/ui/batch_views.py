@@ -10,7 +10,7 @@ import pandas as pd
 from webui.batch import ResultRow, cell_text, compare, pivot, prompt_label, summarize
 
 RESULT_COLUMNS = ["prompt", "setting", "sample", "seed", "output", "finish", "tokens", "cached prompt", "ttft (s)",
-                  "tok/s", "asserts", "passed"]
+                  "tok/s", "asserts", "passed", "review"]
 
 
 def shown_rows(rows: list[ResultRow], query: str = "", failures_only: bool = False) -> list[ResultRow]:
@@ -28,8 +28,15 @@ def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = F
         out.append([prompt_label(r), r.setting, r.sample, r.seed, cell_text(r), r.finish_reason, r.completion_tokens,
                     f"{r.cached_tokens}/{r.prompt_tokens}", None if r.ttft is None else round(r.ttft, 3),
                     None if r.tokens_per_second is None else round(r.tokens_per_second, 1), marks,
-                    "" if r.passed is None else ("pass" if r.passed else "FAIL")])
+                    "" if r.passed is None else ("pass" if r.passed else "FAIL"), review_text(r)])
     return pd.DataFrame(out, columns=RESULT_COLUMNS)
+
+
+def review_text(row: ResultRow) -> str:
+    if not row.review:
+        return ""
+    note = row.review.get("note", "")
+    return row.review["verdict"] + (f": {note}" if note else "")
 
 
 def summary_table(rows: list[ResultRow]) -> pd.DataFrame:
@@ -37,9 +44,9 @@ def summary_table(rows: list[ResultRow]) -> pd.DataFrame:
              "" if s.pass_interval is None else f"{100 * s.pass_interval[0]:.0f}–{100 * s.pass_interval[1]:.0f}",
              None if s.mean_score is None else round(s.mean_score, 3),
              None if s.mean_tokens_per_second is None else round(s.mean_tokens_per_second, 1),
-             None if s.mean_ttft is None else round(s.mean_ttft, 3)] for s in summarize(rows)]
+             None if s.mean_ttft is None else round(s.mean_ttft, 3), s.good, s.bad] for s in summarize(rows)]
     return pd.DataFrame(data, columns=["setting", "rows", "passed", "failed", "pass rate %", "95% interval %",
-                                       "mean score", "tok/s", "ttft (s)"])
+                                       "mean score", "tok/s", "ttft (s)", "marked good", "marked bad"])
 
 
 def pivot_table(rows: list[ResultRow]) -> pd.DataFrame:
