@@ -162,3 +162,22 @@ def test_a_person_reviews_rows_and_the_review_is_stored_counted_and_exported(con
         controller.review(done.run_id, None, "good", "")
     with pytest.raises(UserError, match="not in this run"):
         controller.review(done.run_id, (9, "x", 0), "good", "")
+
+
+def test_cells_already_run_come_from_the_cache_and_only_new_cells_are_generated(controller):
+    sampled = BASE.replace(temperature=1.0)
+    first = last(controller.run(controller.job(BatchForm(prompts="Hello\nBye", axes="top_k=5", samples=2), sampled)))
+    before = controller.rows(first.run_id)
+    assert not any(r.from_cache for r in before)
+    widened = last(controller.run(controller.job(BatchForm(prompts="Hello\nBye", axes="top_k=5,40", samples=2),
+                                                 sampled)))
+    rows = controller.rows(widened.run_id)
+    cached = [r for r in rows if r.from_cache]
+    assert len(rows) == 8 and {r.setting for r in cached} == {"top_k=5"} and len(cached) == 4
+    assert [r.output for r in cached] == [r.output for r in before]  # the same requests, the same responses
+    assert not any(r.from_cache for r in rows if r.setting == "top_k=40")
+    fresh = last(controller.rerun(widened.run_id, use_cache=False))
+    assert not any(r.from_cache for r in controller.rows(fresh.run_id))
+    again = last(controller.run(controller.job(BatchForm(prompts="Hello\nBye", axes="top_k=5", samples=2,
+                                                         use_cache=False), sampled)))
+    assert not any(r.from_cache for r in controller.rows(again.run_id))

@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat-template", default="", metavar="NAME",
                    help="instruction template: a built-in (ChatML, Llama 3, Mistral, Gemma, Phi-3, Alpaca, Vicuna, "
                         "User/Assistant) or one saved in the user data dir (default: the model's own)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="generate every cell, even one whose whole request already ran (default: reuse it)")
     p.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, help="refuse grids larger than this")
     p.add_argument("--name", help="name of the stored run (default: the prompts file name)")
     p.add_argument("--out", type=Path, help="write results here (.jsonl, .csv, or .json: promptfoo's output shape)")
@@ -82,7 +84,7 @@ def main(argv: list[str]) -> int:
     services = Services.create(config)
     try:
         job = BatchJob(args.name or description or args.prompts.name, rows, grid, args.system_prompt, args.raw,
-                       args.max_cells, settings, chat_template=args.chat_template)
+                       args.max_cells, settings, chat_template=args.chat_template, use_cache=not args.no_cache)
         services.batch_runner.plan(job)  # bad grids fail before the model loads
         load_startup_model(services)
         handle = services.batch_runner.start(job)

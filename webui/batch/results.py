@@ -43,6 +43,7 @@ class ResultRow:
     error: str | None = None
     cached_tokens: int = 0  # prompt tokens the prefix cache served (rows stored before it existed: 0)
     score: float | None = None  # the asserts' weighted mean score (None: no asserts, or rows from before scores)
+    from_cache: bool = False  # taken from the response cache (the same request ran before), not generated now
     review: dict[str, str] | None = field(default=None, hash=False)
     """A person's verdict: {"verdict": "good" or "bad", "note": text}; None: not reviewed."""
 
@@ -86,14 +87,14 @@ def _assert_results(items: Any, prefix: str) -> list[AssertResult]:
             for a in items]
 
 
-_OPTIONAL = {"cached_tokens": 0, "score": None, "review": None}
+_OPTIONAL = {"cached_tokens": 0, "score": None, "review": None, "from_cache": False}
 REVIEW_VERDICTS = ("good", "bad")  # fields added later, so rows stored or exported before them still load
 _TYPES: dict[str, tuple[type, ...]] = {
     "prompt_index": (int,), "prompt_id": (str,), "prompt": (str,), "setting": (str,), "params": (dict,),
     "sample": (int,), "seed": (int,), "output": (str,), "finish_reason": (str,), "prompt_tokens": (int,),
     "completion_tokens": (int,), "cached_tokens": (int,), "ttft": (int, float, type(None)),
     "tokens_per_second": (int, float, type(None)), "score": (int, float, type(None)),
-    "passed": (bool, type(None)), "error": (str, type(None)),
+    "passed": (bool, type(None)), "error": (str, type(None)), "from_cache": (bool,),
 }
 
 
@@ -120,7 +121,7 @@ def _check_types(values: dict[str, Any], prefix: str) -> None:
 
 def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
                ttft: float | None = None, tokens_per_second: float | None = None, cached_tokens: int = 0,
-               error: str | None = None) -> ResultRow:
+               error: str | None = None, from_cache: bool = False) -> ResultRow:
     """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error)."""
     error = error or None
     seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text)
@@ -135,7 +136,7 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
         params=cell.params.to_dict(), sample=cell.sample, seed=cell.seed, output=output,
         finish_reason=finish_reason, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         ttft=ttft, tokens_per_second=tokens_per_second, cached_tokens=cached_tokens, asserts=asserts, passed=passed,
-        error=error, score=score)
+        error=error, score=score, from_cache=from_cache)
 
 
 # -- summaries -----------------------------------------------------------------------

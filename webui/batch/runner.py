@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loaders.base import attached_loras
+from webui.batch.cache import ResponseCache, cache_key
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
 from webui.batch.prompts import PromptRow
@@ -34,13 +35,14 @@ class BatchJob:
     max_cells: int = DEFAULT_MAX_CELLS
     settings: list[Setting] | None = None  # expanded from ``grid`` unless given (a re-run)
     chat_template: str = ""  # the instruction template's name ("": the model's own)
+    use_cache: bool = True  # take cells already run with the very same request from the response cache
 
     def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
                 "settings": [{"label": s.label, "params": s.params.to_dict(), "preset": s.preset,
                               "overrides": s.overrides, "loras": [list(x) for x in s.loras]} for s in settings],
                 "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells,
-                "chat_template_name": self.chat_template}
+                "chat_template_name": self.chat_template, "use_cache": self.use_cache}
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
@@ -49,7 +51,7 @@ class BatchJob:
                     for s in spec["settings"]]
         return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
                    spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),
-                   settings, spec.get("chat_template_name", ""))
+                   settings, spec.get("chat_template_name", ""), spec.get("use_cache", True))
 
 
 @dataclass
@@ -65,6 +67,9 @@ class RunHandle:
     _done: threading.Event = field(default_factory=threading.Event)
     _streams: set = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    keys: list[str] = field(default_factory=list)
+    """Each cell's response-cache key."""
+    use_cache: bool = True
 
     @property
     def total(self) -> int:
@@ -107,6 +112,7 @@ class RunHandle:
 class BatchRunner:
     def __init__(self, services, store: BatchStore):
         self.services, self.store = services, store
+        self.cache = ResponseCache(services.db)
         self._active: dict[int, RunHandle] = {}
         self._lock = threading.Lock()
 
@@ -170,6 +176,9 @@ class BatchRunner:
         with self._lock:
             self._active[run.id] = handle
         window = self.services.engine.config.max_running * 2
+        handle.keys = [cache_key(model.name, model.loader, cell.setting.loras, prompts[cell.row.index][0], job.raw,
+                                 cell.params.to_dict()) for cell in cells]
+        handle.use_cache = job.use_cache
         thread = threading.Thread(target=lambda: asyncio.run(self._drive(handle, prompts, job.raw, window)),
                                   name=f"batch-run-{run.id}", daemon=True)
         thread.start()
@@ -193,6 +202,10 @@ class BatchRunner:
 
     async def _cell(self, handle: RunHandle, index: int, cell: Cell, prompt: tuple[str, list | None], raw: bool,
                     slots: asyncio.Semaphore) -> None:
+        cached = self.cache.get(handle.keys[index]) if handle.use_cache else None
+        if cached is not None:  # the very same request ran before: its response, with this run's asserts
+            self._keep(handle, index, result_for(cell, **cached, from_cache=True))
+            return
         async with slots:
             if handle.cancelled:
                 return
@@ -223,6 +236,11 @@ class BatchRunner:
                              cached_tokens=usage.cached_tokens if usage else 0,
                              ttft=timings.first_token if timings else None,
                              tokens_per_second=timings.tokens_per_second if timings else None, error=error)
-            self.store.add_result(handle.run_id, index, row.to_dict())
-            with handle._lock:
-                handle.results[index] = row
+            if error is None and last is not None and last.finish_reason not in ("cancelled", "error"):
+                self.cache.put(handle.keys[index], row.to_dict())
+            self._keep(handle, index, row)
+
+    def _keep(self, handle: RunHandle, index: int, row: ResultRow) -> None:
+        self.store.add_result(handle.run_id, index, row.to_dict())
+        with handle._lock:
+            handle.results[index] = row

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -43,6 +43,8 @@ class BatchForm:
     samples: float | None = 1
     base_seed: float | None = 0
     name: str = "Batch run"
+    use_cache: bool = True
+    """Take cells whose very same request already ran from the response cache."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class BatchController:
                 rows = with_asserts(rows, form.asserts.splitlines())
                 grid = GridSpec([], {}, int(form.samples or 1), int(form.base_seed or 0), base=params)
                 return BatchJob(form.name.strip() or name, rows, grid, form.system, form.raw, settings=settings,
-                                chat_template=self.services.settings.get().chat_template)
+                                chat_template=self.services.settings.get().chat_template, use_cache=form.use_cache)
             template = form.template.strip() or None
             rows = (load_prompts_text(form.upload[0], form.upload[1], template) if form.upload
                     else parse_lines(form.prompts, template))
@@ -101,7 +103,8 @@ class BatchController:
             grid = GridSpec(list(form.presets), parse_axes(form.axes), int(form.samples or 1),
                             int(form.base_seed or 0), base=params)
             return BatchJob(form.name.strip() or "Batch run", rows, grid, form.system, form.raw,
-                            chat_template=self.services.settings.get().chat_template)  # the Chat tab's choice
+                            chat_template=self.services.settings.get().chat_template,  # the Chat tab's choice
+                            use_cache=form.use_cache)
         except (BatchInputError, InvalidName) as exc:
             raise UserError(str(exc)) from exc
 
@@ -125,11 +128,12 @@ class BatchController:
         """Start ``job`` and follow it until it ends (a refresh every REFRESH_SECONDS)."""
         yield from self._follow(self._start(job), "Running", "")
 
-    def rerun(self, run_id: int | None) -> Iterator[Progress]:
-        """Run a stored run again with its stored settings (presets changed since do not matter)."""
+    def rerun(self, run_id: int | None, use_cache: bool = True) -> Iterator[Progress]:
+        """Run a stored run again with its stored settings (presets changed since do not matter); without the
+        cache every cell is generated again."""
         stored = self._get(run_id)
         try:
-            job = BatchJob.from_spec(f"{stored.name} (re-run)", stored.spec)
+            job = replace(BatchJob.from_spec(f"{stored.name} (re-run)", stored.spec), use_cache=use_cache)
         except BatchInputError as exc:
             raise UserError(str(exc)) from exc
         yield from self._follow(self._start(job), "Re-running", "Re-run ")

@@ -98,4 +98,13 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE chats SET current_leaf =
         (SELECT id FROM messages WHERE chat_id = chats.id ORDER BY position DESC, id DESC LIMIT 1);
     """,
+    # 5: the response cache: a batch cell's whole request (model, loader, adapters, prompt, every parameter and the
+    # seed) -> what it produced, so running the same cell again takes it from here.
+    """
+    CREATE TABLE response_cache (
+        key      TEXT PRIMARY KEY,  -- sha256 of the request, as JSON
+        response TEXT NOT NULL,     -- JSON: output, finish_reason, token counts, timing
+        created  REAL NOT NULL
+    );
+    """,
 )

@@ -34,6 +34,7 @@ class FormFields:
     samples: gr.Number
     base_seed: gr.Number
     name: gr.Textbox
+    use_cache: gr.Checkbox
 
     @property
     def inputs(self) -> set:
@@ -41,7 +42,8 @@ class FormFields:
 
     def read(self, data: dict) -> BatchForm:
         values = {f.name: data[getattr(self, f.name)] for f in fields(self)}
-        return BatchForm(**{**values, "presets": tuple(values["presets"] or ()), "raw": bool(values["raw"])})
+        return BatchForm(**{**values, "presets": tuple(values["presets"] or ()), "raw": bool(values["raw"]),
+                            "use_cache": bool(values["use_cache"])})
 
 
 @dataclass
@@ -79,6 +81,7 @@ class BatchTab:
     rename: gr.Button
     delete: gr.Button
     rerun: gr.Button
+    rerun_fresh: gr.Button
     csv: gr.Button
     jsonl: gr.Button
     promptfoo: gr.Button
@@ -123,13 +126,16 @@ def _form_column(services: Services) -> dict:
                                 elem_id="batch-samples")
             base_seed = gr.Number(value=0, precision=0, minimum=0, label="Base seed", elem_id="batch-seed")
         name = gr.Textbox(label="Run name", value="Batch run", elem_id="batch-name")
+        use_cache = gr.Checkbox(label="Reuse cached results (a cell whose whole request already ran)", value=True,
+                                elem_id="batch-use-cache")
         plan = gr.Markdown("", elem_id="batch-plan")
         with gr.Row():
             check = gr.Button("Check plan", elem_id="batch-check")
             run = gr.Button("Run", variant="primary", elem_id="batch-run")
             cancel = gr.Button("Cancel", variant="stop", elem_id="batch-cancel")
         progress = gr.Markdown("", elem_id="batch-progress")
-    form = FormFields(prompts, gr.State(None), template, asserts, system, raw, presets, axes, samples, base_seed, name)
+    form = FormFields(prompts, gr.State(None), template, asserts, system, raw, presets, axes, samples, base_seed, name,
+                      use_cache)
     return dict(form=form, upload_button=upload_button, clear_upload=clear_upload, upload_note=upload_note, plan=plan,
                 check=check, run=run, cancel=cancel, progress=progress)
 
@@ -182,12 +188,14 @@ def _runs_tab() -> dict:
             rename = gr.Button("Rename", size="sm", elem_id="batch-rename")
             delete = gr.Button("Delete", size="sm", variant="stop", elem_id="batch-delete")
             rerun = gr.Button("Re-run", size="sm", elem_id="batch-rerun")
+            rerun_fresh = gr.Button("Re-run without cache", size="sm", elem_id="batch-rerun-fresh")
         with gr.Row():
             csv = gr.Button("Export CSV", size="sm", elem_id="batch-export-csv")
             jsonl = gr.Button("Export JSONL", size="sm", elem_id="batch-export-jsonl")
             promptfoo = gr.Button("Export promptfoo JSON", size="sm", elem_id="batch-export-promptfoo")
         export_file = gr.File(label="Export", visible=False, elem_id="batch-export-file")
-    return dict(runs=runs, open=open_, rename_text=rename_text, rename=rename, delete=delete, rerun=rerun, csv=csv,
+    return dict(runs=runs, open=open_, rename_text=rename_text, rename=rename, delete=delete, rerun=rerun,
+                rerun_fresh=rerun_fresh, csv=csv,
                 jsonl=jsonl, promptfoo=promptfoo, export_file=export_file)
 
 
@@ -325,10 +333,12 @@ def _wire_runs(tab: BatchTab) -> None:
         rid = None if current == chosen else current
         return rid, *view_updates(tab, rid)
 
-    @shows_errors
-    def rerun(chosen: int | None):
-        for step in c.rerun(chosen):
-            yield step.status, step.run_id, *view_updates(tab, step.run_id)
+    def rerun(use_cache: bool):
+        @shows_errors
+        def follow(chosen: int | None):
+            for step in c.rerun(chosen, use_cache):
+                yield step.status, step.run_id, *view_updates(tab, step.run_id)
+        return follow
 
     @shows_errors
     def export(chosen: int | None, kind: str):
@@ -337,7 +347,8 @@ def _wire_runs(tab: BatchTab) -> None:
     tab.open.click(open_run, [tab.runs], [tab.run_id, *tab.views])
     tab.rename.click(rename, [tab.runs, tab.rename_text], [tab.runs])
     tab.delete.click(delete, [tab.runs, tab.run_id], [tab.run_id, *tab.views])
-    tab.rerun.click(rerun, [tab.runs], [tab.progress, tab.run_id, *tab.views], concurrency_limit=None)
+    tab.rerun.click(rerun(True), [tab.runs], [tab.progress, tab.run_id, *tab.views], concurrency_limit=None)
+    tab.rerun_fresh.click(rerun(False), [tab.runs], [tab.progress, tab.run_id, *tab.views], concurrency_limit=None)
     tab.csv.click(lambda r: export(r, "csv"), [tab.runs], [tab.export_file])
     tab.jsonl.click(lambda r: export(r, "jsonl"), [tab.runs], [tab.export_file])
     tab.promptfoo.click(lambda r: export(r, "json"), [tab.runs], [tab.export_file])

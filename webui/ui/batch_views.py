@@ -25,7 +25,8 @@ def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = F
     for r in shown_rows(rows, query, failures_only):
         marks = " ".join(("✓ " if a.passed else "✗ ") + a.label + ("" if a.score is None else f" ({a.score:.2f})")
                          for a in r.asserts)
-        out.append([prompt_label(r), r.setting, r.sample, r.seed, cell_text(r), r.finish_reason, r.completion_tokens,
+        finish = f"{r.finish_reason} (from cache)" if r.from_cache else r.finish_reason
+        out.append([prompt_label(r), r.setting, r.sample, r.seed, cell_text(r), finish, r.completion_tokens,
                     f"{r.cached_tokens}/{r.prompt_tokens}", None if r.ttft is None else round(r.ttft, 3),
                     None if r.tokens_per_second is None else round(r.tokens_per_second, 1), marks,
                     "" if r.passed is None else ("pass" if r.passed else "FAIL"), review_text(r)])

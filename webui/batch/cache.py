@@ -1,0 +1,44 @@
+"""The response cache: a batch cell whose whole request was already run is answered from it.
+
+The key is the SHA-256 of everything that decides the output: the model's name and
+loader, the adapters and their weights, the exact prompt text (after the chat
+template), whether it is raw, and every sampling parameter with the seed. A cell
+is cached only when it finished (not cancelled, no error), so a re-run of a stored
+run after changing one axis computes only the new cells.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+from webui.store.db import Database
+
+FIELDS = ("output", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft",
+          "tokens_per_second")
+
+
+def cache_key(model: str, loader: str, loras: Any, prompt: str, raw: bool, params: dict[str, Any]) -> str:
+    request = {"model": model, "loader": loader, "loras": [list(x) for x in loras], "prompt": prompt, "raw": raw,
+               "params": params}
+    return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+class ResponseCache:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        row = self._db.query_one("SELECT response FROM response_cache WHERE key = ?", (key,))
+        return None if row is None else json.loads(row["response"])
+
+    def put(self, key: str, response: dict[str, Any]) -> None:
+        with self._db.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO response_cache (key, response, created) VALUES (?, ?, ?)",
+                         (key, json.dumps({k: response[k] for k in FIELDS}), time.time()))
+
+    def clear(self) -> int:
+        with self._db.transaction() as conn:
+            return conn.execute("DELETE FROM response_cache").rowcount
