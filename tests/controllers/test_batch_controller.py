@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -181,3 +182,19 @@ def test_cells_already_run_come_from_the_cache_and_only_new_cells_are_generated(
     again = last(controller.run(controller.job(BatchForm(prompts="Hello\nBye", axes="top_k=5", samples=2,
                                                          use_cache=False), sampled)))
     assert not any(r.from_cache for r in controller.rows(again.run_id))
+
+
+def test_llm_rubric_is_judged_by_the_loaded_model_and_its_verdict_is_kept(controller):
+    from webui.batch.judge import JUDGE_PROMPT
+
+    form = BatchForm(prompts="Hello", asserts="llm-rubric:The reply is a greeting")
+    done = last(controller.run(controller.job(form, BASE)))
+    (row,) = controller.rows(done.run_id)
+    (result,) = row.asserts
+    assert result.detail.startswith("judge: ") and 0 <= result.score <= 1  # the tiny model always answers JSON
+    assert row.passed is result.passed
+    stored = controller.store.get(done.run_id).spec
+    assert stored["judge_prompt"] == JUDGE_PROMPT
+    bad = controller.job(form, BASE)
+    with pytest.raises(UserError, match=r"the judge prompt must hold \{\{output\}\} and \{\{rubric\}\}"):
+        last(controller.run(replace(bad, judge_prompt="Grade {{output}}")))

@@ -102,7 +102,7 @@ def test_label_shows_newlines_escaped():
 
 @pytest.mark.parametrize("spec, message", [
     ("foo:bar", r"unknown assert 'foo:bar'; write kind:value with kind one of contains, icontains, not-contains, "
-                r"equals, regex, starts-with, similar, contains-any, contains-all, icontains-any, icontains-all, "
+                r"equals, regex, starts-with, similar, llm-rubric, contains-any, contains-all, icontains-any, icontains-all, "
                 r"is-json, max-length, python, latency, ttft, tokens-per-second, or not- before one"),
     ("Paris", "unknown assert 'Paris'"),
     ("contains:", r"contains needs a value, e.g. contains:Paris"),
@@ -156,7 +156,7 @@ def test_check_all_and_kinds():
     assert [r.passed for r in results] == [True, False]
     assert set(KINDS) == {"contains", "icontains", "not-contains", "equals", "regex", "starts-with", "is-json",
                           "max-length", "similar", "python", "latency", "ttft", "tokens-per-second", "contains-any",
-                          "contains-all", "icontains-any", "icontains-all"}
+                          "contains-all", "icontains-any", "icontains-all", "llm-rubric"}
 
 
 @given(st.text(min_size=1), st.text())

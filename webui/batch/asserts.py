@@ -23,7 +23,8 @@ threshold 0.75). ``python:<file.py>[:function]`` calls ``function(output,
 context)`` (default ``get_assert``, as promptfoo names it) in a separate Python
 process with a time limit; it returns a bool, a score, or ``{"pass", "score",
 "reason"}``. ``latency:<ms>``, ``ttft:<ms>`` and ``tokens-per-second:<n>`` check
-the row's timing.
+the row's timing. ``llm-rubric:<rubric>`` is judged by a model (the batch runner
+asks it, see webui.batch.judge); the verdict and its reason are the result.
 """
 
 from __future__ import annotations
@@ -43,11 +44,11 @@ import jsonschema
 
 from webui.batch.errors import BatchInputError
 
-TEXT_KINDS = ("contains", "icontains", "not-contains", "equals", "regex", "starts-with", "similar")
+TEXT_KINDS = ("contains", "icontains", "not-contains", "equals", "regex", "starts-with", "similar", "llm-rubric")
 NUMBER_KINDS = ("latency", "ttft", "tokens-per-second")  # a number: milliseconds, or tokens per second
 LIST_KINDS = ("contains-any", "contains-all", "icontains-any", "icontains-all")  # a list of texts
 KINDS = (*TEXT_KINDS, *LIST_KINDS, "is-json", "max-length", "python", *NUMBER_KINDS)
-SCORED_KINDS = ("similar", "python")  # may give a score in [0, 1], held against a threshold
+SCORED_KINDS = ("similar", "python", "llm-rubric")  # may give a score in [0, 1], held against a threshold
 DEFAULT_THRESHOLD = {"similar": 0.75, "python": 0.5}
 PYTHON_TIMEOUT = 10.0  # seconds a python assert may take
 LENGTH_UNITS = {"chars": "chars", "char": "chars", "characters": "chars", "character": "chars",
@@ -93,6 +94,17 @@ class Observed:
     ttft: float | None = None  # seconds
     tokens_per_second: float | None = None
     prompt: str = ""
+    judged: Mapping[str, "Verdict"] = field(default_factory=dict)
+    """llm-rubric verdicts by rubric: what the judge model said of this output."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge model's verdict on one output against one rubric."""
+
+    passed: bool
+    score: float
+    reason: str
 
 
 def row_score(results: list[AssertResult]) -> float | None:
@@ -269,7 +281,7 @@ def check_all(asserts: list[Assert], output: str, completion_tokens: int) -> lis
 _EXAMPLE_VALUES = {"contains-any": "Paris,Lyon", "contains-all": "Paris,France", "icontains-any": "paris,lyon",
                    "icontains-all": "paris,france", "contains": "Paris", "icontains": "paris", "not-contains": "London", "equals": "4",
                    "regex": "^\\d+$", "starts-with": "The", "similar": "The capital of France is Paris",
-                   "python": "checks.py:get_assert", "latency": "5000", "ttft": "500", "tokens-per-second": "5"}
+                   "python": "checks.py:get_assert", "llm-rubric": "The answer is polite and names a city", "latency": "5000", "ttft": "500", "tokens-per-second": "5"}
 _DICT_KEYS = {"type", "kind", "value", "schema", "unit", "weight", "threshold", "timeout"}
 
 
@@ -450,6 +462,11 @@ def _run(a: Assert, seen: Observed) -> tuple[bool, str, float | None, bool]:
         return True, "similarity to the reference", score, True
     if a.kind == "python":
         return _python(a, seen)
+    if a.kind == "llm-rubric":
+        verdict = seen.judged.get(str(a.value))
+        if verdict is None:
+            return False, "no judge verdict (the judge did not run or its answer could not be read)", 0.0, False
+        return verdict.passed, f"judge: {verdict.reason}", verdict.score, a.threshold is not None
     if a.kind in NUMBER_KINDS:
         return (*_timing(a, seen), None, False)
     return (*_CHECKS[a.kind](a, seen.output, seen.completion_tokens), None, False)

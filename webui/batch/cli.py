@@ -18,6 +18,7 @@ from loaders.base import DTYPES, LoaderError
 from webui.batch.errors import BatchInputError
 from webui.batch.export import to_csv, to_jsonl
 from webui.batch.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
+from webui.batch.judge import JUDGE_PROMPT
 from webui.batch.prompts import load_prompts, unescape_newlines
 from webui.batch.promptfoo import is_config, load_config, to_promptfoo
 from webui.batch.results import summarize
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat-template", default="", metavar="NAME",
                    help="instruction template: a built-in (ChatML, Llama 3, Mistral, Gemma, Phi-3, Alpaca, Vicuna, "
                         "User/Assistant) or one saved in the user data dir (default: the model's own)")
+    p.add_argument("--judge-prompt", type=Path, metavar="FILE",
+                   help="what the judge model is asked for llm-rubric asserts ({{output}}, {{rubric}}); "
+                        "default: the built-in prompt")
     p.add_argument("--no-cache", action="store_true",
                    help="generate every cell, even one whose whole request already ran (default: reuse it)")
     p.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, help="refuse grids larger than this")
@@ -65,6 +69,7 @@ def main(argv: list[str]) -> int:
         return _fail(f"--min-pass-rate must be between 0 and 1, got {args.min_pass_rate}")
     settings, description = None, ""
     try:
+        judge_prompt = args.judge_prompt.read_text(encoding="utf-8") if args.judge_prompt else JUDGE_PROMPT
         if is_config(args.prompts):
             if args.preset or args.grid or args.template:
                 raise BatchInputError("a promptfoo config brings its own prompts and providers (settings); "
@@ -84,7 +89,8 @@ def main(argv: list[str]) -> int:
     services = Services.create(config)
     try:
         job = BatchJob(args.name or description or args.prompts.name, rows, grid, args.system_prompt, args.raw,
-                       args.max_cells, settings, chat_template=args.chat_template, use_cache=not args.no_cache)
+                       args.max_cells, settings, chat_template=args.chat_template, use_cache=not args.no_cache,
+                       judge_prompt=judge_prompt)
         services.batch_runner.plan(job)  # bad grids fail before the model loads
         load_startup_model(services)
         handle = services.batch_runner.start(job)

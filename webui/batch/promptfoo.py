@@ -10,9 +10,9 @@ becomes one setting, labelled by its ``label`` or ``id``, with its ``config``
 API names them) as that setting's parameters; the model named in a provider id
 is not loaded for it. Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
-python with ``file://``, latency, their ``not-`` forms, ``weight`` and
-``threshold``); any other type (javascript, llm-rubric, cost...) is an error
-that names it, never skipped.
+python with ``file://``, latency, llm-rubric (judged by the loaded model),
+their ``not-`` forms, ``weight`` and ``threshold``); any other type
+(javascript, cost...) is an error that names it, never skipped.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from webui.engine.params import InvalidParameter, SamplingParams
 CONFIG_SUFFIXES = (".yaml", ".yml")
 # promptfoo's assert types we run, by promptfoo's name -> ours (the same names; listed to refuse the others)
 SUPPORTED = ("contains", "icontains", "contains-any", "contains-all", "icontains-any", "icontains-all", "equals",
-             "regex", "starts-with", "is-json", "similar", "python", "latency")
+             "regex", "starts-with", "is-json", "similar", "python", "latency", "llm-rubric")
 
 
 def is_config(name: str | Path) -> bool:

@@ -121,10 +121,11 @@ def _check_types(values: dict[str, Any], prefix: str) -> None:
 
 def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
                ttft: float | None = None, tokens_per_second: float | None = None, cached_tokens: int = 0,
-               error: str | None = None, from_cache: bool = False) -> ResultRow:
+               error: str | None = None, from_cache: bool = False,
+               judged: Mapping[str, Any] | None = None) -> ResultRow:
     """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error)."""
     error = error or None
-    seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text)
+    seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text, judged or {})
     asserts = [] if error else [a.check(seen) for a in cell.row.asserts]
     if not cell.row.asserts:
         passed = None

@@ -16,7 +16,9 @@ from typing import Any
 from loaders.base import attached_loras
 from webui.batch.cache import ResponseCache, cache_key
 from webui.batch.errors import BatchInputError
+from webui.batch.asserts import Verdict
 from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
+from webui.batch.judge import JUDGE_PROMPT, check_judge_prompt, judge_request, read_verdict, rubrics
 from webui.batch.prompts import PromptRow
 from webui.batch.results import ResultRow, result_for
 from webui.batch.store import BatchStore
@@ -36,13 +38,15 @@ class BatchJob:
     settings: list[Setting] | None = None  # expanded from ``grid`` unless given (a re-run)
     chat_template: str = ""  # the instruction template's name ("": the model's own)
     use_cache: bool = True  # take cells already run with the very same request from the response cache
+    judge_prompt: str = JUDGE_PROMPT  # what the judge model is asked for llm-rubric asserts
 
     def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
                 "settings": [{"label": s.label, "params": s.params.to_dict(), "preset": s.preset,
                               "overrides": s.overrides, "loras": [list(x) for x in s.loras]} for s in settings],
                 "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells,
-                "chat_template_name": self.chat_template, "use_cache": self.use_cache}
+                "chat_template_name": self.chat_template, "use_cache": self.use_cache,
+                "judge_prompt": self.judge_prompt}
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
@@ -51,7 +55,8 @@ class BatchJob:
                     for s in spec["settings"]]
         return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
                    spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),
-                   settings, spec.get("chat_template_name", ""), spec.get("use_cache", True))
+                   settings, spec.get("chat_template_name", ""), spec.get("use_cache", True),
+                   spec.get("judge_prompt", JUDGE_PROMPT))
 
 
 @dataclass
@@ -70,6 +75,8 @@ class RunHandle:
     keys: list[str] = field(default_factory=list)
     """Each cell's response-cache key."""
     use_cache: bool = True
+    judge: Any = None
+    """(user text -> the prompt as the judge reads it, judge prompt) for llm-rubric asserts."""
 
     @property
     def total(self) -> int:
@@ -154,6 +161,8 @@ class BatchRunner:
             raise BatchInputError("no model is loaded; load one in the Model tab first")
         template = self.template(job, model)
         settings, cells = self.plan(job, template.stops if template else ())
+        if any(rubrics(row.asserts) for row in job.rows):
+            check_judge_prompt(job.judge_prompt)
         attached = attached_loras(model)
         for setting in settings:
             missing = [n for n, _ in setting.loras if n not in attached]
@@ -176,6 +185,8 @@ class BatchRunner:
         with self._lock:
             self._active[run.id] = handle
         window = self.services.engine.config.max_running * 2
+        handle.judge = (lambda text: render_chat_prompt(model.tokenizer, [{"role": "user", "content": text}],
+                                                        template=template), job.judge_prompt)
         handle.keys = [cache_key(model.name, model.loader, cell.setting.loras, prompts[cell.row.index][0], job.raw,
                                  cell.params.to_dict()) for cell in cells]
         handle.use_cache = job.use_cache
@@ -204,7 +215,8 @@ class BatchRunner:
                     slots: asyncio.Semaphore) -> None:
         cached = self.cache.get(handle.keys[index]) if handle.use_cache else None
         if cached is not None:  # the very same request ran before: its response, with this run's asserts
-            self._keep(handle, index, result_for(cell, **cached, from_cache=True))
+            judged = await self._judge(handle, cell, cached["output"])
+            self._keep(handle, index, result_for(cell, **cached, from_cache=True, judged=judged))
             return
         async with slots:
             if handle.cancelled:
@@ -230,7 +242,8 @@ class BatchRunner:
             if last is not None and last.finish_reason == "cancelled" and handle.cancelled:
                 return  # cut by Cancel: not a result
             usage, timings = (last.usage, last.timings) if last is not None else (None, None)
-            row = result_for(cell, output=text, finish_reason=last.finish_reason if last else "error",
+            judged = await self._judge(handle, cell, text) if error is None else {}
+            row = result_for(cell, output=text, judged=judged, finish_reason=last.finish_reason if last else "error",
                              prompt_tokens=usage.prompt_tokens if usage else 0,
                              completion_tokens=usage.completion_tokens if usage else 0,
                              cached_tokens=usage.cached_tokens if usage else 0,
@@ -239,6 +252,22 @@ class BatchRunner:
             if error is None and last is not None and last.finish_reason not in ("cancelled", "error"):
                 self.cache.put(handle.keys[index], row.to_dict())
             self._keep(handle, index, row)
+
+    async def _judge(self, handle: RunHandle, cell: Cell, output: str) -> dict[str, Verdict]:
+        """The judge model's verdict on ``output`` for each llm-rubric assert of the cell's prompt."""
+        verdicts: dict[str, Verdict] = {}
+        for rubric in rubrics(cell.row.asserts):
+            if handle.cancelled:
+                break
+            try:
+                stream = self.services.engine.submit(judge_request(*handle.judge, output, rubric))
+                text = "".join([event.text async for event in stream])
+            except (EngineError, ValueError):
+                continue  # the assert then says that no verdict could be had
+            verdict = read_verdict(text)
+            if verdict is not None:
+                verdicts[rubric] = verdict
+        return verdicts
 
     def _keep(self, handle: RunHandle, index: int, row: ResultRow) -> None:
         self.store.add_result(handle.run_id, index, row.to_dict())

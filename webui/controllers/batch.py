@@ -11,6 +11,7 @@ from typing import Iterator
 
 from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text, parse_axes, parse_lines, to_csv, \
     to_jsonl, with_asserts
+from webui.batch.judge import JUDGE_PROMPT
 from webui.batch.promptfoo import is_config, read_config, to_promptfoo
 from webui.batch.runner import BatchJob, RunHandle
 from webui.batch.store import RunNotFound
@@ -45,6 +46,8 @@ class BatchForm:
     name: str = "Batch run"
     use_cache: bool = True
     """Take cells whose very same request already ran from the response cache."""
+    judge_prompt: str = JUDGE_PROMPT
+    """What the judge model is asked for llm-rubric asserts ({{output}}, {{rubric}})."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,8 @@ class BatchController:
                 rows = with_asserts(rows, form.asserts.splitlines())
                 grid = GridSpec([], {}, int(form.samples or 1), int(form.base_seed or 0), base=params)
                 return BatchJob(form.name.strip() or name, rows, grid, form.system, form.raw, settings=settings,
-                                chat_template=self.services.settings.get().chat_template, use_cache=form.use_cache)
+                                chat_template=self.services.settings.get().chat_template, use_cache=form.use_cache,
+                                judge_prompt=form.judge_prompt)
             template = form.template.strip() or None
             rows = (load_prompts_text(form.upload[0], form.upload[1], template) if form.upload
                     else parse_lines(form.prompts, template))
@@ -104,7 +108,7 @@ class BatchController:
                             int(form.base_seed or 0), base=params)
             return BatchJob(form.name.strip() or "Batch run", rows, grid, form.system, form.raw,
                             chat_template=self.services.settings.get().chat_template,  # the Chat tab's choice
-                            use_cache=form.use_cache)
+                            use_cache=form.use_cache, judge_prompt=form.judge_prompt)
         except (BatchInputError, InvalidName) as exc:
             raise UserError(str(exc)) from exc
 

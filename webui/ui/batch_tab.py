@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 import gradio as gr
 
 from webui.batch import rows_for_setting
+from webui.batch.judge import JUDGE_PROMPT
 from webui.controllers.batch import NO_RUN, BatchController, BatchForm
 from webui.controllers.errors import UserError
 from webui.services import Services
@@ -35,6 +36,7 @@ class FormFields:
     base_seed: gr.Number
     name: gr.Textbox
     use_cache: gr.Checkbox
+    judge_prompt: gr.Textbox
 
     @property
     def inputs(self) -> set:
@@ -112,8 +114,13 @@ def _form_column(services: Services) -> dict:
                                          "similar:The capital of France is Paris\npython:checks.py\nttft:500",
                              info="Kinds: contains, icontains, equals, regex, starts-with, is-json[:schema], "
                                   "max-length:N [tokens], similar:text (score ≥ 0.75), python:file.py[:function], "
-                                  "latency:ms, ttft:ms, tokens-per-second:N; not- before any. Weights and "
+                                  "latency:ms, ttft:ms, tokens-per-second:N, llm-rubric:text (judged by the loaded "
+                                  "model); not- before any. Weights and "
                                   "thresholds: JSONL asserts {\"type\", \"value\", \"weight\", \"threshold\"}.")
+        with gr.Accordion("Judge prompt (llm-rubric asserts)", open=False, elem_id="batch-judge-panel"):
+            judge_prompt = gr.Textbox(value=JUDGE_PROMPT, lines=8, max_lines=30, elem_id="batch-judge-prompt",
+                                      label="What the loaded model is asked ({{output}} and {{rubric}} are filled in; "
+                                            "it answers JSON: reason, pass, score)")
         system = gr.Textbox(label="System prompt", lines=1, elem_id="batch-system")
         raw = gr.Checkbox(label="Raw prompts (no chat template)", value=False, elem_id="batch-raw")
     with gr.Column(scale=1):
@@ -135,7 +142,7 @@ def _form_column(services: Services) -> dict:
             cancel = gr.Button("Cancel", variant="stop", elem_id="batch-cancel")
         progress = gr.Markdown("", elem_id="batch-progress")
     form = FormFields(prompts, gr.State(None), template, asserts, system, raw, presets, axes, samples, base_seed, name,
-                      use_cache)
+                      use_cache, judge_prompt)
     return dict(form=form, upload_button=upload_button, clear_upload=clear_upload, upload_note=upload_note, plan=plan,
                 check=check, run=run, cancel=cancel, progress=progress)
 
