@@ -11,7 +11,7 @@ pytestmark = pytest.mark.browser
 
 
 def open_tokens(page, panel: str) -> None:
-    page.locator(f"#{panel}-tokens-panel").get_by_text("Tokens of the last").click()
+    page.locator(f"#{panel}-tokens-panel").get_by_text("Tokens of the", exact=False).first.click()
     page.wait_for_selector(f"#{panel}-tokens .tv-tok", timeout=30_000)
 
 
