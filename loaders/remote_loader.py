@@ -38,7 +38,7 @@ class RemoteTokenizer:
     """No local tokenizer: chats are sent as messages and the server applies its own template."""
 
     eos_token_ids: frozenset[int] = frozenset()
-    chat_template: str | None = None
+    chat_template: str | None = "(the server's own)"  # it has one: the server applies it to the messages
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         raise LoaderError("a remote model has no local tokenizer; token ids are not available")
