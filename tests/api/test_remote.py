@@ -109,3 +109,23 @@ def test_connection_errors_are_clear(api, tmp_path):
         assert services.models.loaded is None
     finally:
         services.close()
+
+
+def test_a_remote_server_judges_llm_rubric_and_its_key_is_not_stored(api, services):
+    from tests.conftest import last
+    from webui.controllers.batch import BatchController, BatchForm
+
+    controller = BatchController(services)
+    form = BatchForm(prompts="Say hello.", asserts="llm-rubric:The output is a greeting",
+                     judge_url=api.base_url, judge_key=API_KEY)
+    done = last(controller.run(controller.job(form, SamplingParams(temperature=0, max_new_tokens=4))))
+    (row,) = controller.rows(done.run_id)
+    (result,) = row.asserts
+    assert result.detail.startswith("judge: ") and 0 <= result.score <= 1, result  # the server's verdict, read
+    spec = controller.store.get(done.run_id).spec
+    assert spec["remote_judge"] == {"url": api.base_url, "model": ""} and API_KEY not in json.dumps(spec)
+    unreachable = BatchForm(prompts="Say hello.", asserts="llm-rubric:polite",
+                            judge_url=f"http://127.0.0.1:{free_port()}/v1")
+    done = last(controller.run(controller.job(unreachable, SamplingParams(temperature=0, max_new_tokens=2))))
+    (row,) = controller.rows(done.run_id)
+    assert not row.passed and "could not be reached" in row.asserts[0].detail

@@ -18,7 +18,7 @@ from loaders.base import DTYPES, LoaderError
 from webui.batch.errors import BatchInputError
 from webui.batch.export import to_csv, to_jsonl
 from webui.batch.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
-from webui.batch.judge import JUDGE_PROMPT
+from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.prompts import load_prompts, unescape_newlines
 from webui.batch.promptfoo import is_config, load_config, to_promptfoo
 from webui.batch.results import summarize
@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-prompt", type=Path, metavar="FILE",
                    help="what the judge model is asked for llm-rubric asserts ({{output}}, {{rubric}}); "
                         "default: the built-in prompt")
+    p.add_argument("--judge-url", metavar="URL", help="an OpenAI-compatible server (its /v1 URL) that judges llm-rubric "
+                                                    "asserts instead of the loaded model; its key: the environment "
+                                                    "variable WORKBENCH_JUDGE_API_KEY")
+    p.add_argument("--judge-model", default="", help="the model name to ask the judge server for")
     p.add_argument("--no-cache", action="store_true",
                    help="generate every cell, even one whose whole request already ran (default: reuse it)")
     p.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, help="refuse grids larger than this")
@@ -90,7 +94,8 @@ def main(argv: list[str]) -> int:
     try:
         job = BatchJob(args.name or description or args.prompts.name, rows, grid, args.system_prompt, args.raw,
                        args.max_cells, settings, chat_template=args.chat_template, use_cache=not args.no_cache,
-                       judge_prompt=judge_prompt)
+                       judge_prompt=judge_prompt,
+                       remote_judge=RemoteJudge(args.judge_url, args.judge_model) if args.judge_url else None)
         services.batch_runner.plan(job)  # bad grids fail before the model loads
         load_startup_model(services)
         handle = services.batch_runner.start(job)

@@ -5,12 +5,20 @@ prompt (shown and editable in the Batch tab; ``{{output}}`` and ``{{rubric}}`` a
 filled in), greedily, and constrained to answer JSON ``{"reason", "pass", "score"}``
 (structured output), so its answer can always be read. A small model is a weak
 judge: the verdict and its reason are stored with the row to be checked by eye.
+
+Or the judge is a remote OpenAI-compatible server (``/chat/completions``, with the
+same JSON schema as ``response_format``); its API key comes from the environment
+variable WORKBENCH_JUDGE_API_KEY or the form, and is never stored with the run.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass
 from typing import Any, Callable
+
+import httpx
 
 from webui.batch.asserts import Assert, Verdict
 from webui.batch.errors import BatchInputError
@@ -37,6 +45,45 @@ VERDICT_SCHEMA = {"x-guidance": {"whitespace_flexible": False}, "type": "object"
                   "properties": {"reason": {"type": "string", "maxLength": 200}, "pass": {"type": "boolean"},
                                  "score": {"type": "number", "minimum": 0, "maximum": 1}}}
 JUDGE_PARAMS = SamplingParams(temperature=0.0, max_new_tokens=256, structured_outputs={"json": VERDICT_SCHEMA})
+
+
+KEY_VARIABLE = "WORKBENCH_JUDGE_API_KEY"
+
+
+@dataclass(frozen=True)
+class RemoteJudge:
+    """An OpenAI-compatible server that judges; ``key`` is not stored with the run."""
+
+    url: str
+    model: str = ""
+    key: str = ""
+
+    def verdict(self, text: str, timeout: float = 120.0) -> Verdict:
+        """Ask the server; a server that fails gives a failing verdict that says why."""
+        schema = {k: v for k, v in VERDICT_SCHEMA.items() if k != "x-guidance"}
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": 256,
+                                "response_format": {"type": "json_schema",
+                                                    "json_schema": {"name": "verdict", "schema": schema}}}
+        if self.model:
+            body["model"] = self.model
+        key = self.key or os.environ.get(KEY_VARIABLE, "")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        try:
+            answer = httpx.post(self.url.rstrip("/") + "/chat/completions", json=body, headers=headers,
+                                timeout=timeout)
+        except httpx.HTTPError as exc:
+            return Verdict(False, 0.0, f"the judge server {self.url} could not be reached: {exc}")
+        if answer.status_code != 200:
+            return Verdict(False, 0.0, f"the judge server answered {answer.status_code}: {answer.text[:200]}")
+        try:
+            content = answer.json()["choices"][0]["message"]["content"] or ""
+        except (ValueError, KeyError, IndexError, TypeError):
+            return Verdict(False, 0.0, "the judge server's answer is not a chat completion")
+        return read_verdict(content) or Verdict(False, 0.0, f"the judge's answer is not the verdict JSON: "
+                                                            f"{content[:120]!r}")
+
+    def to_dict(self) -> dict[str, str]:
+        return {"url": self.url, "model": self.model}  # never the key
 
 
 def check_judge_prompt(text: str) -> str:

@@ -18,8 +18,8 @@ from webui.batch.cache import ResponseCache, cache_key
 from webui.batch.errors import BatchInputError
 from webui.batch.asserts import Verdict
 from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
-from webui.batch.judge import JUDGE_PROMPT, check_judge_prompt, judge_request, read_verdict, rubrics
-from webui.batch.prompts import PromptRow
+from webui.batch.judge import JUDGE_PROMPT, RemoteJudge, check_judge_prompt, judge_request, read_verdict, rubrics
+from webui.batch.prompts import PromptRow, render
 from webui.batch.results import ResultRow, result_for
 from webui.batch.store import BatchStore
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
@@ -39,6 +39,7 @@ class BatchJob:
     chat_template: str = ""  # the instruction template's name ("": the model's own)
     use_cache: bool = True  # take cells already run with the very same request from the response cache
     judge_prompt: str = JUDGE_PROMPT  # what the judge model is asked for llm-rubric asserts
+    remote_judge: RemoteJudge | None = None  # a server that judges instead of the loaded model
 
     def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
@@ -46,7 +47,8 @@ class BatchJob:
                               "overrides": s.overrides, "loras": [list(x) for x in s.loras]} for s in settings],
                 "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells,
                 "chat_template_name": self.chat_template, "use_cache": self.use_cache,
-                "judge_prompt": self.judge_prompt}
+                "judge_prompt": self.judge_prompt,
+                "remote_judge": self.remote_judge.to_dict() if self.remote_judge else None}
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
@@ -56,7 +58,8 @@ class BatchJob:
         return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
                    spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),
                    settings, spec.get("chat_template_name", ""), spec.get("use_cache", True),
-                   spec.get("judge_prompt", JUDGE_PROMPT))
+                   spec.get("judge_prompt", JUDGE_PROMPT),
+                   RemoteJudge(**spec["remote_judge"]) if spec.get("remote_judge") else None)
 
 
 @dataclass
@@ -77,6 +80,7 @@ class RunHandle:
     use_cache: bool = True
     judge: Any = None
     """(user text -> the prompt as the judge reads it, judge prompt) for llm-rubric asserts."""
+    remote_judge: RemoteJudge | None = None
 
     @property
     def total(self) -> int:
@@ -185,6 +189,7 @@ class BatchRunner:
         with self._lock:
             self._active[run.id] = handle
         window = self.services.engine.config.max_running * 2
+        handle.remote_judge = job.remote_judge
         handle.judge = (lambda text: render_chat_prompt(model.tokenizer, [{"role": "user", "content": text}],
                                                         template=template), job.judge_prompt)
         handle.keys = [cache_key(model.name, model.loader, cell.setting.loras, prompts[cell.row.index][0], job.raw,
@@ -259,6 +264,10 @@ class BatchRunner:
         for rubric in rubrics(cell.row.asserts):
             if handle.cancelled:
                 break
+            if handle.remote_judge is not None:
+                text = render(handle.judge[1], {"output": output, "rubric": rubric})
+                verdicts[rubric] = await asyncio.to_thread(handle.remote_judge.verdict, text)
+                continue
             try:
                 stream = self.services.engine.submit(judge_request(*handle.judge, output, rubric))
                 text = "".join([event.text async for event in stream])

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text, parse_axes, parse_lines, to_csv, \
     to_jsonl, with_asserts
-from webui.batch.judge import JUDGE_PROMPT
+from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.promptfoo import is_config, read_config, to_promptfoo
 from webui.batch.runner import BatchJob, RunHandle
 from webui.batch.store import RunNotFound
@@ -48,6 +48,17 @@ class BatchForm:
     """Take cells whose very same request already ran from the response cache."""
     judge_prompt: str = JUDGE_PROMPT
     """What the judge model is asked for llm-rubric asserts ({{output}}, {{rubric}})."""
+    judge_url: str = ""
+    """An OpenAI-compatible server that judges instead of the loaded model ("": the loaded model)."""
+    judge_model: str = ""
+    judge_key: str = ""
+    """The judge server's API key: used for this run, never stored."""
+
+    def remote_judge(self) -> RemoteJudge | None:
+        url = (self.judge_url or "").strip()
+        if url and not url.startswith(("http://", "https://")):
+            raise BatchInputError(f"the judge server URL must start with http:// or https://, got '{url}'")
+        return RemoteJudge(url, (self.judge_model or "").strip(), self.judge_key or "") if url else None
 
 
 @dataclass(frozen=True)
@@ -99,7 +110,7 @@ class BatchController:
                 grid = GridSpec([], {}, int(form.samples or 1), int(form.base_seed or 0), base=params)
                 return BatchJob(form.name.strip() or name, rows, grid, form.system, form.raw, settings=settings,
                                 chat_template=self.services.settings.get().chat_template, use_cache=form.use_cache,
-                                judge_prompt=form.judge_prompt)
+                                judge_prompt=form.judge_prompt, remote_judge=form.remote_judge())
             template = form.template.strip() or None
             rows = (load_prompts_text(form.upload[0], form.upload[1], template) if form.upload
                     else parse_lines(form.prompts, template))
@@ -108,7 +119,8 @@ class BatchController:
                             int(form.base_seed or 0), base=params)
             return BatchJob(form.name.strip() or "Batch run", rows, grid, form.system, form.raw,
                             chat_template=self.services.settings.get().chat_template,  # the Chat tab's choice
-                            use_cache=form.use_cache, judge_prompt=form.judge_prompt)
+                            use_cache=form.use_cache, judge_prompt=form.judge_prompt,
+                            remote_judge=form.remote_judge())
         except (BatchInputError, InvalidName) as exc:
             raise UserError(str(exc)) from exc
 

@@ -37,6 +37,9 @@ class FormFields:
     name: gr.Textbox
     use_cache: gr.Checkbox
     judge_prompt: gr.Textbox
+    judge_url: gr.Textbox
+    judge_model: gr.Textbox
+    judge_key: gr.Textbox
 
     @property
     def inputs(self) -> set:
@@ -121,6 +124,12 @@ def _form_column(services: Services) -> dict:
             judge_prompt = gr.Textbox(value=JUDGE_PROMPT, lines=8, max_lines=30, elem_id="batch-judge-prompt",
                                       label="What the loaded model is asked ({{output}} and {{rubric}} are filled in; "
                                             "it answers JSON: reason, pass, score)")
+            with gr.Row():
+                judge_url = gr.Textbox(label="Judge server (empty: the loaded model)", elem_id="batch-judge-url",
+                                       placeholder="http://127.0.0.1:8000/v1", scale=2)
+                judge_model = gr.Textbox(label="Judge model", elem_id="batch-judge-model", scale=1)
+                judge_key = gr.Textbox(label="Its API key (not stored)", type="password", elem_id="batch-judge-key",
+                                       scale=1)
         system = gr.Textbox(label="System prompt", lines=1, elem_id="batch-system")
         raw = gr.Checkbox(label="Raw prompts (no chat template)", value=False, elem_id="batch-raw")
     with gr.Column(scale=1):
@@ -142,7 +151,7 @@ def _form_column(services: Services) -> dict:
             cancel = gr.Button("Cancel", variant="stop", elem_id="batch-cancel")
         progress = gr.Markdown("", elem_id="batch-progress")
     form = FormFields(prompts, gr.State(None), template, asserts, system, raw, presets, axes, samples, base_seed, name,
-                      use_cache, judge_prompt)
+                      use_cache, judge_prompt, judge_url, judge_model, judge_key)
     return dict(form=form, upload_button=upload_button, clear_upload=clear_upload, upload_note=upload_note, plan=plan,
                 check=check, run=run, cancel=cancel, progress=progress)
 
