@@ -63,7 +63,7 @@ def reply_when(user_data: Path, question: str, done):
 
 def test_chat_reply_streams_in_and_is_stored(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=40)
-    send(page, "What is the capital of France?")
+    send(page, "What is the capital of France? Tell me about it.")  # a reply long enough to watch it grow
     lengths = set()
     deadline = time.monotonic() + LONG / 1000
     while "finish:" not in page.locator("#chat-stats").inner_text() and time.monotonic() < deadline:
@@ -74,7 +74,7 @@ def test_chat_reply_streams_in_and_is_stored(server, browser):
     stats = wait_reply_done(page)
     assert len(lengths) >= 2, "the reply should appear piece by piece"
     assert "Paris" in bot_messages(page)[-1] and "tok/s" in stats
-    _, content, stats_json = last_reply(server.user_data, "What is the capital of France?")
+    _, content, stats_json = last_reply(server.user_data, "What is the capital of France? Tell me about it.")
     assert "Paris" in content and json.loads(stats_json)["params"]["temperature"] == 0.0
     screenshot(page, "chat")
     page.close()
