@@ -32,17 +32,15 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from functools import lru_cache
 from typing import Any, Mapping
 
 import jsonschema
 
 from webui.batch.errors import BatchInputError
+from webui.batch.python_assert import PYTHON_TIMEOUT, check_python, run_python
 
 TEXT_KINDS = ("contains", "icontains", "not-contains", "equals", "regex", "starts-with", "similar", "llm-rubric")
 NUMBER_KINDS = ("latency", "ttft", "tokens-per-second")  # a number: milliseconds, or tokens per second
@@ -50,7 +48,6 @@ LIST_KINDS = ("contains-any", "contains-all", "icontains-any", "icontains-all") 
 KINDS = (*TEXT_KINDS, *LIST_KINDS, "is-json", "max-length", "python", *NUMBER_KINDS)
 SCORED_KINDS = ("similar", "python", "llm-rubric")  # may give a score in [0, 1], held against a threshold
 DEFAULT_THRESHOLD = {"similar": 0.75, "python": 0.5}
-PYTHON_TIMEOUT = 10.0  # seconds a python assert may take
 LENGTH_UNITS = {"chars": "chars", "char": "chars", "characters": "chars", "character": "chars",
                 "tokens": "tokens", "token": "tokens"}
 EXCERPT = 60
@@ -145,9 +142,9 @@ class Assert:
                     raise BatchInputError(f"is-json: the schema must be JSON text, got {self.value!r}")
                 object.__setattr__(self, "value", _schema_text(self.value))
         elif self.kind == "python":
-            _check_python(self.value, self.options)
+            check_python(self.value, self.options)
         elif self.kind in NUMBER_KINDS:
-            _check_number(self.kind, self.value)
+            _number(self.kind, self.value)
         elif self.kind in LIST_KINDS:
             object.__setattr__(self, "value", _text_list(self.kind, self.value))
         else:
@@ -351,32 +348,6 @@ def _number(kind: str, value: Any) -> float:
     return number
 
 
-def _check_number(kind: str, value: Any) -> None:
-    _number(kind, value)
-
-
-def _check_python(value: Any, options: Mapping[str, Any]) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise BatchInputError("python needs a file, e.g. python:checks.py or python:checks.py:my_check")
-    path, function = python_target(value)
-    if not path.is_file():
-        raise BatchInputError(f"python:{value}: there is no file {path}")
-    if not function.isidentifier():
-        raise BatchInputError(f"python:{value}: '{function}' is not a function name")
-    timeout = options.get("timeout", PYTHON_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 600:
-        raise BatchInputError(f"python: timeout must be a number of seconds in (0, 600], got {timeout!r}")
-
-
-def python_target(value: str) -> tuple[Path, str]:
-    """(file, function) of a python assert: ``file.py`` (function get_assert) or ``file.py:function``."""
-    text = value.strip().removeprefix("file://")
-    head, sep, tail = text.rpartition(":")
-    if sep and head.endswith(".py") and tail and "/" not in tail and "\\" not in tail:
-        return Path(head).expanduser(), tail
-    return Path(text).expanduser(), "get_assert"
-
-
 def _text_list(kind: str, value: Any) -> str:
     """A list kind's texts (a list, or JSON text of one) as compact JSON text."""
     if isinstance(value, str):
@@ -461,7 +432,9 @@ def _run(a: Assert, seen: Observed) -> tuple[bool, str, float | None, bool]:
         score = similarity(seen.output, str(a.value))
         return True, "similarity to the reference", score, True
     if a.kind == "python":
-        return _python(a, seen)
+        context = {"prompt": seen.prompt, "completion_tokens": seen.completion_tokens, "ttft": seen.ttft,
+                   "tokens_per_second": seen.tokens_per_second}
+        return run_python(str(a.value), float(a.options.get("timeout", PYTHON_TIMEOUT)), seen.output, context)
     if a.kind == "llm-rubric":
         verdict = seen.judged.get(str(a.value))
         if verdict is None:
@@ -498,57 +471,6 @@ def _timing(a: Assert, seen: Observed) -> tuple[bool, str]:
     ms = (seen.ttft + seen.completion_tokens / float(seen.tokens_per_second or 1)) * 1000
     return ms <= limit, f"took {ms:.0f} ms, more than {limit:g} ms"
 
-
-_PYTHON_RUNNER = """
-import importlib.util, json, sys
-path, name = sys.argv[1], sys.argv[2]
-spec = importlib.util.spec_from_file_location("workbench_assert", path)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-given = json.load(sys.stdin)
-result = getattr(module, name)(given["output"], given["context"])
-print("\\x1eRESULT" + json.dumps(result))
-"""
-
-
-def _python(a: Assert, seen: Observed) -> tuple[bool, str, float | None, bool]:
-    path, function = python_target(str(a.value))
-    timeout = float(a.options.get("timeout", PYTHON_TIMEOUT))
-    context = {"prompt": seen.prompt, "completion_tokens": seen.completion_tokens, "ttft": seen.ttft,
-               "tokens_per_second": seen.tokens_per_second}
-    try:
-        done = subprocess.run([sys.executable, "-c", _PYTHON_RUNNER, str(path), function],
-                              input=json.dumps({"output": seen.output, "context": context}), capture_output=True,
-                              text=True, timeout=timeout, cwd=path.parent if path.parent.is_dir() else None)
-    except subprocess.TimeoutExpired:
-        return False, f"{path.name}:{function} took more than {timeout:g} s and was stopped", 0.0, False
-    marker = done.stdout.rfind("\x1eRESULT")
-    if done.returncode != 0 or marker < 0:
-        last = (done.stderr.strip().splitlines() or ["it printed no result"])[-1]
-        return False, f"{path.name}:{function} failed: {_excerpt(last, 200)}", 0.0, False
-    try:
-        result = json.loads(done.stdout[marker + len("\x1eRESULT"):])
-    except ValueError:
-        return False, f"{path.name}:{function} returned something that is not JSON", 0.0, False
-    return _python_result(f"{path.name}:{function}", result)
-
-
-def _python_result(name: str, result: Any) -> tuple[bool, str, float | None, bool]:
-    """A python assert's return value: a bool, a score (held against the threshold), or {"pass", "score",
-    "reason"} (its pass decides)."""
-    if isinstance(result, bool):
-        return result, f"{name} returned {str(result).lower()}", float(result), False
-    if isinstance(result, (int, float)) and math.isfinite(result):
-        return True, f"{name} scored it", max(0.0, min(1.0, float(result))), True
-    if isinstance(result, dict) and isinstance(result.get("pass", result.get("pass_")), bool):
-        passed = result.get("pass", result.get("pass_"))
-        score = result.get("score")
-        score = max(0.0, min(1.0, float(score))) if isinstance(score, (int, float)) and not isinstance(
-            score, bool) else float(passed)
-        reason = str(result.get("reason") or f"{name} returned pass {str(passed).lower()}")
-        return passed, reason, score, False
-    return False, f"{name} must return true/false, a score, or {{\"pass\", \"score\", \"reason\"}}; got " \
-                  f"{_excerpt(json.dumps(result, default=str), 80)}", 0.0, False
 
 def _contains(a: Assert, out: str, _: int) -> tuple[bool, str]:
     return a.value in out, f"output does not contain '{a.value}'"

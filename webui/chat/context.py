@@ -23,9 +23,14 @@ class FittedChat:
 
     @property
     def note(self) -> str:
-        if not self.dropped:
-            return ""
-        return f"{self.dropped} oldest message{'s were' if self.dropped > 1 else ' was'} not sent (the context is full)"
+        return left_out(self.dropped)
+
+
+def left_out(dropped: int) -> str:
+    """What a reply says when the oldest messages were not sent ("" when none were left out)."""
+    if not dropped:
+        return ""
+    return f"{dropped} oldest message{'s were' if dropped > 1 else ' was'} not sent (the context is full)"
 
 
 def kept_messages(messages: list[dict[str, str]], dropped: int) -> list[dict[str, str]]:

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from loaders.base import LoadedModel
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
-from webui.chat.context import FittedChat, fit_chat, kept_messages
+from webui.chat.context import FittedChat, fit_chat, kept_messages, left_out
 from webui.chat.templates import STOPS, ChatTemplate, TemplateError, from_record
 from webui.engine.sequence import token_budget
 from webui.controllers.errors import UserError
@@ -375,7 +375,7 @@ class ChatSession:
             seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, sent, template=template), False)
         except (InsightUnavailable, ChatPromptError, UserError) as exc:
             return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
-        return MessageInspection(which, seen, FittedChat("", [], dropped).note, record)
+        return MessageInspection(which, seen, left_out(dropped), record)
 
     def last_tokens(self, chat_id: int | None, index: int | None = None) -> tuple[list[dict[str, Any]], bool]:
         """The token rows of reply ``index`` (None, or not a reply: the last reply), and whether they can be
@@ -485,32 +485,41 @@ class ChatSession:
                 raise UserError(str(exc)) from exc
         return self.template(model)
 
+    def _final_stats(self, event: GenerationEvent, sampling: SamplingParams, model: LoadedModel,
+                     template: ChatTemplate | None, before: tuple[str, list[int], list[dict]], ids: list[int],
+                     rows: list[dict], fitted: FittedChat | None) -> dict[str, Any]:
+        """What a finished reply stores: the run's stats, its tokens, the start it was given, what was left out."""
+        stat = reply_stats(event, sampling, model, self.services.models.active_loras, template)
+        stat.update(token_ids=ids, tokens=rows)
+        base, given = before[0], before[1]
+        if base:  # the reply's start was given to this run: a record holds it, and re-runs the rest
+            stat["continue_from"] = {"token_ids": list(given), "text": base} if given else {"text": base}
+            if given:
+                stat["summary"] = f"{len(ids)} tokens, {len(ids) - len(given)} new · " + \
+                    stat["summary"].split(" · ", 1)[1]
+        if fitted is not None and fitted.dropped:
+            stat.update(dropped=fitted.dropped, summary=f"{stat['summary']} · {fitted.note}")
+        return stat
+
     def _store_reply(self, cid: int, target: Message | None, before: tuple[str, list[int], list[dict]], events,
                      sampling: SamplingParams, model, template: ChatTemplate | None = None,
                      fitted: FittedChat | None = None) -> Iterator[ChatView]:
         """Store the streamed reply as it grows (after ``before``: text, token ids, token rows)."""
         base, ids, rows = before[0], list(before[1]), list(before[2])
         head = self.view(cid)  # title and system prompt stay while it streams: one query per token, not two
+        versions = None  # the chat's version numbers change only when the reply is first stored
         for text, event in events:
             ids += event.token_ids
             rows += token_rows(event.logprobs)
             if not (event.text or event.finish_reason):
                 continue
             content, final = base + text, event.finish_reason is not None
-            stat = None
-            if final:
-                stat = reply_stats(event, sampling, model, self.services.models.active_loras, template)
-                stat.update(token_ids=ids, tokens=rows)
-                if base:  # the reply's start was given to this run: a record holds it, and re-runs the rest
-                    stat["continue_from"] = {"token_ids": list(before[1]), "text": base} if before[1] else {
-                        "text": base}
-                    stat["summary"] = f"{len(ids)} tokens, {len(ids) - len(before[1])} new · " + \
-                        stat["summary"].split(" · ", 1)[1] if before[1] else stat["summary"]
-                if fitted is not None and fitted.dropped:
-                    stat.update(dropped=fitted.dropped, summary=f"{stat['summary']} · {fitted.note}")
+            stat = self._final_stats(event, sampling, model, template, before, ids, rows, fitted) if final else None
             if target is None and (content or final):
                 target = self.chats.append(cid, "assistant", content, stats=stat)
+                versions = None
             elif target is not None:
                 self.chats.update(target.id, content=content, stats=stat)
-            yield replace(head, messages=self._chatbot(cid, self.chats.messages(cid)),
+            versions = versions if versions is not None else self.chats.version_numbers(cid)
+            yield replace(head, messages=to_chatbot(self.chats.messages(cid), versions),
                           stats=stat["summary"] if final else "generating…")
