@@ -210,6 +210,27 @@ class Loader(Protocol):
     def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel: ...
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+
+
+def weights_on_disk(path: Path) -> int:
+    """Bytes of the weight files at ``path`` (a file, or a folder's weight files): what a loader that keeps
+    the weights as stored (llama.cpp, GPTQ, EXL2) needs in memory, before its cache."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    if not path.is_dir():
+        return 0
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+
+
+def estimate_bytes(loader: "Loader", path: Path, options: LoadOptions) -> int:
+    """The memory ``loader`` will need to load ``path``: its own estimate when it has one, else the weights'
+    size on disk."""
+    estimate = getattr(loader, "estimate_bytes", None)
+    return int(estimate(path, options)) if estimate is not None else weights_on_disk(path)
+
+
 @contextlib.contextmanager
 def atomic_folder(out: Path) -> Iterator[Path]:
     """Yield a scratch folder beside ``out`` to write into; it replaces ``out`` only if the block succeeds.

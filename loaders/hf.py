@@ -68,6 +68,36 @@ def resolve_device(device: str) -> str:
     return device
 
 
+FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+ELEMENT_BYTES = {**FLOAT_DTYPES, "I64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+                 "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def loaded_bytes(path: Path, dtype: str) -> int:
+    """The weights' size once loaded as ``dtype``: float tensors of the folder's safetensors files converted to
+    it (a bfloat16 folder loaded in float32 doubles), other tensors as stored; read from the files' headers
+    only. Folders without safetensors count their weight files as they are."""
+    from loaders.base import weights_on_disk
+
+    files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
+    if not files:
+        return weights_on_disk(path)
+    size = {"float32": 4, "float16": 2, "bfloat16": 2}.get(dtype, 4)
+    total = 0
+    for file in files:
+        with open(file, "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            numel = 1
+            for dim in info["shape"]:
+                numel *= dim
+            stored = info["dtype"]
+            total += numel * (size if stored in FLOAT_DTYPES else ELEMENT_BYTES.get(stored, 4))
+    return total
+
+
 def resolve_dtype(dtype: str, device: str) -> str:
     if dtype != "auto":
         return dtype

@@ -104,6 +104,7 @@ class RemoteModel:
                                  f"{', '.join(m['id'] for m in listed)}")
         info = next((m for m in listed if m["id"] == model), {})
         self.name, self.path = model, Path(self.base_url)
+        self.server_model = model  # the server's id for it (``name`` is what the workbench calls it)
         self.context_length = int(info.get("max_model_len") or 0)  # vLLM says; others do not
         self.tokenizer = RemoteTokenizer()
 
@@ -125,7 +126,7 @@ class RemoteModel:
     def request_body(self, prompt: str | list[int], messages: list[dict] | None, fields: dict[str, Any],
                      logprobs: int | None) -> tuple[str, dict]:
         """(route, body); ``fields``: the sampling parameters as request fields."""
-        body: dict[str, Any] = {"model": self.name, "stream": True, "stream_options": {"include_usage": True},
+        body: dict[str, Any] = {"model": self.server_model, "stream": True, "stream_options": {"include_usage": True},
                                 **fields}
         if messages is not None:
             body["messages"] = messages

@@ -15,7 +15,8 @@ from typing import Any, Callable, Sequence
 from loaders.base import (CONVERTS, NATIVE, Capabilities, LoadedModel, LoaderUnavailable, LoadOptions, Progress,
                           missing_module, require_backend)
 from loaders.hf import (HF_INSTALL, HF_REQUIRES, HFTokenizer, check_model_path, ensure_converted, eos_ids,
-                        from_pretrained, is_hf_folder, quant_method, resolve_device, resolve_dtype)
+                        from_pretrained, is_hf_folder, loaded_bytes, quant_method, resolve_device,
+                        resolve_dtype)
 from loaders.lora import Adapters, Selection, check_fits
 
 
@@ -41,6 +42,12 @@ class TransformersLoader:
     def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
         """A .gguf is dequantized once into ``workdir`` (a safetensors folder loads in seconds after that)."""
         return ensure_converted(path, workdir, progress) if path.suffix == ".gguf" else path
+
+    def estimate_bytes(self, path: Path, options: LoadOptions) -> int:
+        """The weights in the dtype they will be loaded as (a GGUF is estimated from its converted folder)."""
+        device = "cuda" if options.device.startswith("cuda") else options.device
+        return loaded_bytes(path, options.dtype if options.dtype != "auto" else
+                            ("float32" if device in ("cpu", "auto") else "float16"))
 
     def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
         require_backend(self)

@@ -36,9 +36,9 @@ def default_model_dir() -> Path:
     return ensure_converted(gguf, TEST_CACHE / "converted" / DEFAULT_MODEL)
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(default_model_dir: Path, tmp_path_factory) -> Path:
-    """A tiny random Llama (2 layers, hidden 32) with the default model's real tokenizer."""
+def tiny_llama(default_model_dir: Path, out: Path, seed: int) -> Path:
+    """A tiny random Llama (2 layers, hidden 32) with the default model's real tokenizer, its weights from
+    ``seed``."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -46,12 +46,22 @@ def tiny_model_dir(default_model_dir: Path, tmp_path_factory) -> Path:
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                          bos_token_id=1, eos_token_id=2, pad_token_id=2, tie_word_embeddings=True)
-    torch.manual_seed(1234)
+    torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
-    out = tmp_path_factory.mktemp("tiny-llama")
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(default_model_dir: Path, tmp_path_factory) -> Path:
+    return tiny_llama(default_model_dir, tmp_path_factory.mktemp("tiny-llama"), 1234)
+
+
+@pytest.fixture(scope="session")
+def other_tiny_model_dir(default_model_dir: Path, tmp_path_factory) -> Path:
+    """Another tiny random Llama: the same shape and tokenizer, other weights (so other greedy outputs)."""
+    return tiny_llama(default_model_dir, tmp_path_factory.mktemp("tiny-llama-b"), 4321)
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,16 @@ def startup_entry(services: Services) -> ModelEntry | None:
 
 
 def load_startup_model(services: Services) -> None:
-    """--model if given (failure is fatal), else the last model used (falling back to the default)."""
+    """--model if given (failure is fatal), else the last model used (falling back to the default); then the
+    models of --also-load beside it."""
+    _load_model_in_use(services)
+    for name in services.config.also_load:
+        services.models.ensure(name)
+        print(f"loaded {name} beside {services.models.current.name if services.models.current else 'none'}",
+              flush=True)
+
+
+def _load_model_in_use(services: Services) -> None:
     config, settings = services.config, services.settings.get()
     if config.model and config.model.startswith(("http://", "https://")):
         services.models.load_remote(config.model, os.environ.get("REMOTE_API_KEY"), config.remote_model)
@@ -76,8 +85,7 @@ def create_server(services: Services):
 
     @app.get("/health")
     def health() -> dict:
-        stats = services.engine.stats()
-        return {"status": "ok", "model": stats.model, "running": stats.running, "waiting": stats.waiting}
+        return services.health()
 
     demo = build_ui(services)
     demo.queue(default_concurrency_limit=None)

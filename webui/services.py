@@ -22,7 +22,6 @@ from webui.store.perplexity import PerplexityStore
 class Services:
     config: AppConfig
     registry: LoaderRegistry
-    engine: Engine
     models: ModelManager
     presets: PresetStore
     templates: TemplateStore
@@ -35,6 +34,19 @@ class Services:
     perplexity: PerplexityStore
     jobs: JobRunner
 
+    @property
+    def engine(self) -> Engine:
+        """The current model's engine (each loaded model has its own: ``models.slot(name).engine``)."""
+        return self.models.engine
+
+    def health(self) -> dict:
+        """/health: the current model, every loaded one, and what their engines are doing together."""
+        stats = [slot.engine.stats() for slot in self.models.slots()] or [self.engine.stats()]
+        current = self.models.current
+        return {"status": "ok", "model": current.name if current else None, "models": self.models.names(),
+                "running": sum(s.running for s in stats), "waiting": sum(s.waiting for s in stats),
+                "tokens_per_second": round(sum(s.tokens_per_second for s in stats), 2)}
+
     @classmethod
     def create(cls, config: AppConfig, registry: LoaderRegistry | None = None) -> "Services":
         """Everything the app needs, over ``config``'s user data dir (which must exist)."""
@@ -46,7 +58,7 @@ class Services:
         db = Database(config.db_path)
         batches = BatchStore(db)
         batches.mark_interrupted()  # runs a previous process left 'running' died with it; their rows stay
-        services = cls(config, registry, engine, ModelManager(config, engine, registry),
+        services = cls(config, registry, ModelManager(config, engine, registry),
                        PresetStore(config.presets_dir), TemplateStore(config.templates_dir), SettingsStore(config.user_data_dir / "settings.json"), db,
                        ChatStore(db), NotebookStore(db), batches, None,  # type: ignore[arg-type]
                        PerplexityStore(db), JobRunner())
@@ -55,9 +67,10 @@ class Services:
 
     def close(self) -> None:
         """Unload the model, stop the engine, close the database; a second call does nothing."""
-        if self.engine.closed:
+        engine = self.models.engine
+        if engine.closed:
             return
         self.jobs.stop()
-        self.models.unload()
-        self.engine.close()
+        self.models.close()
+        self.models.engine.close()
         self.db.close()

@@ -104,7 +104,7 @@ def test_a_request_for_an_adapter_that_is_not_attached(services):
 
 def test_a_loader_without_lora_says_which_loaders_can(services):
     scripted = ScriptedModel(services.models.loaded.tokenizer, [100] * 10)
-    services.models._loaded = scripted
+    services.models.current.model = scripted
     services.engine.set_model(scripted)
     with pytest.raises(LoRAError, match="cannot apply LoRA adapters; loaders that can: transformers"):
         services.models.attach_lora("secret")

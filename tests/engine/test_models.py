@@ -58,13 +58,72 @@ def test_load_generate_switch_unload(manager):
     model = manager.load("tiny")
     assert manager.loaded is model and manager.engine.model is model
     assert manager.engine.generate(GenerationRequest("hi", GREEDY)).usage.completion_tokens == 4
-    other = manager.load("tiny-copy")
-    assert manager.loaded is other and other.name == "tiny-copy"
+    other = manager.load("tiny-copy", keep_others=False)
+    assert manager.loaded is other and other.name == "tiny-copy" and manager.names() == ["tiny-copy"]
     assert model.model is None  # the old one was closed
     manager.unload()
     assert manager.loaded is None
     with pytest.raises(NoModelLoaded):
         manager.engine.submit(GenerationRequest("hi"))
+
+
+def test_two_models_loaded_side_by_side_each_with_its_engine(manager):
+    a = manager.load("tiny")
+    b = manager.load("tiny-copy")
+    assert manager.names() == ["tiny", "tiny-copy"] and manager.loaded is b  # the last loaded is current
+    ea, eb = manager.slot("tiny").engine, manager.slot("tiny-copy").engine
+    assert ea is not eb and ea.model is a and eb.model is b
+    streams = [ea.submit(GenerationRequest("hi", GREEDY)), eb.submit(GenerationRequest("hi", GREEDY))]
+    one, two = [s.result() for s in streams]
+    assert one.token_ids == two.token_ids and len(one.token_ids) == 4  # same weights, same greedy tokens
+    assert manager.use("tiny").model is a and manager.loaded is a and manager.engine is ea
+    manager.unload("tiny")
+    assert manager.names() == ["tiny-copy"] and manager.loaded is b and a.model is None
+    assert eb.generate(GenerationRequest("hi", GREEDY)).token_ids == one.token_ids
+    with pytest.raises(ModelLoadError, match=r"the model 'tiny' is not loaded; loaded: tiny-copy"):
+        manager.slot("tiny")
+
+
+def test_loading_a_loaded_model_again_replaces_it_in_place(manager):
+    first = manager.load("tiny")
+    engine = manager.engine
+    again = manager.load("tiny")
+    assert manager.names() == ["tiny"] and first.model is None and manager.engine is engine
+    assert engine.model is again
+
+
+def test_the_same_model_on_another_loader_gets_its_own_id(manager):
+    from loaders.transformers_loader import TransformersLoader
+
+    class Other(TransformersLoader):
+        name = "other"
+
+    manager.registry.register(Other())
+    manager.load("tiny")
+    second = manager.load("tiny", loader="other")
+    assert manager.names() == ["tiny", "tiny@other"] and second.name == "tiny@other"
+    assert manager.load("tiny", loader="other").name == "tiny@other" and len(manager.names()) == 2
+
+
+def test_memory_budget_refuses_a_load_naming_what_is_loaded(tmp_path, tiny_model_dir):
+    config = AppConfig(user_data_dir=tmp_path / "data", threads=TEST_THREADS, device="cpu", memory_budget_mb=10)
+    config.make_dirs()
+    for name in ("tiny", "tiny-copy"):
+        (config.models_dir / name).symlink_to(tiny_model_dir, target_is_directory=True)
+    engine = Engine()
+    manager = ModelManager(config, engine, default_registry())
+    try:
+        tiny = manager.load("tiny")
+        assert 5 * 2**20 < tiny.memory_bytes() < 10 * 2**20  # a 49152-token vocabulary x 32 in fp32, tied
+        with pytest.raises(ModelLoadError, match=r"loading tiny-copy needs about [\d,]+ MiB, but the models loaded "
+                                                 r"\(tiny \([\d,]+ MiB\)\) already take [\d,]+ MiB of the 10 MiB "
+                                                 r"memory budget; unload one"):
+            manager.load("tiny-copy")
+        assert manager.names() == ["tiny"] and manager.engine.generate(GenerationRequest("hi", GREEDY)).token_ids
+        assert manager.load("tiny-copy", keep_others=False).name == "tiny-copy"  # instead of it: fits
+    finally:
+        manager.unload()
+        engine.close()
 
 
 def test_failed_load_keeps_the_previous_model(manager):
@@ -87,8 +146,8 @@ def test_switch_while_generating_ends_the_request_clearly(manager):
     stream = manager.engine.submit(GenerationRequest("hi", SamplingParams(max_new_tokens=200, ban_eos=True)))
     events = iter(stream)
     next(events)
-    manager.load("tiny-copy")
-    with pytest.raises(GenerationError, match="switched to 'tiny-copy'"):
+    manager.load("tiny-copy", keep_others=False)
+    with pytest.raises(GenerationError, match="the model was unloaded while this request was running"):
         list(events)
     assert manager.engine.generate(GenerationRequest("hi", GREEDY)).finish_reason == "length"
 

@@ -74,9 +74,7 @@ def create_api_app(services: Services, config: APIConfig) -> FastAPI:
 
     @app.get("/health")
     def health() -> dict:
-        stats = services.engine.stats()
-        return {"status": "ok", "model": stats.model, "running": stats.running, "waiting": stats.waiting,
-                "tokens_per_second": round(stats.tokens_per_second, 2)}
+        return services.health()
 
     app.add_middleware(AccessLog)
     return app

@@ -105,7 +105,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         raise APIError(400, str(exc), param="messages") from exc
     _log_prompt(request, messages)
     streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
-                       prompt_param="messages", loras=loras, messages=messages)
+                       prompt_param="messages", model=model, loras=loras, messages=messages)
     rid, created = new_id("chatcmpl"), now()
     if body.stream:
         usage_field = {"usage": None} if body.include_usage else {}
@@ -216,7 +216,7 @@ async def completions(body: CompletionRequest, request: Request):
     prompts = body.prompts()
     _log_prompt(request, prompts)
     streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True, prompt_param="prompt",
-                       loras=loras)
+                       model=model, loras=loras)
     rid, created = new_id("cmpl"), now()
 
     def prefix(index: int) -> str:

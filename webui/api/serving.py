@@ -14,9 +14,10 @@ from fastapi import Request
 from loaders.base import attached_loras, LoadedModel
 from webui.api.errors import APIError
 from webui.api.protocol import SamplingRequest
-from webui.engine import (GenerationEvent, GenerationRequest, InvalidParameter, PromptTooLong, RequestStream,
+from webui.engine import (Engine, GenerationEvent, GenerationRequest, InvalidParameter, PromptTooLong, RequestStream,
                           SamplingParams)
 from webui.engine.params import MAX_SEED, specs
+from webui.models import Slot
 from webui.services import Services
 
 # The OpenAI API has no "timeout" or "cancelled" finish: a request cut by our time limit reads as "length".
@@ -64,42 +65,58 @@ class Serving:
         self.services, self.config = services, config
 
     def model_names(self) -> list[str]:
-        model = self.services.models.loaded
-        return [model.name, *self.config.served_model_names] if model else []
+        """Every loaded model's id, and the --served-model-name aliases of the current one."""
+        names = self.services.models.names()
+        return list(dict.fromkeys([*names, *self.config.served_model_names])) if names else []
 
     def adapter_ids(self) -> list[str]:
-        """``base:adapter`` for every attached LoRA adapter: the model id that selects it."""
-        model = self.services.models.loaded
-        return [f"{model.name}:{name}" for name in attached_loras(model)] if model else []
+        """``model:adapter`` for every LoRA adapter attached to a loaded model: the model id that selects it."""
+        return [f"{slot.name}:{name}" for slot in self.services.models.slots() for name in attached_loras(slot.model)]
+
+    def _slot(self, name: str | None) -> Slot | None:
+        """The loaded model an id names (an alias or no name: the current one), or None."""
+        models = self.services.models
+        if name in (None, "") or (name in self.config.served_model_names and name not in models.names()):
+            return models.current
+        return next((s for s in models.slots() if s.name == name), None)
 
     def resolve_model(self, name: str | None, loras: Sequence[tuple[str, float]] | None = None
                       ) -> tuple[LoadedModel, tuple[tuple[str, float], ...]]:
         """The model a request names and the LoRA adapters it selects: ``loras`` with their weights, or the
-        ``base:adapter`` in the name at its attached weight, or none."""
-        model = self.services.models.loaded
-        if model is None:
+        ``model:adapter`` in the name at its attached weight, or none."""
+        if self.services.models.current is None:
             raise APIError(503, "no model is loaded; load one in the Model tab or start with --model NAME",
                            type="service_unavailable", code="no_model_loaded")
+        slot = self._slot(name)
         if loras is not None:
-            if name not in (None, "") and name not in self.model_names():
+            if slot is None:
                 raise APIError(400, f"give adapters either in the model id ('{name}') or in 'loras', not both; "
-                                    f"with 'loras', name the base model: {model.name}", param="loras")
-            return model, self._attached(model, loras)
-        if name in (None, "") or name in self.model_names():
-            return model, ()
+                                    f"with 'loras', name the base model: one of {', '.join(self.model_names())}",
+                               param="loras")
+            return slot.model, self._attached(slot.model, loras)
+        if slot is not None:
+            return slot.model, ()
         base, _, adapter = (name or "").rpartition(":")
-        if base in self.model_names() and adapter:
-            if adapter not in attached_loras(model):
-                raise APIError(404, f"the LoRA adapter '{adapter}' is not attached to {model.name}; attached: "
-                                    f"{', '.join(attached_loras(model)) or 'none'}", type="not_found_error",
+        slot = self._slot(base) if base else None
+        if slot is not None and adapter:
+            if adapter not in attached_loras(slot.model):
+                raise APIError(404, f"the LoRA adapter '{adapter}' is not attached to {slot.name}; attached: "
+                                    f"{', '.join(attached_loras(slot.model)) or 'none'}", type="not_found_error",
                                param="model", code="model_not_found")
-            weight = dict(self.services.models.active_loras).get(adapter, 1.0)
-            return model, ((adapter, weight),)
+            return slot.model, ((adapter, slot.loras.get(adapter, 1.0)),)
         known = {e.name for e in self.services.models.available()}
-        hint = (f"model '{name}' is in the models dir but not loaded; the API serves the loaded model "
-                f"('{model.name}'): load it in the Model tab" if name in known else
+        hint = (f"model '{name}' is in the models dir but not loaded; loaded: {', '.join(self.model_names())} "
+                f"(load it in the Model tab)" if name in known else
                 f"the model '{name}' does not exist; available: {', '.join(self.model_names())}")
         raise APIError(404, hint, type="not_found_error", param="model", code="model_not_found")
+
+    def engine_for(self, model: LoadedModel) -> Engine:
+        """The engine that runs ``model``; a 503 if it was unloaded since the request named it."""
+        for slot in self.services.models.slots():
+            if slot.model is model:
+                return slot.engine
+        raise APIError(503, f"the model '{model.name}' was unloaded while this request was being read; send it "
+                            "again", type="service_unavailable", code="no_model_loaded")
 
     @staticmethod
     def _attached(model: LoadedModel, loras: Sequence[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
@@ -128,18 +145,19 @@ class Serving:
         return params.replace(truncation_length=total)
 
     def submit(self, prompts: Sequence[str | list[int]], params: SamplingParams, n: int, logprobs: int | None,
-               add_special_tokens: bool, prompt_param: str, loras: tuple = (),
+               add_special_tokens: bool, prompt_param: str, model: LoadedModel, loras: tuple = (),
                messages: list[dict] | None = None) -> list[RequestStream]:
         """n choices per prompt (choice i of a seeded request uses seed + i, so all differ and all repeat).
 
         A prompt the engine refuses (empty, longer than the context) is a 400 naming ``prompt_param``.
         """
         streams: list[RequestStream] = []
+        engine = self.engine_for(model)
         try:
             for prompt in prompts:
                 for i in range(n):
                     p = params if params.seed is None or i == 0 else params.replace(seed=(params.seed + i) % MAX_SEED)
-                    streams.append(self.services.engine.submit(GenerationRequest(
+                    streams.append(engine.submit(GenerationRequest(
                         prompt, p, add_special_tokens=add_special_tokens, logprobs=logprobs, loras=loras,
                         messages=messages,
                         queue_timeout=self.config.queue_timeout, timeout=self.config.timeout)))
