@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import last
 from webui.controllers import UserError
-from webui.controllers.ab import CURRENT, NO_ADAPTER, ABController, Side
+from webui.controllers.ab import CURRENT, IN_USE, NO_ADAPTER, ABController, Side
 from webui.engine import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=5, ban_eos=True)
@@ -37,3 +37,18 @@ def test_mistakes_name_the_side(controller, services):
     services.models.unload()
     with pytest.raises(UserError, match="No model is loaded"):
         list(controller.run("Hi", True, controller.default_sides(), GREEDY, "tab"))
+
+
+def test_each_side_on_its_own_loaded_model(controller, services, tiny_model_dir):
+    (services.config.models_dir / "tiny-copy").symlink_to(tiny_model_dir, target_is_directory=True)
+    alone, _ = last(controller.run("Hello", True, (Side(CURRENT, None), Side(CURRENT, None)), GREEDY, "tab"))
+    services.models.load("tiny-copy", make_current=False)
+    assert controller.choices()[2] == [IN_USE, "tiny", "tiny-copy"]
+    texts, notes = last(controller.run("Hello", True, (Side(CURRENT, None, "tiny"), Side(CURRENT, None, "tiny-copy")),
+                                       GREEDY, "tab"))
+    assert texts == alone and all("finish: length" in n for n in notes)  # same weights: the same greedy tokens
+    assert services.models.slot("tiny-copy").engine.stats().model == "tiny-copy"
+    with pytest.raises(UserError, match=r"Side B: the model 'nope' is not loaded; loaded: tiny, tiny-copy"):
+        list(controller.run("Hi", True, (Side(CURRENT, None), Side(CURRENT, None, "nope")), GREEDY, "tab"))
+    with pytest.raises(UserError, match=r"Side A: the adapter 'secret' is not attached to tiny-copy"):
+        list(controller.run("Hi", True, (Side(CURRENT, "secret", "tiny-copy"), Side(CURRENT, None)), GREEDY, "tab"))

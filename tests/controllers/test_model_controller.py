@@ -28,7 +28,7 @@ def test_load_unload_and_what_the_tab_says(controller, services):
 
 
 def test_a_failed_load_keeps_the_model_and_says_so(controller, services):
-    with pytest.raises(UserError, match=r"The previous model \(tiny\) is still loaded"):
+    with pytest.raises(UserError, match=r"Still loaded: tiny\."):
         controller.load("broken", AUTO_LOADER, "cpu", "float32", 1)
     assert services.models.loaded.name == "tiny"
     with pytest.raises(UserError, match="Choose a model first"):
@@ -55,3 +55,19 @@ def test_capabilities_and_the_prefix_cache_line(controller):
     table = controller.capability_table()
     assert "| transformers | yes |" in table and "| remote |" in table
     assert "Prefix cache" in controller.clear_prefix_cache()
+
+
+def test_two_models_loaded_the_table_use_and_unload(controller, services, tiny_model_dir):
+    (services.config.models_dir / "tiny-copy").symlink_to(tiny_model_dir, target_is_directory=True)
+    info = controller.load("tiny-copy", AUTO_LOADER, "cpu", "float32", 1)
+    assert "**tiny-copy**" in info.text and controller.loaded_names() == ["tiny", "tiny-copy"]
+    table = controller.loaded_table()
+    assert "| ● in use | tiny-copy | transformers | cpu/float32 |" in table and "|  | tiny | transformers |" in table
+    assert "MiB budget (`--memory-budget`)" in table and "generate side by side" in table
+    assert "**tiny**" in controller.use("tiny").text and controller.current_name() == "tiny"
+    with pytest.raises(UserError, match=r"the model 'nope' is not loaded; loaded: tiny, tiny-copy"):
+        controller.use("nope")
+    assert "**tiny-copy**" in controller.unload().text  # the one in use goes; the other is used next
+    assert controller.loaded_names() == ["tiny-copy"]
+    controller.load("tiny", AUTO_LOADER, "cpu", "float32", 1, keep_others=False)
+    assert controller.loaded_names() == ["tiny"]

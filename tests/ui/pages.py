@@ -22,7 +22,7 @@ def tab(page, name: str) -> None:
 
 def choose(page, elem_id: str, option: str) -> None:
     page.locator(f"#{elem_id} input").click()
-    page.get_by_role("option", name=option, exact=True).click()
+    page.locator(f"#{elem_id}").get_by_role("option", name=option, exact=True).click()
 
 
 def choose_preset(page, name: str, temperature: str) -> None:
@@ -62,6 +62,14 @@ def send(page, text: str) -> None:
 def wait_reply_done(page, timeout: int = LONG) -> str:
     wait_text(page, "#chat-stats", "finish:", timeout)
     return page.locator("#chat-stats").inner_text()
+
+
+def wait_new_reply(page, count: int, timeout: int = LONG) -> str:
+    """Wait until the chat shows more than ``count`` bot replies and the last one has finished; return it."""
+    page.wait_for_function("n => { const b = document.querySelectorAll('#chat-log [data-testid=bot]');"
+                           " return b.length > n && b[b.length - 1].innerText.includes('finish:'); }",
+                           arg=count, timeout=timeout)
+    return bot_messages(page)[-1]
 
 
 def screenshot(page, name: str) -> None:

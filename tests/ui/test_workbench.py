@@ -465,7 +465,7 @@ def test_model_tab_unload_load_and_a_failed_load_keeps_the_model(server, browser
     wait_text(page, "#status-line", "SmolLM2-135M-Instruct", LONG)
     choose(page, "model-name", "broken")
     page.locator("#model-load").click()
-    toast(page, "still loaded")
+    toast(page, "Still loaded: SmolLM2-135M-Instruct")
     assert "SmolLM2-135M-Instruct" in page.locator("#status-line").inner_text()
     send(page, "Hello?")
     assert "finish:" in wait_reply_done(page)

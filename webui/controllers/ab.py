@@ -1,11 +1,13 @@
-"""ABController: one prompt under two settings (current parameters or a preset, with or without an adapter),
-streamed side by side. Both requests are submitted together, so they share the engine's decode steps."""
+"""ABController: one prompt under two settings (current parameters or a preset, with or without an adapter, on
+the model in use or another loaded model), streamed side by side. Both requests are submitted together, so on
+one model they share the engine's decode steps, and on two they generate at the same time."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterator
 
+from loaders.base import ModelLoadError, attached_loras
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.controllers.errors import UserError
 from webui.controllers.generation import ActiveRequests, stats_text
@@ -13,11 +15,13 @@ from webui.engine import EngineError, GenerationError, GenerationRequest, Sampli
 from webui.engine.stream import interleave
 from webui.names import InvalidName
 from webui.presets import PresetError
+from webui.models import Slot
 from webui.services import Services
 
 PANEL = "ab"
 CURRENT = "current parameters"
 NO_ADAPTER = "no adapter"
+IN_USE = "model in use"
 
 
 @dataclass(frozen=True)
@@ -26,17 +30,20 @@ class Side:
     """CURRENT or a preset's name."""
     adapter: str | None
     """NO_ADAPTER or an attached adapter's name (applied at the weight it was attached with)."""
+    model: str | None = IN_USE
+    """IN_USE or a loaded model's name."""
 
 
 class ABController:
     def __init__(self, services: Services, active: ActiveRequests) -> None:
         self.services, self.active = services, active
 
-    def choices(self) -> tuple[list[str], list[str]]:
-        """(parameter choices, adapter choices) for each side."""
-        model = self.services.models.loaded
-        adapters = list(model.loras) if model is not None and model.capabilities.lora else []
-        return [CURRENT, *self.services.presets.names()], [NO_ADAPTER, *adapters]
+    def choices(self) -> tuple[list[str], list[str], list[str]]:
+        """(parameter choices, adapter choices, model choices) for each side; the adapters of every loaded model."""
+        slots = self.services.models.slots()
+        adapters = dict.fromkeys(n for s in slots if s.model.capabilities.lora for n in s.model.loras)
+        return ([CURRENT, *self.services.presets.names()], [NO_ADAPTER, *adapters],
+                [IN_USE, *self.services.models.names()])
 
     def default_sides(self) -> tuple[Side, Side]:
         """A: the current parameters; B: the first preset, so Run both compares something from the start."""
@@ -46,29 +53,34 @@ class ABController:
     def run(self, prompt: str, chat: bool, sides: tuple[Side, Side], current: SamplingParams,
             session: str) -> Iterator[tuple[list[str], list[str]]]:
         """(texts, notes) of both sides as they stream; ``session`` names the browser tab (for Stop)."""
-        model = self.services.models.loaded
-        if model is None:
+        if self.services.models.current is None:
             raise UserError("No model is loaded; load one in the Model tab.")
         if not prompt.strip():
             raise UserError("Type a prompt first.")
-        messages, text = None, prompt
-        if chat:
-            try:
-                messages = chat_messages([{"role": "user", "content": prompt}])
-                text = render_chat_prompt(model.tokenizer, messages)
-            except ChatPromptError as exc:
-                raise UserError(str(exc)) from exc
-        requests = [self._request(side, name, current, text, messages) for side, name in zip(sides, "AB")]
+        slots = [self._slot(side, name) for side, name in zip(sides, "AB")]
+        requests = [self._request(side, name, current, prompt, chat, slot)
+                    for side, name, slot in zip(sides, "AB", slots)]
+        streams = []
         try:
-            streams = [self.services.engine.submit(r) for r in requests]
+            for slot, request in zip(slots, requests):
+                streams.append(slot.engine.submit(request))
         except (EngineError, ValueError) as exc:
+            for stream in streams:
+                stream.cancel()
             raise UserError(str(exc)) from exc
         yield from self._follow(streams, session)
+
+    def _slot(self, side: Side, name: str) -> Slot:
+        try:
+            return self.services.models.slot(None if side.model in (None, "", IN_USE) else side.model)
+        except ModelLoadError as exc:
+            raise UserError(f"Side {name}: {exc}") from exc
 
     def stop(self, session: str) -> int:
         return self.active.cancel_session(session, prefix=PANEL)
 
-    def _request(self, side: Side, name: str, current: SamplingParams, text: str, messages) -> GenerationRequest:
+    def _request(self, side: Side, name: str, current: SamplingParams, prompt: str, chat: bool,
+                 slot: Slot) -> GenerationRequest:
         if not side.parameters:
             raise UserError(f"Choose parameters for side {name} (a preset or the current parameters).")
         try:
@@ -77,8 +89,17 @@ class ABController:
             raise UserError(f"Side {name}: {exc}") from exc
         loras = ()
         if side.adapter not in (None, NO_ADAPTER):
-            weight = dict(self.services.models.active_loras).get(side.adapter, 1.0)  # as attached in the Model tab
-            loras = ((side.adapter, weight),)
+            if side.adapter not in attached_loras(slot.model):
+                raise UserError(f"Side {name}: the adapter '{side.adapter}' is not attached to {slot.name}; attach "
+                                "it to that model in the Model tab, or choose another")
+            loras = ((side.adapter, slot.loras.get(side.adapter, 1.0)),)  # as attached in the Model tab
+        messages, text = None, prompt
+        if chat:
+            try:
+                messages = chat_messages([{"role": "user", "content": prompt}])
+                text = render_chat_prompt(slot.model.tokenizer, messages)
+            except ChatPromptError as exc:
+                raise UserError(f"Side {name}: {exc}") from exc
         return GenerationRequest(text, sampling, add_special_tokens=messages is None, loras=loras, messages=messages)
 
     def _follow(self, streams, session: str) -> Iterator[tuple[list[str], list[str]]]:

@@ -63,7 +63,9 @@ def status_text(services: Services) -> str:
     cache = stats.prefix_cache
     size = f" {cache.bytes / 2**20:.0f} MB," if cache and cache.budget_bytes else ""
     cached = f" · prefix cache{size} {cache.hit_rate:.0%} hit" if cache else ""
-    return f"**{model.name}**{adapters} · {model.loader} · {model.device}/{model.dtype} · {state}{cached}"
+    others = [n for n in services.models.names() if n != model.name]
+    also = f" · also loaded: {', '.join(others)}" if others else ""
+    return f"**{model.name}**{adapters} · {model.loader} · {model.device}/{model.dtype} · {state}{cached}{also}"
 
 
 def prefix_cache_text(services: Services) -> str:

@@ -35,9 +35,9 @@ class ModelController:
         return [e.name for e in self.models.available()]
 
     def selected_model(self) -> str | None:
-        """The loaded model's name, else the last one the user loaded."""
-        loaded = self.models.loaded
-        return loaded.name if loaded else self.services.settings.get().last_model
+        """The models-dir name of the model in use, else the last one the user loaded."""
+        current = self.models.current
+        return current.entry.name if current and current.entry else self.services.settings.get().last_model
 
     def loader_choices(self) -> list[tuple[str, str]]:
         """(label, value) pairs; a loader whose backend is missing says why and how to install it."""
@@ -80,14 +80,16 @@ class ModelController:
 
     # -- loading --------------------------------------------------------------------------------------------
     def load(self, name: str | None, loader: str | None, device: str, dtype: str, threads: float | None,
-             progress: Progress | None = None) -> ModelInfo:
-        """Load ``name``; on failure the previous model stays loaded and the message says so."""
+             progress: Progress | None = None, keep_others: bool = True) -> ModelInfo:
+        """Load ``name`` (beside the loaded models, or instead of them) and use it; on failure what was loaded
+        stays loaded and the message says so."""
         if not name:
             raise UserError("Choose a model first.")
         n_threads = int(threads) if threads else None
         chosen = None if loader in (None, AUTO_LOADER) else loader
         try:
-            self.models.load(name, chosen, LoadOptions(device, dtype, n_threads), progress=progress)
+            self.models.load(name, chosen, LoadOptions(device, dtype, n_threads), progress=progress,
+                             keep_others=keep_others)
         except (LoaderError, InvalidName, ValueError) as exc:
             raise self._kept(exc) from exc
         self.services.settings.update(last_model=name, last_loader=chosen,
@@ -95,8 +97,45 @@ class ModelController:
         return self.info()
 
     def unload(self) -> ModelInfo:
-        self.models.unload()
+        """Unload the model in use; the one loaded before it (if any) is used next."""
+        if self.models.current is not None:
+            self.models.unload(self.models.current.name)
         return self.info()
+
+    def use(self, name: str | None) -> ModelInfo:
+        """Make the loaded model ``name`` the one in use (Chat, Notebook, Insight, requests that name none)."""
+        if not name:
+            raise UserError("Choose a loaded model first.")
+        try:
+            self.models.use(name)
+        except LoaderError as exc:
+            raise UserError(str(exc)) from exc
+        return self.info()
+
+    def loaded_names(self) -> list[str]:
+        return self.models.names()
+
+    def current_name(self) -> str | None:
+        current = self.models.current
+        return current.name if current else None
+
+    def loaded_table(self) -> str:
+        """Markdown: every loaded model, the one in use first marked, and the memory they take of the budget."""
+        slots = self.models.slots()
+        if not slots:
+            return "No model loaded."
+        current = self.current_name()
+        rows = ["| | model | loader | device | memory | LoRA |", "| --- | --- | --- | --- | --- | --- |"]
+        for slot in slots:
+            m = slot.model
+            memory = "-" if m.capabilities.text_only else f"{m.memory_bytes() / 2**20:,.0f} MiB"
+            loras = ", ".join(f"{n} ×{w:g}" for n, w in slot.loras.items()) or "-"
+            rows.append(f"| {'● in use' if slot.name == current else ''} | {slot.name} | {m.loader} | "
+                        f"{m.device}/{m.dtype} | {memory} | {loras} |")
+        budget = self.models.budget_bytes()
+        used = f"{self.models.used_bytes() / 2**20:,.0f} MiB"
+        total = f"{used} of the {budget / 2**20:,.0f} MiB budget (`--memory-budget`)" if budget else f"{used} (no budget)"
+        return "\n".join(rows) + f"\n\nLoaded models take {total}. Each has its own engine; they generate side by side."
 
     def reload(self, progress: Progress | None = None) -> ModelInfo:
         try:
@@ -105,19 +144,19 @@ class ModelController:
             raise UserError(str(exc)) from exc
         return self.info()
 
-    def connect(self, url: str, key: str, name: str) -> ModelInfo:
-        """Use a remote OpenAI-compatible server as the model."""
+    def connect(self, url: str, key: str, name: str, keep_others: bool = True) -> ModelInfo:
+        """Use a remote OpenAI-compatible server as a model."""
         if not url.strip():
             raise UserError("Type the server's base URL first, e.g. http://gpu-box:8000/v1")
         try:
-            self.models.load_remote(url, key, name.strip() or None)
+            self.models.load_remote(url, key, name.strip() or None, keep_others=keep_others)
         except LoaderError as exc:
             raise self._kept(exc) from exc
         return self.info()
 
     def _kept(self, exc: Exception) -> UserError:
-        still = self.models.loaded
-        return UserError(f"{exc}." + (f" The previous model ({still.name}) is still loaded." if still else ""))
+        still = self.models.names()
+        return UserError(f"{exc}." + (f" Still loaded: {', '.join(still)}." if still else ""))
 
     # -- adapters -------------------------------------------------------------------------------------------
     def lora_choices(self) -> list[str]:

@@ -17,6 +17,7 @@ PANEL = "ab"
 
 @dataclass
 class SideColumn:
+    model: gr.Dropdown
     parameters: gr.Dropdown
     adapter: gr.Dropdown
     output: gr.Textbox
@@ -33,15 +34,17 @@ class ABTab:
     controller: ABController
 
 
-def _side_column(name: str, side: Side, choices: tuple[list[str], list[str]]) -> SideColumn:
+def _side_column(name: str, side: Side, choices: tuple[list[str], list[str], list[str]]) -> SideColumn:
     with gr.Column():
+        model = gr.Dropdown(choices=choices[2], value=side.model, label=f"{name.upper()}: model",
+                            elem_id=f"ab-{name}-model")
         parameters = gr.Dropdown(choices=choices[0], value=side.parameters, label=f"{name.upper()}: parameters",
                                  elem_id=f"ab-{name}-preset")
         adapter = gr.Dropdown(choices=choices[1], value=side.adapter, label=f"{name.upper()}: LoRA adapter",
                               elem_id=f"ab-{name}-lora")
         output = gr.Textbox(label=f"Output {name.upper()}", lines=10, interactive=False, elem_id=f"ab-{name}-output")
         stats = gr.Markdown("", elem_id=f"ab-{name}-stats")
-    return SideColumn(parameters, adapter, output, stats)
+    return SideColumn(model, parameters, adapter, output, stats)
 
 
 def create_ab_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> ABTab:
@@ -65,7 +68,7 @@ def _wire(tab: ABTab, params: ParametersTab) -> None:
 
     @shows_errors
     def run(data: dict, request: gr.Request):
-        sides = tuple(Side(data[s.parameters], data[s.adapter]) for s in tab.sides)
+        sides = tuple(Side(data[s.parameters], data[s.adapter], data[s.model]) for s in tab.sides)
         for texts, notes in c.run(data[tab.prompt], data[tab.chat], sides, params.params(data),
                                   session_key(request, PANEL)[0]):
             yield texts[0], notes[0], texts[1], notes[1]
@@ -73,17 +76,19 @@ def _wire(tab: ABTab, params: ParametersTab) -> None:
     def stop(request: gr.Request) -> None:
         c.stop(session_key(request, PANEL)[0])
 
-    inputs = {tab.prompt, tab.chat, *[x for s in tab.sides for x in (s.parameters, s.adapter)], *params.inputs}
+    inputs = {tab.prompt, tab.chat, *[x for s in tab.sides for x in (s.parameters, s.adapter, s.model)], *params.inputs}
     tab.run.click(run, inputs, [a.output, a.stats, b.output, b.stats], concurrency_limit=None)
     for side in tab.sides:  # adapters attached or presets saved since the page loaded
         side.parameters.focus(lambda: gr.update(choices=c.choices()[0]), None, side.parameters)
         side.adapter.focus(lambda: gr.update(choices=c.choices()[1]), None, side.adapter)
+        side.model.focus(lambda: gr.update(choices=c.choices()[2]), None, side.model)
     tab.stop.click(stop, None, None, concurrency_limit=None)
 
 
 def on_load(tab: ABTab) -> tuple[list, object]:
     """(outputs, function): a page (re)load offers the presets and adapters there are now."""
     def load():
-        presets, adapters = tab.controller.choices()
-        return (*[gr.update(choices=presets) for _ in tab.sides], *[gr.update(choices=adapters) for _ in tab.sides])
-    return [*[s.parameters for s in tab.sides], *[s.adapter for s in tab.sides]], load
+        presets, adapters, models = tab.controller.choices()
+        return (*[gr.update(choices=presets) for _ in tab.sides], *[gr.update(choices=adapters) for _ in tab.sides],
+                *[gr.update(choices=models) for _ in tab.sides])
+    return [*[s.parameters for s in tab.sides], *[s.adapter for s in tab.sides], *[s.model for s in tab.sides]], load

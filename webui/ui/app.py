@@ -35,7 +35,11 @@ def build_ui(services: Services) -> gr.Blocks:
     with gr.Blocks(title="LLM Workbench", analytics_enabled=False) as demo:
         with gr.Row(equal_height=True):
             gr.Markdown("### LLM Workbench", elem_id="app-title")
-            status = gr.Markdown(status_text(services), elem_id="status-line")
+            current = services.models.current
+            picker = gr.Dropdown(choices=services.models.names(), value=current.name if current else None,
+                                 label="Model in use (Chat, Notebook, Insight; load more in the Model tab)",
+                                 elem_id="model-in-use", scale=1, min_width=260)
+            status = gr.Markdown(status_text(services), elem_id="status-line", scale=3)
         with gr.Tabs(elem_id="tabs") as tabs:
             chat_panel = gr.Tab("Chat", id="chat", elem_id="tab-chat")
             notebook_panel = gr.Tab("Notebook", id="notebook", elem_id="tab-notebook")
@@ -46,7 +50,7 @@ def build_ui(services: Services) -> gr.Blocks:
             with gr.Tab("Parameters", id="parameters", elem_id="tab-parameters"):
                 params = parameters_tab.create_parameters_tab(services)
             with gr.Tab("Model", id="model", elem_id="tab-model"):
-                model = model_tab.create_model_tab(services)
+                model = model_tab.create_model_tab(services, picker)
             with chat_panel:
                 chat = chat_tab.create_chat_tab(services, params, active)
             with notebook_panel:

@@ -117,17 +117,18 @@ def _form_column(services: Services) -> dict:
                                          "similar:The capital of France is Paris\npython:checks.py\nttft:500",
                              info="Kinds: contains, icontains, equals, regex, starts-with, is-json[:schema], "
                                   "max-length:N [tokens], similar:text (score ≥ 0.75), python:file.py[:function], "
-                                  "latency:ms, ttft:ms, tokens-per-second:N, llm-rubric:text (judged by the loaded "
-                                  "model); not- before any. Weights and "
+                                  "latency:ms, ttft:ms, tokens-per-second:N, llm-rubric:text (judged by a loaded "
+                                  "model or a server); not- before any. Weights and "
                                   "thresholds: JSONL asserts {\"type\", \"value\", \"weight\", \"threshold\"}.")
         with gr.Accordion("Judge prompt (llm-rubric asserts)", open=False, elem_id="batch-judge-panel"):
             judge_prompt = gr.Textbox(value=JUDGE_PROMPT, lines=8, max_lines=30, elem_id="batch-judge-prompt",
-                                      label="What the loaded model is asked ({{output}} and {{rubric}} are filled in; "
+                                      label="What the judge is asked ({{output}} and {{rubric}} are filled in; "
                                             "it answers JSON: reason, pass, score)")
             with gr.Row():
-                judge_url = gr.Textbox(label="Judge server (empty: the loaded model)", elem_id="batch-judge-url",
+                judge_url = gr.Textbox(label="Judge server (empty: a loaded model judges)", elem_id="batch-judge-url",
                                        placeholder="http://127.0.0.1:8000/v1", scale=2)
-                judge_model = gr.Textbox(label="Judge model", elem_id="batch-judge-model", scale=1)
+                judge_model = gr.Textbox(label="Judge model (the server's, or a loaded model's name; empty: the "
+                                               "model in use)", elem_id="batch-judge-model", scale=1)
                 judge_key = gr.Textbox(label="Its API key (not stored)", type="password", elem_id="batch-judge-key",
                                        scale=1)
         system = gr.Textbox(label="System prompt", lines=1, elem_id="batch-system")
@@ -136,7 +137,9 @@ def _form_column(services: Services) -> dict:
         presets = gr.CheckboxGroup(choices=services.presets.names(), label="Presets (none: the Parameters tab's)",
                                    elem_id="batch-presets")
         axes = gr.Textbox(label="Vary parameters, one per line", lines=3, elem_id="batch-axes",
-                          placeholder="temperature=0,0.7,1.2\ntop_p=0.9,1.0\nmax_new_tokens=64")
+                          placeholder="temperature=0,0.7,1.2\ntop_p=0.9,1.0\nmodel=A,B (loaded models)",
+                          info="Also lora=none,NAME (adapters) and model=A,B (models loaded in the Model tab, side "
+                               "by side on the same prompts and seeds)")
         with gr.Row():
             samples = gr.Number(value=1, precision=0, minimum=1, maximum=100, label="Samples per cell",
                                 elem_id="batch-samples")

@@ -21,6 +21,7 @@ class ModelTab:
     device: gr.Dropdown
     dtype: gr.Dropdown
     threads: gr.Number
+    keep: gr.Checkbox
     load: gr.Button
     unload: gr.Button
     reload: gr.Button
@@ -38,6 +39,9 @@ class ModelTab:
     cache_clear: gr.Button
     capabilities: gr.Markdown
     template: gr.Code
+    loaded: gr.Markdown
+    picker: gr.Dropdown
+    """The header's "Model in use" (every tab's), kept in step with loads and unloads here."""
     controller: ModelController
 
 
@@ -59,12 +63,14 @@ def _model_rows(services: Services, controller: ModelController) -> dict:
                             elem_id="model-dtype")
         threads = gr.Number(value=opts.get("threads") or services.config.threads or 0, precision=0, minimum=0,
                             label="CPU threads (0 = torch's default)", elem_id="model-threads")
+    keep = gr.Checkbox(value=True, label="Keep the other loaded models (each runs on its own engine, within the "
+                                          "memory budget); off: this model replaces them", elem_id="model-keep")
     with gr.Row():
         load = gr.Button("Load", variant="primary", elem_id="model-load")
-        unload = gr.Button("Unload", elem_id="model-unload")
-        reload = gr.Button("Reload", elem_id="model-reload")
+        unload = gr.Button("Unload the model in use", elem_id="model-unload")
+        reload = gr.Button("Reload it", elem_id="model-reload")
     return dict(model=model, refresh=refresh, loader=loader, device=device, dtype=dtype, threads=threads,
-                load=load, unload=unload, reload=reload)
+                keep=keep, load=load, unload=unload, reload=reload)
 
 
 def _remote_and_lora_rows(controller: ModelController) -> dict:
@@ -91,9 +97,10 @@ def _remote_and_lora_rows(controller: ModelController) -> dict:
                 lora_pick=lora_pick, lora_weight=lora_weight, attach=attach, detach=detach, lora_active=lora_active)
 
 
-def create_model_tab(services: Services) -> ModelTab:
+def create_model_tab(services: Services, picker: gr.Dropdown) -> ModelTab:
     controller = ModelController(services)
     top = _model_rows(services, controller)
+    loaded = gr.Markdown(controller.loaded_table(), elem_id="model-loaded")
     middle = _remote_and_lora_rows(controller)
     info = controller.info()
     info_box = gr.Markdown(info.text, elem_id="model-info")
@@ -106,7 +113,8 @@ def create_model_tab(services: Services) -> ModelTab:
     template = gr.Code(info.template, language="jinja2", label="Chat template", interactive=False,
                        elem_id="model-template")
     tab = ModelTab(**top, **middle, info=info_box, cache_info=cache_info, cache_clear=cache_clear,
-                   capabilities=capabilities, template=template, controller=controller)
+                   capabilities=capabilities, template=template, loaded=loaded, picker=picker,
+                   controller=controller)
     _wire(tab, installed, quantized)
     return tab
 
@@ -117,25 +125,33 @@ def _wire(tab: ModelTab, installed, quantized) -> None:
     def shown(info):
         return info.text, info.template
 
-    def load(name, loader, device, dtype, threads, progress=gr.Progress()):
-        return shown(c.load(name, loader, device, dtype, threads, progress=lambda f, m: progress(f, desc=m)))
+    def load(name, loader, device, dtype, threads, keep, progress=gr.Progress()):
+        return shown(c.load(name, loader, device, dtype, threads, progress=lambda f, m: progress(f, desc=m),
+                            keep_others=keep))
 
     def reload(progress=gr.Progress()):
         return shown(c.reload(progress=lambda f, m: progress(f, desc=m)))
 
-    def connect(url: str, key: str, name: str):
-        return shown(c.connect(url, key, name))
+    def connect(url: str, key: str, name: str, keep: bool):
+        return shown(c.connect(url, key, name, keep))
+
+    def loaded():  # after any change: the table, the header's picker, this model's adapters
+        return (c.loaded_table(), gr.update(choices=c.loaded_names(), value=c.current_name()),
+                gr.update(choices=c.lora_choices()), c.active_text())
 
     def lists():
         return gr.update(choices=c.model_names()), gr.update(choices=c.loader_choices())
 
-    events = [(tab.load, load, [tab.model, tab.loader, tab.device, tab.dtype, tab.threads]),
+    after = [tab.loaded, tab.picker, tab.lora_pick, tab.lora_active]
+    events = [(tab.load, load, [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, tab.keep]),
               (tab.unload, lambda: shown(c.unload()), None), (tab.reload, reload, None),
-              (tab.connect, connect, [tab.remote_url, tab.remote_key, tab.remote_model])]
-    for button, fn, inputs in events:  # a new model has its own adapters: refresh them once it is in
+              (tab.connect, connect, [tab.remote_url, tab.remote_key, tab.remote_model, tab.keep])]
+    for button, fn, inputs in events:
         button.click(shows_errors(fn), inputs, [tab.info, tab.template], concurrency_limit=1,
-                     concurrency_id="model").then(lambda: (gr.update(choices=c.lora_choices()), c.active_text()),
-                                                  None, [tab.lora_pick, tab.lora_active])
+                     concurrency_id="model").then(loaded, None, after)
+    tab.picker.input(shows_errors(lambda name: shown(c.use(name))), [tab.picker], [tab.info, tab.template],
+                     concurrency_limit=1, concurrency_id="model").then(loaded, None, after)
+    tab.picker.focus(lambda: gr.update(choices=c.loaded_names()), None, tab.picker)
     tab.refresh.click(lists, None, [tab.model, tab.loader])
     tab.cache_clear.click(c.clear_prefix_cache, None, [tab.cache_info])
     gr.Timer(2.0).tick(c.prefix_cache_text, None, tab.cache_info, show_progress="hidden")
@@ -153,5 +169,6 @@ def on_load(tab: ModelTab) -> tuple[list, object]:
     def load():
         info = c.info()
         return (gr.update(choices=c.model_names(), value=c.selected_model()), info.text, info.template,
-                gr.update(choices=c.lora_choices()), c.active_text())
-    return [tab.model, tab.info, tab.template, tab.lora_pick, tab.lora_active], load
+                gr.update(choices=c.lora_choices()), c.active_text(), c.loaded_table(),
+                gr.update(choices=c.loaded_names(), value=c.current_name()))
+    return [tab.model, tab.info, tab.template, tab.lora_pick, tab.lora_active, tab.loaded, tab.picker], load
