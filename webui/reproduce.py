@@ -162,10 +162,12 @@ def record_for_reply(history: list[dict[str, str]], system_prompt: str, stats: d
 
 
 def record_for_batch_row(model: str, spec: dict[str, Any], row: Any, loader: str = "transformers") -> ReproduceRecord:
-    """The record of one batch result row: the run's model, loader, system prompt and raw flag, the row's setting
-    (its parameters with the seed the cell used, and the adapters of its "lora" axis value) and prompt.
-    ``loader``: for runs stored before the run kept its loader."""
-    loader = spec.get("loader") or loader
+    """The record of one batch result row: its model (the run's, when rows did not name theirs), loader, system
+    prompt and raw flag, the row's setting (its parameters with the seed the cell used, and the adapters of its
+    "lora" axis value) and prompt. ``loader``: for runs stored before the run kept its loader."""
+    model = getattr(row, "model", None) or model
+    loader = spec.get("loaders", {}).get(model) or spec.get("loader") or loader
+    template = spec.get("chat_templates", {}).get(model, spec.get("chat_template"))
     from webui.chat import chat_messages
 
     setting = next((s for s in spec.get("settings", []) if s.get("label") == row.setting), {})
@@ -174,7 +176,7 @@ def record_for_batch_row(model: str, spec: dict[str, Any], row: Any, loader: str
     if spec.get("raw"):
         return ReproduceRecord(model, params, prompt=row.prompt, loader=loader, loras=loras)
     messages = chat_messages([{"role": "user", "content": row.prompt}], spec.get("system_prompt", ""))
-    return ReproduceRecord(model, params, messages, loader=loader, loras=loras, chat_template=spec.get("chat_template"))
+    return ReproduceRecord(model, params, messages, loader=loader, loras=loras, chat_template=template)
 
 
 def _dumps(value: Any, indent: str = "") -> str:

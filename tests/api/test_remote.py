@@ -129,3 +129,24 @@ def test_a_remote_server_judges_llm_rubric_and_its_key_is_not_stored(api, servic
     done = last(controller.run(controller.job(unreachable, SamplingParams(temperature=0, max_new_tokens=2))))
     (row,) = controller.rows(done.run_id)
     assert not row.passed and "could not be reached" in row.asserts[0].detail
+
+
+def test_a_local_model_beside_a_remote_server_in_one_batch_run(api, services):
+    """The tiny local model and the default model behind the API server, loaded together, compared by a
+    model axis; each gives what it gives alone."""
+    remote = services.models.load_remote(api.base_url, API_KEY, make_current=False)
+    assert services.models.names() == ["tiny", remote.name] and services.models.loaded.name == "tiny"
+    prompts = parse_lines("What is the capital of France?\nSay hello.")
+    both = BatchJob("local and remote", prompts, GridSpec([], {"model": ["tiny", remote.name], "temperature": [0],
+                                                               "max_new_tokens": [6]}))
+    handle = services.batch_runner.start(both)
+    assert handle.wait(120) and handle.status == "done"
+    rows = handle.rows()
+    outputs = {m: [r.output for r in rows if r.model == m] for m in ("tiny", remote.name)}
+    assert "Paris" in outputs[remote.name][0] and outputs["tiny"] != outputs[remote.name]
+    for name in ("tiny", remote.name):
+        services.models.use(name)
+        alone = services.batch_runner.start(BatchJob("alone", prompts, GridSpec([], {"temperature": [0],
+                                                                                     "max_new_tokens": [6]}),
+                                                     use_cache=False))
+        assert alone.wait(120) and [r.output for r in alone.rows()] == outputs[name]

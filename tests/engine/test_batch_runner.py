@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from dataclasses import replace
 
 import pytest
 
 from tests.engine.scripted import ScriptedModel
 from webui.batch import BatchInputError, GridSpec, parse_lines
+from webui.batch.results import summarize
 from webui.batch.runner import BatchJob
 from webui.services import Services
 
@@ -153,5 +155,74 @@ def test_a_run_keeps_its_loader_for_each_rows_record(services):
     stored = services.batches.get(handle.run_id)
     assert stored.spec["loader"] == "transformers"
     row = handle.rows()[0]
+    assert stored.spec["loaders"] == {row.model: "transformers"} and row.model == stored.model
+    stored.spec["loaders"] = {row.model: "gptq"}  # each model of a run names its own loader
+    assert record_for_batch_row(stored.model, stored.spec, row, loader="transformers").loader == "gptq"
+    del stored.spec["loaders"]  # runs stored before runs had several models
     stored.spec["loader"] = "llamacpp"  # what a run made with llama.cpp stores; the fallback is not used
     assert record_for_batch_row(stored.model, stored.spec, row, loader="transformers").loader == "llamacpp"
+
+
+@pytest.fixture
+def two_models(services, other_tiny_model_dir):
+    """The services with a second tiny model ("other": other weights) loaded beside "tiny" (still in use)."""
+    (services.config.models_dir / "other").symlink_to(other_tiny_model_dir, target_is_directory=True)
+    services.models.load("other", make_current=False)
+    return services
+
+
+def test_a_model_axis_runs_each_model_as_it_runs_alone(two_models):
+    services = two_models
+    prompts = "Hello\nOnce upon a time\nThe capital of France is"
+    both = run(services, job(prompts, axes={"model": ["tiny", "other"], "max_new_tokens": [6]}))
+    rows = both.rows()
+    assert both.status == "done" and len(rows) == 6 and services.batches.get(both.run_id).model == "tiny, other"
+    assert {r.setting for r in rows} == {"model=tiny", "model=other"}
+    by_model = {m: [r.output for r in rows if r.model == m] for m in ("tiny", "other")}
+    assert by_model["tiny"] != by_model["other"]  # other weights, other words
+    for name in ("tiny", "other"):  # each model alone, with the cache off so it really generates
+        services.models.use(name)
+        alone = run(services, replace(job(prompts), use_cache=False))
+        assert [r.output for r in alone.rows()] == by_model[name] and {r.model for r in alone.rows()} == {name}
+    summaries = {s.label: s for s in summarize(rows)}
+    assert {"model=tiny (all settings)", "model=other (all settings)"} <= set(summaries)
+    again = run(services, job(prompts, axes={"model": ["tiny", "other"], "max_new_tokens": [6]}))
+    assert all(r.from_cache for r in again.rows())  # the cache keys name the model
+
+
+def test_a_model_axis_naming_a_model_not_loaded_is_refused(two_models):
+    with pytest.raises(BatchInputError, match=r"grid: the model 'nope' is not loaded; loaded: tiny, other"):
+        two_models.batch_runner.start(job("Hello", axes={"model": ["tiny", "nope"]}))
+
+
+def test_another_loaded_model_judges_llm_rubric(services, tmp_path):
+    """A scripted model loaded beside the tested one answers every judge request with the same verdict."""
+    from webui.batch import parse_assert
+
+    verdict = '{"reason":"short and kind","pass":true,"score":0.9}'
+    tok = services.models.loaded.tokenizer
+
+    class ScriptedLoader:
+        name, description, requires, install_hint = "scripted", "a scripted judge", (), ""
+        capabilities = ScriptedModel.capabilities
+
+        def match(self, path):
+            return 0
+
+        def prepare(self, path, workdir, progress=None):
+            return path
+
+        def load(self, path, options, progress=None):
+            return ScriptedModel(tok, tok.encode(verdict, add_special_tokens=False), name="judge")
+
+    services.registry.register(ScriptedLoader())
+    services.models.load(services.models.entry_for_path(tmp_path), loader="scripted", make_current=False)
+    row = parse_lines("Hello")[0]
+    rubric = BatchJob("judged", [replace(row, asserts=[parse_assert("llm-rubric:The reply is kind")])],
+                      GridSpec([], {"max_new_tokens": [4]}), raw=True, judge_model=tmp_path.name)
+    (judged,) = run(services, rubric).rows()
+    (result,) = judged.asserts
+    assert result.passed and result.score == 0.9 and result.detail == "judge: short and kind"
+    assert judged.model == "tiny"  # the tested model wrote the output; the judge only judged it
+    with pytest.raises(BatchInputError, match=r"judge: the model 'nope' is not loaded"):
+        services.batch_runner.start(replace(rubric, judge_model="nope"))

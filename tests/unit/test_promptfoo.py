@@ -44,12 +44,22 @@ def test_the_suite_becomes_prompts_times_tests_and_providers_become_settings():
     ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: python\n        value: len(output)",
      "inline Python is not supported"),
     ("prompts: [x\n", "not valid YAML"),
+    ("prompts: ['x']\nproviders: ['workbench:']", "workbench: needs a model name"),
     ("promts: ['x']", "unknown key(s) promts"),
 ])
 def test_what_cannot_run_is_named(config, said, tmp_path):
     with pytest.raises(BatchInputError, match=said.replace("(", r"\(").replace(")", r"\)")
                        .replace("{", r"\{").replace("}", r"\}").replace("[", r"\[")):
         read_config(config, tmp_path)
+
+
+def test_a_workbench_provider_names_a_loaded_model_and_others_run_on_the_model_in_use(tmp_path):
+    config = ("prompts: ['x']\nproviders:\n  - workbench:SmolLM2-135M-Instruct@llamacpp\n"
+              "  - id: workbench:tiny\n    label: small\n    config: {temperature: 0}\n  - openai:chat:gpt-4o-mini")
+    _, _, settings = read_config(config, tmp_path)
+    assert [(s.label, s.model) for s in settings] == [
+        ("workbench:SmolLM2-135M-Instruct@llamacpp", "SmolLM2-135M-Instruct@llamacpp"), ("small", "tiny"),
+        ("openai:chat:gpt-4o-mini", None)]
 
 
 def test_results_in_promptfoos_output_shape():

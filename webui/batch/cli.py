@@ -49,14 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-url", metavar="URL", help="an OpenAI-compatible server (its /v1 URL) that judges llm-rubric "
                                                     "asserts instead of the loaded model; its key: the environment "
                                                     "variable WORKBENCH_JUDGE_API_KEY")
-    p.add_argument("--judge-model", default="", help="the model name to ask the judge server for")
+    p.add_argument("--judge-model", default="", help="with --judge-url: the model name to ask the judge server for; "
+                                                     "without: a model to load beside the tested ones that judges "
+                                                     "(NAME or NAME@loader; default: the model in use)")
     p.add_argument("--no-cache", action="store_true",
                    help="generate every cell, even one whose whole request already ran (default: reuse it)")
     p.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, help="refuse grids larger than this")
     p.add_argument("--name", help="name of the stored run (default: the prompts file name)")
     p.add_argument("--out", type=Path, help="write results here (.jsonl, .csv, or .json: promptfoo's output shape)")
     p.add_argument("--min-pass-rate", type=float, help="exit 1 if a setting's assert pass rate is below this (0-1)")
-    p.add_argument("--model", help="model name or path (default: the default model)")
+    p.add_argument("--model", help="model name or path (default: the default model); --grid model=A,B@llamacpp "
+                                   "compares loaded models instead (each loaded beside the others)")
     p.add_argument("--loader")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", choices=DTYPES)
@@ -92,12 +95,19 @@ def main(argv: list[str]) -> int:
     config.make_dirs()
     services = Services.create(config)
     try:
+        local_judge = args.judge_model if not args.judge_url else ""
         job = BatchJob(args.name or description or args.prompts.name, rows, grid, args.system_prompt, args.raw,
                        args.max_cells, settings, chat_template=args.chat_template, use_cache=not args.no_cache,
                        judge_prompt=judge_prompt,
-                       remote_judge=RemoteJudge(args.judge_url, args.judge_model) if args.judge_url else None)
-        services.batch_runner.plan(job)  # bad grids fail before the model loads
-        load_startup_model(services)
+                       remote_judge=RemoteJudge(args.judge_url, args.judge_model) if args.judge_url else None,
+                       judge_model=local_judge)
+        planned, _ = services.batch_runner.plan(job)  # bad grids fail before any model loads
+        named = list(dict.fromkeys(s.model for s in planned if s.model))
+        if args.model or any(s.model is None for s in planned):
+            load_startup_model(services)  # the model in use: for settings that name none
+        for name in [*named, *([local_judge] if local_judge else [])]:  # the model axis, workbench: providers
+            services.models.ensure(name)
+            print(f"loaded {name}", file=sys.stderr)
         handle = services.batch_runner.start(job)
         while not handle.wait(1.0):
             _progress(handle)

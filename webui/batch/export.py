@@ -21,10 +21,10 @@ from webui.batch.asserts import AssertResult
 from webui.batch.errors import BatchInputError
 from webui.batch.results import ResultRow
 
-CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "setting", "sample", "seed", "output", "finish_reason",
+CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "model", "setting", "sample", "seed", "output", "finish_reason",
                "prompt_tokens", "completion_tokens", "cached_tokens", "ttft", "tokens_per_second", "passed", "score",
                "asserts", "error", "review", "review_note", "params", "assert_results")
-_TEXT_COLUMNS = frozenset({"prompt_id", "prompt", "setting", "output", "finish_reason", "asserts", "error",
+_TEXT_COLUMNS = frozenset({"prompt_id", "prompt", "model", "setting", "output", "finish_reason", "asserts", "error",
                            "review_note"})
 _INT_COLUMNS = ("prompt_index", "sample", "seed", "prompt_tokens", "completion_tokens")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
@@ -68,7 +68,8 @@ def to_csv(rows: Iterable[ResultRow]) -> str:
 
 def _csv_values(row: ResultRow) -> dict[str, Any]:
     return {
-        "prompt_index": row.prompt_index, "prompt_id": row.prompt_id, "prompt": row.prompt, "setting": row.setting,
+        "prompt_index": row.prompt_index, "prompt_id": row.prompt_id, "prompt": row.prompt, "model": row.model,
+        "setting": row.setting,
         "sample": row.sample, "seed": row.seed, "output": row.output, "finish_reason": row.finish_reason,
         "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
         "cached_tokens": row.cached_tokens, "ttft": row.ttft,
@@ -106,7 +107,7 @@ def from_csv(text: str) -> list[ResultRow]:
         raise BatchInputError("the CSV is empty; it needs the header row written by the export")
     header = table[0]
     missing = [c for c in CSV_COLUMNS if c not in header
-               and c not in ("asserts", "cached_tokens", "score", "review", "review_note")]
+               and c not in ("asserts", "cached_tokens", "score", "review", "review_note", "model")]
     if missing:
         raise BatchInputError(f"the CSV lacks the column(s) {', '.join(missing)}; columns: {', '.join(header)}")
     rows = []
@@ -134,6 +135,7 @@ def _row_from_cells(cells: dict[str, str], where: str) -> ResultRow:
         raise BatchInputError(f"{where}: passed must be true, false or empty, got '{cells['passed']}'")
     data["passed"] = None if passed == "" else passed == "true"
     data["error"] = data.get("error") or None
+    data["model"] = data.get("model") or None
     verdict = cells.get("review", "").strip()
     data["review"] = {"verdict": verdict, "note": data.pop("review_note", "") or ""} if verdict else None
     data.pop("review_note", None)

@@ -42,6 +42,7 @@ class Setting:
     preset: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict, hash=False)
     loras: tuple[tuple[str, float], ...] = ()  # LoRA adapters this setting runs with (the "lora" axis)
+    model: str | None = None  # the loaded model it runs on (the "model" axis); None: the model in use
 
 
 @dataclass
@@ -146,6 +147,7 @@ def parse_axes(lines: str | Iterable[str]) -> dict[str, list[Any]]:
 
 
 LORA_AXIS = "lora"  # not a sampling parameter: which LoRA adapters run ("none", "name", "a+b")
+MODEL_AXIS = "model"  # not a sampling parameter: which loaded model runs (its id, e.g. "name@llamacpp")
 
 
 def parse_loras(value: Any) -> tuple[tuple[str, float], ...]:
@@ -166,14 +168,15 @@ def parse_loras(value: Any) -> tuple[tuple[str, float], ...]:
 
 
 def _check_axis_name(name: str) -> None:
-    if name == LORA_AXIS:
+    if name in (LORA_AXIS, MODEL_AXIS):
         return
     if name == "seed":
         raise BatchInputError("grid: seed cannot be an axis; each sample's seed is base seed + sample number "
                               "(set the base seed and the number of samples instead)")
     if name not in field_names():
         raise BatchInputError(f"grid: unknown sampling parameter '{name}'; known parameters: "
-                              f"{', '.join(sorted(field_names() - {'seed'}))}")
+                              f"{', '.join(sorted(field_names() - {'seed'}))} (and the axes {LORA_AXIS}, "
+                              f"{MODEL_AXIS})")
 
 
 def format_value(value: Any) -> str:
@@ -201,8 +204,11 @@ def expand(spec: GridSpec, presets: PresetStore) -> list[Setting]:
             parts = ([preset] if preset else []) + [f"{n}={format_value(overrides[n])}" for n in varying]
             label = LABEL_SEPARATOR.join(parts) or BASE_LABEL
             loras = parse_loras(overrides[LORA_AXIS]) if LORA_AXIS in overrides else ()
-            params = _apply(base, {k: v for k, v in overrides.items() if k != LORA_AXIS}, label)
-            settings.append(Setting(label, params, preset, overrides, loras))
+            model = str(overrides[MODEL_AXIS]).strip() if MODEL_AXIS in overrides else None
+            if model == "":
+                raise BatchInputError("grid: model= needs the names of loaded models (e.g. model=A,B)")
+            params = _apply(base, {k: v for k, v in overrides.items() if k not in (LORA_AXIS, MODEL_AXIS)}, label)
+            settings.append(Setting(label, params, preset, overrides, loras, model))
     return settings
 
 

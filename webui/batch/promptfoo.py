@@ -4,11 +4,12 @@ What is read: ``prompts`` (texts with ``{{vars}}``, ``{id/label, raw}`` objects,
 ``file://`` text files, split on lines of ``---`` as promptfoo splits them),
 ``tests`` (inline, or a ``file://`` YAML/JSON list) with ``vars``, ``assert``
 and ``description``, ``defaultTest`` (its ``vars`` and ``assert`` apply to
-every test) and ``providers``. Every provider runs on the loaded model: each
-becomes one setting, labelled by its ``label`` or ``id``, with its ``config``
-(``temperature``, ``max_tokens``, ``top_p``, ``seed``, ``stop``... as the OpenAI
-API names them) as that setting's parameters; the model named in a provider id
-is not loaded for it. Asserts keep promptfoo's names (contains, icontains,
+every test) and ``providers``. Each provider becomes one setting, labelled by its
+``label`` or ``id``, with its ``config`` (``temperature``, ``max_tokens``,
+``top_p``, ``seed``, ``stop``... as the OpenAI API names them) as that setting's
+parameters. ``workbench:NAME`` runs on the loaded model NAME (any loaded model:
+local, another loader's ``NAME@loader``, or a remote server connected in the Model
+tab; ``launch.py batch`` loads it); any other id runs on the model in use. Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python with ``file://``, latency, llm-rubric (judged by the loaded model),
 their ``not-`` forms, ``weight`` and ``threshold``); any other type
@@ -216,7 +217,11 @@ def _settings(given: Any) -> list[Setting]:
                                   f"{', '.join(sorted(unknown))}")
         if any(s.label == label for s in out):
             raise BatchInputError(f"promptfoo config: two providers are labelled '{label}'; give each a label")
-        out.append(Setting(label, params, None, dict(fields)))
+        provider, _, model = str(item.get("id", "")).partition(":")
+        if provider == "workbench" and not model.strip():
+            raise BatchInputError(f"promptfoo config: providers[{i}]: workbench: needs a model name "
+                                  "(workbench:SmolLM2-135M-Instruct)")
+        out.append(Setting(label, params, None, dict(fields), model=model.strip() if provider == "workbench" else None))
     return out
 
 

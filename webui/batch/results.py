@@ -46,6 +46,7 @@ class ResultRow:
     from_cache: bool = False  # taken from the response cache (the same request ran before), not generated now
     review: dict[str, str] | None = field(default=None, hash=False)
     """A person's verdict: {"verdict": "good" or "bad", "note": text}; None: not reviewed."""
+    model: str | None = None  # the loaded model that made it (rows stored before runs had several: None)
 
     def __post_init__(self) -> None:
         if self.error == "":
@@ -87,14 +88,14 @@ def _assert_results(items: Any, prefix: str) -> list[AssertResult]:
             for a in items]
 
 
-_OPTIONAL = {"cached_tokens": 0, "score": None, "review": None, "from_cache": False}
+_OPTIONAL = {"cached_tokens": 0, "score": None, "review": None, "from_cache": False, "model": None}
 REVIEW_VERDICTS = ("good", "bad")  # fields added later, so rows stored or exported before them still load
 _TYPES: dict[str, tuple[type, ...]] = {
     "prompt_index": (int,), "prompt_id": (str,), "prompt": (str,), "setting": (str,), "params": (dict,),
     "sample": (int,), "seed": (int,), "output": (str,), "finish_reason": (str,), "prompt_tokens": (int,),
     "completion_tokens": (int,), "cached_tokens": (int,), "ttft": (int, float, type(None)),
     "tokens_per_second": (int, float, type(None)), "score": (int, float, type(None)),
-    "passed": (bool, type(None)), "error": (str, type(None)), "from_cache": (bool,),
+    "passed": (bool, type(None)), "error": (str, type(None)), "from_cache": (bool,), "model": (str, type(None)),
 }
 
 
@@ -122,7 +123,7 @@ def _check_types(values: dict[str, Any], prefix: str) -> None:
 def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
                ttft: float | None = None, tokens_per_second: float | None = None, cached_tokens: int = 0,
                error: str | None = None, from_cache: bool = False,
-               judged: Mapping[str, Any] | None = None) -> ResultRow:
+               judged: Mapping[str, Any] | None = None, model: str | None = None) -> ResultRow:
     """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error)."""
     error = error or None
     seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text, judged or {})
@@ -137,7 +138,7 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
         params=cell.params.to_dict(), sample=cell.sample, seed=cell.seed, output=output,
         finish_reason=finish_reason, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         ttft=ttft, tokens_per_second=tokens_per_second, cached_tokens=cached_tokens, asserts=asserts, passed=passed,
-        error=error, score=score, from_cache=from_cache)
+        error=error, score=score, from_cache=from_cache, model=model)
 
 
 # -- summaries -----------------------------------------------------------------------
@@ -163,24 +164,33 @@ class SettingSummary:
 
 
 def summarize(rows: Iterable[ResultRow]) -> list[SettingSummary]:
-    """One summary per setting, in the order settings first appear. Errors count as failures."""
+    """One summary per setting, in the order settings first appear, then, when the rows come from several
+    models, one per model over all its settings ("model=NAME (all settings)"). Errors count as failures."""
+    rows = list(rows)
     groups: dict[str, list[ResultRow]] = {}
     for row in rows:
         groups.setdefault(row.setting, []).append(row)
-    out = []
-    for label, group in groups.items():
-        passed = sum(1 for r in group if r.passed is True)
-        failed = sum(1 for r in group if r.passed is False)
-        ok = [r for r in group if r.error is None]
-        sampled = any(r.sample > 0 for r in group)
-        out.append(SettingSummary(
-            label, len(group), passed, failed, passed / (passed + failed) if passed + failed else None,
-            _mean(r.tokens_per_second for r in ok), _mean(r.ttft for r in ok),
-            sum(1 for r in group if r.error is not None), _mean(r.score for r in group),
-            wilson(passed, passed + failed) if sampled and passed + failed else None,
-            sum(1 for r in group if (r.review or {}).get("verdict") == "good"),
-            sum(1 for r in group if (r.review or {}).get("verdict") == "bad")))
-    return out
+    models: dict[str, list[ResultRow]] = {}
+    for row in rows:
+        if row.model is not None:
+            models.setdefault(f"model={row.model} (all settings)", []).append(row)
+    if len(models) > 1:
+        groups.update(models)
+    return [_summary(label, group) for label, group in groups.items()]
+
+
+def _summary(label: str, group: list[ResultRow]) -> SettingSummary:
+    passed = sum(1 for r in group if r.passed is True)
+    failed = sum(1 for r in group if r.passed is False)
+    ok = [r for r in group if r.error is None]
+    sampled = any(r.sample > 0 for r in group)
+    return SettingSummary(
+        label, len(group), passed, failed, passed / (passed + failed) if passed + failed else None,
+        _mean(r.tokens_per_second for r in ok), _mean(r.ttft for r in ok),
+        sum(1 for r in group if r.error is not None), _mean(r.score for r in group),
+        wilson(passed, passed + failed) if sampled and passed + failed else None,
+        sum(1 for r in group if (r.review or {}).get("verdict") == "good"),
+        sum(1 for r in group if (r.review or {}).get("verdict") == "bad"))
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:

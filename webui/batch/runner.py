@@ -11,9 +11,9 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Mapping
 
-from loaders.base import attached_loras
+from loaders.base import ModelLoadError, attached_loras
 from webui.batch.cache import ResponseCache, cache_key
 from webui.batch.errors import BatchInputError
 from webui.batch.asserts import Verdict
@@ -25,6 +25,7 @@ from webui.batch.store import BatchStore
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError
 from webui.engine import EngineError, GenerationRequest, SamplingParams
+from webui.models import Slot
 
 
 @dataclass
@@ -39,27 +40,30 @@ class BatchJob:
     chat_template: str = ""  # the instruction template's name ("": the model's own)
     use_cache: bool = True  # take cells already run with the very same request from the response cache
     judge_prompt: str = JUDGE_PROMPT  # what the judge model is asked for llm-rubric asserts
-    remote_judge: RemoteJudge | None = None  # a server that judges instead of the loaded model
+    remote_judge: RemoteJudge | None = None  # a server that judges instead of a loaded model
+    judge_model: str = ""  # the loaded model that judges llm-rubric asserts ("": the model in use)
 
     def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
                 "settings": [{"label": s.label, "params": s.params.to_dict(), "preset": s.preset,
-                              "overrides": s.overrides, "loras": [list(x) for x in s.loras]} for s in settings],
+                              "overrides": s.overrides, "loras": [list(x) for x in s.loras], "model": s.model}
+                             for s in settings],
                 "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells,
                 "chat_template_name": self.chat_template, "use_cache": self.use_cache,
-                "judge_prompt": self.judge_prompt,
+                "judge_prompt": self.judge_prompt, "judge_model": self.judge_model,
                 "remote_judge": self.remote_judge.to_dict() if self.remote_judge else None}
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
         settings = [Setting(s["label"], SamplingParams.from_dict(s["params"]), s.get("preset"), s.get("overrides", {}),
-                            tuple((n, float(w)) for n, w in s.get("loras", [])))
+                            tuple((n, float(w)) for n, w in s.get("loras", [])), s.get("model"))
                     for s in spec["settings"]]
         return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
                    spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),
                    settings, spec.get("chat_template_name", ""), spec.get("use_cache", True),
                    spec.get("judge_prompt", JUDGE_PROMPT),
-                   RemoteJudge(**spec["remote_judge"]) if spec.get("remote_judge") else None)
+                   RemoteJudge(**spec["remote_judge"]) if spec.get("remote_judge") else None,
+                   spec.get("judge_model", ""))
 
 
 @dataclass
@@ -79,8 +83,11 @@ class RunHandle:
     """Each cell's response-cache key."""
     use_cache: bool = True
     judge: Any = None
-    """(user text -> the prompt as the judge reads it, judge prompt) for llm-rubric asserts."""
+    """(the judge's engine, user text -> the prompt as the judge reads it) for llm-rubric asserts (None: remote)."""
+    judge_prompt: str = ""
     remote_judge: RemoteJudge | None = None
+    slots: dict = field(default_factory=dict)
+    """The loaded model (a Slot) each setting's model names runs on."""
 
     @property
     def total(self) -> int:
@@ -139,16 +146,31 @@ class BatchRunner:
         handle.cancel()
         return True
 
-    def plan(self, job: BatchJob, stops: tuple[str, ...] = ()) -> tuple[list[Setting], list[Cell]]:
-        """Settings and cells, or a BatchInputError before anything runs. ``stops``: the chat template's, added to
-        every setting's stop strings."""
+    def plan(self, job: BatchJob, stops: Mapping[str | None, tuple[str, ...]] | None = None
+             ) -> tuple[list[Setting], list[Cell]]:
+        """Settings and cells, or a BatchInputError before anything runs. ``stops``: each model's chat template
+        stops (by the setting's model), added to its settings' stop strings."""
         if not job.rows:
             raise BatchInputError("there are no prompts; paste some (one per line) or upload a file")
         settings = job.settings if job.settings is not None else expand(job.grid, self.services.presets)
         if stops:
-            settings = [replace(s, params=s.params.replace(stop=tuple(dict.fromkeys((*s.params.stop, *stops)))))
+            settings = [replace(s, params=s.params.replace(stop=tuple(dict.fromkeys((*s.params.stop,
+                                                                                   *stops.get(s.model, ()))))))
                         for s in settings]
         return settings, plan(job.rows, settings, job.grid.samples, job.grid.base_seed, job.max_cells)
+
+    def models(self, job: BatchJob) -> dict[str | None, Slot]:
+        """The loaded model each setting's model names (None: the model in use); a model that is not loaded is a
+        BatchInputError naming those that are."""
+        settings = job.settings if job.settings is not None else expand(job.grid, self.services.presets)
+        out: dict[str | None, Slot] = {}
+        for name in dict.fromkeys(s.model for s in settings):
+            try:
+                out[name] = self.services.models.slot(name)
+            except ModelLoadError as exc:
+                raise BatchInputError(f"grid: {exc}" if name else "no model is loaded; load one in the Model tab "
+                                      "first") from None
+        return out
 
     def template(self, job: BatchJob, model) -> ChatTemplate | None:
         """The instruction template the job's prompts are rendered with (None for raw prompts)."""
@@ -160,51 +182,77 @@ class BatchRunner:
             raise BatchInputError(f"chat template: {exc}") from exc
 
     def start(self, job: BatchJob) -> RunHandle:
-        model = self.services.models.loaded
-        if model is None:
-            raise BatchInputError("no model is loaded; load one in the Model tab first")
-        template = self.template(job, model)
-        settings, cells = self.plan(job, template.stops if template else ())
+        slots = self.models(job)
+        templates = {name: self.template(job, slot.model) for name, slot in slots.items()}
+        settings, cells = self.plan(job, {name: t.stops for name, t in templates.items() if t})
         if any(rubrics(row.asserts) for row in job.rows):
             check_judge_prompt(job.judge_prompt)
-        attached = attached_loras(model)
         for setting in settings:
+            slot = slots[setting.model]
+            attached = attached_loras(slot.model)
             missing = [n for n, _ in setting.loras if n not in attached]
             if missing:
-                raise BatchInputError(f"grid: LoRA adapter '{missing[0]}' is not attached to {model.name}; attach it "
+                raise BatchInputError(f"grid: LoRA adapter '{missing[0]}' is not attached to {slot.name}; attach it "
                                       f"in the Model tab (attached: {', '.join(attached) or 'none'})")
-        prompts = {}
-        for row in job.rows:
-            try:
-                messages = None if job.raw else chat_messages([{"role": "user", "content": row.text}],
-                                                              job.system_prompt)
-                text = row.text if job.raw else render_chat_prompt(model.tokenizer, messages, template=template)
-            except (ChatPromptError, ValueError) as exc:
-                raise BatchInputError(f"prompt {row.id}: {exc}") from exc
-            prompts[row.index] = (text, messages)
-        spec = {**job.to_spec(settings), "loader": model.loader,  # so each row's record names it
-                "chat_template": template.to_record() if template else None}
-        run = self.store.create(job.name, spec, model.name, len(cells))
+        judge = self._judge_slot(job, slots)
+        prompts = {(row.index, name): self._prompt(job, row, slot.model, templates[name])
+                   for name, slot in slots.items() for row in job.rows}
+        names = list(dict.fromkeys(slot.name for slot in slots.values()))
+        spec = {**job.to_spec(settings), "loader": slots[settings[0].model].model.loader,  # so each row's record
+                "loaders": {slot.name: slot.model.loader for slot in slots.values()},  # names it
+                "chat_template": next((t.to_record() for t in templates.values() if t), None),
+                "chat_templates": {slots[n].name: t.to_record() for n, t in templates.items() if t}}
+        run = self.store.create(job.name, spec, ", ".join(names), len(cells))
         handle = RunHandle(run.id, cells)
         with self._lock:
             self._active[run.id] = handle
-        window = self.services.engine.config.max_running * 2
+        handle.slots = slots
         handle.remote_judge = job.remote_judge
-        handle.judge = (lambda text: render_chat_prompt(model.tokenizer, [{"role": "user", "content": text}],
-                                                        template=template), job.judge_prompt)
-        handle.keys = [cache_key(model.name, model.loader, cell.setting.loras, prompts[cell.row.index][0], job.raw,
-                                 cell.params.to_dict()) for cell in cells]
+        if judge is not None:
+            template = self.template(replace(job, raw=False), judge.model)
+            handle.judge = (judge.engine, lambda text: render_chat_prompt(
+                judge.model.tokenizer, [{"role": "user", "content": text}], template=template))
+        handle.judge_prompt = job.judge_prompt
+        handle.keys = []
+        for cell in cells:
+            model = slots[cell.setting.model].model
+            handle.keys.append(cache_key(model.name, model.loader, cell.setting.loras,
+                                         prompts[cell.row.index, cell.setting.model][0], job.raw,
+                                         cell.params.to_dict()))
         handle.use_cache = job.use_cache
-        thread = threading.Thread(target=lambda: asyncio.run(self._drive(handle, prompts, job.raw, window)),
+        thread = threading.Thread(target=lambda: asyncio.run(self._drive(handle, prompts, job.raw)),
                                   name=f"batch-run-{run.id}", daemon=True)
         thread.start()
         return handle
 
-    async def _drive(self, handle: RunHandle, prompts: dict[int, tuple[str, list | None]], raw: bool,
-                     window: int) -> None:
-        slots = asyncio.Semaphore(window)  # enough in flight to fill the engine's batch, not its whole queue
+    def _judge_slot(self, job: BatchJob, slots: dict[str | None, Slot]) -> Slot | None:
+        """The loaded model that judges llm-rubric asserts (None when a remote server does)."""
+        if job.remote_judge is not None:
+            return None
+        if not job.judge_model:
+            return self.services.models.current or next(iter(slots.values()))
         try:
-            await asyncio.gather(*(self._cell(handle, i, cell, prompts[cell.row.index], raw, slots)
+            return self.services.models.slot(job.judge_model)
+        except ModelLoadError as exc:
+            raise BatchInputError(f"judge: {exc}") from None
+
+    @staticmethod
+    def _prompt(job: BatchJob, row: PromptRow, model, template: ChatTemplate | None) -> tuple[str, list | None]:
+        """(what ``model`` reads for ``row``, the chat messages or None for a raw prompt)."""
+        try:
+            messages = None if job.raw else chat_messages([{"role": "user", "content": row.text}], job.system_prompt)
+            return (row.text if job.raw else render_chat_prompt(model.tokenizer, messages, template=template)), messages
+        except (ChatPromptError, ValueError) as exc:
+            raise BatchInputError(f"prompt {row.id}: {exc}") from exc
+
+    async def _drive(self, handle: RunHandle, prompts: dict[tuple[int, str | None], tuple[str, list | None]],
+                     raw: bool) -> None:
+        # per engine, enough in flight to fill its batch, not its whole queue; each model's engine runs its cells
+        # while the others run theirs
+        windows = {name: asyncio.Semaphore(slot.engine.config.max_running * 2) for name, slot in handle.slots.items()}
+        try:
+            await asyncio.gather(*(self._cell(handle, i, cell, prompts[cell.row.index, cell.setting.model], raw,
+                                              windows[cell.setting.model])
                                    for i, cell in enumerate(handle.cells)))
             handle.status = "cancelled" if handle.cancelled else "done"
         except BaseException:
@@ -221,6 +269,7 @@ class BatchRunner:
         cached = self.cache.get(handle.keys[index]) if handle.use_cache else None
         if cached is not None:  # the very same request ran before: its response, with this run's asserts
             judged = await self._judge(handle, cell, cached["output"])
+            cached = {**cached, "model": handle.slots[cell.setting.model].name}
             self._keep(handle, index, result_for(cell, **cached, from_cache=True, judged=judged))
             return
         async with slots:
@@ -228,8 +277,9 @@ class BatchRunner:
                 return
             text, last, error = "", None, None
             try:
-                stream = self.services.engine.submit(GenerationRequest(prompt[0], cell.params, add_special_tokens=raw,
-                                                                       loras=cell.setting.loras, messages=prompt[1]))
+                engine = handle.slots[cell.setting.model].engine
+                stream = engine.submit(GenerationRequest(prompt[0], cell.params, add_special_tokens=raw,
+                                                         loras=cell.setting.loras, messages=prompt[1]))
             except (EngineError, ValueError) as exc:
                 stream, error = None, str(exc)
             if stream is not None:
@@ -248,7 +298,7 @@ class BatchRunner:
                 return  # cut by Cancel: not a result
             usage, timings = (last.usage, last.timings) if last is not None else (None, None)
             judged = await self._judge(handle, cell, text) if error is None else {}
-            row = result_for(cell, output=text, judged=judged, finish_reason=last.finish_reason if last else "error",
+            row = result_for(cell, output=text, judged=judged, model=handle.slots[cell.setting.model].name, finish_reason=last.finish_reason if last else "error",
                              prompt_tokens=usage.prompt_tokens if usage else 0,
                              completion_tokens=usage.completion_tokens if usage else 0,
                              cached_tokens=usage.cached_tokens if usage else 0,
@@ -265,11 +315,12 @@ class BatchRunner:
             if handle.cancelled:
                 break
             if handle.remote_judge is not None:
-                text = render(handle.judge[1], {"output": output, "rubric": rubric})
+                text = render(handle.judge_prompt, {"output": output, "rubric": rubric})
                 verdicts[rubric] = await asyncio.to_thread(handle.remote_judge.verdict, text)
                 continue
             try:
-                stream = self.services.engine.submit(judge_request(*handle.judge, output, rubric))
+                engine, render_chat = handle.judge
+                stream = engine.submit(judge_request(render_chat, handle.judge_prompt, output, rubric))
                 text = "".join([event.text async for event in stream])
             except (EngineError, ValueError):
                 continue  # the assert then says that no verdict could be had

@@ -49,10 +49,14 @@ class BatchForm:
     judge_prompt: str = JUDGE_PROMPT
     """What the judge model is asked for llm-rubric asserts ({{output}}, {{rubric}})."""
     judge_url: str = ""
-    """An OpenAI-compatible server that judges instead of the loaded model ("": the loaded model)."""
+    """An OpenAI-compatible server that judges instead of a loaded model ("": a loaded model judges)."""
     judge_model: str = ""
+    """With a judge server: its model; without: the loaded model that judges ("": the model in use)."""
     judge_key: str = ""
     """The judge server's API key: used for this run, never stored."""
+
+    def local_judge(self) -> str:
+        return "" if (self.judge_url or "").strip() else (self.judge_model or "").strip()
 
     def remote_judge(self) -> RemoteJudge | None:
         url = (self.judge_url or "").strip()
@@ -110,7 +114,8 @@ class BatchController:
                 grid = GridSpec([], {}, int(form.samples or 1), int(form.base_seed or 0), base=params)
                 return BatchJob(form.name.strip() or name, rows, grid, form.system, form.raw, settings=settings,
                                 chat_template=self.services.settings.get().chat_template, use_cache=form.use_cache,
-                                judge_prompt=form.judge_prompt, remote_judge=form.remote_judge())
+                                judge_prompt=form.judge_prompt, remote_judge=form.remote_judge(),
+                                judge_model=form.local_judge())
             template = form.template.strip() or None
             rows = (load_prompts_text(form.upload[0], form.upload[1], template) if form.upload
                     else parse_lines(form.prompts, template))
@@ -120,7 +125,7 @@ class BatchController:
             return BatchJob(form.name.strip() or "Batch run", rows, grid, form.system, form.raw,
                             chat_template=self.services.settings.get().chat_template,  # the Chat tab's choice
                             use_cache=form.use_cache, judge_prompt=form.judge_prompt,
-                            remote_judge=form.remote_judge())
+                            remote_judge=form.remote_judge(), judge_model=form.local_judge())
         except (BatchInputError, InvalidName) as exc:
             raise UserError(str(exc)) from exc
 
@@ -128,6 +133,7 @@ class BatchController:
         """What the job will run: cells, token budget and a rough time."""
         try:
             settings, cells = self.runner.plan(job)
+            slots = self.runner.models(job)
         except BatchInputError as exc:
             raise UserError(str(exc)) from exc
         engine = self.services.engine
@@ -137,8 +143,9 @@ class BatchController:
         took = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
         template = "raw prompts (no chat template)" if job.raw else (
             f"chat template: {job.chat_template or 'the model’s own'} (chosen in Chat)")
+        models = f" · models: {', '.join(s.name for s in slots.values())}" if len(slots) > 1 else ""
         return (f"**{len(job.rows)} prompts × {len(settings)} settings × {job.grid.samples} samples = "
-                f"{len(cells)} cells** · at most {budget:,} tokens · roughly {took} or less · {template}")
+                f"{len(cells)} cells** · at most {budget:,} tokens · roughly {took} or less · {template}{models}")
 
     def run(self, job: BatchJob) -> Iterator[Progress]:
         """Start ``job`` and follow it until it ends (a refresh every REFRESH_SECONDS)."""
@@ -236,12 +243,14 @@ class BatchController:
     def inspect_row(self, run_id: int | None, row: ResultRow) -> MessageInspection:
         """What the model read for ``row`` of run ``run_id``, and the row's reproduce record."""
         run = self._get(run_id)
-        model = self.services.models.loaded  # runs stored before runs kept their loader: guess from what is loaded
-        loader = model.loader if model is not None and model.name == run.model else "transformers"
-        record = record_for_batch_row(run.model or "?", run.spec, row, loader)
+        name = row.model or run.model
+        model = next((s.model for s in self.services.models.slots() if s.name == name), None)
+        # runs stored before runs kept their loader: guess from what is loaded
+        record = record_for_batch_row(run.model or "?", run.spec, row, model.loader if model else "transformers")
         which = f"prompt {row.prompt_id}, {row.setting}, sample {row.sample}"
         if model is None or model.capabilities.text_only:
-            return MessageInspection(which, None, "Tokens need a local model loaded in the Model tab.", record)
+            return MessageInspection(which, None, f"Tokens need the local model that made this row ({name}) loaded "
+                                                  "in the Model tab.", record)
         try:
             request = record.request(model.tokenizer)
             seen = inspect_rendered(model, request.prompt, request.add_special_tokens)
