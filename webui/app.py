@@ -127,8 +127,9 @@ def serve(services: Services, config: AppConfig) -> None:
         from webui.api.app import create_api_app
         from webui.api.serving import APIConfig
 
-        api = create_api_app(services, APIConfig(config.api_key, config.served_model_names, config.api_timeout,
-                                                 config.api_queue_timeout, config.log_prompts))
+        api = create_api_app(services, APIConfig(
+            config.api_key, config.served_model_names, config.api_timeout, config.api_queue_timeout,
+            config.log_prompts, int(config.api_max_body_mb * 2**20) or None))
         servers.append(uvicorn.Server(uvicorn.Config(api, host=config.api_host, port=config.api_port,
                                                      log_level="warning", timeout_graceful_shutdown=3)))
         print(f"OpenAI-compatible API ready: http://{config.api_host}:{config.api_port}/v1"

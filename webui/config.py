@@ -41,6 +41,7 @@ class AppConfig:
     api_timeout: float | None = 600.0
     api_queue_timeout: float | None = 120.0
     log_prompts: bool = False
+    api_max_body_mb: float = 8.0  # 0: no limit
     max_running: int = 16
     max_waiting: int = 256
     prefix_cache_mb: float | None = None  # None: a default for the model's device; 0: off
@@ -170,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds one API request may generate before it is cut (finish_reason 'length'; default 600)")
     g.add_argument("--api-queue-timeout", type=float, default=120.0,
                    help="seconds an API request may wait for a free slot before a 503 (default 120)")
+    g.add_argument("--api-max-body-mb", type=_megabytes, default=8.0, metavar="MB",
+                   help="request bodies over this size are refused with a 413 before they are read (default 8; "
+                        "0: no limit)")
     g.add_argument("--log-prompts", action="store_true", help="include prompt text in the API's request log lines")
     return p
 
@@ -182,6 +186,7 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         model=args.model, loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads,
         loras=tuple(args.lora), listen=args.listen, port=args.port, api=args.api, api_port=args.api_port,
         api_key=args.api_key, served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
-        api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts, max_running=args.max_running,
+        api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts,
+        api_max_body_mb=args.api_max_body_mb, max_running=args.max_running,
         max_waiting=args.max_waiting, prefix_cache_mb=args.prefix_cache_mb,
         memory_budget_mb=args.memory_budget, also_load=tuple(args.also_load), no_model=args.no_model, remote_model=args.remote_model)

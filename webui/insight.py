@@ -17,7 +17,7 @@ from webui.chat import chat_messages, render_chat_prompt
 from webui.engine import Engine, EngineError, SamplingParams
 from webui.engine.sampling import Sampler
 from webui.engine.sequence import guide_prompt
-from webui.engine.types import GenerationRequest
+from webui.engine.types import GenerationRequest, TokenLogprob
 
 
 class InsightUnavailable(EngineError):
@@ -96,6 +96,28 @@ def next_tokens(engine: Engine, text: str, chat: bool, params: SamplingParams, t
     return [NextToken(int(i), s, float(p), float(after[i]), bool(after[i] > 0),
                       allowed is not None and not bool(allowed[i]))
             for i, s, p in zip(ids.tolist(), strings, values.tolist())]
+
+
+def prompt_logprobs(engine: Engine, ids: list[int], top: int, loras: tuple = ()
+                    ) -> list[tuple[str, TokenLogprob | None]]:
+    """Each prompt token's text and its log-probability given the tokens before it, with the ``top`` most likely
+    there (the first token has none: None). Run between engine steps."""
+    model = _local(engine.model)
+    strings = model.tokenizer.token_strings(ids)
+    if len(ids) < 2:
+        return [(t, None) for t in strings]
+    logits = engine.call_between_steps(lambda: model.logits(ids[:-1], last_only=False, loras=loras))
+    logp = torch.log_softmax(logits.float(), -1)
+    chosen = logp.gather(1, torch.tensor(ids[1:], dtype=torch.long, device=logp.device)[:, None])[:, 0].tolist()
+    out: list[tuple[str, TokenLogprob | None]] = [(strings[0], None)]
+    for i, (token_id, value) in enumerate(zip(ids[1:], chosen)):
+        alternatives = []
+        if top:
+            values, top_ids = torch.topk(logp[i], top)
+            alternatives = list(zip(top_ids.tolist(), model.tokenizer.token_strings(top_ids.tolist()),
+                                    values.tolist()))
+        out.append((strings[i + 1], TokenLogprob(token_id, strings[i + 1], value, alternatives)))
+    return out
 
 
 @dataclass(frozen=True)

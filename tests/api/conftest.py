@@ -32,8 +32,10 @@ def start_api(tmp_path_factory, default_model_dir, *extra: str, key: str | None 
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory, default_model_dir):
-    """The API with a key and the alias 'gpt-test' for the loaded model."""
-    ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--served-model-name", "gpt-test")
+    """The API with a key and the alias 'gpt-test' for the loaded model (the model's own name given as an alias too,
+    as users do, which must not list it twice)."""
+    ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--served-model-name", "gpt-test",
+                               "SmolLM2-135M-Instruct")
     with ctx as server:
         with urllib.request.urlopen(base.removesuffix("/v1") + "/health", timeout=10):
             pass

@@ -117,6 +117,21 @@ CASES = [
          param="messages", code="context_length_exceeded"),
     case("completions-prompt-over-context", comp(prompt=LONG), param="prompt", path=COMP,
          code="context_length_exceeded"),
+    # fields that need another (as OpenAI and vLLM answer)
+    case("top_logprobs-without-logprobs", chat(top_logprobs=2), param="top_logprobs"),
+    case("stream_options-without-stream", chat(stream_options={"include_usage": True}), param="stream_options"),
+    case("stream_options-stream-false", chat(stream=False, stream_options={"include_usage": True}),
+         param="stream_options"),
+    case("suffix", comp(suffix=" and so on."), param="suffix", path=COMP),
+    case("chat-max_completion_tokens-0", chat(max_completion_tokens=0), param="max_completion_tokens"),
+    case("too-many-sequences", comp(prompt=["Hi"] * 20, n=16), param="n", path=COMP),
+    # text that is valid JSON but not Unicode: a lone UTF-16 surrogate
+    case("lone-surrogate-in-content", None, raw=b'{"messages": [{"role": "user", "content": "a\\ud800b"}], '
+                                               b'"max_tokens": 1}', param="messages.0.content"),
+    case("lone-surrogate-in-prompt", None, raw=b'{"prompt": ["Hi", "\\udfff"], "max_tokens": 1}', param="prompt.1",
+         path=COMP),
+    case("lone-surrogate-in-stop", None, raw=b'{"messages": [{"role": "user", "content": "Hi"}], "stop": "\\ud83d"}',
+         param="stop"),
     # model and preset names
     case("model-unknown", chat(model="no-such-model"), 404, "model", code="model_not_found"),
     case("preset-unknown", chat(preset="NoSuchPreset"), param="preset"),
@@ -143,6 +158,27 @@ def send(api, method: str, path: str, body, raw: bytes | None, auth: str | None)
         if raw is not None:
             return client.request(method, path, content=raw, headers=headers)
         return client.request(method, path, json=body, headers=headers)
+
+
+def test_a_body_over_the_limit_is_a_413_before_it_is_read(api):
+    """8 MiB is the default limit (--api-max-body-mb): a declared length over it, and a chunked body that grows
+    over it, are refused in OpenAI's error shape; the server keeps answering."""
+    big = json.dumps(chat(messages=[{"role": "user", "content": "x" * (9 * 2**20)}])).encode()
+    headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
+    with httpx.Client(base_url=api.root, timeout=60, headers=headers) as client:
+        r = client.post(CHAT, content=big)
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large", r.text
+        assert "--api-max-body-mb" in r.json()["error"]["message"]
+        r = client.post(CHAT, content=(big[i:i + 2**20] for i in range(0, len(big), 2**20)))  # chunked
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large", r.text
+    r = send(api, "POST", CHAT, chat(temperature=0), None, f"Bearer {API_KEY}")
+    assert r.status_code == 200
+
+
+def test_the_surrogate_message_says_where_and_what_to_do(api):
+    raw = b'{"messages": [{"role": "user", "content": "a\\ud800b"}], "max_tokens": 1}'
+    error = send(api, "POST", CHAT, None, raw, f"Bearer {API_KEY}").json()["error"]
+    assert error["message"].startswith("messages.0.content: a lone UTF-16 surrogate (U+D800) at character 1")
 
 
 def test_the_table_is_big_enough():

@@ -74,6 +74,7 @@ def test_the_alias_serves_the_loaded_model(client):
 def test_models_list_has_the_loaded_model_and_its_alias(client):
     ids = [m.id for m in client.models.list()]
     assert MODEL in ids and ALIAS in ids
+    assert len(ids) == len(set(ids))  # --served-model-name repeats the model's own name: listed once
 
 
 def test_length_finish_when_max_tokens_is_reached(client):
@@ -192,6 +193,7 @@ def test_chat_without_logprobs_has_none(client):
 # -- completions ----------------------------------------------------------------------------------------------------
 
 def test_completion_with_echo_and_logprobs(client):
+    """echo with logprobs: the prompt's tokens come first (the first has no logprob), then the generated ones."""
     r = client.completions.create(model=MODEL, prompt=COMPLETION_PROMPT, max_tokens=4, temperature=0, echo=True,
                                   logprobs=2, extra_body={"ignore_eos": True})
     assert r.object == "text_completion"
@@ -199,16 +201,43 @@ def test_completion_with_echo_and_logprobs(client):
     assert choice.text.startswith(COMPLETION_PROMPT)
     assert "Paris" in choice.text
     lp = choice.logprobs
-    n = r.usage.completion_tokens
+    n, p = r.usage.completion_tokens, r.usage.prompt_tokens
     assert n == 4
-    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n
-    assert choice.text == COMPLETION_PROMPT + "".join(lp.tokens)
-    for token, logprob, top, offset in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset):
-        assert len(top) == 2
-        assert max(top, key=top.get) == token  # greedy
-        assert top[token] == pytest.approx(logprob)
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == p + n
+    assert choice.text == "".join(lp.tokens)
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    for token, offset in zip(lp.tokens, lp.text_offset):
         assert choice.text[offset:offset + len(token)] == token
+    for token, logprob, top in list(zip(lp.tokens, lp.token_logprobs, lp.top_logprobs))[1:]:
+        assert len(top) == 2 and logprob <= 0
+        if token in top:
+            assert top[token] == pytest.approx(logprob, abs=1e-4)
+    for token, logprob, top in list(zip(lp.tokens, lp.token_logprobs, lp.top_logprobs))[p:]:
+        assert max(top, key=top.get) == token  # greedy
     assert r.usage.total_tokens == r.usage.prompt_tokens + n
+
+
+def test_max_tokens_0_with_echo_scores_the_prompt(client):
+    """The original completions API's way to score text (evaluation harnesses rely on it): nothing is generated,
+    and each prompt token's logprob is the one the model gives it when it generates that token."""
+    generated = client.completions.create(model=MODEL, prompt=COMPLETION_PROMPT, max_tokens=1, temperature=0,
+                                          logprobs=1)
+    next_token, its_logprob = generated.choices[0].logprobs.tokens[0], generated.choices[0].logprobs.token_logprobs[0]
+    text = COMPLETION_PROMPT + next_token
+    r = client.completions.create(model=MODEL, prompt=text, max_tokens=0, echo=True, logprobs=3)
+    choice = r.choices[0]
+    assert choice.text == text and choice.finish_reason == "length"
+    assert r.usage.completion_tokens == 0 and r.usage.prompt_tokens == len(choice.logprobs.tokens)
+    assert "".join(choice.logprobs.tokens) == text
+    assert choice.logprobs.tokens[-1] == next_token
+    assert choice.logprobs.token_logprobs[-1] == pytest.approx(its_logprob, abs=1e-3)
+    assert all(len(top) == 3 for top in choice.logprobs.top_logprobs[1:])
+    streamed = list(client.completions.create(model=MODEL, prompt=text, max_tokens=0, echo=True, logprobs=3,
+                                              stream=True))
+    assert "".join(c.choices[0].text for c in streamed) == text
+    assert streamed[-1].choices[0].finish_reason == "length"
+    plain = client.completions.create(model=MODEL, prompt=text, max_tokens=0)  # without echo: an empty answer
+    assert plain.choices[0].text == "" and plain.usage.completion_tokens == 0
 
 
 def test_completion_streaming_equals_non_streaming(client):

@@ -34,11 +34,13 @@ Deselected, each for a documented reason (``DESELECTED`` below):
   not served. 404 / 405.
 * ``create_with_all_params`` (chat and completions, both overloads): they fill
   every field with schema placeholders a mock accepts but the real OpenAI API
-  rejects too: ``max_tokens=0`` / ``max_completion_tokens=0`` (must be >= 1),
-  ``logit_bias={"foo": 0}`` (keys must be token ids). We answer 400 naming the
-  field. With those values replaced by valid ones (checked by hand), they
-  pass: the fields we don't serve (tools, audio, metadata, store, ...) are
-  ignored as documented.
+  rejects too: chat's ``max_tokens=0`` / ``max_completion_tokens=0`` (must be
+  >= 1; completions take 0, as the original API did, to score a prompt),
+  ``logit_bias={"foo": 0}`` (keys must be token ids), ``stream_options`` or
+  ``top_logprobs`` without the field they belong to, completions' ``suffix``
+  (not served). We answer 400 naming the field, as vLLM does. The fields we
+  don't serve otherwise (tools, audio, metadata, store, ...) are ignored as
+  documented.
 
 ``KNOWN_BUGS``: tests that fail because of a real incompatibility on our side.
 They are deselected from the main run so that it stays green, and

@@ -66,6 +66,65 @@ class AccessLog:
             log.info(line)
 
 
+class Guard:
+    """Pure ASGI middleware: refuse bodies over the limit with 413 before they are parsed (by Content-Length, or
+    as soon as a chunked body grows over it), and answer any error no handler mapped with a 500 in OpenAI's error
+    shape (logged with its traceback), so no route can answer a bare "Internal Server Error"."""
+
+    def __init__(self, app, max_body_bytes: int | None):
+        self.app, self.limit = app, max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        too_large = APIError(413, f"the request body is over the server's limit of {self.limit} bytes "
+                                  f"(--api-max-body-mb); send less per request", code="request_too_large")
+        if self.limit is not None:
+            length = dict(scope.get("headers") or []).get(b"content-length", b"")
+            if length.isdigit() and int(length) > self.limit:
+                return await self._answer(send, too_large)
+        started = answered = False
+        seen = 0
+
+        async def counted():
+            nonlocal seen, answered
+            if answered:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request" and self.limit is not None:
+                seen += len(message.get("body", b""))
+                if seen > self.limit:  # answer now; the route reads a disconnect and gives up
+                    answered = True
+                    await self._answer(send, too_large)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def watched(message):
+            nonlocal started
+            if answered:
+                return  # the 413 went out already
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except Exception as exc:
+            if answered:
+                return
+            log.exception("unexpected error while serving %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await self._answer(send, APIError(500, f"internal server error: {type(exc).__name__} (the "
+                                                       "server's log has the details)", type="server_error"))
+
+    @staticmethod
+    async def _answer(send, error: APIError) -> None:
+        response = error.response()
+        await send({"type": "http.response.start", "status": response.status_code,
+                    "headers": response.raw_headers})
+        await send({"type": "http.response.body", "body": response.body})
+
+
 def create_api_app(services: Services, config: APIConfig) -> FastAPI:
     app = FastAPI(title="LLM Workbench OpenAI-compatible API", version="1", docs_url="/docs", redoc_url=None)
     app.state.serving = Serving(services, config)
@@ -76,5 +135,6 @@ def create_api_app(services: Services, config: APIConfig) -> FastAPI:
     def health() -> dict:
         return services.health()
 
+    app.add_middleware(Guard, max_body_bytes=config.max_body_bytes)
     app.add_middleware(AccessLog)
     return app

@@ -76,7 +76,7 @@ def validation_error(exc: RequestValidationError) -> APIError:
     """Pydantic's first complaint, as a 400 that names the field."""
     first = exc.errors()[0] if exc.errors() else {}
     loc = tuple(first.get("loc", ()))
-    param = _param(loc)
+    param = first.get("ctx", {}).get("param") or _param(loc)
     message = first.get("msg", "invalid request")
     kind = first.get("type")
     if kind == "json_invalid":

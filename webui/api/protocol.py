@@ -12,6 +12,7 @@ import json
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from webui.engine.params import InvalidParameter, SamplingParams, specs
 
@@ -20,6 +21,42 @@ MAX_N = 16
 
 class OpenAIModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+def lone_surrogate(value: Any, path: str = "") -> tuple[str, int, str] | None:
+    """(field path, position, character) of the first lone UTF-16 surrogate in a JSON value: valid JSON
+    ("\\ud800") that is not Unicode text, which no tokenizer can encode."""
+    if isinstance(value, str):
+        for i, ch in enumerate(value):
+            if "\ud800" <= ch <= "\udfff":
+                return path, i, ch
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found = lone_surrogate(key, path) or lone_surrogate(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = lone_surrogate(item, f"{path}.{i}" if path else str(i))
+            if found:
+                return found
+    return None
+
+
+class TextRequest(OpenAIModel):
+    """A request whose strings must be Unicode text (a 400 naming the field otherwise)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, data: Any) -> Any:
+        found = lone_surrogate(data)
+        if found:
+            path, at, ch = found
+            raise PydanticCustomError(
+                "lone_surrogate", "a lone UTF-16 surrogate (U+{code}) at character {at} is not Unicode "
+                "text and cannot be tokenized; send valid text (a character outside the BMP as a \\ud83d\\ude00-style "
+                "pair)", {"param": path or None, "code": f"{ord(ch):04X}", "at": at})
+        return data
 
 
 class StreamOptions(OpenAIModel):
@@ -34,7 +71,7 @@ def _sampling_fields() -> dict[str, Any]:
 NUMBER_FIELDS = ("n", *(spec.api_name or name for name, spec in specs().items() if spec.kind in (int, float)))
 
 # The sampling fields come from SamplingParams' specs: a parameter added there is a request field here.
-SamplingFields = create_model("SamplingFields", __base__=OpenAIModel, **_sampling_fields())
+SamplingFields = create_model("SamplingFields", __base__=TextRequest, **_sampling_fields())
 
 
 class SamplingRequest(SamplingFields):
@@ -73,8 +110,15 @@ class SamplingRequest(SamplingFields):
     # max_tokens when neither the request nor its preset sets it (None: SamplingParams' own default)
     default_max_tokens: ClassVar[int | None] = None
 
+    def check_together(self) -> None:
+        """Fields that only mean something beside another (vLLM's and OpenAI's rules): a 400 naming the field."""
+        if self.stream_options is not None and not self.stream:
+            raise InvalidParameter("stream_options", "stream_options is only taken with stream: true",
+                                   self.stream_options.model_dump())
+
     def to_sampling_params(self, base: SamplingParams) -> SamplingParams:
         """``base`` (a preset or neutral) overridden by every field the request set; errors use the API's names."""
+        self.check_together()
         if self.default_max_tokens is not None and "max_new_tokens" not in base.changed():
             base = base.replace(max_new_tokens=self.default_max_tokens)
         fields, names = self.model_dump(), self.renamed()
@@ -190,6 +234,12 @@ class ChatCompletionRequest(SamplingRequest):
     def logprobs_wanted(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
 
+    def check_together(self) -> None:
+        super().check_together()
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidParameter("top_logprobs", "top_logprobs is only taken with logprobs: true",
+                                   self.top_logprobs)
+
 
 class CompletionRequest(SamplingRequest):
     default_max_tokens: ClassVar[int | None] = 16  # OpenAI's and vLLM's default for /v1/completions
@@ -205,6 +255,19 @@ class CompletionRequest(SamplingRequest):
         if isinstance(value, list) and not value:
             raise ValueError("prompt must not be an empty list")
         return value
+
+    def check_together(self) -> None:
+        super().check_together()
+        if self.suffix:
+            raise InvalidParameter("suffix", "suffix (text after the completion, for fill-in-the-middle) is not "
+                                             "supported: no loader here knows a model's infill format; put the text "
+                                             "before the gap in 'prompt' and leave suffix out", self.suffix)
+
+    @property
+    def scores_only(self) -> bool:
+        """max_tokens 0: generate nothing; with echo (and logprobs) the answer scores the prompt, as the original
+        completions API did and evaluation harnesses rely on."""
+        return self.max_tokens == 0
 
     def prompts(self) -> list[str | list[int]]:
         p = self.prompt

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, AsyncIterator, Callable
 
 from fastapi import APIRouter, Request
@@ -18,6 +19,7 @@ from webui.chat import ChatPromptError, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
 from webui.engine import InvalidParameter, RequestStream
 from webui.engine.types import TokenLogprob
+from webui.insight import prompt_logprobs
 
 router = APIRouter()
 
@@ -212,20 +214,32 @@ def render_messages(tokenizer, messages: list[dict], plan: ToolPlan | None, temp
 async def completions(body: CompletionRequest, request: Request):
     s = serving(request)
     model, loras = s.resolve_model(body.model, body.loras)
-    params = s.sampling_params(body)
+    scores_only = body.scores_only  # max_tokens 0: one token is generated (it checks the prompt) and dropped
+    if body.echo and body.logprobs is not None and model.capabilities.text_only:
+        raise APIError(400, f"echo with logprobs scores the prompt's tokens, which needs a local model; "
+                            f"'{model.name}' is a remote server", param="echo")
+    params = s.sampling_params(body.model_copy(update={"max_tokens": 1}) if scores_only else body)
     prompts = body.prompts()
     _log_prompt(request, prompts)
     streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True, prompt_param="prompt",
                        model=model, loras=loras)
     rid, created = new_id("cmpl"), now()
+    echoed = [echo_text(model, p) if body.echo else "" for p in prompts]
+    try:
+        scored = await score_prompts(s, model, prompts, body, loras) if body.echo and body.logprobs is not None \
+            else [None] * len(prompts)
+    except BaseException:
+        for stream in streams:
+            stream.cancel()
+        raise
 
     def prefix(index: int) -> str:
-        prompt = prompts[index // body.n]
-        if not body.echo:
-            return ""
-        return prompt if isinstance(prompt, str) else model.tokenizer.decode(prompt, skip_special_tokens=False)
+        return echoed[index // body.n]
 
-    if body.stream:
+    def prefix_logprobs(index: int) -> dict | None:
+        return scored[index // body.n]
+
+    if body.stream and not scores_only:
         usage_field = {"usage": None} if body.include_usage else {}
 
         def chunk(index: int, text: str, finish: str | None = None, logprobs: dict | None = None) -> dict:
@@ -244,14 +258,53 @@ async def completions(body: CompletionRequest, request: Request):
                 return [chunk(index, event.text, finish, lp)]
             return []
 
-        first = [chunk(i, prefix(i)) for i in range(len(streams)) if prefix(i)]
+        first = [chunk(i, prefix(i), logprobs=prefix_logprobs(i)) for i in range(len(streams)) if prefix(i)]
         return _streaming(request, streams, first, on_event, body.include_usage, rid, created, model.name,
                           "text_completion", prompts=len(prompts))
     choices = await collect(streams, request)
-    return envelope(rid, "text_completion", created, model.name, [
-        {"index": c.index, "text": prefix(c.index) + c.text,
-         "logprobs": completion_logprobs(c.logprobs, len(prefix(c.index))) if body.logprobs is not None else None,
-         "finish_reason": FINISH_REASONS[c.finish_reason]} for c in choices], usage=usage(choices, len(prompts)))
+    if scores_only:
+        for c in choices:
+            c.text, c.token_ids, c.logprobs, c.finish_reason = "", [], [], "length"
+    out = [{"index": c.index, "text": prefix(c.index) + c.text,
+            "logprobs": joined_logprobs(prefix_logprobs(c.index), c.logprobs, len(prefix(c.index)))
+            if body.logprobs is not None else None,
+            "finish_reason": FINISH_REASONS[c.finish_reason]} for c in choices]
+    body_out = envelope(rid, "text_completion", created, model.name, out, usage=usage(choices, len(prompts)))
+    if body.stream:  # max_tokens 0, streamed: the whole answer as one chunk per choice
+        return StreamingResponse(iter([sse({**body_out, "choices": [c], "usage": None}) for c in out] +
+                                      ([sse({**body_out, "choices": []})] if body.include_usage else []) +
+                                      ["data: [DONE]\n\n"]), media_type="text/event-stream")
+    return body_out
+
+
+def echo_text(model, prompt: str | list[int]) -> str:
+    return prompt if isinstance(prompt, str) else model.tokenizer.decode(prompt, skip_special_tokens=False)
+
+
+async def score_prompts(s: Serving, model, prompts: list, body: CompletionRequest, loras: tuple) -> list[dict]:
+    """echo with logprobs: each prompt token's logprob (the first has none) in the completions logprobs shape."""
+    engine = s.engine_for(model)
+    out = []
+    for prompt in prompts:
+        ids = model.tokenizer.encode(prompt, add_special_tokens=True) if isinstance(prompt, str) else list(prompt)
+        scored = await asyncio.to_thread(prompt_logprobs, engine, ids, body.logprobs or 0, loras)
+        tokens, offsets, position = [], [], 0
+        for text, _ in scored:
+            tokens.append(text)
+            offsets.append(position)
+            position += len(text)
+        out.append({"tokens": tokens, "token_logprobs": [lp.logprob if lp else None for _, lp in scored],
+                    "top_logprobs": [{t: v for _, t, v in lp.top} if lp else None for _, lp in scored],
+                    "text_offset": offsets})
+    return out
+
+
+def joined_logprobs(prompt: dict | None, items: list[TokenLogprob], offset: int) -> dict:
+    """The generated tokens' logprobs, after the prompt's when it was echoed and scored."""
+    generated = completion_logprobs(items, offset)
+    if prompt is None:
+        return generated
+    return {key: prompt[key] + generated[key] for key in generated}
 
 
 def _streaming(request: Request, streams: list[RequestStream], first: list[dict],

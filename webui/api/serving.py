@@ -31,6 +31,7 @@ class APIConfig:
     timeout: float | None = 600.0  # seconds a request may generate
     queue_timeout: float | None = 120.0  # seconds a request may wait for its first step
     log_prompts: bool = False
+    max_body_bytes: int | None = 8 * 2**20  # larger request bodies get a 413 before they are read (None: no limit)
 
 
 @dataclass
@@ -153,6 +154,12 @@ class Serving:
         """
         streams: list[RequestStream] = []
         engine = self.engine_for(model)
+        most = engine.config.max_running + engine.config.max_waiting
+        if len(prompts) * n > most:  # could never be taken whole: a client error, not a busy server
+            raise APIError(400, f"this request asks for {len(prompts)} prompt(s) × n={n} = {len(prompts) * n} "
+                                f"sequences; the engine takes at most {most} at once (--max-running + "
+                                f"--max-waiting): send fewer prompts or a smaller n",
+                           param="n" if n > 1 else prompt_param)
         try:
             for prompt in prompts:
                 for i in range(n):
