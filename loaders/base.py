@@ -241,7 +241,9 @@ def atomic_folder(out: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         yield tmp
-        if out.exists():
+        if out.is_symlink():  # a link to a folder kept elsewhere (a shared cache): replace the link, not its target
+            out.unlink()
+        elif out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
     except BaseException:

@@ -7,6 +7,8 @@ torch and transformers are imported inside the functions, so importing this modu
 from __future__ import annotations
 
 
+import fcntl
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -126,8 +128,9 @@ def from_pretrained(path: Path, device: str, dtype: str):
     return model, tokenizer
 
 
-def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
-    """Dequantize a .gguf file once into a safetensors folder (written atomically)."""
+def convert_gguf(gguf_path: Path, out_dir: Path, marker: dict | None = None) -> Path:
+    """Dequantize a .gguf file once into a safetensors folder, written atomically with ``marker`` (what it was
+    made from) inside it, so a folder is whole and says its source, or is not there."""
     missing = missing_module([*HF_REQUIRES, "gguf"])
     if missing:
         raise LoaderUnavailable("transformers", missing, f"{HF_INSTALL} gguf")
@@ -138,21 +141,57 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     with atomic_folder(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if marker is not None:
+            (tmp / MARKER).write_text(json.dumps(marker))
     return out_dir
 
 
+MARKER = "converted_from.json"
+_hashes: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, so one process hashes once
+
+
+def content_key(path: Path) -> dict:
+    """What a file is, whatever its path or mtime (checkouts and venvs sharing one user data dir each have their
+    own copy of the same file): its size and SHA-256."""
+    st = path.stat()
+    memo = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if memo not in _hashes:
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(2**22):
+                digest.update(chunk)
+        _hashes[memo] = digest.hexdigest()
+    return {"size": st.st_size, "sha256": _hashes[memo]}
+
+
+def _made_from(out: Path, source: dict) -> bool:
+    """Whether the folder ``out`` was converted from a file with ``source``'s content."""
+    try:
+        made = json.loads((out / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(made, dict) and all(made.get(k) == source[k] for k in ("size", "sha256"))
+
+
 def ensure_converted(gguf: Path, out: Path, progress: Progress | None = None) -> Path:
-    """Convert ``gguf`` to a safetensors folder at ``out`` unless that was done for this very file."""
-    source = {"gguf": gguf.name, "size": gguf.stat().st_size}  # not its path: checkouts may share a user data dir
-    marker = out / "converted_from.json"
-    if marker.is_file() and json.loads(marker.read_text()) == source:
+    """Convert ``gguf`` to a safetensors folder at ``out`` unless that was done for a file with the same content.
+
+    Processes converting into one folder at once take turns (a lock file beside it): the second finds the first's
+    folder and uses it.
+    """
+    source = {"gguf": gguf.name, **content_key(gguf)}
+    if _made_from(out, source):
         return out
-    message = f"converting {gguf.name} to safetensors once (later loads take seconds)"
-    log.warning("%s -> %s", message, out)
-    if progress:
-        progress(0.0, message)
-    convert_gguf(gguf, out)
-    marker.write_text(json.dumps(source))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        if _made_from(out, source):
+            return out  # another process converted it while this one waited
+        message = f"converting {gguf.name} to safetensors once (later loads take seconds)"
+        log.warning("%s -> %s", message, out)
+        if progress:
+            progress(0.0, message)
+        convert_gguf(gguf, out, source)
     if progress:
         progress(1.0, f"converted {gguf.name}")
     return out

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +21,7 @@ from loaders.hf import ensure_converted
 from webui.models import DEFAULT_MODEL, ModelManager, default_model_gguf
 from webui.names import InvalidName
 
+ROOT = Path(__file__).resolve().parents[2]
 GREEDY = SamplingParams(temperature=0, max_new_tokens=4, ban_eos=True)
 
 
@@ -170,4 +176,32 @@ def test_default_model_is_converted_once(tmp_path):
     started = time.perf_counter()
     ensure_converted(gguf, out)
     assert time.perf_counter() - started < 1.0 and (out / "model.safetensors").stat().st_mtime == stamp
-    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp folder left behind
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".") and p.is_dir()]  # no temp folder left
+
+
+@pytest.mark.real_model
+def test_the_conversion_is_keyed_by_content_and_two_processes_convert_once(tmp_path):
+    """Two checkouts (or venvs) sharing a user data dir each have their own copy of the .gguf, with its own path and
+    mtime: the same content is converted once; two processes starting at once take turns, and one converts."""
+    copies = [tmp_path / f"venv{i}" / "SmolLM2.gguf" for i in (1, 2)]
+    for copy in copies:
+        copy.parent.mkdir()
+        shutil.copy(default_model_gguf(), copy)  # a new mtime each
+    out = tmp_path / "shared" / "converted" / DEFAULT_MODEL
+    code = ("import logging, sys; logging.basicConfig(level=logging.WARNING); from loaders.hf import ensure_converted;"
+            " from pathlib import Path; ensure_converted(Path(sys.argv[1]), Path(sys.argv[2]))")
+    runs = [subprocess.Popen([sys.executable, "-c", code, str(c), str(out)], cwd=ROOT, stderr=subprocess.PIPE,
+                             text=True) for c in copies]
+    logs = [r.communicate(timeout=600)[1] for r in runs]
+    assert [r.returncode for r in runs] == [0, 0], logs
+    assert sum("converting SmolLM2.gguf" in log for log in logs) == 1, logs
+    assert json.loads((out / "converted_from.json").read_text())["size"] == copies[0].stat().st_size
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    os.utime(copies[1], ns=(1, 1))  # touched, same content: still converted
+    ensure_converted(copies[1], out)
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+    with copies[1].open("r+b") as f:  # other content (cut short): converted again, which fails here
+        f.truncate(copies[1].stat().st_size - 4096)
+    with pytest.raises(ModelLoadError):  # and leaves the folder made before whole
+        ensure_converted(copies[1], out)
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
