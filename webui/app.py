@@ -128,12 +128,12 @@ def serve(services: Services, config: AppConfig) -> None:
         from webui.api.serving import APIConfig
 
         api = create_api_app(services, APIConfig(
-            config.api_key, config.served_model_names, config.api_timeout, config.api_queue_timeout,
-            config.log_prompts, int(config.api_max_body_mb * 2**20) or None))
+            config.api_keys, config.admin_keys, config.served_model_names, config.api_timeout,
+            config.api_queue_timeout, config.log_prompts, int(config.api_max_body_mb * 2**20) or None))
         servers.append(uvicorn.Server(uvicorn.Config(api, host=config.api_host, port=config.api_port,
                                                      log_level="warning", timeout_graceful_shutdown=3)))
         print(f"OpenAI-compatible API ready: http://{config.api_host}:{config.api_port}/v1"
-              f"{' (API key required)' if config.api_key else ''}", flush=True)
+              f"{' (API key required)' if config.api_keys or config.admin_keys else ''}", flush=True)
 
     async def main() -> None:
         await asyncio.gather(*(server.serve() for server in servers))
@@ -153,6 +153,6 @@ def warn_exposure(config: AppConfig) -> None:
     log.warning("--listen: the UI is reachable from other machines on port %d WITHOUT authentication.",
                 config.port)
     log.warning("Anyone on your network can use this workbench. Stop it unless that is intended.")
-    if config.api and not config.api_key:
+    if config.api and not (config.api_keys or config.admin_keys):
         log.warning("The API stays on 127.0.0.1 because no --api-key is set.")
     log.warning("!" * 70)

@@ -36,7 +36,8 @@ class AppConfig:
     port: int = 7860
     api: bool = False
     api_port: int = 5000
-    api_key: str | None = field(default=None, repr=False)
+    api_keys: tuple[str, ...] = field(default=(), repr=False)  # any of them opens the API
+    admin_keys: tuple[str, ...] = field(default=(), repr=False)  # these also open the management endpoints
     served_model_names: tuple[str, ...] = ()
     api_timeout: float | None = 600.0
     api_queue_timeout: float | None = 120.0
@@ -64,7 +65,7 @@ class AppConfig:
     @property
     def api_host(self) -> str:
         """The API is exposed beyond this machine only with --listen and an API key."""
-        return "0.0.0.0" if self.listen and self.api_key else "127.0.0.1"
+        return "0.0.0.0" if self.listen and (self.api_keys or self.admin_keys) else "127.0.0.1"
 
     @property
     def presets_dir(self) -> Path:
@@ -104,6 +105,20 @@ def _megabytes(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0 (0 turns it off), got {text}")
     return value
+
+
+def read_keys(given: list[str], files: list[Path], flag: str) -> tuple[str, ...]:
+    """Keys from the command line and from files (one a line; blank lines and # comments skipped)."""
+    keys = [k.strip() for k in given]
+    for path in files:
+        try:
+            lines = Path(path).expanduser().read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SystemExit(f"{flag}: cannot read {path}: {exc}") from None
+        keys += [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+    if any(not k or any(c.isspace() for c in k) for k in keys):
+        raise SystemExit(f"{flag}: a key may not be empty or contain spaces")
+    return tuple(dict.fromkeys(keys))
 
 
 def _port(text: str) -> int:
@@ -163,8 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--api", action="store_true", help="also serve the OpenAI-compatible API on "
                                                       "http://127.0.0.1:API_PORT/v1")
     g.add_argument("--api-port", type=_port, default=5000, help="API port (default 5000)")
-    g.add_argument("--api-key", help="require this key as 'Authorization: Bearer KEY' on the API; without a key "
-                                     "the API only listens on 127.0.0.1, even with --listen")
+    g.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                   help="require a key as 'Authorization: Bearer KEY' on the API (repeat it for several keys); "
+                        "without a key the API only listens on 127.0.0.1, even with --listen")
+    g.add_argument("--api-key-file", action="append", default=[], type=Path, metavar="FILE",
+                   help="API keys from a file, one a line (keeps them out of the process list)")
+    g.add_argument("--admin-key", action="append", default=[], metavar="KEY",
+                   help="a key that also opens the management endpoints (load/unload models, attach/detach "
+                        "adapters); with API keys but no admin key those are refused, with no key at all they "
+                        "are open on 127.0.0.1")
+    g.add_argument("--admin-key-file", action="append", default=[], type=Path, metavar="FILE",
+                   help="admin keys from a file, one a line")
     g.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
                    help="extra names clients may use for the loaded model (e.g. gpt-4o-mini)")
     g.add_argument("--api-timeout", type=float, default=600.0,
@@ -185,7 +209,8 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         loras_dir=args.loras_dir,
         model=args.model, loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads,
         loras=tuple(args.lora), listen=args.listen, port=args.port, api=args.api, api_port=args.api_port,
-        api_key=args.api_key, served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
+        api_keys=read_keys(args.api_key, args.api_key_file, "--api-key"),
+        admin_keys=read_keys(args.admin_key, args.admin_key_file, "--admin-key"), served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts,
         api_max_body_mb=args.api_max_body_mb, max_running=args.max_running,
         max_waiting=args.max_waiting, prefix_cache_mb=args.prefix_cache_mb,

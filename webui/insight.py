@@ -73,17 +73,22 @@ def inspect_rendered(model: LoadedModel | None, rendered: str, add_special_token
 
 
 def next_tokens(engine: Engine, text: str, chat: bool, params: SamplingParams, top: int = 20,
-                system_prompt: str = "") -> list[NextToken]:
-    """The ``top`` most likely next tokens, with what ``params`` would do to each."""
+                system_prompt: str = "", add_special_tokens: bool | None = None) -> list[NextToken]:
+    """The ``top`` most likely next tokens, with what ``params`` would do to each (``add_special_tokens``: for
+    text read as it is, e.g. a chat the caller rendered; None: unless ``chat``)."""
     model = _local(engine.model)
-    inspection = inspect_prompt(model, text, chat, system_prompt)
+    if add_special_tokens is None:
+        add_special_tokens = not chat
+        inspection = inspect_prompt(model, text, chat, system_prompt)
+    else:
+        inspection = inspect_rendered(model, text, add_special_tokens)
     if not inspection.ids:
         raise InsightUnavailable("the text is empty; type something to look at what comes next")
 
     logits = engine.call_between_steps(lambda: model.logits(inspection.ids).float())
     sampler = Sampler(params, sorted(model.tokenizer.eos_token_ids), len(inspection.ids), 0, model.tokenizer)
     if params.guidance_scale != 1.0:  # CFG: the negative prompt's distribution, as a reply would have it
-        request = GenerationRequest(text, params, add_special_tokens=not chat)
+        request = GenerationRequest(text, params, add_special_tokens=add_special_tokens)
         negative = guide_prompt(model, request, inspection.ids)
         sampler.context.guidance = engine.call_between_steps(lambda: model.logits(negative).float())
     processed = sampler.process(inspection.ids, logits)

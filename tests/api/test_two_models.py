@@ -67,3 +67,11 @@ def test_a_model_that_is_not_loaded_is_a_404_naming_the_loaded_ones(api):
     client = openai.OpenAI(base_url=api, api_key=API_KEY)
     with pytest.raises(openai.NotFoundError, match=rf"the model 'nope' does not exist; available: {DEFAULT}, tiny"):
         ask(client, "nope")
+
+
+def test_without_an_admin_key_the_management_endpoints_are_off(api):
+    """API keys but no --admin-key: loading over the API is refused, saying how to turn it on."""
+    r = httpx.post(api.removesuffix("/v1") + "/v1/internal/model/unload", json={"model_name": "tiny"},
+                   headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
+    assert r.status_code == 403 and "start it with --admin-key" in r.json()["error"]["message"]
+    assert httpx.get(api.removesuffix("/v1") + "/health", timeout=10).json()["models"] == [DEFAULT, "tiny"]

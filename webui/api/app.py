@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 import uuid
+from collections import Counter
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
 
+from webui.api import manage, utility
+from webui.api.auth import require_key
 from webui.api.errors import APIError, install_error_handlers
 from webui.api.routes import router
 from webui.api.serving import APIConfig, Serving
@@ -17,25 +19,11 @@ from webui.services import Services
 log = logging.getLogger("webui.api")
 
 
-def require_key(request: Request) -> None:
-    """Bearer auth when an API key is set; the key is compared in constant time and never logged."""
-    key = request.app.state.serving.config.api_key
-    if not key:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        raise APIError(401, "missing API key: send the header 'Authorization: Bearer <key>'",
-                       code="invalid_api_key")
-    if not hmac.compare_digest(given.strip().encode(), key.encode()):
-        raise APIError(401, "incorrect API key", code="invalid_api_key")
-
-
 class AccessLog:
     """Pure ASGI middleware: one line per request when its response ends (streams included)."""
 
-    def __init__(self, app):
-        self.app = app
+    def __init__(self, app, counts: Counter | None = None):
+        self.app, self.counts = app, counts if counts is not None else Counter()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -55,6 +43,7 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_logged)
         finally:
+            self.counts[status] += 1
             ttft = state.get("ttft")
             line = (f"request {request_id} {scope['method']} {scope['path']} status={status} "
                     f"prompt_tokens={state.get('prompt_tokens', '-')} "
@@ -129,12 +118,14 @@ def create_api_app(services: Services, config: APIConfig) -> FastAPI:
     app = FastAPI(title="LLM Workbench OpenAI-compatible API", version="1", docs_url="/docs", redoc_url=None)
     app.state.serving = Serving(services, config)
     install_error_handlers(app)
-    app.include_router(router, dependencies=[Depends(require_key)])
+    app.state.request_counts = Counter()
+    for routes in (router, manage.router, utility.router):
+        app.include_router(routes, dependencies=[Depends(require_key)])
 
     @app.get("/health")
     def health() -> dict:
         return services.health()
 
     app.add_middleware(Guard, max_body_bytes=config.max_body_bytes)
-    app.add_middleware(AccessLog)
+    app.add_middleware(AccessLog, counts=app.state.request_counts)
     return app

@@ -26,7 +26,8 @@ FINISH_REASONS = {"stop": "stop", "length": "length", "timeout": "length", "canc
 
 @dataclass(frozen=True)
 class APIConfig:
-    api_key: str | None = field(default=None, repr=False)
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    admin_keys: tuple[str, ...] = field(default=(), repr=False)  # also open the management endpoints
     served_model_names: tuple[str, ...] = ()  # aliases clients may use for the loaded model
     timeout: float | None = 600.0  # seconds a request may generate
     queue_timeout: float | None = 120.0  # seconds a request may wait for its first step

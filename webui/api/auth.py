@@ -1,0 +1,52 @@
+"""API keys: bearer auth for every route but /health, and the admin key for the management endpoints."""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import Request
+
+from webui.api.errors import APIError
+
+
+def _bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise APIError(401, "missing API key: send the header 'Authorization: Bearer <key>'", code="invalid_api_key")
+    return given.strip()
+
+
+def _matches(given: str, keys: tuple[str, ...]) -> bool:
+    """Whether ``given`` is one of ``keys``, compared in constant time with each (no early exit)."""
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(given.encode(), key.encode())
+    return found
+
+
+def require_key(request: Request) -> None:
+    """Bearer auth when API or admin keys are set; keys are compared in constant time and never logged."""
+    config = request.app.state.serving.config
+    keys = config.api_keys + config.admin_keys
+    if keys and not _matches(_bearer(request), keys):
+        raise APIError(401, "incorrect API key", code="invalid_api_key")
+
+
+def require_admin(request: Request) -> None:
+    """The management endpoints: an admin key when one is set; refused when only API keys are set; open when the
+    server has no key at all (it then listens on 127.0.0.1 only)."""
+    config = request.app.state.serving.config
+    if not config.admin_keys:
+        if config.api_keys:
+            raise APIError(403, "the management endpoints are off: this server has API keys but no admin key; "
+                                "start it with --admin-key to manage models over the API", type="permission_error",
+                           code="admin_key_required")
+        return
+    given = _bearer(request)
+    if _matches(given, config.admin_keys):
+        return
+    if _matches(given, config.api_keys):
+        raise APIError(403, "this API key cannot manage models or adapters; send an admin key (--admin-key)",
+                       type="permission_error", code="admin_key_required")
+    raise APIError(401, "incorrect API key", code="invalid_api_key")
