@@ -44,7 +44,8 @@ from tests.api.conftest import APIServer, start_api
 pytestmark = [pytest.mark.real_model, pytest.mark.timeout(300)]
 
 MAX_EXAMPLES = 25
-OPERATIONS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health")
+OPERATIONS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/tokenize", "/detokenize",
+              "/v1/internal/logits", "/v1/internal/model/load")
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,11 @@ def reaching_the_engine(case):
 # (method, path, generation mode): valid and invalid bodies for the POST routes; the GET routes take no input.
 CASES = [("POST", "/v1/chat/completions", "positive"), ("POST", "/v1/chat/completions", "negative"),
          ("POST", "/v1/completions", "positive"), ("POST", "/v1/completions", "negative"),
-         ("GET", "/v1/models", "positive"), ("GET", "/health", "positive")]
+         ("GET", "/v1/models", "positive"), ("GET", "/health", "positive"),
+         ("POST", "/tokenize", "positive"), ("POST", "/tokenize", "negative"),
+         ("POST", "/detokenize", "positive"), ("POST", "/detokenize", "negative"),
+         ("POST", "/v1/internal/logits", "positive"), ("POST", "/v1/internal/logits", "negative"),
+         ("POST", "/v1/internal/model/load", "positive")]  # no admin key here: always a 403
 
 
 @pytest.mark.parametrize(("method", "path", "mode"), CASES, ids=[f"{m} {p} {g}" for m, p, g in CASES])
