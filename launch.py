@@ -7,6 +7,7 @@ default model once; later runs start in seconds. Other commands:
     python launch.py batch PROMPTS [options]        run a batch test headless (see `batch --help`)
     python launch.py install llamacpp|gptq|exllamav2  add an optional loader backend to .venv
     python launch.py quantize gptq|exl2 MODEL --bits 4    make a GPTQ (or EXL2, CUDA only) model folder
+    python launch.py hash-password                   print a hashed password for --ui-auth-file
 """
 
 import sys
@@ -17,9 +18,13 @@ from webui import bootstrap
 def main(argv: list[str]) -> None:
     from webui.config import build_parser
 
-    command = argv[0] if argv and argv[0] in ("batch", "install", "quantize") else None
+    command = argv[0] if argv and argv[0] in ("batch", "install", "quantize", "hash-password") else None
     if command == "install":
         sys.exit(bootstrap.install_extras(argv[1:]))
+    if command == "hash-password":
+        from webui.auth import main as hash_main
+
+        sys.exit(hash_main(argv[1:]))
     if command is None and any(a in ("-h", "--help") for a in argv):
         build_parser().print_help()
         return

@@ -79,6 +79,7 @@ def create_server(services: Services):
     import gradio as gr
     from fastapi import FastAPI
 
+    from webui.auth import authenticator
     from webui.ui.app import CSS, build_ui
 
     app = FastAPI(title="LLM Workbench", docs_url=None, redoc_url=None)
@@ -89,7 +90,10 @@ def create_server(services: Services):
 
     demo = build_ui(services)
     demo.queue(default_concurrency_limit=None)
-    return gr.mount_gradio_app(app, demo, path="", css=CSS, footer_links=[])
+    users = dict(services.config.ui_users)
+    return gr.mount_gradio_app(app, demo, path="", css=CSS, footer_links=[],
+                               auth=authenticator(users) if users else None,
+                               auth_message="Log in to the LLM Workbench" if users else None)
 
 
 def run(argv: list[str]) -> None:
@@ -147,12 +151,20 @@ def serve(services: Services, config: AppConfig) -> None:
 
 
 def warn_exposure(config: AppConfig) -> None:
+    """With --listen: say exactly what other machines can reach."""
     if not config.listen:
         return
     log.warning("!" * 70)
-    log.warning("--listen: the UI is reachable from other machines on port %d WITHOUT authentication.",
-                config.port)
-    log.warning("Anyone on your network can use this workbench. Stop it unless that is intended.")
+    if config.ui_users:
+        log.warning("--listen: the UI on port %d asks for a login (%d user(s)). Logged-in users share one "
+                    "workspace: each can read, change and delete every chat, notebook, batch run, preset and "
+                    "setting, and load models.", config.port, len(config.ui_users))
+    else:
+        log.warning("--listen: the UI on port %d is reachable from other machines WITHOUT a login: anyone on your "
+                    "network can read, change and delete every chat, notebook, batch run, preset and setting, load "
+                    "and unload models and run generations.", config.port)
+        log.warning("Add a login with --ui-auth USER:PASSWORD (or --ui-auth-file), or stop it unless that is "
+                    "intended.")
     if config.api and not (config.api_keys or config.admin_keys):
         log.warning("The API stays on 127.0.0.1 because no --api-key is set.")
     log.warning("!" * 70)

@@ -33,6 +33,7 @@ class AppConfig:
     threads: int | None = None
     loras: tuple[str, ...] = ()
     listen: bool = False
+    ui_users: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # (user, password or its hash): UI login
     port: int = 7860
     api: bool = False
     api_port: int = 5000
@@ -159,10 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--user-data-dir", type=Path, default=None,
                    help=f"where chats, presets, settings and converted models live (default: {default_user_data_dir()}; "
                         f"or set ${HOME_ENV})")
-    g.add_argument("--listen", action="store_true", help="listen on all interfaces instead of 127.0.0.1 "
-                                                         "(the UI has no login: it warns that anyone on the network "
-                                                         "can use it; the API needs --api-key to leave 127.0.0.1)")
+    g.add_argument("--listen", action="store_true",
+                   help="listen on all interfaces instead of 127.0.0.1; without --ui-auth anyone who can reach the "
+                        "port can read and delete every chat, notebook, batch run, preset and setting, load models "
+                        "and run generations (it warns at start); the API needs a key to leave 127.0.0.1")
     g.add_argument("--port", type=_port, default=7860, help="UI port (default 7860)")
+    g.add_argument("--ui-auth", action="append", default=[], metavar="USER:PASSWORD",
+                   help="require a login in the UI (repeat it for several users); logged-in users share one "
+                        "workspace for now")
+    g.add_argument("--ui-auth-file", action="append", default=[], type=Path, metavar="FILE",
+                   help="UI users from a file, one USER:PASSWORD a line; a password may be stored hashed "
+                        "(python launch.py hash-password prints one)")
     g.add_argument("--memory-budget", type=_megabytes, default=None, metavar="MB",
                    help="memory all loaded models may take together; a load that would go over it is refused, "
                         "naming what is loaded (default: 3/4 of the machine's RAM; 0: no limit)")
@@ -203,12 +211,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(argv: list[str] | None = None) -> AppConfig:
+    from webui.auth import AuthConfigError, read_users
+
     args = build_parser().parse_args(argv)
+    try:
+        users = tuple(read_users(args.ui_auth, args.ui_auth_file).items())
+    except AuthConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
     return AppConfig(
         user_data_dir=args.user_data_dir or default_user_data_dir(), models_dir=args.models_dir,
         loras_dir=args.loras_dir,
         model=args.model, loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads,
-        loras=tuple(args.lora), listen=args.listen, port=args.port, api=args.api, api_port=args.api_port,
+        loras=tuple(args.lora), listen=args.listen, ui_users=users, port=args.port, api=args.api, api_port=args.api_port,
         api_keys=read_keys(args.api_key, args.api_key_file, "--api-key"),
         admin_keys=read_keys(args.admin_key, args.admin_key_file, "--admin-key"), served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts,
