@@ -156,9 +156,9 @@ def warn_exposure(config: AppConfig) -> None:
         return
     log.warning("!" * 70)
     if config.ui_users:
-        log.warning("--listen: the UI on port %d asks for a login (%d user(s)). Logged-in users share one "
-                    "workspace: each can read, change and delete every chat, notebook, batch run, preset and "
-                    "setting, and load models.", config.port, len(config.ui_users))
+        log.warning("--listen: the UI on port %d asks for a login (%d user(s)). Each user has their own chats, "
+                    "notebooks, batch runs, presets and settings; every user can load and unload models, which "
+                    "all of them share.", config.port, len(config.ui_users))
     else:
         log.warning("--listen: the UI on port %d is reachable from other machines WITHOUT a login: anyone on your "
                     "network can read, change and delete every chat, notebook, batch run, preset and setting, load "

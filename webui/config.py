@@ -166,8 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "and run generations (it warns at start); the API needs a key to leave 127.0.0.1")
     g.add_argument("--port", type=_port, default=7860, help="UI port (default 7860)")
     g.add_argument("--ui-auth", action="append", default=[], metavar="USER:PASSWORD",
-                   help="require a login in the UI (repeat it for several users); logged-in users share one "
-                        "workspace for now")
+                   help="require a login in the UI (repeat it for several users); each user has their own "
+                        "chats, notebooks, batch runs, presets and settings")
     g.add_argument("--ui-auth-file", action="append", default=[], type=Path, metavar="FILE",
                    help="UI users from a file, one USER:PASSWORD a line; a password may be stored hashed "
                         "(python launch.py hash-password prints one)")

@@ -19,6 +19,8 @@ import yaml
 from webui.engine.params import InvalidParameter, SamplingParams
 from webui.fsutil import atomic_write_text
 from webui.names import check_name
+from webui.owner import current as current_owner
+from webui.owner import folder_name
 
 BUILTIN_PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
@@ -97,11 +99,21 @@ def load_preset_file(path: Path) -> tuple[SamplingParams, dict[str, str]]:
 
 
 class PresetStore:
-    def __init__(self, user_dir: Path, builtin_dir: Path = BUILTIN_PRESETS_DIR):
-        self.user_dir, self.builtin_dir = user_dir, builtin_dir
+    """Built-in presets and the user's own. Without a login the own ones are in ``shared_dir``; a logged-in user's
+    are in ``users_dir/<user>/presets``, which no other user sees."""
+
+    def __init__(self, shared_dir: Path, builtin_dir: Path = BUILTIN_PRESETS_DIR, users_dir: Path | None = None):
+        self.shared_dir, self.builtin_dir = shared_dir, builtin_dir
+        self.users_dir = users_dir if users_dir is not None else shared_dir.parent / "users"
+
+    @property
+    def user_dir(self) -> Path:
+        owner = current_owner()
+        return self.users_dir / folder_name(owner) / "presets" if owner else self.shared_dir
 
     def names(self) -> list[str]:
-        found = {p.stem for d in (self.builtin_dir, self.user_dir) if d.is_dir() for p in d.glob("*.yaml")}
+        mine = self.user_dir
+        found = {p.stem for d in (self.builtin_dir, mine) if d.is_dir() for p in d.glob("*.yaml")}
         return sorted(found, key=str.lower)
 
     def is_builtin(self, name: str) -> bool:
@@ -109,7 +121,7 @@ class PresetStore:
 
     def _path(self, name: str) -> Path:
         name = check_name("preset", name)
-        user = self.user_dir / f"{name}.yaml"
+        user = self.user_dir / f"{name}.yaml"  # a user's own preset wins over a built-in of the same name
         if user.is_file():
             return user
         builtin = self.builtin_dir / f"{name}.yaml"

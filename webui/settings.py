@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from webui.fsutil import atomic_write_text
+from webui.owner import current as current_owner
+from webui.owner import folder_name
 
 log = logging.getLogger(__name__)
 
@@ -34,33 +36,58 @@ class Settings:
     context_policy: str = "drop oldest messages"  # or "refuse": a chat longer than the context
 
 
+SHARED = ("last_model", "last_loader", "load_options")  # what the machine loads at start: one for everybody
+
+
 class SettingsStore:
+    """The shared settings file at ``path``; a logged-in user's own settings are in ``users/<user>/settings.json``
+    beside it, with the model loaded at start (``SHARED``) kept in the shared file for everybody."""
+
     def __init__(self, path: Path):
         self.path = path
         self._lock = threading.Lock()
-        self._settings = self._read()
+        self._by_owner: dict[str, Settings] = {"": self._read(path)}
 
-    def _read(self) -> Settings:
-        if not self.path.is_file():
+    def _path(self, owner: str) -> Path:
+        return self.path.parent / "users" / folder_name(owner) / self.path.name if owner else self.path
+
+    @staticmethod
+    def _read(path: Path) -> Settings:
+        if not path.is_file():
             return Settings()
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8"))
             known = {f.name for f in dataclasses.fields(Settings)}
             return Settings(**{k: v for k, v in data.items() if k in known})
         except (ValueError, TypeError, AttributeError) as exc:
-            aside = self.path.with_name(f"{self.path.name}.unreadable-{int(time.time())}")
-            self.path.rename(aside)
+            aside = path.with_name(f"{path.name}.unreadable-{int(time.time())}")
+            path.rename(aside)
             log.warning("settings file %s could not be read (%s); kept it as %s and started from defaults",
-                        self.path, exc, aside)
+                        path, exc, aside)
             return Settings()
 
+    def _of(self, owner: str) -> Settings:
+        """(Lock held.)"""
+        if owner not in self._by_owner:
+            self._by_owner[owner] = self._read(self._path(owner))
+        return self._by_owner[owner]
+
     def get(self) -> Settings:
+        owner = current_owner()
         with self._lock:
-            return dataclasses.replace(self._settings)
+            mine = self._of(owner)
+            shared = self._by_owner[""]
+            return dataclasses.replace(mine, **{k: getattr(shared, k) for k in SHARED})
 
     def update(self, **changes: Any) -> Settings:
-        """Apply ``changes`` and write the file; unknown keys are a programming error."""
+        """Apply ``changes`` and write the file(s); unknown keys are a programming error."""
+        owner = current_owner()
         with self._lock:
-            self._settings = dataclasses.replace(self._settings, **changes)
-            atomic_write_text(self.path, json.dumps(dataclasses.asdict(self._settings), indent=2))
-            return dataclasses.replace(self._settings)
+            parts = {"": changes} if not owner else {
+                "": {k: v for k, v in changes.items() if k in SHARED},
+                owner: {k: v for k, v in changes.items() if k not in SHARED}}
+            for who, part in parts.items():
+                if part or who == owner:
+                    self._by_owner[who] = dataclasses.replace(self._of(who), **part)
+                    atomic_write_text(self._path(who), json.dumps(dataclasses.asdict(self._by_owner[who]), indent=2))
+        return self.get()

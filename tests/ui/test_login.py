@@ -1,14 +1,16 @@
-"""The UI's login in a real browser: --ui-auth on the command line and a file with a hashed password."""
+"""The UI's login in a real browser: --ui-auth on the command line and a file with a hashed password; each user
+sees only their own chats, notebooks and settings."""
 
 from __future__ import annotations
 
+import sqlite3
 import urllib.error
 import urllib.request
 
 import pytest
 
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import screenshot, wait_text
+from tests.ui.pages import LONG, choose_preset, screenshot, send, set_number, tab, wait_reply_done, wait_text
 from webui.auth import hash_password
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
@@ -21,6 +23,7 @@ def server(tmp_path_factory, default_model_dir):
     users = root / "users.txt"
     users.write_text(f"# hashed with python launch.py hash-password\nbob:{hash_password('b0b-secret')}\n")
     with running_server(user_data, "--ui-auth", "alice:wonderland", "--ui-auth-file", str(users)) as srv:
+        srv.user_data = user_data
         yield srv
 
 
@@ -55,3 +58,51 @@ def test_without_a_login_the_app_answers_nothing_but_health(server):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(server.url + "/config", timeout=10)
     assert e.value.code == 401
+
+
+def logged_in(browser, url: str, user: str, password: str):
+    page = log_in(browser, url, user, password)
+    page.wait_for_selector("#chat-message textarea", timeout=60_000)
+    page.wait_for_function("() => document.querySelector('#chat-list') !== null")
+    return page
+
+
+def test_each_user_sees_only_their_own_chats_notebooks_and_settings(server, browser):
+    alice = logged_in(browser, server.url, "alice", "wonderland")
+    choose_preset(alice, "Deterministic", "0")
+    set_number(alice, "params-max_new_tokens", 2)
+    tab(alice, "Chat")
+    alice.locator("#chat-system textarea").fill("Alice's system prompt")
+    alice.locator("#chat-new").click()
+    send(alice, "My secret plan is to visit Paris.")
+    wait_reply_done(alice, LONG)
+    wait_text(alice, "#chat-list", "My secret plan", 30_000)
+    tab(alice, "Notebook")
+    alice.locator("#notebook-text textarea").fill("Alice's notebook text")
+    alice.locator("#notebook-name input").fill("alice-notes")
+    alice.locator("#notebook-save").click()
+    wait_text(alice, "#notebook-stats", "Saved 'alice-notes'", 30_000)
+    alice.close()
+
+    bob = logged_in(browser, server.url, "bob", "b0b-secret")
+    assert "secret plan" not in bob.locator("#chat-list").inner_text()
+    bob.locator("#chat-search textarea, #chat-search input").first.fill("secret")
+    bob.wait_for_timeout(1500)  # the search has run
+    assert "secret plan" not in bob.locator("#chat-list").inner_text()
+    tab(bob, "Parameters")
+    assert bob.locator("#params-max_new_tokens input").first.input_value() != "2"  # alice's settings are hers
+    tab(bob, "Notebook")
+    bob.locator("#notebook-name input").click()
+    assert "alice-notes" not in bob.locator("#notebook-name").inner_text()
+    screenshot(bob, "logged-in-bob-sees-nothing-of-alice")
+    bob.close()
+
+    with sqlite3.connect(f"file:{server.user_data / 'workbench.sqlite3'}?mode=ro", uri=True) as db:
+        assert db.execute("SELECT owner FROM chats WHERE title LIKE 'My secret plan%'").fetchall() == [("alice",)]
+        assert db.execute("SELECT owner FROM notebooks WHERE name = 'alice-notes'").fetchall() == [("alice",)]
+
+    alice = logged_in(browser, server.url, "alice", "wonderland")  # alice again: all of it is still hers
+    wait_text(alice, "#chat-list", "My secret plan", 30_000)
+    tab(alice, "Parameters")
+    assert alice.locator("#params-max_new_tokens input").first.input_value() == "2"
+    alice.close()

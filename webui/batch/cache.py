@@ -14,6 +14,7 @@ import json
 import time
 from typing import Any
 
+from webui.owner import current as current_owner
 from webui.store.db import Database
 
 FIELDS = ("output", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft",
@@ -26,19 +27,31 @@ def cache_key(model: str, loader: str, loras: Any, prompt: str, raw: bool, param
     return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+def _stored(key: str) -> str:
+    """Each owner's entries apart: a logged-in user's keys carry the user (hex keys hold no ':')."""
+    owner = current_owner()
+    return f"{owner}:{key}" if owner else key
+
+
 class ResponseCache:
     def __init__(self, db: Database) -> None:
         self._db = db
 
     def get(self, key: str) -> dict[str, Any] | None:
-        row = self._db.query_one("SELECT response FROM response_cache WHERE key = ?", (key,))
+        row = self._db.query_one("SELECT response FROM response_cache WHERE key = ?", (_stored(key),))
         return None if row is None else json.loads(row["response"])
 
     def put(self, key: str, response: dict[str, Any]) -> None:
         with self._db.transaction() as conn:
             conn.execute("INSERT OR REPLACE INTO response_cache (key, response, created) VALUES (?, ?, ?)",
-                         (key, json.dumps({k: response[k] for k in FIELDS}), time.time()))
+                         (_stored(key), json.dumps({k: response[k] for k in FIELDS}), time.time()))
 
     def clear(self) -> int:
+        """Forget this owner's cached responses."""
+        owner = current_owner()
         with self._db.transaction() as conn:
-            return conn.execute("DELETE FROM response_cache").rowcount
+            if not owner:
+                return conn.execute("DELETE FROM response_cache WHERE instr(key, ':') = 0").rowcount
+            prefix = owner + ":"
+            return conn.execute("DELETE FROM response_cache WHERE substr(key, 1, ?) = ?",
+                                (len(prefix), prefix)).rowcount

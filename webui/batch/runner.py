@@ -26,6 +26,8 @@ from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError
 from webui.engine import EngineError, GenerationRequest, SamplingParams
 from webui.models import Slot
+from webui.owner import as_owner
+from webui.owner import current as current_owner
 
 
 @dataclass
@@ -220,8 +222,13 @@ class BatchRunner:
                                          prompts[cell.row.index, cell.setting.model][0], job.raw,
                                          cell.params.to_dict()))
         handle.use_cache = job.use_cache
-        thread = threading.Thread(target=lambda: asyncio.run(self._drive(handle, prompts, job.raw)),
-                                  name=f"batch-run-{run.id}", daemon=True)
+        owner = current_owner()  # the run's thread writes its rows as the user who started it
+
+        def drive() -> None:
+            with as_owner(owner):
+                asyncio.run(self._drive(handle, prompts, job.raw))
+
+        thread = threading.Thread(target=drive, name=f"batch-run-{run.id}", daemon=True)
         thread.start()
         return handle
 

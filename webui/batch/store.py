@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from webui.owner import current as current_owner
 from webui.store.chats import check_title
 from webui.store.db import Database
 from webui.store.errors import StoreError
@@ -44,14 +45,15 @@ class BatchStore:
         name = check_title(name)
         now = time.time()
         with self._db.transaction() as conn:
-            cur = conn.execute("INSERT INTO batch_runs (name, spec, model, status, total, created, updated) "
-                               "VALUES (?, ?, ?, 'running', ?, ?, ?)",
-                               (name, json.dumps(spec), model, total, now, now))
+            cur = conn.execute("INSERT INTO batch_runs (name, spec, model, status, total, created, updated, owner) "
+                               "VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
+                               (name, json.dumps(spec), model, total, now, now, current_owner()))
             run_id = cur.lastrowid
         return self.get(run_id)
 
     def add_result(self, run_id: int, cell: int, result: dict[str, Any]) -> None:
         with self._db.transaction() as conn:
+            _own(conn, run_id)
             conn.execute("INSERT OR REPLACE INTO batch_results (run_id, cell, result) VALUES (?, ?, ?)",
                          (run_id, cell, json.dumps(result)))
             conn.execute("UPDATE batch_runs SET updated = ? WHERE id = ?", (time.time(), run_id))
@@ -61,6 +63,7 @@ class BatchStore:
         """Store a person's verdict on one row ({"verdict": "good"|"bad", "note": text}; None clears it);
         False when the run has no such row."""
         with self._db.transaction() as conn:
+            _own(conn, run_id)
             changed = conn.execute(
                 "UPDATE batch_results SET result = json_set(result, '$.review', json(?)) WHERE run_id = ? AND "
                 "json_extract(result, '$.prompt_index') = ? AND json_extract(result, '$.setting') = ? AND "
@@ -74,19 +77,21 @@ class BatchStore:
         if status not in STATUSES:
             raise StoreError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
         with self._db.transaction() as conn:
+            _own(conn, run_id)
             conn.execute("UPDATE batch_runs SET status = ?, updated = ? WHERE id = ?", (status, time.time(), run_id))
 
     def get(self, run_id: int) -> BatchRun:
         row = self._db.query_one(
             "SELECT r.*, (SELECT count(*) FROM batch_results WHERE run_id = r.id) AS done "
-            "FROM batch_runs r WHERE r.id = ?", (run_id,))
+            "FROM batch_runs r WHERE r.id = ? AND r.owner = ?", (run_id, current_owner()))
         if row is None:
             raise RunNotFound(f"batch run {run_id} does not exist (it may have been deleted)")
         return _run(row)
 
     def list(self) -> builtins.list[BatchRun]:
         rows = self._db.query("SELECT r.*, (SELECT count(*) FROM batch_results WHERE run_id = r.id) AS done "
-                              "FROM batch_runs r ORDER BY r.created DESC, r.id DESC")
+                              "FROM batch_runs r WHERE r.owner = ? ORDER BY r.created DESC, r.id DESC",
+                              (current_owner(),))
         return [_run(r) for r in rows]
 
     def results(self, run_id: int) -> builtins.list[dict[str, Any]]:
@@ -97,20 +102,27 @@ class BatchStore:
     def rename(self, run_id: int, name: str) -> BatchRun:
         name = check_title(name)
         with self._db.transaction() as conn:
-            if conn.execute("UPDATE batch_runs SET name = ?, updated = ? WHERE id = ?",
-                            (name, time.time(), run_id)).rowcount == 0:
+            if conn.execute("UPDATE batch_runs SET name = ?, updated = ? WHERE id = ? AND owner = ?",
+                            (name, time.time(), run_id, current_owner())).rowcount == 0:
                 raise RunNotFound(f"batch run {run_id} does not exist")
         return self.get(run_id)
 
     def delete(self, run_id: int) -> None:
         with self._db.transaction() as conn:
-            if conn.execute("DELETE FROM batch_runs WHERE id = ?", (run_id,)).rowcount == 0:
+            if conn.execute("DELETE FROM batch_runs WHERE id = ? AND owner = ?",
+                            (run_id, current_owner())).rowcount == 0:
                 raise RunNotFound(f"batch run {run_id} does not exist")
 
     def mark_interrupted(self) -> int:
         """Runs still 'running' from a process that died are 'failed' now; their rows stay. Returns how many."""
         with self._db.transaction() as conn:
             return conn.execute("UPDATE batch_runs SET status = 'failed' WHERE status = 'running'").rowcount
+
+
+def _own(conn, run_id: int) -> None:
+    """RunNotFound unless the run is there and the current owner's."""
+    if conn.execute("SELECT 1 FROM batch_runs WHERE id = ? AND owner = ?", (run_id, current_owner())).fetchone() is None:
+        raise RunNotFound(f"batch run {run_id} does not exist (it may have been deleted)")
 
 
 def _run(row) -> BatchRun:

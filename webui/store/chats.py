@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from webui.owner import current as current_owner
 from webui.store.chat_format import ROLES, ChatExport, check_title, export_chat, export_tgwui, parse_chat
 from webui.store.db import Database
 from webui.store.errors import ChatNotFound, MessageNotFound, StoreError
@@ -66,13 +67,13 @@ class ChatStore:
         now = time.time()
         with self._db.transaction() as conn:
             cur = conn.execute(
-                "INSERT INTO chats (title, system_prompt, created, updated) VALUES (?, ?, ?, ?)",
-                (title, system_prompt, now, now))
+                "INSERT INTO chats (title, system_prompt, created, updated, owner) VALUES (?, ?, ?, ?, ?)",
+                (title, system_prompt, now, now, current_owner()))
             return self._get(conn, cur.lastrowid)
 
     def get(self, chat_id: int) -> Chat:
         """The chat, or ChatNotFound."""
-        row = self._db.query_one("SELECT * FROM chats WHERE id = ?", (chat_id,))
+        row = self._db.query_one("SELECT * FROM chats WHERE id = ? AND owner = ?", (chat_id, current_owner()))
         if row is None:
             raise _not_found(chat_id)
         return _chat(row)
@@ -85,16 +86,18 @@ class ChatStore:
         """
         query = query.strip()
         if not query:
-            rows = self._db.query("SELECT * FROM chats ORDER BY updated DESC, id DESC")
+            rows = self._db.query("SELECT * FROM chats WHERE owner = ? ORDER BY updated DESC, id DESC",
+                                  (current_owner(),))
             return [_chat(row) for row in rows]
         pattern = "%" + _escape_like(query.casefold()) + "%"
         rows = self._db.query(
             r"""SELECT * FROM chats AS c
-                WHERE casefold(c.title) LIKE :p ESCAPE '\'
-                   OR EXISTS (SELECT 1 FROM messages AS m WHERE m.chat_id = c.id
-                              AND casefold(m.content) LIKE :p ESCAPE '\')
+                WHERE c.owner = :owner
+                  AND (casefold(c.title) LIKE :p ESCAPE '\'
+                       OR EXISTS (SELECT 1 FROM messages AS m WHERE m.chat_id = c.id
+                                  AND casefold(m.content) LIKE :p ESCAPE '\'))
                 ORDER BY c.updated DESC, c.id DESC""",
-            {"p": pattern})
+            {"p": pattern, "owner": current_owner()})
         return [_chat(row) for row in rows]
 
     def rename(self, chat_id: int, title: str) -> Chat:
@@ -114,7 +117,7 @@ class ChatStore:
     def delete(self, chat_id: int) -> None:
         """Delete the chat and its messages, or raise ChatNotFound."""
         with self._db.transaction() as conn:
-            if conn.execute("DELETE FROM chats WHERE id = ?", (chat_id,)).rowcount == 0:
+            if conn.execute("DELETE FROM chats WHERE id = ? AND owner = ?", (chat_id, current_owner())).rowcount == 0:
                 raise _not_found(chat_id)
 
     def messages(self, chat_id: int) -> builtins.list[Message]:
@@ -190,8 +193,8 @@ class ChatStore:
             source = self._get(conn, row["chat_id"])
             now = time.time()
             chat_id = conn.execute(
-                "INSERT INTO chats (title, system_prompt, created, updated) VALUES (?, ?, ?, ?)",
-                (title, source.system_prompt, now, now)).lastrowid
+                "INSERT INTO chats (title, system_prompt, created, updated, owner) VALUES (?, ?, ?, ?, ?)",
+                (title, source.system_prompt, now, now, current_owner())).lastrowid
             parent = None
             for m in self._path(conn, message_id):
                 parent = conn.execute(
@@ -211,10 +214,7 @@ class ChatStore:
             _check_str("content", content)
         stats_json = _stats_json(stats)
         with self._db.transaction() as conn:
-            row = conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
-            if row is None:
-                raise MessageNotFound(f"message {message_id} does not exist "
-                                      "(its chat may have been deleted or truncated)")
+            row = self._message_row(conn, message_id)
             conn.execute("UPDATE messages SET content = COALESCE(?, content), "
                          "stats = COALESCE(?, stats) WHERE id = ?",
                          (content, stats_json, message_id))
@@ -261,8 +261,8 @@ class ChatStore:
         now = time.time()
         with self._db.transaction() as conn:
             cur = conn.execute(
-                "INSERT INTO chats (title, system_prompt, created, updated) VALUES (?, ?, ?, ?)",
-                (data.title, data.system_prompt, data.created, now))
+                "INSERT INTO chats (title, system_prompt, created, updated, owner) VALUES (?, ?, ?, ?, ?)",
+                (data.title, data.system_prompt, data.created, now, current_owner()))
             chat_id = cur.lastrowid
             ids: builtins.list[int] = []
             depth: builtins.list[int] = []
@@ -278,7 +278,8 @@ class ChatStore:
             return self._get(conn, chat_id)
 
     def _get_leaf(self, conn: sqlite3.Connection, chat_id: Any) -> int | None:
-        row = conn.execute("SELECT current_leaf FROM chats WHERE id = ?", (chat_id,)).fetchone()
+        row = conn.execute("SELECT current_leaf FROM chats WHERE id = ? AND owner = ?",
+                           (chat_id, current_owner())).fetchone()
         if row is None:
             raise _not_found(chat_id)
         return row["current_leaf"]
@@ -296,13 +297,15 @@ class ChatStore:
 
     @staticmethod
     def _message_row(conn: sqlite3.Connection, message_id: Any) -> sqlite3.Row:
-        row = conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        row = conn.execute("SELECT m.* FROM messages AS m JOIN chats AS c ON c.id = m.chat_id "
+                           "WHERE m.id = ? AND c.owner = ?", (message_id, current_owner())).fetchone()
         if row is None:
-            raise MessageNotFound(f"message {message_id} does not exist (its chat may have been deleted)")
+            raise MessageNotFound(f"message {message_id} does not exist (its chat may have been deleted or "
+                                  "truncated)")
         return row
 
     def _get(self, conn: sqlite3.Connection, chat_id: Any) -> Chat:
-        row = conn.execute("SELECT * FROM chats WHERE id = ?", (chat_id,)).fetchone()
+        row = conn.execute("SELECT * FROM chats WHERE id = ? AND owner = ?", (chat_id, current_owner())).fetchone()
         if row is None:
             raise _not_found(chat_id)
         return _chat(row)
@@ -313,7 +316,8 @@ class ChatStore:
         """Set ``updated`` (and any other columns) on the chat; ChatNotFound if it is gone."""
         now = time.time()
         sets = f"{assignments}, updated = ?" if assignments else "updated = ?"
-        cur = conn.execute(f"UPDATE chats SET {sets} WHERE id = ?", (*params, now, chat_id))
+        cur = conn.execute(f"UPDATE chats SET {sets} WHERE id = ? AND owner = ?", (*params, now, chat_id,
+                                                                                 current_owner()))
         if cur.rowcount == 0:
             raise _not_found(chat_id)
         return now

@@ -7,6 +7,7 @@ import json
 import time
 from dataclasses import dataclass
 
+from webui.owner import current as current_owner
 from webui.store.db import Database
 
 
@@ -32,9 +33,9 @@ class PerplexityStore:
             window: int) -> PerplexityRecord:
         with self._db.transaction() as conn:
             cur = conn.execute("INSERT INTO perplexity (model, loader, loras, dataset, tokens, nll, ppl, window, "
-                               "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               "created, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                (model, loader, json.dumps([list(x) for x in loras]), dataset, tokens, nll, ppl,
-                                window, time.time()))
+                                window, time.time(), current_owner()))
             row_id = cur.lastrowid
         return self._get(row_id)
 
@@ -42,7 +43,8 @@ class PerplexityStore:
         return _record(self._db.query_one("SELECT * FROM perplexity WHERE id = ?", (row_id,)))
 
     def list(self) -> builtins.list[PerplexityRecord]:
-        return [_record(r) for r in self._db.query("SELECT * FROM perplexity ORDER BY created DESC, id DESC")]
+        return [_record(r) for r in self._db.query("SELECT * FROM perplexity WHERE owner = ? "
+                                                   "ORDER BY created DESC, id DESC", (current_owner(),))]
 
 
 def _record(row) -> PerplexityRecord:

@@ -107,4 +107,26 @@ MIGRATIONS: tuple[str, ...] = (
         created  REAL NOT NULL
     );
     """,
+    # 6: owners. With a UI login every chat, notebook, batch run and perplexity result belongs to the user who made
+    # it ('' without a login: the shared workspace, where everything made before stays). Notebook names are unique
+    # per owner. (Cached responses are kept per owner by their key: see webui/batch/cache.py.)
+    """
+    ALTER TABLE chats ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+    CREATE INDEX chats_by_owner ON chats (owner, updated DESC, id DESC);
+    ALTER TABLE batch_runs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+    ALTER TABLE perplexity ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+    CREATE TABLE notebooks_owned (
+        owner   TEXT NOT NULL DEFAULT '',
+        name    TEXT NOT NULL,
+        text    TEXT NOT NULL,
+        created REAL NOT NULL,
+        updated REAL NOT NULL,
+        PRIMARY KEY (owner, name)
+    );
+    INSERT INTO notebooks_owned (owner, name, text, created, updated)
+        SELECT '', name, text, created, updated FROM notebooks;
+    DROP TABLE notebooks;
+    ALTER TABLE notebooks_owned RENAME TO notebooks;
+    CREATE INDEX notebooks_by_updated ON notebooks (owner, updated DESC);
+    """,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gradio as gr
 
 from webui.controllers.generation import ActiveRequests, status_text
+from webui import owner
 from webui.services import Services
 from webui.ui import ab_tab, batch_tab, chat_tab, insight_tab, model_tab, notebook_tab, parameters_tab
 
@@ -30,7 +31,15 @@ mark.diff-add {background: #dfd}
 """
 
 
+def logged_in_user() -> str | None:
+    """The user of the Gradio event being handled (None without a login, or outside an event)."""
+    from gradio.context import LocalContext
+
+    return getattr(LocalContext.request.get(None), "username", None)
+
+
 def build_ui(services: Services) -> gr.Blocks:
+    owner.set_resolver(logged_in_user)  # the stores keep each logged-in user's data apart
     active = ActiveRequests()
     with gr.Blocks(title="LLM Workbench", analytics_enabled=False) as demo:
         with gr.Row(equal_height=True):
