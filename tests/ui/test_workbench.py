@@ -272,8 +272,8 @@ def test_start_reply_with_impersonate_and_send_to_notebook(server, browser):
     wait_text(page, "#preset-note", "Parameters taken from a chat's last reply.", 30_000)
     assert json.loads((server.user_data / "settings.json").read_text())["params"]["max_new_tokens"] == 4
     page.locator("#chat-to-notebook").click()
-    page.wait_for_function("() => document.querySelector('#notebook-text textarea').value.includes("
-                           "'<|im_start|>assistant\\nBlue is')", timeout=30_000)
+    page.wait_for_function("() => { const t = document.querySelector('#notebook-text textarea');"  # the tab shows
+                           " return t && t.value.includes('<|im_start|>assistant\\nBlue is'); }", timeout=30_000)
     page.close()
 
 

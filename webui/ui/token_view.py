@@ -32,13 +32,15 @@ CSS = """
 """
 
 JS = """
-const place = (event) => {  // popups are position: fixed, placed under their token, so no container clips them
-  const token = event.target.closest('.tv-tok');
+const place = (event) => {  // popups are position: fixed, so no container clips them: under their token, or
+  const token = event.target.closest('.tv-tok');  // above it where the window ends first
   if (!token) return;
   const pop = token.querySelector('.tv-pop');
   const box = token.getBoundingClientRect();
   pop.style.left = Math.max(0, Math.min(box.left, window.innerWidth - 360)) + 'px';
-  pop.style.top = (box.bottom + 2) + 'px';
+  const height = pop.offsetHeight;  // shown already: the token is hovered or focused
+  const below = box.bottom + height <= window.innerHeight || box.top - height < 0;
+  pop.style.top = (below ? Math.max(0, Math.min(box.bottom, window.innerHeight - height)) : box.top - height) + 'px';
 };
 element.addEventListener('mouseover', place);
 element.addEventListener('focusin', place);
