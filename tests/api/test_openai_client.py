@@ -289,6 +289,25 @@ def test_seed_reproducibility(client):
 
 # -- errors map to the client's exception classes -------------------------------------------------------------------
 
+@pytest.mark.parametrize("fields,param", [
+    ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true
+    ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream: true
+], ids=["top_logprobs-alone", "stream_options-alone"])  # (a lone surrogate cannot leave this client: the raw
+# body is in tests/api/test_bad_requests.py)
+def test_request_edge_cases_are_bad_requests_naming_the_field(api, fields, param):
+    with fresh(api) as c, pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(**{"model": MODEL, "messages": FRANCE, "max_tokens": 1, **fields})
+    assert e.value.status_code == 400 and e.value.body["param"] == param
+
+
+def test_suffix_is_a_bad_request_and_max_tokens_0_is_not(api):
+    with fresh(api) as c:
+        with pytest.raises(openai.BadRequestError) as e:
+            c.completions.create(model=MODEL, prompt="def f():", suffix="    return 1", max_tokens=4)
+        assert e.value.body["param"] == "suffix"
+        r = c.completions.create(model=MODEL, prompt="Hello", max_tokens=0)
+        assert r.choices[0].text == "" and r.usage.completion_tokens == 0
+
 def test_wrong_key_is_an_authentication_error(api):
     with fresh(api, "not-the-key") as c, pytest.raises(openai.AuthenticationError) as e:
         greedy_chat(c, max_tokens=1)
