@@ -117,8 +117,8 @@ def read_keys(given: list[str], files: list[Path], flag: str) -> tuple[str, ...]
         except (OSError, UnicodeDecodeError) as exc:
             raise SystemExit(f"{flag}: cannot read {path}: {exc}") from None
         keys += [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
-    if any(not k or any(c.isspace() for c in k) for k in keys):
-        raise SystemExit(f"{flag}: a key may not be empty or contain spaces")
+    if any(not k for k in keys):
+        raise SystemExit(f"{flag}: a key may not be empty")
     return tuple(dict.fromkeys(keys))
 
 
