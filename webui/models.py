@@ -23,6 +23,7 @@ from loaders.registry import LoaderRegistry
 from webui.config import AppConfig
 from webui.engine import Engine
 from webui.names import check_name
+from webui.owner import current as current_owner
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,10 @@ def mib(n: int) -> str:
 class ModelManager:
     """The loaded models, each with its own engine (they generate side by side), within a memory budget.
 
-    One of them is *current*: the one the UI shows first and requests that name no model get. ``engine`` given
-    here runs the first model loaded (and is the engine that answers "no model is loaded" when none is).
+    One of them is *current*: the model in use, which Chat, Notebook and Insight use and requests that name no
+    model get. With a UI login each user has their own (until they pick one: the shared choice, which is also the
+    API's). ``engine`` given here runs the first model loaded (and is the engine that answers "no model is
+    loaded" when none is).
     """
 
     def __init__(self, config: AppConfig, engine: Engine, registry: LoaderRegistry):
@@ -112,7 +115,7 @@ class ModelManager:
         self._primary = engine
         self._lock = threading.RLock()
         self._slots: dict[str, Slot] = {}
-        self._current: str | None = None
+        self._current: dict[str, str] = {}  # owner -> the model they use ("": without a login, and the default)
 
     # -- discovery -------------------------------------------------------------
     def available(self) -> list[ModelEntry]:
@@ -156,7 +159,9 @@ class ModelManager:
 
     @property
     def current(self) -> Slot | None:
-        return self._slots.get(self._current) if self._current else None
+        owner = current_owner()
+        name = self._current.get(owner) if owner in self._current else self._current.get("")
+        return self._slots.get(name) if name else None
 
     @property
     def engine(self) -> Engine:
@@ -203,7 +208,7 @@ class ModelManager:
         """Make the loaded model ``name`` the current one."""
         with self._lock:
             slot = self.slot(name)
-            self._current = slot.name
+            self._current[current_owner()] = slot.name
             return slot
 
     def budget_bytes(self) -> int | None:
@@ -286,8 +291,9 @@ class ModelManager:
         if not keep_others:
             for other in [k for k in self._slots if k != key]:
                 self._drop(other)
-        if make_current or self._current is None:
-            self._current = key
+        if make_current:
+            self._current[current_owner()] = key
+        self._current.setdefault("", key)
 
     def unload(self, name: str | None = None) -> None:
         """Unload the model ``name``, or every model when None; requests running on it end with an error."""
@@ -301,8 +307,10 @@ class ModelManager:
         if slot.engine is not self._primary:
             slot.engine.close()
         slot.model.close()
-        if self._current == key:
-            self._current = next(reversed(self._slots), None)
+        for owner in [o for o, name in self._current.items() if name == key]:
+            del self._current[owner]  # a user whose model went uses the shared choice again
+        if "" not in self._current and self._slots:
+            self._current[""] = next(reversed(self._slots))
 
     def reload(self, progress: Progress | None = None, name: str | None = None) -> LoadedModel:
         """Load the model ``name`` (None: the current one) again, with the same loader."""

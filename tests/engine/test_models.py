@@ -20,6 +20,7 @@ from webui.engine import Engine, GenerationRequest, NoModelLoaded, SamplingParam
 from loaders.hf import ensure_converted
 from webui.models import DEFAULT_MODEL, ModelManager, default_model_gguf
 from webui.names import InvalidName
+from webui.owner import as_owner
 
 ROOT = Path(__file__).resolve().parents[2]
 GREEDY = SamplingParams(temperature=0, max_new_tokens=4, ban_eos=True)
@@ -88,6 +89,25 @@ def test_two_models_loaded_side_by_side_each_with_its_engine(manager):
     assert eb.generate(GenerationRequest("hi", GREEDY)).token_ids == one.token_ids
     with pytest.raises(ModelLoadError, match=r"the model 'tiny' is not loaded; loaded: tiny-copy"):
         manager.slot("tiny")
+
+
+def test_each_logged_in_user_has_their_own_model_in_use(manager):
+    a = manager.load("tiny")
+    b = manager.load("tiny-copy", make_current=False)
+    assert manager.loaded is a
+    with as_owner("alice"):
+        assert manager.loaded is a  # until she picks one: the shared choice
+        manager.use("tiny-copy")
+        assert manager.loaded is b and manager.engine is manager.slot("tiny-copy").engine
+    with as_owner("bob"):
+        assert manager.loaded is a and manager.active_loras == ()
+    assert manager.loaded is a  # without a login (and for the API): the shared choice, unchanged
+    manager.unload("tiny-copy")
+    with as_owner("alice"):
+        assert manager.loaded is a  # her model went: the shared choice again
+    manager.unload("tiny")
+    with as_owner("alice"):
+        assert manager.loaded is None
 
 
 def test_loading_a_loaded_model_again_replaces_it_in_place(manager):
