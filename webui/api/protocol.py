@@ -9,6 +9,7 @@ Priority of values: the request, then the request's ``preset``, then neutral.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
@@ -23,13 +24,16 @@ class OpenAIModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def lone_surrogate(value: Any, path: str = "") -> tuple[str, int, str] | None:
     """(field path, position, character) of the first lone UTF-16 surrogate in a JSON value: valid JSON
     ("\\ud800") that is not Unicode text, which no tokenizer can encode."""
     if isinstance(value, str):
-        for i, ch in enumerate(value):
-            if "\ud800" <= ch <= "\udfff":
-                return path, i, ch
+        found = SURROGATE.search(value)  # in C: bodies may be megabytes
+        if found:
+            return path, found.start(), found.group()
     elif isinstance(value, dict):
         for key, item in value.items():
             found = lone_surrogate(key, path) or lone_surrogate(item, f"{path}.{key}" if path else str(key))
@@ -202,6 +206,19 @@ class ChatMessage(OpenAIModel):
         return self.content or ""
 
 
+def chat_rows(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Request messages as the chat template takes them (a developer message is a system message)."""
+    out = []
+    for m in messages:
+        entry: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+        if m.tool_calls:
+            entry["tool_calls"] = m.tool_calls
+        if m.role == "tool":
+            entry["tool_call_id"] = m.tool_call_id
+        out.append(entry)
+    return out
+
+
 class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
@@ -221,15 +238,8 @@ class ChatCompletionRequest(SamplingRequest):
     add_generation_prompt: bool | None = None
 
     def chat_messages(self) -> list[dict[str, Any]]:
-        out = []
-        for m in self.messages:
-            entry: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-            if m.tool_calls:
-                entry["tool_calls"] = m.tool_calls
-            if m.role == "tool":
-                entry["tool_call_id"] = m.tool_call_id
-            out.append(entry)
-        return out
+        return chat_rows(self.messages)
+
 
     def logprobs_wanted(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None

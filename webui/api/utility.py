@@ -17,7 +17,7 @@ from fastapi.responses import PlainTextResponse
 from pydantic import Field
 
 from webui.api.errors import APIError
-from webui.api.protocol import ChatMessage, SamplingRequest, TextRequest
+from webui.api.protocol import ChatMessage, SamplingRequest, TextRequest, chat_rows
 from webui.api.routes import render_messages, request_template, serving
 from webui.chat import ChatPromptError, chat_messages
 from webui.chat.templates import ChatTemplate, TemplateError
@@ -39,7 +39,7 @@ def _chat_text(request: Request, model, messages: list[ChatMessage], template: s
     """The chat as the model reads it, through the request's or the model's template."""
     if not messages:
         raise APIError(400, "messages must not be empty", param="messages")
-    rows = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in messages]
+    rows = chat_rows(messages)
     chosen = request_template(serving(request).services.templates, template, model)
     try:
         if add_generation_prompt or continue_final_message:
