@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 Progress = Callable[[float, str], None]
 """Reports (fraction done in [0, 1], what is happening) while a model loads or converts."""
@@ -63,6 +63,8 @@ class LoadOptions:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     dtype: str = "auto"  # auto | float32 | float16 | bfloat16
     threads: int | None = None  # torch intra-op threads (CPU); None keeps the current setting
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """The loader's own options by name (loaders/options.py), checked by the loader when it loads."""
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -71,6 +73,8 @@ class LoadOptions:
             raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
         if self.threads is not None and not (isinstance(self.threads, int) and self.threads >= 1):
             raise ValueError(f"threads must be an integer >= 1, got {self.threads!r}")
+        if not isinstance(self.extra, Mapping):
+            raise ValueError(f"load options must be a mapping of names to values, got {self.extra!r}")
 
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -198,6 +202,7 @@ class Loader(Protocol):
     capabilities: Capabilities
     requires: tuple[str, ...]  # importable module names the backend needs
     install_hint: str
+    options: tuple  # its own load options (loaders/options.py LoadOption), read from LoadOptions.extra
 
     def match(self, path: Path) -> int:
         """Whether ``path`` is this loader's: NATIVE (its own format), CONVERTS (it reads it after ``prepare``)
@@ -222,6 +227,21 @@ def weights_on_disk(path: Path) -> int:
     if not path.is_dir():
         return 0
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+
+
+def available_memory_bytes() -> int:
+    """Memory the system can give now (MemAvailable), or 3/4 of the RAM where that cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.75)
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30
 
 
 def estimate_bytes(loader: "Loader", path: Path, options: LoadOptions) -> int:

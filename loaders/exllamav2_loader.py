@@ -23,9 +23,37 @@ from loaders.base import (NATIVE, Capabilities, LoadedModel, LoaderError, Loader
                           ModelLoadError, Progress, require_backend)
 from loaders.extras import EXTRAS
 from loaders.hf import quant_method
+from loaders.options import LoadOption, LoadOptionError, check_options
 
 NEEDS_GPU = "ExLlamaV2 needs an NVIDIA GPU with CUDA; this machine has none (use the transformers loader)"
 INSTALL_HINT = EXTRAS["exllamav2"].hint
+
+
+CACHE_CLASSES = {"fp16": "ExLlamaV2Cache", "q8": "ExLlamaV2Cache_Q8", "q6": "ExLlamaV2Cache_Q6",
+                 "q4": "ExLlamaV2Cache_Q4"}
+OPTIONS = (
+    LoadOption("cache_size", int, 0, "Tokens each running sequence's cache holds (its context length); 0: the "
+               "model's own max_seq_len.", label="cache size", minimum=0, maximum=1 << 20),
+    LoadOption("cache_quant", str, "fp16", "The cache's precision: fp16, or q8/q6/q4 to hold more tokens in the "
+               "same memory (slightly less exact).", label="cache quantization", choices=tuple(CACHE_CLASSES)),
+    LoadOption("gpu_split", str, "", "GB of weights per GPU, comma-separated (e.g. '20,24'); empty: all on "
+               "the first GPU.", label="GPU split"),
+)
+
+
+def gpu_split(text: str, gpus: int) -> list[float] | None:
+    """'20,24' -> [20.0, 24.0] (GB per GPU), checked against the GPUs there are; '' -> None."""
+    if not text.strip():
+        return None
+    try:
+        split = [float(part) for part in text.split(",")]
+    except ValueError:
+        split = []
+    if not split or any(gb <= 0 for gb in split):
+        raise LoadOptionError("gpu_split", f"gpu_split is GB per GPU separated by commas, e.g. '20,24'; got {text!r}")
+    if len(split) > gpus:
+        raise LoadOptionError("gpu_split", f"gpu_split names {len(split)} GPUs, but torch sees {gpus} here")
+    return split
 
 
 def register_loaders(register: Callable[[Any], None]) -> None:
@@ -52,6 +80,7 @@ class ExLlamaV2Loader:
                                 formats=("exl2",))
     requires = ("exllamav2",)
     install_hint = INSTALL_HINT
+    options = OPTIONS
 
     def unavailable_reason(self) -> str | None:
         """Why it cannot run here (checked after the package is found)."""
@@ -64,6 +93,7 @@ class ExLlamaV2Loader:
         return path
 
     def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
+        values = check_options(self, options.extra)
         if not cuda_available():
             raise LoaderUnavailable(self.name, "CUDA", self.install_hint, message=NEEDS_GPU)
         require_backend(self)
@@ -79,7 +109,10 @@ class ExLlamaV2Loader:
                                  "(use auto or float16)")
         if progress:
             progress(0.0, f"loading the EXL2 model {path.name} on cuda")
-        model = ExLlamaV2Model(path)
+        import torch
+
+        model = ExLlamaV2Model(path, values["cache_size"], values["cache_quant"],
+                               gpu_split(values["gpu_split"], torch.cuda.device_count()))
         if progress:
             progress(1.0, f"loaded {path.name}")
         return model
@@ -97,18 +130,23 @@ class ExLlamaV2Model:
     capabilities = ExLlamaV2Loader.capabilities
     device, dtype = "cuda", "float16"
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, cache_size: int = 0, cache_quant: str = "fp16",
+                 split: list[float] | None = None):
+        import exllamav2
         import torch
         from exllamav2 import ExLlamaV2, ExLlamaV2Config
 
         from loaders.hf import folder_tokenizer
 
         self.path, self.name = path, path.name
+        self._cache_class = getattr(exllamav2, CACHE_CLASSES[cache_quant])
         before = torch.cuda.memory_allocated()
         try:
             config = ExLlamaV2Config(str(path))
+            if cache_size:
+                config.max_seq_len = cache_size
             model = ExLlamaV2(config)
-            model.load()
+            model.load(gpu_split=split) if split else model.load()
         except (OSError, ValueError, KeyError, TypeError, AssertionError, RuntimeError) as exc:  # OOM included
             raise ModelLoadError(f"could not load '{path}' with ExLlamaV2: {exc}") from exc
         self.model, self.config = model, config
@@ -119,13 +157,11 @@ class ExLlamaV2Model:
         self._pool: list[Any] = []  # caches of finished sequences, ready for new ones
 
     def _cache(self) -> Any:
-        from exllamav2 import ExLlamaV2Cache
-
         if self._pool:
             cache = self._pool.pop()
             cache.current_seq_len = 0
             return cache
-        return ExLlamaV2Cache(self.model, batch_size=1, max_seq_len=self.context_length)
+        return self._cache_class(self.model, batch_size=1, max_seq_len=self.context_length)
 
     def new_cache(self) -> SequenceCache:
         return SequenceCache(self._cache())

@@ -15,11 +15,86 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from loaders.base import LoaderUnavailable, ModelLoadError, Progress, atomic_folder, missing_module
+from loaders.options import LoadOption, LoadOptionError
 
 log = logging.getLogger(__name__)
 
 HF_REQUIRES = ("torch", "transformers", "safetensors")
 HF_INSTALL = "pip install torch==2.13.0 transformers safetensors"
+
+
+ATTENTION = LoadOption(
+    "attn_implementation", str, "auto", "Attention kernel: auto (transformers picks; sdpa where it can), sdpa "
+    "(PyTorch's fused attention), eager (plain), or flash_attention_2 (CUDA, with the flash-attn package).",
+    label="attention", choices=("auto", "sdpa", "eager", "flash_attention_2"))
+TRUST_REMOTE_CODE = LoadOption(
+    "trust_remote_code", bool, False, "Run Python code that ships in the model folder (models with their own "
+    "architecture code). Off by default: only turn it on for folders you trust.", label="trust remote code")
+HF_OPTIONS = (
+    ATTENTION,
+    LoadOption("load_in", str, "full", "Quantize while loading through bitsandbytes: 8bit or 4bit (NF4) weights, "
+               "on CUDA only; full keeps the dtype.", label="load in (bitsandbytes)",
+               choices=("full", "8bit", "4bit"), devices=("cuda",)),
+    LoadOption("device_map", str, "single", "Place the layers: single (all on the Device chosen), or across "
+               "the GPUs (and the CPU for what does not fit) with accelerate: auto, balanced, sequential.",
+               label="device map", choices=("single", "auto", "balanced", "sequential"), devices=("cuda",)),
+    LoadOption("max_memory", str, "", "With a device map: the most memory per device, e.g. "
+               "'0=20GiB,1=20GiB,cpu=64GiB' (empty: what each has).", label="max memory per device",
+               devices=("cuda",)),
+    TRUST_REMOTE_CODE,
+)
+
+
+def max_memory(text: str) -> dict[Any, str]:
+    """'0=20GiB,cpu=64GiB' -> {0: '20GiB', 'cpu': '64GiB'} as accelerate takes it."""
+    out: dict[Any, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        device, sep, amount = (x.strip() for x in part.partition("="))
+        if not sep or not (device.isdigit() or device in ("cpu", "disk")) or \
+                not amount[:1].isdigit() or not amount.lower().endswith(("gib", "gb", "mib", "mb")):
+            raise LoadOptionError("max_memory", f"max_memory is DEVICE=AMOUNT pairs separated by commas, DEVICE a "
+                                                f"GPU number or cpu, AMOUNT like 20GiB; got {part!r}")
+        out[int(device) if device.isdigit() else device] = amount
+    return out
+
+
+def hf_load_kwargs(values: dict[str, Any], device: str, dtype: str) -> dict[str, Any]:
+    """from_pretrained's keyword arguments for the checked HF_OPTIONS ``values`` (refusing combinations that
+    cannot work; the per-device checks are refuse_off_device's)."""
+    kwargs: dict[str, Any] = {}
+    attention = values.get("attn_implementation", "auto")
+    if attention != "auto":
+        if attention == "flash_attention_2":
+            if not device.startswith("cuda"):
+                raise LoadOptionError("attn_implementation", "attn_implementation=flash_attention_2 runs on CUDA "
+                                      f"only, but this load runs on {device}; choose sdpa or eager")
+            if missing_module(["flash_attn"]):
+                raise LoadOptionError("attn_implementation", "attn_implementation=flash_attention_2 needs the "
+                                      "flash-attn package (pip install flash-attn); choose sdpa or eager")
+        kwargs["attn_implementation"] = attention
+    if values.get("trust_remote_code"):
+        log.warning("trust_remote_code is on: Python code from the model folder will run in this process")
+        kwargs["trust_remote_code"] = True
+    load_in = values.get("load_in", "full")
+    if load_in != "full":
+        if missing_module(["bitsandbytes"]):
+            raise LoadOptionError("load_in", f"load_in={load_in} needs the bitsandbytes package "
+                                  "(pip install bitsandbytes); choose full")
+        from transformers import BitsAndBytesConfig
+        import torch
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_8bit=load_in == "8bit", load_in_4bit=load_in == "4bit", bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=getattr(torch, dtype))
+        kwargs.setdefault("device_map", {"": device})  # bitsandbytes quantizes as the weights reach the GPU
+    if values.get("device_map", "single") != "single":
+        kwargs["device_map"] = values["device_map"]
+        if values.get("max_memory"):
+            kwargs["max_memory"] = max_memory(values["max_memory"])
+    elif values.get("max_memory"):
+        raise LoadOptionError("max_memory", "max_memory applies with a device map (auto, balanced or "
+                                            "sequential); set device_map, or leave max_memory empty")
+    return kwargs
 
 
 def is_hf_folder(path: Path) -> bool:
@@ -100,6 +175,15 @@ def loaded_bytes(path: Path, dtype: str) -> int:
     return total
 
 
+def cuda_note(device: str) -> str:
+    """Why a CUDA-only option cannot apply on ``device`` (for refuse_off_device's message)."""
+    if device.startswith("cuda"):
+        return ""
+    import torch
+
+    return "torch sees no CUDA GPU here" if not torch.cuda.is_available() else "choose Device cuda"
+
+
 def resolve_dtype(dtype: str, device: str) -> str:
     if dtype != "auto":
         return dtype
@@ -110,7 +194,9 @@ def resolve_dtype(dtype: str, device: str) -> str:
     return "float32"
 
 
-def from_pretrained(path: Path, device: str, dtype: str):
+def from_pretrained(path: Path, device: str, dtype: str, **load_kwargs: Any):
+    """The model and tokenizer of ``path`` on ``device`` in ``dtype``; ``load_kwargs`` go to the model's
+    from_pretrained (hf_load_kwargs): with a device_map the layers are placed where it says."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -118,13 +204,16 @@ def from_pretrained(path: Path, device: str, dtype: str):
     folder = path
     if path.suffix == ".gguf":
         folder, kwargs["gguf_file"] = path.parent, path.name
+    trust = {"trust_remote_code": True} if load_kwargs.get("trust_remote_code") else {}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **kwargs, **trust)
         model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=getattr(torch, dtype), local_files_only=True, **kwargs)
-    except (OSError, ValueError, KeyError) as exc:
+            folder, dtype=getattr(torch, dtype), local_files_only=True, **kwargs, **load_kwargs)
+    except (OSError, ValueError, KeyError, ImportError, RuntimeError) as exc:  # CUDA out of memory, kernels
         raise ModelLoadError(f"could not load '{path}' with transformers: {exc}") from exc
-    model.to(device).eval()
+    if "device_map" not in load_kwargs:
+        model.to(device)
+    model.eval()
     return model, tokenizer
 
 

@@ -26,16 +26,78 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from loaders.base import (NATIVE, Capabilities, LoadedModel, LoaderError, LoadOptions, ModelLoadError, Progress,
-                          common_prefix, require_backend)
+                          available_memory_bytes, common_prefix, require_backend)
 from loaders.extras import EXTRAS
+from loaders.options import LoadOption, LoadOptionError, check_options, refuse_off_device
 
 INSTALL_HINT = EXTRAS["llamacpp"].hint
 MAX_SEQUENCES = 64
 """Sequence ids in the shared context; the last one is kept for out-of-band logits (insight, perplexity)."""
-KV_TOKENS = 16384
-"""Tokens the shared KV cache holds across all running sequences (one sequence gets at most n_ctx_train)."""
 BATCH_TOKENS = 2048
-"""Most tokens one llama_decode call takes; longer steps are split into several calls."""
+"""Most tokens one llama_decode call takes by default; longer steps are split into several calls."""
+KV_SHARE = 0.5
+"""With n_ctx 0 (auto), the KV cache may take at most this share of the memory available at load."""
+MIN_AUTO_CTX = 512
+CACHE_TYPES = {"f16": (2.0, "GGML_TYPE_F16"), "q8_0": (34 / 32, "GGML_TYPE_Q8_0"), "q4_0": (18 / 32, "GGML_TYPE_Q4_0")}
+"""KV-cache element type -> (bytes per element, its ggml type constant)."""
+FLASH_ATTN = {"auto": "LLAMA_FLASH_ATTN_TYPE_AUTO", "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
+              "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED"}
+
+OPTIONS = (
+    LoadOption("n_ctx", int, 0, "Tokens the KV cache holds, shared by all running sequences (one sequence gets at "
+               "most the model's training context). 0: the training context, capped by memory.",
+               label="context size (n_ctx)", minimum=0, maximum=1 << 20),
+    LoadOption("n_gpu_layers", int, 0, "Layers offloaded to the GPU (-1: all). Needs a llama-cpp-python built "
+               "with GPU support.", label="GPU layers", minimum=-1, maximum=1000, devices=("cuda",)),
+    LoadOption("flash_attn", str, "auto", "Flash attention: auto (llama.cpp decides), on or off; a quantized "
+               "KV cache needs it.", label="flash attention", choices=tuple(FLASH_ATTN)),
+    LoadOption("cache_type", str, "f16", "KV-cache element type: f16, or q8_0/q4_0 to fit more tokens in "
+               "the same memory (slightly less exact).", label="KV cache type", choices=tuple(CACHE_TYPES)),
+    LoadOption("n_batch", int, BATCH_TOKENS, "Most tokens one llama_decode call reads (prompt chunks).",
+               label="batch size", minimum=32, maximum=65536),
+    LoadOption("threads_batch", int, 0, "Threads for reading prompts (batch); 0: the same as threads, which "
+               "generation (decode) uses.", label="prompt threads", minimum=0, maximum=1024),
+)
+
+
+def kv_bytes_per_token(n_layer: int, n_head: int, n_head_kv: int, n_embd: int, cache_type: str) -> float:
+    """Keys and values of one token in every layer."""
+    head_dim = n_embd // max(n_head, 1)
+    return 2 * n_layer * n_head_kv * head_dim * CACHE_TYPES[cache_type][0]
+
+
+def context_tokens(n_ctx: int, n_ctx_train: int, per_token: float, available: int) -> int:
+    """The KV cache's size: ``n_ctx`` as asked, or (0) the training context halved until it fits in
+    KV_SHARE of ``available`` memory."""
+    if n_ctx:
+        return n_ctx
+    tokens = n_ctx_train if n_ctx_train > 0 else 4096
+    while tokens > MIN_AUTO_CTX and tokens * per_token > available * KV_SHARE:
+        tokens //= 2
+    return max(tokens, MIN_AUTO_CTX)
+
+
+def gguf_shape(path: Path) -> dict[str, int] | None:
+    """(From the file's header) the training context and what the KV cache's size depends on; None if unread."""
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        fields = reader.fields
+
+        def value(key: str) -> Any:
+            field = fields[key]
+            part = field.parts[field.data[0]]
+            return bytes(part).decode() if field.types and field.types[0].name == "STRING" else int(part[0])
+
+        arch = value("general.architecture")
+        head = value(f"{arch}.attention.head_count")
+        kv_key = f"{arch}.attention.head_count_kv"
+        return {"n_ctx_train": value(f"{arch}.context_length"), "n_layer": value(f"{arch}.block_count"),
+                "n_head": head, "n_head_kv": value(kv_key) if kv_key in fields else head,
+                "n_embd": value(f"{arch}.embedding_length")}
+    except Exception:  # noqa: BLE001 - no gguf package, an unusual header: the estimate is the file alone
+        return None
 
 
 def register_loaders(register: Callable[[Any], None]) -> None:
@@ -49,9 +111,22 @@ class LlamaCppLoader:
                                 formats=("gguf",), prefix_cache="native")
     requires = ("llama_cpp",)
     install_hint = INSTALL_HINT
+    options = OPTIONS
 
     def match(self, path: Path) -> int:
         return NATIVE if path.is_file() and path.suffix == ".gguf" else 0
+
+    def estimate_bytes(self, path: Path, options: LoadOptions) -> int:
+        """The file (llama.cpp maps it as stored) and the KV cache for the context size it will get."""
+        size = Path(path).stat().st_size if Path(path).is_file() else 0
+        shape = gguf_shape(Path(path)) if size else None
+        if shape is None:
+            return size
+        values = check_options(self, options.extra)
+        per_token = kv_bytes_per_token(shape["n_layer"], shape["n_head"], shape["n_head_kv"], shape["n_embd"],
+                                       values["cache_type"])
+        tokens = context_tokens(values["n_ctx"], shape["n_ctx_train"], per_token, available_memory_bytes())
+        return int(size + tokens * per_token)
 
     def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
         return path
@@ -64,12 +139,22 @@ class LlamaCppLoader:
                                  else f"'{path}' is not a .gguf file; llama.cpp reads .gguf files only")
         if path.suffix != ".gguf":
             raise ModelLoadError(f"'{path}' is not a .gguf file; llama.cpp reads .gguf files only")
-        if options.device not in ("auto", "cpu"):
+        import llama_cpp
+
+        values = check_options(self, options.extra)
+        gpu = bool(llama_cpp.llama_supports_gpu_offload())
+        if options.device not in ("auto", "cpu") and not (gpu and options.device.startswith("cuda")):
             raise ModelLoadError(f"this llama-cpp-python build runs on the CPU; device '{options.device}' "
                                  "is not supported (use --device cpu or auto)")
+        refuse_off_device(self, values, "cuda" if gpu and options.device != "cpu" else "cpu",
+                          "" if gpu else "this llama-cpp-python build has no GPU offload")
+        if values["cache_type"] != "f16" and values["flash_attn"] == "off":
+            raise LoadOptionError("cache_type", f"llama.cpp's quantized KV cache (cache_type={values['cache_type']}) "
+                                                "needs flash attention; set flash_attn to auto or on, or cache_type "
+                                                "to f16")
         if progress:
             progress(0.0, f"loading {path.name} with llama.cpp")
-        model = LlamaCppModel(path, threads=options.threads or os.cpu_count() or 1)
+        model = LlamaCppModel(path, threads=options.threads or os.cpu_count() or 1, options=values)
         if progress:
             progress(1.0, f"loaded {path.name}")
         return model
@@ -92,14 +177,17 @@ class LlamaCppModel:
     capabilities = LlamaCppLoader.capabilities
     device = "cpu"
 
-    def __init__(self, path: Path, threads: int):
+    def __init__(self, path: Path, threads: int, options: dict[str, Any] | None = None):
         import llama_cpp
+
+        options = check_options(LlamaCppLoader, options)
 
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # llama.cpp logs every tensor otherwise
         self._lib = lib = llama_cpp
         self.path, self.name = path, path.stem
         lib.llama_backend_init()
         mparams = lib.llama_model_default_params()
+        mparams.n_gpu_layers = options["n_gpu_layers"] if options["n_gpu_layers"] >= 0 else 1000
         self._model = lib.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise ModelLoadError(f"llama.cpp could not read '{path}' (not a valid .gguf, or an architecture this "
@@ -107,24 +195,34 @@ class LlamaCppModel:
         self._vocab = lib.llama_model_get_vocab(self._model)
         self.vocab_size = int(lib.llama_vocab_n_tokens(self._vocab))
         n_ctx_train = int(lib.llama_model_n_ctx_train(self._model))
-        self.context_length = min(n_ctx_train, KV_TOKENS) if n_ctx_train > 0 else KV_TOKENS
+        per_token = kv_bytes_per_token(int(lib.llama_model_n_layer(self._model)),
+                                       int(lib.llama_model_n_head(self._model)),
+                                       int(lib.llama_model_n_head_kv(self._model)),
+                                       int(lib.llama_model_n_embd(self._model)), options["cache_type"])
+        self.kv_tokens = context_tokens(options["n_ctx"], n_ctx_train, per_token, available_memory_bytes())
+        self.kv_bytes = int(self.kv_tokens * per_token)
+        self.context_length = min(n_ctx_train, self.kv_tokens) if n_ctx_train > 0 else self.kv_tokens
         self.max_sequences = min(MAX_SEQUENCES, int(lib.llama_max_parallel_sequences()))
+        self.batch_tokens = options["n_batch"]
         cparams = lib.llama_context_default_params()
-        cparams.n_ctx = KV_TOKENS
-        cparams.n_batch = BATCH_TOKENS
-        cparams.n_ubatch = 512
+        cparams.n_ctx = self.kv_tokens
+        cparams.n_batch = self.batch_tokens
+        cparams.n_ubatch = min(512, self.batch_tokens)
+        cparams.flash_attn_type = getattr(lib, FLASH_ATTN[options["flash_attn"]])
+        cparams.type_k = cparams.type_v = getattr(lib, CACHE_TYPES[options["cache_type"]][1])
         cparams.n_seq_max = self.max_sequences
         # One unified cache: sequences that share a prompt share its cells (llama_memory_seq_cp only tags them).
         # Per-sequence streams (kv_unified False) measured no faster here (bench/loader_speed.py: raw
         # llama_decode of 16 sequences is ~1.5x one sequence's tokens/s either way on the Q4_1 file).
         cparams.kv_unified = True
-        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.n_threads = threads
+        cparams.n_threads_batch = options["threads_batch"] or threads
         self._ctx = lib.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             lib.llama_model_free(self._model)
             raise ModelLoadError(f"llama.cpp could not create a context for '{path}' (out of memory?)")
         self._memory = lib.llama_get_memory(self._ctx)
-        self._batch = lib.llama_batch_init(BATCH_TOKENS, 0, 1)
+        self._batch = lib.llama_batch_init(self.batch_tokens, 0, 1)
         self._free_ids = list(range(self.max_sequences - 1))  # least recently released first
         self._kept: dict[int, list[int]] = {}  # free sequence ids whose cells still hold these tokens
         self._running: dict[int, SeqSlot] = {}
@@ -240,7 +338,7 @@ class LlamaCppModel:
     def _decode(self, feeds: list[tuple[int, int, int, list[int]]], all_logits: bool):
         """Decode (row, seq_id, first position, ids) feeds; logits of each row's last token (or of every token).
 
-        Tokens are packed into llama_batch chunks of at most BATCH_TOKENS; each chunk is one llama_decode.
+        Tokens are packed into llama_batch chunks of at most n_batch tokens; each chunk is one llama_decode.
         """
         import numpy as np
         import torch
@@ -260,7 +358,7 @@ class LlamaCppModel:
                 self.drop_prefixes()
                 code = lib.llama_decode(self._ctx, batch)
             if code != 0:
-                raise LoaderError(_decode_error(code))
+                raise LoaderError(_decode_error(code, self.kv_tokens))
             for row, index in pending:
                 ptr = lib.llama_get_logits_ith(self._ctx, index)
                 out[row] = np.ctypeslib.as_array(ptr, shape=(self.vocab_size,))
@@ -272,7 +370,7 @@ class LlamaCppModel:
                 raise LoaderError(f"the sequence would hold {start + len(ids)} tokens; this model's context "
                                   f"is {self.context_length}")
             for offset, token in enumerate(ids):
-                if batch.n_tokens == BATCH_TOKENS:
+                if batch.n_tokens == self.batch_tokens:
                     flush()
                 i = batch.n_tokens
                 last = offset == len(ids) - 1
@@ -288,7 +386,7 @@ class LlamaCppModel:
         return torch.from_numpy(out)
 
     def memory_bytes(self) -> int:
-        return int(self._lib.llama_model_size(self._model))
+        return int(self._lib.llama_model_size(self._model)) + self.kv_bytes
 
     def close(self) -> None:
         lib = self._lib
@@ -299,10 +397,10 @@ class LlamaCppModel:
             self._ctx = self._model = None
 
 
-def _decode_error(code: int) -> str:
+def _decode_error(code: int, kv_tokens: int) -> str:
     if code == 1:
-        return (f"llama.cpp's KV cache is full ({KV_TOKENS} tokens shared by all running sequences); "
-                "lower --max-running or ask for fewer tokens")
+        return (f"llama.cpp's KV cache is full ({kv_tokens} tokens shared by all running sequences); "
+                "lower --max-running, ask for fewer tokens, or load with a larger n_ctx")
     return f"llama_decode failed with code {code}"
 
 

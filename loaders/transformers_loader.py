@@ -14,9 +14,10 @@ from typing import Any, Callable, Sequence
 
 from loaders.base import (CONVERTS, NATIVE, Capabilities, LoadedModel, LoaderUnavailable, LoadOptions, Progress,
                           missing_module, require_backend)
-from loaders.hf import (HF_INSTALL, HF_REQUIRES, HFTokenizer, check_model_path, ensure_converted, eos_ids,
-                        from_pretrained, is_hf_folder, loaded_bytes, quant_method, resolve_device,
-                        resolve_dtype)
+from loaders.hf import (HF_INSTALL, HF_OPTIONS, HF_REQUIRES, HFTokenizer, check_model_path, cuda_note,
+                        ensure_converted, eos_ids, from_pretrained, hf_load_kwargs, is_hf_folder, loaded_bytes,
+                        quant_method, resolve_device, resolve_dtype)
+from loaders.options import check_options, refuse_off_device
 from loaders.lora import Adapters, Selection, check_fits
 
 
@@ -31,6 +32,7 @@ class TransformersLoader:
                                 devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"), prefix_cache="blocks")
     requires = HF_REQUIRES
     install_hint = HF_INSTALL
+    options = HF_OPTIONS
 
     def match(self, path: Path) -> int:
         """A Hugging Face folder of plain weights is its own format; a .gguf it reads by converting it.
@@ -46,8 +48,10 @@ class TransformersLoader:
     def estimate_bytes(self, path: Path, options: LoadOptions) -> int:
         """The weights in the dtype they will be loaded as (a GGUF is estimated from its converted folder)."""
         device = "cuda" if options.device.startswith("cuda") else options.device
-        return loaded_bytes(path, options.dtype if options.dtype != "auto" else
+        full = loaded_bytes(path, options.dtype if options.dtype != "auto" else
                             ("float32" if device in ("cpu", "auto") else "float16"))
+        shrink = {"8bit": 2, "4bit": 3.5}.get(check_options(self, options.extra)["load_in"], 1)
+        return int(full / shrink)
 
     def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> LoadedModel:
         require_backend(self)
@@ -59,14 +63,18 @@ class TransformersLoader:
 
         if options.threads:
             torch.set_num_threads(options.threads)
+        values = check_options(self, options.extra)
         device = resolve_device(options.device)
+        refuse_off_device(self, values, device, cuda_note(device))
         dtype = resolve_dtype(options.dtype, device)
+        kwargs = hf_load_kwargs(values, device, dtype)
         if progress:
             progress(0.0, f"loading {path.name} on {device} as {dtype}")
-        model, tokenizer = from_pretrained(path, device, dtype)
+        model, tokenizer = from_pretrained(path, device, dtype, **kwargs)
         if progress:
             progress(1.0, f"loaded {path.name}")
-        return TransformersModel(path, model, tokenizer, device, dtype)
+        return TransformersModel(path, model, tokenizer, str(model.device) if "device_map" in kwargs else device,
+                                 dtype)
 
 
 class TransformersModel:

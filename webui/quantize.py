@@ -91,12 +91,16 @@ def quantize_gptq(source: Path, out: Path, bits: int = 4, group_size: int | None
     os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(os.cpu_count() or 1))
     from gptqmodel import GPTQModel, QuantizeConfig
 
-    progress(f"quantizing {source.name} to {bits} bits, group size {group}, on {len(texts)} calibration texts")
+    from loaders.exllamav2_loader import cuda_available
+
+    device = "cuda" if cuda_available() else "cpu"
+    progress(f"quantizing {source.name} to {bits} bits, group size {group}, on {len(texts)} calibration texts, "
+             f"on the {device.upper()}")
     start = time.monotonic()
     with atomic_folder(out) as tmp:
         with tempfile.TemporaryDirectory(prefix="gptq-") as scratch, _working_dir(scratch):
             # gptqmodel writes its per-layer logs to ./logs; keep them out of the user's working directory
-            model = GPTQModel.load(str(source), QuantizeConfig(bits=bits, group_size=group), device="cpu")
+            model = GPTQModel.load(str(source), QuantizeConfig(bits=bits, group_size=group), device=device)
             model.quantize(texts, batch_size=1)
         model.save(str(tmp))
     progress(f"wrote {out} in {time.monotonic() - start:.0f} s")
