@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from loaders.base import (NATIVE, Capabilities, LoadedModel, LoaderError, LoaderUnavailable, LoadOptions,
-                          ModelLoadError, Progress, require_backend)
+                          ModelLoadError, Progress, require_backend, weights_on_disk)
 from loaders.extras import EXTRAS
 from loaders.hf import quant_method
 from loaders.options import LoadOption, LoadOptionError, check_options
@@ -31,6 +31,8 @@ INSTALL_HINT = EXTRAS["exllamav2"].hint
 
 CACHE_CLASSES = {"fp16": "ExLlamaV2Cache", "q8": "ExLlamaV2Cache_Q8", "q6": "ExLlamaV2Cache_Q6",
                  "q4": "ExLlamaV2Cache_Q4"}
+CACHE_BYTES = {"fp16": 2.0, "q8": 1.0 + 1 / 16, "q6": 0.75 + 1 / 16, "q4": 0.5 + 1 / 16}
+"""Bytes per cached element (with the quantized caches' scales)."""
 OPTIONS = (
     LoadOption("cache_size", int, 0, "Tokens each running sequence's cache holds (its context length); 0: the "
                "model's own max_seq_len.", label="cache size", minimum=0, maximum=1 << 20),
@@ -88,6 +90,22 @@ class ExLlamaV2Loader:
 
     def match(self, path: Path) -> int:
         return NATIVE if is_exl2_folder(path) else 0
+
+    def estimate_bytes(self, path: Path, options: LoadOptions) -> int:
+        """The weights as stored and one sequence's cache (each running sequence gets its own)."""
+        import json
+
+        values = check_options(self, options.extra)
+        weights = weights_on_disk(path)
+        try:
+            config = json.loads((Path(path) / "config.json").read_text())
+            heads = int(config["num_attention_heads"])
+            head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+            tokens = values["cache_size"] or int(config.get("max_position_embeddings", 2048))
+            per_token = 2 * int(config["num_hidden_layers"]) * int(config.get("num_key_value_heads", heads)) * head_dim
+        except (OSError, ValueError, KeyError, TypeError):
+            return weights
+        return int(weights + tokens * per_token * CACHE_BYTES[values["cache_quant"]])
 
     def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
         return path

@@ -49,7 +49,8 @@ def _load_model_in_use(services: Services) -> None:
     if remembered:
         try:
             options = LoadOptions(**{"device": config.device, "dtype": config.dtype, "threads": config.threads,
-                                     **{k: v for k, v in settings.load_options.items() if v is not None}})
+                                     **{k: v for k, v in settings.load_options.items() if v is not None}},
+                                  extra=dict(config.load_options))
             services.models.load(settings.last_model, config.loader or settings.last_loader, options,
                                  progress=_print_progress)
             attach_startup_loras(services)
@@ -59,7 +60,9 @@ def _load_model_in_use(services: Services) -> None:
                         settings.last_model, exc)
     entry = startup_entry(services)
     if entry is not None:
-        services.models.load(entry, loader=config.loader, progress=_print_progress)
+        services.models.load(entry, loader=config.loader, progress=_print_progress,
+                             options=LoadOptions(config.device, config.dtype, config.threads,
+                                                 extra=dict(config.load_options)))
     attach_startup_loras(services)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loaders.base import DTYPES
+from loaders.options import LoadOptionError, parse_assignments
 
 APP_NAME = "llm-workbench"
 HOME_ENV = "LLM_WORKBENCH_HOME"
@@ -49,6 +50,7 @@ class AppConfig:
     prefix_cache_mb: float | None = None  # None: a default for the model's device; 0: off
     memory_budget_mb: float | None = None  # what all loaded models may take together (None: 3/4 of the RAM; 0: no limit)
     no_model: bool = False
+    load_options: tuple[tuple[str, str], ...] = ()  # --load-option NAME=VALUE for the model loaded at start
     also_load: tuple[str, ...] = ()  # models loaded beside --model at start (NAME or NAME@loader)
     remote_model: str | None = None  # with --model http(s)://...: which of the server's models (default: its first)
 
@@ -129,6 +131,16 @@ def _port(text: str) -> int:
     return value
 
 
+def _load_option_names() -> str:
+    from loaders.options import options_of
+    from loaders.registry import default_registry
+
+    registry = default_registry()
+    names = [f"{name}: {', '.join(o.name for o in options_of(registry.get(name)))}"
+             for name in registry.names() if options_of(registry.get(name))]
+    return "Options by loader: " + "; ".join(names) + "."
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python launch.py",
@@ -156,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", default="auto", choices=DTYPES, help="weights dtype (auto: float32 on CPU, "
                                                                     "bfloat16/float16 on GPU)")
     g.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+    g.add_argument("--load-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="one of the loader's own options for the model loaded at start (repeat for several), e.g. "
+                        "--load-option n_ctx=4096 --load-option cache_type=q8_0; the Model tab shows each "
+                        f"loader's, and docs/user-guide.md lists them. {_load_option_names()}")
     g = p.add_argument_group("server")
     g.add_argument("--user-data-dir", type=Path, default=None,
                    help=f"where chats, presets, settings and converted models live (default: {default_user_data_dir()}; "
@@ -218,7 +234,12 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         users = tuple(read_users(args.ui_auth, args.ui_auth_file).items())
     except AuthConfigError as exc:
         raise SystemExit(f"error: {exc}") from None
+    try:
+        load_options = tuple(parse_assignments(args.load_option).items())
+    except LoadOptionError as exc:
+        raise SystemExit(f"error: --load-option: {exc}") from None
     return AppConfig(
+        load_options=load_options,
         user_data_dir=args.user_data_dir or default_user_data_dir(), models_dir=args.models_dir,
         loras_dir=args.loras_dir,
         model=args.model, loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads,

@@ -14,16 +14,18 @@ import json
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from loaders.base import LoadedModel, LoadOptions, ModelLoadError, Progress, estimate_bytes
+from loaders.options import changed, check_options, options_of
 from loaders.registry import LoaderRegistry
 from webui.config import AppConfig
 from webui.engine import Engine
 from webui.names import check_name
 from webui.owner import current as current_owner
+from webui.settings import SettingsStore
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +112,9 @@ class ModelManager:
     loaded" when none is).
     """
 
-    def __init__(self, config: AppConfig, engine: Engine, registry: LoaderRegistry):
-        self.config, self.registry = config, registry
+    def __init__(self, config: AppConfig, engine: Engine, registry: LoaderRegistry,
+                 settings: SettingsStore | None = None):
+        self.config, self.registry, self.settings = config, registry, settings
         self._primary = engine
         self._lock = threading.RLock()
         self._slots: dict[str, Slot] = {}
@@ -242,18 +245,48 @@ class ModelManager:
             entry = self.resolve(entry)
         options = options or LoadOptions(self.config.device, self.config.dtype, self.config.threads)
         with self._lock:
-            if not loader and entry.default:
-                loader = DEFAULT_MODEL_LOADER
-            chosen = self.registry.get(loader) if loader else self.registry.for_path(entry.path)
+            chosen = self.loader_for(entry, loader)
+            # the loader's own options: those given now over those this model was last loaded with
+            options = replace(options, extra={**self.remembered_options(entry.model_name, chosen.name),
+                                              **options.extra})
+            values = check_options(chosen, options.extra)  # a bad value is refused before any slow work
             path = chosen.prepare(entry.path, self.workdir(entry), progress)
             key = self._key(entry.model_name, chosen.name, lambda s: s.entry == entry)
             leaving = set(self._slots) if not keep_others else {key}
             self._check_budget(key, estimate_bytes(chosen, path, options), leaving)
             model = chosen.load(path, options, progress)
             model.name = key
+            model.load_options = values
             self._install(key, model, entry, keep_others, make_current)
+            if self.settings is not None:
+                self.settings.remember_model_options(f"{entry.model_name}@{chosen.name}", changed(chosen, values))
             log.info("loaded %s with %s on %s (%s)", model.name, chosen.name, model.device, model.dtype)
             return model
+
+    def loader_for(self, entry: ModelEntry, loader: str | None) -> Any:
+        """The loader that loads ``entry``: the one named, else the default model's, else the best match."""
+        if not loader and entry.default:
+            loader = DEFAULT_MODEL_LOADER
+        return self.registry.get(loader) if loader else self.registry.for_path(entry.path)
+
+    def remembered_options(self, model_name: str, loader: str) -> dict[str, Any]:
+        """The load options ``model_name`` was last loaded with on ``loader`` (only names it still has)."""
+        if self.settings is None:
+            return {}
+        saved = self.settings.get().model_options.get(f"{model_name}@{loader}", {})
+        names = {o.name for o in options_of(self.registry.get(loader))}
+        return {k: v for k, v in saved.items() if k in names} if isinstance(saved, dict) else {}
+
+    def estimate(self, entry: ModelEntry | str, loader: str | None, options: LoadOptions) -> int:
+        """The memory loading ``entry`` with ``options`` would take, without loading or converting anything (a
+        .gguf that transformers reads is estimated from its converted folder once there is one)."""
+        if isinstance(entry, str):
+            entry = self.resolve(entry)
+        chosen = self.loader_for(entry, loader)
+        converted = self.workdir(entry)
+        path = converted if entry.path.suffix == ".gguf" and chosen.name != "llamacpp" and converted.is_dir() \
+            else entry.path
+        return estimate_bytes(chosen, path, options)
 
     def load_remote(self, base_url: str, api_key: str | None = None, model: str | None = None,
                     timeout: float = 600.0, *, keep_others: bool = True, make_current: bool = True) -> LoadedModel:

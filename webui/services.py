@@ -58,8 +58,9 @@ class Services:
         db = Database(config.db_path)
         batches = BatchStore(db)
         batches.mark_interrupted()  # runs a previous process left 'running' died with it; their rows stay
-        services = cls(config, registry, ModelManager(config, engine, registry),
-                       PresetStore(config.presets_dir), TemplateStore(config.templates_dir), SettingsStore(config.user_data_dir / "settings.json"), db,
+        settings = SettingsStore(config.user_data_dir / "settings.json")
+        services = cls(config, registry, ModelManager(config, engine, registry, settings),
+                       PresetStore(config.presets_dir), TemplateStore(config.templates_dir), settings, db,
                        ChatStore(db), NotebookStore(db), batches, None,  # type: ignore[arg-type]
                        PerplexityStore(db), JobRunner())
         services.batch_runner = BatchRunner(services, batches)

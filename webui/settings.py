@@ -28,6 +28,8 @@ class Settings:
     last_model: str | None = None
     last_loader: str | None = None
     load_options: dict[str, Any] = field(default_factory=dict)  # device, dtype, threads
+    model_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """'model@loader' -> the loader's own load options last loaded with (those not at their default)."""
     last_preset: str | None = "Balanced"  # a fresh install starts from a sensible preset, not neutral
     params: dict[str, Any] | None = None  # keys that differ from neutral; None: the last preset's
     system_prompt: str = ""
@@ -36,7 +38,7 @@ class Settings:
     context_policy: str = "drop oldest messages"  # or "refuse": a chat longer than the context
 
 
-SHARED = ("last_model", "last_loader", "load_options")  # what the machine loads at start: one for everybody
+SHARED = ("last_model", "last_loader", "load_options", "model_options")  # how the machine loads: one for everybody
 
 
 class SettingsStore:
@@ -78,6 +80,13 @@ class SettingsStore:
             mine = self._of(owner)
             shared = self._by_owner[""]
             return dataclasses.replace(mine, **{k: getattr(shared, k) for k in SHARED})
+
+    def remember_model_options(self, key: str, values: dict[str, Any]) -> None:
+        """Keep ``values`` as the load options of ``key`` ('model@loader') for everybody."""
+        with self._lock:
+            shared = self._of("")
+            self._by_owner[""] = dataclasses.replace(shared, model_options={**shared.model_options, key: values})
+            atomic_write_text(self.path, json.dumps(dataclasses.asdict(self._by_owner[""]), indent=2))
 
     def update(self, **changes: Any) -> Settings:
         """Apply ``changes`` and write the file(s); unknown keys are a programming error."""

@@ -3,6 +3,8 @@ loading/unloading models and adapters, tokenize/detokenize, the next-token distr
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -121,6 +123,32 @@ def test_a_load_that_fails_keeps_what_was_loaded(api):
     r = call(api, "POST", "/v1/internal/model/load", {"model_name": "../etc"}, ADMIN)
     assert r.status_code == 400
     assert call(api, "GET", "/v1/internal/model/info", key=USER).json() == before
+
+
+def test_load_options_over_the_api_are_used_remembered_and_refused_clearly(api):
+    before = call(api, "GET", "/v1/internal/model/info", key=USER).json()
+    body = {"model_name": "tiny", "make_current": False, "options": {"attn_implementation": "eager"},
+            "args": {"loader": "transformers", "trust_remote_code": False}}  # text-generation-webui's shape too
+    r = call(api, "POST", "/v1/internal/model/load", body, ADMIN)
+    assert r.status_code == 200, r.text
+    tiny = next(m for m in r.json()["models"] if m["model_name"] == "tiny")
+    assert tiny["load_options"]["attn_implementation"] == "eager" and tiny["load_options"]["trust_remote_code"] is False
+    settings = json.loads((api[2] / "settings.json").read_text())
+    assert settings["model_options"]["tiny@transformers"] == {"attn_implementation": "eager"}
+    # loading it again without options uses what it was last loaded with
+    r = call(api, "POST", "/v1/internal/model/load", {"model_name": "tiny", "make_current": False}, ADMIN)
+    assert next(m for m in r.json()["models"] if m["model_name"] == "tiny")["load_options"]["attn_implementation"] \
+        == "eager"
+    call(api, "POST", "/v1/internal/model/unload", {"model_name": "tiny"}, ADMIN)
+    refusals = [({"n_ctx": 4096}, "options.n_ctx", "the transformers loader has no load option 'n_ctx'"),
+                ({"attn_implementation": "fast"}, "options.attn_implementation", "one of auto, sdpa, eager"),
+                ({"load_in": "4bit"}, "options.load_in", "needs a CUDA device, but this load runs on cpu"),
+                ({"device_map": "auto"}, "options.device_map", "needs a CUDA device")]
+    for options, param, message in refusals:
+        r = call(api, "POST", "/v1/internal/model/load", {"model_name": "tiny", "options": options,
+                                                             "device": "cpu", "keep_others": False}, ADMIN)
+        assert r.status_code == 400 and error_of(r)["param"] == param and message in error_of(r)["message"], r.text
+    assert call(api, "GET", "/v1/internal/model/info", key=USER).json()["model_name"] == before["model_name"]
 
 
 def test_attach_and_detach_an_adapter_as_vllm_does(api):

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from loaders.base import LoadOptions
+from loaders.options import LoadOptionError
 from loaders.exllamav2_loader import cuda_available
 from tests.conftest import TEST_CACHE
 from webui.engine import Engine, GenerationRequest, SamplingParams
@@ -130,6 +131,7 @@ def stand_in_exl2(tiny_model_dir, tmp_path, monkeypatch):
     backend = types.ModuleType("exllamav2")
     for name in ("ExLlamaV2Config", "ExLlamaV2", "ExLlamaV2Cache"):
         setattr(backend, name, getattr(_StandInBackend, name))
+    backend.ExLlamaV2Cache_Q4 = type("ExLlamaV2Cache_Q4", (_StandInBackend.ExLlamaV2Cache,), {})
     monkeypatch.setitem(sys.modules, "exllamav2", backend)
     monkeypatch.setattr(_StandInBackend, "weights", tiny_model_dir, raising=False)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 0)
@@ -164,6 +166,32 @@ def test_exl2_model_drives_the_engine_like_the_transformers_model(stand_in_exl2,
     finally:
         ours.close()
         theirs.close()
+
+
+def test_cache_options_choose_the_cache_class_and_its_size(stand_in_exl2):
+    from loaders.exllamav2_loader import ExLlamaV2Model, gpu_split
+
+    model = ExLlamaV2Model(stand_in_exl2.path, cache_size=64, cache_quant="q4")
+    try:
+        assert model.context_length == 64
+        handle = model.new_cache()
+        assert type(handle.cache).__name__ == "ExLlamaV2Cache_Q4" and handle.cache.max_seq_len == 64
+        model.release(handle)
+    finally:
+        model.close()
+    from loaders.base import weights_on_disk
+    from loaders.exllamav2_loader import ExLlamaV2Loader
+
+    def estimate(**extra):
+        return ExLlamaV2Loader().estimate_bytes(stand_in_exl2.path, LoadOptions(extra=extra))
+
+    weights = weights_on_disk(stand_in_exl2.path)
+    assert estimate() > estimate(cache_quant="q4") > estimate(cache_quant="q4", cache_size=64) > weights
+    assert gpu_split("", 1) is None and gpu_split("20, 24", 2) == [20.0, 24.0]
+    with pytest.raises(LoadOptionError, match="gpu_split names 2 GPUs, but torch sees 1 here"):
+        gpu_split("20,24", 1)
+    with pytest.raises(LoadOptionError, match="gpu_split is GB per GPU separated by commas"):
+        gpu_split("lots", 1)
 
 
 @pytest.fixture(scope="module")

@@ -58,6 +58,15 @@ def gptq_engine(gptq_dir):
     model.close()
 
 
+def test_a_cuda_kernel_backend_without_cuda_is_refused_before_loading(gptq_dir):
+    from loaders.gptq_loader import GPTQLoader, gptqmodel_backend
+
+    assert gptqmodel_backend("triton") in ("gptq_triton", "triton")  # as this gptqmodel version spells it
+    with pytest.raises(ModelLoadError, match=r"the GPTQ kernel backend marlin runs on CUDA, but this load runs on cpu "
+                                             r"\(.+\); choose auto or torch"):
+        GPTQLoader().load(gptq_dir, LoadOptions(device="cpu", extra={"backend": "marlin"}))
+
+
 def test_quantized_folder_is_gptq_with_the_asked_bits_and_group(gptq_dir):
     config = json.loads((gptq_dir / "quantize_config.json").read_text())
     assert config["bits"] == 4 and config["group_size"] == 64

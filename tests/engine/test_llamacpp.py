@@ -14,7 +14,7 @@ import threading
 import pytest
 import torch
 
-from loaders.base import LoaderError, LoadOptions
+from loaders.base import LoaderError, LoadOptions, ModelLoadError
 from tests.conftest import TEST_THREADS
 from webui.engine import Engine, GenerationRequest, SamplingParams
 from webui.models import default_model_gguf
@@ -210,7 +210,6 @@ def test_auto_choice_picks_llama_cpp_for_a_gguf_but_the_default_model_stays_on_t
 
 
 def test_wrong_device_and_missing_file_are_clear_errors(gguf, tmp_path):
-    from loaders.base import ModelLoadError
     from loaders.llamacpp_loader import LlamaCppLoader
 
     with pytest.raises(ModelLoadError, match="does not exist"):
@@ -297,3 +296,46 @@ def test_structured_output_on_llama_cpps_own_vocabulary(engine):
     result = engine.generate(GenerationRequest("The answer is", SamplingParams(
         temperature=1.0, seed=2, max_new_tokens=8, structured_outputs={"regex": "(yes|no), [0-9]"})))
     assert re.fullmatch("(yes|no), [0-9]", result.text) and result.finish_reason == "stop"
+
+
+def test_load_options_size_the_cache_and_are_checked_before_loading(gguf, llama_model):
+    import llama_cpp
+
+    from loaders.base import available_memory_bytes, estimate_bytes
+    from loaders.llamacpp_loader import LlamaCppLoader, context_tokens, gguf_shape, kv_bytes_per_token
+
+    loader = LlamaCppLoader()
+    shape = gguf_shape(gguf)  # read from the header alone: the same numbers llama.cpp reads
+    lib, m = llama_cpp, llama_model._model
+    assert shape == {"n_ctx_train": lib.llama_model_n_ctx_train(m), "n_layer": lib.llama_model_n_layer(m),
+                     "n_head": lib.llama_model_n_head(m), "n_head_kv": lib.llama_model_n_head_kv(m),
+                     "n_embd": lib.llama_model_n_embd(m)}
+    # the default: the training context (8192 here), capped by memory, not a fixed size
+    per_token = kv_bytes_per_token(shape["n_layer"], shape["n_head"], shape["n_head_kv"], shape["n_embd"], "f16")
+    assert llama_model.kv_tokens == context_tokens(0, 8192, per_token, available_memory_bytes()) == 8192
+    options = LoadOptions(threads=TEST_THREADS, extra={"n_ctx": "1024", "cache_type": "q8_0", "n_batch": 256,
+                                                       "threads_batch": 1})
+    estimate = estimate_bytes(loader, gguf, options)
+    small = loader.load(gguf, options)
+    try:
+        assert (small.kv_tokens, small.context_length, small.batch_tokens) == (1024, 1024, 256)
+        assert small.memory_bytes() < llama_model.memory_bytes()  # 1024 q8_0 cells instead of 8192 f16 ones
+        assert abs(estimate - small.memory_bytes()) < 0.02 * small.memory_bytes()  # said before loading
+        engine = Engine(small)
+        try:
+            long_prompt = " ".join(["word"] * 400)  # longer than one n_batch chunk: read in several decodes
+            result = engine.generate(GenerationRequest(long_prompt, greedy(3)))
+            assert result.usage.prompt_tokens > 256 and result.usage.completion_tokens == 3
+        finally:
+            engine.close()
+    finally:
+        small.close()
+    refusals = [({"n_ctx": -5}, "takes an integer from 0 to 1048576"),
+                ({"cache_type": "q4_0", "flash_attn": "off"}, "quantized KV cache (cache_type=q4_0) needs flash"),
+                ({"rope_freq_base": 10000}, "the llamacpp loader has no load option 'rope_freq_base'")]
+    if not lib.llama_supports_gpu_offload():
+        refusals.append(({"n_gpu_layers": -1}, "n_gpu_layers=-1 needs a CUDA device, but this load runs on cpu "
+                                               "(this llama-cpp-python build has no GPU offload)"))
+    for extra, message in refusals:
+        with pytest.raises(ModelLoadError, match=re.escape(message)):
+            loader.load(gguf, LoadOptions(extra=extra))

@@ -160,6 +160,29 @@ def test_failed_load_keeps_the_previous_model(manager):
     assert manager.engine.generate(GenerationRequest("hi", GREEDY)).finish_reason == "length"
 
 
+def test_load_options_are_applied_remembered_per_model_and_a_bad_one_keeps_the_model(tmp_path, manager):
+    from webui.settings import SettingsStore
+
+    manager.settings = SettingsStore(tmp_path / "settings.json")
+    cpu = LoadOptions("cpu", threads=TEST_THREADS)
+    manager.load("tiny", options=LoadOptions("cpu", threads=TEST_THREADS, extra={"attn_implementation": "eager"}))
+    model = manager.loaded
+    assert model.model.config._attn_implementation == "eager"  # transformers got it
+    assert model.load_options["attn_implementation"] == "eager" and model.load_options["load_in"] == "full"
+    saved = json.loads((tmp_path / "settings.json").read_text())["model_options"]
+    assert saved == {"tiny@transformers": {"attn_implementation": "eager"}}  # only what differs from the default
+    manager.load("tiny-copy", options=cpu)
+    assert manager.loaded.model.config._attn_implementation != "eager"  # another model: its own (none yet)
+    manager.load("tiny", options=cpu)  # nothing given: what tiny was last loaded with
+    assert manager.slot("tiny").model.model.config._attn_implementation == "eager"
+    for extra, message in [({"load_in": "4bit"}, "load_in=4bit needs a CUDA device, but this load runs on cpu"),
+                           ({"attn_implementation": "fast"}, "takes one of auto, sdpa, eager, flash_attention_2"),
+                           ({"n_ctx": 4096}, "the transformers loader has no load option 'n_ctx'")]:
+        with pytest.raises(ModelLoadError, match=message):
+            manager.load("tiny", options=LoadOptions("cpu", extra=extra), keep_others=False)
+        assert manager.names() == ["tiny", "tiny-copy"] and manager.loaded.name == "tiny"
+
+
 def test_unknown_loader(manager):
     with pytest.raises(UnknownLoader, match="unknown loader 'nope'"):
         manager.load("tiny", loader="nope")

@@ -87,3 +87,18 @@ def test_loader_list_shows_missing_backends_with_install_hint(make_services):
     assert labels["transformers"] == "transformers"
     assert "unavailable: missing package 'definitely_not_installed_pkg'" in labels["ghost"]
     assert "install: pip install fake-backend" in labels["ghost"]
+
+
+def test_load_options_from_the_command_line_apply_at_start_and_are_remembered(make_services):
+    from loaders.base import ModelLoadError
+
+    first = make_services(model="tiny", load_options=(("attn_implementation", "eager"),))
+    load_startup_model(first)
+    assert first.models.loaded.model.config._attn_implementation == "eager"
+    first.close()
+    again = make_services(model="tiny")  # no --load-option: as the model was last loaded
+    load_startup_model(again)
+    assert again.models.loaded.name == "tiny" and again.models.loaded.load_options["attn_implementation"] == "eager"
+    wrong = make_services(model="tiny", load_options=(("n_ctx", "4096"),))
+    with pytest.raises(ModelLoadError, match="the transformers loader has no load option 'n_ctx'"):
+        load_startup_model(wrong)

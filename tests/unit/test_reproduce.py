@@ -50,3 +50,12 @@ def test_snippets_are_valid_code():
 def test_bad_records_say_what_is_wrong(text, message):
     with pytest.raises(RecordError, match=message):
         parse_record(text)
+
+
+def test_a_record_keeps_the_load_options_and_refuses_a_malformed_one():
+    made = parse_record(record(loader="llamacpp", load_options={"n_ctx": 4096, "cache_type": "q8_0"}).to_json())
+    assert made.loader == "llamacpp" and made.load_options == {"n_ctx": 4096, "cache_type": "q8_0"}
+    bad = json.loads(record().to_json())
+    bad["load_options"] = ["n_ctx=4096"]
+    with pytest.raises(RecordError, match="'load_options' must be an object"):
+        parse_record(json.dumps(bad))

@@ -17,7 +17,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import Field
 
-from loaders.base import LoaderError, ModelLoadError
+from loaders.base import LoaderError, LoadOptions, ModelLoadError
+from loaders.options import LoadOptionError
 from loaders.lora import LoRAError
 from loaders.registry import UnknownLoader
 from webui.api.auth import require_admin
@@ -40,6 +41,7 @@ def model_info(request: Request) -> dict:
             "lora_names": [name for name, _ in current.loras.items()] if current else [],
             "models": [{"model_name": s.name, "loader": s.model.loader, "device": s.model.device,
                         "dtype": s.model.dtype, "memory_bytes": s.model.memory_bytes(),
+                        "load_options": getattr(s.model, "load_options", {}),
                         "loras": dict(s.loras), "in_use": s is current} for s in models.slots()],
             "memory_budget_bytes": models.budget_bytes()}
 
@@ -60,7 +62,11 @@ class LoadRequest(TextRequest):
     loader: str | None = None
     keep_others: bool = True  # load beside the models loaded (within the memory budget), or instead of them
     make_current: bool = True  # the model in use afterwards (requests that name no model get it)
-    args: dict[str, Any] | None = None  # text-generation-webui's: its "loader" is read
+    args: dict[str, Any] | None = None  # text-generation-webui's: "loader", and the loader's own options
+    options: dict[str, Any] | None = None  # the loader's own options (the Model tab's form; loaders/options.py)
+    device: str | None = None  # None: the server's --device
+    dtype: str | None = None
+    threads: int | None = None
 
     def chosen_loader(self) -> str | None:
         given = (self.args or {}).get("loader")
@@ -68,12 +74,21 @@ class LoadRequest(TextRequest):
             raise APIError(400, "args.loader must be a loader's name", param="args.loader")
         return self.loader or given
 
+    def load_options(self, config: Any) -> LoadOptions:
+        """Device, dtype and threads (the server's where not given) and the loader's own options: ``options``
+        over text-generation-webui's ``args``. A bad value is refused by the loader, naming the option."""
+        extra = {**{k: v for k, v in (self.args or {}).items() if k != "loader"}, **(self.options or {})}
+        return LoadOptions(self.device or config.device, self.dtype or config.dtype, self.threads or config.threads,
+                           extra=extra)
+
 
 def _load_error(exc: Exception, param: str) -> APIError:
     if isinstance(exc, NotLoaded):
         return APIError(404, str(exc), type="not_found_error", param=param, code="model_not_found")
     if isinstance(exc, UnknownLoader):
         return APIError(400, str(exc), param="loader")
+    if isinstance(exc, LoadOptionError):
+        return APIError(400, str(exc), param=f"options.{exc.option}")
     if isinstance(exc, ModelLoadError) and str(exc).startswith("unknown model"):
         return APIError(404, str(exc), type="not_found_error", param=param, code="model_not_found")
     return APIError(400, str(exc), param=param)
@@ -83,7 +98,8 @@ def _load_error(exc: Exception, param: str) -> APIError:
 async def load(body: LoadRequest, request: Request) -> dict:
     models = _models(request)
     try:
-        await asyncio.to_thread(models.load, body.model_name, body.chosen_loader(), None, None,
+        await asyncio.to_thread(models.load, body.model_name, body.chosen_loader(),
+                                body.load_options(request.app.state.serving.services.config), None,
                                 keep_others=body.keep_others, make_current=body.make_current)
     except (LoaderError, ValueError) as exc:  # ValueError: a name with path characters
         raise _load_error(exc, "model_name") from exc

@@ -64,7 +64,8 @@ class MessageInspection:
 def reply_stats(event: GenerationEvent, params: SamplingParams, model: LoadedModel, loras=(),
                 template: ChatTemplate | None = None) -> dict[str, Any]:
     u, t = event.usage, event.timings
-    return {"model": model.name, "loader": model.loader, "chat_template": template.to_record() if template else None,
+    return {"model": model.name, "loader": model.loader, "load_options": getattr(model, "load_options", {}),
+            "chat_template": template.to_record() if template else None,
             "loras": [list(x) for x in loras],
             "completion_tokens": u.completion_tokens, "prompt_tokens": u.prompt_tokens,
             "cached_tokens": u.cached_tokens, "guidance_tokens": u.guidance_tokens,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from loaders.base import LoaderError, LoadOptions, Progress
+from loaders.options import check_options
 from webui.controllers.errors import UserError
 from webui.controllers.generation import prefix_cache_text
 from webui.names import InvalidName
+from webui.models import mib
 from webui.services import Services
 
 AUTO_LOADER = "auto"
@@ -16,6 +18,11 @@ REMOTE_SAMPLERS = ("the server's: temperature, top_p, stop, seed, penalties, log
                    "typical_p, repetition_penalty, min_tokens, no_repeat_ngram_size, ignore_eos sent as vLLM-style "
                    "extras only when set (a server that lacks one answers with a clear error)")
 PREFIX_CACHE = {"blocks": "yes (the engine's blocks)", "native": "yes (in the backend's own cache)", "": "no"}
+
+
+def option_text(values: dict[str, Any]) -> str:
+    """``n_ctx=8192 · flash_attn=auto`` (the values a model was loaded with)."""
+    return " · ".join(f"`{k}={v}`" for k, v in values.items())
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,10 @@ class ModelController:
         current = self.models.current
         return current.entry.name if current and current.entry else self.services.settings.get().last_model
 
+    def selected_loader(self) -> str:
+        """The loader the user last loaded with (auto when they let the model decide)."""
+        return self.services.settings.get().last_loader or AUTO_LOADER
+
     def loader_choices(self) -> list[tuple[str, str]]:
         """(label, value) pairs; a loader whose backend is missing says why and how to install it."""
         choices = [("auto (from what the model holds; the default model: transformers)", AUTO_LOADER)]
@@ -59,7 +70,9 @@ class ModelController:
         text = (f"**{model.name}** · loader `{model.loader}` · {model.device} / {model.dtype}  \n"
                 f"context length: {model.context_length} tokens · weights: {model.memory_bytes() / 2**20:,.0f} MiB · "
                 f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'} · "
-                f"prefix cache: {PREFIX_CACHE[caps.prefix_cache]}  \npath: `{model.path}`")
+                f"prefix cache: {PREFIX_CACHE[caps.prefix_cache]}  \npath: `{model.path}`"
+                + (f"  \nload options: {option_text(model.load_options)}" if getattr(model, "load_options", None)
+                   else ""))
         return ModelInfo(text, model.tokenizer.chat_template or "(this model has no chat template)")
 
     def capability_table(self) -> str:
@@ -80,21 +93,57 @@ class ModelController:
 
     # -- loading --------------------------------------------------------------------------------------------
     def load(self, name: str | None, loader: str | None, device: str, dtype: str, threads: float | None,
-             progress: Progress | None = None, keep_others: bool = True) -> ModelInfo:
-        """Load ``name`` (beside the loaded models, or instead of them) and use it; on failure what was loaded
-        stays loaded and the message says so."""
+             progress: Progress | None = None, keep_others: bool = True,
+             extra: dict[str, Any] | None = None) -> ModelInfo:
+        """Load ``name`` (beside the loaded models, or instead of them) with the loader's own options ``extra``
+        and use it; on failure what was loaded stays loaded and the message says so."""
         if not name:
             raise UserError("Choose a model first.")
         n_threads = int(threads) if threads else None
         chosen = None if loader in (None, AUTO_LOADER) else loader
         try:
-            self.models.load(name, chosen, LoadOptions(device, dtype, n_threads), progress=progress,
-                             keep_others=keep_others)
+            self.models.load(name, chosen, LoadOptions(device, dtype, n_threads, extra=extra or {}),
+                             progress=progress, keep_others=keep_others)
         except (LoaderError, InvalidName, ValueError) as exc:
             raise self._kept(exc) from exc
         self.services.settings.update(last_model=name, last_loader=chosen,
                                       load_options={"device": device, "dtype": dtype, "threads": n_threads})
         return self.info()
+
+    # -- the chosen loader's own options ---------------------------------------------------------------------
+    def effective_loader(self, name: str | None, loader: str | None) -> str | None:
+        """The loader a load of ``name`` would use (``auto``: the one that reads it), or None if none can."""
+        if loader not in (None, "", AUTO_LOADER):
+            return loader
+        if not name:
+            return None
+        try:
+            return self.models.loader_for(self.models.resolve(name), None).name
+        except (LoaderError, InvalidName):
+            return None
+
+    def option_values(self, name: str | None, loader: str | None) -> dict[str, Any]:
+        """The form's values for the loader ``loader``: what ``name`` was last loaded with, else the defaults."""
+        if loader is None:
+            return {}
+        chosen = self.services.registry.get(loader)
+        remembered = self.models.remembered_options(name, loader) if name else {}
+        return check_options(chosen, remembered)
+
+    def estimate_text(self, name: str | None, loader: str | None, device: str, dtype: str, threads: float | None,
+                      extra: dict[str, Any]) -> str:
+        """What loading would take, said before loading: the estimate, and what the budget has room for."""
+        if not name:
+            return ""
+        try:
+            options = LoadOptions(device, dtype, int(threads) if threads else None, extra=extra)
+            need = self.models.estimate(name, None if loader in (None, AUTO_LOADER) else loader, options)
+        except (LoaderError, InvalidName, ValueError, OSError) as exc:
+            return f"⚠ {exc}"
+        budget = self.models.budget_bytes()
+        room = "" if budget is None else (f" · the memory budget has {mib(max(budget - self.models.used_bytes(), 0))} "
+                                          f"free of {mib(budget)}")
+        return f"Loading it needs about **{mib(need)}** before any request runs{room}"
 
     def unload(self) -> ModelInfo:
         """Unload the model in use; the one loaded before it (if any) is used next."""

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import gradio as gr
 
 from loaders.base import DTYPES, available_devices
-from webui.controllers.model import AUTO_LOADER, ModelController
+from loaders.options import LoadOption, options_of
+from webui.controllers.model import ModelController
 from webui.services import Services
 from webui.ui.backends_panel import create_backends_panel
 from webui.ui.feedback import shows_errors
@@ -40,6 +41,10 @@ class ModelTab:
     capabilities: gr.Markdown
     template: gr.Code
     loaded: gr.Markdown
+    option_groups: dict[str, gr.Column]
+    """Each loader's own load options, shown for the loader the chosen model would load with."""
+    option_fields: list[tuple[str, LoadOption, gr.components.Component]]
+    estimate: gr.Markdown
     picker: gr.Dropdown
     """The header's "Model in use" (every tab's), kept in step with loads and unloads here."""
     controller: ModelController
@@ -51,8 +56,7 @@ def _model_rows(services: Services, controller: ModelController) -> dict:
         model = gr.Dropdown(choices=controller.model_names(), value=controller.selected_model(), label="Model",
                             elem_id="model-name", scale=4, allow_custom_value=False)
         refresh = gr.Button("Refresh list", elem_id="model-refresh", scale=1)
-    loader = gr.Dropdown(choices=controller.loader_choices(),
-                         value=services.settings.get().last_loader or AUTO_LOADER, label="Loader",
+    loader = gr.Dropdown(choices=controller.loader_choices(), value=controller.selected_loader(), label="Loader",
                          elem_id="model-loader")
     with gr.Row():
         devices = available_devices()  # only what this machine has (a saved "cuda" from elsewhere falls back)
@@ -63,6 +67,7 @@ def _model_rows(services: Services, controller: ModelController) -> dict:
                             elem_id="model-dtype")
         threads = gr.Number(value=opts.get("threads") or services.config.threads or 0, precision=0, minimum=0,
                             label="CPU threads (0 = torch's default)", elem_id="model-threads")
+    groups, fields, estimate = _option_form(services, controller, model.value, loader.value)
     keep = gr.Checkbox(value=True, label="Keep the other loaded models (each runs on its own engine, within the "
                                           "memory budget); off: this model replaces them", elem_id="model-keep")
     with gr.Row():
@@ -70,7 +75,41 @@ def _model_rows(services: Services, controller: ModelController) -> dict:
         unload = gr.Button("Unload the model in use", elem_id="model-unload")
         reload = gr.Button("Reload it", elem_id="model-reload")
     return dict(model=model, refresh=refresh, loader=loader, device=device, dtype=dtype, threads=threads,
-                keep=keep, load=load, unload=unload, reload=reload)
+                keep=keep, load=load, unload=unload, reload=reload, option_groups=groups, option_fields=fields,
+                estimate=estimate)
+
+
+def _option_control(spec: LoadOption, value, elem_id: str):
+    """The control for one load option, built from its declaration."""
+    common = dict(label=spec.title, info=spec.help, elem_id=elem_id)
+    if spec.kind is bool:
+        return gr.Checkbox(value=value, **common)
+    if spec.choices:
+        return gr.Dropdown(choices=list(spec.choices), value=value, **common)
+    if spec.kind in (int, float):
+        return gr.Number(value=value, precision=0 if spec.kind is int else None, minimum=spec.minimum,
+                         maximum=spec.maximum, **common)
+    return gr.Textbox(value=value, **common)
+
+
+def _option_form(services: Services, controller: ModelController, model: str | None, loader: str | None):
+    """A group of controls per loader that has options; only the chosen model's loader's group is shown."""
+    shown = controller.effective_loader(model, loader)
+    groups, fields = {}, []
+    for name in services.registry.names():
+        specs = options_of(services.registry.get(name))
+        if not specs:
+            continue
+        values = controller.option_values(model if name == shown else None, name)
+        with gr.Column(visible=name == shown, elem_id=f"load-options-{name}") as group:
+            gr.Markdown(f"**{name} load options** (remembered for each model once it loads)")
+            with gr.Row(equal_height=True):
+                for spec in specs:
+                    fields.append((name, spec, _option_control(spec, values[spec.name],
+                                                               f"load-{name}-{spec.name}")))
+        groups[name] = group
+    estimate = gr.Markdown(controller.estimate_text(model, loader, "auto", "auto", None, {}), elem_id="model-estimate")
+    return groups, fields, estimate
 
 
 def _remote_and_lora_rows(controller: ModelController) -> dict:
@@ -125,9 +164,20 @@ def _wire(tab: ModelTab, installed, quantized) -> None:
     def shown(info):
         return info.text, info.template
 
-    def load(name, loader, device, dtype, threads, keep, progress=gr.Progress()):
+    def extra(name, loader, values) -> dict:
+        """The shown loader's option values, by option name."""
+        chosen = c.effective_loader(name, loader)
+        return {spec.name: value for (owner, spec, _), value in zip(tab.option_fields, values) if owner == chosen}
+
+    def load(name, loader, device, dtype, threads, keep, *values, progress=gr.Progress()):
         return shown(c.load(name, loader, device, dtype, threads, progress=lambda f, m: progress(f, desc=m),
-                            keep_others=keep))
+                            keep_others=keep, extra=extra(name, loader, values)))
+
+    def form(name, loader):  # the chosen model's loader's options, as it was last loaded with
+        return option_form(tab, name, loader)
+
+    def estimate(name, loader, device, dtype, threads, *values):
+        return c.estimate_text(name, loader, device, dtype, threads, extra(name, loader, values))
 
     def reload(progress=gr.Progress()):
         return shown(c.reload(progress=lambda f, m: progress(f, desc=m)))
@@ -143,7 +193,14 @@ def _wire(tab: ModelTab, installed, quantized) -> None:
         return gr.update(choices=c.model_names()), gr.update(choices=c.loader_choices())
 
     after = [tab.loaded, tab.picker, tab.lora_pick, tab.lora_active]
-    events = [(tab.load, load, [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, tab.keep]),
+    controls = [field for _, _, field in tab.option_fields]
+    form_outputs = [*tab.option_groups.values(), *controls]
+    sizing = [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, *controls]
+    for changed in (tab.model, tab.loader):
+        changed.change(form, [tab.model, tab.loader], form_outputs).then(estimate, sizing, tab.estimate)
+    for changed in (tab.device, tab.dtype, tab.threads, *controls):
+        changed.change(estimate, sizing, tab.estimate)
+    events = [(tab.load, load, [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, tab.keep, *controls]),
               (tab.unload, lambda: shown(c.unload()), None), (tab.reload, reload, None),
               (tab.connect, connect, [tab.remote_url, tab.remote_key, tab.remote_model, tab.keep])]
     for button, fn, inputs in events:
@@ -168,7 +225,20 @@ def on_load(tab: ModelTab) -> tuple[list, object]:
 
     def load():
         info = c.info()
-        return (gr.update(choices=c.model_names(), value=c.selected_model()), info.text, info.template,
+        name, loader = c.selected_model(), c.selected_loader()
+        return (gr.update(choices=c.model_names(), value=name), info.text, info.template,
                 gr.update(choices=c.lora_choices()), c.active_text(), c.loaded_table(),
-                gr.update(choices=c.loaded_names(), value=c.current_name()))
-    return [tab.model, tab.info, tab.template, tab.lora_pick, tab.lora_active, tab.loaded, tab.picker], load
+                gr.update(choices=c.loaded_names(), value=c.current_name()), gr.update(value=loader),
+                *option_form(tab, name, loader), c.estimate_text(name, loader, "auto", "auto", None, {}))
+    return [tab.model, tab.info, tab.template, tab.lora_pick, tab.lora_active, tab.loaded, tab.picker, tab.loader,
+            *tab.option_groups.values(), *(field for _, _, field in tab.option_fields), tab.estimate], load
+
+
+def option_form(tab: ModelTab, name: str | None, loader: str | None) -> list:
+    """Updates that show the options of the loader ``name`` would load with, as it was last loaded with."""
+    c = tab.controller
+    chosen = c.effective_loader(name, loader)
+    values = c.option_values(name, chosen)
+    return ([gr.update(visible=owner == chosen) for owner in tab.option_groups]
+            + [gr.update(value=values[spec.name]) if owner == chosen else gr.update()
+               for owner, spec, _ in tab.option_fields])
