@@ -108,8 +108,13 @@ def settle(root: str, timeout: float = 120) -> dict:
 
 
 def resources(pid: int) -> tuple[int, int]:
-    """(threads, open file descriptors) of the server process."""
-    return len(os.listdir(f"/proc/{pid}/task")), len(os.listdir(f"/proc/{pid}/fd"))
+    """(threads, open file descriptors) of the server process: the least of a few readings a second apart, so a
+    connection still closing (the settle call's own) is not counted as held."""
+    readings = []
+    for _ in range(4):
+        readings.append((len(os.listdir(f"/proc/{pid}/task")), len(os.listdir(f"/proc/{pid}/fd"))))
+        time.sleep(1)
+    return min(t for t, _ in readings), min(f for _, f in readings)
 
 
 def test_mixed_requests_leave_no_running_sequences_threads_or_files(api):

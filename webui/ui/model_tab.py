@@ -226,10 +226,14 @@ def on_load(tab: ModelTab) -> tuple[list, object]:
     def load():
         info = c.info()
         name, loader = c.selected_model(), c.selected_loader()
+        saved = c.services.settings.get().load_options
+        chosen = c.effective_loader(name, loader)
+        sizing = c.estimate_text(name, loader, saved.get("device", "auto"), saved.get("dtype", "auto"),
+                                 saved.get("threads"), c.option_values(name, chosen))
         return (gr.update(choices=c.model_names(), value=name), info.text, info.template,
                 gr.update(choices=c.lora_choices()), c.active_text(), c.loaded_table(),
                 gr.update(choices=c.loaded_names(), value=c.current_name()), gr.update(value=loader),
-                *option_form(tab, name, loader), c.estimate_text(name, loader, "auto", "auto", None, {}))
+                *option_form(tab, name, loader), sizing)
     return [tab.model, tab.info, tab.template, tab.lora_pick, tab.lora_active, tab.loaded, tab.picker, tab.loader,
             *tab.option_groups.values(), *(field for _, _, field in tab.option_fields), tab.estimate], load
 
