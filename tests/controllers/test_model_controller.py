@@ -71,3 +71,19 @@ def test_two_models_loaded_the_table_use_and_unload(controller, services, tiny_m
     assert controller.loaded_names() == ["tiny-copy"]
     controller.load("tiny", AUTO_LOADER, "cpu", "float32", 1, keep_others=False)
     assert controller.loaded_names() == ["tiny"]
+
+
+def test_the_loaders_options_form_values_estimate_and_what_the_model_was_loaded_with(controller, services):
+    assert controller.effective_loader("tiny", AUTO_LOADER) == "transformers"  # the loader that reads it
+    assert controller.effective_loader("tiny", "llamacpp") == "llamacpp" and controller.effective_loader(None, None) \
+        is None
+    assert controller.option_values("tiny", "transformers")["attn_implementation"] == "auto"  # never loaded so
+    assert "needs about" in controller.estimate_text("tiny", AUTO_LOADER, "cpu", "float32", 1, {})
+    assert controller.estimate_text("tiny", AUTO_LOADER, "cpu", "float32", 1, {"n_ctx": 5}).startswith(
+        "⚠ the transformers loader has no load option 'n_ctx'")
+    info = controller.load("tiny", AUTO_LOADER, "cpu", "float32", 1,
+                           extra={"attn_implementation": "eager", "trust_remote_code": True})
+    assert "`attn_implementation=eager`" in info.text and "⚠ trust_remote_code is on" in info.text
+    assert controller.option_values("tiny", "transformers")["attn_implementation"] == "eager"  # remembered
+    with pytest.raises(UserError, match=r"load_in=8bit needs a CUDA device.*Still loaded: tiny\."):
+        controller.load("tiny", AUTO_LOADER, "cpu", "float32", 1, extra={"load_in": "8bit"})

@@ -59,6 +59,10 @@ def test_exl2_options_are_checked_before_any_work(default_model_dir, tmp_path, c
     assert "--calibration and --group-size apply to gptq" in capsys.readouterr().err
     assert main(["gptq", str(default_model_dir), "--bits", "4.5", "--out", str(out)]) == 2
     assert "--bits for gptq must be one of 2, 3, 4, 8, got 4.5" in capsys.readouterr().err
+    assert main(["exl2", str(default_model_dir), "--rows", "0", "--out", str(out)]) == 2
+    assert "--rows is the number of calibration rows, from 1 to 1000; got 0" in capsys.readouterr().err
+    assert main(["gptq", str(default_model_dir), "--rows", "20", "--out", str(out)]) == 2
+    assert "--rows applies to exl2" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -192,7 +192,8 @@ def section_exl2(out: Path) -> list[dict]:
     marker = folder / "made_with.json"
     if not (marker.is_file() and json.loads(marker.read_text()) == key):
         start = time.perf_counter()
-        quantize_exl2(default_model_dir(), folder, bits=8, progress=lambda line: print(line, flush=True))
+        quantize_exl2(default_model_dir(), folder, bits=8, progress=lambda line: print(line, flush=True),
+                      rows=int(os.environ.get("PROOF_EXL2_ROWS", 24)))
         marker.write_text(json.dumps(key))
         print(f"converted to EXL2 in {time.perf_counter() - start:.0f} s", flush=True)
     rows = []

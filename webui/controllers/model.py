@@ -72,7 +72,9 @@ class ModelController:
                 f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'} · "
                 f"prefix cache: {PREFIX_CACHE[caps.prefix_cache]}  \npath: `{model.path}`"
                 + (f"  \nload options: {option_text(model.load_options)}" if getattr(model, "load_options", None)
-                   else ""))
+                   else "")
+                + ("  \n⚠ trust_remote_code is on: Python code from this model's folder runs in the workbench"
+                   if getattr(model, "load_options", {}).get("trust_remote_code") else ""))
         return ModelInfo(text, model.tokenizer.chat_template or "(this model has no chat template)")
 
     def capability_table(self) -> str:
