@@ -129,7 +129,7 @@ class LoadedModel(Protocol):
     dtype: str
 
     def memory_bytes(self) -> int:
-        """Bytes the weights take."""
+        """Bytes the model holds: its weights, and a cache it keeps for as long as it is loaded (llama.cpp)."""
 
     def close(self) -> None:
         """Release the weights; the object is unusable afterwards."""

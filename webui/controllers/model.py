@@ -68,7 +68,7 @@ class ModelController:
                              f"itself; context length: {model.context_length or 'not reported'}  \nChats are sent "
                              "as messages and the server applies its own chat template.", "(the remote server's own)")
         text = (f"**{model.name}** · loader `{model.loader}` · {model.device} / {model.dtype}  \n"
-                f"context length: {model.context_length} tokens · weights: {model.memory_bytes() / 2**20:,.0f} MiB · "
+                f"context length: {model.context_length} tokens · memory: {model.memory_bytes() / 2**20:,.0f} MiB · "
                 f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'} · "
                 f"prefix cache: {PREFIX_CACHE[caps.prefix_cache]}  \npath: `{model.path}`"
                 + (f"  \nload options: {option_text(model.load_options)}" if getattr(model, "load_options", None)
