@@ -150,6 +150,9 @@ ELEMENT_BYTES = {**FLOAT_DTYPES, "I64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 
                  "F8_E4M3": 1, "F8_E5M2": 1}
 
 
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
 def loaded_bytes(path: Path, dtype: str) -> int:
     """The weights' size once loaded as ``dtype``: float tensors of the folder's safetensors files converted to
     it (a bfloat16 folder loaded in float32 doubles), other tensors as stored; read from the files' headers
@@ -159,7 +162,7 @@ def loaded_bytes(path: Path, dtype: str) -> int:
     files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
     if not files:
         return weights_on_disk(path)
-    size = {"float32": 4, "float16": 2, "bfloat16": 2}.get(dtype, 4)
+    size = DTYPE_BYTES.get(dtype, 4)
     total = 0
     for file in files:
         with open(file, "rb") as f:

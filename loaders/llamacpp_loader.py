@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import struct
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,6 +28,7 @@ from typing import Any, Callable, Sequence
 from loaders.base import (NATIVE, Capabilities, LoadedModel, LoaderError, LoadOptions, ModelLoadError, Progress,
                           available_memory_bytes, common_prefix, require_backend)
 from loaders.extras import EXTRAS
+from loaders.gguf_header import read_header
 from loaders.options import LoadOption, LoadOptionError, check_options, refuse_off_device
 
 INSTALL_HINT = EXTRAS["llamacpp"].hint
@@ -78,67 +78,20 @@ def context_tokens(n_ctx: int, n_ctx_train: int, per_token: float, available: in
     return max(tokens, MIN_AUTO_CTX)
 
 
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_shapes: dict[tuple[str, int, int], dict[str, int] | None] = {}
-
-
-def gguf_header(path: Path, wanted: Callable[[str], bool]) -> dict[str, Any]:
-    """The header's key-value pairs whose keys ``wanted`` accepts (scalars and strings; arrays are skipped),
-    read without the tensors: a few milliseconds even for a large file."""
-    with open(path, "rb") as f:
-        def read(fmt: str) -> Any:
-            size = struct.calcsize(fmt)
-            return struct.unpack(fmt, f.read(size))[0]
-
-        def string() -> str:
-            return f.read(read("<Q")).decode("utf-8", "replace")
-
-        def value(kind: int) -> Any:
-            if kind in _SCALARS:
-                return read(_SCALARS[kind])
-            if kind == 8:
-                return string()
-            if kind == 9:
-                item, count = read("<I"), read("<Q")
-                if item in _SCALARS:
-                    f.seek(struct.calcsize(_SCALARS[item]) * count, 1)
-                else:
-                    for _ in range(count):
-                        value(item)
-                return None
-            raise ValueError(f"unknown GGUF value type {kind}")
-
-        if f.read(4) != b"GGUF":
-            raise ValueError("not a GGUF file")
-        read("<I")  # version
-        read("<Q")  # tensors
-        out = {}
-        for _ in range(read("<Q")):
-            key = string()
-            found = value(read("<I"))
-            if wanted(key):
-                out[key] = found
-        return out
-
-
 def gguf_shape(path: Path) -> dict[str, int] | None:
     """(From the file's header) the training context and what the KV cache's size depends on; None if unread."""
-    stat = path.stat()
-    cached = (str(path), stat.st_size, stat.st_mtime_ns)
-    if cached not in _shapes:
-        try:
-            meta = gguf_header(path, lambda key: key == "general.architecture" or ".context_length" in key
-                               or key.endswith((".block_count", ".embedding_length", ".head_count",
-                                                ".head_count_kv")))
-            arch = meta["general.architecture"]
-            head = int(meta[f"{arch}.attention.head_count"])
-            _shapes[cached] = {"n_ctx_train": int(meta[f"{arch}.context_length"]),
-                               "n_layer": int(meta[f"{arch}.block_count"]), "n_head": head,
-                               "n_head_kv": int(meta.get(f"{arch}.attention.head_count_kv", head)),
-                               "n_embd": int(meta[f"{arch}.embedding_length"])}
-        except (OSError, ValueError, KeyError, TypeError, struct.error):
-            _shapes[cached] = None  # an unusual header: the estimate is the file alone
-    return _shapes[cached]
+    header = read_header(path)
+    if header is None:
+        return None  # an unusual header: the estimate is the file alone
+    meta = header.meta
+    try:
+        arch = meta["general.architecture"]
+        head = int(meta[f"{arch}.attention.head_count"])
+        return {"n_ctx_train": int(meta[f"{arch}.context_length"]), "n_layer": int(meta[f"{arch}.block_count"]),
+                "n_head": head, "n_head_kv": int(meta.get(f"{arch}.attention.head_count_kv", head)),
+                "n_embd": int(meta[f"{arch}.embedding_length"])}
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def register_loaders(register: Callable[[Any], None]) -> None:

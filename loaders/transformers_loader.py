@@ -14,9 +14,10 @@ from typing import Any, Callable, Sequence
 
 from loaders.base import (CONVERTS, NATIVE, Capabilities, LoadedModel, LoaderUnavailable, LoadOptions, Progress,
                           missing_module, require_backend)
-from loaders.hf import (HF_INSTALL, HF_OPTIONS, HF_REQUIRES, HFTokenizer, check_model_path, cuda_note,
+from loaders.hf import (DTYPE_BYTES, HF_INSTALL, HF_OPTIONS, HF_REQUIRES, HFTokenizer, check_model_path, cuda_note,
                         ensure_converted, eos_ids, from_pretrained, hf_load_kwargs, is_hf_folder, loaded_bytes,
                         quant_method, resolve_device, resolve_dtype)
+from loaders.gguf_header import read_header
 from loaders.options import check_options, refuse_off_device
 from loaders.lora import Adapters, Selection, check_fits
 
@@ -46,10 +47,12 @@ class TransformersLoader:
         return ensure_converted(path, workdir, progress) if path.suffix == ".gguf" else path
 
     def estimate_bytes(self, path: Path, options: LoadOptions) -> int:
-        """The weights in the dtype they will be loaded as (a GGUF is estimated from its converted folder)."""
+        """The weights in the dtype they will be loaded as (a .gguf not converted yet: its parameter count, from
+        its header, in that dtype)."""
         device = "cuda" if options.device.startswith("cuda") else options.device
-        full = loaded_bytes(path, options.dtype if options.dtype != "auto" else
-                            ("float32" if device in ("cpu", "auto") else "float16"))
+        dtype = options.dtype if options.dtype != "auto" else ("float32" if device in ("cpu", "auto") else "float16")
+        header = read_header(path) if Path(path).suffix == ".gguf" else None
+        full = header.tensor_values * DTYPE_BYTES[dtype] if header else loaded_bytes(path, dtype)
         shrink = {"8bit": 2, "4bit": 3.5}.get(check_options(self, options.extra)["load_in"], 1)
         return int(full / shrink)
 

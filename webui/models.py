@@ -278,15 +278,11 @@ class ModelManager:
         return {k: v for k, v in saved.items() if k in names} if isinstance(saved, dict) else {}
 
     def estimate(self, entry: ModelEntry | str, loader: str | None, options: LoadOptions) -> int:
-        """The memory loading ``entry`` with ``options`` would take, without loading or converting anything (a
-        .gguf that transformers reads is estimated from its converted folder once there is one)."""
+        """The memory loading ``entry`` with ``options`` would take, from its files, without loading or converting
+        anything."""
         if isinstance(entry, str):
             entry = self.resolve(entry)
-        chosen = self.loader_for(entry, loader)
-        converted = self.workdir(entry)
-        path = converted if entry.path.suffix == ".gguf" and chosen.name != "llamacpp" and converted.is_dir() \
-            else entry.path
-        return estimate_bytes(chosen, path, options)
+        return estimate_bytes(self.loader_for(entry, loader), entry.path, options)
 
     def load_remote(self, base_url: str, api_key: str | None = None, model: str | None = None,
                     timeout: float = 600.0, *, keep_others: bool = True, make_current: bool = True) -> LoadedModel:

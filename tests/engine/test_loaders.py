@@ -230,3 +230,21 @@ def test_a_registered_loader_adds_a_format_and_prepares_it(tmp_path, tiny_model_
     finally:
         manager.unload()
         engine.close()
+
+
+@pytest.mark.real_model
+def test_a_gguf_is_sized_from_its_header_before_it_is_converted(default_model_dir, tmp_path):
+    from loaders.base import estimate_bytes
+    from loaders.gguf_header import read_header
+    from loaders.hf import loaded_bytes
+    from webui.models import default_model_gguf
+
+    gguf = default_model_gguf()
+    header = read_header(gguf)
+    assert header.meta["general.architecture"] == "llama" and header.meta["llama.context_length"] == 8192
+    transformers = default_registry().get("transformers")
+    # what transformers will hold once it has dequantized the file: exactly its converted folder, in each dtype
+    for dtype in ("float32", "bfloat16"):
+        assert estimate_bytes(transformers, gguf, LoadOptions("cpu", dtype)) == loaded_bytes(default_model_dir, dtype)
+    (tmp_path / "fake.gguf").write_bytes(b"GGUF" + b"\0" * 10)  # a cut-off header: no figures, no exception
+    assert read_header(tmp_path / "fake.gguf") is None and read_header(tmp_path / "missing.gguf") is None
