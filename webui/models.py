@@ -258,8 +258,7 @@ class ModelManager:
             model.name = key
             model.load_options = values
             self._install(key, model, entry, keep_others, make_current)
-            if self.settings is not None:
-                self.settings.remember_model_options(f"{entry.model_name}@{chosen.name}", changed(chosen, values))
+            self._remember(f"{entry.model_name}@{chosen.name}", changed(chosen, values))
             log.info("loaded %s with %s on %s (%s)", model.name, chosen.name, model.device, model.dtype)
             return model
 
@@ -268,6 +267,17 @@ class ModelManager:
         if not loader and entry.default:
             loader = DEFAULT_MODEL_LOADER
         return self.registry.get(loader) if loader else self.registry.for_path(entry.path)
+
+    def _remember(self, key: str, values: dict[str, Any]) -> None:
+        """Keep the options ``key`` ('model@loader') loaded with; a settings file that cannot be written (a full
+        disk) costs only that memory, never the load that succeeded."""
+        if self.settings is None:
+            return
+        try:
+            self.settings.remember_model_options(key, values)
+        except OSError as exc:
+            log.warning("loaded %s, but could not save its load options in %s (%s); free some disk space to "
+                        "have them remembered", key, self.settings.path, exc)
 
     def remembered_options(self, model_name: str, loader: str) -> dict[str, Any]:
         """The load options ``model_name`` was last loaded with on ``loader`` (only names it still has)."""

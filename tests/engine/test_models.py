@@ -183,6 +183,23 @@ def test_load_options_are_applied_remembered_per_model_and_a_bad_one_keeps_the_m
         assert manager.names() == ["tiny", "tiny-copy"] and manager.loaded.name == "tiny"
 
 
+def test_a_settings_file_that_cannot_be_written_costs_only_the_remembering(tmp_path, manager, monkeypatch, caplog):
+    import errno
+
+    import webui.settings
+    from webui.settings import SettingsStore
+
+    manager.settings = SettingsStore(tmp_path / "settings.json")
+
+    def full_disk(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(webui.settings, "atomic_write_text", full_disk)
+    manager.load("tiny", options=LoadOptions("cpu", threads=TEST_THREADS, extra={"attn_implementation": "eager"}))
+    assert manager.loaded.name == "tiny" and manager.loaded.load_options["attn_implementation"] == "eager"
+    assert "could not save its load options" in caplog.text and "No space left on device" in caplog.text
+
+
 def test_unknown_loader(manager):
     with pytest.raises(UnknownLoader, match="unknown loader 'nope'"):
         manager.load("tiny", loader="nope")
