@@ -229,6 +229,14 @@ def weights_on_disk(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
 
 
+def ram_bytes() -> int | None:
+    """The machine's RAM, or None where the system does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def available_memory_bytes() -> int:
     """Memory the system can give now (MemAvailable), or 3/4 of the RAM where that cannot be read."""
     try:
@@ -238,10 +246,8 @@ def available_memory_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.75)
-    except (ValueError, OSError, AttributeError):
-        return 16 * 2**30
+    ram = ram_bytes()
+    return int(ram * 0.75) if ram else 16 * 2**30
 
 
 def estimate_bytes(loader: "Loader", path: Path, options: LoadOptions) -> int:

@@ -12,13 +12,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from loaders.base import LoadedModel, LoadOptions, ModelLoadError, Progress, estimate_bytes
+from loaders.base import LoadedModel, LoadOptions, ModelLoadError, Progress, estimate_bytes, ram_bytes
 from loaders.options import changed, check_options, options_of
 from loaders.registry import LoaderRegistry
 from webui.config import AppConfig
@@ -93,10 +92,8 @@ class NotLoaded(ModelLoadError):
 
 def default_budget_bytes() -> int:
     """3/4 of the machine's RAM."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.75)
-    except (ValueError, OSError, AttributeError):
-        return 16 * 2**30
+    ram = ram_bytes()
+    return int(ram * 0.75) if ram else 16 * 2**30
 
 
 def mib(n: int) -> str:

@@ -240,7 +240,6 @@ class ChatCompletionRequest(SamplingRequest):
     def chat_messages(self) -> list[dict[str, Any]]:
         return chat_rows(self.messages)
 
-
     def logprobs_wanted(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
 

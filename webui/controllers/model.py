@@ -67,14 +67,14 @@ class ModelController:
             return ModelInfo(f"**{model.name}** on the remote server `{model.base_url}` · it samples and batches "
                              f"itself; context length: {model.context_length or 'not reported'}  \nChats are sent "
                              "as messages and the server applies its own chat template.", "(the remote server's own)")
+        options = getattr(model, "load_options", {})  # set by ModelManager on every model it loads
         text = (f"**{model.name}** · loader `{model.loader}` · {model.device} / {model.dtype}  \n"
                 f"context length: {model.context_length} tokens · memory: {model.memory_bytes() / 2**20:,.0f} MiB · "
                 f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'} · "
                 f"prefix cache: {PREFIX_CACHE[caps.prefix_cache]}  \npath: `{model.path}`"
-                + (f"  \nload options: {option_text(model.load_options)}" if getattr(model, "load_options", None)
-                   else "")
+                + (f"  \nload options: {option_text(options)}" if options else "")
                 + ("  \n⚠ trust_remote_code is on: Python code from this model's folder runs in the workbench"
-                   if getattr(model, "load_options", {}).get("trust_remote_code") else ""))
+                   if options.get("trust_remote_code") else ""))
         return ModelInfo(text, model.tokenizer.chat_template or "(this model has no chat template)")
 
     def capability_table(self) -> str:

@@ -19,11 +19,12 @@ most). Only the engine's scheduler thread touches a PrefixCache, except
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+from loaders.base import ram_bytes
 
 BLOCK_TOKENS = 16
 """Tokens per block: a prompt reuses whole blocks, so at most BLOCK_TOKENS - 1 shared tokens are prefilled again."""
@@ -38,10 +39,7 @@ def default_budget_mb(device: str) -> int:
             return 0
         index = int(device.partition(":")[2] or 0)
         return int(torch.cuda.get_device_properties(index).total_memory / 10 / 2**20)
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        ram = 8 * 2**30
+    ram = ram_bytes() or 8 * 2**30
     return int(min(2048, ram / 16 / 2**20))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import gradio as gr
@@ -173,9 +174,6 @@ def _wire(tab: ModelTab, installed, quantized) -> None:
         return shown(c.load(name, loader, device, dtype, threads, progress=lambda f, m: progress(f, desc=m),
                             keep_others=keep, extra=extra(name, loader, values)))
 
-    def form(name, loader):  # the chosen model's loader's options, as it was last loaded with
-        return option_form(tab, name, loader)
-
     def estimate(name, loader, device, dtype, threads, *values):
         return c.estimate_text(name, loader, device, dtype, threads, extra(name, loader, values))
 
@@ -197,7 +195,8 @@ def _wire(tab: ModelTab, installed, quantized) -> None:
     form_outputs = [*tab.option_groups.values(), *controls]
     sizing = [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, *controls]
     for changed in (tab.model, tab.loader):
-        changed.change(form, [tab.model, tab.loader], form_outputs).then(estimate, sizing, tab.estimate)
+        changed.change(functools.partial(option_form, tab), [tab.model, tab.loader], form_outputs).then(
+            estimate, sizing, tab.estimate)
     for changed in (tab.device, tab.dtype, tab.threads, *controls):
         changed.change(estimate, sizing, tab.estimate)
     events = [(tab.load, load, [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, tab.keep, *controls]),
