@@ -19,6 +19,7 @@ from typing import Any, Callable
 from loaders.base import LoadedModel, common_prefix
 from webui.engine.prefix_cache import BLOCK_TOKENS, PrefixCache, PrefixCacheStats, chain_keys, default_budget_mb
 from webui.engine.relay import relay
+from webui.engine.sampling import sample_rows
 from webui.engine.sequence import Sequence, check_loras, tokenize_prompt
 from webui.engine.stream import RequestStream
 from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, GenerationResult, NoModelLoaded,
@@ -376,19 +377,27 @@ class Engine:
         logits = self._model.forward([c for c, _ in feeds], [ids for _, ids in feeds])
         for j, (guide, ids) in enumerate(guides):
             guide.took(ids, logits[len(plan) + j])
-        sampled = 0
+        ready: list[tuple[Sequence, int]] = []
         for i, (seq, ids) in enumerate(plan):
             seq.pending = seq.pending[len(ids):]
             self._store_blocks(seq)
-            if seq.pending:  # more of the prompt to come
-                continue
-            try:
-                event = seq.step(logits[i])
-            except Exception as exc:
-                self._fail([seq], exc)
-                continue
-            sampled += 1
-            seq.stream.put(event)
+            if not seq.pending:  # the whole prompt is in: this sequence samples
+                ready.append((seq, i))
+        if ready:
+            places = [i for _, i in ready]
+            rows = logits[:len(places)] if places == list(range(len(places))) else logits[places]
+            choices = sample_rows([s.ready_to_sample() for s, _ in ready], [s.ids for s, _ in ready], rows,
+                                  [s.request.logprobs for s, _ in ready])
+            for (seq, _), choice in zip(ready, choices):
+                try:
+                    if isinstance(choice, Exception):
+                        raise choice
+                    event = seq.step(choice)
+                except Exception as exc:
+                    self._fail([seq], exc)
+                    continue
+                seq.stream.put(event)
+        sampled = len(ready)
         self._retire([s for s in self._running if s.finished])
         with self._cond:
             t = now()

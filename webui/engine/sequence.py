@@ -156,11 +156,14 @@ class Sequence:
         limit = self.request.timeout
         return limit is not None and t - self.admitted > limit
 
-    def step(self, logits: torch.Tensor) -> GenerationEvent:
-        """Sample the next token from ``logits`` and build this step's event."""
+    def ready_to_sample(self) -> Sampler:
+        """This step's sampler, with CFG's negative-prompt logits for the step set."""
         if self.guide is not None:
             self.sampler.context.guidance = self.guide.logits
-        choice = self.sampler.sample(self.ids, logits, self.request.logprobs)
+        return self.sampler
+
+    def step(self, choice: TokenChoice) -> GenerationEvent:
+        """Take the token the sampling stage drew for this sequence and build this step's event."""
         token = choice.token_id
         self.ids.append(token)
         if self.guide is not None:

@@ -1,0 +1,103 @@
+"""The batched sampling stage (#29): the same tokens kept, with the same probabilities, as the per-sequence
+pipeline before it (tests/data/sampling/expected.json, recorded on that pipeline), and every row the same
+alone as in any batch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from webui.engine.params import SamplingParams
+from webui.engine.sampling import Sampler, sample_rows
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "sampling"
+sys.path.insert(0, str(DATA))
+import record  # noqa: E402
+
+EXPECTED = json.loads((DATA / "expected.json").read_text())
+
+
+def params(case: dict) -> SamplingParams:
+    case = dict(case)
+    if "logit_bias" in case:
+        case["logit_bias"] = {int(k): v for k, v in case["logit_bias"].items()}
+    return SamplingParams(**case)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["cases"]))
+def test_the_stage_keeps_what_the_per_sequence_pipeline_kept(name):
+    case = params(EXPECTED["cases"][name])
+    ids = record.history()
+    sampler = Sampler(case, record.EOS, record.PROMPT, seed=11)
+    for step, want in enumerate(EXPECTED["steps"][name]):
+        processed = sampler.process(ids, record.logits_at(step))
+        after = sampler.distribution(processed).exp()
+        keep = torch.nonzero(after > 0).squeeze(1).tolist()
+        assert len(keep) == want["kept"], (name, step)
+        if want["kept_ids"] is not None:
+            assert keep == want["kept_ids"], (name, step)
+        for token, p in want["top"]:
+            assert float(after[token]) == pytest.approx(p, rel=2e-5, abs=1e-7), (name, step, token)
+        token = int(torch.argmax(processed))
+        for observer in sampler.observers:
+            observer.observe(token)
+        ids = ids + [token]
+
+
+def _run(cases: list[SamplingParams], seeds: list[int], steps: int = 8) -> list[list[int]]:
+    """Rows sampled together for ``steps`` steps, each row's own logits from its own tokens so far."""
+    samplers = [Sampler(p, record.EOS, record.PROMPT, seed) for p, seed in zip(cases, seeds)]
+    ids = [record.history() for _ in cases]
+    for step in range(steps):
+        logits = torch.stack([record.logits_at(step * 31 + len(set(row)) + seed) for seed, row in zip(seeds, ids)])
+        for row, choice in zip(ids, sample_rows(samplers, ids, logits, [None] * len(ids))):
+            row.append(choice.token_id)
+    return [row[record.PROMPT:] for row in ids]
+
+
+BATCH = ["common", "common_temperature_last", "top_p", "min_p", "typical_p", "top_k_typical_p", "everything",
+         "mirostat", "xtc", "greedy_penalties", "presence_frequency", "priority", "dry", "temperature"]
+
+
+def test_every_row_is_the_same_alone_as_in_a_mixed_batch():
+    cases = [params(EXPECTED["cases"][name]) for name in BATCH]
+    cases.append(SamplingParams(temperature=0.7, top_k=25, top_p=0.9))  # another top_k: another group
+    seeds = list(range(len(cases)))
+    together = _run(cases, seeds)
+    alone = [_run([c], [s])[0] for c, s in zip(cases, seeds)]
+    assert together == alone
+    # the same rows in another order and with copies of themselves: still each its own
+    order = list(reversed(range(len(cases))))
+    shuffled = _run([cases[i] for i in order] + cases[:3], [seeds[i] for i in order] + seeds[:3])
+    assert shuffled[:len(cases)] == [alone[i] for i in order] and shuffled[len(cases):] == alone[:3]
+
+
+def test_a_seed_repeats_and_another_differs():
+    case = params(EXPECTED["cases"]["common"])
+    assert _run([case], [5]) == _run([case], [5]) != _run([case], [6])
+
+
+def test_a_row_whose_sampler_fails_gets_its_error_and_the_others_their_tokens():
+    from webui.engine.samplers import PerRow
+
+    good, bad = (Sampler(SamplingParams(temperature=0.7, top_k=5), [], 0, seed) for seed in (1, 2))
+    good.processors.insert(0, ("structured_outputs", PerRow(lambda ids, x: x)))
+    bad.processors.insert(0, ("structured_outputs", PerRow(lambda ids, x: 1 / 0)))  # a grammar that breaks
+    assert good.key == bad.key  # one batch
+    out = sample_rows([good, bad], [[1], [1]], torch.randn(2, 50), [None, None])
+    assert isinstance(out[1], ZeroDivisionError) and 0 <= out[0].token_id < 50
+
+
+def test_a_step_that_would_leave_no_token_is_skipped_for_that_row_only():
+    # top_k keeps token 0; no_repeat_ngram (after it) would ban it too: that step is skipped for that row
+    stuck = Sampler(SamplingParams(temperature=1.0, top_k=1, no_repeat_ngram_size=2), [], 0, 0)
+    free = Sampler(SamplingParams(temperature=1.0, top_k=1, no_repeat_ngram_size=2), [], 0, 0)
+    logits = torch.tensor([[5.0, 1.0, 0.0], [5.0, 1.0, 0.0]])
+    out = sample_rows([stuck, free], [[0, 0], [1, 2]], logits, [None, None])
+    assert [c.token_id for c in out] == [0, 0]
+    greedy = Sampler(SamplingParams(temperature=0, custom_token_bans=(0, 1, 2)), [], 0, 0)
+    assert greedy.sample([], torch.tensor([5.0, 1.0, 0.0])).token_id == 0  # banning every token bans none

@@ -1,0 +1,134 @@
+"""What the sampling stage works on each step: the rows (one per sequence that samples), their tokens so far,
+and the logits either in full ([rows, vocab]) or as candidates (the few tokens a truncation sampler kept).
+
+A row's result never depends on the other rows in its batch: every operation here is per row (elementwise,
+gathers, ``topk``, ``softmax`` and ``cumsum`` along the row), and where rows need a common width the padding
+sits at the end of each row, after every value a prefix sum reads (so batched = alone, exactly).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+class History:
+    """One sequence's tokens as a tensor on the logits' device, grown a token at a time (no copy of the list)."""
+
+    __slots__ = ("buffer", "length")
+
+    def __init__(self) -> None:
+        self.buffer: torch.Tensor | None = None
+        self.length = 0
+
+    def tokens(self, ids: Sequence[int], device: torch.device) -> torch.Tensor:
+        n = len(ids)
+        if self.buffer is None or self.buffer.device != device or n < self.length:
+            self.buffer = torch.empty(max(64, 2 * n), dtype=torch.long, device=device)
+            self.length = 0
+        if n > self.buffer.numel():
+            grown = torch.empty(2 * n, dtype=torch.long, device=device)
+            grown[:self.length] = self.buffer[:self.length]
+            self.buffer = grown
+        if n > self.length:
+            self.buffer[self.length:n] = torch.tensor(list(ids[self.length:n]), dtype=torch.long)
+            self.length = n
+        return self.buffer[:n]
+
+
+@dataclass
+class Rows:
+    """The rows of one pass: each one's tokens so far (prompt then output) and its sampling context."""
+
+    ids: list[Sequence[int]]
+    contexts: list[Any]
+    """Each row's SamplingContext, or None (a processor called on its own)."""
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def select(self, rows: Sequence[int]) -> "Rows":
+        return Rows([self.ids[r] for r in rows], [self.contexts[r] for r in rows])
+
+    def history(self, r: int, device: torch.device) -> torch.Tensor:
+        ctx = self.contexts[r]
+        if ctx is None:
+            return torch.tensor(list(self.ids[r]), dtype=torch.long, device=device)
+        return ctx.history.tokens(self.ids[r], device)
+
+    def windows(self, spans: Sequence[tuple[int, int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every row's tokens ``ids[start:end]`` (``spans``, one a row) as flat (row, token) index tensors."""
+        parts = [self.history(r, device)[start:end] for r, (start, end) in enumerate(spans)]
+        lengths = torch.tensor([p.numel() for p in parts], device=device)
+        rows = torch.repeat_interleave(torch.arange(len(parts), device=device), lengths)
+        return rows, (torch.cat(parts) if parts else torch.empty(0, dtype=torch.long, device=device))
+
+
+def window_span(length: int, start: int, last_n: int) -> tuple[int, int]:
+    """The tokens ``[start, length)``, the last ``last_n`` of them when set (0: all)."""
+    return (max(start, length - last_n) if last_n > 0 else start), length
+
+
+def per_row(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
+    """A [rows, 1] column of per-row parameters in ``like``'s dtype and device."""
+    return torch.tensor(values, dtype=like.dtype, device=like.device).unsqueeze(1)
+
+
+@dataclass
+class Candidates:
+    """The tokens still in play after a truncation sampler, per row: ``values`` [rows, K] in descending order (ties
+    by token id, as a stable sort of the full row orders them) and their token ``index`` [rows, K]. Each row holds
+    K distinct tokens; a token dropped since is -inf, like every token not listed. Samplers that only drop the
+    least likely keep that order; the stage sorts again after any other (``Processor.keeps_order``)."""
+
+    values: torch.Tensor
+    index: torch.Tensor
+    vocab: int
+
+    def sorted(self) -> "Candidates":
+        return ordered(self.values, self.index, self.vocab)
+
+    def dense(self) -> torch.Tensor:
+        out = torch.full((self.values.shape[0], self.vocab), NEG_INF, dtype=self.values.dtype,
+                         device=self.values.device)
+        return out.scatter_(1, self.index, self.values)
+
+    def weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Unnormalised probabilities ``exp(v - top)`` and their running sum (the total is the last column)."""
+        e = (self.values - self.values[:, :1]).exp()
+        return e, e.cumsum(-1)
+
+    def select(self, rows: Sequence[int]) -> "Candidates":
+        index = torch.tensor(list(rows), device=self.values.device)
+        return Candidates(self.values.index_select(0, index), self.index.index_select(0, index), self.vocab)
+
+    def drop(self, mask: torch.Tensor) -> "Candidates":
+        """Drop the masked candidates; a row's first (most likely) one always stays."""
+        mask = mask.clone()
+        mask[:, 0] = False
+        return Candidates(self.values.masked_fill(mask, NEG_INF), self.index, self.vocab)
+
+
+def ordered(values: torch.Tensor, index: torch.Tensor, vocab: int) -> Candidates:
+    """Candidates in descending order, ties by token id (dropped ones, at -inf, last)."""
+    by_id = index.argsort(dim=-1)
+    values, index = values.gather(1, by_id), index.gather(1, by_id)
+    order = values.argsort(dim=-1, descending=True, stable=True)
+    return Candidates(values.gather(1, order), index.gather(1, order), vocab)
+
+
+def top_candidates(x: torch.Tensor, k: int) -> Candidates:
+    """The ``k`` largest logits of each row of ``x`` in descending order, ties by token id."""
+    values, index = torch.topk(x, k, dim=-1)
+    return ordered(values, index, x.shape[-1])
+
+
+State = "torch.Tensor | Candidates"
+
+
+def dense(state: Any) -> torch.Tensor:
+    return state.dense() if isinstance(state, Candidates) else state
