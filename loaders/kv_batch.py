@@ -1,12 +1,13 @@
-"""A left-padded batch KV cache that sequences join and leave between decode steps.
+"""Paged KV for the transformers family: sequences that join and leave between steps, and nothing is re-copied.
 
-Each sequence is prefilled alone into its own cache (in chunks if the engine
-says so). When it first decodes it joins the batch: the shorter side is padded
-on the left (the attention mask hides the padding, exactly as transformers'
-generate does for a padded batch), and from then on one forward per step
-decodes every joined sequence. Leaving drops the row and trims columns that
-only padding still uses. Keys carry their rotary positions already, so each
-row keeps its own true position ids.
+Every sequence's keys and values live in fixed-size blocks of one pool per layer ([kv heads, blocks, BLOCK,
+head dim]); a sequence holds the ids of its blocks (its block table) and its length. A step runs a group of
+sequences in one forward: their new tokens left-padded to the longest, each row at its own true positions. The
+model's attention calls ``StepCache.update``, which writes only the new tokens into their blocks and gathers
+each row's blocks into the padded keys and values that attention reads (a 4D mask hides the padding and keeps
+each row causal), as a DynamicCache's concatenation copied them every step. So a sequence joining or leaving
+copies nothing of the others, and memory grows with the tokens held, block by block (the pool doubles when it
+runs out, and is given back when no sequence holds any).
 """
 
 from __future__ import annotations
@@ -15,125 +16,175 @@ from typing import Any, Sequence
 
 import torch
 
+BLOCK = 16  # tokens per block
+TRASH = 0  # a block no sequence owns: padded inputs write their keys and values there
+PAD_ID = 0  # any valid id: padded inputs are masked out
+
 
 class SequenceCache:
     """The per-sequence handle the engine holds (opaque to it)."""
 
-    __slots__ = ("own", "length", "joined", "released", "adapter")
+    __slots__ = ("pool", "own", "blocks", "length", "released", "adapter")
 
-    def __init__(self, own: Any, adapter: str = "__base__"):
-        self.own = own  # a DynamicCache while the sequence prefills alone
+    def __init__(self, pool: "KVPool | None", adapter: str = "__base__", own: Any = None):
+        self.pool = pool  # the paged pool; None for models that run one sequence at a time in ``own``
+        self.own = own  # a DynamicCache, for those models
+        self.blocks: list[int] = []
         self.length = 0  # tokens of this sequence in the cache
-        self.joined = False
         self.released = False
         self.adapter = adapter  # the LoRA adapter (peft name) this sequence runs with
 
 
-def _layers(cache: Any) -> list:
-    return list(cache.layers)
+class KVPool:
+    """The blocks of every layer, and which are free."""
 
-
-def _pad_left(t: torch.Tensor, n: int) -> torch.Tensor:
-    if n == 0:
-        return t
-    pad = t.new_zeros(*t.shape[:-2], n, t.shape[-1])
-    return torch.cat([pad, t], dim=-2)
-
-
-def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
-    pad = mask.new_zeros(mask.shape[0], width - mask.shape[1])
-    return torch.cat([pad, mask], dim=1)
-
-
-class BatchKV:
-    def __init__(self, device: str):
+    def __init__(self, device: str, attention: str = "sdpa", first_blocks: int = 256):
         self.device = device
-        self.cache: Any = None
-        self.rows: list[SequenceCache] = []
-        self.mask: torch.Tensor | None = None  # [B, L] long: 1 where a row has a real token
+        self.attention = attention  # the model's attention implementation: how a 4D mask must look
+        self.keys: list[torch.Tensor] = []  # per layer [kv heads, capacity, BLOCK, head dim]
+        self.values: list[torch.Tensor] = []
+        self.capacity = 0  # blocks
+        self.first_blocks = first_blocks
+        self.free: list[int] = []
+        self.held = 0  # blocks owned by sequences
 
-    @property
-    def width(self) -> int:
-        return 0 if self.mask is None else self.mask.shape[1]
-
-    def drop_released(self) -> None:
-        keep = [i for i, h in enumerate(self.rows) if not h.released]
-        if len(keep) == len(self.rows):
+    # -- blocks ------------------------------------------------------------------------------
+    def reserve(self, handle: SequenceCache, tokens: int) -> None:
+        """Give ``handle`` blocks for ``tokens`` tokens in all."""
+        need = -(-tokens // BLOCK) - len(handle.blocks)
+        if need <= 0:
             return
-        self.rows = [self.rows[i] for i in keep]
-        if not self.rows:
-            self.cache, self.mask = None, None
+        if need > len(self.free):
+            self._grow(need - len(self.free))
+        handle.blocks += [self.free.pop() for _ in range(need)]
+        self.held += need
+
+    def release(self, handle: SequenceCache) -> None:
+        if handle.released:
             return
-        index = torch.tensor(keep, dtype=torch.long, device=self.mask.device)
-        self.mask = self.mask.index_select(0, index)
-        start = int((self.mask.sum(0) > 0).nonzero()[0].item())  # leading columns that are padding in every row
-        self.mask = self.mask[:, start:]
-        for layer in _layers(self.cache):
-            layer.keys = layer.keys.index_select(0, index)[..., start:, :]
-            layer.values = layer.values.index_select(0, index)[..., start:, :]
+        handle.released = True
+        self.free += reversed(handle.blocks)
+        self.held -= len(handle.blocks)
+        handle.blocks = []
+        if not self.held:  # nobody holds anything: give the memory back
+            self.keys, self.values, self.capacity, self.free = [], [], 0, []
 
-    def join(self, handle: SequenceCache) -> None:
-        """Move a prefilled sequence's own cache into the batch."""
-        own, n = handle.own, handle.length
-        device = _layers(own)[0].keys.device
-        row_mask = torch.ones(1, n, dtype=torch.long, device=device)
-        if self.cache is None:
-            self.cache, self.mask = own, row_mask
-        else:
-            width = max(self.width, n)
-            for mine, theirs in zip(_layers(self.cache), _layers(own)):
-                mine.keys = torch.cat([_pad_left(mine.keys, width - self.width), _pad_left(theirs.keys, width - n)])
-                mine.values = torch.cat([_pad_left(mine.values, width - self.width),
-                                         _pad_left(theirs.values, width - n)])
-            self.mask = torch.cat([_pad_mask(self.mask, width), _pad_mask(row_mask, width)])
-        handle.own, handle.joined = None, True
-        self.rows.append(handle)
+    def _grow(self, more: int) -> None:
+        old = self.capacity
+        self.capacity = max(2 * old, old + more + (1 if old == 0 else 0), self.first_blocks)
+        self.free = list(range(self.capacity - 1, old - 1, -1)) + self.free
+        if old == 0:
+            self.free.remove(TRASH)
+        for layers in (self.keys, self.values):
+            for i, t in enumerate(layers):
+                grown = t.new_zeros(t.shape[0], self.capacity, *t.shape[2:])
+                grown[:, :old] = t
+                layers[i] = grown
 
-    def decode(self, model: Any, tokens: dict[SequenceCache, int], with_adapters: bool = False
-               ) -> dict[SequenceCache, torch.Tensor]:
-        """One forward for every joined row; each row's next-token logits."""
-        device = self.mask.device
-        input_ids = torch.tensor([[tokens[h]] for h in self.rows], dtype=torch.long, device=device)
-        positions = torch.tensor([[h.length] for h in self.rows], dtype=torch.long, device=device)
-        attention = torch.cat([self.mask, torch.ones(len(self.rows), 1, dtype=torch.long, device=device)], dim=1)
-        extra = {"adapter_names": [h.adapter for h in self.rows]} if with_adapters else {}
-        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, cache=self.cache,
-                    use_cache=True, logits_to_keep=1, **extra)
-        self.mask = attention
-        for h in self.rows:
-            h.length += 1
-        return {h: out.logits[i, -1] for i, h in enumerate(self.rows)}
+    def layer(self, index: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``index``'s keys and values, made on first use with ``like``'s heads, head size and dtype."""
+        while len(self.keys) <= index:
+            shape = (like.shape[0], self.capacity, BLOCK, like.shape[-1])
+            self.keys.append(like.new_zeros(shape))
+            self.values.append(like.new_zeros(shape))
+        return self.keys[index], self.values[index]
+
+    def places(self, handle: SequenceCache, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (block, offset) of tokens ``start..end-1`` of a sequence."""
+        positions = torch.arange(start, end)
+        table = torch.tensor(handle.blocks, dtype=torch.long)
+        return table[positions // BLOCK].to(self.device), (positions % BLOCK).to(self.device)
 
 
-def export_kv(batch: BatchKV, handle: SequenceCache, start: int, end: int) -> tuple[torch.Tensor, int]:
-    """A copy of tokens ``start..end-1`` of one sequence's KV, wherever it is now (its own cache or a batch row),
-    as one tensor [layers, 2 (keys, values), heads, tokens, head_dim]; and its size in bytes."""
+class StepCache:
+    """What the model gets as its cache for one forward of several rows (see the module's docstring)."""
+
+    is_compileable = False
+
+    def __init__(self, pool: KVPool, write_blocks: torch.Tensor, write_offsets: torch.Tensor,
+                 table: torch.Tensor, rows: int, width: int):
+        self.pool, self.rows, self.width = pool, rows, width  # width: the longest row's tokens after this step
+        self.write_blocks, self.write_offsets = write_blocks, write_offsets  # [rows * new tokens]
+        self.blocks = table.shape[1]
+        self.table = table.reshape(-1)  # [rows * blocks a row]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        heads, dim = key_states.shape[1], key_states.shape[-1]
+        keys, values = self.pool.layer(layer_idx, key_states[0])
+        for pool, new in ((keys, key_states), (values, value_states)):
+            pool[:, self.write_blocks, self.write_offsets] = new.transpose(0, 1).reshape(heads, -1, dim)
+        return tuple(pool.index_select(1, self.table).view(heads, self.rows, self.blocks * BLOCK, dim)
+                     .transpose(0, 1)[:, :, :self.width] for pool in (keys, values))
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.width
+
+
+def _run(model: Any, pool: KVPool, handles: Sequence[SequenceCache], chunks: Sequence[Sequence[int]],
+         with_adapters: bool) -> torch.Tensor:
+    """One forward for ``handles``, each fed its chunk (left-padded to the longest); each row's last logits."""
+    device = pool.device
+    lengths = [h.length for h in handles]
+    n = len(handles)
+    longest = max(len(c) for c in chunks)
+    for h, chunk in zip(handles, chunks):
+        pool.reserve(h, h.length + len(chunk))
+    blocks = max(len(h.blocks) for h in handles)
+    table = torch.tensor([h.blocks + [TRASH] * (blocks - len(h.blocks)) for h in handles], dtype=torch.long)
+    if longest == 1:  # one token a row (decoding): its place is the row's length; nothing is padded
+        places = torch.tensor(lengths, dtype=torch.long).unsqueeze(1)
+        input_ids = torch.tensor([list(c) for c in chunks], dtype=torch.long)
+        write_blocks = torch.tensor([h.blocks[n // BLOCK] for h, n in zip(handles, lengths)], dtype=torch.long)
+        write_offsets = places.squeeze(1) % BLOCK
+        width = max(lengths) + 1
+    else:
+        input_ids = torch.tensor([[PAD_ID] * (longest - len(c)) + list(c) for c in chunks], dtype=torch.long)
+        fed = torch.tensor([len(c) for c in chunks]).unsqueeze(1)
+        t = torch.arange(longest).unsqueeze(0)
+        real = t >= longest - fed  # [rows, new]: False where a row is padded
+        places = (torch.tensor(lengths).unsqueeze(1) + t - (longest - fed)).clamp(min=0)  # each token's place
+        write_blocks = torch.where(real, table.gather(1, places // BLOCK), TRASH).reshape(-1)
+        write_offsets = torch.where(real, places % BLOCK, 0).reshape(-1)
+        width = max(n + len(c) for n, c in zip(lengths, chunks))
+    mask = (torch.arange(width).view(1, 1, 1, width) <= places.view(n, 1, -1, 1)).to(device)  # causal, own tokens
+    if pool.attention != "sdpa":  # eager attention adds the mask to its scores
+        dtype = next(model.parameters()).dtype
+        mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
+    cache = StepCache(pool, write_blocks.to(device), write_offsets.to(device), table.to(device), n, width)
+    extra = {"adapter_names": [h.adapter for h in handles]} if with_adapters else {}
+    out = model(input_ids=input_ids.to(device), attention_mask=mask, position_ids=places.to(device), cache=cache,
+                use_cache=True, logits_to_keep=1, **extra)
+    for h, chunk in zip(handles, chunks):
+        h.length += len(chunk)
+    return out.logits[:, -1]
+
+
+def export_kv(pool: KVPool, handle: SequenceCache, start: int, end: int) -> tuple[torch.Tensor, int]:
+    """A copy of tokens ``start..end-1`` of one sequence's KV as one tensor [layers, 2 (keys, values), heads,
+    tokens, head_dim]; and its size in bytes."""
     if not 0 <= start < end <= handle.length:
         raise ValueError(f"tokens {start}..{end} are not in this sequence's cache ({handle.length} tokens)")
-    if handle.joined:
-        row, offset = batch.rows.index(handle), batch.width - handle.length  # rows are right-aligned
-        layers = _layers(batch.cache)
-    else:
-        row, offset = 0, 0
-        layers = _layers(handle.own)
-    a, b = offset + start, offset + end
-    block = torch.stack([torch.stack([layer.keys[row, :, a:b], layer.values[row, :, a:b]]) for layer in layers])
+    blocks, offsets = pool.places(handle, start, end)
+    block = torch.stack([torch.stack([k[:, blocks, offsets], v[:, blocks, offsets]])
+                         for k, v in zip(pool.keys, pool.values)])
     return block, block.numel() * block.element_size()
 
 
-def import_kv(handle: SequenceCache, blocks: Sequence[torch.Tensor], n_tokens: int) -> None:
-    """Fill a fresh sequence's own cache with the first ``n_tokens`` of ``blocks`` (made by :func:`export_kv`)."""
-    if handle.length or handle.joined:
+def import_kv(pool: KVPool, handle: SequenceCache, blocks: Sequence[torch.Tensor], n_tokens: int) -> None:
+    """Fill a fresh sequence's cache with the first ``n_tokens`` of ``blocks`` (made by :func:`export_kv`)."""
+    if handle.length:
         raise RuntimeError("cached KV can only start an empty sequence")
     kv = torch.cat(list(blocks), dim=3)[:, :, :, :n_tokens]
     if kv.shape[3] != n_tokens:
         raise ValueError(f"the blocks hold {kv.shape[3]} tokens, {n_tokens} were asked for")
+    pool.reserve(handle, n_tokens)
+    where, offsets = pool.places(handle, 0, n_tokens)
     for index in range(kv.shape[0]):
-        handle.own.update(kv[index, 0].unsqueeze(0), kv[index, 1].unsqueeze(0), index)
+        keys, values = pool.layer(index, kv[index, 0])
+        keys[:, where, offsets] = kv[index, 0].to(keys.dtype)
+        values[:, where, offsets] = kv[index, 1].to(values.dtype)
     handle.length = n_tokens
-
-
-PAD_ID = 0  # any valid id: padded inputs are masked out
 
 
 def _group_by_length(items: list[tuple[int, list[int]]], slack: float = 1.3, per_row: int = 8
@@ -153,101 +204,25 @@ def _group_by_length(items: list[tuple[int, list[int]]], slack: float = 1.3, per
     return groups
 
 
-def _set_layer(layer: Any, keys: torch.Tensor, values: torch.Tensor) -> None:
-    if not layer.is_initialized:
-        layer.lazy_initialization(keys, values)
-    layer.keys, layer.values = keys, values
-
-
-def prefill_together(model: Any, handles: Sequence[SequenceCache], chunks: Sequence[Sequence[int]],
-                     new_cache: Any, device: str, with_adapters: bool = False) -> list[torch.Tensor]:
-    """Prefill several sequences' prompt chunks in one forward; each keeps its own cache.
-
-    Their caches (L_i tokens each, perhaps none) are left-padded into one batch, the chunks left-padded to
-    the longest (the mask hides every pad, each row has its true positions); afterwards each row's real
-    columns go back into its own cache, so it holds exactly its tokens as if prefilled alone.
-    """
-    lengths = [h.length for h in handles]
-    width, longest = max(lengths), max(len(c) for c in chunks)
-    mask = torch.zeros(len(handles), width + longest, dtype=torch.long)
-    input_ids = torch.full((len(handles), longest), PAD_ID, dtype=torch.long)
-    positions = torch.zeros(len(handles), longest, dtype=torch.long)
-    for r, (length, chunk) in enumerate(zip(lengths, chunks)):
-        mask[r, width - length:width] = 1
-        mask[r, width + longest - len(chunk):] = 1
-        input_ids[r, longest - len(chunk):] = torch.tensor(list(chunk), dtype=torch.long)
-        positions[r] = length + (torch.arange(longest) - (longest - len(chunk))).clamp(min=0)
-    batch = new_cache()
-    if width:
-        template = next(_layers(h.own) for h in handles if h.length)
-        for index, layer in enumerate(_layers(batch)):
-            shape = template[index].keys.shape
-            zeros = template[index].keys.new_zeros(1, shape[1], 0, shape[3])
-            own = [_layers(h.own)[index] if h.length else None for h in handles]
-            keys = torch.cat([_pad_left(o.keys if o else zeros, width - n) for o, n in zip(own, lengths)])
-            values = torch.cat([_pad_left(o.values if o else zeros, width - n) for o, n in zip(own, lengths)])
-            _set_layer(layer, keys, values)
-    extra = {"adapter_names": [h.adapter for h in handles]} if with_adapters else {}
-    out = model(input_ids=input_ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                cache=batch, use_cache=True, logits_to_keep=1, **extra)
-    for r, h in enumerate(handles):
-        columns = mask[r].nonzero().squeeze(1).to(device)
-        for theirs, mine in zip(_layers(h.own), _layers(batch)):
-            _set_layer(theirs, mine.keys[r:r + 1].index_select(2, columns), mine.values[r:r + 1].index_select(2, columns))
-        h.length += len(chunks[r])
-    return [out.logits[r, -1] for r in range(len(handles))]
-
-
-def batched_forward(model: Any, batch: BatchKV, handles: Sequence[SequenceCache],
-                    new_ids: Sequence[Sequence[int]], with_adapters: bool = False, new_cache: Any = None
-                    ) -> torch.Tensor:
-    """Prefill what is not decoding yet (similar-length chunks together, each into its own cache), then
-    decode the rest together in the batch.
-
-    A joined sequence that is not fed in a step has left the batch (as if released),
-    so a handle the caller dropped can never hold the batch up.
-    """
-    fed = set(handles)
-    for h in batch.rows:
-        if h not in fed:
-            h.released = True
-    batch.drop_released()
-    results: dict[int, torch.Tensor] = {}
-    decoding: dict[SequenceCache, int] = {}
-    prefilling: list[tuple[int, list[int]]] = []
-    for i, (h, ids) in enumerate(zip(handles, new_ids)):
-        if len(ids) == 1 and h.length > 0:
-            if not h.joined:
-                batch.join(h)
-            decoding[h] = ids[0]
-        else:
-            if h.joined:
-                raise RuntimeError("a sequence in the batch was fed more than one token")
-            prefilling.append((i, list(ids)))
-    groups = _group_by_length(prefilling) if new_cache is not None else [[item] for item in prefilling]
-    if str(batch.device) == "cpu":
+def batched_forward(model: Any, pool: KVPool, handles: Sequence[SequenceCache],
+                    new_ids: Sequence[Sequence[int]], with_adapters: bool = False) -> torch.Tensor:
+    """Every sequence's next-token logits: the decoding ones (one token each) in one forward, prompt chunks
+    grouped with chunks of similar length."""
+    decoding = [(i, list(ids)) for i, (h, ids) in enumerate(zip(handles, new_ids)) if len(ids) == 1 and h.length]
+    prefilling = [(i, list(ids)) for i, (h, ids) in enumerate(zip(handles, new_ids)) if not (len(ids) == 1 and h.length)]
+    groups = ([decoding] if decoding else []) + _group_by_length(prefilling)
+    if str(pool.device) == "cpu":
         # On a CPU, padding long cached prefixes into one batch costs more memory traffic than the one weight
         # pass it saves (measured: 15 rows of 420 cached + 20 new tokens, 2.5 s together vs 2.2 s one by one);
         # a GPU gains from the single forward whatever the prefix.
         groups = [part for group in groups for part in (
             [[item] for item in group]
-            if max(handles[i].length for i, _ in group) > 4 * max(len(ids) for _, ids in group) else [group])]
+            if len(group[0][1]) > 1 and max(handles[i].length for i, _ in group) > 4 * max(len(ids) for _, ids in group)
+            else [group])]
+    if len(groups) == 1 and [i for i, _ in groups[0]] == list(range(len(handles))):
+        return _run(model, pool, handles, new_ids, with_adapters)  # every row in one forward, in order: no copy
+    results: dict[int, torch.Tensor] = {}
     for group in groups:
-        if len(group) == 1:
-            (i, ids), = group
-            h = handles[i]
-            input_ids = torch.tensor([ids], dtype=torch.long, device=batch.device)
-            extra = {"adapter_names": [h.adapter]} if with_adapters else {}
-            out = model(input_ids=input_ids, cache=h.own, use_cache=True, logits_to_keep=1, **extra)
-            h.length += len(ids)
-            results[i] = out.logits[0, -1]
-        else:
-            rows = prefill_together(model, [handles[i] for i, _ in group], [ids for _, ids in group], new_cache,
-                                    batch.device, with_adapters)
-            results.update({i: row for (i, _), row in zip(group, rows)})
-    if decoding:
-        rows = batch.decode(model, decoding, with_adapters)
-        for i, h in enumerate(handles):
-            if h in rows:
-                results[i] = rows[h]
+        rows = _run(model, pool, [handles[i] for i, _ in group], [ids for _, ids in group], with_adapters)
+        results.update({i: row for (i, _), row in zip(group, rows)})
     return torch.stack([results[i] for i in range(len(handles))])

@@ -86,19 +86,21 @@ class TransformersModel:
     loader = "transformers"
 
     def __init__(self, path: Path, model: Any, tokenizer: Any, device: str, dtype: str):
-        from loaders.kv_batch import BatchKV
-
         self.path, self.name = path, path.stem if path.is_file() else path.name
         self.model, self.device, self.dtype = model, device, dtype
         self.tokenizer = HFTokenizer(tokenizer, eos_ids(getattr(model, "generation_config", None), tokenizer))
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        batched = _plain_dynamic_cache(self._empty_cache())
-        # Sliding-window layers keep only their last W tokens, so their KV cannot be sliced into reusable
-        # blocks: such models neither batch nor cache prefixes (outputs stay exact; the Model tab says so).
+        attention = getattr(model.config, "_attn_implementation", None) or "sdpa"
+        batched = _plain_dynamic_cache(self._empty_cache()) and attention in ("sdpa", "eager")
+        # Sliding-window layers keep only their last W tokens, so their KV cannot be paged into reusable
+        # blocks, and flash attention takes no 4D mask: such models neither batch nor cache prefixes (outputs
+        # stay exact; the Model tab says so).
         self.capabilities = replace(TransformersLoader.capabilities, batched_forward=batched,
                                     prefix_cache="blocks" if batched else "")
-        self._batch = BatchKV(device)
+        from loaders.kv_batch import KVPool
+
+        self._pool = KVPool(device, attention)
         self.adapters = Adapters(model)
         self._instance = uuid.uuid4().hex  # a reload is another instance: its prefix-cache blocks never mix
 
@@ -110,7 +112,10 @@ class TransformersModel:
     def new_cache(self, loras: Selection = ()) -> Any:
         from loaders.kv_batch import SequenceCache
 
-        return SequenceCache(self._empty_cache(), self.adapters.resolve(tuple(loras)))
+        adapter = self.adapters.resolve(tuple(loras))
+        if self.capabilities.batched_forward:
+            return SequenceCache(self._pool, adapter)
+        return SequenceCache(None, adapter, own=self._empty_cache())
 
     def logits(self, ids: Sequence[int], last_only: bool = True, loras: Selection = ()):
         """Logits for ``ids`` run alone, outside the batch (the engine's step is not disturbed).
@@ -143,7 +148,9 @@ class TransformersModel:
         return dict(self.adapters.loaded)
 
     def release(self, cache: Any) -> None:
-        cache.released = True
+        if cache.pool is not None:
+            cache.pool.release(cache)
+        cache.released, cache.own = True, None
 
     # -- prefix cache (see webui/engine/prefix_cache.py) ------------------------------------
     def prefix_namespace(self, loras: Selection = ()) -> str:
@@ -156,14 +163,20 @@ class TransformersModel:
         return instance == self._instance and self.adapters.identity_live(adapters)
 
     def export_kv(self, cache: Any, start: int, end: int) -> tuple[Any, int]:
+        import torch
+
         from loaders.kv_batch import export_kv
 
-        return export_kv(self._batch, cache, start, end)
+        with torch.inference_mode():  # the pool is made in the forward's inference mode
+            return export_kv(self._pool, cache, start, end)
 
     def import_kv(self, cache: Any, blocks: Sequence[Any], n_tokens: int) -> None:
+        import torch
+
         from loaders.kv_batch import import_kv
 
-        import_kv(cache, blocks, n_tokens)
+        with torch.inference_mode():
+            import_kv(self._pool, cache, blocks, n_tokens)
 
     def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]):
         import torch
@@ -173,7 +186,7 @@ class TransformersModel:
         net, with_adapters = self.adapters.model, self.adapters.peft is not None
         with torch.inference_mode():
             if self.capabilities.batched_forward:
-                return batched_forward(net, self._batch, caches, new_ids, with_adapters, self._empty_cache)
+                return batched_forward(net, self._pool, caches, new_ids, with_adapters)
             rows = []
             for handle, ids in zip(caches, new_ids):  # e.g. sliding-window caches: one sequence at a time
                 input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from loaders.kv_batch import BatchKV
+import loaders.kv_batch as kv_batch
 from webui.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
 
 pytestmark = pytest.mark.real_model
@@ -32,13 +32,14 @@ def prompts(model) -> list[list[int]]:
 def widest_batch(monkeypatch):
     """Records the most rows any batched decode step had."""
     seen = [0]
-    original = BatchKV.decode
+    original = kv_batch._run
 
-    def decode(self, model, tokens, *args):
-        seen[0] = max(seen[0], len(self.rows))
-        return original(self, model, tokens, *args)
+    def run(model, pool, handles, chunks, *args):
+        if all(len(c) == 1 for c in chunks):  # a decode step
+            seen[0] = max(seen[0], len(handles))
+        return original(model, pool, handles, chunks, *args)
 
-    monkeypatch.setattr(BatchKV, "decode", decode)
+    monkeypatch.setattr(kv_batch, "_run", run)
     return seen
 
 

@@ -60,24 +60,29 @@ def test_batched_rows_match_solo_through_joins_and_leaves(tiny_model_dir):
     assert len(got[0]) == 9 and len(got[1]) == 4  # sequence 1 left early
 
 
-def test_padding_columns_are_trimmed_when_the_longest_leaves(tiny_model_dir):
+def test_joining_and_leaving_copy_nothing_and_memory_follows_the_tokens_held(tiny_model_dir):
+    """Blocks, not a padded batch: a sequence that leaves gives its blocks back (the others' KV stays where it
+    is: the same storage, not a copy), and a new one reuses them."""
+    from loaders.kv_batch import BLOCK
+
     model = load_model(tiny_model_dir)
+    pool = model._pool
     short, long = model.new_cache(), model.new_cache()
     model.forward([short, long], [[1, 2], list(range(3, 40))])
     model.forward([short, long], [[7], [7]])
-    assert model._batch.width == 38
+    assert len(short.blocks) == 1 and len(long.blocks) == -(-39 // BLOCK) and pool.held == 1 + len(long.blocks)
+    storage = pool.keys[0].data_ptr()
+    kept = pool.keys[0][:, short.blocks].clone()
     model.release(long)
+    assert pool.held == 1
     model.forward([short], [[8]])
-    assert model._batch.width == 4 and len(model._batch.rows) == 1
-
-
-def test_a_joined_sequence_not_fed_leaves_the_batch(tiny_model_dir):
-    model = load_model(tiny_model_dir)
-    a, b = model.new_cache(), model.new_cache()
-    model.forward([a, b], [[1, 2, 3], [4, 5]])
-    model.forward([a, b], [[6], [6]])
-    model.forward([a], [[7]])  # b was dropped without release
-    assert model._batch.rows == [a]
+    assert pool.keys[0].data_ptr() == storage and torch.equal(pool.keys[0][:, short.blocks[:1], :3],
+                                                               kept[:, :, :3])
+    newcomer = model.new_cache()
+    model.forward([newcomer], [list(range(50, 60))])
+    assert set(newcomer.blocks) <= set(range(1, pool.capacity)) and pool.held == 2
+    model.release(short), model.release(newcomer)
+    assert pool.held == 0 and pool.keys == []  # nothing held: the memory is given back
 
 
 def test_prompt_chunks_of_several_sequences_prefill_in_one_forward_like_alone(tiny_model_dir):
@@ -97,7 +102,7 @@ def test_prompt_chunks_of_several_sequences_prefill_in_one_forward_like_alone(ti
     got = model.forward(handles, seconds)
     assert not torch.isnan(got).any()
     for i, h in enumerate(handles):
-        assert h.length == len(firsts[i]) + len(seconds[i]) and h.own.layers[0].keys.shape[2] == h.length
+        assert h.length == len(firsts[i]) + len(seconds[i]) and len(h.blocks) == -(-h.length // 16)
         assert torch.allclose(got[i], expected[i][0], atol=1e-4), f"sequence {i} differs after the padded prefill"
     for step, token in enumerate(cont):
         rows = model.forward(handles, [[token]] * len(handles))
