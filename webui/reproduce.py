@@ -15,6 +15,7 @@ from typing import Any
 
 from webui.engine import GenerationRequest, InvalidParameter, SamplingParams
 from webui.engine.params import specs
+from webui.engine.sampling import DRAW
 
 FORMAT = "llm-workbench.record"
 
@@ -38,6 +39,13 @@ class ReproduceRecord:
     rest, and the reply is the two together."""
     load_options: dict[str, Any] = field(default_factory=dict)
     """The loader's own options the model was loaded with (n_ctx, cache_type, attention...: loaders/options.py)."""
+    draw: int = DRAW
+    """How sampled tokens were drawn (webui.engine.sampling.DRAW); records without it were made with draw 1."""
+
+    @property
+    def other_draw(self) -> bool:
+        """Its seed picked sampled tokens under another draw than this version's: they will not repeat."""
+        return self.draw != DRAW and not self.sampling().greedy
 
     def to_json(self) -> str:
         return _dumps({"format": FORMAT, "version": 1, **asdict(self)})
@@ -142,9 +150,14 @@ def parse_record(text: str) -> ReproduceRecord:
         raise RecordError("a record needs either 'messages' (a chat) or 'prompt' (raw text)")
     if not isinstance(data.get("load_options") or {}, dict):
         raise RecordError("'load_options' must be an object of option names and values")
+    draw = data.get("draw", 1)
+    if not isinstance(draw, int) or isinstance(draw, bool) or not 1 <= draw <= DRAW:
+        raise RecordError(f"'draw' must be a whole number from 1 to {DRAW} (how sampled tokens were drawn), "
+                          f"got {draw!r}")
     record = ReproduceRecord(data["model"], data["params"], data.get("messages"), data.get("prompt"),
                              data.get("loader", "transformers"), data.get("loras") or [], data.get("chat_template"),
-                             data.get("continue_from"), load_options=data.get("load_options") or {})
+                             data.get("continue_from"), load_options=data.get("load_options") or {},
+                             draw=draw)
     record.sampling()  # validates the parameters now
     record.template()
     record._given()

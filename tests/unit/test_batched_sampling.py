@@ -101,3 +101,41 @@ def test_a_step_that_would_leave_no_token_is_skipped_for_that_row_only():
     assert [c.token_id for c in out] == [0, 0]
     greedy = Sampler(SamplingParams(temperature=0, custom_token_bans=(0, 1, 2)), [], 0, 0)
     assert greedy.sample([], torch.tensor([5.0, 1.0, 0.0])).token_id == 0  # banning every token bans none
+
+
+@pytest.mark.parametrize("name", ["mirostat", "adaptive_p", "xtc"])
+def test_stateful_samplers_on_candidates_match_them_on_the_whole_vocabulary(name):
+    """After top_k the stage runs mirostat, adaptive-p and XTC on the k candidates, all rows at once; step by
+    step that keeps what they keep on the full row (top_k applied by hand), and their state follows alike."""
+    from webui.engine.samplers import TopK
+
+    case = dict(EXPECTED["cases"][name], top_k=50)
+    staged = Sampler(params(case), record.EOS, record.PROMPT, seed=4)
+    by_hand = Sampler(params(case), record.EOS, record.PROMPT, seed=4)
+    reference = [p for n, p in by_hand.processors if n == name][0]
+    ids = record.history()
+    for step in range(6):
+        logits = record.logits_at(step)
+        got = staged.process(ids, logits)
+        want = reference.row(ids, TopK(50)([], logits.clone()))
+        assert torch.equal(torch.isfinite(got), torch.isfinite(want)), (name, step)
+        assert torch.allclose(got[torch.isfinite(got)], want[torch.isfinite(want)], atol=1e-5), (name, step)
+        token = int(torch.argmax(got))
+        for observer in staged.observers + by_hand.observers:
+            observer.observe(token)
+        ids = ids + [token]
+    if name == "mirostat":
+        assert staged.processors[-1][1].mu == pytest.approx(reference.mu, rel=1e-5)
+
+
+def test_row_sums_are_the_same_for_a_row_alone_and_in_a_batch_on_several_threads():
+    from webui.engine.rows import row_sums
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.randn(16, 49_153) * 7
+        assert torch.equal(row_sums(x)[5], row_sums(x[5:6])[0])
+        assert torch.allclose(row_sums(x).squeeze(1), x.double().sum(-1).float(), rtol=1e-5)
+    finally:
+        torch.set_num_threads(threads)

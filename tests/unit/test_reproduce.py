@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 
@@ -59,3 +60,30 @@ def test_a_record_keeps_the_load_options_and_refuses_a_malformed_one():
     bad["load_options"] = ["n_ctx=4096"]
     with pytest.raises(RecordError, match="'load_options' must be an object"):
         parse_record(json.dumps(bad))
+
+
+def test_a_record_says_which_draw_picked_its_sampled_tokens():
+    """Records made before the batched sampling stage have no 'draw': their seeds picked tokens by another draw,
+    which a re-run says; greedy records repeat whatever the draw. The response cache keeps sampled cells apart
+    by draw too."""
+    from webui.batch.cache import cache_key
+    from webui.engine.sampling import DRAW
+
+    now = parse_record(record().to_json())
+    assert now.draw == DRAW and not now.other_draw
+    old = json.loads(record().to_json())
+    del old["draw"]
+    assert parse_record(json.dumps(old)).other_draw
+    greedy = json.loads(ReproduceRecord("m", SamplingParams(temperature=0).to_dict(), prompt="x").to_json())
+    del greedy["draw"]
+    assert not parse_record(json.dumps(greedy)).other_draw
+    old["draw"] = "new"
+    with pytest.raises(RecordError, match="'draw' must be a whole number"):
+        parse_record(json.dumps(old))
+    def key_before(params):  # the response cache's key as it was before the draw was part of it
+        request = {"model": "m", "loader": "t", "loras": [], "prompt": "p", "raw": False, "params": params}
+        return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+    sampled, plain = SamplingParams(temperature=0.7, seed=1).to_dict(), SamplingParams(temperature=0).to_dict()
+    assert cache_key("m", "t", [], "p", False, sampled) != key_before(sampled)  # not served from the old draw
+    assert cache_key("m", "t", [], "p", False, plain) == key_before(plain)  # greedy cells made before stay cached

@@ -2,7 +2,8 @@
 
 The key is the SHA-256 of everything that decides the output: the model's name and
 loader, the adapters and their weights, the exact prompt text (after the chat
-template), whether it is raw, and every sampling parameter with the seed. A cell
+template), whether it is raw, and every sampling parameter with the seed (and, when it samples, the version of
+the draw: webui.engine.sampling.DRAW, so a seed's tokens from an older draw are not served). A cell
 is cached only when it finished (not cancelled, no error), so a re-run of a stored
 run after changing one axis computes only the new cells.
 """
@@ -22,8 +23,12 @@ FIELDS = ("output", "finish_reason", "prompt_tokens", "completion_tokens", "cach
 
 
 def cache_key(model: str, loader: str, loras: Any, prompt: str, raw: bool, params: dict[str, Any]) -> str:
+    from webui.engine.sampling import DRAW
+
     request = {"model": model, "loader": loader, "loras": [list(x) for x in loras], "prompt": prompt, "raw": raw,
                "params": params}
+    if params.get("temperature", 1.0) != 0:
+        request["draw"] = DRAW
     return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 

@@ -84,6 +84,9 @@ class InsightController:
             raise UserError(str(exc)) from exc
         note = "" if model.name == record.model else (
             f"Note: the record was made with **{record.model}**; **{model.name}** is loaded now. ")
+        if record.other_draw:
+            note += ("Note: this record's sampled tokens were drawn the way versions before the batched sampling "
+                     "stage drew them; the same seed now draws other tokens (greedy records repeat exactly). ")
         given = " (after the reply's given start)" if record.continue_from else ""
         return record.reply(model.tokenizer, list(result.token_ids), result.text), (
             f"{note}{result.usage.completion_tokens} tokens{given} · finish: {result.finish_reason} · "

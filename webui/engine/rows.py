@@ -73,6 +73,15 @@ def window_span(length: int, start: int, last_n: int) -> tuple[int, int]:
     return (max(start, length - last_n) if last_n > 0 else start), length
 
 
+def row_sums(t: torch.Tensor, parts: int = 64) -> torch.Tensor:
+    """Each row's sum [rows, 1], the same for a row alone as in any batch: the row is cut into ``parts`` pieces
+    summed one output each (parallel threads split outputs, never a piece), then added in order."""
+    pad = (-t.shape[-1]) % parts
+    if pad:
+        t = torch.nn.functional.pad(t, (0, pad))
+    return t.reshape(t.shape[0], parts, -1).sum(-1).cumsum(-1)[:, -1:]
+
+
 def per_row(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
     """A [rows, 1] column of per-row parameters in ``like``'s dtype and device."""
     return torch.tensor(values, dtype=like.dtype, device=like.device).unsqueeze(1)

@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 import torch
 
-from webui.engine.rows import NEG_INF, Candidates, Rows, State, dense, per_row, top_candidates, window_span
+from webui.engine.rows import (NEG_INF, Candidates, Rows, State, dense, per_row, row_sums, top_candidates,
+                               window_span)
 
 
 class Processor:
@@ -360,7 +361,7 @@ class MinP(Processor):
     @classmethod
     def batch(cls, procs, rows, x):
         probs = x.softmax(-1)
-        return x.masked_fill(probs < per_row([p.p for p in procs], probs) * probs.max(-1, keepdim=True).values,
+        return x.masked_fill(probs < per_row([p.p for p in procs], probs) * probs.amax(-1, keepdim=True),
                              NEG_INF)
 
     @classmethod
@@ -381,7 +382,7 @@ class TopA(Processor):
     @classmethod
     def batch(cls, procs, rows, x):
         probs = x.softmax(-1)
-        return x.masked_fill(probs < per_row([p.a for p in procs], probs) * probs.max(-1, keepdim=True).values ** 2,
+        return x.masked_fill(probs < per_row([p.a for p in procs], probs) * probs.amax(-1, keepdim=True) ** 2,
                              NEG_INF)
 
     @classmethod
@@ -403,7 +404,7 @@ class EpsilonCutoff(Processor):
     @classmethod
     def batch(cls, procs, rows, x):
         probs = x.softmax(-1)
-        low = (probs < per_row([p.epsilon for p in procs], probs)) & (probs < probs.max(-1, keepdim=True).values)
+        low = (probs < per_row([p.epsilon for p in procs], probs)) & (probs < probs.amax(-1, keepdim=True))
         return x.masked_fill(low, NEG_INF)
 
     @classmethod
@@ -526,12 +527,12 @@ class TopNSigma(Processor):
 
     @classmethod
     def batch(cls, procs, rows, x):
-        finite = torch.isfinite(x)
+        finite = x > NEG_INF
         count = finite.sum(-1, keepdim=True)
-        mean = torch.where(finite, x, 0.0).cumsum(-1)[:, -1:] / count  # running sums: the same alone or batched
+        mean = row_sums(torch.where(finite, x, 0.0)) / count
         deviation = torch.where(finite, x - mean, 0.0)
-        spread = (deviation * deviation).cumsum(-1)[:, -1:] / count
-        cutoff = x.max(-1, keepdim=True).values - per_row([p.n for p in procs], x) * spread.sqrt()
+        spread = row_sums(deviation * deviation) / count
+        cutoff = x.amax(-1, keepdim=True) - per_row([p.n for p in procs], x) * spread.sqrt()
         return x.masked_fill(x < torch.where(count > 1, cutoff, NEG_INF), NEG_INF)
 
     @classmethod
@@ -563,6 +564,19 @@ class Xtc(Processor):
         if self.protected.numel() and drop[torch.isin(tokens, self.protected.to(logits.device))].any():
             return logits
         return logits.masked_fill(drop, NEG_INF)
+
+    @classmethod
+    def candidates(cls, procs, rows, c):
+        """Candidates are sorted, so the top choices are the first columns; one draw per row, as ``row``."""
+        device = c.values.device
+        fire = [float(torch.rand((), generator=p.ctx.rng(device), device=device)) < p.probability for p in procs]
+        probs = c.values.softmax(-1)
+        drop = torch.zeros_like(probs, dtype=torch.bool)
+        drop[:, :-1] = probs[:, 1:] >= per_row([p.threshold for p in procs], probs)
+        drop &= torch.tensor(fire, device=device).unsqueeze(1)
+        protected = torch.stack([torch.isin(c.index[r], p.protected.to(device)) for r, p in enumerate(procs)])
+        drop &= ~(drop & protected).any(-1, keepdim=True)
+        return Candidates(c.values.masked_fill(drop, NEG_INF), c.index, c.vocab)
 
 
 class DynamicTemperature(Processor):
@@ -600,7 +614,7 @@ class QuadraticSampling(Processor):
 
     @classmethod
     def batch(cls, procs, rows, x):
-        top = x.max(-1, keepdim=True).values
+        top = x.amax(-1, keepdim=True)
         d = x - top
         bend = torch.addcmul(-per_row([p.k * p.factor for p in procs], x), d, per_row([p.s * p.factor for p in procs], x))
         shaped = torch.addcmul(top, bend, d * d)  # a token at -inf comes out -inf, or NaN where s is 0
@@ -631,6 +645,15 @@ class Mirostat(Processor):
         self.kept_logp, self.index = out.log_softmax(-1), index
         return out
 
+    @classmethod
+    def candidates(cls, procs, rows, c):
+        drop = -c.values.log_softmax(-1) / math.log(2) > per_row([p.mu for p in procs], c.values)
+        values = c.drop(drop & (c.values < c.values[:, :1])).values  # sorted: the top one is the first
+        kept = values.log_softmax(-1)
+        for r, p in enumerate(procs):
+            p.kept_logp, p.index = kept[r], c.index[r]
+        return Candidates(values, c.index, c.vocab)
+
     def observe(self, token: int) -> None:
         place = _token_position(self.index, token) if self.kept_logp is not None else None
         if place is not None:
@@ -654,11 +677,22 @@ class AdaptiveP(Processor):
 
     def row(self, ids, logits, index=None):
         self.probs, self.index = logits.softmax(-1), index
-        average = self.weighted_sum / self.total_weight if self.total_weight > 0 else self.target
-        adapted = max(0.0, min(1.0, 2.0 * self.target - average))
-        dist = ((self.probs - adapted) / self.WIDTH).abs()
+        dist = ((self.probs - self.adapted()) / self.WIDTH).abs()
         shaped = self.PEAK - self.SHARPNESS * dist * dist / (1.0 + dist)
         return torch.where(torch.isfinite(logits), shaped, logits)
+
+    def adapted(self) -> float:
+        average = self.weighted_sum / self.total_weight if self.total_weight > 0 else self.target
+        return max(0.0, min(1.0, 2.0 * self.target - average))
+
+    @classmethod
+    def candidates(cls, procs, rows, c):
+        probs = c.values.softmax(-1)
+        dist = ((probs - per_row([p.adapted() for p in procs], probs)) / cls.WIDTH).abs()
+        shaped = cls.PEAK - cls.SHARPNESS * dist * dist / (1.0 + dist)
+        for r, p in enumerate(procs):
+            p.probs, p.index = probs[r], c.index[r]
+        return Candidates(torch.where(torch.isfinite(c.values), shaped, c.values), c.index, c.vocab)
 
     def observe(self, token: int) -> None:
         place = _token_position(self.index, token) if self.probs is not None else None

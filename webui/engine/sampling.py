@@ -30,7 +30,12 @@ __all__ = ["AdaptiveP", "CountPenalty", "Dry", "DynamicTemperature", "EncoderRep
            "EpsilonCutoff", "EtaCutoff", "Guidance", "LogitBias", "MinP", "Mirostat", "NoRepeatNGram",
            "QuadraticSampling", "RepetitionPenalty", "TailFree", "TokenBans", "TopA", "TopK", "TopNSigma", "TopP",
            "Temperature", "TypicalP", "Xtc", "Sampler", "SamplingContext", "TokenChoice", "sample_rows", "build_processors",
-           "active_samplers", "sampler_order", "CONSTRAINTS", "DRAW_ONLY"]
+           "active_samplers", "sampler_order", "CONSTRAINTS", "DRAW_ONLY", "DRAW"]
+
+DRAW = 2
+"""How a sampled token is drawn from its row's probabilities, for records and caches: 1, ``torch.multinomial``
+on each row (before #29); 2, the inverse CDF with one uniform number from the row's generator. A seed gives the
+same tokens only under the same draw; greedy tokens do not depend on it."""
 
 # CFG and the constraints always run first, before the samplers in ``sampler_priority``'s order.
 CONSTRAINTS: tuple[str, ...] = ("cfg", "structured_outputs", "logit_bias", "token_bans", "eos_ban")
@@ -167,7 +172,8 @@ class Sampler:
         self.processors = build_processors(params, self.context)
         self.observers = [p for _, p in self.processors if hasattr(p, "observe")]  # mirostat, adaptive-p, grammars
         # rows with the same key go through the stage together (one top_k: every row keeps as many as alone)
-        self.key = (tuple(name for name, _ in self.processors), params.greedy, params.top_k)
+        names = tuple(name for name, _ in self.processors)
+        self.key = (names, params.greedy, params.top_k if "top_k" in names else 0)
 
     @property
     def grammar_done(self) -> bool:
@@ -229,8 +235,8 @@ def draw(samplers: Sequence[Sampler], state: torch.Tensor | Candidates) -> tuple
     each row whether it had any token to draw."""
     values = state.values if isinstance(state, Candidates) else state
     if samplers[0].params.greedy:
-        places = values.argmax(-1, keepdim=True)
-        drawable = torch.isfinite(values.gather(1, places))
+        best = values.max(-1, keepdim=True)  # the first of equal maxima, as argmax
+        places, drawable = best.indices, best.values > NEG_INF
     else:
         device = values.device
         u = torch.stack([torch.rand((), generator=s.context.rng(device), device=device, dtype=torch.float64)
@@ -244,7 +250,7 @@ def draw(samplers: Sequence[Sampler], state: torch.Tensor | Candidates) -> tuple
         drawable = torch.isfinite(total) & (total > 0)
         places = torch.searchsorted(running, (u * total.double()).to(running.dtype), right=True)
         positions = torch.arange(weights.shape[1], device=device).expand_as(weights)
-        last = torch.where(weights > 0, positions, -1).max(-1, keepdim=True).values  # rounding never goes past it
+        last = torch.where(weights > 0, positions, -1).amax(-1, keepdim=True)  # rounding never goes past it
         places = torch.minimum(places, last).clamp(min=0)
     if isinstance(state, Candidates):
         places = state.index.gather(1, places)
