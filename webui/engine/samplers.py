@@ -569,11 +569,12 @@ class Xtc(Processor):
     def candidates(cls, procs, rows, c):
         """Candidates are sorted, so the top choices are the first columns; one draw per row, as ``row``."""
         device = c.values.device
-        fire = [float(torch.rand((), generator=p.ctx.rng(device), device=device)) < p.probability for p in procs]
+        draws = torch.stack([torch.rand((), generator=p.ctx.rng(device), device=device) for p in procs])
         probs = c.values.softmax(-1)
         drop = torch.zeros_like(probs, dtype=torch.bool)
         drop[:, :-1] = probs[:, 1:] >= per_row([p.threshold for p in procs], probs)
-        drop &= torch.tensor(fire, device=device).unsqueeze(1)
+        draws = draws.double().unsqueeze(1)  # compared as ``row`` compares them, and with no host sync
+        drop &= draws < per_row([p.probability for p in procs], draws)
         protected = torch.stack([torch.isin(c.index[r], p.protected.to(device)) for r, p in enumerate(procs)])
         drop &= ~(drop & protected).any(-1, keepdim=True)
         return Candidates(c.values.masked_fill(drop, NEG_INF), c.index, c.vocab)
