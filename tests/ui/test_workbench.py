@@ -164,6 +164,38 @@ def test_parameters_persist_across_reload(server, browser):
     page.close()
 
 
+def test_numbers_typed_at_a_persons_speed_are_saved_exactly_as_typed(server, browser):
+    """#30 (2): every keystroke saves, and the last value typed is the one kept; before, a keystroke that came
+    while the previous one's save was still running was dropped (64 was saved as 6, 0.45 as 0.4)."""
+    page = open_page(browser, server.url)
+    tab(page, "Parameters")
+    settings = server.user_data / "settings.json"
+
+    def saved(name: str):
+        return json.loads(settings.read_text())["params"].get(name)
+
+    for name, selector, typed in (("max_new_tokens", "#params-max_new_tokens input", ["64", "48", "32", "96"]),
+                                  ("temperature", "#params-temperature input[type=number]", ["0.45", "1.25"])):
+        box = page.locator(selector)
+        for value in typed:
+            box.click()
+            box.press("Control+a")
+            box.press_sequentially(value, delay=60)  # a person typing, not a paste
+            box.press("Enter")
+            deadline = time.monotonic() + 15
+            while saved(name) != float(value) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.8)  # a save of an earlier keystroke arriving late would land now
+            assert saved(name) == float(value), (name, value, saved(name))
+    page.reload()
+    page.wait_for_selector("#chat-message textarea")
+    tab(page, "Parameters")
+    page.wait_for_function("() => document.querySelector('#params-max_new_tokens input').value === '96'",
+                           timeout=30_000)
+    assert page.locator("#params-temperature input[type=number]").input_value() == "1.25"
+    page.close()
+
+
 def test_the_sampler_order_is_shown_and_a_new_order_is_kept(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=4)
     choose_preset(page, "Balanced", "0.7")

@@ -16,6 +16,12 @@ import gradio as gr
 from webui.controllers import UserError
 
 
+SAVES = {"trigger_mode": "always_last", "show_progress": "hidden"}
+"""How every event that keeps what the user typed is wired: the last value typed is always the one saved. Gradio's
+default for ``.input`` ("once") drops a keystroke that comes while the previous keystroke's save is running, so
+typing 32 at a person's speed saved 3."""
+
+
 def session_key(request: gr.Request | None, panel: str) -> tuple[str, str]:
     """The running request's key: the browser tab (Gradio's session hash) and the panel."""
     return ((request.session_hash if request is not None else None) or "anonymous", panel)

@@ -11,7 +11,7 @@ from webui.controllers import UserError
 from webui.controllers.parameters import ParametersController, pipeline_text
 from webui.engine.params import SamplingParams, specs
 from webui.services import Services
-from webui.ui.feedback import shows_errors
+from webui.ui.feedback import SAVES, shows_errors
 from webui.ui.params_panel import ParamsPanel, build_params_panel
 
 
@@ -122,8 +122,7 @@ def _wire_controls(tab: ParametersTab) -> None:
         # Text boxes: every change (a paste or a deletion is not always an input event). The others: what the
         # user does (a preset or a reload setting all of them must not queue a check per control).
         event = control.change if specs()[name].widget in ("lines", "text", "json", "constraint") else control.input
-        event(functools.partial(remember, name), {*inputs, tab.note}, [tab.preset, tab.note, tab.running],
-              show_progress="hidden")
+        event(functools.partial(remember, name), {*inputs, tab.note}, [tab.preset, tab.note, tab.running], **SAVES)
 
 
 def slider_end(name: str, value) -> float | None:

@@ -16,6 +16,7 @@ import gradio as gr
 from webui.controllers.parameters import (CONSTRAINT_FORMS, CONSTRAINT_HINTS, constraint_fields, constraint_json,
                                           pipeline_text, same_constraint, values_from_params)
 from webui.engine.params import ParamSpec, SamplingParams, specs
+from webui.ui.feedback import SAVES
 
 COLUMNS = (("Sampling", "Temperature shaping", "Mirostat and adaptive-p", "Guidance (CFG)", "Constrain output"),
            ("Sampler order", "Repetition", "Length, stops and tokens"))
@@ -113,8 +114,8 @@ def _constraint_controls(name: str, value: str) -> tuple[gr.Dropdown, gr.Textbox
         new = constraint_json(chosen, typed)
         return gr.skip() if same_constraint(new, current) else new
 
-    form.input(from_form, [form, text, held], [held, text], show_progress="hidden")
-    text.change(from_text, [form, text, held], held, show_progress="hidden")  # typed, pasted or deleted
+    form.input(from_form, [form, text, held], [held, text], **SAVES)
+    text.change(from_text, [form, text, held], held, **SAVES)  # typed, pasted or deleted
     return form, text, held
 
 
