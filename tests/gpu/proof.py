@@ -4,7 +4,7 @@
 
 Each section loads the default model through one loader of ours with its load options, and
 writes one JSON line to DIR/proof.jsonl: tokens/s of one stream and of 16 concurrent streams
-through our Engine (greedy, exactly N new tokens each), time to first token, and the greedy
+through our Engine (greedy, and with #29's common samplers; exactly N new tokens each), time to first token, and the greedy
 tokens for four chat prompts compared with transformers' (the transformers section writes
 that reference, in bfloat16 and float16). transformers also gets the raw library call
 (``model.generate``) side by side, one stream and a padded batch of 16.
@@ -55,8 +55,13 @@ def greedy(engine: Engine, texts: list[str], n: int = 32) -> list[list[int]]:
     return [list(engine.generate(GenerationRequest(t, params, add_special_tokens=False)).token_ids) for t in texts]
 
 
-def rates(engine: Engine, texts: list[str]) -> dict:
-    params = SamplingParams(temperature=0, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, ban_eos=True)
+COMMON = dict(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1)  # #29's common samplers
+
+
+def rates(engine: Engine, texts: list[str], sampling: dict | None = None, prefix: str = "") -> dict:
+    """Tokens/s and time to first token of one stream, then of 16 at once; greedy unless ``sampling``."""
+    params = SamplingParams(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, ban_eos=True, seed=1,
+                            **(sampling or {"temperature": 0}))
     engine.generate(GenerationRequest(texts[0], SamplingParams(temperature=0, max_new_tokens=4),
                                       add_special_tokens=False))  # warm-up
     start = time.perf_counter()
@@ -68,9 +73,9 @@ def rates(engine: Engine, texts: list[str]) -> dict:
     results = [s.result() for s in streams]
     wall = time.perf_counter() - start
     firsts = sorted(r.timings.first_token for r in results if r.timings.first_token is not None)
-    return {"tok_s_1": round(single, 1), "ttft_1_ms": round(1000 * (one.timings.first_token or 0), 1),
-            f"tok_s_{STREAMS}": round(sum(r.usage.completion_tokens for r in results) / wall, 1),
-            f"ttft_{STREAMS}_median_ms": round(1000 * firsts[len(firsts) // 2], 1) if firsts else None}
+    return {f"{prefix}tok_s_1": round(single, 1), f"{prefix}ttft_1_ms": round(1000 * (one.timings.first_token or 0), 1),
+            f"{prefix}tok_s_{STREAMS}": round(sum(r.usage.completion_tokens for r in results) / wall, 1),
+            f"{prefix}ttft_{STREAMS}_median_ms": round(1000 * firsts[len(firsts) // 2], 1) if firsts else None}
 
 
 def differences(ours: list[list[int]], theirs: list[list[int]]) -> list[int | None]:
@@ -91,7 +96,8 @@ def run(loader: str, path: Path, options: LoadOptions) -> tuple[dict, list[list[
         texts = prompts(model)
         tokens = greedy(engine, texts)
         row = {"loader": loader, "options": dict(options.extra), "device": model.device, "dtype": model.dtype,
-               "load_s": round(loaded, 1), "memory_mib": round(model.memory_bytes() / 2**20), **rates(engine, texts)}
+               "load_s": round(loaded, 1), "memory_mib": round(model.memory_bytes() / 2**20), **rates(engine, texts),
+               **rates(engine, texts, COMMON, "common_")}
         return row, tokens
     finally:
         engine.close()
@@ -136,6 +142,12 @@ def section_transformers(out: Path) -> list[dict]:
     row, bf16 = run("transformers", folder, LoadOptions(device=DEVICE, dtype="bfloat16",
                                                         extra={"attn_implementation": "sdpa"}))
     row.update(raw_generate(folder))
+    row["targets_29"] = {  # #29: bfloat16, greedy and the common samplers
+        f"{kind} 1 stream >= 200 tok/s": row[f"{p}tok_s_1"] >= 200 for kind, p in (("greedy", ""), ("common", "common_"))}
+    for kind, p in (("greedy", ""), ("common", "common_")):
+        row["targets_29"][f"{kind} {STREAMS} streams >= 2000 tok/s"] = row[f"{p}tok_s_{STREAMS}"] >= 2000
+        row["targets_29"][f"{kind} {STREAMS} streams >= 2x generate's"] = (
+            row[f"{p}tok_s_{STREAMS}"] >= 2 * row[f"raw_generate_tok_s_{STREAMS}"])
     fp16_row, fp16 = run("transformers", folder, LoadOptions(device=DEVICE, dtype="float16"))
     fp32 = greedy_only("transformers", folder, LoadOptions(device=DEVICE, dtype="float32"))
     REFERENCE.write_text(json.dumps({"bfloat16": bf16, "float16": fp16, "float32": fp32}))
