@@ -324,3 +324,10 @@ def test_a_chats_parameters_can_be_taken_back(session, services):
     assert services.settings.get().params["top_k"] == 7 and services.settings.get().last_preset is None
     with pytest.raises(UserError, match="no reply made here yet"):
         session.chat_params(session.chats.create().id)
+
+
+def test_a_chat_sent_to_the_notebook_ends_with_its_last_reply_so_generate_continues_it(session):
+    done = list(session.send(None, "Hello there", "", GREEDY, KEY))[-1]
+    reply = session.chats.messages(done.chat_id)[-1].content
+    text = session.as_text(done.chat_id)
+    assert text.endswith(reply) and text.count("<|im_start|>assistant") == 1  # no second, empty reply opened

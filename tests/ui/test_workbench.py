@@ -306,6 +306,14 @@ def test_start_reply_with_impersonate_and_send_to_notebook(server, browser):
     page.locator("#chat-to-notebook").click()
     page.wait_for_function("() => { const t = document.querySelector('#notebook-text textarea');"  # the tab shows
                            " return t && t.value.includes('<|im_start|>assistant\\nBlue is'); }", timeout=30_000)
+    # #30 (5): the text ends with the last reply itself, so Generate continues it (no second, empty reply opened)
+    reply = last_reply(server.user_data, "What color is the sky?")[1]
+    sent = page.locator("#notebook-text textarea").input_value()
+    assert sent.endswith(reply) and sent.count("<|im_start|>assistant") == 1, sent[-200:]
+    page.locator("#notebook-generate").click()
+    wait_text(page, "#notebook-stats", "finish:")
+    grown = page.locator("#notebook-text textarea").input_value()
+    assert grown.startswith(sent) and grown.count("<|im_start|>assistant") == 1, grown[-200:]
     page.close()
 
 

@@ -264,14 +264,17 @@ class ChatSession:
             raise UserError(str(exc)) from exc
 
     def as_text(self, chat_id: int | None) -> str:
-        """The chat as the model reads it, ready for the next reply (for the Notebook, to go on by hand)."""
+        """The chat as the model reads it, for the Notebook to go on by hand: ending with the last reply itself
+        (no end of turn), so Generate continues it; or, after the user's message, with the reply's opening."""
         cid = self._require(chat_id)
         model = self.services.models.loaded
         if model is None or model.capabilities.text_only:
             raise UserError("Sending a chat to the Notebook needs a local model (its template writes the text).")
+        history = self.chats.messages(cid)
         try:
-            return render_chat_prompt(model.tokenizer, turns_of(self.chats.messages(cid)),
-                                      self.chats.get(cid).system_prompt, template=self.template(model))
+            return render_chat_prompt(model.tokenizer, turns_of(history), self.chats.get(cid).system_prompt,
+                                      continue_last=bool(history) and history[-1].role == "assistant",
+                                      template=self.template(model))
         except ChatPromptError as exc:
             raise UserError(str(exc)) from exc
 
