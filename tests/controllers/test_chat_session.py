@@ -331,3 +331,18 @@ def test_a_chat_sent_to_the_notebook_ends_with_its_last_reply_so_generate_contin
     reply = session.chats.messages(done.chat_id)[-1].content
     text = session.as_text(done.chat_id)
     assert text.endswith(reply) and text.count("<|im_start|>assistant") == 1  # no second, empty reply opened
+
+
+def test_a_reply_cut_off_by_closing_the_tab_is_stored_as_stop_stores_it(session):
+    """#30 (6): Gradio closes the handler's generator when the tab goes away; the request ends (cancelled) and the
+    reply is stored with its stats, marked as Stop marks it."""
+    views = session.send(None, "Tell me a long story", "", GREEDY.replace(max_new_tokens=200), KEY)
+    for view in views:
+        if view.messages and view.messages[-1]["role"] == "assistant" and len(view.messages[-1]["content"]) > 5:
+            break
+    views.close()
+    reply = session.chats.messages(view.chat_id)[-1]
+    assert reply.role == "assistant" and reply.stats and reply.stats["finish_reason"] == "cancelled"
+    assert "finish: cancelled" in reply.stats["summary"] and reply.stats["completion_tokens"] < 200
+    assert len(reply.stats["token_ids"]) == reply.stats["completion_tokens"]
+    assert session.active.cancel(KEY) is False  # nothing of it is still running

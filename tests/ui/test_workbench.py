@@ -317,6 +317,22 @@ def test_start_reply_with_impersonate_and_send_to_notebook(server, browser):
     page.close()
 
 
+def test_a_reply_cut_off_by_a_reload_is_stored_as_stop_stores_it(server, browser):
+    """#30 (6): reloading the tab mid-reply ends the request; the reply keeps its stats, marked cancelled."""
+    question = "Write a long story about a lighthouse keeper and his cat."
+    page = ready_page(browser, server.url, max_new_tokens=300)
+    send(page, question)
+    page.wait_for_function("() => { const b = document.querySelectorAll('#chat-log [data-testid=bot]');"
+                           " return b.length && b[b.length - 1].innerText.length > 30; }", timeout=LONG)
+    page.reload()
+    reply = reply_when(server.user_data, question, lambda r: r[2] is not None)
+    stats = json.loads(reply[2] or "null")
+    assert stats and stats["finish_reason"] == "cancelled" and stats["completion_tokens"] < 300, reply
+    page.wait_for_selector("#chat-message textarea")
+    wait_text(page, "#chat-log", "finish: cancelled", 30_000)  # the reloaded page shows it as Stop leaves it
+    page.close()
+
+
 def test_rename_search_and_delete(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=4)
     send(page, "Where do penguins live?")

@@ -9,6 +9,7 @@ return what the tab shows (a ChatView), so no panel can describe another chat.
 from __future__ import annotations
 
 import html
+import itertools
 import re
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -21,7 +22,7 @@ from webui.chat.context import FittedChat, fit_chat, kept_messages, left_out
 from webui.chat.templates import STOPS, ChatTemplate, TemplateError, from_record
 from webui.engine.sequence import token_budget
 from webui.controllers.errors import UserError
-from webui.controllers.generation import ActiveRequests, stats_text, stream_request, stream_text
+from webui.controllers.generation import STOP, ActiveRequests, stats_text, stream_request, stream_text
 from webui.engine import GenerationEvent, SamplingParams
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
 from webui.reproduce import ReproduceRecord, record_for_reply
@@ -512,11 +513,13 @@ class ChatSession:
         base, ids, rows = before[0], list(before[1]), list(before[2])
         head = self.view(cid)  # title and system prompt stay while it streams: one query per token, not two
         versions = None  # the chat's version numbers change only when the reply is first stored
-        for text, event in events:
+
+        def keep(text: str, event: GenerationEvent) -> ChatView | None:
+            nonlocal target, versions, ids, rows
             ids += event.token_ids
             rows += token_rows(event.logprobs)
             if not (event.text or event.finish_reason):
-                continue
+                return None
             content, final = base + text, event.finish_reason is not None
             stat = self._final_stats(event, sampling, model, template, before, ids, rows, fitted) if final else None
             if target is None and (content or final):
@@ -525,5 +528,18 @@ class ChatSession:
             elif target is not None:
                 self.chats.update(target.id, content=content, stats=stat)
             versions = versions if versions is not None else self.chats.version_numbers(cid)
-            yield replace(head, messages=to_chatbot(self.chats.messages(cid), versions),
-                          stats=stat["summary"] if final else "generating…")
+            return replace(head, messages=to_chatbot(self.chats.messages(cid), versions),
+                           stats=stat["summary"] if final else "generating…")
+
+        try:
+            for text, event in events:
+                view = keep(text, event)
+                if view is not None:
+                    yield view
+        except GeneratorExit:  # the tab was closed or reloaded mid-reply: stored as Stop stores it, then gone
+            try:
+                for text, event in itertools.chain([events.send(STOP)], events):
+                    keep(text, event)
+            except (StopIteration, UserError):
+                pass
+            raise

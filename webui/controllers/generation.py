@@ -103,6 +103,12 @@ def stats_text(event: GenerationEvent) -> str:
             f"{t.tokens_per_second:.1f} tok/s · finish: {reason} · seed {event.seed}")
 
 
+STOP = object()
+"""Sent into a ``stream_text`` generator (``.send(STOP)``) by a caller whose page went away mid-reply: the request is
+cancelled, and iterating on gives the rest of its events up to the final one, so the caller can store the reply
+marked as cut off."""
+
+
 def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str], prompt: str | list[int],
                 params: SamplingParams, add_special_tokens: bool, messages: list[dict[str, str]] | None = None,
                 logprobs: int | None = None) -> Iterator[tuple[str, GenerationEvent]]:
@@ -131,7 +137,8 @@ def stream_request(services: Services, active: ActiveRequests, key: tuple[str, s
     try:
         for event in stream:
             text += event.text
-            yield text, event
+            if (yield text, event) is STOP:  # the caller's page went away: end the request as Stop does
+                stream.cancel()  # the events up to its final one (finish "cancelled") still come
     except EngineError as exc:
         raise UserError(str(exc)) from exc
     finally:
