@@ -346,3 +346,16 @@ def test_a_reply_cut_off_by_closing_the_tab_is_stored_as_stop_stores_it(session)
     assert "finish: cancelled" in reply.stats["summary"] and reply.stats["completion_tokens"] < 200
     assert len(reply.stats["token_ids"]) == reply.stats["completion_tokens"]
     assert session.active.cancel(KEY) is False  # nothing of it is still running
+
+
+def test_oldest_turns_left_out_by_truncation_length_say_so(session):
+    """#30 (7): the note names the limit that left them out: truncation_length, not a full context."""
+    params = GREEDY.replace(max_new_tokens=8, truncation_length=80)
+    chat_id = None
+    for n in range(4):
+        chat_id = last(session.send(chat_id, f"Message number {n}: " + "word " * 12, "", params, KEY)).chat_id
+    reply = session.chats.messages(chat_id)[-1]
+    assert reply.stats["dropped"] >= 2 and reply.stats["dropped_over"] == 80
+    assert "not sent (over truncation_length 80)" in session.view(chat_id).stats
+    assert "the context is full" not in session.view(chat_id).stats
+    assert "over truncation_length 80" in session.inspect(chat_id).note

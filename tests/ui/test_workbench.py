@@ -13,7 +13,8 @@ import pytest
 from tests.conftest import random_lora
 from tests.e2e.server import running_server, user_data_with_default_model
 from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, code_text, export_file, open_page, ready_page,
-                            screenshot, send, tab, toast, upload_file, wait_reply_done, wait_text)
+                            screenshot, send, set_number, tab, toast, upload_file, wait_new_reply, wait_reply_done,
+                            wait_text)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -331,6 +332,24 @@ def test_a_reply_cut_off_by_a_reload_is_stored_as_stop_stores_it(server, browser
     page.wait_for_selector("#chat-message textarea")
     wait_text(page, "#chat-log", "finish: cancelled", 30_000)  # the reloaded page shows it as Stop leaves it
     page.close()
+
+
+def test_the_note_on_left_out_turns_names_truncation_length(server, browser):
+    """#30 (7): a chat cut to fit truncation_length says so, not that the context is full."""
+    page = ready_page(browser, server.url, max_new_tokens=8)
+    tab(page, "Parameters")
+    set_number(page, "params-truncation_length", 120)
+    try:
+        for n in range(3):
+            send(page, f"Question number {n}: name one colour of the rainbow and say why people like it.")
+            wait_new_reply(page, n)
+        wait_text(page, "#chat-stats", "not sent (over truncation_length 120)", 30_000)
+        assert "the context is full" not in page.locator("#chat-stats").inner_text()
+    finally:
+        tab(page, "Parameters")
+        set_number(page, "params-truncation_length", 0)
+        page.wait_for_timeout(1000)
+        page.close()
 
 
 def test_rename_search_and_delete(server, browser):

@@ -20,17 +20,21 @@ class FittedChat:
     """What was sent: the system prompt and the messages kept."""
     dropped: int = 0
     """How many of the oldest messages were left out."""
+    truncation_length: int = 0
+    """The limit that left them out when it was truncation_length, not the model's context (0)."""
 
     @property
     def note(self) -> str:
-        return left_out(self.dropped)
+        return left_out(self.dropped, self.truncation_length)
 
 
-def left_out(dropped: int) -> str:
-    """What a reply says when the oldest messages were not sent ("" when none were left out)."""
+def left_out(dropped: int, truncation_length: int = 0) -> str:
+    """What a reply says when the oldest messages were not sent ("" when none were left out), naming the limit:
+    the model's context, or truncation_length when that was set below it."""
     if not dropped:
         return ""
-    return f"{dropped} oldest message{'s were' if dropped > 1 else ' was'} not sent (the context is full)"
+    why = f"over truncation_length {truncation_length}" if truncation_length else "the context is full"
+    return f"{dropped} oldest message{'s were' if dropped > 1 else ' was'} not sent ({why})"
 
 
 def kept_messages(messages: list[dict[str, str]], dropped: int) -> list[dict[str, str]]:

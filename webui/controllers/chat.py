@@ -380,7 +380,7 @@ class ChatSession:
             seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, sent, template=template), False)
         except (InsightUnavailable, ChatPromptError, UserError) as exc:
             return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
-        return MessageInspection(which, seen, left_out(dropped), record)
+        return MessageInspection(which, seen, left_out(dropped, stats.get("dropped_over", 0) if reply else 0), record)
 
     def last_tokens(self, chat_id: int | None, index: int | None = None) -> tuple[list[dict[str, Any]], bool]:
         """The token rows of reply ``index`` (None, or not a reply: the last reply), and whether they can be
@@ -455,9 +455,11 @@ class ChatSession:
                 return FittedChat(render_chat_prompt(model.tokenizer, turns, system_prompt,
                                                      continue_last=continue_last, template=template),
                                   chat_messages(turns, system_prompt))
-            return fit_chat(model.tokenizer, turns, system_prompt,
-                            max(1, token_budget(model, sampling) - sampling.max_new_tokens - reserve), template,
-                            continue_last, self.services.settings.get().context_policy)
+            fitted = fit_chat(model.tokenizer, turns, system_prompt,
+                              max(1, token_budget(model, sampling) - sampling.max_new_tokens - reserve), template,
+                              continue_last, self.services.settings.get().context_policy)
+            limit = sampling.truncation_length
+            return replace(fitted, truncation_length=limit if 0 < limit < model.context_length else 0)
         except ChatPromptError as exc:
             raise UserError(str(exc)) from exc
 
@@ -504,6 +506,8 @@ class ChatSession:
                     stat["summary"].split(" · ", 1)[1]
         if fitted is not None and fitted.dropped:
             stat.update(dropped=fitted.dropped, summary=f"{stat['summary']} · {fitted.note}")
+            if fitted.truncation_length:
+                stat["dropped_over"] = fitted.truncation_length
         return stat
 
     def _store_reply(self, cid: int, target: Message | None, before: tuple[str, list[int], list[dict]], events,
