@@ -122,8 +122,9 @@ def test_branch_to_a_new_chat_from_any_message(session):
 def test_remove_last_drops_your_last_message_and_its_reply(session):
     done = last(session.send(None, "One", "", GREEDY, KEY))
     last(session.send(done.chat_id, "Two", "", GREEDY, KEY))
-    view = session.remove_last(done.chat_id)
+    view, removed = session.remove_last(done.chat_id)
     assert [m["content"] for m in view.messages][0] == "One" and len(view.messages) == 2
+    assert removed == "Two"  # back in the message box, to edit and send again
 
 
 def test_branch_continues_from_the_chosen_alternative(session):

@@ -352,6 +352,20 @@ def test_the_note_on_left_out_turns_names_truncation_length(server, browser):
         page.close()
 
 
+def test_remove_last_puts_the_removed_message_back_in_the_box(server, browser):
+    """#30 (7): Remove last takes your last message and its reply away, and gives the message back to edit."""
+    page = ready_page(browser, server.url, max_new_tokens=4)
+    send(page, "Name a fruit.")
+    wait_new_reply(page, 0)
+    send(page, "Name a vegetable.")
+    wait_new_reply(page, 1)
+    page.locator("#chat-remove-last").click()
+    page.wait_for_function("() => document.querySelector('#chat-message textarea').value === 'Name a vegetable.'",
+                           timeout=30_000)
+    assert len(bot_messages(page)) == 1 and "Name a vegetable." not in page.locator("#chat-log").inner_text()
+    page.close()
+
+
 def test_rename_search_and_delete(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=4)
     send(page, "Where do penguins live?")

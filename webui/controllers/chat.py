@@ -308,13 +308,14 @@ class ChatSession:
         title = f"{self.chats.get(cid).title} (branch)"
         return self.view(self.chats.branch(history[index].id, title[-200:]).id)
 
-    def remove_last(self, chat_id: int | None) -> ChatView:
-        """Remove your last message and everything after it."""
+    def remove_last(self, chat_id: int | None) -> tuple[ChatView, str]:
+        """Remove your last message and everything after it; the chat, and that message's text (for the message
+        box, to edit and send again)."""
         cid = self._require(chat_id)
         users = [m for m in self.chats.messages(cid) if m.role == "user"]
         if users:
             self.chats.truncate(cid, users[-1].position)
-        return self.view(cid)
+        return self.view(cid), users[-1].content if users else ""
 
     def stop(self, key: Key) -> bool:
         return self.active.cancel(key)

@@ -312,8 +312,12 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh)
     tab.new.click(lambda q: open_chat(None, q), [tab.search], with_confirm).then(**refresh)
     tab.chatbot.clear(lambda q: open_chat(None, q), [tab.search], with_confirm).then(**refresh)  # stays stored
-    tab.remove_last.click(shows_errors(lambda cid: _messages_and_stats(session.remove_last(cid))), [tab.chat_id],
-                          [tab.chatbot, tab.stats]).then(**refresh)
+    @shows_errors
+    def remove_last(cid: int | None, typed: str):
+        view, removed = session.remove_last(cid)
+        return *_messages_and_stats(view), (removed if removed and not typed.strip() else gr.skip())
+
+    tab.remove_last.click(remove_last, [tab.chat_id, tab.message], [tab.chatbot, tab.stats, tab.message]).then(**refresh)
     tab.search.change(lambda q: gr.update(choices=session.listed(q)), [tab.search], [tab.chat_list],
                       show_progress="hidden")
     tab.rename.click(rename, [tab.chat_id, tab.title, tab.search], with_confirm)
