@@ -366,6 +366,30 @@ def test_remove_last_puts_the_removed_message_back_in_the_box(server, browser):
     page.close()
 
 
+def test_delete_asks_again_after_switching_chats(server, browser):
+    """#30 (7): an armed Delete ("Confirm delete") is disarmed when another chat is shown, so the next click on it
+    asks about that chat instead of deleting it."""
+    page = ready_page(browser, server.url, max_new_tokens=2)
+    send(page, "Keep this chat about owls.")
+    wait_new_reply(page, 0)
+    page.locator("#chat-new").click()
+    send(page, "And this one about newts.")
+    wait_new_reply(page, 0)
+    page.locator("#chat-delete").click()
+    wait_text(page, "#chat-delete", "Confirm delete", 30_000)
+    page.locator("#chat-list").get_by_text("Keep this chat about owls.", exact=True).first.click()
+    page.wait_for_function("() => document.querySelector('#chat-delete').innerText.trim() === 'Delete'",
+                           timeout=30_000)
+    page.locator("#chat-delete").click()  # asks first; deletes nothing
+    wait_text(page, "#chat-delete", "Confirm delete", 30_000)
+    for title in ("Keep this chat about owls.", "And this one about newts."):
+        assert rows(server.user_data, "SELECT count(*) FROM chats WHERE title=?", title)[0][0] == 1
+    page.locator("#chat-new").click()
+    page.wait_for_function("() => document.querySelector('#chat-delete').innerText.trim() === 'Delete'",
+                           timeout=30_000)
+    page.close()
+
+
 def test_rename_search_and_delete(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=4)
     send(page, "Where do penguins live?")

@@ -285,20 +285,23 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     refresh = dict(fn=lambda cid: panel_updates(session, cid), inputs=[tab.chat_id], outputs=tab.panels,
                    show_progress="hidden")
 
+    def disarmed() -> tuple:  # any other chat shown: Delete asks again (a new update each time: Gradio consumes it)
+        return False, gr.update(value="Delete")
+
     @shows_errors
     def open_chat(cid: int | None, query: str):
-        return *view_updates(session, session.view(cid), query), False
+        return *view_updates(session, session.view(cid), query), *disarmed()
 
     @shows_errors
     def rename(cid: int | None, title: str, query: str):
-        return *view_updates(session, session.rename(cid, title), query), False
+        return *view_updates(session, session.rename(cid, title), query), *disarmed()
 
     @shows_errors
     def delete(cid: int | None, confirmed: bool, query: str):
         if not confirmed:
             return (*[gr.skip()] * 5, f"Click **Confirm delete** to delete '{session.title(cid)}' for good.",
                     gr.skip(), gr.skip(), True, gr.update(value="Confirm delete"))
-        return *view_updates(session, session.delete(cid), query), False, gr.update(value="Delete")
+        return *view_updates(session, session.delete(cid), query), *disarmed()
 
     def export(tgwui: bool):
         return shows_errors(lambda cid: gr.update(value=str(session.export(cid, tgwui)), visible=True))
@@ -306,9 +309,9 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     @shows_errors
     def import_chat(file, query: str):
         path = file if isinstance(file, str) else file.name
-        return *view_updates(session, session.import_file(path), query), False
+        return *view_updates(session, session.import_file(path), query), *disarmed()
 
-    with_confirm = [*tab.view, tab.confirm]
+    with_confirm = [*tab.view, tab.confirm, tab.delete]
     tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh)
     tab.new.click(lambda q: open_chat(None, q), [tab.search], with_confirm).then(**refresh)
     tab.chatbot.clear(lambda q: open_chat(None, q), [tab.search], with_confirm).then(**refresh)  # stays stored
@@ -321,7 +324,7 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     tab.search.change(lambda q: gr.update(choices=session.listed(q)), [tab.search], [tab.chat_list],
                       show_progress="hidden")
     tab.rename.click(rename, [tab.chat_id, tab.title, tab.search], with_confirm)
-    tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], [*with_confirm, tab.delete]).then(**refresh)
+    tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], with_confirm).then(**refresh)
     tab.system.blur(session.save_system, [tab.chat_id, tab.system], None)
     tab.export.click(export(False), [tab.chat_id], [tab.export_file])
     tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
