@@ -390,6 +390,18 @@ def test_delete_asks_again_after_switching_chats(server, browser):
     page.close()
 
 
+def test_the_chat_log_has_no_trash_icon_that_deletes_nothing(server, browser):
+    """#30 (7): the chat log's own trash icon showed a blank chat and deleted nothing; Delete (with its confirm) is
+    the one way to delete a chat, so the log shows no trash icon."""
+    page = ready_page(browser, server.url, max_new_tokens=2)
+    send(page, "A chat with a reply.")
+    wait_new_reply(page, 0)
+    shown = page.locator("#chat-log button").evaluate_all(
+        "bs => bs.filter(b => b.offsetParent !== null).map(b => b.getAttribute('aria-label') || b.title)")
+    assert "Copy message" in shown and not any("clear" in (b or "").lower() for b in shown), shown
+    page.close()
+
+
 def test_rename_search_and_delete(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=4)
     send(page, "Where do penguins live?")

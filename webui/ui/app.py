@@ -20,6 +20,7 @@ CSS = """
 #status-line p {margin: 0}
 .reply-stats {font-size: 0.78em; opacity: 0.65; font-family: ui-monospace, monospace}
 .message-version {font-size: 0.78em; opacity: 0.65; font-style: italic}
+#chat-log button[aria-label='Clear'] {display: none}  /* it blanked the view and deleted nothing: Delete deletes */
 #notebook-text textarea {font-family: ui-monospace, monospace}
 .batch-compare {width: 100%; border-collapse: collapse; font-size: 0.9em}
 .batch-compare td, .batch-compare th {border: 1px solid var(--border-color-primary); padding: 4px; vertical-align: top}

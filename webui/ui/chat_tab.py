@@ -314,7 +314,7 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     with_confirm = [*tab.view, tab.confirm, tab.delete]
     tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh)
     tab.new.click(lambda q: open_chat(None, q), [tab.search], with_confirm).then(**refresh)
-    tab.chatbot.clear(lambda q: open_chat(None, q), [tab.search], with_confirm).then(**refresh)  # stays stored
+    # no .clear listener: the log's own trash icon (shown only with one) cleared the view and deleted nothing
     @shows_errors
     def remove_last(cid: int | None, typed: str):
         view, removed = session.remove_last(cid)
