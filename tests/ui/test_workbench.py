@@ -536,6 +536,9 @@ def test_export_and_import_a_chat(server, browser, tmp_path):
     upload_file(page, "chat-import", saved)
     page.wait_for_function("() => document.querySelector('#chat-list').innerText.split('Export me please.').length > 2",
                            timeout=30_000)
+    # #30 (7): the two chats of one title can be told apart in the list
+    labels = [t.strip() for t in page.locator("#chat-list label").all_inner_texts() if "Export me please." in t]
+    assert len(labels) == 2 and labels[0] != labels[1], labels
     page.close()
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import html
 import itertools
+import time
 import re
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
@@ -110,8 +112,14 @@ class ChatSession:
 
     # -- the chat list ---------------------------------------------------------------------------------
     def listed(self, query: str = "") -> list[tuple[str, int]]:
-        """(title, id) of the chats matching ``query``, most recent first."""
-        return [(c.title, c.id) for c in self.chats.list(query)]
+        """(label, id) of the chats matching ``query``, most recent first: the title, and where two chats share
+        one (an import, say), when each was last written, so they can be told apart."""
+        chats = self.chats.list(query)
+        titles = Counter(c.title for c in chats)
+        labels = [c.title if titles[c.title] == 1 else
+                  f"{c.title} · {time.strftime('%b %d %H:%M:%S', time.localtime(c.updated))}" for c in chats]
+        again = Counter(labels)
+        return [(label if again[label] == 1 else f"{label} · #{c.id}", c.id) for label, c in zip(labels, chats)]
 
     def view(self, chat_id: int | None) -> ChatView:
         """The chat as the tab shows it; None: a new chat with the saved system prompt."""
