@@ -33,6 +33,15 @@ def choose_preset(page, name: str, temperature: str) -> None:
         timeout=30_000)
 
 
+def reload_parameters(page, max_new_tokens: str) -> None:
+    """Reload the page and open Parameters once it shows ``max_new_tokens`` (the saved values are back)."""
+    page.reload()
+    page.wait_for_selector("#chat-message textarea")
+    tab(page, "Parameters")
+    page.wait_for_function("n => document.querySelector('#params-max_new_tokens input').value === n",
+                           arg=max_new_tokens, timeout=30_000)
+
+
 def set_number(page, elem_id: str, value: int) -> None:
     box = page.locator(f"#{elem_id} input")
     box.fill(str(value))

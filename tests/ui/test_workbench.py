@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import random_lora
 from tests.e2e.server import running_server, user_data_with_default_model
 from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, code_text, export_file, open_page, ready_page,
-                            screenshot, send, set_number, tab, toast, upload_file, wait_new_reply, wait_reply_done,
+                            reload_parameters, screenshot, send, set_number, tab, toast, upload_file, wait_new_reply, wait_reply_done,
                             wait_text)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
@@ -141,11 +141,7 @@ def test_preset_moves_the_sliders_and_the_next_reply_uses_them(server, browser):
 
 def test_parameters_persist_across_reload(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=33)
-    page.reload()
-    page.wait_for_selector("#chat-message textarea")
-    tab(page, "Parameters")
-    page.wait_for_function("() => document.querySelector('#params-max_new_tokens input').value === '33'",
-                           timeout=30_000)
+    reload_parameters(page, "33")
     assert page.locator("#params-temperature input[type=number]").input_value() == "0"
     stop = page.locator("#params-stop textarea")
     stop.focus()
@@ -188,11 +184,7 @@ def test_numbers_typed_at_a_persons_speed_are_saved_exactly_as_typed(server, bro
                 time.sleep(0.1)
             time.sleep(0.8)  # a save of an earlier keystroke arriving late would land now
             assert saved(name) == float(value), (name, value, saved(name))
-    page.reload()
-    page.wait_for_selector("#chat-message textarea")
-    tab(page, "Parameters")
-    page.wait_for_function("() => document.querySelector('#params-max_new_tokens input').value === '96'",
-                           timeout=30_000)
+    reload_parameters(page, "96")
     assert page.locator("#params-temperature input[type=number]").input_value() == "1.25"
     page.close()
 
