@@ -36,6 +36,8 @@ class Settings:
     use_chat_template: bool = True
     chat_template: str = ""  # the Chat tab's instruction template: "" the model's own, else a template's name
     context_policy: str = "drop oldest messages"  # or "refuse": a chat longer than the context
+    notebook_text: str = ""  # the Notebook as last typed or generated, saved or not (a reload shows it again)
+    notebook_name: str = ""  # the name in its box, saved or not
 
 
 SHARED = ("last_model", "last_loader", "load_options", "model_options")  # how the machine loads: one for everybody

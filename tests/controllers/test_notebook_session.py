@@ -85,3 +85,12 @@ def test_save_open_and_delete(session):
     assert session.names() == []
     with pytest.raises(UserError):
         session.delete("notes")
+
+
+def test_the_text_and_name_as_they_are_now_are_kept_for_the_next_page_load(session, services):
+    assert session.draft() == ("", "")
+    session.keep_draft("not saved yet", "Once upon a time, ")
+    assert session.draft() == ("not saved yet", "Once upon a time, ") and "not saved yet" not in session.names()
+    assert services.settings.get().notebook_text == "Once upon a time, "  # in settings.json, exactly as typed
+    session.keep_draft(None, "")
+    assert session.draft() == ("", "")

@@ -280,6 +280,10 @@ def test_an_instruction_template_is_chosen_previewed_saved_and_used(server, brow
         time.sleep(0.2)
     assert json.loads(settings.read_text())["context_policy"] == "refuse"
     page.locator("#chat-context-policy").get_by_text("drop oldest messages", exact=True).click()
+    deadline = time.monotonic() + 30  # saved before the page goes: later tests fit chats by dropping turns
+    while json.loads(settings.read_text())["context_policy"] != "drop oldest messages" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert json.loads(settings.read_text())["context_policy"] == "drop oldest messages"
     page.close()
 
 
@@ -443,6 +447,32 @@ def test_notebook_generates_undo_and_save(server, browser):
     choose(page, "notebook-name", "geo")
     page.wait_for_function("() => document.querySelector('#notebook-text textarea').value === "
                            "'The capital of France is'", timeout=30_000)
+    page.close()
+
+
+def test_unsaved_notebook_text_and_name_come_back_after_a_reload(server, browser):
+    """#30 (7): what is in the Notebook, saved or not, is there again after a reload."""
+    page = open_page(browser, server.url)
+    tab(page, "Notebook")
+    text = page.locator("#notebook-text textarea")
+    text.click()
+    text.press("Control+a")
+    text.press_sequentially("A draft, never saved: ", delay=40)
+    name = page.locator("#notebook-name input")
+    name.click()
+    name.press("Control+a")
+    name.press_sequentially("draft-1", delay=40)
+    name.press("Tab")  # typed, not saved
+    page.wait_for_timeout(1500)
+    page.reload()
+    page.wait_for_selector("#chat-message textarea")
+    tab(page, "Notebook")
+    page.wait_for_function("() => document.querySelector('#notebook-text textarea').value === "
+                           "'A draft, never saved: '", timeout=30_000)
+    assert page.locator("#notebook-name input").input_value() == "draft-1"
+    assert rows(server.user_data, "SELECT count(*) FROM notebooks WHERE name='draft-1'")[0][0] == 0  # not saved
+    text.fill("")
+    page.wait_for_timeout(1000)
     page.close()
 
 

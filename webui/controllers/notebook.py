@@ -51,6 +51,15 @@ class NotebookSession:
         """The notebook's text; None when ``name`` is not a saved notebook (a new name being typed)."""
         return self.notebooks.get(name) if name and name in self.notebooks.list() else None
 
+    def keep_draft(self, name: str | None, text: str) -> None:
+        """Remember the text and name as they are now, saved under a name or not, for the next page load."""
+        self.services.settings.update(notebook_text=text or "", notebook_name=name or "")
+
+    def draft(self) -> tuple[str, str]:
+        """(name, text) the Notebook showed last."""
+        settings = self.services.settings.get()
+        return settings.notebook_name, settings.notebook_text
+
     def save(self, name: str | None, text: str) -> str:
         """Save under ``name``; the name as stored."""
         if not name or not name.strip():

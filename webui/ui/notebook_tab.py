@@ -9,7 +9,7 @@ import gradio as gr
 from webui.controllers.generation import ActiveRequests
 from webui.controllers.notebook import PANEL, NotebookSession, NotebookView
 from webui.services import Services
-from webui.ui.feedback import session_key, shows_errors
+from webui.ui.feedback import SAVES, session_key, shows_errors
 from webui.ui.parameters_tab import ParametersTab
 from webui.ui.token_view import branch_of, create_token_view, view_value
 
@@ -114,11 +114,16 @@ def _wire_files(tab: NotebookTab) -> None:
         session.delete(name)
         return gr.update(choices=session.names(), value=None), f"Deleted '{name}'.", False, gr.update(value="Delete")
 
+    for box in (tab.text, tab.name):  # typed, pasted, deleted or generated: kept for the next page load
+        box.change(session.keep_draft, [tab.name, tab.text], None, **SAVES)
     tab.save.click(save, [tab.name, tab.text], [tab.name, tab.stats, tab.confirm])
     tab.name.input(open_notebook, [tab.name], [tab.text, tab.undo, tab.confirm, tab.delete])
     tab.delete.click(delete, [tab.name, tab.confirm], [tab.name, tab.stats, tab.confirm, tab.delete])
 
 
 def on_load(tab: NotebookTab) -> tuple[list, object]:
-    """(outputs, function): a page (re)load lists the saved notebooks."""
-    return [tab.name], lambda: gr.update(choices=tab.session.names())
+    """(outputs, function): a page (re)load lists the saved notebooks and shows the text and name last there."""
+    def load():
+        name, text = tab.session.draft()
+        return gr.update(choices=tab.session.names(), value=name or None), text
+    return [tab.name, tab.text], load
