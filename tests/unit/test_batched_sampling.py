@@ -107,7 +107,7 @@ def test_a_step_that_would_leave_no_token_is_skipped_for_that_row_only():
 def test_stateful_samplers_on_candidates_match_them_on_the_whole_vocabulary(name):
     """After top_k the stage runs mirostat, adaptive-p and XTC on the k candidates, all rows at once; step by
     step that keeps what they keep on the full row (top_k applied by hand), and their state follows alike."""
-    from webui.engine.samplers import TopK
+    from webui.engine.shaping import TopK
 
     case = dict(EXPECTED["cases"][name], top_k=50)
     staged = Sampler(params(case), record.EOS, record.PROMPT, seed=4)

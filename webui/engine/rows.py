@@ -48,12 +48,6 @@ class Rows:
     contexts: list[Any]
     """Each row's SamplingContext, or None (a processor called on its own)."""
 
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def select(self, rows: Sequence[int]) -> "Rows":
-        return Rows([self.ids[r] for r in rows], [self.contexts[r] for r in rows])
-
     def history(self, r: int, device: torch.device) -> torch.Tensor:
         ctx = self.contexts[r]
         if ctx is None:
@@ -110,10 +104,6 @@ class Candidates:
         """Unnormalised probabilities ``exp(v - top)`` and their running sum (the total is the last column)."""
         e = (self.values - self.values[:, :1]).exp()
         return e, e.cumsum(-1)
-
-    def select(self, rows: Sequence[int]) -> "Candidates":
-        index = torch.tensor(list(rows), device=self.values.device)
-        return Candidates(self.values.index_select(0, index), self.index.index_select(0, index), self.vocab)
 
     def drop(self, mask: torch.Tensor) -> "Candidates":
         """Drop the masked candidates; a row's first (most likely) one always stays."""

@@ -20,10 +20,10 @@ import torch
 
 from webui.engine.params import TEMPERATURE_SAMPLERS, SamplingParams
 from webui.engine.rows import NEG_INF, Candidates, History, Rows, dense
-from webui.engine.samplers import (AdaptiveP, CountPenalty, Dry, DynamicTemperature, EncoderRepetitionPenalty,
-                                   EosBan, EpsilonCutoff, EtaCutoff, Guidance, LogitBias, MinP, Mirostat,
-                                   NoRepeatNGram, PerRow, Processor, QuadraticSampling, RepetitionPenalty, TailFree,
-                                   Temperature, TokenBans, TopA, TopK, TopNSigma, TopP, TypicalP, Xtc)
+from webui.engine.samplers import (CountPenalty, Dry, EncoderRepetitionPenalty, EosBan, Guidance, LogitBias,
+                                   NoRepeatNGram, PerRow, Processor, RepetitionPenalty, TokenBans)
+from webui.engine.shaping import (AdaptiveP, DynamicTemperature, EpsilonCutoff, EtaCutoff, MinP, Mirostat,
+                                  QuadraticSampling, TailFree, Temperature, TopA, TopK, TopNSigma, TopP, TypicalP, Xtc)
 from webui.engine.structured import mask_for
 
 __all__ = ["AdaptiveP", "CountPenalty", "Dry", "DynamicTemperature", "EncoderRepetitionPenalty", "EosBan",
