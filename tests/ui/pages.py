@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
+from pathlib import Path
+
 from tests.conftest import ROOT
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -118,3 +122,26 @@ def code_text(page, elem_id: str) -> str:
     return page.evaluate("""(id) => { const c = document.querySelector('#' + id + ' .cm-content');
         const view = c && c.cmTile && c.cmTile.view;
         return view ? view.state.doc.toString() : c.innerText; }""", elem_id)
+
+
+def rows(user_data: Path, sql: str, *args):
+    with sqlite3.connect(f"file:{user_data / 'workbench.sqlite3'}?mode=ro", uri=True) as db:
+        return db.execute(sql, args).fetchall()
+
+
+def last_reply(user_data: Path, question: str):
+    """(created, content, stats) of the last reply in the chat where ``question`` was asked."""
+    found = rows(user_data, "SELECT m.created, m.content, m.stats FROM messages m WHERE m.role='assistant' AND "
+                            "m.chat_id = (SELECT chat_id FROM messages WHERE content = ? ORDER BY id DESC LIMIT 1) "
+                            "ORDER BY m.position DESC, m.id DESC LIMIT 1", question)
+    return found[0] if found else None
+
+
+def reply_when(user_data: Path, question: str, done):
+    """The stored last reply to ``question`` once ``done(reply)`` holds (or the last one seen at the deadline)."""
+    deadline = time.monotonic() + LONG / 1000
+    while True:
+        reply = last_reply(user_data, question)
+        if (reply and done(reply)) or time.monotonic() > deadline:
+            return reply
+        time.sleep(0.2)
