@@ -203,6 +203,8 @@ class Loader(Protocol):
     requires: tuple[str, ...]  # importable module names the backend needs
     install_hint: str
     options: tuple  # its own load options (loaders/options.py LoadOption), read from LoadOptions.extra
+    # Optional: takes_dtype = False when LoadOptions.dtype chooses nothing (the Model tab then hides it), and
+    # smaller_load, what makes a load take less memory (said when one does not fit the memory budget).
 
     def match(self, path: Path) -> int:
         """Whether ``path`` is this loader's: NATIVE (its own format), CONVERTS (it reads it after ``prepare``)
@@ -248,6 +250,18 @@ def available_memory_bytes() -> int:
         pass
     ram = ram_bytes()
     return int(ram * 0.75) if ram else 16 * 2**30
+
+
+def takes_dtype(loader: "Loader") -> bool:
+    """Whether LoadOptions.dtype chooses anything for ``loader`` (llama.cpp runs a GGUF in the types it holds;
+    ExLlamaV2 computes in float16 only). A loader says no with ``takes_dtype = False``."""
+    return bool(getattr(loader, "takes_dtype", True))
+
+
+def smaller_load(loader: "Loader") -> str:
+    """What makes a load through ``loader`` take less memory, said when one does not fit (empty: nothing but a
+    smaller model). A loader says it with ``smaller_load``."""
+    return str(getattr(loader, "smaller_load", ""))
 
 
 def estimate_bytes(loader: "Loader", path: Path, options: LoadOptions) -> int:

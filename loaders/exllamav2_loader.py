@@ -83,6 +83,8 @@ class ExLlamaV2Loader:
     requires = ("exllamav2",)
     install_hint = INSTALL_HINT
     options = OPTIONS
+    takes_dtype = False  # it computes in float16
+    smaller_load = "a smaller cache_size, or a quantized cache (cache_quant q8, q6 or q4)"
 
     def unavailable_reason(self) -> str | None:
         """Why it cannot run here (checked after the package is found)."""

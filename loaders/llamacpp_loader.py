@@ -106,6 +106,8 @@ class LlamaCppLoader:
     requires = ("llama_cpp",)
     install_hint = INSTALL_HINT
     options = OPTIONS
+    takes_dtype = False  # a GGUF runs in the types it holds
+    smaller_load = "a smaller context size (n_ctx), or a quantized KV cache (cache_type q8_0 or q4_0)"
 
     def match(self, path: Path) -> int:
         return NATIVE if path.is_file() and path.suffix == ".gguf" else 0

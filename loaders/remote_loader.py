@@ -63,6 +63,7 @@ class RemoteLoader:
                                 formats=("openai-api",), text_only=True)
     requires = ("httpx",)
     install_hint = "pip install httpx"
+    takes_dtype = False  # the server runs the model as it chose
 
     def match(self, path: Path) -> int:
         return 0  # chosen by URL, not by a file

@@ -34,6 +34,7 @@ class TransformersLoader:
     requires = HF_REQUIRES
     install_hint = HF_INSTALL
     options = HF_OPTIONS
+    smaller_load = "a smaller dtype (bfloat16 or float16 instead of float32), or load_in 8bit or 4bit on CUDA"
 
     def match(self, path: Path) -> int:
         """A Hugging Face folder of plain weights is its own format; a .gguf it reads by converting it.

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from loaders.base import LoadedModel, LoadOptions, ModelLoadError, Progress, estimate_bytes, ram_bytes
+from loaders.base import (LoadedModel, LoaderError, LoadOptions, ModelLoadError, Progress, estimate_bytes,
+                          ram_bytes, smaller_load)
 from loaders.options import changed, check_options, options_of
 from loaders.registry import LoaderRegistry
 from webui.config import AppConfig
@@ -71,6 +72,13 @@ class LoraEntry:
     rank: int | None
 
 
+def model_id(name: str, loader: str, default_loader: str | None) -> str:
+    """The one id a model goes by everywhere (the Model tab, the API's model ids, batch rows and exports, the
+    batch CLI): its name on the loader it loads with by default, ``name@loader`` on any other. A bare name thus
+    always means one loader, whatever was loaded first or last."""
+    return name if not default_loader or loader == default_loader else f"{name}@{loader}"
+
+
 @dataclass
 class Slot:
     """A loaded model, the engine that runs it and the adapters attached to it from the Model tab."""
@@ -82,7 +90,7 @@ class Slot:
 
     @property
     def name(self) -> str:
-        """The id requests use: the model's name, or ``name@loader`` beside the same model on another loader."""
+        """The id requests use (model_id): the model's name on its default loader, else ``name@loader``."""
         return self.model.name
 
 
@@ -98,6 +106,54 @@ def default_budget_bytes() -> int:
 
 def mib(n: int) -> str:
     return f"{n / 2**20:,.0f} MiB"
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How a load that needs ``need`` bytes fits the memory budget beside the models that stay loaded."""
+
+    name: str
+    need: int
+    budget: int | None  # None: no limit
+    staying: tuple[tuple[str, int], ...]  # (name, bytes) of each model that stays loaded
+    smaller: str = ""  # what makes a load through this loader smaller (loaders.base.smaller_load)
+
+    @property
+    def used(self) -> int:
+        return sum(size for _, size in self.staying)
+
+    @property
+    def fits(self) -> bool:
+        return self.budget is None or self.used + self.need <= self.budget
+
+    @property
+    def never(self) -> bool:
+        """More than the whole budget: no unloading can make room."""
+        return self.budget is not None and self.need > self.budget
+
+    def shrink(self) -> str:
+        """What would make it fit in the budget at all."""
+        smaller = f"load it with {self.smaller}, or " if self.smaller else ""
+        return f"{smaller}start the workbench with a larger --memory-budget MB (0: no limit)"
+
+    def remedy(self) -> str:
+        """What would make it load: unloading only when that frees enough, else a smaller load or budget."""
+        if self.never:
+            return self.shrink()
+        enough = [n for n, size in self.staying if self.used - size + self.need <= self.budget]
+        unload = (f"unload one in the Model tab ({' or '.join(enough)} frees enough)" if enough else
+                  f"unload some of them in the Model tab (it fits once {mib(self.used + self.need - self.budget)} "
+                  "more are free)")
+        return f"{unload}, or load without keeping the others, or {self.shrink()}"
+
+    def refusal(self) -> str:
+        """Why it cannot load, and what would help."""
+        if self.never:
+            return (f"loading {self.name} needs about {mib(self.need)}, more than the whole {mib(self.budget)} "
+                    f"memory budget, so it cannot load even with every other model unloaded; {self.remedy()}")
+        loaded = ", ".join(f"{n} ({mib(size)})" for n, size in self.staying)
+        return (f"loading {self.name} needs about {mib(self.need)}, but the models loaded ({loaded}) already take "
+                f"{mib(self.used)} of the {mib(self.budget)} memory budget; {self.remedy()}")
 
 
 class ModelManager:
@@ -189,19 +245,26 @@ class ModelManager:
             slot = next((s for k, s in self._slots.items() if k.split("@")[0] == base and s.model.loader == loader),
                         None)
         if slot is None:
+            others = [k for k in self._slots if k.startswith(f"{name}@")]
+            hint = (f"; '{name}' means it on its default loader: name {' or '.join(others)} for the one loaded"
+                    if others else "")
             raise NotLoaded(f"the model '{name}' is not loaded; loaded: {', '.join(self._slots) or 'none'} "
-                            "(load it in the Model tab)")
+                            f"(load it in the Model tab){hint}")
         return slot
 
-    def ensure(self, name: str) -> Slot:
-        """The loaded model ``name``, loading it beside the others first if it is not (``NAME@loader`` picks the
-        loader); the model in use stays the one in use."""
+    def ensure(self, name: str, load_options: dict[str, Any] | None = None) -> Slot:
+        """The loaded model ``name`` (its id: see model_id), loading it beside the others first if it is not
+        (``NAME@loader`` picks the loader; ``load_options``: the loader's options, else those it was last loaded
+        with); the model in use stays the one in use."""
         try:
             return self.slot(name)
         except NotLoaded:
             pass
         base, _, loader = name.rpartition("@") if "@" in name else (name, "", "")
-        model = self.load(base, loader or None, make_current=False)
+        entry = next((e for e in self.available() if e.model_name == base), None) or self.resolve(base)
+        options = None if load_options is None else LoadOptions(self.config.device, self.config.dtype,
+                                                                 self.config.threads, extra=dict(load_options))
+        model = self.load(entry, loader or None, options, make_current=False)
         return self.slot(model.name)
 
     def use(self, name: str) -> Slot:
@@ -221,16 +284,10 @@ class ModelManager:
     def used_bytes(self) -> int:
         return sum(s.model.memory_bytes() for s in self._slots.values())
 
-    def _check_budget(self, name: str, need: int, leaving: set[str]) -> None:
-        budget = self.budget_bytes()
-        staying = [s for key, s in self._slots.items() if key not in leaving]
-        used = sum(s.model.memory_bytes() for s in staying)
-        if budget is None or used + need <= budget:
-            return
-        loaded = ", ".join(f"{s.name} ({mib(s.model.memory_bytes())})" for s in staying)
-        raise ModelLoadError(f"loading {name} needs about {mib(need)}, but the models loaded ({loaded}) already "
-                             f"take {mib(used)} of the {mib(budget)} memory budget; unload one in the Model tab "
-                             f"(or load without keeping the others), or raise --memory-budget")
+    def fit(self, name: str, need: int, leaving: set[str], loader: Any = None) -> Fit:
+        """How loading ``name`` (``need`` bytes) fits the budget once the models ``leaving`` are gone."""
+        staying = tuple((key, s.model.memory_bytes()) for key, s in self._slots.items() if key not in leaving)
+        return Fit(name, need, self.budget_bytes(), staying, smaller_load(loader) if loader is not None else "")
 
     # -- loading ---------------------------------------------------------------
     def load(self, entry: ModelEntry | str, loader: str | None = None, options: LoadOptions | None = None,
@@ -248,9 +305,11 @@ class ModelManager:
                                               **options.extra})
             values = check_options(chosen, options.extra)  # a bad value is refused before any slow work
             path = chosen.prepare(entry.path, self.workdir(entry), progress)
-            key = self._key(entry.model_name, chosen.name, lambda s: s.entry == entry)
+            key = self._local_key(entry, chosen.name)
             leaving = set(self._slots) if not keep_others else {key}
-            self._check_budget(key, estimate_bytes(chosen, path, options), leaving)
+            fit = self.fit(key, estimate_bytes(chosen, path, options), leaving, chosen)
+            if not fit.fits:
+                raise ModelLoadError(fit.refusal())
             model = chosen.load(path, options, progress)
             model.name = key
             model.load_options = values
@@ -284,12 +343,16 @@ class ModelManager:
         names = {o.name for o in options_of(self.registry.get(loader))}
         return {k: v for k, v in saved.items() if k in names} if isinstance(saved, dict) else {}
 
-    def estimate(self, entry: ModelEntry | str, loader: str | None, options: LoadOptions) -> int:
-        """The memory loading ``entry`` with ``options`` would take, from its files, without loading or converting
-        anything."""
+    def estimate_fit(self, entry: ModelEntry | str, loader: str | None, options: LoadOptions,
+                     keep_others: bool = True) -> Fit:
+        """What loading ``entry`` with ``options`` would take (from its files, without loading or converting
+        anything) and how it would fit the budget: the check ``load`` makes, said before loading."""
         if isinstance(entry, str):
             entry = self.resolve(entry)
-        return estimate_bytes(self.loader_for(entry, loader), entry.path, options)
+        chosen = self.loader_for(entry, loader)
+        key = self._local_key(entry, chosen.name)
+        leaving = {key} if keep_others else set(self._slots)
+        return self.fit(key, estimate_bytes(chosen, entry.path, options), leaving, chosen)
 
     def load_remote(self, base_url: str, api_key: str | None = None, model: str | None = None,
                     timeout: float = 600.0, *, keep_others: bool = True, make_current: bool = True) -> LoadedModel:
@@ -301,6 +364,24 @@ class ModelManager:
             self._install(remote.name, remote, None, keep_others, make_current)
             log.info("using the remote model %s at %s", remote.name, remote.base_url)
             return remote
+
+    def default_loader(self, entry: ModelEntry) -> str | None:
+        """The loader ``entry`` loads with when none is named (None: no registered loader reads it)."""
+        try:
+            return self.loader_for(entry, None).name
+        except LoaderError:
+            return None
+
+    def id_of(self, entry: ModelEntry, loader: str) -> str:
+        """The id ``entry`` goes by when loaded with ``loader`` (model_id)."""
+        return model_id(entry.model_name, loader, self.default_loader(entry))
+
+    def _local_key(self, entry: ModelEntry, loader: str) -> str:
+        """The id of a model about to load: :meth:`id_of`, or ``file@loader`` where another file of the same name
+        holds that id."""
+        key = self.id_of(entry, loader)
+        slot = self._slots.get(key)
+        return key if slot is None or slot.entry == entry else f"{entry.name}@{loader}"
 
     def _key(self, name: str, loader: str, same: Callable[[Slot], bool]) -> str:
         """The id of a model about to load: the slot it replaces (same model, same loader), else its name, or

@@ -87,3 +87,69 @@ def test_the_loaders_options_form_values_estimate_and_what_the_model_was_loaded_
     assert controller.option_values("tiny", "transformers")["attn_implementation"] == "eager"  # remembered
     with pytest.raises(UserError, match=r"load_in=8bit needs a CUDA device.*Still loaded: tiny\."):
         controller.load("tiny", AUTO_LOADER, "cpu", "float32", 1, extra={"load_in": "8bit"})
+
+
+def set_budget(services, mb: float) -> None:
+    """Give the model manager a memory budget of ``mb`` MiB (--memory-budget)."""
+    from dataclasses import replace
+
+    services.models.config = replace(services.models.config, memory_budget_mb=mb)
+
+
+def free_mib(text: str) -> int:
+    """The budget's free MiB the estimate line states."""
+    import re
+
+    return int(re.search(r"budget has ([\d,]+) MiB free", text).group(1).replace(",", ""))
+
+
+def test_the_memory_line_follows_every_load_unload_and_switch(controller, services, tiny_model_dir):
+    (services.config.models_dir / "tiny-copy").symlink_to(tiny_model_dir, target_is_directory=True)
+    set_budget(services, 1000)
+    line = lambda: controller.estimate_text("tiny-copy", AUTO_LOADER, "cpu", "float32", 1, {})  # noqa: E731
+    size = round(services.models.loaded.memory_bytes() / 2**20)
+    assert free_mib(line()) == 1000 - size
+    controller.load("tiny-copy", AUTO_LOADER, "cpu", "float32", 1)
+    assert free_mib(line()) == 1000 - 2 * size
+    controller.use("tiny")
+    assert free_mib(line()) == 1000 - 2 * size
+    controller.unload()
+    assert free_mib(line()) == 1000 - size
+    controller.unload()
+    assert free_mib(line()) == 1000 and "⚠" not in line()
+
+
+def test_a_load_that_can_never_fit_says_so_and_what_helps_not_unloading(controller, services, tiny_model_dir):
+    (services.config.models_dir / "tiny-copy").symlink_to(tiny_model_dir, target_is_directory=True)
+    size = services.models.loaded.memory_bytes() / 2**20
+    set_budget(services, size * 0.9)  # less than one model: no unloading can help
+    warning = controller.estimate_text("tiny-copy", AUTO_LOADER, "cpu", "float32", 1, {})
+    assert "⚠ **More than the whole memory budget**" in warning and "smaller dtype" in warning
+    assert "--memory-budget" in warning and "unload" not in warning.replace("every other model unloaded", "")
+    with pytest.raises(UserError) as refused:
+        controller.load("tiny-copy", AUTO_LOADER, "cpu", "float32", 1)
+    message = str(refused.value)
+    assert "more than the whole" in message and "cannot load even with every other model unloaded" in message
+    assert "smaller dtype (bfloat16 or float16" in message and "larger --memory-budget" in message
+    assert "unload one" not in message and "without keeping" not in message
+
+
+def test_a_load_that_fits_once_another_is_unloaded_says_which(controller, services, tiny_model_dir):
+    (services.config.models_dir / "tiny-copy").symlink_to(tiny_model_dir, target_is_directory=True)
+    size = services.models.loaded.memory_bytes() / 2**20
+    set_budget(services, size * 1.5)  # one fits, not two
+    warning = controller.estimate_text("tiny-copy", AUTO_LOADER, "cpu", "float32", 1, {})
+    assert "⚠ **It does not fit beside the loaded models**: unload one in the Model tab (tiny frees enough)" \
+        in warning
+    assert "⚠" not in controller.estimate_text("tiny-copy", AUTO_LOADER, "cpu", "float32", 1, {}, keep_others=False)
+    assert "⚠" not in controller.estimate_text("tiny", AUTO_LOADER, "cpu", "float32", 1, {})  # it replaces itself
+    with pytest.raises(UserError, match=r"unload one in the Model tab \(tiny frees enough\), or load without "
+                                        r"keeping the others"):
+        controller.load("tiny-copy", AUTO_LOADER, "cpu", "float32", 1)
+    assert controller.loaded_names() == ["tiny"]
+
+
+def test_the_dtype_applies_only_to_loaders_that_take_one(controller):
+    assert controller.takes_dtype("tiny", AUTO_LOADER) and controller.takes_dtype("tiny", "transformers")
+    assert not controller.takes_dtype("tiny", "llamacpp") and not controller.takes_dtype("tiny", "exllamav2")
+    assert controller.takes_dtype(None, None)

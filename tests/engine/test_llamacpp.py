@@ -204,6 +204,13 @@ def test_auto_choice_picks_llama_cpp_for_a_gguf_but_the_default_model_stays_on_t
         manager = ModelManager(config, engine, registry)
         assert manager.load(DEFAULT_MODEL).loader == "transformers"
         assert manager.load(DEFAULT_MODEL, "llamacpp").loader == "llamacpp"
+        assert manager.names() == [DEFAULT_MODEL, f"{DEFAULT_MODEL}@llamacpp"]
+        manager.unload()
+        # loaded first (a restart that loads llama.cpp as the last loader used), llama.cpp still says so in its id,
+        # and the bare name still means transformers
+        assert manager.load(DEFAULT_MODEL, "llamacpp").name == f"{DEFAULT_MODEL}@llamacpp"
+        assert manager.ensure(DEFAULT_MODEL).model.loader == "transformers"
+        assert manager.names() == [f"{DEFAULT_MODEL}@llamacpp", DEFAULT_MODEL]
         manager.unload()
     finally:
         engine.close()

@@ -129,6 +129,11 @@ def test_the_same_model_on_another_loader_gets_its_own_id(manager):
     second = manager.load("tiny", loader="other")
     assert manager.names() == ["tiny", "tiny@other"] and second.name == "tiny@other"
     assert manager.load("tiny", loader="other").name == "tiny@other" and len(manager.names()) == 2
+    manager.unload()
+    assert manager.load("tiny", loader="other").name == "tiny@other"  # loaded first, it still says its loader
+    with pytest.raises(ModelLoadError, match=r"'tiny' means it on its default loader: name tiny@other for the one"):
+        manager.slot("tiny")  # a bare name is the model on its default loader, never another loader's
+    assert manager.ensure("tiny").model.loader == "transformers" and manager.names() == ["tiny@other", "tiny"]
 
 
 def test_memory_budget_refuses_a_load_naming_what_is_loaded(tmp_path, tiny_model_dir):

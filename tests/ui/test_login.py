@@ -106,3 +106,19 @@ def test_each_user_sees_only_their_own_chats_notebooks_and_settings(server, brow
     tab(alice, "Parameters")
     assert alice.locator("#params-max_new_tokens input").first.input_value() == "2"
     alice.close()
+
+
+def test_the_page_names_who_is_logged_in_and_logs_out(server, browser):
+    page = logged_in(browser, server.url, "bob", "b0b-secret")
+    wait_text(page, "#account-user", "Logged in as bob", 30_000)
+    screenshot(page, "logged-in-as-bob")
+    page.locator("#account-logout").click()
+    page.wait_for_selector("input[data-testid='password']", timeout=30_000)  # the login form again
+    assert page.locator("#chat-message").count() == 0
+    page.reload()  # the login is gone, not just hidden
+    page.wait_for_selector("input[data-testid='password']", timeout=30_000)
+    assert page.locator("#chat-message").count() == 0
+    page.close()
+    page = logged_in(browser, server.url, "bob", "b0b-secret")  # and works again
+    wait_text(page, "#account-user", "Logged in as bob", 30_000)
+    page.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from loaders.base import LoaderError, LoadOptions, Progress
+from loaders.base import LoaderError, LoadOptions, Progress, takes_dtype
 from loaders.options import check_options
 from webui.controllers.errors import UserError
 from webui.controllers.generation import prefix_cache_text
@@ -104,7 +104,8 @@ class ModelController:
         n_threads = int(threads) if threads else None
         chosen = None if loader in (None, AUTO_LOADER) else loader
         try:
-            self.models.load(name, chosen, LoadOptions(device, dtype, n_threads, extra=extra or {}),
+            self.models.load(name, chosen, LoadOptions(device, self._dtype(name, loader, dtype), n_threads,
+                                                       extra=extra or {}),
                              progress=progress, keep_others=keep_others)
         except (LoaderError, InvalidName, ValueError) as exc:
             raise self._kept(exc) from exc
@@ -132,20 +133,42 @@ class ModelController:
         remembered = self.models.remembered_options(name, loader) if name else {}
         return check_options(chosen, remembered)
 
+    def takes_dtype(self, name: str | None, loader: str | None) -> bool:
+        """Whether the dtype control means anything for the loader a load of ``name`` would use."""
+        chosen = self.effective_loader(name, loader)
+        try:
+            return chosen is None or takes_dtype(self.services.registry.get(chosen))
+        except LoaderError:  # an unknown loader: its load says so
+            return True
+
+    def _dtype(self, name: str | None, loader: str | None, dtype: str) -> str:
+        """The dtype to load with: the one chosen, or auto where the loader takes none (the hidden control's value
+        is kept for the loaders that do)."""
+        return dtype if self.takes_dtype(name, loader) else "auto"
+
     def estimate_text(self, name: str | None, loader: str | None, device: str, dtype: str, threads: float | None,
-                      extra: dict[str, Any]) -> str:
-        """What loading would take, said before loading: the estimate, and what the budget has room for."""
+                      extra: dict[str, Any], keep_others: bool = True) -> str:
+        """What loading would take, said before loading: the estimate, what the budget has free now, and a
+        warning when it cannot fit (more than the whole budget, or beside the models that would stay)."""
         if not name:
             return ""
         try:
-            options = LoadOptions(device, dtype, int(threads) if threads else None, extra=extra)
-            need = self.models.estimate(name, None if loader in (None, AUTO_LOADER) else loader, options)
+            options = LoadOptions(device, self._dtype(name, loader, dtype), int(threads) if threads else None,
+                                  extra=extra)
+            fit = self.models.estimate_fit(name, None if loader in (None, AUTO_LOADER) else loader, options,
+                                           keep_others)
         except (LoaderError, InvalidName, ValueError, OSError) as exc:
             return f"⚠ {exc}"
         budget = self.models.budget_bytes()
         room = "" if budget is None else (f" · the memory budget has {mib(max(budget - self.models.used_bytes(), 0))} "
                                           f"free of {mib(budget)}")
-        return f"Loading it needs about **{mib(need)}** before any request runs{room}"
+        text = f"Loading it needs about **{mib(fit.need)}** before any request runs{room}"
+        if fit.never:
+            return (text + f"  \n⚠ **More than the whole memory budget**: it cannot load even with every other "
+                           f"model unloaded; {fit.remedy()}.")
+        if not fit.fits:
+            return text + f"  \n⚠ **It does not fit beside the loaded models**: {fit.remedy()}."
+        return text
 
     def unload(self) -> ModelInfo:
         """Unload the model in use; the one loaded before it (if any) is used next."""

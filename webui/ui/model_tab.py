@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 
 import gradio as gr
 
 from loaders.base import DTYPES, available_devices
 from loaders.options import LoadOption, options_of
+from webui.controllers import UserError
 from webui.controllers.model import ModelController
 from webui.services import Services
 from webui.ui.backends_panel import create_backends_panel
 from webui.ui.feedback import shows_errors
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,6 +50,9 @@ class ModelTab:
     """Each loader's own load options, shown for the loader the chosen model would load with."""
     option_fields: list[tuple[str, LoadOption, gr.components.Component]]
     estimate: gr.Markdown
+    """What loading the chosen model would take, and a warning when it cannot fit the memory budget."""
+    message: gr.Markdown
+    """Why the last load, unload, reload or connect failed; it stays until the next one."""
     picker: gr.Dropdown
     """The header's "Model in use" (every tab's), kept in step with loads and unloads here."""
     controller: ModelController
@@ -65,24 +72,29 @@ def _model_rows(services: Services, controller: ModelController) -> dict:
         device = gr.Dropdown(choices=list(devices), value=saved if saved in devices else "auto", label="Device",
                              elem_id="model-device")
         dtype = gr.Dropdown(choices=list(DTYPES), value=opts.get("dtype", services.config.dtype), label="dtype",
-                            elem_id="model-dtype")
+                            elem_id="model-dtype", visible=controller.takes_dtype(controller.selected_model(),
+                                                                                  controller.selected_loader()))
         threads = gr.Number(value=opts.get("threads") or services.config.threads or 0, precision=0, minimum=0,
                             label="CPU threads (0 = torch's default)", elem_id="model-threads")
-    groups, fields, estimate = _option_form(services, controller, model.value, loader.value)
+    groups, fields = _option_form(services, controller, model.value, loader.value)
     keep = gr.Checkbox(value=True, label="Keep the other loaded models (each runs on its own engine, within the "
                                           "memory budget); off: this model replaces them", elem_id="model-keep")
     with gr.Row():
         load = gr.Button("Load", variant="primary", elem_id="model-load")
         unload = gr.Button("Unload the model in use", elem_id="model-unload")
         reload = gr.Button("Reload it", elem_id="model-reload")
+    estimate = gr.Markdown(controller.estimate_text(model.value, loader.value, "auto", "auto", None, {}),
+                           elem_id="model-estimate")
+    message = gr.Markdown("", elem_id="model-message")
     return dict(model=model, refresh=refresh, loader=loader, device=device, dtype=dtype, threads=threads,
                 keep=keep, load=load, unload=unload, reload=reload, option_groups=groups, option_fields=fields,
-                estimate=estimate)
+                estimate=estimate, message=message)
 
 
 def _option_control(spec: LoadOption, value, elem_id: str):
-    """The control for one load option, built from its declaration."""
-    common = dict(label=spec.title, info=spec.help, elem_id=elem_id)
+    """The control for one load option, built from its declaration (class load-option: at least as wide as a
+    dropdown, so on a narrow window the row wraps instead of squeezing a checkbox until its text is cut off)."""
+    common = dict(label=spec.title, info=spec.help, elem_id=elem_id, elem_classes=["load-option"])
     if spec.kind is bool:
         return gr.Checkbox(value=value, **common)
     if spec.choices:
@@ -109,8 +121,7 @@ def _option_form(services: Services, controller: ModelController, model: str | N
                     fields.append((name, spec, _option_control(spec, values[spec.name],
                                                                f"load-{name}-{spec.name}")))
         groups[name] = group
-    estimate = gr.Markdown(controller.estimate_text(model, loader, "auto", "auto", None, {}), elem_id="model-estimate")
-    return groups, fields, estimate
+    return groups, fields
 
 
 def _remote_and_lora_rows(controller: ModelController) -> dict:
@@ -159,6 +170,23 @@ def create_model_tab(services: Services, picker: gr.Dropdown) -> ModelTab:
     return tab
 
 
+def reports(fn):
+    """Wrap a load, unload, reload or connect: its outputs (info, template) and an empty message line; when it is
+    refused or fails, the outputs stay and the message line says why (a toast says it too, on any tab)."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return (*fn(*args, **kwargs), "")
+        except UserError as exc:
+            message = str(exc)
+        except Exception as exc:  # a backend's own error (out of memory, a broken file): shown, and logged in full
+            log.exception("a Model tab action failed")
+            message = f"It failed: {type(exc).__name__}: {exc}"
+        gr.Warning(message)
+        return gr.skip(), gr.skip(), f"⚠ {message}"
+    return call
+
+
 def _wire(tab: ModelTab, installed, quantized) -> None:
     c = tab.controller
 
@@ -174,8 +202,8 @@ def _wire(tab: ModelTab, installed, quantized) -> None:
         return shown(c.load(name, loader, device, dtype, threads, progress=lambda f, m: progress(f, desc=m),
                             keep_others=keep, extra=extra(name, loader, values)))
 
-    def estimate(name, loader, device, dtype, threads, *values):
-        return c.estimate_text(name, loader, device, dtype, threads, extra(name, loader, values))
+    def estimate(name, loader, device, dtype, threads, keep, *values):
+        return c.estimate_text(name, loader, device, dtype, threads, extra(name, loader, values), keep)
 
     def reload(progress=gr.Progress()):
         return shown(c.reload(progress=lambda f, m: progress(f, desc=m)))
@@ -183,30 +211,31 @@ def _wire(tab: ModelTab, installed, quantized) -> None:
     def connect(url: str, key: str, name: str, keep: bool):
         return shown(c.connect(url, key, name, keep))
 
-    def loaded():  # after any change: the table, the header's picker, this model's adapters
+    def loaded(*sizing):  # after any change: the table, the header's picker, this model's adapters, the budget
         return (c.loaded_table(), gr.update(choices=c.loaded_names(), value=c.current_name()),
-                gr.update(choices=c.lora_choices()), c.active_text())
+                gr.update(choices=c.lora_choices()), c.active_text(), estimate(*sizing))
 
     def lists():
         return gr.update(choices=c.model_names()), gr.update(choices=c.loader_choices())
 
-    after = [tab.loaded, tab.picker, tab.lora_pick, tab.lora_active]
+    after = [tab.loaded, tab.picker, tab.lora_pick, tab.lora_active, tab.estimate]
     controls = [field for _, _, field in tab.option_fields]
-    form_outputs = [*tab.option_groups.values(), *controls]
-    sizing = [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, *controls]
+    form_outputs = [*tab.option_groups.values(), *controls, tab.dtype]
+    sizing = [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, tab.keep, *controls]
     for changed in (tab.model, tab.loader):
         changed.change(functools.partial(option_form, tab), [tab.model, tab.loader], form_outputs).then(
             estimate, sizing, tab.estimate)
-    for changed in (tab.device, tab.dtype, tab.threads, *controls):
+    for changed in (tab.device, tab.dtype, tab.threads, tab.keep, *controls):
         changed.change(estimate, sizing, tab.estimate)
     events = [(tab.load, load, [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, tab.keep, *controls]),
               (tab.unload, lambda: shown(c.unload()), None), (tab.reload, reload, None),
               (tab.connect, connect, [tab.remote_url, tab.remote_key, tab.remote_model, tab.keep])]
-    for button, fn, inputs in events:
-        button.click(shows_errors(fn), inputs, [tab.info, tab.template], concurrency_limit=1,
-                     concurrency_id="model").then(loaded, None, after)
-    tab.picker.input(shows_errors(lambda name: shown(c.use(name))), [tab.picker], [tab.info, tab.template],
-                     concurrency_limit=1, concurrency_id="model").then(loaded, None, after)
+    done = [tab.info, tab.template, tab.message]
+    for button, fn, inputs in events:  # the last message goes as the next action starts
+        button.click(lambda: "", None, tab.message, show_progress="hidden").then(
+            reports(fn), inputs, done, concurrency_limit=1, concurrency_id="model").then(loaded, sizing, after)
+    tab.picker.input(reports(lambda name: shown(c.use(name))), [tab.picker], done,
+                     concurrency_limit=1, concurrency_id="model").then(loaded, sizing, after)
     tab.picker.focus(lambda: gr.update(choices=c.loaded_names()), None, tab.picker)
     tab.refresh.click(lists, None, [tab.model, tab.loader])
     tab.cache_clear.click(c.clear_prefix_cache, None, [tab.cache_info])
@@ -234,14 +263,16 @@ def on_load(tab: ModelTab) -> tuple[list, object]:
                 gr.update(choices=c.loaded_names(), value=c.current_name()), gr.update(value=loader),
                 *option_form(tab, name, loader), sizing)
     return [tab.model, tab.info, tab.template, tab.lora_pick, tab.lora_active, tab.loaded, tab.picker, tab.loader,
-            *tab.option_groups.values(), *(field for _, _, field in tab.option_fields), tab.estimate], load
+            *tab.option_groups.values(), *(field for _, _, field in tab.option_fields), tab.dtype, tab.estimate], load
 
 
 def option_form(tab: ModelTab, name: str | None, loader: str | None) -> list:
-    """Updates that show the options of the loader ``name`` would load with, as it was last loaded with."""
+    """Updates that show the options of the loader ``name`` would load with, as it was last loaded with, and the
+    dtype control only where that loader takes a dtype."""
     c = tab.controller
     chosen = c.effective_loader(name, loader)
     values = c.option_values(name, chosen)
     return ([gr.update(visible=owner == chosen) for owner in tab.option_groups]
             + [gr.update(value=values[spec.name]) if owner == chosen else gr.update()
-               for owner, spec, _ in tab.option_fields])
+               for owner, spec, _ in tab.option_fields]
+            + [gr.update(visible=c.takes_dtype(name, loader))])
