@@ -184,14 +184,15 @@ def record_for_batch_row(model: str, spec: dict[str, Any], row: Any, loader: str
     prompt and raw flag, the row's setting (its parameters with the seed the cell used, and the adapters of its
     "lora" axis value) and prompt. ``loader``: for runs stored before the run kept its loader."""
     model = getattr(row, "model", None) or model
-    loader = spec.get("loaders", {}).get(model) or spec.get("loader") or loader
+    loader = getattr(row, "loader", None) or spec.get("loaders", {}).get(model) or spec.get("loader") or loader
     template = spec.get("chat_templates", {}).get(model, spec.get("chat_template"))
     from webui.chat import chat_messages
 
     setting = next((s for s in spec.get("settings", []) if s.get("label") == row.setting), {})
     params = {**row.params, "seed": row.seed}
     loras = [list(x) for x in setting.get("loras", [])]
-    options = spec.get("load_options", {}).get(model, {})
+    options = getattr(row, "load_options", None)
+    options = spec.get("load_options", {}).get(model, {}) if options is None else options
     if spec.get("raw"):
         return ReproduceRecord(model, params, prompt=row.prompt, loader=loader, loras=loras, load_options=options)
     messages = chat_messages([{"role": "user", "content": row.prompt}], spec.get("system_prompt", ""))

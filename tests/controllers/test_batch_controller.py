@@ -198,3 +198,86 @@ def test_llm_rubric_is_judged_by_the_loaded_model_and_its_verdict_is_kept(contro
     bad = controller.job(form, BASE)
     with pytest.raises(UserError, match=r"the judge prompt must hold \{\{output\}\} and \{\{rubric\}\}"):
         last(controller.run(replace(bad, judge_prompt="Grade {{output}}")))
+
+
+@pytest.fixture
+def other_loader(services):
+    """The services with a second loader for the tiny model ("other": transformers under another name), as
+    llama.cpp is a second loader for the default model's GGUF."""
+    from loaders.transformers_loader import TransformersLoader
+
+    class Other(TransformersLoader):
+        name = "other"
+
+        def load(self, path, options, progress=None):
+            model = super().load(path, options, progress)
+            model.loader = "other"  # the loaded model names its loader, as each real one does
+            return model
+
+    services.registry.register(Other())
+    return services
+
+
+def test_a_rerun_runs_on_the_loader_it_ran_on_loading_it_again_and_hits_the_cache(controller, other_loader):
+    services = other_loader
+    services.models.load("tiny", loader="other", make_current=False)
+    assert services.models.names() == ["tiny", "tiny@other"]
+    first = last(controller.run(controller.job(BatchForm(prompts="Hello\nBye"), BASE)))
+    rows = controller.rows(first.run_id)
+    assert {(r.model, r.loader) for r in rows} == {("tiny", "transformers")}
+    assert rows[0].load_options == services.models.slot("tiny").model.load_options
+    services.models.unload()  # a restart that loads only the other loader
+    services.models.load("tiny", loader="other")
+    assert services.models.names() == ["tiny@other"]  # not the bare name: that means the default loader
+    steps = list(controller.rerun(first.run_id))
+    assert steps[0].status.startswith("Loading tiny (loader transformers") and not steps[0].finished
+    assert steps[-1].status.startswith("Re-run Finished: 2/2")
+    again = controller.rows(steps[-1].run_id)
+    assert {(r.model, r.loader) for r in again} == {("tiny", "transformers")}
+    assert all(r.from_cache for r in again) and [r.output for r in again] == [r.output for r in rows]
+    assert services.models.current.name == "tiny@other"  # loaded beside it: the model in use stays
+
+
+def test_a_rerun_says_what_it_cannot_have_and_never_takes_another_loader(controller, other_loader):
+    from loaders.base import LoadOptions
+
+    services = other_loader
+    first = last(controller.run(controller.job(BatchForm(prompts="Hello"), BASE)))
+    services.models.load("tiny", options=LoadOptions(device="cpu", extra={"attn_implementation": "eager"}))
+    with pytest.raises(UserError, match=r"re-run: the run ran on tiny loaded with attn_implementation=\w+, but it "
+                                        r"is loaded now with attn_implementation=eager; load it again with"):
+        list(controller.rerun(first.run_id))
+    services.models.load("tiny", loader="other")
+    services.models.unload("tiny")
+    (services.config.models_dir / "tiny").unlink()  # gone from the models dir; only tiny@other is loaded
+    with pytest.raises(UserError, match=r"re-run: the run ran on tiny \(loader transformers.*\), which is not loaded "
+                                        r"and could not be loaded: unknown model 'tiny'"):
+        list(controller.rerun(first.run_id))
+
+
+def test_a_run_stored_without_its_loader_still_opens_and_reruns_with_a_note(controller, other_loader):
+    services = other_loader
+    first = last(controller.run(controller.job(BatchForm(prompts="Hello"), BASE)))
+    stored = services.batches.get(first.run_id)
+    old_spec = {k: v for k, v in stored.spec.items() if k not in ("loader", "loaders", "load_options")}
+    old_spec["settings"] = [{k: v for k, v in s.items() if k != "ran_on"} for s in old_spec["settings"]]
+    old_rows = [{k: v for k, v in r.items() if k not in ("loader", "load_options")}
+                for r in services.batches.results(first.run_id)]
+
+    def stored_before(spec):
+        run = services.batches.create("old run", spec, "tiny", len(old_rows))
+        for i, row in enumerate(old_rows):
+            services.batches.add_result(run.id, i, row)
+        services.batches.finish(run.id, "done")
+        return run.id
+
+    old = stored_before(old_spec)
+    assert [r.loader for r in controller.rows(old)] == [None]  # it opens
+    done = last(controller.rerun(old))
+    assert done.status.startswith("Re-run Finished: 1/1") and (
+        f"Run #{old} was stored without its loader, so tiny re-runs on the loader it loads with by default "
+        "(transformers).") in done.status
+    assert [(r.model, r.loader, r.from_cache) for r in controller.rows(done.run_id)] == [("tiny", "transformers", True)]
+    on_other = stored_before({**old_spec, "loader": "other"})  # then the model that loaded first had the bare name
+    done = last(controller.rerun(on_other))
+    assert [(r.model, r.loader) for r in controller.rows(done.run_id)] == [("tiny@other", "other")]

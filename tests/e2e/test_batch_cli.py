@@ -101,3 +101,30 @@ def test_bad_input_exits_2_before_running(tmp_path, user_data, setup, args, mess
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr
     assert "loaded" not in done.stdout  # refused before the model loads
+
+
+@pytest.mark.skipif(__import__("importlib.util").util.find_spec("llama_cpp") is None,
+                    reason="the llamacpp extra is not installed (python launch.py install llamacpp)")
+def test_rows_say_the_loader_and_a_bare_name_means_the_same_model_in_the_grid_and_without_model(tmp_path, user_data):
+    """The last model used was the default model on llama.cpp (what a run without --model loads); a provider naming
+    the bare model loads it beside, on transformers, its default loader: the rows say which is which."""
+    from webui.models import DEFAULT_MODEL
+    from webui.settings import SettingsStore
+
+    SettingsStore(user_data / "settings.json").update(last_model=DEFAULT_MODEL, last_loader="llamacpp")
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text(f"prompts: ['{{{{q}}}}']\nproviders:\n  - id: workbench:{DEFAULT_MODEL}\n    label: named\n"
+                     "    config: {temperature: 0, max_tokens: 3}\n  - id: local\n    label: in use\n"
+                     "    config: {temperature: 0, max_tokens: 3}\ntests:\n  - vars: {q: Hi}\n")
+    out, csv_out = tmp_path / "rows.jsonl", tmp_path / "rows.csv"
+    done = batch(user_data, str(suite), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    rows = {r["setting"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert (rows["named"]["model"], rows["named"]["loader"]) == (DEFAULT_MODEL, "transformers")
+    assert (rows["in use"]["model"], rows["in use"]["loader"]) == (f"{DEFAULT_MODEL}@llamacpp", "llamacpp")
+    assert "n_ctx" in rows["in use"]["load_options"] and "n_ctx" not in rows["named"]["load_options"]
+    assert f"{DEFAULT_MODEL}@llamacpp (loader llamacpp)" in done.stdout and f"loaded {DEFAULT_MODEL}" in done.stderr
+    done = batch(user_data, str(suite), "--out", str(csv_out))
+    assert done.returncode == 0, done.stderr
+    header = csv_out.read_text().splitlines()[0].split(",")
+    assert header[header.index("model") + 1] == "loader"

@@ -156,6 +156,9 @@ def test_a_run_keeps_its_loader_for_each_rows_record(services):
     assert stored.spec["loader"] == "transformers"
     row = handle.rows()[0]
     assert stored.spec["loaders"] == {row.model: "transformers"} and row.model == stored.model
+    assert row.loader == "transformers" and row.load_options == services.models.current.model.load_options
+    assert record_for_batch_row(stored.model, stored.spec, row).load_options == row.load_options
+    row = replace(row, loader=None, load_options=None)  # a row stored before rows kept their loader
     stored.spec["loaders"] = {row.model: "gptq"}  # each model of a run names its own loader
     assert record_for_batch_row(stored.model, stored.spec, row, loader="transformers").loader == "gptq"
     del stored.spec["loaders"]  # runs stored before runs had several models

@@ -46,6 +46,9 @@ def test_upload_two_presets_run_table_pass_rates_export(server, browser, tmp_pat
                                                                 "Precise · max_new_tokens=10"}
     assert any("Paris" in r["output"] for r in rows)
     assert [(r["review"], r["review_note"]) for r in rows if r["review"]] == [("bad", "too terse")]
+    assert {(r["model"], r["loader"]) for r in rows} == {("SmolLM2-135M-Instruct", "transformers")}
+    page.locator("#batch-rerun").click()  # on what it ran on, which is loaded: every cell from the cache
+    wait_text(page, "#batch-progress", "Re-run Finished: 4/4", 60_000)
     page.close()
 
 

@@ -248,3 +248,22 @@ def test_rows_stored_before_cached_tokens_existed_still_load():
     csv.writer(buffer).writerows([c for i, c in enumerate(r) if i != column] for r in table)
     old_csv = buffer.getvalue()
     assert all(r.cached_tokens == 0 for r in from_csv(old_csv))
+
+
+def test_rows_say_their_loader_and_load_options_in_both_formats_and_older_exports_still_load():
+    rows = [dataclasses.replace(r, model="SmolLM2-135M-Instruct@llamacpp", loader="llamacpp",
+                                load_options={"n_ctx": 4096, "cache_type": "q8_0"}) for r in sample_rows()]
+    table = list(csv.DictReader(io.StringIO(to_csv(rows), newline="")))
+    assert table[0]["model"] == "SmolLM2-135M-Instruct@llamacpp" and table[0]["loader"] == "llamacpp"
+    assert json.loads(table[0]["load_options"]) == {"n_ctx": 4096, "cache_type": "q8_0"}
+    first = json.loads(to_jsonl(rows).splitlines()[0])
+    assert first["loader"] == "llamacpp" and first["load_options"] == {"n_ctx": 4096, "cache_type": "q8_0"}
+    assert from_csv(to_csv(rows)) == rows and from_jsonl(to_jsonl(rows)) == rows
+    old = list(csv.reader(io.StringIO(to_csv(rows))))  # a CSV exported before rows kept their loader
+    gone = {old[0].index("loader"), old[0].index("load_options")}
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows([c for i, c in enumerate(r) if i not in gone] for r in old)
+    assert all(r.loader is None and r.load_options is None for r in from_csv(buffer.getvalue()))
+    lines = [json.dumps({k: v for k, v in json.loads(line).items() if k not in ("loader", "load_options")})
+             for line in to_jsonl(rows).splitlines()]
+    assert all(r.loader is None and r.load_options is None for r in from_jsonl("\n".join(lines)))

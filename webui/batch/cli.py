@@ -106,8 +106,8 @@ def main(argv: list[str]) -> int:
         if args.model or any(s.model is None for s in planned):
             load_startup_model(services)  # the model in use: for settings that name none
         for name in [*named, *([local_judge] if local_judge else [])]:  # the model axis, workbench: providers
-            services.models.ensure(name)
-            print(f"loaded {name}", file=sys.stderr)
+            slot = services.models.ensure(name)  # a bare NAME: its default loader, as everywhere (model_id)
+            print(f"loaded {slot.name}" + (f" (for {name})" if slot.name != name else ""), file=sys.stderr)
         handle = services.batch_runner.start(job)
         while not handle.wait(1.0):
             _progress(handle)
@@ -140,6 +140,9 @@ def _report(results, min_pass_rate: float | None, run_id: int) -> int:
         print(f"{s.label[:50]:50} {s.rows:5} {rate:>10} {tps:>7}")
         if min_pass_rate is not None and s.pass_rate is not None and s.pass_rate < min_pass_rate:
             failing.append(s.label)
+    models = ", ".join(dict.fromkeys(f"{r.model} (loader {r.loader})" for r in results if r.model))
+    if models:
+        print(f"models: {models}")
     print(f"stored as batch run {run_id}")
     if failing:
         print(f"pass rate below {min_pass_rate:.0%} for: {', '.join(failing)}", file=sys.stderr)

@@ -1,7 +1,9 @@
 """CSV and JSONL export of batch results, and the inverse imports (nothing is lost on a round trip).
 
 JSONL holds one :meth:`ResultRow.to_dict` object per line. CSV has one column
-per field; ``params`` and ``assert_results`` are JSON, ``asserts`` is a readable
+per field; ``model`` is the model's id (NAME, or NAME@loader off its default
+loader) and ``loader`` the loader it ran on; ``params``, ``load_options`` (the
+loader's options the model was loaded with) and ``assert_results`` are JSON, ``asserts`` is a readable
 one-line-per-assert summary ("PASS contains:Paris", "FAIL max-length:50 tokens:
 output has 73 tokens, more than 50"), ``passed`` is true/false/empty and an
 empty ``ttft``/``tokens_per_second``/``error`` cell means none. Text cells that a
@@ -21,11 +23,14 @@ from webui.batch.asserts import AssertResult
 from webui.batch.errors import BatchInputError
 from webui.batch.results import ResultRow
 
-CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "model", "setting", "sample", "seed", "output", "finish_reason",
-               "prompt_tokens", "completion_tokens", "cached_tokens", "ttft", "tokens_per_second", "passed", "score",
-               "asserts", "error", "review", "review_note", "params", "assert_results")
-_TEXT_COLUMNS = frozenset({"prompt_id", "prompt", "model", "setting", "output", "finish_reason", "asserts", "error",
-                           "review_note"})
+CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "model", "loader", "setting", "sample", "seed", "output",
+               "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft", "tokens_per_second",
+               "passed", "score", "asserts", "error", "review", "review_note", "params", "load_options",
+               "assert_results")
+_TEXT_COLUMNS = frozenset({"prompt_id", "prompt", "model", "loader", "setting", "output", "finish_reason", "asserts",
+                           "error", "review_note"})
+_LATER_COLUMNS = ("asserts", "cached_tokens", "score", "review", "review_note", "model", "loader", "load_options")
+"""Columns CSVs exported before them lack: the import reads such a CSV with their empty values."""
 _INT_COLUMNS = ("prompt_index", "sample", "seed", "prompt_tokens", "completion_tokens")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
 
@@ -69,7 +74,7 @@ def to_csv(rows: Iterable[ResultRow]) -> str:
 def _csv_values(row: ResultRow) -> dict[str, Any]:
     return {
         "prompt_index": row.prompt_index, "prompt_id": row.prompt_id, "prompt": row.prompt, "model": row.model,
-        "setting": row.setting,
+        "loader": row.loader, "setting": row.setting,
         "sample": row.sample, "seed": row.seed, "output": row.output, "finish_reason": row.finish_reason,
         "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
         "cached_tokens": row.cached_tokens, "ttft": row.ttft,
@@ -78,6 +83,8 @@ def _csv_values(row: ResultRow) -> dict[str, Any]:
         "asserts": assert_summary(row.asserts), "error": row.error,
         "review": (row.review or {}).get("verdict"), "review_note": (row.review or {}).get("note"),
         "params": json.dumps(row.params, ensure_ascii=False, sort_keys=True),
+        "load_options": None if row.load_options is None else json.dumps(row.load_options, ensure_ascii=False,
+                                                                         sort_keys=True),
         "assert_results": json.dumps([a.to_dict() for a in row.asserts], ensure_ascii=False),
     }
 
@@ -106,8 +113,7 @@ def from_csv(text: str) -> list[ResultRow]:
     if not table:
         raise BatchInputError("the CSV is empty; it needs the header row written by the export")
     header = table[0]
-    missing = [c for c in CSV_COLUMNS if c not in header
-               and c not in ("asserts", "cached_tokens", "score", "review", "review_note", "model")]
+    missing = [c for c in CSV_COLUMNS if c not in header and c not in _LATER_COLUMNS]
     if missing:
         raise BatchInputError(f"the CSV lacks the column(s) {', '.join(missing)}; columns: {', '.join(header)}")
     rows = []
@@ -136,10 +142,14 @@ def _row_from_cells(cells: dict[str, str], where: str) -> ResultRow:
     data["passed"] = None if passed == "" else passed == "true"
     data["error"] = data.get("error") or None
     data["model"] = data.get("model") or None
+    data["loader"] = data.get("loader") or None
     verdict = cells.get("review", "").strip()
     data["review"] = {"verdict": verdict, "note": data.pop("review_note", "") or ""} if verdict else None
     data.pop("review_note", None)
-    for name in ("params", "assert_results"):
+    for name in ("params", "assert_results", "load_options"):
+        if name == "load_options" and not cells.get(name):
+            data[name] = None  # not stored (rows made before rows kept their load options)
+            continue
         try:
             data[name] = json.loads(cells[name])
         except json.JSONDecodeError as exc:

@@ -46,7 +46,12 @@ class ResultRow:
     from_cache: bool = False  # taken from the response cache (the same request ran before), not generated now
     review: dict[str, str] | None = field(default=None, hash=False)
     """A person's verdict: {"verdict": "good" or "bad", "note": text}; None: not reviewed."""
-    model: str | None = None  # the loaded model that made it (rows stored before runs had several: None)
+    model: str | None = None
+    """The id of the loaded model that made it (webui.models.model_id: NAME, or NAME@loader off the model's default
+    loader); rows stored before runs had several models: None."""
+    loader: str | None = None  # the loader it ran on (rows stored before rows kept it: None)
+    load_options: dict[str, Any] | None = field(default=None, hash=False)
+    """The loader's options the model was loaded with (loaders/options.py); rows stored before: None."""
 
     def __post_init__(self) -> None:
         if self.error == "":
@@ -88,7 +93,8 @@ def _assert_results(items: Any, prefix: str) -> list[AssertResult]:
             for a in items]
 
 
-_OPTIONAL = {"cached_tokens": 0, "score": None, "review": None, "from_cache": False, "model": None}
+_OPTIONAL = {"cached_tokens": 0, "score": None, "review": None, "from_cache": False, "model": None, "loader": None,
+             "load_options": None}
 REVIEW_VERDICTS = ("good", "bad")  # fields added later, so rows stored or exported before them still load
 _TYPES: dict[str, tuple[type, ...]] = {
     "prompt_index": (int,), "prompt_id": (str,), "prompt": (str,), "setting": (str,), "params": (dict,),
@@ -96,6 +102,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "completion_tokens": (int,), "cached_tokens": (int,), "ttft": (int, float, type(None)),
     "tokens_per_second": (int, float, type(None)), "score": (int, float, type(None)),
     "passed": (bool, type(None)), "error": (str, type(None)), "from_cache": (bool,), "model": (str, type(None)),
+    "loader": (str, type(None)), "load_options": (dict, type(None)),
 }
 
 
@@ -123,7 +130,8 @@ def _check_types(values: dict[str, Any], prefix: str) -> None:
 def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
                ttft: float | None = None, tokens_per_second: float | None = None, cached_tokens: int = 0,
                error: str | None = None, from_cache: bool = False,
-               judged: Mapping[str, Any] | None = None, model: str | None = None) -> ResultRow:
+               judged: Mapping[str, Any] | None = None, model: str | None = None, loader: str | None = None,
+               load_options: Mapping[str, Any] | None = None) -> ResultRow:
     """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error)."""
     error = error or None
     seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text, judged or {})
@@ -138,7 +146,8 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
         params=cell.params.to_dict(), sample=cell.sample, seed=cell.seed, output=output,
         finish_reason=finish_reason, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         ttft=ttft, tokens_per_second=tokens_per_second, cached_tokens=cached_tokens, asserts=asserts, passed=passed,
-        error=error, score=score, from_cache=from_cache, model=model)
+        error=error, score=score, from_cache=from_cache, model=model, loader=loader,
+        load_options=None if load_options is None else dict(load_options))
 
 
 # -- summaries -----------------------------------------------------------------------

@@ -20,8 +20,9 @@ from webui.batch.asserts import Verdict
 from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge, check_judge_prompt, judge_request, read_verdict, rubrics
 from webui.batch.prompts import PromptRow, render
+from webui.batch.rerun import RanOn, ran_on, stored_ran_on
 from webui.batch.results import ResultRow, result_for
-from webui.batch.store import BatchStore
+from webui.batch.store import BatchRun, BatchStore
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError
 from webui.engine import EngineError, GenerationRequest, SamplingParams
@@ -174,6 +175,16 @@ class BatchRunner:
                                       "first") from None
         return out
 
+    def rerun_job(self, run: BatchRun, name: str, use_cache: bool = True) -> tuple[BatchJob, list[RanOn], list[str]]:
+        """The job that runs the stored run ``run`` again with each setting on what it ran on, what those are
+        (for :func:`webui.batch.rerun.provide` to have them loaded before :meth:`start`), and notes on what had to
+        be assumed for a run stored without its loader."""
+        job = BatchJob.from_spec(name, run.spec)
+        ran, notes = stored_ran_on(run, self.store.results(run.id), self.services.models)
+        settings = [replace(s, model=ran[s.label].model) for s in job.settings or []]
+        needs = list({ran[s.label].model: ran[s.label] for s in settings}.values())
+        return replace(job, settings=settings, use_cache=use_cache), needs, notes
+
     def template(self, job: BatchJob, model) -> ChatTemplate | None:
         """The instruction template the job's prompts are rendered with (None for raw prompts)."""
         if job.raw or model.capabilities.text_only:
@@ -205,6 +216,8 @@ class BatchRunner:
                 "load_options": {slot.name: getattr(slot.model, "load_options", {}) for slot in slots.values()},
                 "chat_template": next((t.to_record() for t in templates.values() if t), None),
                 "chat_templates": {slots[n].name: t.to_record() for n, t in templates.items() if t}}
+        for stored, setting in zip(spec["settings"], settings):  # what each setting ran on, so a re-run can too
+            stored["ran_on"] = ran_on(slots[setting.model]).to_dict()
         run = self.store.create(job.name, spec, ", ".join(names), len(cells))
         handle = RunHandle(run.id, cells)
         with self._lock:
@@ -277,7 +290,7 @@ class BatchRunner:
         cached = self.cache.get(handle.keys[index]) if handle.use_cache else None
         if cached is not None:  # the very same request ran before: its response, with this run's asserts
             judged = await self._judge(handle, cell, cached["output"])
-            cached = {**cached, "model": handle.slots[cell.setting.model].name}
+            cached = {**cached, **ran_on(handle.slots[cell.setting.model]).row_fields()}
             self._keep(handle, index, result_for(cell, **cached, from_cache=True, judged=judged))
             return
         async with slots:
@@ -306,7 +319,8 @@ class BatchRunner:
                 return  # cut by Cancel: not a result
             usage, timings = (last.usage, last.timings) if last is not None else (None, None)
             judged = await self._judge(handle, cell, text) if error is None else {}
-            row = result_for(cell, output=text, judged=judged, model=handle.slots[cell.setting.model].name, finish_reason=last.finish_reason if last else "error",
+            row = result_for(cell, output=text, judged=judged, **ran_on(handle.slots[cell.setting.model]).row_fields(),
+                             finish_reason=last.finish_reason if last else "error",
                              prompt_tokens=usage.prompt_tokens if usage else 0,
                              completion_tokens=usage.completion_tokens if usage else 0,
                              cached_tokens=usage.cached_tokens if usage else 0,

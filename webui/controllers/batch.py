@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -13,6 +13,7 @@ from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text,
     to_jsonl, with_asserts
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.promptfoo import is_config, read_config, to_promptfoo
+from webui.batch.rerun import is_loaded, provide
 from webui.batch.runner import BatchJob, RunHandle
 from webui.batch.store import RunNotFound
 from webui.controllers.chat import MessageInspection
@@ -152,14 +153,20 @@ class BatchController:
         yield from self._follow(self._start(job), "Running", "")
 
     def rerun(self, run_id: int | None, use_cache: bool = True) -> Iterator[Progress]:
-        """Run a stored run again with its stored settings (presets changed since do not matter); without the
-        cache every cell is generated again."""
+        """Run a stored run again with its stored settings (presets changed since do not matter), each on the model,
+        loader and load options it ran on: loaded first when it is not, refused (naming it) when it cannot be;
+        without the cache every cell is generated again."""
         stored = self._get(run_id)
+        models = self.services.models
         try:
-            job = replace(BatchJob.from_spec(f"{stored.name} (re-run)", stored.spec), use_cache=use_cache)
-        except BatchInputError as exc:
+            job, needs, notes = self.runner.rerun_job(stored, f"{stored.name} (re-run)", use_cache)
+            for need in needs:
+                if not is_loaded(models, need):
+                    yield Progress(stored.id, f"Loading {need.describe()} for the re-run…", False)
+                provide(models, need)
+        except (BatchInputError, RunNotFound) as exc:
             raise UserError(str(exc)) from exc
-        yield from self._follow(self._start(job), "Re-running", "Re-run ")
+        yield from self._follow(self._start(job), "Re-running", "Re-run ", " ".join(notes))
 
     def cancel(self, run_id: int | None) -> str:
         if run_id is None or not self.runner.cancel(run_id):
@@ -172,15 +179,16 @@ class BatchController:
         except BatchInputError as exc:
             raise UserError(str(exc)) from exc
 
-    def _follow(self, handle: RunHandle, doing: str, prefix: str) -> Iterator[Progress]:
+    def _follow(self, handle: RunHandle, doing: str, prefix: str, note: str = "") -> Iterator[Progress]:
+        note = f" · {note}" if note else ""
         while not handle.wait(REFRESH_SECONDS):
             eta = handle.eta_seconds()
             yield Progress(handle.run_id, f"{doing}: {handle.done}/{handle.total} done · {self._speed(handle)}"
-                           + (f" · about {eta:.0f}s left" if eta else ""), False)
+                           + (f" · about {eta:.0f}s left" if eta else "") + note, False)
         word = {"done": "Finished", "cancelled": "Cancelled", "failed": "Failed"}[handle.status]
         took = time.monotonic() - handle.started
         yield Progress(handle.run_id, f"{prefix}{word}: {handle.done}/{handle.total} rows in {took:.1f}s · "
-                                      f"{self._speed(handle)}", True)
+                                      f"{self._speed(handle)}{note}", True)
 
     @staticmethod
     def _speed(handle: RunHandle) -> str:
