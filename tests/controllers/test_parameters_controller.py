@@ -50,33 +50,58 @@ def test_the_constrain_output_control_gives_structured_outputs_and_shows_it_back
         assert same_constraint(constraint_json(back_label, back_text), held)
 
 
-def test_a_form_without_text_is_no_constraint_and_a_bad_one_is_named(controller):
+def test_a_form_without_text_is_no_constraint_and_a_bad_one_is_named(controller, services):
     assert constraint_json("regex", "") == "" and constraint_json("choice (one a line)", "\n \n") == ""
-    with pytest.raises(UserError, match="Parameters tab: structured_outputs: the JSON schema is not valid JSON"):
-        controller.remember(values(structured_outputs=constraint_json("JSON schema", '{"type": ')))
-    with pytest.raises(UserError, match="Parameters tab: structured_outputs: invalid regex"):
-        controller.remember(values(structured_outputs=constraint_json("regex", "[a-")))
+    before = services.settings.get()
+    for held, said in ((constraint_json("JSON schema", '{"type": '), "structured_outputs: the JSON schema is not "
+                                                                     "valid JSON"),
+                       (constraint_json("regex", "[a-"), "structured_outputs: invalid regex")):
+        edited = controller.edit(values(structured_outputs=held), "structured_outputs")
+        assert edited.params is None and edited.message.startswith(f"⚠ {said}"), edited
+    assert services.settings.get() == before
 
 
 @pytest.mark.parametrize("name, bad, said", [
-    ("max_new_tokens", 99999999, r"max_new_tokens must be in \[1, 32768\], got 99999999"),
-    ("temperature", -5, r"temperature must be in \[0, 5\], got -5"),
-    ("seed", 1.5, r"seed must be an integer"),
-    ("logit_bias", "{2: -100", "logit_bias must be a JSON object"),
+    ("max_new_tokens", 99999999, "⚠ max_new_tokens must be in [1, 32768], got 99999999. Not used; 512 stays saved: "
+                                 "correct it (Send asks for that first)."),
+    ("max_new_tokens", None, "⚠ type a number in [1, 32768] (the box is empty or holds no number). Not used; 512 "
+                             "stays saved"),
+    ("seed", 1.5, "⚠ seed must be an integer in [0, 9223372036854775807], got 1.5. Not used; -1 stays saved"),
+    ("logit_bias", "{2: -100", "⚠ logit_bias must be a JSON object"),
 ])
-def test_a_wrong_value_names_the_parameter_its_range_and_the_tab(controller, services, name, bad, said):
+def test_a_wrong_value_is_named_with_what_it_takes_and_kept_out(controller, services, name, bad, said):
+    """#30 (3): never silently changed: the message (shown beside the control) names it, and what is saved stays."""
     before = services.settings.get()
-    with pytest.raises(UserError, match="Parameters tab: " + said):
-        controller.remember(values(**{name: bad}))
+    edited = controller.edit(values(**{name: bad}), name)
+    assert edited.params is None and not edited.changed and edited.message.startswith(said), edited.message
     assert services.settings.get() == before  # the last good values are kept
+    with pytest.raises(UserError, match="Parameters tab: " + name):  # and Send refuses them
+        controller.current(values(**{name: bad}))
+
+
+@pytest.mark.parametrize("typed, used, said", [
+    (9, 5.0, "⚠ 9 is outside [0, 5]: the slider goes to 5, and 5 is used."),
+    (-1, 0.0, "⚠ -1 is outside [0, 5]: the slider goes to 0, and 0 is used."),
+    (None, 0.0, "⚠ The box is empty: the slider goes to 0, and 0 is used."),
+])
+def test_a_slider_left_out_of_range_is_used_where_it_goes_and_says_so(controller, services, typed, used, said):
+    edited = controller.edit(values(SamplingParams(temperature=0.7), temperature=typed), "temperature")
+    assert edited.message == said and edited.params.temperature == used and edited.changed
+    assert services.settings.get().params["temperature"] == used
+
+
+def test_another_wrong_value_keeps_a_good_edit_from_being_saved_and_says_which(controller, services):
+    edited = controller.edit(values(temperature=0.5, seed=1.5), "temperature")
+    assert edited.params is None and edited.message == "⚠ Not saved yet: seed is wrong (its message is beside it)."
 
 
 def test_an_edit_is_remembered_and_the_preset_no_longer_claims_it(controller, services):
     controller.apply("Precise")
     assert services.settings.get().last_preset == "Precise"
-    controller.remember(values(controller.saved()[0], stop="END\nSTOP"))
+    edited = controller.edit(values(controller.saved()[0], stop="END\nSTOP"), "stop")
     params, preset, note = controller.saved()
-    assert params.stop == ("END", "STOP") and preset is None and note == ""
+    assert edited.changed and edited.message == "" and params.stop == ("END", "STOP") and preset is None
+    assert note == "" and not controller.edit(values(params), "stop").changed  # the same values again
 
 
 def test_save_apply_and_delete_a_preset(controller, services):

@@ -8,6 +8,7 @@ the parameter and its range when one is wrong, the moment it is typed.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from webui.controllers.errors import UserError
@@ -109,6 +110,19 @@ def constraint_fields(value: str) -> tuple[str, str | None] | None:
     return label, str(given)
 
 
+def constraint_note(value: str) -> str:
+    """The Chat tab's line while an output constraint is on ("" while none is): which form, and its text in
+    short."""
+    fields = constraint_fields(value)
+    if fields is None or fields[0] == "none":
+        return ""
+    label, text = fields
+    shown = " · ".join(line.strip() for line in (text or "").splitlines() if line.strip())
+    shown = f": `{shown[:80]}{'…' if len(shown) > 80 else ''}`" if shown else ""
+    return (f"**Replies are constrained** to {label}{shown} (Parameters → Constrain output; your side, "
+            "Impersonate, is not)")
+
+
 def same_constraint(a: str, b: str) -> bool:
     """Whether two structured_outputs JSON texts say the same (spacing and key order aside)."""
     def read(text: str) -> Any:
@@ -132,6 +146,35 @@ def user_error(exc: InvalidParameter) -> UserError:
     return UserError(f"Parameters tab: {exc}")
 
 
+def field_text(name: str) -> str:
+    """A control's own line under its label: the parameter's help (and range, for a number box)."""
+    spec = specs()[name]
+    return f"{spec.help} {spec.range_text()}" if spec.widget == "number" else spec.help
+
+
+def slider_end(name: str, value: Any) -> float | None:
+    """Where a slider goes when its box is left holding a value out of its range (its nearer end) or nothing (its
+    low end): the page moves it there, so that is the value used; None for a value in range or another control."""
+    spec = specs()[name]
+    if spec.widget != "slider" or isinstance(value, bool) or not isinstance(value, (int, float, type(None))):
+        return None
+    low = spec.minimum + spec.step if spec.min_exclusive else spec.minimum  # the slider's own ends
+    if value is None or value < low:
+        return low
+    return spec.maximum if value > spec.maximum else None
+
+
+@dataclass(frozen=True)
+class Edited:
+    """What became of one control's change: the parameters now kept (None: nothing was saved) and the message
+    shown beside that control ("" when its value is right)."""
+
+    params: SamplingParams | None
+    message: str = ""
+    changed: bool = False
+    """Whether the kept parameters differ from those saved before (the preset no longer describes them)."""
+
+
 class ParametersController:
     def __init__(self, services: Services) -> None:
         self.services, self.presets, self.settings = services, services.presets, services.settings
@@ -145,6 +188,35 @@ class ParametersController:
             return params_from_values(values)
         except InvalidParameter as exc:
             raise user_error(exc) from exc
+
+    def edit(self, values: dict[str, Any], name: str) -> Edited:
+        """Check and keep the controls' values after the user changed control ``name``. A wrong value is kept
+        out (the last good one stays saved) and named beside its control with what it takes; a number typed
+        past a slider's end is used at that end (where the slider moves), and the message says so."""
+        value, spec = values[name], specs()[name]
+        try:
+            if value is None and spec.widget == "number" and getattr(SamplingParams(), name) is not None:
+                raise InvalidParameter(name, f"type a number in {spec.range_text()} (the box is empty or holds no "
+                                             "number)", value)  # (an empty seed box means "random")
+            params_from_values({name: value})
+            moved = ""
+        except InvalidParameter as exc:
+            end = slider_end(name, value)
+            if end is None:
+                kept = _to_control(spec, self.saved()[0].to_dict()[name])
+                still = f"; {kept!r} stays saved" if kept not in (None, "") else ""
+                return Edited(None, f"⚠ {exc}. Not used{still}: correct it (Send asks for that first).")
+            values = {**values, name: end}
+            typed = "The box is empty" if value is None else f"{value:g} is outside {spec.range_text()}"
+            moved = f"⚠ {typed}: the slider goes to {end:g}, and {end:g} is used."
+        try:
+            params = params_from_values(values)
+        except InvalidParameter as exc:
+            return Edited(None, f"⚠ Not saved yet: {exc.param} is wrong (its message is beside it).")
+        changed = params.changed() != self.settings.get().params  # not a value typed back, say
+        if changed:
+            self.settings.update(params=params.changed(), last_preset=None)
+        return Edited(params, moved, changed)
 
     def saved(self) -> tuple[SamplingParams, str | None, str]:
         """(parameters, preset name or None, note): what the page shows on (re)load.
@@ -165,12 +237,6 @@ class ParametersController:
             return self.presets.get(s.last_preset).params, s.last_preset, ""
         except (PresetError, InvalidName) as exc:
             return SamplingParams(), None, f"Preset '{s.last_preset}' could not be applied ({exc}); showing neutral."
-
-    def remember(self, values: dict[str, Any]) -> SamplingParams:
-        """Keep the values the user just set (the preset no longer describes them); UserError if one is wrong."""
-        params = self.current(values)
-        self.settings.update(params=params.changed(), last_preset=None)
-        return params
 
     def use(self, params: SamplingParams) -> SamplingParams:
         """Make ``params`` the current parameters (e.g. a chat's own), as if they had been set by hand."""

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from webui.controllers import UserError
-from webui.controllers.parameters import ParametersController, pipeline_text
+from webui.controllers.parameters import ParametersController, field_text, pipeline_text
 from webui.engine.params import SamplingParams, specs
 from webui.services import Services
 from webui.ui.feedback import SAVES, shows_errors
@@ -46,7 +45,7 @@ def create_parameters_tab(services: Services) -> ParametersTab:
         save = gr.Button("Save preset", elem_id="preset-save", scale=1)
         delete = gr.Button("Delete preset", variant="stop", elem_id="preset-delete", scale=1)
     note = gr.Markdown("", elem_id="preset-note")
-    confirm = gr.State(False)
+    confirm = gr.State(None)  # the preset whose Delete asks for a confirmation now
     panel = build_params_panel(params)
     tab = ParametersTab(panel.controls, preset, note, panel.running, controller, panel)
     _wire_presets(tab, save_name, save, delete, neutral, confirm)
@@ -60,7 +59,7 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
 
     @shows_errors
     def apply_preset(name: str | None):
-        if not name:
+        if not name or name == controller.settings.get().last_preset:  # opened and closed: nothing new chosen
             return gr.skip()
         chosen = controller.apply(name)
         said = f"Preset '{chosen.name}' applied."
@@ -74,18 +73,22 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         return gr.update(choices=controller.presets.names(), value=saved), f"Saved preset '{saved}'."
 
     @shows_errors
-    def delete_preset(name: str | None, confirmed: bool):
-        if not confirmed:
+    def delete_preset(name: str | None, armed: str | None):
+        """The first click asks about the preset shown; only a click on that same preset's Confirm deletes it."""
+        if not name or armed != name:
             if not name:
                 controller.delete(name)  # says what to do
-            return gr.skip(), f"Click **Confirm delete** to delete preset '{name}' for good.", True, gr.update(
+            return gr.skip(), f"Click **Confirm delete** to delete preset '{name}' for good.", name, gr.update(
                 value="Confirm delete")
         controller.delete(name)
-        return (gr.update(choices=controller.presets.names(), value=None), f"Deleted preset '{name}'.", False,
+        return (gr.update(choices=controller.presets.names(), value=None), f"Deleted preset '{name}'.", None,
                 gr.update(value="Delete preset"))
 
+    def disarm(name: str | None, armed: str | None):  # another preset chosen: Delete asks again
+        return (gr.skip(), gr.skip()) if name == armed else (None, gr.update(value="Delete preset"))
+
     tab.preset.input(apply_preset, [tab.preset], [*shown, tab.note, tab.running])
-    tab.preset.input(lambda: (False, gr.update(value="Delete preset")), None, [confirm, delete])
+    tab.preset.input(disarm, [tab.preset, confirm], [confirm, delete])
     def reset():
         params = controller.neutral()
         return *tab.panel.show(params), None, "Neutral: every sampler off.", pipeline_text(params)
@@ -96,44 +99,23 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
 
 
 def _wire_controls(tab: ParametersTab) -> None:
-    """Every change (typed, dragged, pasted, deleted) is checked and kept; a wrong value is named in the note."""
+    """Every change (typed, dragged, pasted, deleted) is checked and kept; a wrong value is named beside its
+    control, with what it takes, and kept out until it is corrected."""
     controller, inputs = tab.controller, tab.inputs
 
     def remember(name: str, data: dict):
-        values = {key: data[c] for key, c in tab.controls.items()}
-        try:
-            params = controller.current(values, changed=name)
-        except UserError as exc:  # shown beside the presets while the value stays wrong
-            end = slider_end(name, values[name])
-            if end is None:
-                return gr.skip(), f"⚠ {exc}", gr.skip()
-            values[name] = end  # what the slider shows now, and what a reply will use
-            try:
-                params = controller.remember(values)
-            except UserError:
-                return gr.skip(), f"⚠ {exc}", gr.skip()
-            return None, f"⚠ {exc}; the slider moved to {end:g} and that is used", pipeline_text(params)
-        if params.changed() == controller.settings.get().params:  # nothing new (a value typed back, say)
-            return gr.skip(), ("" if (data[tab.note] or "").startswith("⚠") else gr.skip()), gr.skip()
-        controller.remember(values)
-        return None, "", pipeline_text(params)  # edited: the preset's name no longer describes them
+        edited = controller.edit({key: data[c] for key, c in tab.controls.items()}, name)
+        field = gr.update(info=edited.message or field_text(name))
+        if not edited.changed:  # nothing kept (a wrong value), or nothing new (a value typed back, say)
+            return gr.skip(), gr.skip(), gr.skip(), field
+        return None, "", pipeline_text(edited.params), field  # edited: the preset no longer describes them
 
     for name, control in tab.controls.items():
         # Text boxes: every change (a paste or a deletion is not always an input event). The others: what the
         # user does (a preset or a reload setting all of them must not queue a check per control).
         event = control.change if specs()[name].widget in ("lines", "text", "json", "constraint") else control.input
-        event(functools.partial(remember, name), {*inputs, tab.note}, [tab.preset, tab.note, tab.running], **SAVES)
-
-
-def slider_end(name: str, value) -> float | None:
-    """Where a slider goes when a value out of its range is typed in its box (its nearer end), or None."""
-    spec = specs()[name]
-    if spec.widget != "slider" or not isinstance(value, (int, float)) or isinstance(value, bool):
-        return None
-    low = spec.minimum + spec.step if spec.min_exclusive else spec.minimum  # the slider's own ends
-    if value < low:
-        return low
-    return spec.maximum if value > spec.maximum else None
+        event(functools.partial(remember, name), set(inputs), [tab.preset, tab.note, tab.running,
+                                                               tab.panel.field(name)], **SAVES)
 
 
 def on_load(tab: ParametersTab) -> tuple[list, object]:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import gradio as gr
 
 from webui.controllers.parameters import (CONSTRAINT_FORMS, CONSTRAINT_HINTS, constraint_fields, constraint_json,
-                                          pipeline_text, same_constraint, values_from_params)
+                                          field_text, pipeline_text, same_constraint, values_from_params)
 from webui.engine.params import ParamSpec, SamplingParams, specs
 from webui.ui.feedback import SAVES
+from webui.ui.typed_slider import TypedSlider
 
 COLUMNS = (("Sampling", "Temperature shaping", "Mirostat and adaptive-p", "Guidance (CFG)", "Constrain output"),
            ("Sampler order", "Repetition", "Length, stops and tokens"))
@@ -38,8 +39,19 @@ class ParamsPanel:
         return [*self.controls.values(), self.form, self.text]
 
     def show(self, params: SamplingParams) -> list:
+        """Updates for ``shown``: every control holds ``params``' value, and a message from a wrong value typed
+        before is gone."""
         values = values_from_params(params)
-        return [*values, *_constraint_updates(dict(zip(specs(), values))["structured_outputs"])]
+        return [*(gr.update(value=v, info=field_text(name)) for name, v in zip(specs(), values)),
+                *_constraint_updates(dict(zip(specs(), values))["structured_outputs"])]
+
+    def show_constraint(self, value: str) -> tuple:
+        """Updates for (form, text) showing a structured_outputs JSON value."""
+        return _constraint_updates(value)
+
+    def field(self, name: str) -> gr.components.Component:
+        """The control where a message about parameter ``name`` is shown (the constraint's: its text box)."""
+        return self.text if name == "structured_outputs" else self.controls[name]
 
 
 def build_params_panel(initial: SamplingParams | None = None) -> ParamsPanel:
@@ -74,7 +86,7 @@ def _slug(group: str) -> str:
 
 
 def _control(name: str, spec: ParamSpec, value) -> gr.components.Component:
-    common = dict(label=name, info=spec.help, elem_id=f"params-{name}")
+    common = dict(label=name, info=field_text(name), elem_id=f"params-{name}")
     if spec.widget == "lines":
         if name == "sampler_priority":
             return gr.Textbox(value=value, lines=6, max_lines=30, placeholder="one sampler a line", **common)
@@ -87,11 +99,9 @@ def _control(name: str, spec: ParamSpec, value) -> gr.components.Component:
     if spec.widget == "checkbox":
         return gr.Checkbox(value=value, **common)
     if spec.widget == "number":
-        return gr.Number(value=value, **{**common, "info": f"{spec.help} {spec.range_text()}"})
+        return gr.Number(value=value, **common)
     lo = spec.minimum + spec.step if spec.min_exclusive else spec.minimum
-    slider = gr.Slider(minimum=lo, maximum=spec.maximum, step=spec.step, value=value, **common)
-    slider.preprocess = _unchecked  # a typed -5 reaches the check that names the parameter
-    return slider
+    return TypedSlider(minimum=lo, maximum=spec.maximum, step=spec.step, value=value, **common)
 
 
 def _constraint_controls(name: str, value: str) -> tuple[gr.Dropdown, gr.Textbox, gr.Textbox]:
@@ -122,7 +132,8 @@ def _constraint_controls(name: str, value: str) -> tuple[gr.Dropdown, gr.Textbox
 def _text_update(form_label: str, value: str | None = None) -> dict:
     """The constraint text box for a form: hidden where the form takes no text, with an example."""
     form = CONSTRAINT_FORMS.get(form_label)
-    update = gr.update(visible=form not in (None, "json_object"), placeholder=CONSTRAINT_HINTS.get(form, ""))
+    update = gr.update(visible=form not in (None, "json_object"), placeholder=CONSTRAINT_HINTS.get(form, ""),
+                       info="")
     return update if value is None else {**update, "value": value}
 
 
@@ -131,9 +142,3 @@ def _constraint_updates(value: str) -> tuple[str, dict]:
     text is kept where the form takes none, for when the user picks a form that does again."""
     label, text = constraint_fields(value) or ("none", None)
     return label, _text_update(label, text)
-
-
-def _unchecked(payload: float | None) -> float | None:
-    """A slider's value as typed: Gradio's own bounds check would answer 'Value -5 is less than minimum value
-    0.0.' naming no parameter (and log a traceback); SamplingParams checks it and names the parameter."""
-    return payload
