@@ -64,7 +64,10 @@ def test_send_while_a_reply_is_being_written_says_so(session):
         next(session.send(chat_id, "And another", "", GREEDY, KEY))
     other_tab = list(session.send(None, "Elsewhere", "", GREEDY, ("tab-2", "chat")))
     assert "finish" in other_tab[-1].stats  # another browser tab is not blocked
-    assert session.stop(KEY)
+    other_chat = list(session.send(None, "Meanwhile", "", GREEDY, KEY))
+    assert "finish: length" in other_chat[-1].stats  # nor another chat in this tab
+    assert not session.stop(KEY, other_chat[-1].chat_id)  # Stop there stops nothing of this chat's reply
+    assert session.stop(KEY, chat_id)
     assert "finish: cancelled" in last(first).stats
     assert roles(session, chat_id) == ["user", "assistant"]
 
@@ -75,9 +78,12 @@ def test_regenerate_adds_a_version_and_the_arrows_move_between_them(session):
     again = last(session.regenerate(done.chat_id, GREEDY.replace(temperature=1.0, seed=5), KEY))
     after = session.chats.messages(done.chat_id)
     assert [m.role for m in after] == ["user", "assistant"] and after[-1].id != before.id
-    assert session.version_of(done.chat_id, 1) == (2, 2) and "version 2 of 2" in again.messages[-1]["content"]
+    assert session.version_of(done.chat_id, 1) == (2, 2)
+    assert session.describe(done.chat_id, 1) == f"Message 2: version 2 of 2 · {again.stats}"
     back = session.switch_version(done.chat_id, 1, -1)
-    assert session.chats.messages(done.chat_id)[-1].id == before.id and "version 1 of 2" in back.messages[-1]["content"]
+    assert session.chats.messages(done.chat_id)[-1].id == before.id and back.messages[-1]["content"] == before.content
+    assert session.describe(done.chat_id, 1) == f"Message 2: version 1 of 2 · {before.stats['summary']}"
+    assert session.describe(done.chat_id, 0) == "Message 1: version 1 of 1 (edit or regenerate it to add another)"
     with pytest.raises(UserError, match="first version"):
         session.switch_version(done.chat_id, 1, -1)
     session.switch_version(done.chat_id, 1, +1)
@@ -161,7 +167,9 @@ def test_a_reloaded_page_opens_the_latest_chat_with_its_system_prompt(session):
     assert latest.chat_id == newer.chat_id and latest.system_prompt == "Prompt B" and "finish" in latest.stats
     session.save_system(older.chat_id, "Prompt C")  # touches the older chat: now it is the latest
     assert session.latest().system_prompt == "Prompt C"
-    assert session.view(None).system_prompt == "Prompt C"  # and the next new chat starts from it
+    assert session.view(None).system_prompt == ""  # a chat's own prompt is not the one new chats start with (#30)
+    session.save_system(None, "Prompt D")  # typed in a new chat: that is
+    assert session.view(None).system_prompt == "Prompt D" and session.view(older.chat_id).system_prompt == "Prompt C"
 
 
 def test_export_then_import_and_a_bad_file_changes_nothing(session, tmp_path):
@@ -244,13 +252,13 @@ def test_a_chat_longer_than_the_context_leaves_out_its_oldest_turns_and_says_so(
     assert len(session.chats.messages(chat_id)) == 16  # nothing stored
 
 
-def test_an_edit_box_shows_the_version_and_stats_lines_and_they_are_not_stored(session):
+def test_the_log_holds_each_messages_text_only_so_copy_and_edit_take_nothing_else(session):
+    """#30 (4): the version and stats lines live beside the log (``describe``), not in a message's content."""
     done = last(session.send(None, "Hi", "", GREEDY, KEY))
     last(session.regenerate(done.chat_id, GREEDY, KEY))
-    shown = session.view(done.chat_id).messages[-1]["content"]
-    assert "version 2 of 2" in shown and "reply-stats" in shown
-    last(session.edit(done.chat_id, 1, "Better reply" + shown[shown.index("\n\n<span"):], GREEDY, KEY))
-    assert session.chats.messages(done.chat_id)[-1].content == "Better reply"
+    stored = session.chats.messages(done.chat_id)
+    assert session.view(done.chat_id).messages == [{"role": m.role, "content": m.content} for m in stored]
+    assert "<span" not in str(session.view(done.chat_id).messages)
 
 
 def test_records_of_continued_and_branched_replies_re_create_them_exactly(session, services):
@@ -360,3 +368,34 @@ def test_oldest_turns_left_out_by_truncation_length_say_so(session):
     assert "not sent (over truncation_length 80)" in session.view(chat_id).stats
     assert "the context is full" not in session.view(chat_id).stats
     assert "over truncation_length 80" in session.inspect(chat_id).note
+
+
+def test_a_reply_names_its_model_and_is_inspected_as_that_model_read_it(session, services, other_tiny_model_dir):
+    """#30 (10): the stats name the model that wrote the reply; the inspector counts with that model while it is
+    loaded, and says so when it is not (not silently with the model in use now)."""
+    (services.config.models_dir / "tiny-b").symlink_to(other_tiny_model_dir, target_is_directory=True)
+    services.models.load("tiny-b")
+    done = last(session.send(None, "Hi", "", GREEDY, KEY))
+    assert done.stats.endswith(" · by tiny-b (transformers)")
+    services.models.use("tiny")
+    seen = session.inspect(done.chat_id)
+    assert seen.seen is not None and "not loaded" not in seen.note
+    services.models.unload("tiny-b")
+    assert session.inspect(done.chat_id).note == ("written by tiny-b (transformers), not loaded now: tokens and the "
+                                                  "share of the context are tiny (transformers)'s")
+
+
+def test_a_reply_records_the_adapters_it_ran_with_though_they_change_meanwhile(session, services, tiny_lora_dir):
+    """#31 (1): the record held the adapters attached when the reply ended, not those it ran with (an adapter
+    attached during a reply made a record that does not re-create it)."""
+    (services.config.loras_dir / "secret").symlink_to(tiny_lora_dir, target_is_directory=True)
+    views = session.send(None, "The secret word is", "", GREEDY.replace(max_new_tokens=24), KEY)
+    chat_id = next(views).chat_id
+    next(views)  # the reply is being written, with no adapter
+    services.models.attach_lora("secret")
+    done = last(views)
+    reply = session.chats.messages(chat_id)[-1]
+    assert "finish: length" in done.stats and reply.stats["loras"] == []
+    record = session.inspect(chat_id).record
+    result = services.engine.generate(record.request(services.models.loaded.tokenizer))
+    assert list(result.token_ids) == reply.stats["token_ids"]

@@ -80,8 +80,8 @@ def wait_reply_done(page, timeout: int = LONG) -> str:
 def wait_new_reply(page, count: int, timeout: int = LONG) -> str:
     """Wait until the chat shows more than ``count`` bot replies and the last one has finished; return it."""
     page.wait_for_function("n => { const b = document.querySelectorAll('#chat-log [data-testid=bot]');"
-                           " return b.length > n && b[b.length - 1].innerText.includes('finish:'); }",
-                           arg=count, timeout=timeout)
+                           " return b.length > n && document.querySelector('#chat-stats').innerText"
+                           ".includes('finish:'); }", arg=count, timeout=timeout)
     return bot_messages(page)[-1]
 
 
@@ -121,7 +121,7 @@ def code_text(page, elem_id: str) -> str:
     """The whole text of a Code component: its editor draws only the lines in view, so read its document."""
     return page.evaluate("""(id) => { const c = document.querySelector('#' + id + ' .cm-content');
         const view = c && c.cmTile && c.cmTile.view;
-        return view ? view.state.doc.toString() : c.innerText; }""", elem_id)
+        return view ? view.state.doc.toString() : (c ? c.innerText : ''); }""", elem_id)
 
 
 def rows(user_data: Path, sql: str, *args):

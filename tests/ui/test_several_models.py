@@ -26,7 +26,7 @@ def test_a_second_model_loads_beside_the_first_and_the_picker_switches(server, b
     page = ready_page(browser, server.url, max_new_tokens=4)
     send(page, "What is the capital of France?")
     wait_reply_done(page)
-    first = bot_messages(page)[-1].split("\n")[0]  # the reply's text, without its stats line
+    first = bot_messages(page)[-1].split("\n")[0]  # the reply's first line
     tab(page, "Model")
     choose(page, "model-name", "tiny")
     page.locator("#model-load").click()

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import (LONG, bot_messages, open_page, ready_page, reload_parameters, reply_when, rows, send,
-                            set_number, tab, wait_new_reply, wait_text)
+from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, code_text, open_page, ready_page,
+                            reload_parameters, reply_when, rows, screenshot, send, set_number, tab, toast,
+                            wait_new_reply, wait_reply_done, wait_text)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -131,7 +132,7 @@ def test_a_reply_cut_off_by_a_reload_is_stored_as_stop_stores_it(server, browser
     stats = json.loads(reply[2] or "null")
     assert stats and stats["finish_reason"] == "cancelled" and stats["completion_tokens"] < 300, reply
     page.wait_for_selector("#chat-message textarea")
-    wait_text(page, "#chat-log", "finish: cancelled", 30_000)  # the reloaded page shows it as Stop leaves it
+    wait_text(page, "#chat-stats", "finish: cancelled", 30_000)  # the reloaded page shows it as Stop leaves it
     page.close()
 
 
@@ -158,4 +159,275 @@ def test_unsaved_notebook_text_and_name_come_back_after_a_reload(server, browser
     assert rows(server.user_data, "SELECT count(*) FROM notebooks WHERE name='draft-1'")[0][0] == 0  # not saved
     text.fill("")
     page.wait_for_timeout(1000)
+    page.close()
+
+
+def test_switching_chats_during_a_reply_shows_the_chat_clicked_while_the_reply_goes_on_in_its_own(server, browser):
+    """#30 (1): while chat A's reply streams, clicking chat B shows B (and only B) at once; A's reply goes on and
+    is stored in A; a message sent in B is answered there, from B's history; A shows its whole reply again."""
+    page = ready_page(browser, server.url, max_new_tokens=90)
+    send(page, "Name a colour.")  # chat B: a short exchange, stopped by the user
+    page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=bot]').length", timeout=LONG)
+    page.locator("#chat-stop").click()
+    wait_text(page, "#chat-stats", "finish: cancelled")
+    page.locator("#chat-new").click()
+    page.wait_for_function("() => !document.querySelector('#chat-log [data-testid=bot]')", timeout=30_000)
+    poem = "Write a poem about clouds."
+    send(page, poem)  # chat A
+    page.wait_for_function("() => { const b = document.querySelectorAll('#chat-log [data-testid=bot]');"
+                           " return b.length && b[0].innerText.length > 10; }", timeout=LONG)
+    page.locator("#chat-list").get_by_text("Name a colour.", exact=True).first.click()
+    page.wait_for_function("() => document.querySelector('#chat-log').innerText.includes('Name a colour.')",
+                           timeout=30_000)
+    for _ in range(6):  # A's reply keeps streaming meanwhile: it must never come back over B
+        page.wait_for_timeout(500)
+        log = page.locator("#chat-log").inner_text()
+        assert poem not in log and "Name a colour." in log, log
+        assert page.locator("#chat-title textarea").input_value() == "Name a colour."
+    box = page.locator("#chat-message textarea")
+    box.click()
+    box.press_sequentially("And another one?", delay=40)
+    box.press("Enter")
+    reply_b = reply_when(server.user_data, "And another one?", lambda r: r[2] is not None)
+    reply_a = reply_when(server.user_data, poem, lambda r: r[2] is not None)
+    assert json.loads(reply_a[2])["finish_reason"] == "length" and json.loads(reply_b[2])["finish_reason"]
+    in_b = [c for c, in rows(server.user_data, "SELECT content FROM messages WHERE chat_id = (SELECT chat_id FROM "
+                                                "messages WHERE content = 'Name a colour.') ORDER BY position")]
+    assert in_b[0] == "Name a colour." and in_b[2] == "And another one?" and poem not in in_b
+    wait_text(page, "#chat-stats", "finish:")
+    assert poem not in page.locator("#chat-log").inner_text()
+    page.locator("#chat-list").get_by_text(poem, exact=True).first.click()
+    page.wait_for_function("t => document.querySelector('#chat-log').innerText.includes(t)",
+                           arg=reply_a[1].strip().split("\n")[0], timeout=30_000)
+    page.close()
+
+
+def test_copy_and_edit_hold_the_message_text_only(server, browser):
+    """#30 (4): Copy put the stats line's HTML on the clipboard and Edit opened with the version and stats spans;
+    both hold the message exactly as stored (which version it is, and its stats, show beside the log)."""
+    question = "Say hello to me."
+    page = ready_page(browser, server.url, max_new_tokens=6)
+    page.evaluate("() => { window.copied = []; Object.defineProperty(navigator.clipboard, 'writeText', "
+                  "{value: async t => { window.copied.push(t); }}); }")
+    send(page, question)
+    wait_new_reply(page, 0)
+    page.locator("#chat-regenerate").click()
+    page.wait_for_timeout(500)
+    wait_reply_done(page)
+    stored = reply_when(server.user_data, question, lambda r: r[2] is not None)[1]
+    reply = page.locator("#chat-log [data-testid=bot]").last
+    reply.click()
+    wait_text(page, "#chat-version", "Message 2: version 2 of 2 · 6 tokens")
+    reply.hover()
+    page.locator("#chat-log button[aria-label='Copy message']").last.click()
+    page.wait_for_function("() => window.copied.length === 1", timeout=10_000)
+    assert page.evaluate("() => window.copied[0]") == stored
+    page.locator("#chat-log button[aria-label='Edit']").last.click()
+    assert page.locator("#chat-log textarea.edit-textarea").last.input_value() == stored
+    page.locator("#chat-log button[aria-label='Cancel']").last.click()
+    page.close()
+
+
+def test_a_wrong_value_is_named_beside_its_field_and_never_silently_changed(server, browser):
+    """#30 (3): a wrong value's message is beside its field (with what it takes), not in a note at the top of the
+    page; a slider left past its end says where it went and that is what is saved; a number box keeps
+    what was typed, and the last good value stays saved until it is corrected (Send asks for that)."""
+    page = open_page(browser, server.url)
+    tab(page, "Parameters")
+    settings = server.user_data / "settings.json"
+
+    def saved(name: str):
+        return json.loads(settings.read_text())["params"].get(name)
+
+    def type_in(selector: str, text: str) -> None:
+        box = page.locator(selector)
+        box.click()
+        box.press("Control+a")
+        box.press_sequentially(text, delay=60) if text else box.press("Backspace")
+        box.press("Tab")
+
+    def shows(selector: str, value: str) -> None:
+        page.wait_for_function("([s, v]) => document.querySelector(s).value === v", arg=[selector, value],
+                               timeout=30_000)
+
+    temperature = "#params-temperature input[type=number]"
+    type_in(temperature, "0.7")
+    wait_text(page, "#params-running", "temperature", 30_000)
+    for typed, end, said in (("9", "5", "9 is outside [0, 5]: the slider goes to 5, and 5 is used."),
+                             ("-1", "0", "-1 is outside [0, 5]: the slider goes to 0, and 0 is used.")):
+        type_in(temperature, "0.7")
+        type_in(temperature, typed)
+        wait_text(page, "#params-temperature", said, 30_000)
+        shows(temperature, end)
+        page.wait_for_timeout(500)
+        assert saved("temperature") == float(end), (typed, saved("temperature"))
+    type_in(temperature, "0.7")
+    page.wait_for_function("() => !document.querySelector('#params-temperature').innerText.includes('⚠')",
+                           timeout=30_000)  # a right value: the message is gone
+    for field, selector, typed, said in (
+            ("seed", "#params-seed input", "1.5", "seed must be an integer in [0, 9223372036854775807], got 1.5. "
+                                                  "Not used; 1 stays saved"),
+            ("max_new_tokens", "#params-max_new_tokens input", "99999999", "max_new_tokens must be in [1, 32768], "
+                                                                           "got 99999999. Not used;"),
+            ("logit_bias", "#params-logit_bias textarea", "{2: -100", "logit_bias must be a JSON object")):
+        before = saved(field)
+        type_in(selector, typed)
+        wait_text(page, f"#params-{field}", said, 30_000)
+        shows(selector, typed)  # what was typed stays, to be corrected
+        assert saved(field) == before or (field == "seed" and saved(field) == 1)  # its first keystroke, "1"
+    choose(page, "params-constraint-form", "JSON schema")
+    type_in("#params-constraint-text textarea", '{"type": ')
+    wait_text(page, "#params-constraint-text", "the JSON schema is not valid JSON", 30_000)
+    assert "⚠" not in page.locator("#preset-note").inner_text()
+    send(page, "Hello?")
+    toast(page, "Parameters tab: ")  # Send asks for a fix first (naming one of the wrong values)
+    tab(page, "Parameters")
+    choose_preset(page, "Deterministic", "0")  # every control holds a right value again: no message is left
+    for field in ("seed", "max_new_tokens", "logit_bias", "constraint-text"):
+        page.wait_for_function("f => !(document.querySelector('#params-' + f)?.innerText ?? '').includes('⚠')",
+                               arg=field,
+                               timeout=30_000)
+    page.close()
+
+
+def test_the_template_preview_follows_the_template_and_the_chat_shown(server, browser):
+    """#30 (7): once shown, the preview is re-rendered when another template is chosen or another chat opened; it
+    kept the old template's text until Preview was clicked again."""
+    page = ready_page(browser, server.url, max_new_tokens=2)
+    send(page, "A question about owls?")
+    wait_new_reply(page, 0)
+    page.locator("#chat-new").click()
+    page.locator("#chat-template-panel").get_by_text("Instruction template and context").first.click()  # unfold
+    wait_text(page, "#chat-template-note", "own template", 30_000)
+    page.locator("#chat-template-preview-button").click()
+
+    def preview_has(text: str) -> None:
+        deadline = time.monotonic() + 30
+        while text not in code_text(page, "chat-template-preview") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert text in code_text(page, "chat-template-preview"), code_text(page, "chat-template-preview")
+
+    preview_has("<|im_start|>user\n(your message)")
+    choose(page, "chat-template", "User/Assistant")
+    preview_has("User: (your message)")
+    page.locator("#chat-list").get_by_text("A question about owls?", exact=True).first.click()
+    preview_has("User: A question about owls?")
+    choose(page, "chat-template", "the model's own")
+    wait_text(page, "#chat-template-note", "own template", 30_000)
+    preview_has("<|im_start|>user\nA question about owls?")
+    page.close()
+
+
+def test_a_new_chat_starts_with_the_new_chat_prompt_not_the_open_chats(server, browser):
+    """#30 (7): New chat copied the open chat's system prompt. A chat's prompt is its own (saved as typed, no
+    need to leave the box); what is typed in a new chat is the prompt new chats start with."""
+    page = ready_page(browser, server.url, max_new_tokens=2)
+    system = page.locator("#chat-system textarea")
+
+    def type_system(text: str) -> None:
+        system.click()
+        system.press("Control+a")
+        system.press_sequentially(text, delay=40) if text else system.press("Backspace")
+
+    type_system("Be brief.")
+    send(page, "A chat about cats.")
+    wait_new_reply(page, 0)
+    type_system("You are a pirate.")
+    deadline = time.monotonic() + 30
+    while rows(server.user_data, "SELECT system_prompt FROM chats WHERE title = 'A chat about cats.'")[0][0] != \
+            "You are a pirate." and time.monotonic() < deadline:
+        time.sleep(0.2)
+    page.reload()  # straight away: typed is saved
+    page.wait_for_function("() => document.querySelector('#chat-system textarea')?.value === 'You are a pirate.'",
+                           timeout=30_000)
+    page.locator("#chat-new").click()
+    page.wait_for_function("() => document.querySelector('#chat-system textarea').value === 'Be brief.'",
+                           timeout=30_000)
+    assert json.loads((server.user_data / "settings.json").read_text())["system_prompt"] == "Be brief."
+    type_system("")  # leave new chats as the next tests expect them
+    deadline = time.monotonic() + 30
+    while json.loads((server.user_data / "settings.json").read_text())["system_prompt"] and \
+            time.monotonic() < deadline:
+        time.sleep(0.2)
+    page.close()
+
+
+def test_an_output_constraint_shows_in_chat_turns_off_there_and_leaves_impersonate_free(server, browser):
+    """#30 (12): a constraint set in Parameters (the last group of a long page) is shown in Chat with a one-click
+    way off; Impersonate writes your side, which the constraint does not hold."""
+    page = ready_page(browser, server.url, max_new_tokens=8)
+    tab(page, "Parameters")
+    choose(page, "params-constraint-form", "choice (one a line)")
+    text = page.locator("#params-constraint-text textarea")
+    text.click()
+    text.press("Control+a")  # (the box keeps its text while the form is none)
+    text.press_sequentially("Rome\nLondon\nParis", delay=40)
+    tab(page, "Chat")
+    wait_text(page, "#chat-constraint", "Replies are constrained to choice (one a line): Rome · London · Paris",
+              30_000)
+    page.reload()  # still shown on a new page
+    page.wait_for_selector("#chat-message textarea")
+    wait_text(page, "#chat-constraint", "Rome · London · Paris", 30_000)
+    page.locator("#chat-new").click()  # (a reload opens the latest chat)
+    page.wait_for_function("() => !document.querySelector('#chat-log [data-testid=bot]')", timeout=30_000)
+    send(page, "Which city is the capital of Italy?")
+    wait_new_reply(page, 0)
+    assert bot_messages(page)[-1] in ("Rome", "London", "Paris")
+    page.locator("#chat-impersonate").click()
+    box = page.locator("#chat-message textarea")
+    seen, deadline = [], time.monotonic() + 60
+    while time.monotonic() < deadline and (len(seen) < 8 or not seen[-1] or len(set(seen[-8:])) > 1):
+        seen.append(box.input_value())
+        time.sleep(0.25)
+    assert seen[-1] and seen[-1] not in ("Rome", "London", "Paris"), seen[-1]
+    page.locator("#chat-constraint-off").click()
+    page.wait_for_selector("#chat-constraint-row", state="hidden", timeout=30_000)
+    settings = server.user_data / "settings.json"
+    deadline = time.monotonic() + 30
+    while json.loads(settings.read_text())["params"].get("structured_outputs") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not json.loads(settings.read_text())["params"].get("structured_outputs")
+    tab(page, "Parameters")
+    assert page.locator("#params-constraint-form input").input_value() == "none"
+    page.close()
+
+
+def test_preset_delete_asks_about_the_preset_shown_and_opening_the_list_changes_nothing(server, browser):
+    """#30 (7): opening and closing the preset list (choosing nothing) re-applied the preset and disarmed Delete,
+    so its confirmation fell out of step; now Delete's Confirm deletes exactly the preset it asked about."""
+    page = open_page(browser, server.url)
+    choose_preset(page, "Creative", "1.1")
+    name = page.locator("#preset-name textarea, #preset-name input").first
+    name.click()
+    name.press_sequentially("mine", delay=40)
+    page.locator("#preset-save").click()
+    wait_text(page, "#preset-note", "Saved preset 'mine'", 30_000)
+    page.locator("#preset-delete").click()
+    wait_text(page, "#preset-delete", "Confirm delete", 30_000)
+    page.locator("#preset input").click()  # open the list, choose nothing, close it
+    page.wait_for_timeout(500)
+    page.locator("#preset-note").click()
+    page.wait_for_timeout(1500)
+    assert page.locator("#preset-delete").inner_text().strip() == "Confirm delete"
+    assert "applied" not in page.locator("#preset-note").inner_text()
+    page.locator("#preset-delete").click()
+    wait_text(page, "#preset-note", "Deleted preset 'mine'.", 30_000)
+    assert not (server.user_data / "presets" / "mine.yaml").exists()
+    choose_preset(page, "Deterministic", "0")
+    page.close()
+
+
+def test_in_a_narrow_window_the_message_box_and_send_are_in_view(server, browser):
+    """#30 (11): at 800 px the message box and Send fell below the fold under tall ◀ ▶ buttons."""
+    page = browser.new_page(viewport={"width": 800, "height": 900})
+    page.goto(server.url)
+    page.wait_for_selector("#chat-message textarea", timeout=60_000)
+    page.locator("#chat-new").click()
+    page.wait_for_timeout(1000)
+    for selector in ("#chat-message textarea", "#chat-send", "#chat-stop", "#chat-log"):
+        box = page.locator(selector).bounding_box()
+        assert box and box["y"] >= 0 and box["y"] + box["height"] <= 900, (selector, box)
+    for selector in ("#chat-version-prev", "#chat-version-next"):
+        assert page.locator(selector).bounding_box()["height"] < 60, selector
+    screenshot(page, "chat-narrow")
     page.close()

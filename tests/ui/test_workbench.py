@@ -178,14 +178,14 @@ def test_constrain_output_holds_the_reply_and_a_bad_one_loses_nothing(server, br
     assert json.loads(stats)["params"]["structured_outputs"] == {"choice": ["Rome", "London", "Paris"]}
     tab(page, "Parameters")
     choose(page, "params-constraint-form", "JSON schema")  # the text is read as a schema now: not one
-    wait_text(page, "#preset-note", "structured_outputs: the JSON schema is not valid JSON", 30_000)
+    wait_text(page, "#params-constraint-text", "structured_outputs: the JSON schema is not valid JSON", 30_000)
     page.wait_for_timeout(1000)
     page.reload()
     page.wait_for_selector("#chat-message textarea")
     tab(page, "Parameters")  # the choice is what was kept
-    page.wait_for_function("() => document.querySelector('#params-constraint-text textarea').value === "
+    page.wait_for_function("() => document.querySelector('#params-constraint-text textarea')?.value === "
                            "'Rome\\nLondon\\nParis'", timeout=30_000)
-    page.wait_for_function("() => document.querySelector('#params-constraint-form input').value === "
+    page.wait_for_function("() => document.querySelector('#params-constraint-form input')?.value === "
                            "'choice (one a line)'", timeout=30_000)
     choose(page, "params-constraint-form", "none")
     page.wait_for_function("() => !document.querySelector('#params-running').innerText.includes('structured')",
@@ -417,23 +417,6 @@ def test_bad_input_gets_a_clear_message(server, browser, tmp_path):
     upload_file(page, "chat-import", bad)
     toast(page, "cannot import chat")
     assert rows(server.user_data, "SELECT count(*) FROM chats")[0][0] == before
-    page.close()
-
-
-def test_a_wrong_value_is_named_the_moment_it_is_typed(server, browser):
-    """Not Gradio's 'Value -5 is less than minimum value 0.0', nor a silent 0 or a rounded seed."""
-    page = open_page(browser, server.url)
-    tab(page, "Parameters")
-    for elem_id, typed, said in (("params-temperature input[type=number]", "-5",
-                                  "temperature must be in [0, 5], got -5.0; the slider moved to 0"),
-                                 ("params-max_new_tokens input", "99999999",
-                                  "max_new_tokens must be in [1, 32768], got 99999999"),
-                                 ("params-seed input", "1.5", "seed must be an integer")):
-        box = page.locator(f"#{elem_id}")
-        box.fill(typed)
-        box.press("Tab")
-        wait_text(page, "#preset-note", said, 30_000)
-    choose_preset(page, "Deterministic", "0")  # leave good values for the next tests
     page.close()
 
 

@@ -8,10 +8,8 @@ return what the tab shows (a ChatView), so no panel can describe another chat.
 
 from __future__ import annotations
 
-import html
 import itertools
 import time
-import re
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -19,13 +17,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from loaders.base import LoadedModel
+from webui.models import NotLoaded
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.context import FittedChat, fit_chat, kept_messages, left_out
 from webui.chat.templates import STOPS, ChatTemplate, TemplateError, from_record
 from webui.engine.sequence import token_budget
 from webui.controllers.errors import UserError
-from webui.controllers.generation import STOP, ActiveRequests, stats_text, stream_request, stream_text
-from webui.engine import GenerationEvent, SamplingParams
+from webui.controllers.generation import STOP, ActiveRequests, new_request, stream_request, stream_text
+from webui.controllers.reply_stats import final_stats, written_by
+from webui.engine import GenerationEvent, GenerationRequest, SamplingParams
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
 from webui.reproduce import ReproduceRecord, record_for_reply
 from webui.services import Services
@@ -49,7 +49,7 @@ class ChatView:
     title: str = ""
     system_prompt: str = ""
     messages: list[dict[str, str]] = field(default_factory=list)
-    """Chatbot messages: {"role", "content"}; a reply ends with its stats line."""
+    """Chatbot messages: {"role", "content"}, the stored text only."""
     stats: str = ""
     """The last reply's stats line ("generating…" while one streams)."""
 
@@ -64,51 +64,28 @@ class MessageInspection:
     record: ReproduceRecord | None = None
 
 
-def reply_stats(event: GenerationEvent, params: SamplingParams, model: LoadedModel, loras=(),
-                template: ChatTemplate | None = None) -> dict[str, Any]:
-    u, t = event.usage, event.timings
-    return {"model": model.name, "loader": model.loader, "load_options": getattr(model, "load_options", {}),
-            "chat_template": template.to_record() if template else None,
-            "loras": [list(x) for x in loras],
-            "completion_tokens": u.completion_tokens, "prompt_tokens": u.prompt_tokens,
-            "cached_tokens": u.cached_tokens, "guidance_tokens": u.guidance_tokens,
-            "time_to_first_token": t.first_token, "tokens_per_second": t.tokens_per_second,
-            "finish_reason": event.finish_reason, "stop_string": event.stop_string, "seed": event.seed,
-            "params": params.to_dict(), "summary": stats_text(event)}
-
-
-_DECORATION = re.compile(r"\n\n<span class='(?:message-version|reply-stats)'>[^<]*</span>")
-
-
-def undecorated(content: str) -> str:
-    """A message as the user wrote it: without the version and stats lines ``to_chatbot`` adds (an edit box
-    shows them)."""
-    return _DECORATION.sub("", content)
-
-
-def to_chatbot(messages: list[Message], versions: dict[int, tuple[int, int]] | None = None) -> list[dict[str, str]]:
-    """Chatbot messages: a reply ends with its stats line; a message with several versions says which it is."""
-    out = []
-    for m in messages:
-        content = m.content
-        k, n = (versions or {}).get(m.id, (1, 1))
-        if n > 1:
-            content += f"\n\n<span class='message-version'>version {k} of {n}</span>"
-        if m.role == "assistant" and m.stats and m.stats.get("summary"):
-            content += f"\n\n<span class='reply-stats'>{html.escape(m.stats['summary'])}</span>"
-        out.append({"role": m.role, "content": content})
-    return out
+def to_chatbot(messages: list[Message]) -> list[dict[str, str]]:
+    """Chatbot messages: each one's text exactly as stored, nothing added (Copy and Edit take the content as it is;
+    a message's versions and a reply's stats are shown beside the log, see ``ChatSession.describe``)."""
+    return [{"role": m.role, "content": m.content} for m in messages]
 
 
 def turns_of(messages: list[Message]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
+def reply_key(key: Key, chat_id: int | None) -> Key:
+    """The running reply's key: one per browser tab and chat, so a reply goes on in its chat while the tab shows
+    another one (where another reply can be written meanwhile)."""
+    return key[0], f"{key[1]}:{chat_id}"
+
+
 class ChatSession:
-    """Chat operations for any browser tab; ``key`` names the tab's running request (for Stop)."""
+    """Chat operations for any browser tab; ``key`` (browser tab, panel) names its running requests (for Stop)."""
 
     def __init__(self, services: Services, active: ActiveRequests) -> None:
         self.services, self.chats, self.active = services, services.chats, active
+        self._shown: dict[str, int | None] = {}  # browser tab (Gradio's session hash) -> the chat on its screen
 
     # -- the chat list ---------------------------------------------------------------------------------
     def listed(self, query: str = "") -> list[tuple[str, int]]:
@@ -122,7 +99,7 @@ class ChatSession:
         return [(label if again[label] == 1 else f"{label} · #{c.id}", c.id) for label, c in zip(labels, chats)]
 
     def view(self, chat_id: int | None) -> ChatView:
-        """The chat as the tab shows it; None: a new chat with the saved system prompt."""
+        """The chat as the tab shows it; None: a new chat, with the system prompt new chats start with."""
         if chat_id is None:
             return ChatView(None, system_prompt=self.services.settings.get().system_prompt)
         try:
@@ -130,11 +107,8 @@ class ChatSession:
         except StoreError as exc:
             raise UserError(f"{exc}; it may have been deleted in another tab") from exc
         last = history[-1] if history and history[-1].role == "assistant" else None
-        return ChatView(chat.id, chat.title, chat.system_prompt, self._chatbot(chat.id, history),
+        return ChatView(chat.id, chat.title, chat.system_prompt, to_chatbot(history),
                         ((last.stats or {}).get("summary", "") if last else ""))
-
-    def _chatbot(self, chat_id: int, history: list[Message]) -> list[dict[str, str]]:
-        return to_chatbot(history, self.chats.version_numbers(chat_id))
 
     def latest(self) -> ChatView:
         """The most recently used chat (what a reloaded page opens), or a new one."""
@@ -160,10 +134,17 @@ class ChatSession:
         return self.chats.get(self._require(chat_id)).title
 
     def save_system(self, chat_id: int | None, text: str) -> None:
-        """The system prompt for this chat and the next new one."""
-        self.services.settings.update(system_prompt=text)
-        if chat_id is not None:
-            self.chats.set_system_prompt(chat_id, text)
+        """The open chat's system prompt, as typed. A new chat (not sent yet) keeps it as the one new chats start
+        with; a chat's own prompt stays that chat's (New chat does not copy it)."""
+        if chat_id is None:
+            if self.services.settings.get().system_prompt != text:
+                self.services.settings.update(system_prompt=text)
+        else:
+            try:
+                if self.chats.get(chat_id).system_prompt != text:
+                    self.chats.set_system_prompt(chat_id, text)
+            except StoreError as exc:
+                raise UserError(f"The system prompt was not saved: {exc}") from exc
 
     def export(self, chat_id: int | None, tgwui: bool = False) -> Path:
         """The chat as a JSON file in a new temporary folder: ours (every version), or text-generation-webui's
@@ -187,7 +168,7 @@ class ChatSession:
         """Store the user's message (a new chat when ``chat_id`` is None), then stream the reply."""
         if not text.strip():
             raise UserError("Type a message first.")
-        self._check_ready(key)
+        self._check_ready(key, chat_id)
         history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else []
         system = self.chats.get(chat_id).system_prompt if chat_id is not None else system_prompt
         self._check_fits([*history, {"role": "user", "content": text}], system, sampling)
@@ -201,7 +182,7 @@ class ChatSession:
                    start: str = "") -> Iterator[ChatView]:
         """A new version of the last reply (the previous one stays, a click away)."""
         cid = self._require(chat_id)
-        self._check_ready(key)
+        self._check_ready(key, cid)
         history = self.chats.messages(cid)
         if history and history[-1].role == "assistant":
             self._check_fits(turns_of(history[:-1]), self.chats.get(cid).system_prompt, sampling)
@@ -211,7 +192,7 @@ class ChatSession:
     def continue_reply(self, chat_id: int | None, sampling: SamplingParams, key: Key) -> Iterator[ChatView]:
         """Extend the last reply from where it stopped."""
         cid = self._require(chat_id)
-        self._check_ready(key)
+        self._check_ready(key, cid)
         yield from self._reply(cid, sampling, key, continue_last=True)
 
     def edit(self, chat_id: int | None, index: int, text: str, sampling: SamplingParams,
@@ -219,18 +200,17 @@ class ChatSession:
         """A new version of message ``index``, the earlier one kept. Your message: the model replies to it (a new
         branch). The model's: the edit is kept as it is (Continue or Regenerate go on from there)."""
         cid = self._require(chat_id)
-        text = undecorated(text)
         history = self.chats.messages(cid)
         if not 0 <= index < len(history) or history[index].role not in ("user", "assistant"):
             raise UserError("That message cannot be edited; click one of the chat's messages.")
         if history[index].role == "assistant":
-            if self.active.busy(key):
+            if self.active.busy(reply_key(key, cid)):
                 raise UserError("A reply is still being written here; wait for it or press Stop.")
             self.chats.rewind(cid, index)
             self.chats.append(cid, "assistant", text, stats={"edited": True, "summary": "edited by hand"})
             yield self.view(cid)
             return
-        self._check_ready(key)
+        self._check_ready(key, cid)
         self._check_fits([*turns_of(history[:index]), {"role": "user", "content": text}],
                          self.chats.get(cid).system_prompt, sampling)
         self.chats.rewind(cid, index)
@@ -255,6 +235,7 @@ class ChatSession:
             raise UserError(f"Impersonate: {exc}") from exc
         if template.user_stops:
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.user_stops))))
+        sampling = sampling.replace(structured_outputs={})  # a constraint is on the model's replies, not your side
         for text, _ in stream_text(self.services, self.active, key, prompt, sampling, False):
             yield text.strip()
 
@@ -307,6 +288,18 @@ class ChatSession:
             return 0, 0
         return self.chats.version_numbers(chat_id).get(history[index].id, (1, 1))
 
+    def describe(self, chat_id: int | None, index: int | None) -> str:
+        """The line beside the log for message ``index``: which version it is, and a reply's stats ("" when there
+        is no such message)."""
+        history = self.chats.messages(chat_id) if chat_id is not None else []
+        if index is None or not 0 <= index < len(history):
+            return ""
+        number, count = self.version_of(chat_id, index)
+        line = f"Message {index + 1}: version {number} of {count}" + (
+            "" if count > 1 else " (edit or regenerate it to add another)")
+        summary = (history[index].stats or {}).get("summary")
+        return f"{line} · {summary}" if summary else line
+
     def branch_chat(self, chat_id: int | None, index: int) -> ChatView:
         """A new chat holding this chat up to and including message ``index``; the tab then shows it."""
         cid = self._require(chat_id)
@@ -325,8 +318,18 @@ class ChatSession:
             self.chats.truncate(cid, users[-1].position)
         return self.view(cid), users[-1].content if users else ""
 
-    def stop(self, key: Key) -> bool:
-        return self.active.cancel(key)
+    def stop(self, key: Key, chat_id: int | None = None) -> bool:
+        """Stop the reply being written in chat ``chat_id`` and an Impersonate running for ``key``."""
+        stopped = self.active.cancel(reply_key(key, chat_id))
+        return self.active.cancel(key) or stopped
+
+    # -- the chat each browser tab shows ----------------------------------------------------------------
+    def show(self, tab: str, chat_id: int | None) -> None:
+        """Browser tab ``tab`` shows chat ``chat_id`` now: replies written in other chats stay off its view."""
+        self._shown[tab] = chat_id
+
+    def shows(self, tab: str, chat_id: int | None) -> bool:
+        return self._shown.get(tab) == chat_id
 
     def branch(self, chat_id: int | None, position: int, token_id: int, sampling: SamplingParams,
                key: Key) -> Iterator[ChatView]:
@@ -350,7 +353,7 @@ class ChatSession:
             prefix_rows = rows[:position] + [branched_row(rows[position], token_id)]
         except (BranchError, ChatPromptError) as exc:
             raise UserError(str(exc)) from exc
-        self._check_ready(key)
+        self._check_ready(key, cid)
         self.chats.rewind(cid, last.position)  # a new version of the reply; the old one stays
         prefix = model.tokenizer.decode(prefix_ids)
         target = self.chats.append(cid, "assistant", prefix)
@@ -361,8 +364,8 @@ class ChatSession:
                                                 "summary": f"{len(prefix_ids)} tokens · branched at the last token"})
             yield replace(self.view(cid), stats="finish: length (branched at the last token)")
             return
-        events = stream_request(self.services, self.active, key, req)
-        yield from self._store_reply(cid, target, (prefix, prefix_ids, prefix_rows), events, req.params, model,
+        events = stream_request(self.services, self.active, reply_key(key, cid), req)
+        yield from self._store_reply(cid, target, (prefix, prefix_ids, prefix_rows), events, req, model,
                                      template)
 
     # -- looking at a message ---------------------------------------------------------------------------
@@ -379,7 +382,14 @@ class ChatSession:
         stats = message.stats or {}
         record = record_for_reply(turns, system_prompt, stats) if reply and "params" in stats else None
         which = f"message {index + 1} ({'the reply' if reply else 'your message'})"
-        model = self.services.models.loaded
+        model, also = self.services.models.loaded, ""
+        if reply and stats.get("model") and model is not None and written_by(model.name, model.loader) != \
+                written_by(stats["model"], stats.get("loader", "")):
+            try:  # counted as the model that wrote it read it, where it is loaded
+                model = self.services.models.slot(f"{stats['model'].split('@')[0]}@{stats.get('loader', '')}").model
+            except NotLoaded:
+                also = (f"written by {written_by(stats['model'], stats.get('loader', '?'))}, not loaded now: tokens "
+                        f"and the share of the context are {written_by(model.name, model.loader)}'s")
         if model is None or model.capabilities.text_only:
             return MessageInspection(which, None, "Tokens need a local model loaded in the Model tab.", record)
         dropped = stats.get("dropped", 0) if reply else 0
@@ -389,7 +399,8 @@ class ChatSession:
             seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, sent, template=template), False)
         except (InsightUnavailable, ChatPromptError, UserError) as exc:
             return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
-        return MessageInspection(which, seen, left_out(dropped, stats.get("dropped_over", 0) if reply else 0), record)
+        notes = [n for n in (also, left_out(dropped, stats.get("dropped_over", 0) if reply else 0)) if n]
+        return MessageInspection(which, seen, " · ".join(notes), record)
 
     def last_tokens(self, chat_id: int | None, index: int | None = None) -> tuple[list[dict[str, Any]], bool]:
         """The token rows of reply ``index`` (None, or not a reply: the last reply), and whether they can be
@@ -408,10 +419,11 @@ class ChatSession:
             raise UserError(NO_CHAT)
         return chat_id
 
-    def _check_ready(self, key: Key) -> None:
+    def _check_ready(self, key: Key, chat_id: int | None = None) -> None:
+        """A model is loaded, and nothing is being written for ``key`` (in chat ``chat_id``, when given)."""
         if self.services.models.loaded is None:
             raise UserError(NO_MODEL)
-        if self.active.busy(key):
+        if self.active.busy(key if chat_id is None else reply_key(key, chat_id)):
             raise UserError("A reply is still being written here; wait for it or press Stop.")
 
     def _last_reply(self, chat_id: int) -> Message | None:
@@ -452,8 +464,9 @@ class ChatSession:
         before = (target.content, list(given or []), stats.get("tokens", []) if given else []) if target else (
             start, [], [])
         logprobs = None if model.capabilities.text_only else VIEW_TOP
-        events = stream_text(self.services, self.active, key, prompt, sampling, False, fitted.messages, logprobs)
-        yield from self._store_reply(cid, target, before, events, sampling, model, template, fitted)
+        request = new_request(self.services, prompt, sampling, False, fitted.messages, logprobs)
+        events = stream_request(self.services, self.active, reply_key(key, cid), request)
+        yield from self._store_reply(cid, target, before, events, request, model, template, fitted)
 
     def _fitted(self, model: LoadedModel, turns: list[dict[str, str]], system_prompt: str, sampling: SamplingParams,
                 template: ChatTemplate, continue_last: bool = False, reserve: int = 0) -> FittedChat:
@@ -501,47 +514,26 @@ class ChatSession:
                 raise UserError(str(exc)) from exc
         return self.template(model)
 
-    def _final_stats(self, event: GenerationEvent, sampling: SamplingParams, model: LoadedModel,
-                     template: ChatTemplate | None, before: tuple[str, list[int], list[dict]], ids: list[int],
-                     rows: list[dict], fitted: FittedChat | None) -> dict[str, Any]:
-        """What a finished reply stores: the run's stats, its tokens, the start it was given, what was left out."""
-        stat = reply_stats(event, sampling, model, self.services.models.active_loras, template)
-        stat.update(token_ids=ids, tokens=rows)
-        base, given = before[0], before[1]
-        if base:  # the reply's start was given to this run: a record holds it, and re-runs the rest
-            stat["continue_from"] = {"token_ids": list(given), "text": base} if given else {"text": base}
-            if given:
-                stat["summary"] = f"{len(ids)} tokens, {len(ids) - len(given)} new · " + \
-                    stat["summary"].split(" · ", 1)[1]
-        if fitted is not None and fitted.dropped:
-            stat.update(dropped=fitted.dropped, summary=f"{stat['summary']} · {fitted.note}")
-            if fitted.truncation_length:
-                stat["dropped_over"] = fitted.truncation_length
-        return stat
-
     def _store_reply(self, cid: int, target: Message | None, before: tuple[str, list[int], list[dict]], events,
-                     sampling: SamplingParams, model, template: ChatTemplate | None = None,
+                     request: GenerationRequest, model, template: ChatTemplate | None = None,
                      fitted: FittedChat | None = None) -> Iterator[ChatView]:
         """Store the streamed reply as it grows (after ``before``: text, token ids, token rows)."""
         base, ids, rows = before[0], list(before[1]), list(before[2])
         head = self.view(cid)  # title and system prompt stay while it streams: one query per token, not two
-        versions = None  # the chat's version numbers change only when the reply is first stored
 
         def keep(text: str, event: GenerationEvent) -> ChatView | None:
-            nonlocal target, versions, ids, rows
+            nonlocal target, ids, rows
             ids += event.token_ids
             rows += token_rows(event.logprobs)
             if not (event.text or event.finish_reason):
                 return None
             content, final = base + text, event.finish_reason is not None
-            stat = self._final_stats(event, sampling, model, template, before, ids, rows, fitted) if final else None
+            stat = final_stats(event, request, model, template, before, ids, rows, fitted) if final else None
             if target is None and (content or final):
                 target = self.chats.append(cid, "assistant", content, stats=stat)
-                versions = None
             elif target is not None:
                 self.chats.update(target.id, content=content, stats=stat)
-            versions = versions if versions is not None else self.chats.version_numbers(cid)
-            return replace(head, messages=to_chatbot(self.chats.messages(cid), versions),
+            return replace(head, messages=to_chatbot(self.chats.messages(cid)),
                            stats=stat["summary"] if final else "generating…")
 
         try:

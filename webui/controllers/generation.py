@@ -117,12 +117,19 @@ def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str]
     Errors become UserError with the engine's message; leaving the loop early
     (tab closed, Stop) cancels the request.
     """
+    yield from stream_request(services, active, key,
+                              new_request(services, prompt, params, add_special_tokens, messages, logprobs))
+
+
+def new_request(services: Services, prompt: str | list[int], params: SamplingParams, add_special_tokens: bool,
+                messages: list[dict[str, str]] | None = None, logprobs: int | None = None) -> GenerationRequest:
+    """A request with the adapters attached now: what it runs with, whatever is attached or detached meanwhile
+    (so a record made from it holds what ran). UserError for a bad one."""
     try:
-        request = GenerationRequest(prompt, params, add_special_tokens=add_special_tokens,
-                                    loras=services.models.active_loras, messages=messages, logprobs=logprobs)
+        return GenerationRequest(prompt, params, add_special_tokens=add_special_tokens,
+                                 loras=services.models.active_loras, messages=messages, logprobs=logprobs)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    yield from stream_request(services, active, key, request)
 
 
 def stream_request(services: Services, active: ActiveRequests, key: tuple[str, str],

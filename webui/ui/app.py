@@ -13,13 +13,11 @@ import gradio as gr
 from webui.controllers.generation import ActiveRequests, status_text
 from webui import owner
 from webui.services import Services
-from webui.ui import ab_tab, batch_tab, chat_tab, insight_tab, model_tab, notebook_tab, parameters_tab
+from webui.ui import ab_tab, account, batch_tab, chat_tab, insight_tab, model_tab, notebook_tab, parameters_tab
 
 CSS = """
 #status-line {font-family: ui-monospace, monospace; font-size: 0.9em}
 #status-line p {margin: 0}
-.reply-stats {font-size: 0.78em; opacity: 0.65; font-family: ui-monospace, monospace}
-.message-version {font-size: 0.78em; opacity: 0.65; font-style: italic}
 #chat-log button[aria-label='Clear'] {display: none}  /* it blanked the view and deleted nothing: Delete deletes */
 #notebook-text textarea {font-family: ui-monospace, monospace}
 .batch-compare {width: 100%; border-collapse: collapse; font-size: 0.9em}
@@ -29,6 +27,7 @@ mark.diff-del {background: #fdd; text-decoration: line-through}
 mark.diff-add {background: #dfd}
 #batch-results td, #batch-results th, #batch-pivot td {word-break: normal; overflow-wrap: break-word}
 #batch-pivot {overflow-x: auto}
+.load-option {min-width: min(160px, 100%) !important}  /* a checkbox ignores min_width: narrow, its text was cut */
 """
 
 
@@ -50,6 +49,7 @@ def build_ui(services: Services) -> gr.Blocks:
                                  label="Model in use (Chat, Notebook, Insight; load more in the Model tab)",
                                  elem_id="model-in-use", scale=1, min_width=260)
             status = gr.Markdown(status_text(services), elem_id="status-line", scale=3)
+            user = account.create_account(services)  # with a login: who, and Log out
         with gr.Tabs(elem_id="tabs") as tabs:
             chat_panel = gr.Tab("Chat", id="chat", elem_id="tab-chat")
             notebook_panel = gr.Tab("Notebook", id="notebook", elem_id="tab-notebook")
@@ -75,5 +75,8 @@ def build_ui(services: Services) -> gr.Blocks:
         for outputs, load in (parameters_tab.on_load(params), chat_tab.on_load(chat), notebook_tab.on_load(notebook),
                               batch_tab.on_load(batch), model_tab.on_load(model), insight_tab.on_load(insight),
                               ab_tab.on_load(ab)):
+            demo.load(load, None, outputs)
+        if user is not None:
+            outputs, load = account.on_load(user)
             demo.load(load, None, outputs)
     return demo

@@ -9,10 +9,11 @@ import gradio as gr
 
 from webui.controllers import UserError
 from webui.controllers.chat import ChatSession, ChatView
-from webui.controllers.parameters import pipeline_text
+from webui.controllers.parameters import constraint_note, pipeline_text, values_from_params
+from webui.engine.params import specs
 from webui.controllers.generation import ActiveRequests
 from webui.services import Services
-from webui.ui.feedback import session_key, shows_errors
+from webui.ui.feedback import SAVES, session_key, shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
 from webui.ui.template_panel import TemplatePanel, create_template_panel, wire_template_panel
@@ -58,7 +59,11 @@ class ChatTab:
     token_view: gr.HTML
     inspector: InspectorPanel
     template: TemplatePanel
+    constraint_row: gr.Row
+    constraint: gr.Markdown
+    constraint_off: gr.Button
     session: ChatSession
+    params: ParametersTab
 
     @property
     def view(self) -> list:
@@ -97,31 +102,40 @@ def _chat_list_column() -> dict:
 
 
 def _conversation_column(services: Services) -> dict:
-    system = gr.Textbox(label="System prompt", lines=2, elem_id="chat-system",
-                        placeholder="(empty: the model's own default)")
+    system = gr.Textbox(label="System prompt", lines=1, max_lines=8, elem_id="chat-system",
+                        placeholder="(empty: the model's own default)",
+                        info="This chat's own. Typed in a new chat, it is the one new chats start with.")
     template = create_template_panel(services)
-    chatbot = gr.Chatbot(elem_id="chat-log", height=460, editable="all", buttons=["copy"], sanitize_html=True)
-    with gr.Row(equal_height=True):
+    # the log leaves room for the message box and Send below it, even in a short or narrow window
+    chatbot = gr.Chatbot(elem_id="chat-log", height="min(460px, 42vh)", editable="all", buttons=["copy"],
+                         sanitize_html=True)
+    stats = gr.Markdown("", elem_id="chat-stats")
+    with gr.Row(equal_height=False):
+        # lines=1 (growing to max_lines): Gradio sends on Enter and keeps Shift+Enter for a new line
+        message = gr.Textbox(label="Message", placeholder="Type a message; Enter sends, Shift+Enter adds a line",
+                             lines=1, max_lines=10, elem_id="chat-message", scale=5)
+        with gr.Column(scale=1, min_width=110):
+            send = gr.Button("Send", variant="primary", elem_id="chat-send")
+            stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
+    with gr.Row(visible=False, elem_id="chat-constraint-row") as constraint_row:
+        constraint = gr.Markdown("", elem_id="chat-constraint")
+        constraint_off = gr.Button("Turn the constraint off", size="sm", scale=0, min_width=200,
+                                   elem_id="chat-constraint-off")
+    with gr.Row():
+        regenerate = gr.Button("Regenerate", size="sm", elem_id="chat-regenerate")
+        continue_ = gr.Button("Continue", size="sm", elem_id="chat-continue")
+        remove_last = gr.Button("Remove last", size="sm", elem_id="chat-remove-last")
+    with gr.Row(equal_height=False):
         version = gr.Markdown(NO_SELECTION, elem_id="chat-version")
-        previous = gr.Button("◀ previous version", size="sm", elem_id="chat-version-prev", scale=0, min_width=150)
-        next_ = gr.Button("next version ▶", size="sm", elem_id="chat-version-next", scale=0, min_width=150)
-        branch_new = gr.Button("Branch to a new chat", size="sm", elem_id="chat-branch-new", scale=0, min_width=180)
-    # lines=1 (growing to max_lines): Gradio sends on Enter and keeps Shift+Enter for a new line
-    message = gr.Textbox(label="Message", placeholder="Type a message; Enter sends, Shift+Enter adds a line",
-                         lines=1, max_lines=10, elem_id="chat-message")
+        previous = gr.Button("◀ previous version", size="sm", elem_id="chat-version-prev", scale=0, min_width=140)
+        next_ = gr.Button("next version ▶", size="sm", elem_id="chat-version-next", scale=0, min_width=140)
+        branch_new = gr.Button("Branch to a new chat", size="sm", elem_id="chat-branch-new", scale=0, min_width=170)
     with gr.Row():
         start = gr.Textbox(label="Start reply with", placeholder="(the model continues from this text)", lines=1,
                            scale=3, elem_id="chat-start")
         impersonate = gr.Button("Impersonate", size="sm", scale=1, elem_id="chat-impersonate")
         to_notebook = gr.Button("Send to Notebook", size="sm", scale=1, elem_id="chat-to-notebook")
         use_params = gr.Button("Use this chat's parameters", size="sm", scale=1, elem_id="chat-use-params")
-    with gr.Row():
-        send = gr.Button("Send", variant="primary", elem_id="chat-send")
-        stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
-        regenerate = gr.Button("Regenerate", elem_id="chat-regenerate")
-        continue_ = gr.Button("Continue", elem_id="chat-continue")
-        remove_last = gr.Button("Remove last", elem_id="chat-remove-last")
-    stats = gr.Markdown("", elem_id="chat-stats")
     with gr.Accordion("Tokens of the reply (the last, or the one clicked)", open=False, elem_id="chat-tokens-panel"):
         token_view = create_token_view("chat-tokens")
     with gr.Accordion("Prompt and reproduce record (click a message; default: the last reply)",
@@ -131,7 +145,8 @@ def _conversation_column(services: Services) -> dict:
                 branch_new=branch_new, message=message, start=start, impersonate=impersonate,
                 to_notebook=to_notebook, use_params=use_params, send=send, stop=stop, regenerate=regenerate,
                 continue_=continue_, remove_last=remove_last, stats=stats, token_view=token_view,
-                inspector=inspector, template=template)
+                inspector=inspector, template=template, constraint_row=constraint_row, constraint=constraint,
+                constraint_off=constraint_off)
 
 
 def create_chat_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> ChatTab:
@@ -141,16 +156,34 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
         with gr.Column(scale=4):
             right = _conversation_column(services)
     session = ChatSession(services, active)
-    tab = ChatTab(chat_id=gr.State(None), confirm=gr.State(False), selected=gr.State(None), session=session, **left,
-                  **right)
+    tab = ChatTab(chat_id=gr.State(None), confirm=gr.State(False), selected=gr.State(None), session=session,
+                  params=params, **left, **right)
     _wire_generation(tab, session, params)
+    _wire_constraint(tab)
     _wire_chat_list(tab, session)
     wire_template_panel(tab.template, tab.chat_id, tab.message, tab.system)
     return tab
 
 
-def view_updates(session: ChatSession, view: ChatView, query: str) -> tuple:
-    """Values for ``ChatTab.view``: the chat, and the past-chats list with it selected."""
+def constraint_updates(held: str) -> tuple:
+    """Values for the constraint row: shown, saying what replies are held to, while a constraint is on."""
+    note = constraint_note(held or "")
+    return gr.update(visible=bool(note)), note
+
+
+def _wire_constraint(tab: ChatTab) -> None:
+    """The Chat tab shows an output constraint that is on, and turns it off in one click (the Parameters tab's
+    form then says none, and that is saved as any change there is)."""
+    held = tab.params.controls["structured_outputs"]
+    held.change(constraint_updates, [held], [tab.constraint_row, tab.constraint], show_progress="hidden")
+    tab.constraint_off.click(lambda: ("", *tab.params.panel.show_constraint("")), None,
+                             [held, tab.params.panel.form, tab.params.panel.text])
+
+
+def view_updates(session: ChatSession, view: ChatView, query: str, request: gr.Request | None) -> tuple:
+    """Values for ``ChatTab.view``: the chat, and the past-chats list with it selected; the browser tab of
+    ``request`` shows this chat from now on (a reply still streaming elsewhere stays off its view)."""
+    session.show(session_key(request, PANEL)[0], view.chat_id)
     listed = gr.update(choices=session.listed(query), value=view.chat_id)
     return view.messages, view.chat_id, view.title, view.system_prompt, listed, view.stats, None, NO_SELECTION
 
@@ -168,24 +201,30 @@ def panel_updates(session: ChatSession, chat_id: int | None, index: int | None =
 
 
 def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) -> None:
-    def streamed(views, query: str | None = None):
-        """ChatViews as [chatbot, stats] updates, or as the whole view when ``query`` (a new chat) is given."""
+    def on_screen(view: ChatView, request: gr.Request) -> bool:
+        """Whether the browser tab shows the view's chat now (a reply goes on being written and stored in its chat
+        while the tab shows another: only that chat's view gets its text)."""
+        return session.shows(session_key(request, PANEL)[0], view.chat_id)
+
+    def streamed(views, request: gr.Request):
+        """ChatViews as [chatbot, stats] updates, while their chat is on screen."""
         for view in views:
-            yield view_updates(session, view, query) if query is not None else (view.messages, view.stats)
+            yield (view.messages, view.stats) if on_screen(view, request) else gr.skip()
 
     @shows_errors
     def send(data: dict, request: gr.Request):
         views = session.send(data[tab.chat_id], data[tab.message], data[tab.system], params.params(data),
                              session_key(request, PANEL), data[tab.start])
         first = next(views)  # the message is stored: clear the box
-        yield *view_updates(session, first, data[tab.search]), ""
+        yield *view_updates(session, first, data[tab.search], request), ""
         for view in views:
-            yield view.messages, gr.skip(), gr.skip(), gr.skip(), gr.skip(), view.stats, gr.skip(), gr.skip(), gr.skip()
+            yield (view.messages, *[gr.skip()] * 4, view.stats, *[gr.skip()] * 3) if on_screen(view, request) \
+                else gr.skip()
 
     @shows_errors
     def regenerate(data: dict, request: gr.Request):
         yield from streamed(session.regenerate(data[tab.chat_id], params.params(data), session_key(request, PANEL),
-                                               data[tab.start]))
+                                               data[tab.start]), request)
 
     @shows_errors
     def impersonate(data: dict, request: gr.Request):
@@ -195,13 +234,13 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     @shows_errors
     def continue_reply(data: dict, request: gr.Request):
         yield from streamed(session.continue_reply(data[tab.chat_id], params.params(data),
-                                                   session_key(request, PANEL)))
+                                                   session_key(request, PANEL)), request)
 
     def edit(data: dict, edited: gr.EditData, request: gr.Request):
         index = edited.index if isinstance(edited.index, int) else edited.index[0]
         try:
             yield from streamed(session.edit(data[tab.chat_id], index, plain_text(edited.value),
-                                             params.params(data), session_key(request, PANEL)))
+                                             params.params(data), session_key(request, PANEL)), request)
         except UserError as exc:  # the box shows the edit; put back what is stored
             gr.Warning(str(exc))
             yield session.view(data[tab.chat_id]).messages if data[tab.chat_id] is not None else [], gr.skip()
@@ -210,10 +249,10 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     def branch(data: dict, request: gr.Request):
         pos, token_id = branch_of(data[tab.token_view])
         yield from streamed(session.branch(data[tab.chat_id], pos, token_id, params.params(data),
-                                           session_key(request, PANEL)))
+                                           session_key(request, PANEL)), request)
 
-    def stop(request: gr.Request) -> None:
-        session.stop(session_key(request, PANEL))
+    def stop(cid: int | None, request: gr.Request) -> None:
+        session.stop(session_key(request, PANEL), cid)  # the reply of the chat shown (and an Impersonate)
 
     def select_message(cid: int | None, selected: gr.SelectData):
         index = selected.index if isinstance(selected.index, int) else selected.index[0]
@@ -238,17 +277,13 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
                              (tab.chatbot.edit, edit), (tab.token_view.submit, branch)):
         trigger(handler, inputs | {tab.token_view}, short, concurrency_limit=None, trigger_mode="multiple").then(
             lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
-    tab.stop.click(stop, None, None, concurrency_limit=None)
+    tab.stop.click(stop, [tab.chat_id], None, concurrency_limit=None)
     tab.chatbot.select(select_message, [tab.chat_id], [*tab.panels, tab.selected, tab.version])
     _wire_versions(tab, session)
 
 
 def version_text(session: ChatSession, chat_id: int | None, index: int | None) -> str:
-    number, count = session.version_of(chat_id, index)
-    if not count:
-        return NO_SELECTION
-    return f"Message {index + 1}: version {number} of {count}" + ("" if count > 1 else " (edit or regenerate it to "
-                                                                                      "add another)")
+    return session.describe(chat_id, index) or NO_SELECTION
 
 
 def _wire_versions(tab: ChatTab, session: ChatSession) -> None:
@@ -267,10 +302,10 @@ def _wire_versions(tab: ChatTab, session: ChatSession) -> None:
         return move
 
     @shows_errors
-    def branch(cid: int | None, index: int | None, query: str):
+    def branch(cid: int | None, index: int | None, query: str, request: gr.Request):
         if index is None:
             raise UserError("Click the message to branch from first.")
-        return view_updates(session, session.branch_chat(cid, index), query)
+        return view_updates(session, session.branch_chat(cid, index), query, request)
 
     for button, by in ((tab.previous, -1), (tab.next_, +1)):
         button.click(step(by), [tab.chat_id, tab.selected], [tab.chatbot, tab.stats, tab.version]).then(**refresh)
@@ -289,31 +324,34 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
         return False, gr.update(value="Delete")
 
     @shows_errors
-    def open_chat(cid: int | None, query: str):
-        return *view_updates(session, session.view(cid), query), *disarmed()
+    def open_chat(cid: int | None, query: str, request: gr.Request):
+        return *view_updates(session, session.view(cid), query, request), *disarmed()
 
     @shows_errors
-    def rename(cid: int | None, title: str, query: str):
-        return *view_updates(session, session.rename(cid, title), query), *disarmed()
+    def rename(cid: int | None, title: str, query: str, request: gr.Request):
+        return *view_updates(session, session.rename(cid, title), query, request), *disarmed()
 
     @shows_errors
-    def delete(cid: int | None, confirmed: bool, query: str):
+    def delete(cid: int | None, confirmed: bool, query: str, request: gr.Request):
         if not confirmed:
             return (*[gr.skip()] * 5, f"Click **Confirm delete** to delete '{session.title(cid)}' for good.",
                     gr.skip(), gr.skip(), True, gr.update(value="Confirm delete"))
-        return *view_updates(session, session.delete(cid), query), *disarmed()
+        return *view_updates(session, session.delete(cid), query, request), *disarmed()
 
     def export(tgwui: bool):
         return shows_errors(lambda cid: gr.update(value=str(session.export(cid, tgwui)), visible=True))
 
     @shows_errors
-    def import_chat(file, query: str):
+    def import_chat(file, query: str, request: gr.Request):
         path = file if isinstance(file, str) else file.name
-        return *view_updates(session, session.import_file(path), query), *disarmed()
+        return *view_updates(session, session.import_file(path), query, request), *disarmed()
 
     with_confirm = [*tab.view, tab.confirm, tab.delete]
     tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh)
-    tab.new.click(lambda q: open_chat(None, q), [tab.search], with_confirm).then(**refresh)
+    def new_chat(query: str, request: gr.Request):
+        return open_chat(None, query, request)
+
+    tab.new.click(new_chat, [tab.search], with_confirm).then(**refresh)
     # no .clear listener: the log's own trash icon (shown only with one) cleared the view and deleted nothing
     @shows_errors
     def remove_last(cid: int | None, typed: str):
@@ -325,7 +363,7 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
                       show_progress="hidden")
     tab.rename.click(rename, [tab.chat_id, tab.title, tab.search], with_confirm)
     tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], with_confirm).then(**refresh)
-    tab.system.blur(session.save_system, [tab.chat_id, tab.system], None)
+    tab.system.change(shows_errors(session.save_system), [tab.chat_id, tab.system], None, **SAVES)  # as typed
     tab.export.click(export(False), [tab.chat_id], [tab.export_file])
     tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
     tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)
@@ -341,7 +379,8 @@ def on_load(tab: ChatTab) -> tuple[list, Any]:
     """(outputs, function): a page (re)load opens the most recent chat, with its system prompt."""
     template_outputs, template_values = template_on_load(tab.template)
 
-    def load():
+    def load(request: gr.Request):
         view = tab.session.latest()
-        return *view_updates(tab.session, view, ""), *panel_updates(tab.session, view.chat_id), *template_values()
-    return [*tab.view, *tab.panels, *template_outputs], load
+        held = dict(zip(specs(), values_from_params(tab.params.controller.saved()[0])))["structured_outputs"]
+        return *view_updates(tab.session, view, "", request), *constraint_updates(held), *panel_updates(tab.session, view.chat_id), *template_values()
+    return [*tab.view, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs], load

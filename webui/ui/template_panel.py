@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 
 from webui.chat.context import POLICIES
+from webui.controllers import UserError
 from webui.controllers.templates import TemplatesController, TemplateView
 from webui.services import Services
 from webui.ui.feedback import shows_errors
@@ -61,10 +62,27 @@ def create_template_panel(services: Services) -> TemplatePanel:
 
 def wire_template_panel(panel: TemplatePanel, chat_id: gr.State, message: gr.Textbox, system: gr.Textbox) -> None:
     c = panel.controller
-    panel.choice.input(shows_errors(lambda chosen: panel.show(c.choose(chosen))), [panel.choice], panel.outputs)
+    def refreshed(cid: int | None, typed: str, system_prompt: str, source: str, shown: str):
+        """A preview on screen follows what it shows (the template, the chat, the system prompt): never the text
+        of one that is no longer chosen."""
+        if not shown:
+            return gr.skip()
+        try:
+            return c.preview(cid, typed, system_prompt, source)
+        except UserError as exc:
+            return f"(No preview: {exc})"
+
+    refresh = dict(fn=refreshed, inputs=[chat_id, message, system, panel.source, panel.rendered],
+                   outputs=[panel.rendered], show_progress="hidden")
+    panel.choice.input(shows_errors(lambda chosen: panel.show(c.choose(chosen))), [panel.choice],
+                       panel.outputs).then(**refresh)
     panel.save.click(shows_errors(lambda name, source: panel.show(c.save(name, source))), [panel.name, panel.source],
-                     panel.outputs)
-    panel.delete.click(shows_errors(lambda chosen: panel.show(c.delete(chosen))), [panel.choice], panel.outputs)
+                     panel.outputs).then(**refresh)
+    panel.delete.click(shows_errors(lambda chosen: panel.show(c.delete(chosen))), [panel.choice],
+                       panel.outputs).then(**refresh)
+    panel.source.input(**refresh, trigger_mode="always_last")  # edited by hand
+    for changed in (chat_id, system):  # another chat shown, or its system prompt edited
+        changed.change(**refresh, trigger_mode="always_last")
     panel.preview.click(shows_errors(c.preview), [chat_id, message, system, panel.source], [panel.rendered])
     panel.policy.input(shows_errors(c.context_policy), [panel.policy], [panel.policy], show_progress="hidden")
 
