@@ -40,6 +40,11 @@ def test_a_second_model_loads_beside_the_first_and_the_picker_switches(server, b
     choose(page, "model-in-use", DEFAULT)  # the picker at the top: the default model again, nothing reloads
     wait_text(page, "#status-line", "also loaded: tiny")
     assert f"{DEFAULT} · " in page.locator("#status-line").inner_text()  # in use (a progress timer may lead)
+    wait_text(page, "#chat-stats", "· by tiny (transformers)")  # #30 (10): the stats name the model that wrote it
+    page.reload()  # the chat opens with its last reply inspected as the model that wrote it read it
+    page.wait_for_selector("#chat-message textarea")
+    page.get_by_text("Prompt and reproduce record (click a message; default: the last reply)").click()
+    wait_text(page, "#chat-inspect-note", "of the 256-token context", 30_000)  # tiny's, not the default's 8,192
     page.locator("#chat-new").click()
     page.wait_for_function("() => !document.querySelector('#chat-log [data-testid=bot]')")
     send(page, "What is the capital of France?")

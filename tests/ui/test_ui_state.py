@@ -218,6 +218,7 @@ def test_copy_and_edit_hold_the_message_text_only(server, browser):
     reply = page.locator("#chat-log [data-testid=bot]").last
     reply.click()
     wait_text(page, "#chat-version", "Message 2: version 2 of 2 · 6 tokens")
+    assert "· by SmolLM2-135M-Instruct (transformers)" in page.locator("#chat-stats").inner_text()  # #30 (10)
     reply.hover()
     page.locator("#chat-log button[aria-label='Copy message']").last.click()
     page.wait_for_function("() => window.copied.length === 1", timeout=10_000)
