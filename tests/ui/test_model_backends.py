@@ -6,9 +6,10 @@ from __future__ import annotations
 import importlib.util
 import re
 
+import httpx
 import pytest
 
-from tests.e2e.server import running_server, user_data_with_default_model
+from tests.e2e.server import free_port, running_server, user_data_with_default_model
 from tests.ui.pages import (LONG, choose, open_page, screenshot, send, set_number, tab, toast,
                             wait_reply_done, wait_text)
 
@@ -24,8 +25,9 @@ a llama.cpp context of 1,000,000 tokens (over 6 GiB of KV cache, even quantized 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, default_model_dir):
     user_data = user_data_with_default_model(tmp_path_factory.mktemp("model_backends") / "data", default_model_dir)
-    with running_server(user_data, "--memory-budget", str(BUDGET)) as srv:
-        srv.user_data = user_data
+    api_port = free_port()
+    with running_server(user_data, "--memory-budget", str(BUDGET), "--api", "--api-port", str(api_port)) as srv:
+        srv.user_data, srv.api = user_data, f"http://127.0.0.1:{api_port}"
         yield srv
 
 
@@ -161,6 +163,15 @@ def test_the_memory_line_is_recomputed_after_a_load_a_switch_and_an_unload(serve
     page.locator("#model-unload").click()  # the llama.cpp one, in use
     wait_loaded_table(page, False)
     assert wait_memory_line_fresh(page) > beside
+    tab(page, "Chat")  # loaded elsewhere (the API, another browser tab): opening the Model tab shows it
+    load = {"model_name": "SmolLM2-135M-Instruct", "loader": "llamacpp", "options": {"n_ctx": 2048},
+            "make_current": False}
+    assert httpx.post(f"{server.api}/v1/internal/model/load", json=load, timeout=300).status_code == 200
+    tab(page, "Model")
+    wait_loaded_table(page, True)
+    assert wait_memory_line_fresh(page) == beside
+    assert httpx.post(f"{server.api}/v1/internal/model/unload", timeout=60,
+                      json={"model_name": "SmolLM2-135M-Instruct@llamacpp"}).status_code == 200
     page.close()
 
 

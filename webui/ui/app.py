@@ -59,8 +59,8 @@ def build_ui(services: Services) -> gr.Blocks:
             insight_panel = gr.Tab("Insight", id="insight", elem_id="tab-insight")
             with gr.Tab("Parameters", id="parameters", elem_id="tab-parameters"):
                 params = parameters_tab.create_parameters_tab(services)
-            with gr.Tab("Model", id="model", elem_id="tab-model"):
-                model = model_tab.create_model_tab(services, picker)
+            with gr.Tab("Model", id="model", elem_id="tab-model") as model_panel:
+                model = model_tab.create_model_tab(services, picker, model_panel)
             with chat_panel:
                 chat = chat_tab.create_chat_tab(services, params, active)
             with notebook_panel:

@@ -148,7 +148,8 @@ def _remote_and_lora_rows(controller: ModelController) -> dict:
                 lora_pick=lora_pick, lora_weight=lora_weight, attach=attach, detach=detach, lora_active=lora_active)
 
 
-def create_model_tab(services: Services, picker: gr.Dropdown) -> ModelTab:
+def create_model_tab(services: Services, picker: gr.Dropdown, opened: gr.Tab | None = None) -> ModelTab:
+    """The Model tab (inside ``opened``, its gr.Tab: opening it shows what is loaded now, whoever loaded it)."""
     controller = ModelController(services)
     top = _model_rows(services, controller)
     loaded = gr.Markdown(controller.loaded_table(), elem_id="model-loaded")
@@ -166,7 +167,7 @@ def create_model_tab(services: Services, picker: gr.Dropdown) -> ModelTab:
     tab = ModelTab(**top, **middle, info=info_box, cache_info=cache_info, cache_clear=cache_clear,
                    capabilities=capabilities, template=template, loaded=loaded, picker=picker,
                    controller=controller)
-    _wire(tab, installed, quantized)
+    _wire(tab, installed, quantized, opened)
     return tab
 
 
@@ -187,7 +188,7 @@ def reports(fn):
     return call
 
 
-def _wire(tab: ModelTab, installed, quantized) -> None:
+def _wire(tab: ModelTab, installed, quantized, opened: gr.Tab | None) -> None:
     c = tab.controller
 
     def shown(info):
@@ -237,6 +238,8 @@ def _wire(tab: ModelTab, installed, quantized) -> None:
     tab.picker.input(reports(lambda name: shown(c.use(name))), [tab.picker], done,
                      concurrency_limit=1, concurrency_id="model").then(loaded, sizing, after)
     tab.picker.focus(lambda: gr.update(choices=c.loaded_names()), None, tab.picker)
+    if opened is not None:  # a load or unload made elsewhere (another browser tab, the API) shows on opening it
+        opened.select(loaded, sizing, after, show_progress="hidden")
     tab.refresh.click(lists, None, [tab.model, tab.loader])
     tab.cache_clear.click(c.clear_prefix_cache, None, [tab.cache_info])
     gr.Timer(2.0).tick(c.prefix_cache_text, None, tab.cache_info, show_progress="hidden")
