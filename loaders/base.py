@@ -158,8 +158,10 @@ class SteppedModel(LoadedModel, Protocol):
     def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> "torch.Tensor":  # noqa: F821
         """Feed each sequence its unseen ids; return next-token logits, shape [len(caches), vocab]."""
 
-    def logits(self, ids: Sequence[int], last_only: bool = True) -> "torch.Tensor":  # noqa: F821
-        """Logits for ``ids`` run alone, outside the running batch (insight views, perplexity)."""
+    def logits(self, ids: Sequence[int], last_only: bool = True,
+               loras: tuple[tuple[str, float], ...] = ()) -> "torch.Tensor":  # noqa: F821
+        """Logits for ``ids`` run alone, outside the running batch (insight views, perplexity), with the (name,
+        weight) adapters given (a loader without adapters takes none)."""
 
 
 class LoraModel(SteppedModel, Protocol):
@@ -203,8 +205,18 @@ class Loader(Protocol):
     requires: tuple[str, ...]  # importable module names the backend needs
     install_hint: str
     options: tuple  # its own load options (loaders/options.py LoadOption), read from LoadOptions.extra
-    # Optional: takes_dtype = False when LoadOptions.dtype chooses nothing (the Model tab then hides it), and
-    # smaller_load, what makes a load take less memory (said when one does not fit the memory budget).
+    takes_dtype: bool
+    """Whether LoadOptions.dtype chooses anything (the Model tab hides it where not: llama.cpp runs a GGUF in the
+    types it holds, ExLlamaV2 computes in float16)."""
+    smaller_load: str
+    """What makes a load take less memory, said when one does not fit the memory budget ("": only a smaller
+    model)."""
+
+    def unavailable_reason(self) -> str | None:
+        """Why it cannot run here although its packages are installed (a GPU it needs, say), or None."""
+
+    def estimate_bytes(self, path: Path, options: LoadOptions) -> int:
+        """The memory loading ``path`` with ``options`` will take (its cache included), before loading it."""
 
     def match(self, path: Path) -> int:
         """Whether ``path`` is this loader's: NATIVE (its own format), CONVERTS (it reads it after ``prepare``)
@@ -252,23 +264,20 @@ def available_memory_bytes() -> int:
     return int(ram * 0.75) if ram else 16 * 2**30
 
 
-def takes_dtype(loader: "Loader") -> bool:
-    """Whether LoadOptions.dtype chooses anything for ``loader`` (llama.cpp runs a GGUF in the types it holds;
-    ExLlamaV2 computes in float16 only). A loader says no with ``takes_dtype = False``."""
-    return bool(getattr(loader, "takes_dtype", True))
+class BaseLoader:
+    """What every loader has unless it says otherwise: loaders subclass it, so every part of ``Loader`` is there
+    and no caller has to probe for one."""
 
+    options: tuple = ()
+    takes_dtype = True
+    smaller_load = ""
 
-def smaller_load(loader: "Loader") -> str:
-    """What makes a load through ``loader`` take less memory, said when one does not fit (empty: nothing but a
-    smaller model). A loader says it with ``smaller_load``."""
-    return str(getattr(loader, "smaller_load", ""))
+    def unavailable_reason(self) -> str | None:
+        return None
 
-
-def estimate_bytes(loader: "Loader", path: Path, options: LoadOptions) -> int:
-    """The memory ``loader`` will need to load ``path``: its own estimate when it has one, else the weights'
-    size on disk."""
-    estimate = getattr(loader, "estimate_bytes", None)
-    return int(estimate(path, options)) if estimate is not None else weights_on_disk(path)
+    def estimate_bytes(self, path: Path, options: LoadOptions) -> int:
+        """The weights' size on disk (what a loader that keeps the weights as stored needs, before a cache)."""
+        return weights_on_disk(path)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import gc
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from loaders.base import (NATIVE, Capabilities, LoadedModel, LoaderError, LoaderUnavailable, LoadOptions,
+from loaders.base import (NATIVE, BaseLoader, Capabilities, LoadedModel, LoaderError, LoaderUnavailable, LoadOptions,
                           ModelLoadError, Progress, require_backend, weights_on_disk)
 from loaders.extras import EXTRAS
 from loaders.hf import quant_method
@@ -75,7 +75,7 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-class ExLlamaV2Loader:
+class ExLlamaV2Loader(BaseLoader):
     name = "exllamav2"
     description = "ExLlamaV2: EXL2-quantized models on an NVIDIA GPU (CUDA only)"
     capabilities = Capabilities(batched_forward=False, lora=False, logprobs=True, devices=("cuda",),

@@ -14,7 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from loaders.base import NATIVE, Capabilities, LoadedModel, LoadOptions, ModelLoadError, Progress, require_backend
+from loaders.base import (NATIVE, BaseLoader, Capabilities, LoadedModel, LoadOptions, ModelLoadError, Progress,
+                          require_backend)
 from loaders.extras import EXTRAS
 from loaders.hf import ATTENTION, TRUST_REMOTE_CODE, cuda_note, from_pretrained, hf_load_kwargs, quant_method, \
     resolve_device
@@ -70,7 +71,7 @@ def quant_bits(path: Path) -> int:
     return 4
 
 
-class GPTQLoader:
+class GPTQLoader(BaseLoader):
     name = "gptq"
     description = "GPTQ-quantized folders (quantize_config.json) via transformers + gptqmodel, on CPU or GPU"
     capabilities = Capabilities(batched_forward=True, lora=False, logprobs=True, devices=("cpu", "cuda"),

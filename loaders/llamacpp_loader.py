@@ -25,8 +25,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from loaders.base import (NATIVE, Capabilities, LoadedModel, LoaderError, LoadOptions, ModelLoadError, Progress,
-                          available_memory_bytes, common_prefix, require_backend)
+from loaders.base import (NATIVE, BaseLoader, Capabilities, LoadedModel, LoaderError, LoadOptions, ModelLoadError,
+                          Progress, available_memory_bytes, common_prefix, require_backend)
 from loaders.extras import EXTRAS
 from loaders.gguf_header import read_header
 from loaders.options import LoadOption, LoadOptionError, check_options, refuse_off_device
@@ -98,7 +98,7 @@ def register_loaders(register: Callable[[Any], None]) -> None:
     register(LlamaCppLoader())
 
 
-class LlamaCppLoader:
+class LlamaCppLoader(BaseLoader):
     name = "llamacpp"
     description = "llama.cpp (llama-cpp-python): .gguf files natively, quantized; the fastest choice on a CPU"
     capabilities = Capabilities(batched_forward=True, lora=False, logprobs=True, devices=("cpu",),

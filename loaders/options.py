@@ -96,7 +96,7 @@ class LoadOption:
 
 
 def options_of(loader: Any) -> tuple[LoadOption, ...]:
-    return tuple(getattr(loader, "options", ()))
+    return tuple(loader.options)
 
 
 def check_options(loader: Any, values: Mapping[str, Any] | None) -> dict[str, Any]:

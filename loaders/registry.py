@@ -14,7 +14,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable
 
-from loaders.base import Loader, LoaderError, LoaderStatus, missing_module
+from loaders.base import BaseLoader, Loader, LoaderError, LoaderStatus, missing_module
+
+OPTIONAL_PARTS = ("options", "takes_dtype", "smaller_load", "unavailable_reason", "estimate_bytes")
+"""The parts of ``Loader`` that BaseLoader gives a default for."""
 
 ENTRY_POINT_GROUP = "llm_workbench.loaders"
 BUILTIN_HOOKS = ("loaders.transformers_loader:register_loaders", "loaders.llamacpp_loader:register_loaders",
@@ -33,8 +36,14 @@ class LoaderRegistry:
         self._loaders: dict[str, Loader] = {}
 
     def register(self, loader: Loader) -> None:
+        """Add a loader. One that does not subclass BaseLoader (a third party's, say) gets BaseLoader's default
+        for each part of the contract it leaves out, here, once: no caller probes for a part."""
         if loader.name in self._loaders:
             raise LoaderError(f"a loader named '{loader.name}' is already registered")
+        defaults = BaseLoader()
+        for part in OPTIONAL_PARTS:
+            if not hasattr(loader, part):
+                setattr(loader, part, getattr(defaults, part))
         self._loaders[loader.name] = loader
 
     def unregister(self, name: str) -> None:
@@ -56,8 +65,7 @@ class LoaderRegistry:
         for loader in self._loaders.values():
             missing = missing_module(loader.requires)
             reason = f"missing package '{missing}'" if missing else ""
-            check = getattr(loader, "unavailable_reason", None)
-            if check is not None and (other := check()):  # e.g. a GPU the machine does not have
+            if other := loader.unavailable_reason():  # e.g. a GPU the machine does not have
                 reason = f"{other}; {reason}" if reason else other
             out.append(LoaderStatus(loader.name, loader.description, not reason, reason, loader.install_hint,
                                     loader.capabilities))

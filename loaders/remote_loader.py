@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from loaders.base import Capabilities, LoaderError, LoadOptions, ModelLoadError
+from loaders.base import BaseLoader, Capabilities, LoaderError, LoadOptions, ModelLoadError
+
 
 class RemoteError(LoaderError):
     """The remote server could not be reached, refused the request, or timed out."""
@@ -56,7 +57,7 @@ class RemoteTokenizer:
         return []
 
 
-class RemoteLoader:
+class RemoteLoader(BaseLoader):
     name = "remote"
     description = "A remote OpenAI-compatible server (vLLM, llama.cpp server, TGI, another workbench)"
     capabilities = Capabilities(batched_forward=False, lora=False, logprobs=True, devices=("remote",),

@@ -12,8 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from loaders.base import (CONVERTS, NATIVE, Capabilities, LoadedModel, LoaderUnavailable, LoadOptions, Progress,
-                          missing_module, require_backend)
+from loaders.base import (CONVERTS, NATIVE, BaseLoader, Capabilities, LoadedModel, LoaderUnavailable, LoadOptions,
+                          Progress, missing_module, require_backend)
 from loaders.hf import (DTYPE_BYTES, HF_INSTALL, HF_OPTIONS, HF_REQUIRES, HFTokenizer, check_model_path, cuda_note,
                         ensure_converted, eos_ids, from_pretrained, hf_load_kwargs, is_hf_folder, loaded_bytes,
                         quant_method, resolve_device, resolve_dtype)
@@ -26,7 +26,7 @@ def register_loaders(register: Callable[[Any], None]) -> None:
     register(TransformersLoader())
 
 
-class TransformersLoader:
+class TransformersLoader(BaseLoader):
     name = "transformers"
     description = "Hugging Face transformers: safetensors model folders and .gguf files (dequantized on load)"
     capabilities = Capabilities(batched_forward=True, lora=True, logprobs=True,

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from loaders.base import (LoadedModel, LoaderError, LoadOptions, ModelLoadError, Progress, estimate_bytes,
-                          ram_bytes, smaller_load)
+from loaders.base import LoadedModel, LoaderError, LoadOptions, ModelLoadError, Progress, ram_bytes
 from loaders.options import changed, check_options, options_of
 from loaders.registry import LoaderRegistry
 from webui.config import AppConfig
@@ -116,7 +115,7 @@ class Fit:
     need: int
     budget: int | None  # None: no limit
     staying: tuple[tuple[str, int], ...]  # (name, bytes) of each model that stays loaded
-    smaller: str = ""  # what makes a load through this loader smaller (loaders.base.smaller_load)
+    smaller: str = ""  # what makes a load through this loader smaller (Loader.smaller_load)
 
     @property
     def used(self) -> int:
@@ -287,7 +286,7 @@ class ModelManager:
     def fit(self, name: str, need: int, leaving: set[str], loader: Any = None) -> Fit:
         """How loading ``name`` (``need`` bytes) fits the budget once the models ``leaving`` are gone."""
         staying = tuple((key, s.model.memory_bytes()) for key, s in self._slots.items() if key not in leaving)
-        return Fit(name, need, self.budget_bytes(), staying, smaller_load(loader) if loader is not None else "")
+        return Fit(name, need, self.budget_bytes(), staying, loader.smaller_load if loader is not None else "")
 
     # -- loading ---------------------------------------------------------------
     def load(self, entry: ModelEntry | str, loader: str | None = None, options: LoadOptions | None = None,
@@ -307,7 +306,7 @@ class ModelManager:
             path = chosen.prepare(entry.path, self.workdir(entry), progress)
             key = self._local_key(entry, chosen.name)
             leaving = set(self._slots) if not keep_others else {key}
-            fit = self.fit(key, estimate_bytes(chosen, path, options), leaving, chosen)
+            fit = self.fit(key, chosen.estimate_bytes(path, options), leaving, chosen)
             if not fit.fits:
                 raise ModelLoadError(fit.refusal())
             model = chosen.load(path, options, progress)
@@ -352,7 +351,7 @@ class ModelManager:
         chosen = self.loader_for(entry, loader)
         key = self._local_key(entry, chosen.name)
         leaving = {key} if keep_others else set(self._slots)
-        return self.fit(key, estimate_bytes(chosen, entry.path, options), leaving, chosen)
+        return self.fit(key, chosen.estimate_bytes(entry.path, options), leaving, chosen)
 
     def load_remote(self, base_url: str, api_key: str | None = None, model: str | None = None,
                     timeout: float = 600.0, *, keep_others: bool = True, make_current: bool = True) -> LoadedModel:

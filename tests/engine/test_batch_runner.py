@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from loaders.base import BaseLoader
 from tests.engine.scripted import ScriptedModel
 from webui.batch import BatchInputError, GridSpec, parse_lines
 from webui.batch.results import summarize
@@ -205,7 +206,7 @@ def test_another_loaded_model_judges_llm_rubric(services, tmp_path):
     verdict = '{"reason":"short and kind","pass":true,"score":0.9}'
     tok = services.models.loaded.tokenizer
 
-    class ScriptedLoader:
+    class ScriptedLoader(BaseLoader):
         name, description, requires, install_hint = "scripted", "a scripted judge", (), ""
         capabilities = ScriptedModel.capabilities
 

@@ -308,7 +308,7 @@ def test_structured_output_on_llama_cpps_own_vocabulary(engine):
 def test_load_options_size_the_cache_and_are_checked_before_loading(gguf, llama_model):
     import llama_cpp
 
-    from loaders.base import available_memory_bytes, estimate_bytes
+    from loaders.base import available_memory_bytes
     from loaders.llamacpp_loader import LlamaCppLoader, context_tokens, gguf_shape, kv_bytes_per_token
 
     loader = LlamaCppLoader()
@@ -322,7 +322,7 @@ def test_load_options_size_the_cache_and_are_checked_before_loading(gguf, llama_
     assert llama_model.kv_tokens == context_tokens(0, 8192, per_token, available_memory_bytes()) == 8192
     options = LoadOptions(threads=TEST_THREADS, extra={"n_ctx": "1024", "cache_type": "q8_0", "n_batch": 256,
                                                        "threads_batch": 1})
-    estimate = estimate_bytes(loader, gguf, options)
+    estimate = loader.estimate_bytes(gguf, options)
     small = loader.load(gguf, options)
     try:
         assert (small.kv_tokens, small.context_length, small.batch_tokens) == (1024, 1024, 256)

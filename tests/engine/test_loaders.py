@@ -10,11 +10,11 @@ import importlib.util
 
 import pytest
 
-from loaders.base import NATIVE, Capabilities, LoaderUnavailable, LoadOptions, ModelLoadError
+from loaders.base import NATIVE, BaseLoader, Capabilities, LoaderUnavailable, LoadOptions, ModelLoadError
 from loaders.registry import ENTRY_POINT_GROUP, LoaderRegistry, UnknownLoader, default_registry
 
 
-class FakeLoader:
+class FakeLoader(BaseLoader):
     def __init__(self, name="fake", requires=("json",)):
         self.name, self.requires = name, requires
         self.description = "a test loader"
@@ -217,6 +217,9 @@ def test_a_registered_loader_adds_a_format_and_prepares_it(tmp_path, tiny_model_
 
     registry = default_registry()
     registry.register(Zipped())
+    zipped = registry.get("zipped")  # not a BaseLoader: the registry gives it the contract's defaults
+    assert zipped.takes_dtype and zipped.smaller_load == "" and zipped.unavailable_reason() is None
+    assert zipped.estimate_bytes(tiny_model_dir, LoadOptions()) > 0 and zipped.options == ()
     config = AppConfig(user_data_dir=tmp_path / "data", device="cpu")
     config.make_dirs()
     (config.models_dir / "packed.zipmodel").write_bytes(b"zip")
@@ -234,7 +237,6 @@ def test_a_registered_loader_adds_a_format_and_prepares_it(tmp_path, tiny_model_
 
 @pytest.mark.real_model
 def test_a_gguf_is_sized_from_its_header_before_it_is_converted(default_model_dir, tmp_path):
-    from loaders.base import estimate_bytes
     from loaders.gguf_header import read_header
     from loaders.hf import loaded_bytes
     from webui.models import default_model_gguf
@@ -245,6 +247,6 @@ def test_a_gguf_is_sized_from_its_header_before_it_is_converted(default_model_di
     transformers = default_registry().get("transformers")
     # what transformers will hold once it has dequantized the file: exactly its converted folder, in each dtype
     for dtype in ("float32", "bfloat16"):
-        assert estimate_bytes(transformers, gguf, LoadOptions("cpu", dtype)) == loaded_bytes(default_model_dir, dtype)
+        assert transformers.estimate_bytes(gguf, LoadOptions("cpu", dtype)) == loaded_bytes(default_model_dir, dtype)
     (tmp_path / "fake.gguf").write_bytes(b"GGUF" + b"\0" * 10)  # a cut-off header: no figures, no exception
     assert read_header(tmp_path / "fake.gguf") is None and read_header(tmp_path / "missing.gguf") is None

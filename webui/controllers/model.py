@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from loaders.base import LoaderError, LoadOptions, Progress, takes_dtype
+from loaders.base import LoaderError, LoadOptions, Progress
 from loaders.options import check_options
 from webui.controllers.errors import UserError
 from webui.controllers.generation import prefix_cache_text
@@ -137,7 +137,7 @@ class ModelController:
         """Whether the dtype control means anything for the loader a load of ``name`` would use."""
         chosen = self.effective_loader(name, loader)
         try:
-            return chosen is None or takes_dtype(self.services.registry.get(chosen))
+            return chosen is None or self.services.registry.get(chosen).takes_dtype
         except LoaderError:  # an unknown loader: its load says so
             return True
 
