@@ -52,3 +52,14 @@ def test_each_side_on_its_own_loaded_model(controller, services, tiny_model_dir)
         list(controller.run("Hi", True, (Side(CURRENT, None), Side(CURRENT, None, "nope")), GREEDY, "tab"))
     with pytest.raises(UserError, match=r"Side A: the adapter 'secret' is not attached to tiny-copy"):
         list(controller.run("Hi", True, (Side(CURRENT, "secret", "tiny-copy"), Side(CURRENT, None)), GREEDY, "tab"))
+
+
+def test_a_side_on_a_preset_keeps_the_parameters_tabs_length_unless_the_preset_sets_one(controller, services):
+    texts, notes = last(controller.run("Hello", False, (Side(CURRENT, None), Side("Creative", None)),
+                                       GREEDY.replace(max_new_tokens=3), "tab"))
+    assert int(notes[1].split(" tokens")[0]) <= 3  # not the neutral 512: a preset does not set the length
+    assert notes[1].endswith("max_new_tokens 3 (Parameters tab)") and notes[0].endswith("(Parameters tab)")
+    services.presets.save("Short", SamplingParams(temperature=0, max_new_tokens=2, ban_eos=True))
+    texts, notes = last(controller.run("Hello", False, (Side(CURRENT, None), Side("Short", None)), GREEDY, "tab"))
+    assert notes[1].startswith("2 tokens") and notes[1].endswith("max_new_tokens 2 (preset Short)")
+    assert notes[0].startswith("5 tokens") and notes[0].endswith("max_new_tokens 5 (Parameters tab)")

@@ -281,3 +281,76 @@ def test_a_run_stored_without_its_loader_still_opens_and_reruns_with_a_note(cont
     on_other = stored_before({**old_spec, "loader": "other"})  # then the model that loaded first had the bare name
     done = last(controller.rerun(on_other))
     assert [(r.model, r.loader) for r in controller.rows(done.run_id)] == [("tiny@other", "other")]
+
+
+def test_progress_moves_as_tokens_stream_not_only_when_cells_end(controller, monkeypatch):
+    import webui.controllers.batch as batch
+
+    monkeypatch.setattr(batch, "REFRESH_SECONDS", 0.05)
+    job = controller.job(BatchForm(prompts="One\nTwo\nThree"), BASE.replace(max_new_tokens=200))
+    steps = list(controller.run(job))
+    running = [s.status for s in steps if not s.finished and s.status.startswith("Running: 0/3 done")]
+    moving = [s for s in running if "tokens so far" in s]
+    assert any("3 generating" in s for s in moving)  # the cells run at once: none ends before the others
+    counts = [int(s.split(" tokens so far")[0].rsplit("· ", 1)[1].replace(",", "")) for s in moving]
+    assert counts == sorted(counts) and counts[-1] > 0
+    made = sum(r.completion_tokens for r in controller.rows(steps[-1].run_id))
+    assert steps[-1].status.startswith("Finished: 3/3 rows") and f"{made:,} tokens generated" in steps[-1].status
+
+
+def test_cells_from_the_cache_are_counted_as_such_and_add_no_speed(controller):
+    first = last(controller.run(controller.job(BatchForm(prompts="Hello\nBye"), BASE)))
+    assert "from cache" not in first.status and "8 tokens generated" in first.status
+    again = last(controller.rerun(first.run_id))
+    assert "2 from cache" in again.status and "no tokens generated, so no tok/s" in again.status
+    assert "tok/s for the whole run" not in again.status
+    wider = last(controller.run(controller.job(BatchForm(prompts="Hello\nBye\nThird"), BASE)))
+    assert "2 from cache" in wider.status and "4 tokens generated" in wider.status  # only the new prompt's
+
+
+def test_a_reruns_name_says_how_it_differs_and_names_stay_unique(controller):
+    first = last(controller.run(controller.job(BatchForm(prompts="Hello", name="mine"), BASE)))
+    names = [controller.store.get(last(controller.rerun(rid, use_cache)).run_id).name
+             for rid, use_cache in ((first.run_id, True), (first.run_id, False), (first.run_id, True))]
+    assert names == ["mine (re-run)", "mine (re-run, no cache)", "mine (re-run 2)"]
+    of_rerun = last(controller.rerun(controller.run_choices()[0][1], False))  # a re-run of the last re-run
+    assert controller.store.get(of_rerun.run_id).name == "mine (re-run, no cache 2)"
+
+
+def test_opening_a_stored_run_gives_back_the_form_that_made_it(controller, tmp_path):
+    form = BatchForm(prompts="Hello\nA back\\\\slash and a\\nnewline", asserts="max-length:500\nnot-contains:zzz",
+                     axes="temperature=0,0.7\nstop=[[\"a,b\"], []]", samples=2, base_seed=3, system="Be brief.",
+                     name="mine", use_cache=False)
+    done = last(controller.run(controller.job(form, BASE)))
+    again, note = controller.form_of(done.run_id)
+    assert (again.prompts, again.asserts, again.axes, again.samples, again.base_seed, again.system, again.name,
+            again.use_cache, again.upload) == (form.prompts, form.asserts, form.axes, 2, 3, "Be brief.", "mine",
+                                               False, None)
+    assert "Parameters tab's values of then (temperature=0, max_new_tokens=4, ban_eos=true)" in note
+    first_job, second_job = controller.job(form, BASE), controller.job(again, BASE)
+    assert controller.runner.plan(first_job)[1] == controller.runner.plan(second_job)[1]  # the very same cells
+    prompts = tmp_path / "own.jsonl"  # prompts with asserts of their own go back as a file
+    prompts.write_text('{"id": "a", "prompt": "Hi", "asserts": ["contains:x"]}\n'
+                       '{"id": "b", "prompt": "Bye", "asserts": [{"type": "max-length", "value": 9, "weight": 2}]}\n')
+    upload, _ = controller.upload(prompts)
+    own = last(controller.run(controller.job(BatchForm(upload=upload, presets=("Deterministic",)), BASE)))
+    again, note = controller.form_of(own.run_id)
+    assert again.upload[0] == f"run-{own.run_id}-prompts.jsonl" and again.prompts == "Hi\nBye"
+    assert again.presets == ("Deterministic",) and again.asserts == "" and "each one's own asserts" in note
+    assert controller.job(again, BASE).rows == controller.job(BatchForm(upload=upload), BASE).rows
+    with pytest.raises(UserError, match="Choose a stored run first"):
+        controller.form_of(None)
+
+
+def test_the_review_panel_names_the_row_it_reviews(controller):
+    from webui.controllers.batch import NO_ROW
+
+    done = last(controller.run(controller.job(BatchForm(prompts="Hello\nBye", asserts="not-contains:zzz",
+                                                        axes="temperature=0,0.5"), BASE)))
+    rows = controller.rows(done.run_id)
+    row = rows[2]
+    said = controller.reviewed(done.run_id, (row.prompt_index, row.setting, row.sample))
+    assert (row.prompt_id, row.prompt, row.setting) == ("1", "Hello", "temperature=0.5")
+    assert said.startswith("**Reviewing row #3 of 4**: prompt 1 “Hello” · setting **temperature=0\\.5** · "
+                           f"sample 0 · seed {row.seed} · model tiny") and "✓ not\\-contains:zzz" in said
+    assert controller.reviewed(done.run_id, None) == NO_ROW == controller.reviewed(done.run_id, (9, "x", 0))

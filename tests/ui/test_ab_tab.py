@@ -21,6 +21,8 @@ def test_two_settings_side_by_side(server, browser):
     wait_text(page, "#ab-b-stats", "finish:", 120_000)
     assert "Paris" in page.locator("#ab-a-output textarea").input_value()
     assert page.locator("#ab-b-output textarea").input_value()
-    assert "seed" in page.locator("#ab-b-stats").inner_text()
+    stats = page.locator("#ab-b-stats").inner_text()
+    assert "seed" in stats and "max_new_tokens 12 (Parameters tab)" in stats  # a preset keeps the tab's length
+    assert int(stats.split(" tokens")[0]) <= 12
     screenshot(page, "ab")
     page.close()

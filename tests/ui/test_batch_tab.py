@@ -49,6 +49,7 @@ def test_upload_two_presets_run_table_pass_rates_export(server, browser, tmp_pat
     assert {(r["model"], r["loader"]) for r in rows} == {("SmolLM2-135M-Instruct", "transformers")}
     page.locator("#batch-rerun").click()  # on what it ran on, which is loaded: every cell from the cache
     wait_text(page, "#batch-progress", "Re-run Finished: 4/4", 60_000)
+    assert "4 from cache · no tokens generated" in page.locator("#batch-progress").inner_text()
     page.close()
 
 
@@ -63,4 +64,82 @@ def test_bad_grid_is_refused_before_running(server, browser):
     page.locator("#batch-asserts textarea").fill("regex:([unclosed")
     page.locator("#batch-run").click()
     toast(page, "regex")
+    page.close()
+
+
+def _table_rows(page) -> list[dict]:
+    """Each body row of the results table as the browser shows it: its cells' text, whether it is tinted, height."""
+    return page.evaluate("""() => Array.from(document.querySelectorAll('#batch-results [role=row]')).slice(1)
+        .map(r => { const cells = Array.from(r.querySelectorAll('[role=gridcell]'));
+            return {cells: cells.map(c => c.innerText.trim()), height: r.getBoundingClientRect().height,
+                    tinted: cells.length > 0 && cells.every(c => c.getAttribute('style')?.includes('color-accent'))};
+        })""")
+
+
+def _tinted(page) -> list[str]:
+    """The # of each tinted row."""
+    return [r["cells"][0] for r in _table_rows(page) if r["tinted"]]
+
+
+def test_review_names_the_tinted_row_table_reads_at_1400px_and_open_refills_the_form(server, browser):
+    page = open_page(browser, server.url)
+    tab(page, "Batch")
+    prompts = "What is the capital of France?\nName a colour.\nSay hi."
+    page.locator("#batch-prompts textarea").fill(prompts)
+    page.locator("#batch-asserts textarea").fill("not-contains:zzz\nmax-length:500")
+    page.locator("#batch-axes textarea").fill("max_new_tokens=2\ntemperature=0,0.5")
+    page.locator("#batch-name textarea").fill("refill me")
+    page.locator("#batch-run").click()
+    wait_text(page, "#batch-progress", "Finished: 6/6", 120_000)
+    page.wait_for_function("() => document.querySelectorAll('#batch-results [role=row]').length === 7")
+    screenshot(page, "batch-results-1400")
+    shown = _table_rows(page)
+    assert all(r["height"] < 45 for r in shown), shown  # one line per row, however long the asserts
+    headers = page.evaluate("""() => Array.from(document.querySelectorAll('#batch-results [role=columnheader]'))
+        .map(h => [h.innerText.trim(), h.getBoundingClientRect().height,
+                   Array.from(h.querySelectorAll('*')).some(e => e.scrollWidth > e.clientWidth + 1)])""")
+    assert [h for h, _, _ in headers][:7] == ["#", "prompt", "setting", "sample", "seed", "output", "finish"]
+    assert all(height < 50 and not cut for _, height, cut in headers), headers  # whole, on one line ("finish"
+    # never as fi/nis/h)
+    finish = page.locator("#batch-results [role=row][aria-rowindex='2'] [role=gridcell]").nth(6)
+    assert finish.evaluate("c => { const s = c.querySelector('span') || c; return s.scrollWidth <= s.clientWidth; }")
+
+    page.locator("#batch-results [role=columnheader]").nth(2).hover()  # sort by setting, descending
+    page.locator("#batch-results [role=columnheader]").nth(2).locator("button").last.click()
+    page.locator(".cell-menu").get_by_text("Sort descending").click()
+    first = page.locator("#batch-results [role=row][aria-rowindex='2'] [role=gridcell]")
+    number, prompt, setting = first.nth(0).inner_text(), first.nth(1).inner_text(), first.nth(2).inner_text()
+    assert setting == "temperature=0.5" and number != "1"
+    first.nth(4).click()
+    wait_text(page, "#batch-review-row", f"Reviewing row #{number} of 6")
+    review = page.locator("#batch-review-row").inner_text()
+    assert prompt.split(": ", 1)[1][:10] in review and "setting temperature=0.5" in review
+    page.wait_for_function("n => Array.from(document.querySelectorAll('#batch-results [role=row]')).some(r => "
+                           "r.querySelector('[role=gridcell]')?.innerText.trim() === n && "
+                           "r.querySelector('[role=gridcell]').getAttribute('style')?.includes('accent'))", arg=number)
+    assert _tinted(page) == [number]
+    screenshot(page, "batch-review-row")
+    page.locator("#batch-filter textarea").fill("colour")  # filtered: the tint stays on it
+    page.wait_for_function("() => document.querySelectorAll('#batch-results [role=row]').length === 3")
+    assert _tinted(page) == ([number] if "colour" in prompt else [])
+    assert f"Reviewing row #{number} of 6" in page.locator("#batch-review-row").inner_text()
+    place, other = next((i, r["cells"][0]) for i, r in enumerate(_table_rows(page)) if r["cells"][0] != number)
+    page.locator(f"#batch-results [role=row][aria-rowindex='{place + 2}'] [role=gridcell]").nth(4).click()
+    wait_text(page, "#batch-review-row", f"Reviewing row #{other} of 6")
+    page.wait_for_function("n => Array.from(document.querySelectorAll('#batch-results [role=row]')).some(r => "
+                           "r.querySelector('[role=gridcell]')?.innerText.trim() === n && "
+                           "r.querySelector('[role=gridcell]').getAttribute('style')?.includes('accent'))", arg=other)
+    assert _tinted(page) == [other]
+
+    page.locator("#batch-prompts textarea").fill("")  # a person clears the form, then opens the stored run
+    page.locator("#batch-asserts textarea").fill("")
+    page.locator("#batch-axes textarea").fill("")
+    page.get_by_role("tab", name="Runs").click()
+    page.locator("#batch-runs input").click()
+    page.locator("#batch-runs").get_by_role("option").filter(has_text="refill me · 6/6").click()
+    page.locator("#batch-open").click()
+    page.wait_for_function("p => document.querySelector('#batch-prompts textarea').value === p", arg=prompts)
+    assert page.locator("#batch-asserts textarea").input_value() == "not-contains:zzz\nmax-length:500"
+    assert page.locator("#batch-axes textarea").input_value() == "max_new_tokens=2\ntemperature=0,0.5"
+    assert page.locator("#batch-name textarea").input_value() == "refill me"
     page.close()

@@ -91,6 +91,8 @@ class RunHandle:
     remote_judge: RemoteJudge | None = None
     slots: dict = field(default_factory=dict)
     """The loaded model (a Slot) each setting's model names runs on."""
+    streaming: dict[int, int] = field(default_factory=dict)
+    """Tokens each cell still generating has made so far (by cell index), so progress moves before cells end."""
 
     @property
     def total(self) -> int:
@@ -109,6 +111,14 @@ class RunHandle:
     def rows(self) -> list[ResultRow]:
         with self._lock:
             return [self.results[i] for i in sorted(self.results)]
+
+    def counts(self) -> tuple[int, int, int]:
+        """(cells taken from the cache, cells generating now, tokens generated so far: finished cells' and the
+        running cells' alike; cached cells generate none)."""
+        with self._lock:
+            cached = sum(r.from_cache for r in self.results.values())
+            tokens = sum(r.completion_tokens for r in self.results.values() if not r.from_cache)
+            return cached, len(self.streaming), tokens + sum(self.streaming.values())
 
     def cancel(self) -> None:
         """Stop the rest; rows already finished are kept."""
@@ -310,11 +320,16 @@ class BatchRunner:
                     async for event in stream:
                         text += event.text
                         last = event
+                        with handle._lock:
+                            made = len(event.token_ids) or bool(event.text)  # a text-only backend: ~1 a delta
+                            handle.streaming[index] = handle.streaming.get(index, 0) + made
                 except EngineError as exc:
                     error = str(exc)
                 finally:
                     with handle._lock:
                         handle._streams.discard(stream)
+                        if last is None or last.finish_reason == "cancelled" or error is not None:
+                            handle.streaming.pop(index, None)  # no row will take its place
             if last is not None and last.finish_reason == "cancelled" and handle.cancelled:
                 return  # cut by Cancel: not a result
             usage, timings = (last.usage, last.timings) if last is not None else (None, None)
@@ -355,3 +370,4 @@ class BatchRunner:
         self.store.add_result(handle.run_id, index, row.to_dict())
         with handle._lock:
             handle.results[index] = row
+            handle.streaming.pop(index, None)  # its tokens are the row's now

@@ -58,8 +58,9 @@ class ABController:
         if not prompt.strip():
             raise UserError("Type a prompt first.")
         slots = [self._slot(side, name) for side, name in zip(sides, "AB")]
-        requests = [self._request(side, name, current, prompt, chat, slot)
-                    for side, name, slot in zip(sides, "AB", slots)]
+        chosen = [self._sampling(side, name, current) for side, name in zip(sides, "AB")]
+        requests = [self._request(side, name, sampling, prompt, chat, slot)
+                    for side, name, (sampling, _), slot in zip(sides, "AB", chosen, slots)]
         streams = []
         try:
             for slot, request in zip(slots, requests):
@@ -68,7 +69,7 @@ class ABController:
             for stream in streams:
                 stream.cancel()
             raise UserError(str(exc)) from exc
-        yield from self._follow(streams, session)
+        yield from self._follow(streams, session, [length for _, length in chosen])
 
     def _slot(self, side: Side, name: str) -> Slot:
         try:
@@ -79,14 +80,28 @@ class ABController:
     def stop(self, session: str) -> int:
         return self.active.cancel_session(session, prefix=PANEL)
 
-    def _request(self, side: Side, name: str, current: SamplingParams, prompt: str, chat: bool,
-                 slot: Slot) -> GenerationRequest:
+    def _sampling(self, side: Side, name: str, current: SamplingParams) -> tuple[SamplingParams, str]:
+        """(the side's parameters, which max_new_tokens it uses and whose). A preset sets the sampling, not the
+        length: the Parameters tab's max_new_tokens holds unless the preset sets its own."""
         if not side.parameters:
             raise UserError(f"Choose parameters for side {name} (a preset or the current parameters).")
+        if side.parameters == CURRENT:
+            return current, f"max_new_tokens {current.max_new_tokens} (Parameters tab)"
         try:
-            sampling = current if side.parameters == CURRENT else self.services.presets.get(side.parameters).params
+            preset = self.services.presets.get(side.parameters).params
         except (PresetError, InvalidName) as exc:
             raise UserError(f"Side {name}: {exc}") from exc
+        if "max_new_tokens" in preset.changed():
+            return preset, f"max_new_tokens {preset.max_new_tokens} (preset {side.parameters})"
+        try:
+            return (preset.replace(max_new_tokens=current.max_new_tokens),
+                    f"max_new_tokens {current.max_new_tokens} (Parameters tab)")
+        except ValueError as exc:  # e.g. the preset's min_new_tokens above the tab's max_new_tokens
+            raise UserError(f"Side {name}: preset {side.parameters} with the Parameters tab's max_new_tokens: "
+                            f"{exc}") from exc
+
+    def _request(self, side: Side, name: str, sampling: SamplingParams, prompt: str, chat: bool,
+                 slot: Slot) -> GenerationRequest:
         loras = ()
         if side.adapter not in (None, NO_ADAPTER):
             if side.adapter not in attached_loras(slot.model):
@@ -102,8 +117,8 @@ class ABController:
                 raise UserError(f"Side {name}: {exc}") from exc
         return GenerationRequest(text, sampling, add_special_tokens=messages is None, loras=loras, messages=messages)
 
-    def _follow(self, streams, session: str) -> Iterator[tuple[list[str], list[str]]]:
-        texts, notes = ["", ""], ["generating…", "generating…"]
+    def _follow(self, streams, session: str, lengths: list[str]) -> Iterator[tuple[list[str], list[str]]]:
+        texts, notes = ["", ""], [f"generating… · {length}" for length in lengths]
         keys = [(session, f"{PANEL}-{id(s)}") for s in streams]
         for key, s in zip(keys, streams):
             self.active.start(key, s)
@@ -114,7 +129,7 @@ class ABController:
                 else:
                     texts[index] += item.text
                     if item.finish_reason is not None:
-                        notes[index] = stats_text(item)
+                        notes[index] = f"{stats_text(item)} · {lengths[index]}"
                 yield list(texts), list(notes)
         finally:
             for key, s in zip(keys, streams):

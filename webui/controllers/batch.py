@@ -3,6 +3,7 @@ followed, cancelled, renamed, deleted and exported, and one row is looked at wit
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from webui.batch.promptfoo import is_config, read_config, to_promptfoo
 from webui.batch.rerun import is_loaded, provide
 from webui.batch.runner import BatchJob, RunHandle
 from webui.batch.store import RunNotFound
+from webui.controllers.batch_refill import form_values
 from webui.controllers.chat import MessageInspection
 from webui.controllers.errors import UserError
 from webui.engine import SamplingParams
@@ -27,6 +29,19 @@ from webui.store import StoreError
 
 REFRESH_SECONDS = 0.7
 NO_RUN = "Choose a stored run first."
+NO_ROW = "Click a row of the results to review it: it is named here and tinted in the table."
+_RERUN_SUFFIX = re.compile(r" \(re-run(?:, no cache)?(?: \d+)?\)$")
+
+
+def rerun_name(name: str, use_cache: bool, taken: set[str]) -> str:
+    """``NAME (re-run)`` or ``NAME (re-run, no cache)``, numbered when that name is taken; a re-run of a re-run is
+    named after the run it repeats."""
+    base = _RERUN_SUFFIX.sub("", name)
+    how = "re-run" if use_cache else "re-run, no cache"
+    out, number = f"{base} ({how})", 2
+    while out in taken:
+        out, number = f"{base} ({how} {number})", number + 1
+    return out
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,15 @@ def _read_suite(content: bytes):
     except UnicodeDecodeError as exc:
         raise BatchInputError(f"the promptfoo config is not UTF-8 text (byte {exc.start})") from None
     return read_config(text, Path.cwd())
+
+
+def _cut(text: str, length: int) -> str:
+    return text if len(text) <= length else text[:length - 1] + "…"
+
+
+def _md(text: str) -> str:
+    """``text`` shown literally in Markdown."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~])", r"\\\1", text)
 
 
 class BatchController:
@@ -159,7 +183,8 @@ class BatchController:
         stored = self._get(run_id)
         models = self.services.models
         try:
-            job, needs, notes = self.runner.rerun_job(stored, f"{stored.name} (re-run)", use_cache)
+            name = rerun_name(stored.name, use_cache, {r.name for r in self.store.list()})
+            job, needs, notes = self.runner.rerun_job(stored, name, use_cache)
             for need in needs:
                 if not is_loaded(models, need):
                     yield Progress(stored.id, f"Loading {need.describe()} for the re-run…", False)
@@ -181,21 +206,31 @@ class BatchController:
 
     def _follow(self, handle: RunHandle, doing: str, prefix: str, note: str = "") -> Iterator[Progress]:
         note = f" · {note}" if note else ""
+        yield Progress(handle.run_id, f"{doing}: 0/{handle.total} done · starting{note}", False)
         while not handle.wait(REFRESH_SECONDS):
             eta = handle.eta_seconds()
-            yield Progress(handle.run_id, f"{doing}: {handle.done}/{handle.total} done · {self._speed(handle)}"
+            cached, generating, _ = handle.counts()
+            yield Progress(handle.run_id, f"{doing}: {handle.done}/{handle.total} done"
+                           + (f" · {generating} generating" if generating else "")
+                           + (f" · {cached} from cache" if cached else "") + f" · {self._speed(handle, True)}"
                            + (f" · about {eta:.0f}s left" if eta else "") + note, False)
         word = {"done": "Finished", "cancelled": "Cancelled", "failed": "Failed"}[handle.status]
         took = time.monotonic() - handle.started
-        yield Progress(handle.run_id, f"{prefix}{word}: {handle.done}/{handle.total} rows in {took:.1f}s · "
-                                      f"{self._speed(handle)}{note}", True)
+        cached = handle.counts()[0]
+        yield Progress(handle.run_id, f"{prefix}{word}: {handle.done}/{handle.total} rows in {took:.1f}s"
+                                      + (f" · {cached} from cache" if cached else "")
+                                      + f" · {self._speed(handle, False)}{note}", True)
 
     @staticmethod
-    def _speed(handle: RunHandle) -> str:
-        """The run's aggregate tokens/s (all rows together), beside which each row's own rate reads right."""
-        tokens = sum(r.completion_tokens for r in handle.rows())
+    def _speed(handle: RunHandle, running: bool) -> str:
+        """The tokens generated so far (running cells' too) and the run's aggregate tokens/s over them; cells taken
+        from the cache generated nothing, so they add no tokens (a run all from the cache has no speed)."""
+        tokens = handle.counts()[2]
+        if not tokens:
+            return "no token yet (reading the prompts)" if running else "no tokens generated, so no tok/s"
         elapsed = max(time.monotonic() - handle.started, 1e-6)
-        return f"{tokens / elapsed:.1f} tok/s for the whole run (each row's tok/s is its own share)"
+        return (f"{tokens:,} tokens {'so far' if running else 'generated'}, {tokens / elapsed:.1f} tok/s for the "
+                "whole run (each row's tok/s is its own share)")
 
     # -- stored runs ----------------------------------------------------------------------------------------
     def upload(self, path: str | Path) -> tuple[tuple[str, bytes], str]:
@@ -213,6 +248,24 @@ class BatchController:
             raise UserError(str(exc)) from exc
         return (path.name, content), f"Using **{path.name}**: {count} prompts (the text box is ignored)."
 
+    def reviewed(self, run_id: int | None, key: tuple[int, str, int] | None) -> str:
+        """What the review panel says it reviews: row ``key`` (prompt index, setting, sample) of run ``run_id``, by
+        its place in the run, prompt, setting, sample and seed, with its asserts and output; or what to do first."""
+        rows = self.rows(run_id)
+        found = next(((n, r) for n, r in enumerate(rows, 1) if key and (r.prompt_index, r.setting, r.sample)
+                      == tuple(key)), None)
+        if found is None:
+            return NO_ROW
+        number, row = found
+        prompt = " ".join(row.prompt.split())
+        model = f" · model {_md(row.model)}" if row.model else ""
+        marks = " · ".join(("✓ " if a.passed else "✗ ") + _md(a.label) + (f" ({_md(a.detail)})" if a.detail else "")
+                           for a in row.asserts) or "none"
+        output = " ".join((f"[error: {row.error}]" if row.error is not None else row.output).split())
+        return (f"**Reviewing row #{number} of {len(rows)}**: prompt {_md(row.prompt_id)} "
+                f"“{_md(_cut(prompt, 80))}” · setting **{_md(row.setting)}** · sample {row.sample} · "
+                f"seed {row.seed}{model}  \nAsserts: {marks}  \nOutput: {_md(_cut(output, 300)) or '(empty)'}")
+
     def review(self, run_id: int | None, key: tuple[int, str, int] | None, verdict: str | None, note: str) -> str:
         """Store a person's verdict on a row (``key``: prompt index, setting, sample); "" clears it."""
         rid = self._need(run_id)
@@ -226,6 +279,21 @@ class BatchController:
         if not self.store.set_review(rid, key[0], key[1], key[2], review):
             raise UserError("That row is not in this run any more; open the run again.")
         return f"Marked {verdict}." if verdict else "Review cleared."
+
+    def form_of(self, run_id: int | None) -> tuple[BatchForm, str]:
+        """The form that makes stored run ``run_id`` again (its prompts, asserts, grid, system prompt, name), to
+        change and run; and a note on what it holds that the text boxes cannot (or "")."""
+        run = self._get(run_id)
+        try:
+            values, note = form_values(run)
+        except BatchInputError as exc:
+            raise UserError(f"run #{run.id} cannot fill the form: {exc}") from exc
+        gone = [name for name in values["presets"] if name not in self.services.presets.names()]
+        if gone:
+            values["presets"] = tuple(n for n in values["presets"] if n not in gone)
+            note = " ".join(filter(None, (note, f"The preset(s) {', '.join(gone)} it ran with no longer exist; "
+                                                "Re-run still runs them as they were.")))
+        return BatchForm(**values), note
 
     def rename(self, run_id: int | None, name: str) -> None:
         try:

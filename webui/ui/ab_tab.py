@@ -39,7 +39,9 @@ def _side_column(name: str, side: Side, choices: tuple[list[str], list[str], lis
         model = gr.Dropdown(choices=choices[2], value=side.model, label=f"{name.upper()}: model",
                             elem_id=f"ab-{name}-model")
         parameters = gr.Dropdown(choices=choices[0], value=side.parameters, label=f"{name.upper()}: parameters",
-                                 elem_id=f"ab-{name}-preset")
+                                 elem_id=f"ab-{name}-preset",
+                                 info="A preset sets the sampling; the length stays the Parameters tab's "
+                                      "max_new_tokens unless the preset sets its own (the side's stats say which)")
         adapter = gr.Dropdown(choices=choices[1], value=side.adapter, label=f"{name.upper()}: LoRA adapter",
                               elem_id=f"ab-{name}-lora")
         output = gr.Textbox(label=f"Output {name.upper()}", lines=10, interactive=False, elem_id=f"ab-{name}-output")

@@ -26,6 +26,8 @@ CSS = """
 mark.diff-del {background: #fdd; text-decoration: line-through}
 mark.diff-add {background: #dfd}
 #batch-results td, #batch-results th, #batch-pivot td {word-break: normal; overflow-wrap: break-word}
+#batch-results table, #batch-results .cell-wrap * {font-family: var(--font)}  /* narrower than mono: more fits */
+#batch-results th, #batch-results .header-content {white-space: nowrap}  /* a header never breaks inside a word */
 #batch-pivot {overflow-x: auto}
 .load-option {min-width: min(160px, 100%) !important}  /* a checkbox ignores min_width: narrow, its text was cut */
 """

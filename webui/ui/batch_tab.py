@@ -8,16 +8,21 @@ import gradio as gr
 
 from webui.batch import rows_for_setting
 from webui.batch.judge import JUDGE_PROMPT
-from webui.controllers.batch import NO_RUN, BatchController, BatchForm
+from webui.controllers.batch import NO_ROW, NO_RUN, BatchController, BatchForm
 from webui.controllers.errors import UserError
 from webui.services import Services
-from webui.ui.batch_views import compare_html, pivot_table, result_table, shown_rows, summary_table
+from webui.ui.batch_views import clicked_row, compare_html, pivot_table, result_table, row_key, summary_table
 from webui.ui.feedback import shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
 
-COLUMN_WIDTHS = ["12%", "11%", "5%", "5%", "19%", "5%", "5%", "6%", "5%", "5%", "10%", "5%", "7%"]
-"""One per RESULT_COLUMNS entry: wide enough that no header or assert label breaks inside a word."""
+COLUMN_WIDTHS = ["40px", "120px", "125px", "75px", "55px", "132px", "76px", "71px", "134px", "68px", "57px", "112px",
+                 "74px", "71px"]
+"""One per RESULT_COLUMNS entry: each header fits on one line; cells are one line each, cut with "…" (a click on
+a cell shows it whole, the review panel the row's asserts and output)."""
+REFILLED = ("prompts", "upload", "template", "asserts", "system", "raw", "presets", "axes", "samples", "base_seed",
+            "name", "use_cache", "judge_prompt", "judge_url", "judge_model")
+"""The form fields Open fills from a stored run (not the judge's API key, which is never stored)."""
 
 
 @dataclass
@@ -68,6 +73,7 @@ class BatchTab:
     table: gr.Dataframe
     inspector: InspectorPanel
     summary: gr.Dataframe
+    review_row: gr.Markdown
     verdict: gr.Radio
     review_note: gr.Textbox
     review_save: gr.Button
@@ -97,7 +103,7 @@ class BatchTab:
     def views(self) -> list:
         """What shows a run, in ``view_updates`` order."""
         return [self.table, self.summary, self.pass_plot, self.speed_plot, self.pivot, self.side_a, self.side_b,
-                self.compare, self.runs, self.run_b, *self.inspector.outputs, self.selected_row]
+                self.compare, self.runs, self.run_b, *self.inspector.outputs, self.selected_row, self.review_row]
 
 
 def _form_column(services: Services) -> dict:
@@ -165,10 +171,11 @@ def _result_tabs() -> dict:
             query = gr.Textbox(label="Filter", placeholder="text in prompt, output or setting", elem_id="batch-filter",
                                scale=3)
             failures = gr.Checkbox(label="Failures only", elem_id="batch-failures", scale=1)
-        table = gr.Dataframe(value=result_table([]), interactive=False, wrap=True, elem_id="batch-results",
+        table = gr.Dataframe(value=result_table([]), interactive=False, wrap=False, elem_id="batch-results",
                              column_widths=COLUMN_WIDTHS, max_height=640)
+        review_row = gr.Markdown(NO_ROW, elem_id="batch-review-row")
         with gr.Row(equal_height=True):
-            verdict = gr.Radio(["good", "bad"], label="Your review of the clicked row", elem_id="batch-review",
+            verdict = gr.Radio(["good", "bad"], label="Your review of this row", elem_id="batch-review",
                                scale=1)
             review_note = gr.Textbox(label="Note", placeholder="why (optional)", elem_id="batch-review-note", scale=3)
             review_save = gr.Button("Save review", size="sm", elem_id="batch-review-save", scale=0, min_width=120)
@@ -192,10 +199,10 @@ def _result_tabs() -> dict:
             run_b = gr.Dropdown(label="B: run (default: this run)", choices=[], elem_id="batch-compare-run")
             side_b = gr.Dropdown(label="B: setting", choices=[], elem_id="batch-compare-b")
         compare = gr.HTML(elem_id="batch-compare")
-    return dict(query=query, failures=failures, table=table, verdict=verdict, review_note=review_note,
-                review_save=review_save, review_clear=review_clear, inspector=inspector, summary=summary,
-                pass_plot=pass_plot, speed_plot=speed_plot, pivot=pivot, side_a=side_a, run_b=run_b, side_b=side_b,
-                compare=compare)
+    return dict(query=query, failures=failures, table=table, review_row=review_row, verdict=verdict,
+                review_note=review_note, review_save=review_save, review_clear=review_clear, inspector=inspector,
+                summary=summary, pass_plot=pass_plot, speed_plot=speed_plot, pivot=pivot, side_a=side_a, run_b=run_b,
+                side_b=side_b, compare=compare)
 
 
 def _runs_tab() -> dict:
@@ -241,7 +248,7 @@ def view_updates(tab: BatchTab, run_id: int | None, query: str = "", failures_on
             gr.update(value=summ, y_lim=[0, fastest * 1.15]), pivot_table(rows),
             gr.update(choices=labels, value=a), gr.update(choices=labels, value=b), compared,
             gr.update(choices=c.run_choices(), value=run_id), gr.update(choices=c.run_choices()),
-            *["" for _ in tab.inspector.outputs[:2]], None, *["" for _ in tab.inspector.outputs[3:]], None)
+            *["" for _ in tab.inspector.outputs[:2]], None, *["" for _ in tab.inspector.outputs[3:]], None, NO_ROW)
 
 
 def _setting_rows(rows, label):
@@ -294,38 +301,40 @@ def _wire_views(tab: BatchTab) -> None:
 
     @shows_errors
     def select_row(rid: int | None, q: str, only_failures: bool, selected: gr.SelectData):
-        """One click on a result row: the exact prompt the model read, its tokens, and the row's record."""
-        index = selected.index[0] if isinstance(selected.index, (list, tuple)) else selected.index
-        rows = shown_rows(c.rows(rid), q, only_failures)
-        if rid is None or not 0 <= index < len(rows):
+        """One click on a result row: the row is named in the review panel and tinted (found by the cells clicked,
+        whatever the table's sort), and the inspector shows the exact prompt the model read and the row's record."""
+        rows = c.rows(rid)
+        found = clicked_row(rows, selected.row_value) if rid is not None else None
+        if found is None:
             raise UserError("Run a batch or open a stored run, then click one of its rows.")
-        row = rows[index]
+        number, row = found
         seen = c.inspect_row(rid, row)
         rendered, tokens, note = inspection_views(seen.seen) if seen.seen else ("", None, seen.note)
-        review = row.review or {}
-        return (f"row {index + 1}: {seen.which} · {note}", rendered, tokens,
-                *record_views(seen.record, c.services.config.api_port), (row.prompt_index, row.setting, row.sample),
-                review.get("verdict"), review.get("note", ""))
+        review, key = row.review or {}, row_key(row)
+        return (f"row {number}: {seen.which} · {note}", rendered, tokens,
+                *record_views(seen.record, c.services.config.api_port), key, review.get("verdict"),
+                review.get("note", ""), c.reviewed(rid, key), result_table(rows, q, only_failures, key))
 
     def review(clear: bool):
         @shows_errors
         def save(rid: int | None, key, verdict: str | None, note: str, q: str, only_failures: bool):
             gr.Info(c.review(rid, tuple(key) if key else None, None if clear else verdict, "" if clear else note))
             rows = c.rows(rid)
-            return result_table(rows, q, only_failures), summary_table(rows), *((None, "") if clear else (
+            return result_table(rows, q, only_failures, key), summary_table(rows), *((None, "") if clear else (
                 gr.skip(), gr.skip()))
         return save
 
     for control in (tab.query, tab.failures):
-        control.change(lambda rid, q, f: result_table(c.rows(rid), q, f), [tab.run_id, tab.query, tab.failures],
-                       [tab.table], show_progress="hidden")
+        control.change(lambda rid, q, f, key: result_table(c.rows(rid), q, f, key),
+                       [tab.run_id, tab.query, tab.failures, tab.selected_row], [tab.table], show_progress="hidden")
     compare_inputs = [tab.run_id, tab.side_a, tab.run_b, tab.side_b]
     for control in (tab.side_a, tab.side_b):
         control.input(compare_view, compare_inputs, [tab.compare], show_progress="hidden")
     tab.run_b.input(b_settings, [tab.run_b, tab.run_id], [tab.side_b]).then(compare_view, compare_inputs,
                                                                               [tab.compare])
-    tab.table.select(select_row, [tab.run_id, tab.query, tab.failures],
-                     [*tab.inspector.outputs, tab.selected_row, tab.verdict, tab.review_note])
+    tab.table.select(select_row, [tab.run_id, tab.query, tab.failures], [*tab.inspector.outputs, tab.selected_row,
+                                                                          tab.verdict, tab.review_note,
+                                                                          tab.review_row, tab.table])
     review_inputs = [tab.run_id, tab.selected_row, tab.verdict, tab.review_note, tab.query, tab.failures]
     review_outputs = [tab.table, tab.summary, tab.verdict, tab.review_note]
     tab.review_save.click(review(False), review_inputs, review_outputs)
@@ -337,9 +346,15 @@ def _wire_runs(tab: BatchTab) -> None:
 
     @shows_errors
     def open_run(chosen: int | None):
+        """Show the run, and fill the form with what made it (prompts, asserts, grid), to change and run again."""
         if chosen is None:
             raise UserError(NO_RUN)
-        return chosen, *view_updates(tab, chosen)
+        try:
+            form, note = c.form_of(chosen)
+        except UserError as exc:  # the run still opens; the form stays as it is
+            return chosen, *view_updates(tab, chosen), *[gr.skip() for _ in REFILLED], str(exc)
+        values = [list(v) if name == "presets" else v for name, v in ((n, getattr(form, n)) for n in REFILLED)]
+        return chosen, *view_updates(tab, chosen), *values, note
 
     @shows_errors
     def rename(chosen: int | None, new_name: str):
@@ -363,7 +378,8 @@ def _wire_runs(tab: BatchTab) -> None:
     def export(chosen: int | None, kind: str):
         return gr.update(value=str(c.export(chosen, kind)), visible=True)
 
-    tab.open.click(open_run, [tab.runs], [tab.run_id, *tab.views])
+    tab.open.click(open_run, [tab.runs], [tab.run_id, *tab.views, *[getattr(tab.form, n) for n in REFILLED],
+                                          tab.upload_note])
     tab.rename.click(rename, [tab.runs, tab.rename_text], [tab.runs])
     tab.delete.click(delete, [tab.runs, tab.run_id], [tab.run_id, *tab.views])
     tab.rerun.click(rerun(True), [tab.runs], [tab.progress, tab.run_id, *tab.views], concurrency_limit=None)

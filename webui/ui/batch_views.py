@@ -9,8 +9,10 @@ import pandas as pd
 
 from webui.batch import ResultRow, cell_text, compare, pivot, prompt_label, summarize
 
-RESULT_COLUMNS = ["prompt", "setting", "sample", "seed", "output", "finish", "tokens", "cached prompt", "ttft (s)",
-                  "tok/s", "asserts", "passed", "review"]
+RESULT_COLUMNS = ["#", "prompt", "setting", "sample", "seed", "output", "finish", "tokens", "cached prompt",
+                  "ttft (s)", "tok/s", "asserts", "passed", "review"]
+"""``#`` is the row's place in the run (1 = its first row), whatever the filter or the table's sort shows."""
+SELECTED_STYLE = "background-color: color-mix(in srgb, var(--color-accent) 28%, transparent)"
 
 
 def shown_rows(rows: list[ResultRow], query: str = "", failures_only: bool = False) -> list[ResultRow]:
@@ -20,17 +22,57 @@ def shown_rows(rows: list[ResultRow], query: str = "", failures_only: bool = Fal
             and not (q and q not in f"{r.prompt} {r.output} {r.setting}".lower())]
 
 
-def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = False) -> pd.DataFrame:
-    out = []
-    for r in shown_rows(rows, query, failures_only):
+def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = False,
+                 selected: tuple | None = None):
+    """The results table of ``rows`` for a filter; the row whose key (prompt index, setting, sample) is ``selected``
+    is tinted (a pandas Styler then: the tint is the row's own, so it stays on it when the table is sorted)."""
+    out, tinted = [], None
+    shown = shown_rows(rows, query, failures_only)
+    places = {id(r): number for number, r in enumerate(rows, 1)}
+    for position, r in enumerate(shown):
         marks = " ".join(("✓ " if a.passed else "✗ ") + a.label + ("" if a.score is None else f" ({a.score:.2f})")
                          for a in r.asserts)
-        finish = f"{r.finish_reason} (from cache)" if r.from_cache else r.finish_reason
-        out.append([prompt_label(r), r.setting, r.sample, r.seed, cell_text(r), finish, r.completion_tokens,
-                    f"{r.cached_tokens}/{r.prompt_tokens}", None if r.ttft is None else round(r.ttft, 3),
+        finish = f"cached · {r.finish_reason}" if r.from_cache else r.finish_reason
+        out.append([places[id(r)], prompt_label(r), r.setting, r.sample, r.seed, one_line(cell_text(r)), finish,
+                    r.completion_tokens, f"{r.cached_tokens}/{r.prompt_tokens}",
+                    None if r.ttft is None else round(r.ttft, 3),
                     None if r.tokens_per_second is None else round(r.tokens_per_second, 1), marks,
                     "" if r.passed is None else ("pass" if r.passed else "FAIL"), review_text(r)])
-    return pd.DataFrame(out, columns=RESULT_COLUMNS)
+        if selected is not None and row_key(r) == tuple(selected):
+            tinted = position
+    table = pd.DataFrame(out, columns=RESULT_COLUMNS)
+    if tinted is None:
+        return table
+    styled = table.style.apply(lambda line: [SELECTED_STYLE if line.name == tinted else "" for _ in line], axis=1)
+    return styled.format(lambda v: "" if pd.isna(v) else f"{v:g}", subset=["ttft (s)", "tok/s"])  # as unstyled
+
+
+def row_key(row: ResultRow) -> tuple[int, str, int]:
+    """What names a row within its run (and what a review is stored under)."""
+    return row.prompt_index, row.setting, row.sample
+
+
+def clicked_row(rows: list[ResultRow], values: list) -> tuple[int, ResultRow] | None:
+    """(place in the run, row) of the table row whose cells are ``values`` (the clicked row, as the browser shows
+    it: sorted or filtered there or not); None when the run has no such row (any more)."""
+    if not values or len(values) < 4:
+        return None
+    try:
+        number, sample = int(values[0]), int(values[3])
+    except (TypeError, ValueError):
+        return None
+    label, setting = values[1], values[2]
+    if 0 < number <= len(rows):  # its place, if the rows are still those the table showed
+        row = rows[number - 1]
+        if (prompt_label(row), row.setting, row.sample) == (label, setting, sample):
+            return number, row
+    return next(((n, r) for n, r in enumerate(rows, 1) if (prompt_label(r), r.setting, r.sample) == (label, setting,
+                                                                                                    sample)), None)
+
+
+def one_line(text: str) -> str:
+    """A cell's text on one line (the table shows one line per row; the review panel shows it whole)."""
+    return " ".join(text.split())
 
 
 def review_text(row: ResultRow) -> str:
