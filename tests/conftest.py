@@ -229,3 +229,28 @@ def last(items):
     for out in items:
         pass
     return out
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A browser test that fails leaves each page it had open in tests/artifacts: a screenshot and the page's
+    log (console, errors, the queue requests it sent and what came back; its end is printed with the failure),
+    to tell a slow server from a stuck page."""
+    outcome = yield
+    report = outcome.get_result()
+    browser = item.funcargs.get("browser") if hasattr(item, "funcargs") else None
+    if report.when != "call" or not report.failed or browser is None:
+        return
+    from tests.ui.pages import ARTIFACTS
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    name = item.name.replace("/", "_")[:80]
+    pages = [page for context in browser.contexts for page in context.pages]
+    for i, page in enumerate(pages):
+        try:
+            page.screenshot(path=str(ARTIFACTS / f"failed-{name}-{i}.png"), full_page=True, timeout=10_000)
+        except Exception as exc:  # noqa: BLE001 - diagnostics must not hide the failure
+            print(f"no screenshot of page {i}: {exc}")
+        lines = getattr(page, "workbench_log", [])
+        (ARTIFACTS / f"failed-{name}-{i}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        report.sections.append((f"page {i} ({page.url}), last of {len(lines)} log lines", "\n".join(lines[-40:])))

@@ -12,12 +12,39 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 LONG = 180_000  # ms; the real model on a shared CPU
 
 
+def watch(page) -> None:
+    """Keep what the page logs and each queue request it sends, with times (shown when a test fails)."""
+    start, lines = time.monotonic(), []
+
+    def say(text: str) -> None:
+        lines.append(f"{time.monotonic() - start:7.1f}s {text}")
+
+    page.workbench_log = lines
+    page.on("console", lambda m: say(f"console {m.type}: {m.text}"))
+    page.on("pageerror", lambda e: say(f"page error: {e}"))
+    page.on("requestfailed", lambda r: "/queue/data" not in r.url and say(f"failed: {r.method} {r.url} {r.failure}"))
+    page.on("request", lambda r: "/queue/join" in r.url and '"data":[],"fn_index"' not in (r.post_data or "")
+            and say(f"join {(r.post_data or '')[:300]}"))  # (not the status line's timer, every second)
+
 def open_page(browser, url: str):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    watch(page)
     page.goto(url)
     page.wait_for_selector("#chat-message textarea", timeout=60_000)
     page.wait_for_function("() => document.querySelector('#chat-list') !== null")
+    wait_parameters_shown(page)
     return page
+
+
+def showing(page) -> str:
+    """Which set of parameters the page applied last (a reload's, a preset's): 0 before the first."""
+    return page.evaluate("() => document.querySelector('#params-showing input').value")
+
+
+def wait_parameters_shown(page, after: str = "0") -> None:
+    """Wait until the page applied parameters sent after showing ``after`` (as a person sees the values come)."""
+    page.wait_for_function("n => { const i = document.querySelector('#params-showing input');"
+                           " return i && i.value !== n; }", arg=after, timeout=60_000)
 
 
 def tab(page, name: str) -> None:
@@ -30,17 +57,27 @@ def choose(page, elem_id: str, option: str) -> None:
 
 
 def choose_preset(page, name: str, temperature: str) -> None:
+    """Choose preset ``name`` and wait until the page shows its values (a preset already chosen shows them)."""
     tab(page, "Parameters")
-    choose(page, "preset", name)
+    if page.locator("#preset input").input_value() != name:
+        before = showing(page)
+        choose(page, "preset", name)
+        wait_parameters_shown(page, before)
     page.wait_for_function(
         f"() => document.querySelector('#params-temperature input[type=number]').value === '{temperature}'",
         timeout=30_000)
 
 
+def reload(page) -> None:
+    """Reload the page and wait until it shows what was saved (as a person waits for the page to fill)."""
+    page.reload()
+    page.wait_for_selector("#chat-message textarea", timeout=60_000)
+    wait_parameters_shown(page)
+
+
 def reload_parameters(page, max_new_tokens: str) -> None:
     """Reload the page and open Parameters once it shows ``max_new_tokens`` (the saved values are back)."""
-    page.reload()
-    page.wait_for_selector("#chat-message textarea")
+    reload(page)
     tab(page, "Parameters")
     page.wait_for_function("n => document.querySelector('#params-max_new_tokens input').value === n",
                            arg=max_new_tokens, timeout=30_000)
@@ -56,6 +93,14 @@ def wait_text(page, selector: str, text: str, timeout: int = LONG) -> None:
     page.wait_for_function(
         "([sel, text]) => { const el = document.querySelector(sel); return el && el.innerText.includes(text); }",
         arg=[selector, text], timeout=timeout)
+
+
+def wait_until(page, check, timeout: float = 15) -> None:
+    """Poll ``check()`` through the page's own wait, so that the page's events (a route, say) are handled."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not true after {timeout} s"
+        page.wait_for_timeout(100)
 
 
 def toast(page, text: str, timeout: int = 30_000) -> None:

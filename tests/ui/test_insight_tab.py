@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.pages import choose, choose_preset, open_page, screenshot, set_number, tab, wait_text
+from tests.ui.pages import choose, choose_preset, open_page, reload, screenshot, set_number, tab, wait_text
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -51,8 +51,7 @@ def test_perplexity_is_evaluated_and_kept(server, browser):
     value = float(page.locator("#ppl-note").inner_text().split("Perplexity ")[1].split(" ")[0])
     assert 1 < value < 200  # a real language model on plain English
     wait_text(page, "#ppl-results", "SmolLM2-135M-Instruct", 30_000)
-    page.reload()
-    page.wait_for_selector("#chat-message textarea")
+    reload(page)
     tab(page, "Insight")
     page.get_by_role("tab", name="Perplexity").click()
     wait_text(page, "#ppl-results", "The capital of France is Paris.", 30_000)

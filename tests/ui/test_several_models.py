@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import (LONG, bot_messages, choose, open_page, ready_page, screenshot, send, tab, wait_new_reply,
-                            wait_reply_done, wait_text)
+from tests.ui.pages import (LONG, bot_messages, choose, open_page, ready_page, reload, screenshot, send, tab,
+                            wait_new_reply, wait_reply_done, wait_text)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 DEFAULT = "SmolLM2-135M-Instruct"
@@ -41,8 +41,7 @@ def test_a_second_model_loads_beside_the_first_and_the_picker_switches(server, b
     wait_text(page, "#status-line", "also loaded: tiny")
     assert f"{DEFAULT} · " in page.locator("#status-line").inner_text()  # in use (a progress timer may lead)
     wait_text(page, "#chat-stats", "· by tiny (transformers)")  # #30 (10): the stats name the model that wrote it
-    page.reload()  # the chat opens with its last reply inspected as the model that wrote it read it
-    page.wait_for_selector("#chat-message textarea")
+    reload(page)  # the chat opens with its last reply inspected as the model that wrote it read it
     page.get_by_text("Prompt and reproduce record (click a message; default: the last reply)").click()
     wait_text(page, "#chat-inspect-note", "of the 256-token context", 30_000)  # tiny's, not the default's 8,192
     page.locator("#chat-new").click()

@@ -10,8 +10,8 @@ import pytest
 
 from tests.e2e.server import running_server, user_data_with_default_model
 from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, code_text, open_page, ready_page,
-                            reload_parameters, reply_when, rows, screenshot, send, set_number, tab, toast,
-                            wait_new_reply, wait_reply_done, wait_text)
+                            reload, reload_parameters, reply_when, rows, screenshot, send, set_number, showing, tab,
+                            toast, wait_new_reply, wait_parameters_shown, wait_reply_done, wait_text, wait_until)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -49,6 +49,46 @@ def test_numbers_typed_at_a_persons_speed_are_saved_exactly_as_typed(server, bro
             assert saved(name) == float(value), (name, value, saved(name))
     reload_parameters(page, "96")
     assert page.locator("#params-temperature input[type=number]").input_value() == "1.25"
+    page.close()
+
+
+def test_a_value_typed_while_a_preset_is_on_its_way_never_leaves_the_page_and_settings_apart(server, browser):
+    """#30: a value typed after choosing a preset but before its values reached the page was saved over the
+    preset while the page then showed the preset's value: the next reply used what was shown (512 tokens where
+    4 was saved; a real run hit this), a reload showed what was saved. The page's values and settings.json
+    agree whatever the order the two arrive in."""
+    page = open_page(browser, server.url)
+    choose_preset(page, "Creative", "1.1")
+    set_number(page, "params-max_new_tokens", 100)
+    settings = server.user_data / "settings.json"
+    wait_until(page, lambda: json.loads(settings.read_text())["params"].get("max_new_tokens") == 100)
+    preset, typed = [], []  # the page's queue requests for them, held back to reach the server in turn
+
+    def hold(route):
+        data = route.request.post_data or ""
+        held = preset if '"data":["Deterministic"]' in data else typed if "repetition_penalty\\n" in data else None
+        route.continue_() if held is None or not holding else held.append(route)
+
+    holding = True
+    page.route("**/queue/join*", hold)
+    before = showing(page)
+    choose(page, "preset", "Deterministic")
+    wait_until(page, lambda: preset)
+    set_number(page, "params-max_new_tokens", 4)  # typed before the preset's values arrive
+    wait_until(page, lambda: typed)
+    for route in preset:  # the preset reaches the server first, and its values the page
+        route.continue_()
+    wait_parameters_shown(page, before)
+    holding = False
+    for route in typed:  # then the typed value (and what the page sent since)
+        route.continue_()
+    page.unroute("**/queue/join*")
+    page.wait_for_timeout(3000)
+    shown = page.locator("#params-max_new_tokens input").input_value()
+    saved = json.loads(settings.read_text())["params"]
+    assert page.locator("#params-temperature input[type=number]").input_value() == "0" and saved["temperature"] == 0
+    assert int(shown) == saved.get("max_new_tokens", 512), (shown, saved)
+    reload_parameters(page, shown)
     page.close()
 
 
@@ -150,8 +190,7 @@ def test_unsaved_notebook_text_and_name_come_back_after_a_reload(server, browser
     name.press_sequentially("draft-1", delay=40)
     name.press("Tab")  # typed, not saved
     page.wait_for_timeout(1500)
-    page.reload()
-    page.wait_for_selector("#chat-message textarea")
+    reload(page)
     tab(page, "Notebook")
     page.wait_for_function("() => document.querySelector('#notebook-text textarea').value === "
                            "'A draft, never saved: '", timeout=30_000)
@@ -366,8 +405,7 @@ def test_an_output_constraint_shows_in_chat_turns_off_there_and_leaves_impersona
     tab(page, "Chat")
     wait_text(page, "#chat-constraint", "Replies are constrained to choice (one a line): Rome · London · Paris",
               30_000)
-    page.reload()  # still shown on a new page
-    page.wait_for_selector("#chat-message textarea")
+    reload(page)  # still shown on a new page
     wait_text(page, "#chat-constraint", "Rome · London · Paris", 30_000)
     page.locator("#chat-new").click()  # (a reload opens the latest chat)
     page.wait_for_function("() => !document.querySelector('#chat-log [data-testid=bot]')", timeout=30_000)

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import random_lora
 from tests.e2e.server import running_server, user_data_with_default_model
 from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, code_text, export_file, last_reply, open_page,
-                            ready_page, reload_parameters, reply_when, rows, screenshot, send, tab, toast,
+                            ready_page, reload, reload_parameters, reply_when, rows, screenshot, send, tab, toast,
                             upload_file, wait_reply_done, wait_text)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
@@ -128,8 +128,7 @@ def test_parameters_persist_across_reload(server, browser):
     bias.press("Delete")
     page.wait_for_function("() => !document.querySelector('#preset input').value", timeout=30_000)  # edited
     page.wait_for_timeout(1000)
-    page.reload()
-    page.wait_for_selector("#chat-message textarea")
+    reload(page)
     tab(page, "Parameters")
     page.wait_for_function("() => document.querySelector('#params-stop textarea').value === 'END'", timeout=30_000)
     assert bias.input_value() == ""
@@ -152,8 +151,7 @@ def test_the_sampler_order_is_shown_and_a_new_order_is_kept(server, browser):
     wait_text(page, "#params-running", "token_bans → repetition_penalty", 30_000)
     screenshot(page, "parameters-order")
     page.wait_for_timeout(1000)
-    page.reload()
-    page.wait_for_selector("#chat-message textarea")
+    reload(page)
     tab(page, "Parameters")
     wait_text(page, "#params-running", "repetition_penalty → top_p → min_p → temperature", 30_000)
     assert order.input_value().splitlines()[-2:] == ["min_p", "temperature"]
@@ -180,8 +178,7 @@ def test_constrain_output_holds_the_reply_and_a_bad_one_loses_nothing(server, br
     choose(page, "params-constraint-form", "JSON schema")  # the text is read as a schema now: not one
     wait_text(page, "#params-constraint-text", "structured_outputs: the JSON schema is not valid JSON", 30_000)
     page.wait_for_timeout(1000)
-    page.reload()
-    page.wait_for_selector("#chat-message textarea")
+    reload(page)
     tab(page, "Parameters")  # the choice is what was kept
     page.wait_for_function("() => document.querySelector('#params-constraint-text textarea')?.value === "
                            "'Rome\\nLondon\\nParis'", timeout=30_000)
@@ -213,8 +210,7 @@ def test_an_instruction_template_is_chosen_previewed_saved_and_used(server, brow
     page.locator("#chat-template-save").click()  # the editor's text (the built-in's) as a template of my own
     wait_text(page, "#chat-template-note", "Chats use the template 'My plain'", 30_000)
     assert (server.user_data / "templates" / "My plain.jinja").is_file()
-    page.reload()
-    page.wait_for_selector("#chat-message textarea")
+    reload(page)
     page.locator("#chat-template-panel").get_by_text("Instruction template and context").first.click()
     page.wait_for_function("() => document.querySelector('#chat-template input')?.value === 'My plain'",
                            timeout=30_000)
@@ -305,8 +301,7 @@ def test_notebook_generates_undo_and_save(server, browser):
     name.fill("geo")
     page.locator("#notebook-save").click()
     wait_text(page, "#notebook-stats", "Saved 'geo'", 30_000)
-    page.reload()
-    page.wait_for_selector("#chat-message textarea")
+    reload(page)
     tab(page, "Notebook")
     choose(page, "notebook-name", "geo")
     page.wait_for_function("() => document.querySelector('#notebook-text textarea').value === "

@@ -1,12 +1,16 @@
 """The browser UI: tabs stacked over the shared services. No logic here that the API would need.
 
 Each tab module lays out its components and wires them to its controller
-(webui/controllers); each contributes its own page-load update. Per-browser-tab
+(webui/controllers); each contributes its own page-load update, sent as one (see
+``page_load``). Per-browser-tab
 state lives in gr.State (the open chat) or is keyed by Gradio's session hash
 (the running request), never in module globals.
 """
 
 from __future__ import annotations
+
+import inspect
+import logging
 
 import gradio as gr
 
@@ -14,6 +18,8 @@ from webui.controllers.generation import ActiveRequests, status_text
 from webui import owner
 from webui.services import Services
 from webui.ui import ab_tab, account, batch_tab, chat_tab, insight_tab, model_tab, notebook_tab, parameters_tab
+
+log = logging.getLogger(__name__)
 
 CSS = """
 #status-line {font-family: ui-monospace, monospace; font-size: 0.9em}
@@ -29,6 +35,7 @@ mark.diff-add {background: #dfd}
 #batch-results table, #batch-results .cell-wrap * {font-family: var(--font)}  /* narrower than mono: more fits */
 #batch-results th, #batch-results .header-content {white-space: nowrap}  /* a header never breaks inside a word */
 #batch-pivot {overflow-x: auto}
+#params-showing {display: none}  /* which parameters the page applied last: for the page's own checks, not shown */
 .load-option {min-width: min(160px, 100%) !important}  /* a checkbox ignores min_width: narrow, its text was cut */
 """
 
@@ -73,12 +80,36 @@ def build_ui(services: Services) -> gr.Blocks:
                 insight = insight_tab.create_insight_tab(services, params)
             with ab_panel:
                 ab = ab_tab.create_ab_tab(services, params, active)
+        params.panel.page_showing.render()  # outside the tabs, so that it is in the page whichever tab is open
         gr.Timer(1.0).tick(lambda: status_text(services), None, status, show_progress="hidden")
-        for outputs, load in (parameters_tab.on_load(params), chat_tab.on_load(chat), notebook_tab.on_load(notebook),
-                              batch_tab.on_load(batch), model_tab.on_load(model), insight_tab.on_load(insight),
-                              ab_tab.on_load(ab)):
-            demo.load(load, None, outputs)
+        parts = [parameters_tab.on_load(params), chat_tab.on_load(chat), notebook_tab.on_load(notebook),
+                 batch_tab.on_load(batch), model_tab.on_load(model), insight_tab.on_load(insight), ab_tab.on_load(ab)]
         if user is not None:
-            outputs, load = account.on_load(user)
-            demo.load(load, None, outputs)
+            parts.append(account.on_load(user))
+        demo.load(*page_load(parts))
     return demo
+
+
+def page_load(parts: list[tuple[list, object]]) -> tuple[object, None, list]:
+    """(function, inputs, outputs) of the one load event that fills every tab's part of a (re)loaded page.
+
+    One event, so the page gets all of it at once: separate loads arrived one by one, and one that came after
+    the user had typed (the Notebook's saved draft, say) replaced what was typed. The page knows it has them
+    when the parameters' showing (``#params-showing``) moves. A part that fails is left as built, and said.
+    """
+    outputs = [component for components, _ in parts for component in components]
+
+    def load(request: gr.Request):
+        values = []
+        for components, fill in parts:
+            try:
+                got = fill(request) if inspect.signature(fill).parameters else fill()
+                values.extend(got if len(components) > 1 else [got])
+            except Exception as exc:  # noqa: BLE001 - one tab's failure must not leave the whole page empty
+                log.exception("loading part of the page failed")
+                gr.Warning(f"Part of the page could not be loaded ({exc}); reload to try again.")
+                values.extend(gr.skip() for _ in components)
+        return values
+
+    return load, None, outputs
+

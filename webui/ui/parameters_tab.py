@@ -101,21 +101,24 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
 def _wire_controls(tab: ParametersTab) -> None:
     """Every change (typed, dragged, pasted, deleted) is checked and kept; a wrong value is named beside its
     control, with what it takes, and kept out until it is corrected."""
-    controller, inputs = tab.controller, tab.inputs
+    controller, panel = tab.controller, tab.panel
 
     def remember(name: str, data: dict):
+        if panel.outdated(data):  # made before the page showed a preset (say) that replaces it
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         edited = controller.edit({key: data[c] for key, c in tab.controls.items()}, name)
         field = gr.update(info=edited.message or field_text(name))
         if not edited.changed:  # nothing kept (a wrong value), or nothing new (a value typed back, say)
             return gr.skip(), gr.skip(), gr.skip(), field
         return None, "", pipeline_text(edited.params), field  # edited: the preset no longer describes them
 
+    inputs = {*tab.inputs, panel.page_showing, panel.showing}  # the showing: see ParamsPanel.outdated
     for name, control in tab.controls.items():
         # Text boxes: every change (a paste or a deletion is not always an input event). The others: what the
         # user does (a preset or a reload setting all of them must not queue a check per control).
         event = control.change if specs()[name].widget in ("lines", "text", "json", "constraint") else control.input
-        event(functools.partial(remember, name), set(inputs), [tab.preset, tab.note, tab.running,
-                                                               tab.panel.field(name)], **SAVES)
+        event(functools.partial(remember, name), inputs, [tab.preset, tab.note, tab.running, panel.field(name)],
+              **SAVES)
 
 
 def on_load(tab: ParametersTab) -> tuple[list, object]:

@@ -9,6 +9,7 @@ steps that run now come first on the right.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import gradio as gr
@@ -22,6 +23,7 @@ from webui.ui.typed_slider import TypedSlider
 COLUMNS = (("Sampling", "Temperature shaping", "Mirostat and adaptive-p", "Guidance (CFG)", "Constrain output"),
            ("Sampler order", "Repetition", "Length, stops and tokens"))
 CLOSED = ("Temperature shaping", "Mirostat and adaptive-p")  # rarely used: folded until opened
+_SHOWINGS = itertools.count(1)
 
 
 @dataclass
@@ -32,18 +34,30 @@ class ParamsPanel:
     form: gr.Dropdown
     text: gr.Textbox
     """The "Constrain output" form and its text; they write the structured_outputs control (which is hidden)."""
+    page_showing: gr.Number
+    showing: gr.State
+    """Which :meth:`show` the page has applied, and which one this browser tab was sent last: a change the user
+    made on a page that had not yet applied the last one (a preset, a reload) is :meth:`outdated`."""
 
     @property
     def shown(self) -> list[gr.components.Component]:
-        """What :meth:`show` fills: every control, then the constraint's form and text."""
-        return [*self.controls.values(), self.form, self.text]
+        """What :meth:`show` fills: every control, then the constraint's form and text (and the showing)."""
+        return [*self.controls.values(), self.form, self.text, self.page_showing, self.showing]
 
     def show(self, params: SamplingParams) -> list:
         """Updates for ``shown``: every control holds ``params``' value, and a message from a wrong value typed
         before is gone."""
         values = values_from_params(params)
+        showing = next(_SHOWINGS)
         return [*(gr.update(value=v, info=field_text(name)) for name, v in zip(specs(), values)),
-                *_constraint_updates(dict(zip(specs(), values))["structured_outputs"])]
+                *_constraint_updates(dict(zip(specs(), values))["structured_outputs"]), showing, showing]
+
+    def outdated(self, data: dict) -> bool:
+        """Whether an event's inputs (``data``, holding ``page_showing`` and ``showing``) come from a page that
+        had not applied the values last sent to it: the user changed a control while a preset, a chat's
+        parameters or a reload were on their way, and those values replace the whole panel once they arrive, so
+        the change is not kept (what the page then shows is what is saved and used)."""
+        return (data[self.page_showing] or 0) < (data[self.showing] or 0)
 
     def show_constraint(self, value: str) -> tuple:
         """Updates for (form, text) showing a structured_outputs JSON value."""
@@ -78,7 +92,8 @@ def build_params_panel(initial: SamplingParams | None = None) -> ParamsPanel:
                             running = gr.Markdown(pipeline_text(initial), elem_id="params-running")
     assert running is not None
     # in the specs' order, as values_from_params lists the values (not the order they are laid out in)
-    return ParamsPanel({name: controls[name] for name in specs()}, running, form, text)
+    page_showing = gr.Number(0, elem_id="params-showing", render=False)  # the page renders it
+    return ParamsPanel({name: controls[name] for name in specs()}, running, form, text, page_showing, gr.State(0))
 
 
 def _slug(group: str) -> str:
