@@ -383,14 +383,39 @@ def test_logit_bias_forces_a_token(tiny_engine, tok):
 
 
 def test_interleave_yields_events_of_both_streams_as_they_come(tok):
-    from webui.engine.stream import interleave
+    from webui.engine.stream import Interleaved
 
     engine, _ = scripted_engine(tok, "one two three four five", step_delay=0.01)
     try:
         streams = [engine.submit(GenerationRequest("a", greedy(5))), engine.submit(GenerationRequest("b", greedy(3)))]
-        seen = list(interleave(streams))
+        seen = list(Interleaved(streams))
     finally:
         engine.close()
     assert {i for i, _ in seen} == {0, 1}
     finals = [e for _, e in seen if e.finish_reason]
     assert len(finals) == 2 and sum(len(e.token_ids) for i, e in seen if i == 1) == 3
+
+
+def test_interleaved_streams_are_read_the_same_from_an_event_loop_and_a_failure_is_an_item(tok):
+    """The API's n > 1 reads the same merger as the A/B view: events of every stream, tagged; a failed request's
+    GenerationError comes as its item and the other streams go on."""
+    from webui.engine.stream import Interleaved
+
+    engine, _ = scripted_engine(tok, "one two three four five", step_delay=0.01)
+    try:
+        streams = [engine.submit(GenerationRequest("a", greedy(4))), engine.submit(GenerationRequest("b", greedy(2)))]
+
+        async def read():
+            return [item async for item in Interleaved(streams)]
+
+        seen = run_async(read())
+        assert [len([e for i, e in seen if i == n and e.finish_reason]) for n in (0, 1)] == [1, 1]
+        assert sum(len(e.token_ids) for i, e in seen if i == 0) == 4
+    finally:
+        engine.close()
+    failing, _ = scripted_engine(tok, "one two three", fail_at_step=2)
+    try:
+        items = list(Interleaved([failing.submit(GenerationRequest("a", greedy(5)))]))
+    finally:
+        failing.close()
+    assert isinstance(items[-1][1], GenerationError) and "scripted failure" in str(items[-1][1])

@@ -13,11 +13,11 @@ from webui.api.errors import APIError
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
 from webui.api.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, read_calls, template_messages,
                              template_takes_tools)
-from webui.api.serving import (FINISH_REASONS, Choice, Serving, collect, error_chunk, merged, new_id, note_usage, now,
+from webui.api.serving import (FINISH_REASONS, Choice, Serving, collect, error_chunk, new_id, note_usage, now,
                                sse, usage)
 from webui.chat import ChatPromptError, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
-from webui.engine import InvalidParameter, RequestStream
+from webui.engine import Interleaved, InvalidParameter, RequestStream
 from webui.engine.types import TokenLogprob
 from webui.insight import prompt_logprobs
 
@@ -319,7 +319,7 @@ def _streaming(request: Request, streams: list[RequestStream], first: list[dict]
         try:
             for c in first:
                 yield sse(c)
-            async for index, item in merged(streams):
+            async for index, item in Interleaved(streams):
                 if isinstance(item, BaseException):
                     yield error_chunk(f"generation failed: {item}")
                     break

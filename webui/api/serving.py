@@ -7,15 +7,15 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Sequence
+from typing import Sequence
 
 from fastapi import Request
 
 from loaders.base import attached_loras, LoadedModel
 from webui.api.errors import APIError
 from webui.api.protocol import SamplingRequest
-from webui.engine import (Engine, GenerationEvent, GenerationRequest, InvalidParameter, PromptTooLong, RequestStream,
-                          SamplingParams)
+from webui.engine import (Engine, GenerationEvent, GenerationRequest, Interleaved, InvalidParameter, PromptTooLong,
+                          RequestStream, SamplingParams)
 from webui.engine.params import MAX_SEED, specs
 from webui.models import Slot
 from webui.services import Services
@@ -180,32 +180,6 @@ class Serving:
         return streams
 
 
-async def merged(streams: list[RequestStream]) -> AsyncIterator[tuple[int, GenerationEvent | BaseException]]:
-    """Events of all streams as they come, tagged with the stream's index; cancels all if left early."""
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def pump(index: int, stream: RequestStream) -> None:
-        try:
-            async for event in stream:
-                await queue.put((index, event))
-        except Exception as exc:  # a failed request: hand the error to the consumer
-            await queue.put((index, exc))
-
-    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
-    try:
-        remaining = len(streams)
-        while remaining:
-            index, item = await queue.get()
-            if isinstance(item, BaseException) or item.finish_reason is not None:
-                remaining -= 1
-            yield index, item
-    finally:
-        for s in streams:
-            s.cancel()
-        for t in tasks:
-            t.cancel()
-
-
 async def collect(streams: list[RequestStream], request: Request) -> list[Choice]:
     """All choices, whole; a client that goes away cancels them."""
     choices = [Choice(i) for i in range(len(streams))]
@@ -220,7 +194,7 @@ async def collect(streams: list[RequestStream], request: Request) -> list[Choice
 
     watcher = asyncio.create_task(watch())
     try:
-        async for index, item in merged(streams):
+        async for index, item in Interleaved(streams):
             if isinstance(item, BaseException):
                 raise APIError(500, f"generation failed: {item}", type="server_error")
             choices[index].add(item)

@@ -12,7 +12,7 @@ from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.controllers.errors import UserError
 from webui.controllers.generation import ActiveRequests, stats_text
 from webui.engine import EngineError, GenerationError, GenerationRequest, SamplingParams
-from webui.engine.stream import interleave
+from webui.engine.stream import Interleaved
 from webui.names import InvalidName
 from webui.presets import PresetError
 from webui.models import Slot
@@ -123,7 +123,7 @@ class ABController:
         for key, s in zip(keys, streams):
             self.active.start(key, s)
         try:
-            for index, item in interleave(streams):
+            for index, item in Interleaved(streams):
                 if isinstance(item, GenerationError):
                     notes[index] = f"error: {item}"
                 else:

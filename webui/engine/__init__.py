@@ -2,10 +2,10 @@
 
 from webui.engine.engine import Engine, EngineConfig, EngineStats, QueueFull
 from webui.engine.params import InvalidParameter, SamplingParams
-from webui.engine.stream import RequestStream
+from webui.engine.stream import Interleaved, RequestStream
 from webui.engine.types import (CancelToken, EngineClosed, EngineError, GenerationError, GenerationEvent,
                                 GenerationRequest, GenerationResult, NoModelLoaded, PromptTooLong, TokenLogprob)
 
 __all__ = ["Engine", "EngineConfig", "EngineStats", "QueueFull", "InvalidParameter", "SamplingParams",
-           "RequestStream", "CancelToken", "EngineClosed", "EngineError", "GenerationError", "GenerationEvent",
-           "GenerationRequest", "GenerationResult", "NoModelLoaded", "PromptTooLong", "TokenLogprob"]
+           "RequestStream", "Interleaved", "CancelToken", "EngineClosed", "EngineError", "GenerationError",
+           "GenerationEvent", "GenerationRequest", "GenerationResult", "NoModelLoaded", "PromptTooLong", "TokenLogprob"]

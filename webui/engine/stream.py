@@ -13,6 +13,41 @@ from webui.engine.types import (CancelToken, GenerationError, GenerationEvent, G
 _END = object()
 
 
+class _Inbox:
+    """Items put by the engine thread, taken by one consumer: blocking, or awaited once it first awaits."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_queue: asyncio.Queue | None = None
+
+    def put(self, item) -> None:
+        with self._lock:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._async_queue.put_nowait, item)
+            else:
+                self._queue.put(item)
+
+    def get(self):
+        return self._queue.get()
+
+    def take_all(self) -> list:
+        """What is waiting, for a consumer that has not started (see RequestStream._merge_into)."""
+        items = []
+        while not self._queue.empty():
+            items.append(self._queue.get())
+        return items
+
+    async def aget(self):
+        with self._lock:
+            if self._loop is None:  # from now on items go to this event loop
+                self._loop, self._async_queue = asyncio.get_running_loop(), asyncio.Queue()
+                while not self._queue.empty():
+                    self._async_queue.put_nowait(self._queue.get())
+        return await self._async_queue.get()
+
+
 class RequestStream:
     """Events of one request, in order. Iterating raises GenerationError on failure.
 
@@ -24,19 +59,26 @@ class RequestStream:
         self.request_id = request_id
         self._cancel_token = cancel_token
         self._wake_engine = wake_engine
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._inbox = _Inbox()
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._async_queue: asyncio.Queue | None = None
+        self._merged: tuple[_Inbox, int] | None = None
 
     # -- engine side ---------------------------------------------------------
     def put(self, event: GenerationEvent, exc: BaseException | None = None) -> None:
-        item = (event, exc)
         with self._lock:
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._async_queue.put_nowait, item)
+            if self._merged is not None:
+                inbox, index = self._merged
+                inbox.put((index, (event, exc)))
             else:
-                self._queue.put(item)
+                self._inbox.put((event, exc))
+
+    def _merge_into(self, inbox: _Inbox, index: int) -> None:
+        """From now on (and for what came before), this stream's events go to ``inbox``, tagged ``index``: for a
+        stream nobody has started to consume."""
+        with self._lock:
+            for item in self._inbox.take_all():
+                inbox.put((index, item))
+            self._merged = (inbox, index)
 
     # -- caller side ---------------------------------------------------------
     def cancel(self) -> None:
@@ -49,37 +91,31 @@ class RequestStream:
 
     def __iter__(self) -> Iterator[GenerationEvent]:
         while True:
-            event, exc = self._queue.get()
-            yield self._checked(event, exc)
+            event, exc = self._inbox.get()
+            yield _checked(event, exc)
             if event.finish_reason is not None:
                 return
 
     async def __aiter__(self) -> AsyncIterator[GenerationEvent]:
-        with self._lock:
-            if self._loop is None:
-                self._loop = asyncio.get_running_loop()
-                self._async_queue = asyncio.Queue()
-                while not self._queue.empty():
-                    self._async_queue.put_nowait(self._queue.get())
         try:
             while True:
-                event, exc = await self._async_queue.get()
-                yield self._checked(event, exc)
+                event, exc = await self._inbox.aget()
+                yield _checked(event, exc)
                 if event.finish_reason is not None:
                     return
         except asyncio.CancelledError:  # the client went away: stop generating for it
             self.cancel()
             raise
 
-    @staticmethod
-    def _checked(event: GenerationEvent, exc: BaseException | None) -> GenerationEvent:
-        if event.finish_reason == "error":
-            raise GenerationError(event.error or "generation failed") from exc
-        return event
-
     def result(self) -> GenerationResult:
         """Consume the whole stream and return the collected result."""
         return collect(self)
+
+
+def _checked(event: GenerationEvent, exc: BaseException | None) -> GenerationEvent:
+    if event.finish_reason == "error":
+        raise GenerationError(event.error or "generation failed") from exc
+    return event
 
 
 def collect(events) -> GenerationResult:
@@ -97,30 +133,50 @@ def collect(events) -> GenerationResult:
                             last.stop_string, logprobs)
 
 
-def interleave(streams: list[RequestStream]) -> Iterator[tuple[int, GenerationEvent | Exception]]:
-    """Events of several streams as they come, tagged with the stream's index (sync callers, e.g. an A/B view).
+class Interleaved:
+    """Events of several streams as they come, tagged with the stream's index, for sync callers (an A/B view) and
+    async ones (the API's n > 1) alike: each stream hands its events to one shared inbox, no thread or task each.
 
-    A failed request yields its GenerationError in place of events; leaving early cancels every stream.
+    ``for index, item in Interleaved(streams)`` or ``async for``. A failed request yields its GenerationError in
+    place of events; leaving early cancels every stream.
     """
-    merged: queue.SimpleQueue = queue.SimpleQueue()
 
-    def pump(index: int, stream: RequestStream) -> None:
+    def __init__(self, streams: list[RequestStream]) -> None:
+        self.streams, self._inbox = streams, _Inbox()
+        for index, stream in enumerate(streams):
+            stream._merge_into(self._inbox, index)
+
+    def _tagged(self, index: int, event: GenerationEvent, exc: BaseException | None):
         try:
-            for event in stream:
-                merged.put((index, event))
-        except Exception as exc:
-            merged.put((index, exc))
+            return index, _checked(event, exc)
+        except GenerationError as error:
+            return index, error
 
-    threads = [threading.Thread(target=pump, args=(i, s), daemon=True) for i, s in enumerate(streams)]
-    for t in threads:
-        t.start()
-    remaining = len(streams)
-    try:
-        while remaining:
-            index, item = merged.get()
-            if isinstance(item, Exception) or item.finish_reason is not None:
-                remaining -= 1
-            yield index, item
-    finally:
-        for s in streams:
-            s.cancel()
+    def _cancel_all(self) -> None:
+        for stream in self.streams:
+            stream.cancel()
+
+    def __iter__(self) -> Iterator[tuple[int, GenerationEvent | GenerationError]]:
+        remaining = len(self.streams)
+        try:
+            while remaining:
+                index, item = self._tagged(*_flat(self._inbox.get()))
+                remaining -= isinstance(item, GenerationError) or item.finish_reason is not None
+                yield index, item
+        finally:
+            self._cancel_all()
+
+    async def __aiter__(self) -> AsyncIterator[tuple[int, GenerationEvent | GenerationError]]:
+        remaining = len(self.streams)
+        try:
+            while remaining:
+                index, item = self._tagged(*_flat(await self._inbox.aget()))
+                remaining -= isinstance(item, GenerationError) or item.finish_reason is not None
+                yield index, item
+        finally:
+            self._cancel_all()
+
+
+def _flat(item: tuple[int, tuple[GenerationEvent, BaseException | None]]):
+    index, (event, exc) = item
+    return index, event, exc
