@@ -1,10 +1,11 @@
-"""The services the UI and API adapters share; built once by webui.app."""
+"""The services the UI, the API and the batch CLI share: the one place the object graph is built (Services.create)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from loaders.registry import LoaderRegistry
+from webui.batch.cache import ResponseCache
 from webui.batch.runner import BatchRunner
 from webui.batch.store import BatchStore
 from webui.chat.templates import TemplateStore
@@ -59,12 +60,11 @@ class Services:
         batches = BatchStore(db)
         batches.mark_interrupted()  # runs a previous process left 'running' died with it; their rows stay
         settings = SettingsStore(config.user_data_dir / "settings.json")
-        services = cls(config, registry, ModelManager(config, engine, registry, settings),
-                       PresetStore(config.presets_dir), TemplateStore(config.templates_dir), settings, db,
-                       ChatStore(db), NotebookStore(db), batches, None,  # type: ignore[arg-type]
-                       PerplexityStore(db), JobRunner())
-        services.batch_runner = BatchRunner(services, batches)
-        return services
+        models = ModelManager(config, engine, registry, settings)
+        presets, templates = PresetStore(config.presets_dir), TemplateStore(config.templates_dir)
+        runner = BatchRunner(models, presets, templates, batches, ResponseCache(db))
+        return cls(config, registry, models, presets, templates, settings, db, ChatStore(db), NotebookStore(db),
+                   batches, runner, PerplexityStore(db), JobRunner())
 
     def close(self) -> None:
         """Unload the model, stop the engine, close the database; a second call does nothing."""

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import TEST_THREADS
 from tests.e2e.server import user_data_with_default_model
-from webui.app import load_startup_model
+from webui.startup import load_startup_model
 from webui.config import AppConfig
 from webui.services import Services
 from webui.settings import SettingsStore

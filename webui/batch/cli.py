@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
         grid = GridSpec(args.preset, dict(parse_axis(a) for a in args.grid), args.samples, args.seed)
     except (BatchInputError, OSError) as exc:
         return _fail(str(exc))
-    from webui.app import load_startup_model
+    from webui.startup import load_startup_model
     from webui.services import Services
 
     config = AppConfig(user_data_dir=args.user_data_dir or default_user_data_dir(), model=args.model,

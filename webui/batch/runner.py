@@ -24,11 +24,12 @@ from webui.batch.rerun import RanOn, ran_on, stored_ran_on
 from webui.batch.results import ResultRow, result_for
 from webui.batch.store import BatchRun, BatchStore
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
-from webui.chat.templates import ChatTemplate, TemplateError
+from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore
 from webui.engine import EngineError, GenerationRequest, SamplingParams
-from webui.models import Slot
+from webui.models import ModelManager, Slot
 from webui.owner import as_owner
 from webui.owner import current as current_owner
+from webui.presets import PresetStore
 
 
 @dataclass
@@ -141,9 +142,9 @@ class RunHandle:
 
 
 class BatchRunner:
-    def __init__(self, services, store: BatchStore):
-        self.services, self.store = services, store
-        self.cache = ResponseCache(services.db)
+    def __init__(self, models: ModelManager, presets: PresetStore, templates: TemplateStore, store: BatchStore,
+                 cache: ResponseCache) -> None:
+        self.manager, self.presets, self.templates, self.store, self.cache = models, presets, templates, store, cache
         self._active: dict[int, RunHandle] = {}
         self._lock = threading.Lock()
 
@@ -165,7 +166,7 @@ class BatchRunner:
         stops (by the setting's model), added to its settings' stop strings."""
         if not job.rows:
             raise BatchInputError("there are no prompts; paste some (one per line) or upload a file")
-        settings = job.settings if job.settings is not None else expand(job.grid, self.services.presets)
+        settings = job.settings if job.settings is not None else expand(job.grid, self.presets)
         if stops:
             settings = [replace(s, params=s.params.replace(stop=tuple(dict.fromkeys((*s.params.stop,
                                                                                    *stops.get(s.model, ()))))))
@@ -175,11 +176,11 @@ class BatchRunner:
     def models(self, job: BatchJob) -> dict[str | None, Slot]:
         """The loaded model each setting's model names (None: the model in use); a model that is not loaded is a
         BatchInputError naming those that are."""
-        settings = job.settings if job.settings is not None else expand(job.grid, self.services.presets)
+        settings = job.settings if job.settings is not None else expand(job.grid, self.presets)
         out: dict[str | None, Slot] = {}
         for name in dict.fromkeys(s.model for s in settings):
             try:
-                out[name] = self.services.models.slot(name)
+                out[name] = self.manager.slot(name)
             except ModelLoadError as exc:
                 raise BatchInputError(f"grid: {exc}" if name else "no model is loaded; load one in the Model tab "
                                       "first") from None
@@ -190,7 +191,7 @@ class BatchRunner:
         (for :func:`webui.batch.rerun.provide` to have them loaded before :meth:`start`), and notes on what had to
         be assumed for a run stored without its loader."""
         job = BatchJob.from_spec(name, run.spec)
-        ran, notes = stored_ran_on(run, self.store.results(run.id), self.services.models)
+        ran, notes = stored_ran_on(run, self.store.results(run.id), self.manager)
         settings = [replace(s, model=ran[s.label].model) for s in job.settings or []]
         needs = list({ran[s.label].model: ran[s.label] for s in settings}.values())
         return replace(job, settings=settings, use_cache=use_cache), needs, notes
@@ -200,7 +201,7 @@ class BatchRunner:
         if job.raw or model.capabilities.text_only:
             return None
         try:
-            return self.services.templates.resolve(job.chat_template, model.tokenizer)
+            return self.templates.resolve(job.chat_template, model.tokenizer)
         except TemplateError as exc:
             raise BatchInputError(f"chat template: {exc}") from exc
 
@@ -261,9 +262,9 @@ class BatchRunner:
         if job.remote_judge is not None:
             return None
         if not job.judge_model:
-            return self.services.models.current or next(iter(slots.values()))
+            return self.manager.current or next(iter(slots.values()))
         try:
-            return self.services.models.slot(job.judge_model)
+            return self.manager.slot(job.judge_model)
         except ModelLoadError as exc:
             raise BatchInputError(f"judge: {exc}") from None
 
