@@ -43,21 +43,16 @@ def relay(seq: Sequence, model) -> None:
                 break
             finish = REMOTE_FINISH.get(chunk.finish_reason or "", finish)
     except Exception as exc:  # the caller gets it as a GenerationError
-        seq.stream.put(_final(seq, "error", "", usage, error=str(exc)), exc)
+        seq.stream.put(seq.finish("error", error=str(exc), usage=_usage(usage)), exc)
         return
     if request.cancel.cancelled:
         finish = "cancelled"
     elif timed_out:
         finish = "timeout"
     tail = "" if seq.stops.matched or seq.stops.stopped else seq.stops.flush()
-    seq.stream.put(_final(seq, finish or "stop", tail, usage))
+    seq.stream.put(seq.finish(finish or "stop", text=tail, usage=_usage(usage)))
 
 
-def _final(seq: Sequence, reason: str, text: str, usage: dict | None, error: str | None = None) -> GenerationEvent:
-    seq.finished = True
-    event = GenerationEvent(seq.request.request_id, text=text, finish_reason=reason, error=error, seed=seq.seed,
-                            stop_string=seq.stops.matched if seq.stops else None)
-    u = usage or {}
-    event.usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
-    event.timings = seq.timings(event.usage.completion_tokens)
-    return event
+def _usage(reported: dict | None) -> Usage:
+    u = reported or {}
+    return Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))

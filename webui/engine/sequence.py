@@ -91,7 +91,8 @@ def guide_prompt(model: LoadedModel, request: GenerationRequest, prompt_ids: lis
 
 
 class Sequence:
-    """Engine-side state of one request. Only the engine thread touches it."""
+    """Engine-side state of one request. The engine thread owns it; a request on a text-only backend is owned by
+    its relay thread from admission to its final event (the engine only cancels it, through its request)."""
 
     def __init__(self, request: GenerationRequest, stream: RequestStream, submitted: float):
         self.request, self.stream, self.submitted = request, stream, submitted
@@ -192,8 +193,9 @@ class Sequence:
         return event
 
     def finish(self, reason: FinishReason, event: GenerationEvent | None = None, text: str = "",
-               error: str | None = None) -> GenerationEvent:
-        """The final event: flush held-back text (not on errors) and attach usage and timings."""
+               error: str | None = None, usage: Usage | None = None) -> GenerationEvent:
+        """The final event: flush held-back text (not on errors) and attach usage and timings. ``usage``: what a
+        relayed request's backend reported (else counted here)."""
         self.finished = True
         event = event or GenerationEvent(self.request.request_id, seed=self.seed)
         if self.model is not None and error is None and not self.stops.matched:
@@ -201,10 +203,10 @@ class Sequence:
             text += tail if stopped else tail + self.stops.flush()
         event.text = text
         event.finish_reason, event.error = reason, error
-        event.stop_string = self.stops.matched if self.model is not None else None
-        event.usage = Usage(len(self.prompt_ids), self.completion_tokens, self.cached_tokens,
-                            self.guide.fed if self.guide else 0)
-        event.timings = self.timings(self.completion_tokens)
+        event.stop_string = self.stops.matched if self.stops is not None else None
+        event.usage = usage or Usage(len(self.prompt_ids), self.completion_tokens, self.cached_tokens,
+                                     self.guide.fed if self.guide else 0)
+        event.timings = self.timings(event.usage.completion_tokens)
         if self.model is not None:
             for cache in (self.cache, self.guide.cache if self.guide else None):
                 if cache is not None:
