@@ -10,7 +10,9 @@ user guide's table is checked against it: adding a field here is the whole
 definition. Values are normalised first (``temperature`` 0 means greedy,
 ``seed`` -1 means random, a single stop string becomes a tuple) and then
 checked in one place, with an error that names the parameter (by the name the
-caller used), the value and the allowed range.
+caller used), the value and the allowed range. A sampler's step in the pipeline
+(its name, the fields that set it, its place in the default
+``sampler_priority``) is one row of ``sampler_table.SAMPLERS``.
 """
 
 from __future__ import annotations
@@ -21,21 +23,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from webui.engine.sampler_table import SAMPLER_ORDER
+
 MAX_SEED = 2**63 - 1
 MAX_STOP_STRINGS = 16
 MAX_LOGIT_BIAS = 300
 MAX_TOKEN_BANS = 1000
 
-# Every sampler whose place in the pipeline the user can change (``sampler_priority``), named as
-# text-generation-webui names them, in its default order. Logit bias, token bans and the end-of-sequence ban
-# always run first: they are constraints, not samplers.
-SAMPLER_ORDER: tuple[str, ...] = (
-    "repetition_penalty", "presence_penalty", "frequency_penalty", "dry", "top_n_sigma", "temperature",
-    "dynamic_temperature", "quadratic_sampling", "top_k", "top_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
-    "tfs", "top_a", "min_p", "adaptive_p", "mirostat", "xtc", "encoder_repetition_penalty", "no_repeat_ngram",
-)
-# What temperature_last moves to the end of the order.
-TEMPERATURE_SAMPLERS = ("temperature", "dynamic_temperature", "quadratic_sampling")
 DRY_BREAKERS = ("\n", ":", '"', "*")
 
 
@@ -466,6 +460,10 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    def is_set(self, name: str) -> bool:
+        """Whether field ``name`` differs from its neutral value (what turns most samplers on)."""
+        return getattr(self, name) != self.__dataclass_fields__[name].default
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as JSON has it."""

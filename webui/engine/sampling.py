@@ -18,8 +18,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from webui.engine.params import TEMPERATURE_SAMPLERS, SamplingParams
+from webui.engine.params import SamplingParams
 from webui.engine.rows import NEG_INF, Candidates, History, Rows, dense
+from webui.engine.sampler_table import CONSTRAINTS, SAMPLER_SPECS, SAMPLERS
 from webui.engine.samplers import (CountPenalty, Dry, EncoderRepetitionPenalty, EosBan, Guidance, LogitBias,
                                    NoRepeatNGram, PerRow, Processor, RepetitionPenalty, TokenBans)
 from webui.engine.shaping import (AdaptiveP, DynamicTemperature, EpsilonCutoff, EtaCutoff, MinP, Mirostat,
@@ -30,19 +31,12 @@ __all__ = ["AdaptiveP", "CountPenalty", "Dry", "DynamicTemperature", "EncoderRep
            "EpsilonCutoff", "EtaCutoff", "Guidance", "LogitBias", "MinP", "Mirostat", "NoRepeatNGram",
            "QuadraticSampling", "RepetitionPenalty", "TailFree", "TokenBans", "TopA", "TopK", "TopNSigma", "TopP",
            "Temperature", "TypicalP", "Xtc", "Sampler", "SamplingContext", "TokenChoice", "sample_rows", "build_processors",
-           "active_samplers", "sampler_order", "CONSTRAINTS", "DRAW_ONLY", "DRAW"]
+           "active_samplers", "sampler_order", "CONSTRAINTS", "FACTORIES", "DRAW"]
 
 DRAW = 2
 """How a sampled token is drawn from its row's probabilities, for records and caches: 1, ``torch.multinomial``
 on each row (before #29); 2, the inverse CDF with one uniform number from the row's generator. A seed gives the
 same tokens only under the same draw; greedy tokens do not depend on it."""
-
-# CFG and the constraints always run first, before the samplers in ``sampler_priority``'s order.
-CONSTRAINTS: tuple[str, ...] = ("cfg", "structured_outputs", "logit_bias", "token_bans", "eos_ban")
-# Samplers that only shape what is drawn: greedy decoding (temperature 0) takes the top token without them.
-DRAW_ONLY = frozenset({"temperature", "dynamic_temperature", "quadratic_sampling", "top_n_sigma", "top_k", "top_p",
-                       "typical_p", "epsilon_cutoff", "eta_cutoff", "tfs", "top_a", "min_p", "adaptive_p",
-                       "mirostat", "xtc"})
 
 
 @dataclass
@@ -81,47 +75,49 @@ def newline_ids(tokenizer: Any) -> list[int]:
 
 Factory = Callable[[SamplingParams, "SamplingContext"], "Processor | None"]
 
-# How each step is built from the parameters, or None where its parameters are neutral.
-FACTORIES: dict[str, Factory] = {
-    "cfg": lambda p, c: Guidance(p.guidance_scale, c) if p.guidance_scale != 1.0 else None,
-    "structured_outputs": lambda p, c: (PerRow(mask_for(p.structured_outputs, c.tokenizer) or (lambda ids, x: x))
-                                        if p.structured_outputs else None),
-    "logit_bias": lambda p, c: LogitBias(p.logit_bias) if p.logit_bias else None,
-    "token_bans": lambda p, c: TokenBans(p.custom_token_bans) if p.custom_token_bans else None,
-    "eos_ban": lambda p, c: (EosBan(c.eos_ids, c.prompt_len, p.min_new_tokens, p.ban_eos)
-                             if c.eos_ids and (p.ban_eos or p.min_new_tokens > 0) else None),
-    "repetition_penalty": lambda p, c: (RepetitionPenalty(p.repetition_penalty, p.repetition_penalty_range)
-                                        if p.repetition_penalty != 1.0 else None),
-    "presence_penalty": lambda p, c: (CountPenalty(p.presence_penalty, 0.0, c.prompt_len, p.repetition_penalty_range)
-                                      if p.presence_penalty else None),
-    "frequency_penalty": lambda p, c: (CountPenalty(0.0, p.frequency_penalty, c.prompt_len,
-                                                    p.repetition_penalty_range) if p.frequency_penalty else None),
-    "dry": lambda p, c: (Dry(p.dry_multiplier, p.dry_base, p.dry_allowed_length,
-                             sequence_breaker_ids(c.tokenizer, p.dry_sequence_breakers), p.repetition_penalty_range)
-                         if p.dry_multiplier > 0.0 else None),
-    "top_n_sigma": lambda p, c: TopNSigma(p.top_n_sigma) if p.top_n_sigma > 0.0 else None,
-    "temperature": lambda p, c: (Temperature(p.temperature)
-                                 if p.temperature != 1.0 and not p.dynamic_temperature else None),
-    "dynamic_temperature": lambda p, c: (DynamicTemperature(p.dynatemp_low, p.dynatemp_high, p.dynatemp_exponent)
-                                         if p.dynamic_temperature else None),
-    "quadratic_sampling": lambda p, c: (QuadraticSampling(p.smoothing_factor, p.smoothing_curve)
-                                        if p.smoothing_factor > 0.0 else None),
-    "top_k": lambda p, c: TopK(p.top_k) if p.top_k > 0 else None,
-    "top_p": lambda p, c: TopP(p.top_p) if p.top_p < 1.0 else None,
-    "typical_p": lambda p, c: TypicalP(p.typical_p) if p.typical_p < 1.0 else None,
-    "epsilon_cutoff": lambda p, c: EpsilonCutoff(p.epsilon_cutoff) if p.epsilon_cutoff > 0.0 else None,
-    "eta_cutoff": lambda p, c: EtaCutoff(p.eta_cutoff) if p.eta_cutoff > 0.0 else None,
-    "tfs": lambda p, c: TailFree(p.tfs) if p.tfs < 1.0 else None,
-    "top_a": lambda p, c: TopA(p.top_a) if p.top_a > 0.0 else None,
-    "min_p": lambda p, c: MinP(p.min_p) if p.min_p > 0.0 else None,
-    "adaptive_p": lambda p, c: AdaptiveP(p.adaptive_target, p.adaptive_decay) if p.adaptive_target > 0.0 else None,
-    "mirostat": lambda p, c: Mirostat(p.mirostat_tau, p.mirostat_eta) if p.mirostat_mode == 2 else None,
-    "xtc": lambda p, c: (Xtc(p.xtc_threshold, p.xtc_probability, c, [*c.eos_ids, *newline_ids(c.tokenizer)])
-                         if p.xtc_probability > 0.0 else None),
-    "encoder_repetition_penalty": lambda p, c: (EncoderRepetitionPenalty(p.encoder_repetition_penalty, c.prompt_len)
-                                                if p.encoder_repetition_penalty != 1.0 else None),
-    "no_repeat_ngram": lambda p, c: NoRepeatNGram(p.no_repeat_ngram_size) if p.no_repeat_ngram_size > 0 else None,
-}
+
+def _factories(**by_name: Factory) -> dict[str, Factory]:
+    """Each step of ``sampler_table.SAMPLERS`` -> its factory, in table order. A step without a factory, or a
+    factory for no step, fails on import; a name given twice does not even compile."""
+    missing = [s.name for s in SAMPLERS if s.name not in by_name]
+    extra = sorted(set(by_name) - set(SAMPLER_SPECS))
+    if missing or extra:
+        raise RuntimeError(f"sampler factories do not match sampler_table.SAMPLERS: missing {missing}, "
+                           f"extra {extra}")
+    return {s.name: by_name[s.name] for s in SAMPLERS}
+
+
+# How each step is built from its parameters, once its spec says they turn it on (``SamplerSpec.active``);
+# None where the sequence leaves it nothing to do.
+FACTORIES: dict[str, Factory] = _factories(
+    cfg=lambda p, c: Guidance(p.guidance_scale, c),
+    structured_outputs=lambda p, c: PerRow(mask_for(p.structured_outputs, c.tokenizer) or (lambda ids, x: x)),
+    logit_bias=lambda p, c: LogitBias(p.logit_bias),
+    token_bans=lambda p, c: TokenBans(p.custom_token_bans),
+    eos_ban=lambda p, c: EosBan(c.eos_ids, c.prompt_len, p.min_new_tokens, p.ban_eos) if c.eos_ids else None,
+    repetition_penalty=lambda p, c: RepetitionPenalty(p.repetition_penalty, p.repetition_penalty_range),
+    presence_penalty=lambda p, c: CountPenalty(p.presence_penalty, 0.0, c.prompt_len, p.repetition_penalty_range),
+    frequency_penalty=lambda p, c: CountPenalty(0.0, p.frequency_penalty, c.prompt_len, p.repetition_penalty_range),
+    dry=lambda p, c: Dry(p.dry_multiplier, p.dry_base, p.dry_allowed_length,
+                         sequence_breaker_ids(c.tokenizer, p.dry_sequence_breakers), p.repetition_penalty_range),
+    top_n_sigma=lambda p, c: TopNSigma(p.top_n_sigma),
+    temperature=lambda p, c: Temperature(p.temperature),
+    dynamic_temperature=lambda p, c: DynamicTemperature(p.dynatemp_low, p.dynatemp_high, p.dynatemp_exponent),
+    quadratic_sampling=lambda p, c: QuadraticSampling(p.smoothing_factor, p.smoothing_curve),
+    top_k=lambda p, c: TopK(p.top_k),
+    top_p=lambda p, c: TopP(p.top_p),
+    typical_p=lambda p, c: TypicalP(p.typical_p),
+    epsilon_cutoff=lambda p, c: EpsilonCutoff(p.epsilon_cutoff),
+    eta_cutoff=lambda p, c: EtaCutoff(p.eta_cutoff),
+    tfs=lambda p, c: TailFree(p.tfs),
+    top_a=lambda p, c: TopA(p.top_a),
+    min_p=lambda p, c: MinP(p.min_p),
+    adaptive_p=lambda p, c: AdaptiveP(p.adaptive_target, p.adaptive_decay),
+    mirostat=lambda p, c: Mirostat(p.mirostat_tau, p.mirostat_eta),
+    xtc=lambda p, c: Xtc(p.xtc_threshold, p.xtc_probability, c, [*c.eos_ids, *newline_ids(c.tokenizer)]),
+    encoder_repetition_penalty=lambda p, c: EncoderRepetitionPenalty(p.encoder_repetition_penalty, c.prompt_len),
+    no_repeat_ngram=lambda p, c: NoRepeatNGram(p.no_repeat_ngram_size),
+)
 
 
 def sampler_order(params: SamplingParams) -> list[str]:
@@ -129,7 +125,8 @@ def sampler_order(params: SamplingParams) -> list[str]:
     moved to the end when ``temperature_last``)."""
     order = list(params.sampler_priority)
     if params.temperature_last:
-        order = [n for n in order if n not in TEMPERATURE_SAMPLERS] + [n for n in order if n in TEMPERATURE_SAMPLERS]
+        last = [n for n in order if SAMPLER_SPECS[n].temperature]
+        order = [n for n in order if n not in last] + last
     return [*CONSTRAINTS, *order]
 
 
@@ -138,7 +135,8 @@ def build_processors(params: SamplingParams, ctx: "SamplingContext") -> list[tup
     (temperature 0) leaves out the samplers that only shape what is drawn."""
     built = []
     for name in sampler_order(params):
-        if params.greedy and name in DRAW_ONLY:
+        spec = SAMPLER_SPECS[name]
+        if (params.greedy and spec.draw_only) or not spec.active(params):
             continue
         processor = FACTORIES[name](params, ctx)
         if processor is not None:

@@ -1,7 +1,8 @@
 """The samplers that shape or cut the distribution a token is drawn from: temperature and its kin, the truncation
 samplers (top_k, top_p, min_p, typical_p, tfs, top_a, epsilon, eta, top_n_sigma) and the ones with state or a
 draw of their own (XTC, mirostat, adaptive-p). Each is a ``Processor`` (samplers.py); most also run on
-``Candidates``, the few tokens left after top_k. Greedy decoding skips all of them (sampling.DRAW_ONLY).
+``Candidates``, the few tokens left after top_k. Greedy decoding skips all of them (their ``draw_only`` in
+sampler_table.py).
 """
 
 from __future__ import annotations
