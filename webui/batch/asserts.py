@@ -25,36 +25,33 @@ process with a time limit; it returns a bool, a score, or ``{"pass", "score",
 "reason"}``. ``latency:<ms>``, ``ttft:<ms>`` and ``tokens-per-second:<n>`` check
 the row's timing. ``llm-rubric:<rubric>`` is judged by a model (the batch runner
 asks it, see webui.batch.judge); the verdict and its reason are the result.
+
+Each kind is one spec in :data:`webui.batch.assert_kinds.ASSERT_KINDS`; everything
+here reads that table.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from collections import Counter
-from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import jsonschema
-
+from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, similarity
+from webui.batch.assert_values import excerpt
 from webui.batch.errors import BatchInputError
-from webui.batch.python_assert import PYTHON_TIMEOUT, check_python, run_python
 
-TEXT_KINDS = ("contains", "icontains", "not-contains", "equals", "regex", "starts-with", "similar", "llm-rubric")
-NUMBER_KINDS = ("latency", "ttft", "tokens-per-second")  # a number: milliseconds, or tokens per second
-LIST_KINDS = ("contains-any", "contains-all", "icontains-any", "icontains-all")  # a list of texts
-KINDS = (*TEXT_KINDS, *LIST_KINDS, "is-json", "max-length", "python", *NUMBER_KINDS)
-SCORED_KINDS = ("similar", "python", "llm-rubric")  # may give a score in [0, 1], held against a threshold
-DEFAULT_THRESHOLD = {"similar": 0.75, "python": 0.5}
-LENGTH_UNITS = {"chars": "chars", "char": "chars", "characters": "chars", "character": "chars",
-                "tokens": "tokens", "token": "tokens"}
-EXCERPT = 60
+__all__ = ["KINDS", "Assert", "AssertResult", "Observed", "Verdict", "assert_label", "check_all", "parse_assert",
+           "parse_asserts", "row_score", "similarity"]
+
+KINDS = tuple(ASSERT_KINDS)
+"""The kind names, in the table's order."""
 _EXAMPLES = ("contains:Paris, icontains:paris, not-contains:London, equals:4, regex:^\\d+$, starts-with:The, "
              "is-json, is-json:{\"type\":\"object\"}, max-length:200, max-length:50 tokens, "
              "similar:The capital is Paris, python:checks.py, latency:5000, ttft:500, tokens-per-second:5, "
              "not-regex:^\\s*$")
+_DICT_KEYS = ("type", "kind", "value", "weight", "threshold")
+"""The dict form's keys every kind takes; a kind's value form adds its own (schema, unit, timeout)."""
 
 
 @dataclass(frozen=True)
@@ -112,12 +109,13 @@ def row_score(results: list[AssertResult]) -> float | None:
 
 @dataclass(frozen=True)
 class Assert:
-    """One check. ``value``: the text for text kinds, the limit (int) for max-length, the
-    schema as JSON text (or None) for is-json. ``options``: ``{"unit": "chars"|"tokens"}``
-    for max-length. Validated on construction."""
+    """One check. ``kind`` names its spec in ASSERT_KINDS, whose value form says what ``value`` holds: a text,
+    a number, a tuple of texts (list kinds), the schema as compact JSON text or None (is-json), the limit
+    (max-length, with ``options["unit"]`` chars or tokens), a file (python, with ``options["timeout"]``).
+    Validated on construction; ``not-contains`` becomes ``contains`` with ``negate``."""
 
     kind: str
-    value: str | int | float | None = None
+    value: Any = None
     options: Mapping[str, Any] = field(default_factory=dict, hash=False)
     negate: bool = False
     weight: float = 1.0
@@ -125,31 +123,23 @@ class Assert:
     """For scored kinds: the score that passes (None: the kind's default)."""
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise BatchInputError(f"unknown assert kind '{self.kind}'; kinds: {', '.join(KINDS)}")
-        allowed = {"max-length": {"unit"}, "python": {"timeout"}}.get(self.kind, set())
-        extra = set(self.options) - allowed
+        spec = ASSERT_KINDS.get(self.kind)
+        if spec is None:
+            raise BatchInputError(f"unknown assert kind '{self.kind}'; kinds: {', '.join(ASSERT_KINDS)}")
+        extra = set(self.options) - spec.value.options
         if extra:
             raise BatchInputError(f"{self.kind}: unknown option(s) {', '.join(sorted(map(str, extra)))}")
         _check_weight(self.kind, self.weight, self.threshold)
-        if self.kind in TEXT_KINDS:
-            _check_text_value(self.kind, self.value)
-            if self.kind == "regex":
-                _compile(self.value)
-        elif self.kind == "is-json":
-            if self.value is not None:
-                if not isinstance(self.value, str):
-                    raise BatchInputError(f"is-json: the schema must be JSON text, got {self.value!r}")
-                object.__setattr__(self, "value", _schema_text(self.value))
-        elif self.kind == "python":
-            check_python(self.value, self.options)
-        elif self.kind in NUMBER_KINDS:
-            _number(self.kind, self.value)
-        elif self.kind in LIST_KINDS:
-            object.__setattr__(self, "value", _text_list(self.kind, self.value))
-        else:
-            _check_max_length(self.value, self.options)
-            object.__setattr__(self, "options", {"unit": self.options.get("unit", "chars")})
+        value, options = spec.value.hold(spec, self.value, self.options)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "options", options)
+        if spec.negation_of:
+            object.__setattr__(self, "kind", spec.negation_of)
+            object.__setattr__(self, "negate", not self.negate)
+
+    @property
+    def spec(self) -> AssertKind:
+        return ASSERT_KINDS[self.kind]
 
     @property
     def label(self) -> str:
@@ -159,18 +149,14 @@ class Assert:
     def unit(self) -> str:
         return self.options.get("unit", "chars")
 
+    @property
+    def written_kind(self) -> str:
+        """The kind as the compact and dict forms write it: ``not-`` before it when negated."""
+        return f"not-{self.kind}" if self.negate else self.kind
+
     def to_dict(self) -> dict[str, Any]:
         """The JSONL form, which :func:`parse_assert` reads back."""
-        kind = f"not-{self.kind}" if self.negate else self.kind
-        if self.kind == "max-length":
-            out: dict[str, Any] = {"type": kind, "value": self.value, "unit": self.unit}
-        elif self.kind == "is-json":
-            out = {"type": kind} if self.value is None else {"type": kind, "schema": json.loads(str(self.value))}
-        elif self.kind in LIST_KINDS:
-            out = {"type": kind, "value": json.loads(str(self.value))}
-        else:
-            out = {"type": kind, "value": self.value, **({"timeout": self.options["timeout"]}
-                                                         if "timeout" in self.options else {})}
+        out: dict[str, Any] = {"type": self.written_kind, **self.spec.value.write_dict(self)}
         if self.weight != 1.0:
             out["weight"] = self.weight
         if self.threshold is not None:
@@ -179,37 +165,31 @@ class Assert:
 
     @property
     def pass_at(self) -> float:
-        return self.threshold if self.threshold is not None else DEFAULT_THRESHOLD.get(self.kind, 0.5)
+        return self.threshold if self.threshold is not None else self.spec.threshold
 
     def check(self, seen: Observed | str, completion_tokens: int = 0) -> AssertResult:
         """Run the check (an output alone, or what was observed of it: tokens, timing)."""
         if isinstance(seen, str):
             seen = Observed(seen, completion_tokens)
-        passed, detail, score, by_score = _run(self, seen)
+        spec = self.spec
+        passed, detail, score, by_score = spec.check(self, seen)
         if by_score and score is not None:
             passed = score >= self.pass_at
             detail = f"{detail} (score {score:.2f}, needs {self.pass_at:g})".strip()
         if self.negate:
             passed = not passed
             score = None if score is None else 1.0 - score
-            detail = detail if passed or self.kind in SCORED_KINDS else f"the output passes {assert_label(self)[4:]}"
-        shown = detail if (not passed or self.kind in SCORED_KINDS) else ""
+            if not passed and not spec.scored:
+                detail = spec.negated_why(self, seen) if spec.negated_why else \
+                    f"the output passes {assert_label(self)[4:]}"
+        shown = detail if (not passed or spec.scored) else ""
         return AssertResult(passed, shown, self.label, score, self.weight)
 
 
 def assert_label(item: Assert) -> str:
     """A short display form, the compact spec (``contains:Paris``, ``max-length:50 tokens``)."""
-    kind = f"not-{item.kind}" if item.negate else item.kind
-    if item.kind == "is-json":
-        return kind if item.value is None else f"{kind}:{item.value}"
-    if item.kind == "max-length":
-        return f"{kind}:{item.value}" + (" tokens" if item.unit == "tokens" else "")
-    if item.kind in LIST_KINDS:
-        return f"{kind}:{_one_line(','.join(json.loads(str(item.value))))}"
-    if item.kind in NUMBER_KINDS:
-        number = float(item.value)  # type: ignore[arg-type]
-        return f"{kind}:{int(number) if number.is_integer() else number}"
-    return f"{kind}:{_one_line(str(item.value))}"
+    text = item.spec.value.write(item)
+    return item.written_kind if text is None else f"{item.written_kind}:{text}"
 
 
 def parse_assert(spec: str | Mapping[str, Any] | Assert) -> Assert:
@@ -226,32 +206,23 @@ def parse_assert(spec: str | Mapping[str, Any] | Assert) -> Assert:
         raise BatchInputError(f"an assert must be a string like 'contains:Paris' or an object like "
                               f"{{\"type\": \"contains\", \"value\": \"Paris\"}}, got {spec!r}")
     text = spec.strip()
-    kind, sep, value = text.partition(":")
-    kind, negate = _kind(kind)
+    written, _, value = text.partition(":")
+    kind, negate = _kind(written)
     if kind is None:
-        raise BatchInputError(f"unknown assert '{_excerpt(text)}'; write kind:value with kind one of "
-                              f"{', '.join(KINDS)}, or not- before one (e.g. {_EXAMPLES})")
-    value = value.strip()
-    if kind == "is-json":
-        return Assert(kind, value or None, negate=negate)
-    if kind == "max-length":
-        return replace(_parse_max_length(value), negate=negate)
-    if not sep or not value:
-        raise BatchInputError(f"{kind} needs a value, e.g. {kind}:{_EXAMPLE_VALUES[kind]}")
-    if kind in NUMBER_KINDS:
-        return Assert(kind, _number(kind, value), negate=negate)
-    if kind in LIST_KINDS:
-        return Assert(kind, [v.strip() for v in value.split(",")], negate=negate)
-    return Assert(kind, value, negate=negate)
+        raise BatchInputError(f"unknown assert '{excerpt(text)}'; write kind:value with kind one of "
+                              f"{', '.join(ASSERT_KINDS)}, or not- before one (e.g. {_EXAMPLES})")
+    value, options = kind.value.read(kind, value.strip())
+    return Assert(kind.name, value, options, negate=negate)
 
 
-def _kind(given: Any) -> tuple[str | None, bool]:
+def _kind(given: Any) -> tuple[AssertKind | None, bool]:
     """(kind, negated) of a written kind: a kind, or not- before one; (None, False) when it is neither."""
-    kind = str(given).strip().lower()
-    if kind in KINDS:
-        return kind, False
-    if kind.startswith("not-") and kind[4:] in KINDS and kind[4:] != "not-contains":
-        return kind[4:], True
+    name = str(given).strip().lower()
+    if name in ASSERT_KINDS:
+        return ASSERT_KINDS[name], False
+    plain = ASSERT_KINDS.get(name[4:]) if name.startswith("not-") else None
+    if plain is not None and not plain.negation_of:
+        return plain, True
     return None, False
 
 
@@ -273,59 +244,21 @@ def check_all(asserts: list[Assert], output: str, completion_tokens: int) -> lis
     return [a.check(output, completion_tokens) for a in asserts]
 
 
-# -- parsing helpers -----------------------------------------------------------
-
-_EXAMPLE_VALUES = {"contains-any": "Paris,Lyon", "contains-all": "Paris,France", "icontains-any": "paris,lyon",
-                   "icontains-all": "paris,france", "contains": "Paris", "icontains": "paris", "not-contains": "London", "equals": "4",
-                   "regex": "^\\d+$", "starts-with": "The", "similar": "The capital of France is Paris",
-                   "python": "checks.py:get_assert", "llm-rubric": "The answer is polite and names a city", "latency": "5000", "ttft": "500", "tokens-per-second": "5"}
-_DICT_KEYS = {"type", "kind", "value", "schema", "unit", "weight", "threshold", "timeout"}
-
-
 def _from_dict(spec: Mapping[str, Any]) -> Assert:
-    unknown = set(spec) - _DICT_KEYS
+    kinds = [k for k in ASSERT_KINDS.values() if k.value.keys and not k.negation_of]
+    unknown = set(spec) - {*_DICT_KEYS, *(key for k in kinds for key in k.value.keys)}
     shown = json.dumps(dict(spec), ensure_ascii=False, default=str)[:120]
     if unknown:
+        own = ", ".join(f"{key} for {k.name}" for k in kinds for key in k.value.keys)
         raise BatchInputError(f"assert {shown} has unknown key(s) {', '.join(sorted(map(str, unknown)))}; keys: "
-                              "type, value (schema for is-json, unit for max-length, timeout for python), weight, "
-                              "threshold")
+                              f"type, value ({own}), weight, threshold")
     kind, negate = _kind(spec.get("type", spec.get("kind")))
     if kind is None:
-        raise BatchInputError(f"assert {shown} needs \"type\" set to one of {', '.join(KINDS)} (or not- before one)")
+        raise BatchInputError(f"assert {shown} needs \"type\" set to one of {', '.join(ASSERT_KINDS)} "
+                              "(or not- before one)")
     extra = {k: spec[k] for k in ("weight", "threshold") if spec.get(k) is not None}
-    value = spec.get("schema", spec.get("value"))
-    if kind == "is-json":
-        if value is None or value == "":
-            return Assert(kind, negate=negate, **extra)
-        return Assert(kind, value if isinstance(value, str) else _dump_schema(value), negate=negate, **extra)
-    if kind == "max-length":
-        unit = spec.get("unit")
-        if isinstance(value, str):
-            made = _parse_max_length(value if unit is None else f"{value} {unit}")
-        else:
-            made = Assert(kind, value, {"unit": LENGTH_UNITS.get(str(unit).lower(), str(unit))} if unit else {})
-        return replace(made, negate=negate, **extra)
-    if value is None:
-        raise BatchInputError(f"{kind} needs a \"value\", e.g. {{\"type\": \"{kind}\", "
-                              f"\"value\": \"{_EXAMPLE_VALUES[kind]}\"}}")
-    if kind in NUMBER_KINDS:
-        return Assert(kind, _number(kind, value), negate=negate, **extra)
-    if kind in LIST_KINDS:
-        return Assert(kind, value, negate=negate, **extra)
-    options = {"timeout": spec["timeout"]} if kind == "python" and spec.get("timeout") is not None else {}
-    return Assert(kind, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False), options,
-                  negate=negate, **extra)
-
-
-def _parse_max_length(value: str) -> Assert:
-    number, _, unit = value.strip().partition(" ")
-    unit = unit.strip().lower()
-    if not (number.isascii() and number.isdigit()):
-        raise BatchInputError(f"max-length needs a whole number of characters or tokens, e.g. max-length:200 or "
-                              f"max-length:50 tokens; got '{value}'")
-    if unit and unit not in LENGTH_UNITS:
-        raise BatchInputError(f"max-length: unknown unit '{unit}'; use chars or tokens (e.g. max-length:50 tokens)")
-    return Assert("max-length", int(number), {"unit": LENGTH_UNITS[unit]} if unit else {})
+    value, options = kind.value.read_dict(kind, spec.get("schema", spec.get("value")), spec)
+    return Assert(kind.name, value, options, negate=negate, **extra)
 
 
 def _check_weight(kind: str, weight: Any, threshold: Any) -> None:
@@ -334,200 +267,3 @@ def _check_weight(kind: str, weight: Any, threshold: Any) -> None:
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                   or not 0 <= threshold <= 1):
         raise BatchInputError(f"{kind}: threshold must be a score between 0 and 1, got {threshold!r}")
-
-
-def _number(kind: str, value: Any) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not math.isfinite(number) or number < 0:
-        unit = "tokens per second" if kind == "tokens-per-second" else "milliseconds"
-        raise BatchInputError(f"{kind} needs a number of {unit} >= 0, e.g. {kind}:{_EXAMPLE_VALUES[kind]}; "
-                              f"got {value!r}")
-    return number
-
-
-def _text_list(kind: str, value: Any) -> str:
-    """A list kind's texts (a list, or JSON text of one) as compact JSON text."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            value = [value]
-    if isinstance(value, tuple):
-        value = list(value)
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise BatchInputError(f"{kind} needs a list of non-empty texts, e.g. {kind}:Paris,Lyon; got {value!r}")
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _check_text_value(kind: str, value: Any) -> None:
-    if not isinstance(value, str) or value == "":
-        raise BatchInputError(f"{kind} needs a non-empty text value, e.g. {kind}:{_EXAMPLE_VALUES[kind]}; "
-                              f"got {value!r}")
-
-
-def _check_max_length(value: Any, options: Mapping[str, str]) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise BatchInputError(f"max-length needs a whole number >= 0, got {value!r}")
-    unit = options.get("unit", "chars")
-    if unit not in ("chars", "tokens"):
-        raise BatchInputError(f"max-length: unknown unit '{unit}'; use chars or tokens (e.g. max-length:50 tokens)")
-
-
-def _schema_text(text: str) -> str:
-    try:
-        schema = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BatchInputError(f"is-json: the schema is not valid JSON ({exc.msg} at column {exc.colno}): "
-                              f"{_excerpt(text)}") from None
-    return _dump_schema(schema)
-
-
-def _dump_schema(schema: Any) -> str:
-    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-    _schema_validator(text)
-    return text
-
-
-@lru_cache(maxsize=256)
-def _schema_validator(text: str) -> Any:
-    schema = json.loads(text)
-    if not isinstance(schema, (dict, bool)):
-        raise BatchInputError(f"is-json: a JSON schema must be a JSON object, got {type(schema).__name__}: "
-                              f"{_excerpt(text)}")
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.exceptions.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.path)
-        raise BatchInputError(f"is-json: invalid JSON schema: {exc.message}"
-                              + (f" (at {where})" if where else "")) from None
-    return cls(schema)
-
-
-@lru_cache(maxsize=256)
-def _compile(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise BatchInputError(f"regex:{pattern}: invalid regular expression: {exc}") from None
-
-
-def _one_line(text: str) -> str:
-    return text.replace("\n", "\\n")
-
-
-def _excerpt(text: str, limit: int = EXCERPT) -> str:
-    text = _one_line(text)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-# -- checks: each returns (passed, why it failed); _run adds scored kinds' scores ---------
-
-def _run(a: Assert, seen: Observed) -> tuple[bool, str, float | None, bool]:
-    """(passed, why, score, whether the score against the threshold decides)."""
-    if a.kind == "similar":
-        score = similarity(seen.output, str(a.value))
-        return True, "similarity to the reference", score, True
-    if a.kind == "python":
-        context = {"prompt": seen.prompt, "completion_tokens": seen.completion_tokens, "ttft": seen.ttft,
-                   "tokens_per_second": seen.tokens_per_second}
-        return run_python(str(a.value), float(a.options.get("timeout", PYTHON_TIMEOUT)), seen.output, context)
-    if a.kind == "llm-rubric":
-        verdict = seen.judged.get(str(a.value))
-        if verdict is None:
-            return False, "no judge verdict (the judge did not run or its answer could not be read)", 0.0, False
-        return verdict.passed, f"judge: {verdict.reason}", verdict.score, a.threshold is not None
-    if a.kind in NUMBER_KINDS:
-        return (*_timing(a, seen), None, False)
-    return (*_CHECKS[a.kind](a, seen.output, seen.completion_tokens), None, False)
-
-
-def _trigrams(text: str) -> Counter:
-    text = " ".join(text.casefold().split())
-    return Counter(text[i:i + 3] for i in range(max(1, len(text) - 2)))
-
-
-def similarity(a: str, b: str) -> float:
-    """Cosine similarity of two texts' character-trigram counts (case and runs of spaces ignored), in [0, 1]."""
-    ca, cb = _trigrams(a), _trigrams(b)
-    dot = sum(n * cb[g] for g, n in ca.items())
-    norm = math.sqrt(sum(n * n for n in ca.values()) * sum(n * n for n in cb.values()))
-    return dot / norm if norm else float(a.strip() == b.strip())
-
-
-def _timing(a: Assert, seen: Observed) -> tuple[bool, str]:
-    limit = float(a.value)  # type: ignore[arg-type]
-    if seen.ttft is None or (a.kind != "ttft" and not seen.tokens_per_second):
-        return False, f"{a.kind}: this row has no timing recorded"
-    if a.kind == "ttft":
-        ms = seen.ttft * 1000
-        return ms <= limit, f"first token after {ms:.0f} ms, more than {limit:g} ms"
-    if a.kind == "tokens-per-second":
-        tps = float(seen.tokens_per_second or 0)
-        return tps >= limit, f"{tps:.1f} tokens/s, fewer than {limit:g}"
-    ms = (seen.ttft + seen.completion_tokens / float(seen.tokens_per_second or 1)) * 1000
-    return ms <= limit, f"took {ms:.0f} ms, more than {limit:g} ms"
-
-
-def _contains(a: Assert, out: str, _: int) -> tuple[bool, str]:
-    return a.value in out, f"output does not contain '{a.value}'"
-
-
-def _icontains(a: Assert, out: str, _: int) -> tuple[bool, str]:
-    return str(a.value).casefold() in out.casefold(), f"output does not contain '{a.value}' (ignoring case)"
-
-
-def _not_contains(a: Assert, out: str, _: int) -> tuple[bool, str]:
-    at = out.find(str(a.value))
-    return at < 0, f"output contains '{a.value}' (at character {at})"
-
-
-def _equals(a: Assert, out: str, _: int) -> tuple[bool, str]:
-    return out.strip() == a.value, f"output is '{_excerpt(out.strip())}', expected '{a.value}'"
-
-
-def _starts_with(a: Assert, out: str, _: int) -> tuple[bool, str]:
-    start = out.lstrip()
-    return start.startswith(str(a.value)), (f"output starts with '{_excerpt(start, len(str(a.value)) + 20)}', "
-                                            f"expected '{a.value}'")
-
-
-def _regex(a: Assert, out: str, _: int) -> tuple[bool, str]:
-    return _compile(str(a.value)).search(out) is not None, f"output does not match the regex {a.value}"
-
-
-def _is_json(a: Assert, out: str, _: int) -> tuple[bool, str]:
-    try:
-        data = json.loads(out.strip())
-    except json.JSONDecodeError as exc:
-        return False, f"output is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-    if a.value is None:
-        return True, ""
-    error = jsonschema.exceptions.best_match(_schema_validator(str(a.value)).iter_errors(data))
-    if error is None:
-        return True, ""
-    path = getattr(error, "json_path", "$")
-    return False, f"output JSON does not match the schema: {error.message}" + (f" (at {path})" if path != "$" else "")
-
-
-def _check_length(a: Assert, out: str, tokens: int) -> tuple[bool, str]:
-    size, what = (tokens, "tokens") if a.unit == "tokens" else (len(out), "characters")
-    return size <= int(a.value), f"output has {size} {what}, more than {a.value}"  # type: ignore[arg-type]
-
-
-def _contains_list(a: Assert, out: str, _: int) -> tuple[bool, str]:
-    texts = json.loads(str(a.value))
-    fold = a.kind.startswith("i")
-    found = [t for t in texts if (t.casefold() in out.casefold() if fold else t in out)]
-    if a.kind.endswith("-any"):
-        return bool(found), f"output contains none of {', '.join(repr(t) for t in texts)}"
-    missing = [t for t in texts if t not in found]
-    return not missing, f"output lacks {', '.join(repr(t) for t in missing)}"
-
-
-_CHECKS = {"contains-any": _contains_list, "contains-all": _contains_list, "icontains-any": _contains_list,
-           "icontains-all": _contains_list, "contains": _contains, "icontains": _icontains, "not-contains": _not_contains, "equals": _equals,
-           "starts-with": _starts_with, "regex": _regex, "is-json": _is_json, "max-length": _check_length}

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from loaders.base import DTYPES, LoaderError
+from webui.batch.assert_kinds import kinds_help
 from webui.batch.errors import BatchInputError
 from webui.batch.export import to_csv, to_jsonl
 from webui.batch.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
@@ -29,7 +30,8 @@ from webui.store import StoreError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python launch.py batch", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python launch.py batch", description=__doc__.splitlines()[0],
+                                epilog=f"Asserts in a prompt file (kind:value): {kinds_help()}; not- before any.")
     p.add_argument("prompts", type=Path, help="prompts: .txt (one per line), .csv or .jsonl, or a promptfoo config "
                                               "(promptfooconfig.yaml)")
     p.add_argument("--preset", nargs="+", default=[], metavar="NAME", help="presets to compare (grid dimension)")

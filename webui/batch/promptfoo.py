@@ -24,6 +24,7 @@ from typing import Any, Iterable
 
 import yaml
 
+from webui.batch.assert_kinds import ASSERT_KINDS
 from webui.batch.asserts import Assert, parse_assert, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
@@ -32,9 +33,11 @@ from webui.batch.results import ResultRow
 from webui.engine.params import InvalidParameter, SamplingParams
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
-# promptfoo's assert types we run, by promptfoo's name -> ours (the same names; listed to refuse the others)
-SUPPORTED = ("contains", "icontains", "contains-any", "contains-all", "icontains-any", "icontains-all", "equals",
-             "regex", "starts-with", "is-json", "similar", "python", "latency", "llm-rubric")
+
+
+def supported() -> list[str]:
+    """promptfoo's assert types we run (promptfoo names them as we do): the kinds with a promptfoo reader."""
+    return [name for name, kind in ASSERT_KINDS.items() if kind.promptfoo is not None]
 
 
 def is_config(name: str | Path) -> bool:
@@ -161,35 +164,16 @@ def _assert(item: Any, where: str, base: Path) -> Assert:
     if not isinstance(item, dict) or not isinstance(item.get("type"), str):
         raise BatchInputError(f"promptfoo config: {where} needs a type")
     kind = item["type"]
-    plain = kind.removeprefix("not-")
-    if plain not in SUPPORTED:
+    spec = ASSERT_KINDS.get(kind.removeprefix("not-"))
+    if spec is None or spec.promptfoo is None:
         raise BatchInputError(f"promptfoo config: {where}: the assert type '{kind}' is not supported here "
-                              f"(supported: {', '.join(SUPPORTED)}, and not- before each)")
+                              f"(supported: {', '.join(supported())}, and not- before each)")
     unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider"}
     if unknown:
         raise BatchInputError(f"promptfoo config: {where}: unknown key(s) {', '.join(sorted(unknown))}")
-    spec: dict[str, Any] = {"type": kind}
-    value = item.get("value")
-    if plain == "latency":
-        spec["value"] = item.get("threshold")  # promptfoo's latency limit (ms) is its threshold
-    elif plain == "python":
-        if not (isinstance(value, str) and value.startswith("file://")):
-            raise BatchInputError(f"promptfoo config: {where}: inline Python is not supported; put it in a file "
-                                  "and write value: file://checks.py")
-        spec["value"] = str(base / value.removeprefix("file://"))
-    elif plain == "is-json":
-        if value is not None:
-            spec["schema"] = value
-    elif plain == "equals" and value is not None and not isinstance(value, str):
-        spec["value"] = json.dumps(value, ensure_ascii=False)
-    else:
-        spec["value"] = value
-    if plain != "latency" and item.get("threshold") is not None:
-        spec["threshold"] = item["threshold"]
-    if item.get("weight") is not None:
-        spec["weight"] = item["weight"]
+    weight = {"weight": item["weight"]} if item.get("weight") is not None else {}
     try:
-        return parse_assert(spec)
+        return parse_assert({"type": kind, **spec.promptfoo(item, base), **weight})
     except BatchInputError as exc:
         raise BatchInputError(f"promptfoo config: {where}: {exc}") from None
 

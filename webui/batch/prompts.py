@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from webui.batch.asserts import KINDS, Assert, parse_asserts
+from webui.batch.assert_kinds import ASSERT_KINDS
+from webui.batch.asserts import Assert, parse_asserts
 from webui.batch.errors import BatchInputError
 
 SUFFIXES = (".txt", ".csv", ".jsonl")
@@ -270,7 +271,7 @@ def _expected(value: Any) -> Any:
     if not isinstance(value, str):
         return value if isinstance(value, dict) else {"type": "contains", "value": _text(value)}
     kind = value.partition(":")[0].strip().lower()
-    return value if kind in KINDS else {"type": "contains", "value": value.strip()}
+    return value if kind in ASSERT_KINDS else {"type": "contains", "value": value.strip()}
 
 
 def _text(value: Any) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 import gradio as gr
 
 from webui.batch import rows_for_setting
+from webui.batch.assert_kinds import kinds_help
 from webui.batch.judge import JUDGE_PROMPT
 from webui.controllers.batch import NO_ROW, NO_RUN, BatchController, BatchForm
 from webui.controllers.errors import UserError
@@ -121,10 +122,7 @@ def _form_column(services: Services) -> dict:
         asserts = gr.Textbox(label="Asserts for every prompt, one per line", lines=3, elem_id="batch-asserts",
                              placeholder="contains:Paris\nmax-length:200\nnot-regex:^\\s*$\nis-json\n"
                                          "similar:The capital of France is Paris\npython:checks.py\nttft:500",
-                             info="Kinds: contains, icontains, equals, regex, starts-with, is-json[:schema], "
-                                  "max-length:N [tokens], similar:text (score ≥ 0.75), python:file.py[:function], "
-                                  "latency:ms, ttft:ms, tokens-per-second:N, llm-rubric:text (judged by a loaded "
-                                  "model or a server); not- before any. Weights and "
+                             info=f"Kinds: {kinds_help()}; not- before any. Weights and "
                                   "thresholds: JSONL asserts {\"type\", \"value\", \"weight\", \"threshold\"}.")
         with gr.Accordion("Judge prompt (llm-rubric asserts)", open=False, elem_id="batch-judge-panel"):
             judge_prompt = gr.Textbox(value=JUDGE_PROMPT, lines=8, max_lines=30, elem_id="batch-judge-prompt",

@@ -1,0 +1,117 @@
+"""The assert kinds table is the one source: every kind round-trips through both written forms, and a kind added
+to the table alone is parsed, checked, labelled, read from promptfoo and listed in the help."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT
+from webui.batch import BatchInputError, assert_label, parse_assert
+from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, Outcome, kinds_help
+from webui.batch.assert_values import NUMBER, TEXT
+from webui.batch.asserts import Observed
+from webui.batch.cli import build_parser
+from webui.batch.prompts import load_prompts_text
+from webui.batch.promptfoo import read_config, supported
+
+
+@pytest.fixture
+def checks_file(tmp_path, monkeypatch):
+    """python's example value (checks.py:get_assert) names a file in the working folder."""
+    (tmp_path / "checks.py").write_text("def get_assert(output, context):\n    return 'Paris' in output\n")
+    monkeypatch.chdir(tmp_path)
+
+
+def written_forms() -> list[str]:
+    """Each kind with its example value, and not- before each kind that is not itself a negation."""
+    plain = [f"{name}:{kind.example}" for name, kind in ASSERT_KINDS.items()]
+    return plain + [f"not-{name}:{kind.example}" for name, kind in ASSERT_KINDS.items() if not kind.negation_of]
+
+
+@pytest.mark.parametrize("spec", written_forms())
+def test_every_kind_round_trips_through_the_compact_and_the_dict_form(spec, checks_file):
+    item = parse_assert(spec)
+    assert assert_label(item) == item.label == spec
+    assert parse_assert(item.label) == item
+    again = parse_assert(item.to_dict())
+    assert again == item
+    assert json.dumps(again.to_dict()) == json.dumps(item.to_dict())
+    assert item.to_dict()["type"] == spec.partition(":")[0]
+
+
+def test_every_kind_has_an_example_and_a_check_and_scored_kinds_a_threshold():
+    for name, kind in ASSERT_KINDS.items():
+        assert kind.name == name and kind.example and callable(kind.check), name
+        assert 0 <= kind.threshold <= 1, name
+    assert {name for name, kind in ASSERT_KINDS.items() if kind.scored} == {"similar", "python", "llm-rubric"}
+
+
+def test_not_contains_is_contains_negated_whichever_way_it_is_written():
+    for written in ("not-contains:London", {"type": "not-contains", "value": "London"}):
+        item = parse_assert(written)
+        assert (item.kind, item.negate, item.label) == ("contains", True, "not-contains:London")
+        assert item.check("Paris, then London").detail == "output contains 'London' (at character 12)"
+    with pytest.raises(BatchInputError, match="unknown assert 'not-not-contains:x'"):
+        parse_assert("not-not-contains:x")
+
+
+def test_the_help_the_promptfoo_reader_and_the_errors_list_the_table():
+    listed = [kind for kind in ASSERT_KINDS.values() if not kind.negation_of]
+    assert kinds_help().split(", ")[0] == "contains" and all((k.usage or k.name) in kinds_help() for k in listed)
+    assert kinds_help() in " ".join(build_parser().epilog.split())
+    assert set(supported()) == {"contains", "icontains", "contains-any", "contains-all", "icontains-any",
+                                "icontains-all", "equals", "regex", "starts-with", "is-json", "similar", "python",
+                                "latency", "llm-rubric"}
+    with pytest.raises(BatchInputError) as info:
+        parse_assert("nothing:here")
+    assert ", ".join(ASSERT_KINDS) in str(info.value)
+
+
+def test_the_user_guide_names_every_kind():
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    batch = guide[guide.index("- **Batch**"):]
+    batch = batch[:batch.index("\n- **")]
+    for name, kind in ASSERT_KINDS.items():
+        assert f"`{name}:" in batch or f"`{name}`" in batch, name
+
+
+def _ends_with(a, seen: Observed) -> Outcome:
+    return Outcome(seen.output.rstrip().endswith(a.value), f"output does not end with '{a.value}'")
+
+
+def _shortness(a, seen: Observed) -> Outcome:
+    words = len(seen.output.split())
+    return Outcome(True, f"{words} words", min(1.0, float(a.value) / max(words, 1)), True)
+
+
+def test_a_kind_added_to_the_table_alone_works_everywhere(monkeypatch, tmp_path):
+    monkeypatch.setitem(ASSERT_KINDS, "ends-with", AssertKind("ends-with", TEXT, _ends_with, "Paris."))
+    monkeypatch.setitem(ASSERT_KINDS, "short", AssertKind("short", NUMBER, _shortness, "5", unit="words",
+                                                          scored=True, threshold=0.8, promptfoo=None))
+    item = parse_assert("ends-with:Paris.")
+    assert parse_assert(item.to_dict()) == item == parse_assert({"type": "ends-with", "value": "Paris."})
+    assert item.check("It is Paris.").passed
+    assert item.check("Paris. Or Lyon").detail == "output does not end with 'Paris.'"
+    negated = parse_assert("not-ends-with:Paris.")
+    assert negated.check("It is Paris.").detail == "the output passes ends-with:Paris."
+    with pytest.raises(BatchInputError, match="ends-with needs a value, e.g. ends-with:Paris."):
+        parse_assert("ends-with:")
+
+    short = parse_assert("short:3")
+    assert short.label == "short:3" and short.pass_at == 0.8
+    result = short.check("one two three four five")
+    assert not result.passed and result.detail == "5 words (score 0.60, needs 0.8)"
+    assert parse_assert("short:5").check("one two three four five").passed
+    with pytest.raises(BatchInputError, match="short needs a number of words >= 0"):
+        parse_assert("short:many")
+
+    assert "ends-with" in kinds_help() and "short" in kinds_help()
+    config = "prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: not-ends-with\n        value: x"
+    _, rows, _ = read_config(config, tmp_path)
+    assert rows[0].asserts == [parse_assert("not-ends-with:x")]
+    with pytest.raises(BatchInputError, match="the assert type 'short' is not supported here"):
+        read_config(config.replace("not-ends-with", "short"), tmp_path)
+    rows = load_prompts_text("q.csv", "prompt,expected\nhi,ends-with:there\n")
+    assert rows[0].asserts == [parse_assert("ends-with:there")]

@@ -1,0 +1,295 @@
+"""How an assert kind's value is held, read and written: one :class:`ValueForm` per shape of value.
+
+A text, a regular expression, a number, a list of texts, an optional JSON
+schema, a length in characters or tokens, a Python file: each form checks the
+value when an assert is made, reads it from the compact ``kind:value`` text and
+from the dict form, and writes it back in both, so the two forms round-trip.
+Error messages name the kind as written and its example value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Mapping
+
+import jsonschema
+
+from webui.batch.errors import BatchInputError
+from webui.batch.python_assert import check_python
+
+if TYPE_CHECKING:
+    from webui.batch.assert_kinds import AssertKind
+    from webui.batch.asserts import Assert
+
+LENGTH_UNITS = {"chars": "chars", "char": "chars", "characters": "chars", "character": "chars",
+                "tokens": "tokens", "token": "tokens"}
+EXCERPT = 60
+
+
+class ValueForm:
+    """How a kind's value is held, read and written. This base is the text form (``contains:Paris``): a
+    non-empty text; in the dict form, ``value``, where JSON that is not text becomes JSON text."""
+
+    name = "text"
+    options: frozenset[str] = frozenset()
+    """The ``Assert.options`` keys it takes."""
+    keys: tuple[str, ...] = ()
+    """The dict form's keys it reads besides type, value, weight and threshold."""
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        """The value and options as an Assert holds them; BatchInputError when they are not valid."""
+        if not isinstance(value, str) or value == "":
+            raise BatchInputError(f"{kind.name} needs a non-empty text value, e.g. {kind.name}:{kind.example}; "
+                                  f"got {value!r}")
+        return value, options
+
+    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+        """(value, options) from the text after ``kind:`` (spaces around it stripped)."""
+        return _needed(kind, text), {}
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """(value, options) from the dict form: ``value`` is its schema or value key, ``given`` the whole dict."""
+        value = _needed_in_dict(kind, value)
+        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), {}
+
+    def write(self, item: Assert) -> str | None:
+        """The value as written after ``kind:`` (None: the kind alone)."""
+        return _one_line(str(item.value))
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        """The dict form's keys besides type, weight and threshold."""
+        return {"value": item.value}
+
+
+class PatternValue(ValueForm):
+    """A regular expression, compiled when the assert is made."""
+
+    name = "pattern"
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        value, options = super().hold(kind, value, options)
+        compiled(value)
+        return value, options
+
+
+class NumberValue(ValueForm):
+    """A number >= 0 of the kind's unit (``latency:5000``)."""
+
+    name = "number"
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        _number(kind, value)
+        return value, options
+
+    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+        return _number(kind, _needed(kind, text)), {}
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return _number(kind, _needed_in_dict(kind, value)), {}
+
+    def write(self, item: Assert) -> str | None:
+        number = float(item.value)
+        return str(int(number) if number.is_integer() else number)
+
+
+class ListValue(ValueForm):
+    """Non-empty texts (``contains-any:Paris,Lyon``; a JSON list in the dict form), held as a tuple."""
+
+    name = "list"
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                value = [value]
+        if isinstance(value, tuple):
+            value = list(value)
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+            raise BatchInputError(f"{kind.name} needs a list of non-empty texts, e.g. {kind.name}:Paris,Lyon; "
+                                  f"got {value!r}")
+        return tuple(value), options
+
+    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+        return [v.strip() for v in _needed(kind, text).split(",")], {}
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return _needed_in_dict(kind, value), {}
+
+    def write(self, item: Assert) -> str | None:
+        return _one_line(",".join(item.value))
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        return {"value": list(item.value)}
+
+
+class SchemaValue(ValueForm):
+    """An optional JSON schema (``is-json``, ``is-json:{"type": "object"}``), held as compact JSON text."""
+
+    name = "schema"
+    keys = ("schema",)
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        if value is None:
+            return value, options
+        if not isinstance(value, str):
+            raise BatchInputError(f"is-json: the schema must be JSON text, got {value!r}")
+        return _schema_text(value), options
+
+    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+        return text or None, {}
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        if value is None or value == "":
+            return None, {}
+        return (value if isinstance(value, str) else _dump_schema(value)), {}
+
+    def write(self, item: Assert) -> str | None:
+        return None if item.value is None else str(item.value)
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        return {} if item.value is None else {"schema": json.loads(str(item.value))}
+
+
+class LengthValue(ValueForm):
+    """A whole number of characters or tokens (``max-length:200``, ``max-length:50 tokens``)."""
+
+    name = "length"
+    options = frozenset({"unit"})
+    keys = ("unit",)
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise BatchInputError(f"max-length needs a whole number >= 0, got {value!r}")
+        unit = options.get("unit", "chars")
+        if unit not in ("chars", "tokens"):
+            raise BatchInputError(f"max-length: unknown unit '{unit}'; use chars or tokens (e.g. max-length:50 "
+                                  "tokens)")
+        return value, {"unit": unit}
+
+    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+        number, _, unit = text.strip().partition(" ")
+        unit = unit.strip().lower()
+        if not (number.isascii() and number.isdigit()):
+            raise BatchInputError(f"max-length needs a whole number of characters or tokens, e.g. max-length:200 "
+                                  f"or max-length:50 tokens; got '{text}'")
+        if unit and unit not in LENGTH_UNITS:
+            raise BatchInputError(f"max-length: unknown unit '{unit}'; use chars or tokens (e.g. max-length:50 "
+                                  "tokens)")
+        return int(number), ({"unit": LENGTH_UNITS[unit]} if unit else {})
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        unit = given.get("unit")
+        if isinstance(value, str):
+            return self.read(kind, value if unit is None else f"{value} {unit}")
+        return value, ({"unit": LENGTH_UNITS.get(str(unit).lower(), str(unit))} if unit else {})
+
+    def write(self, item: Assert) -> str | None:
+        return f"{item.value}" + (" tokens" if item.options.get("unit") == "tokens" else "")
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        return {"value": item.value, "unit": item.options.get("unit", "chars")}
+
+
+class CodeValue(ValueForm):
+    """A Python file and function (``python:checks.py[:function]``), with an optional ``timeout`` in seconds."""
+
+    name = "code"
+    options = frozenset({"timeout"})
+    keys = ("timeout",)
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        check_python(value, options)
+        return value, options
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        value, _ = super().read_dict(kind, value, given)
+        return value, ({"timeout": given["timeout"]} if given.get("timeout") is not None else {})
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        return {"value": item.value, **({"timeout": item.options["timeout"]} if "timeout" in item.options else {})}
+
+
+TEXT, PATTERN, NUMBER, LIST, SCHEMA, LENGTH, CODE = (ValueForm(), PatternValue(), NumberValue(), ListValue(),
+                                                     SchemaValue(), LengthValue(), CodeValue())
+
+
+def _needed(kind: AssertKind, text: str) -> str:
+    if not text:
+        raise BatchInputError(f"{kind.name} needs a value, e.g. {kind.name}:{kind.example}")
+    return text
+
+
+def _needed_in_dict(kind: AssertKind, value: Any) -> Any:
+    if value is None:
+        raise BatchInputError(f"{kind.name} needs a \"value\", e.g. {{\"type\": \"{kind.name}\", "
+                              f"\"value\": \"{kind.example}\"}}")
+    return value
+
+
+def _number(kind: AssertKind, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise BatchInputError(f"{kind.name} needs a number of {kind.unit} >= 0, e.g. {kind.name}:{kind.example}; "
+                              f"got {value!r}")
+    return number
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+
+
+def _schema_text(text: str) -> str:
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BatchInputError(f"is-json: the schema is not valid JSON ({exc.msg} at column {exc.colno}): "
+                              f"{excerpt(text)}") from None
+    return _dump_schema(schema)
+
+
+def _dump_schema(schema: Any) -> str:
+    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    schema_validator(text)
+    return text
+
+
+@lru_cache(maxsize=256)
+def schema_validator(text: str) -> Any:
+    schema = json.loads(text)
+    if not isinstance(schema, (dict, bool)):
+        raise BatchInputError(f"is-json: a JSON schema must be a JSON object, got {type(schema).__name__}: "
+                              f"{excerpt(text)}")
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path)
+        raise BatchInputError(f"is-json: invalid JSON schema: {exc.message}"
+                              + (f" (at {where})" if where else "")) from None
+    return cls(schema)
+
+
+@lru_cache(maxsize=256)
+def compiled(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise BatchInputError(f"regex:{pattern}: invalid regular expression: {exc}") from None
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\n", "\\n")
+
+
+def excerpt(text: str, limit: int = EXCERPT) -> str:
+    """``text`` on one line, cut to ``limit`` characters."""
+    text = _one_line(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
