@@ -13,9 +13,10 @@ from webui.controllers.parameters import constraint_note, pipeline_text, values_
 from webui.engine.params import specs
 from webui.controllers.generation import ActiveRequests
 from webui.services import Services
-from webui.ui.feedback import SAVES, session_key, shows_errors
+from webui.ui.feedback import session_key, shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
+from webui.ui.save_order import SaveOrder
 from webui.ui.template_panel import TemplatePanel, create_template_panel, wire_template_panel
 from webui.ui.template_panel import on_load as template_on_load
 from webui.ui.token_view import branch_of, create_token_view, view_value
@@ -363,7 +364,8 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
                       show_progress="hidden")
     tab.rename.click(rename, [tab.chat_id, tab.title, tab.search], with_confirm)
     tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], with_confirm).then(**refresh)
-    tab.system.change(shows_errors(session.save_system), [tab.chat_id, tab.system], None, **SAVES)  # as typed
+    SaveOrder().wire(tab.system.change, lambda d: session.save_system(d[tab.chat_id], d[tab.system]),
+                     {tab.chat_id, tab.system}, key=lambda d: d[tab.chat_id])  # as typed, for the chat it was in
     tab.export.click(export(False), [tab.chat_id], [tab.export_file])
     tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
     tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)

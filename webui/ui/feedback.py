@@ -16,14 +16,6 @@ import gradio as gr
 from webui.controllers import UserError
 
 
-SAVES = {"trigger_mode": "multiple", "show_progress": "hidden"}
-"""How every event that keeps what the user typed is wired: each change is sent with its value the moment it is
-made, and they are saved in order (one at a time), so the last value typed is always the one saved. Gradio's
-default for ``.input`` ("once") drops a keystroke that comes while the previous keystroke's save is running (typing
-32 at a person's speed saved 3); "always_last" sends the last one late, with the value the page holds by then (a
-slider's box clamps what was typed when it loses focus, so its message never came)."""
-
-
 def session_key(request: gr.Request | None, panel: str) -> tuple[str, str]:
     """The running request's key: the browser tab (Gradio's session hash) and the panel."""
     return ((request.session_hash if request is not None else None) or "anonymous", panel)

@@ -9,8 +9,9 @@ import gradio as gr
 from webui.controllers.generation import ActiveRequests
 from webui.controllers.notebook import PANEL, NotebookSession, NotebookView
 from webui.services import Services
-from webui.ui.feedback import SAVES, session_key, shows_errors
+from webui.ui.feedback import session_key, shows_errors
 from webui.ui.parameters_tab import ParametersTab
+from webui.ui.save_order import SaveOrder
 from webui.ui.token_view import branch_of, create_token_view, view_value
 
 
@@ -114,8 +115,9 @@ def _wire_files(tab: NotebookTab) -> None:
         session.delete(name)
         return gr.update(choices=session.names(), value=None), f"Deleted '{name}'.", False, gr.update(value="Delete")
 
+    order = SaveOrder()
     for box in (tab.text, tab.name):  # typed, pasted, deleted or generated: kept for the next page load
-        box.change(session.keep_draft, [tab.name, tab.text], None, **SAVES)
+        order.wire(box.change, lambda d: session.keep_draft(d[tab.name], d[tab.text]), {tab.name, tab.text})
     tab.save.click(save, [tab.name, tab.text], [tab.name, tab.stats, tab.confirm])
     tab.name.input(open_notebook, [tab.name], [tab.text, tab.undo, tab.confirm, tab.delete])
     tab.delete.click(delete, [tab.name, tab.confirm], [tab.name, tab.stats, tab.confirm, tab.delete])

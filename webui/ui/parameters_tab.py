@@ -10,8 +10,9 @@ import gradio as gr
 from webui.controllers.parameters import ParametersController, field_text, pipeline_text
 from webui.engine.params import SamplingParams, specs
 from webui.services import Services
-from webui.ui.feedback import SAVES, shows_errors
+from webui.ui.feedback import shows_errors
 from webui.ui.params_panel import ParamsPanel, build_params_panel
+from webui.ui.save_order import SaveOrder
 
 
 @dataclass
@@ -112,13 +113,14 @@ def _wire_controls(tab: ParametersTab) -> None:
             return gr.skip(), gr.skip(), gr.skip(), field
         return None, "", pipeline_text(edited.params), field  # edited: the preset no longer describes them
 
+    order = SaveOrder()  # one order for all controls: each change saves them all
     inputs = {*tab.inputs, panel.page_showing, panel.showing}  # the showing: see ParamsPanel.outdated
     for name, control in tab.controls.items():
         # Text boxes: every change (a paste or a deletion is not always an input event). The others: what the
         # user does (a preset or a reload setting all of them must not queue a check per control).
         event = control.change if specs()[name].widget in ("lines", "text", "json", "constraint") else control.input
-        event(functools.partial(remember, name), inputs, [tab.preset, tab.note, tab.running, panel.field(name)],
-              **SAVES)
+        order.wire(event, functools.partial(remember, name), inputs,
+                   [tab.preset, tab.note, tab.running, panel.field(name)])
 
 
 def on_load(tab: ParametersTab) -> tuple[list, object]:

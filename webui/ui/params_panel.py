@@ -17,7 +17,7 @@ import gradio as gr
 from webui.controllers.parameters import (CONSTRAINT_FORMS, CONSTRAINT_HINTS, constraint_fields, constraint_json,
                                           field_text, pipeline_text, same_constraint, values_from_params)
 from webui.engine.params import ParamSpec, SamplingParams, specs
-from webui.ui.feedback import SAVES
+from webui.ui.save_order import SaveOrder
 from webui.ui.typed_slider import TypedSlider
 
 COLUMNS = (("Sampling", "Temperature shaping", "Mirostat and adaptive-p", "Guidance (CFG)", "Constrain output"),
@@ -139,8 +139,10 @@ def _constraint_controls(name: str, value: str) -> tuple[gr.Dropdown, gr.Textbox
         new = constraint_json(chosen, typed)
         return gr.skip() if same_constraint(new, current) else new
 
-    form.input(from_form, [form, text, held], [held, text], **SAVES)
-    text.change(from_text, [form, text, held], held, **SAVES)  # typed, pasted or deleted
+    order = SaveOrder()
+    order.wire(form.input, lambda d: from_form(d[form], d[text], d[held]), {form, text, held}, [held, text])
+    order.wire(text.change, lambda d: from_text(d[form], d[text], d[held]), {form, text, held}, held)  # typed,
+    # pasted or deleted
     return form, text, held
 
 
