@@ -13,6 +13,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from webui.chat.reply import ReplyRecord
 from webui.engine import GenerationRequest, InvalidParameter, SamplingParams
 from webui.engine.params import specs
 from webui.engine.sampling import DRAW
@@ -133,7 +134,8 @@ class ReproduceRecord:
                 f"reply = {call}(\n    {args},\n)\n")
 
 
-_EXTRAS = {"loras", "chat_template", "continue_final_message", "add_generation_prompt", *(spec.api_name or name for name, spec in specs().items() if not spec.openai)}
+_EXTRAS = {"loras", "chat_template", "continue_final_message", "add_generation_prompt",
+           *(spec.api_name or name for name, spec in specs().items() if not spec.openai)}
 
 
 def parse_record(text: str) -> ReproduceRecord:
@@ -164,19 +166,21 @@ def parse_record(text: str) -> ReproduceRecord:
     return record
 
 
-def record_for_reply(history: list[dict[str, str]], system_prompt: str, stats: dict[str, Any]) -> ReproduceRecord:
-    """The record of a stored chat reply: the chat before it as it was sent (without the oldest messages left out
-    to fit the context), and the stats saved with it."""
+def record_for_reply(history: list[dict[str, str]], system_prompt: str, reply: ReplyRecord) -> ReproduceRecord:
+    """The record of a stored chat reply (one made by a run: ``reply.run``): the chat before it as it was sent
+    (without the oldest messages left out to fit the context), and the reply's own record."""
     from webui.chat import chat_messages
     from webui.chat.context import kept_messages
 
-    params = {**stats["params"], "seed": stats.get("seed", stats["params"].get("seed"))}
-    sent = kept_messages(chat_messages(history, system_prompt), stats.get("dropped", 0))
-    given = stats.get("continue_from")
-    return ReproduceRecord(stats.get("model", "?"), params, sent,
-                           loader=stats.get("loader", "transformers"), loras=stats.get("loras", []),
-                           load_options=stats.get("load_options", {}),
-                           chat_template=stats.get("chat_template"), continue_from=given)
+    if reply.run is None:
+        raise RecordError("this reply was not made by a run here (edited by hand, or branched at its last token)")
+    sent = kept_messages(chat_messages(history, system_prompt), reply.dropped)
+    params = {**reply.run.params, "seed": reply.run.seed}
+    return ReproduceRecord(reply.model if reply.model is not None else "?", params, sent,
+                           loader=reply.loader or "transformers", loras=[list(x) for x in reply.loras],
+                           load_options=reply.load_options if reply.load_options is not None else {},
+                           chat_template=reply.chat_template,
+                           continue_from=reply.given.to_json() if reply.given is not None else None)
 
 
 def record_for_batch_row(model: str, spec: dict[str, Any], row: Any, loader: str = "transformers") -> ReproduceRecord:
@@ -188,7 +192,7 @@ def record_for_batch_row(model: str, spec: dict[str, Any], row: Any, loader: str
     template = spec.get("chat_templates", {}).get(model, spec.get("chat_template"))
     from webui.chat import chat_messages
 
-    setting = next((s for s in spec.get("settings", []) if s.get("label") == row.setting), {})
+    setting: dict[str, Any] = next((s for s in spec.get("settings", []) if s.get("label") == row.setting), {})
     params = {**row.params, "seed": row.seed}
     loras = [list(x) for x in setting.get("loras", [])]
     options = getattr(row, "load_options", None)

@@ -20,11 +20,12 @@ from loaders.base import LoadedModel
 from webui.models import NotLoaded
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.context import FittedChat, fit_chat, kept_messages, left_out
+from webui.chat.reply import ReplyRecord, written_by
 from webui.chat.templates import STOPS, ChatTemplate, TemplateError, from_record
 from webui.engine.sequence import token_budget
 from webui.controllers.errors import UserError
 from webui.controllers.generation import STOP, ActiveRequests, new_request, stream_request, stream_text
-from webui.controllers.reply_stats import final_stats, written_by
+from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.engine import GenerationEvent, GenerationRequest, SamplingParams
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
 from webui.reproduce import ReproduceRecord, record_for_reply
@@ -108,7 +109,7 @@ class ChatSession:
             raise UserError(f"{exc}; it may have been deleted in another tab") from exc
         last = history[-1] if history and history[-1].role == "assistant" else None
         return ChatView(chat.id, chat.title, chat.system_prompt, to_chatbot(history),
-                        ((last.stats or {}).get("summary", "") if last else ""))
+                        last.record.summary if last else "")
 
     def latest(self) -> ChatView:
         """The most recently used chat (what a reloaded page opens), or a new one."""
@@ -207,7 +208,7 @@ class ChatSession:
             if self.active.busy(reply_key(key, cid)):
                 raise UserError("A reply is still being written here; wait for it or press Stop.")
             self.chats.rewind(cid, index)
-            self.chats.append(cid, "assistant", text, stats={"edited": True, "summary": "edited by hand"})
+            self.chats.append(cid, "assistant", text, stats=ReplyRecord(edited=True))
             yield self.view(cid)
             return
         self._check_ready(key, cid)
@@ -222,8 +223,7 @@ class ChatSession:
                     key: Key) -> Iterator[str]:
         """The model writes your next message (the text so far, streamed): it goes into the message box, and is
         sent only if you send it."""
-        model = self.services.models.loaded
-        self._check_ready(key)
+        model = self._check_ready(key)
         if model.capabilities.text_only:
             raise UserError("Impersonate needs a local model: a remote server only writes the assistant's turn.")
         history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else []
@@ -242,11 +242,11 @@ class ChatSession:
     def chat_params(self, chat_id: int | None) -> SamplingParams:
         """The parameters the chat's last reply was made with (without the stop strings its template added)."""
         cid = self._require(chat_id)
-        made = next((m.stats for m in reversed(self.chats.messages(cid)) if m.stats and "params" in m.stats), None)
-        if made is None:
+        made = next((r for r in (m.record for m in reversed(self.chats.messages(cid))) if r.run is not None), None)
+        if made is None or made.run is None:
             raise UserError("This chat has no reply made here yet, so it has no parameters to use.")
-        template_stops = STOPS.get((made.get("chat_template") or {}).get("name", ""), ())
-        params = dict(made["params"])
+        template_stops = STOPS.get((made.chat_template or {}).get("name", ""), ())
+        params = dict(made.run.params)
         params["stop"] = [s for s in params.get("stop", []) if s not in template_stops]
         try:
             return SamplingParams.from_dict(params, source="this chat's last reply")
@@ -284,7 +284,7 @@ class ChatSession:
     def version_of(self, chat_id: int | None, index: int | None) -> tuple[int, int]:
         """(number, count) of message ``index``'s versions; (0, 0) when there is no such message."""
         history = self.chats.messages(chat_id) if chat_id is not None else []
-        if index is None or not 0 <= index < len(history):
+        if chat_id is None or index is None or not 0 <= index < len(history):
             return 0, 0
         return self.chats.version_numbers(chat_id).get(history[index].id, (1, 1))
 
@@ -297,8 +297,7 @@ class ChatSession:
         number, count = self.version_of(chat_id, index)
         line = f"Message {index + 1}: version {number} of {count}" + (
             "" if count > 1 else " (edit or regenerate it to add another)")
-        summary = (history[index].stats or {}).get("summary")
-        return f"{line} · {summary}" if summary else line
+        return " · ".join(part for part in (line, history[index].record.summary) if part)
 
     def branch_chat(self, chat_id: int | None, index: int) -> ChatView:
         """A new chat holding this chat up to and including message ``index``; the tab then shows it."""
@@ -339,13 +338,13 @@ class ChatSession:
         try:
             if model is None or model.capabilities.text_only:
                 raise BranchError("branching needs a local model: load one in the Model tab")
-            stats = (last.stats or {}) if last else {}
-            ids, rows = stats.get("token_ids"), stats.get("tokens")
-            if not ids or not rows or len(ids) != len(rows):
+            made = last.record if last else ReplyRecord()
+            ids, rows = list(made.token_ids), list(made.tokens)
+            if last is None or not ids or not rows or len(ids) != len(rows):
                 raise BranchError("the last reply has no token record to branch from; regenerate it first")
-            template = self._template(model, stats)
+            template = self._template(model, made)
             sent = kept_messages(chat_messages(turns_of(self.chats.messages(cid)[:-1]),
-                                               self.chats.get(cid).system_prompt), stats.get("dropped", 0))
+                                               self.chats.get(cid).system_prompt), made.dropped)
             prompt = render_chat_prompt(model.tokenizer, sent, template=template)
             req = branch_request(model.tokenizer.encode(prompt, add_special_tokens=False), ids, position, token_id,
                                  sampling, loras=self.services.models.active_loras, logprobs=VIEW_TOP)
@@ -358,15 +357,14 @@ class ChatSession:
         prefix = model.tokenizer.decode(prefix_ids)
         target = self.chats.append(cid, "assistant", prefix)
         yield replace(self.view(cid), stats="…")
-        if req is None:  # the alternative was the reply's last allowed token: nothing was generated (no record)
-            kept = {k: v for k, v in (last.stats or {}).items() if k in ("model", "loader", "loras", "chat_template")}
-            self.chats.update(target.id, stats={**kept, "token_ids": prefix_ids, "tokens": prefix_rows,
-                                                "summary": f"{len(prefix_ids)} tokens · branched at the last token"})
+        if req is None:  # the alternative was the reply's last allowed token: nothing was generated (no run)
+            self.chats.update(target.id, stats=ReplyRecord(made.model, made.loader, made.chat_template, made.loras,
+                                                           token_ids=tuple(prefix_ids), tokens=tuple(prefix_rows)))
             yield replace(self.view(cid), stats="finish: length (branched at the last token)")
             return
         events = stream_request(self.services, self.active, reply_key(key, cid), req)
-        yield from self._store_reply(cid, target, (prefix, prefix_ids, prefix_rows), events, req, model,
-                                     template)
+        yield from self._store_reply(cid, target, ReplyStart(prefix, tuple(prefix_ids), tuple(prefix_rows)), events,
+                                     req, model, template)
 
     # -- looking at a message ---------------------------------------------------------------------------
     def inspect(self, chat_id: int | None, index: int | None = None) -> MessageInspection:
@@ -374,32 +372,31 @@ class ChatSession:
         history = self.chats.messages(chat_id) if chat_id is not None else []
         if index is None:
             index = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "assistant"), None)
-        if index is None or not 0 <= index < len(history):
+        if chat_id is None or index is None or not 0 <= index < len(history):
             return MessageInspection()
         message, system_prompt = history[index], self.chats.get(chat_id).system_prompt
         reply = message.role == "assistant"
         turns = turns_of(history[:index + (0 if reply else 1)])
-        stats = message.stats or {}
-        record = record_for_reply(turns, system_prompt, stats) if reply and "params" in stats else None
+        made = message.record if reply else ReplyRecord()
+        record = record_for_reply(turns, system_prompt, made) if made.run else None
         which = f"message {index + 1} ({'the reply' if reply else 'your message'})"
         model, also = self.services.models.loaded, ""
-        if reply and stats.get("model") and model is not None and written_by(model.name, model.loader) != \
-                written_by(stats["model"], stats.get("loader", "")):
+        if made.model and model is not None and written_by(model.name, model.loader) != \
+                written_by(made.model, made.loader):
             try:  # counted as the model that wrote it read it, where it is loaded
-                model = self.services.models.slot(f"{stats['model'].split('@')[0]}@{stats.get('loader', '')}").model
+                model = self.services.models.slot(f"{made.model.split('@')[0]}@{made.loader}").model
             except NotLoaded:
-                also = (f"written by {written_by(stats['model'], stats.get('loader', '?'))}, not loaded now: tokens "
+                also = (f"written by {written_by(made.model, made.loader or '?')}, not loaded now: tokens "
                         f"and the share of the context are {written_by(model.name, model.loader)}'s")
         if model is None or model.capabilities.text_only:
             return MessageInspection(which, None, "Tokens need a local model loaded in the Model tab.", record)
-        dropped = stats.get("dropped", 0) if reply else 0
         try:
-            template = self._template(model, stats if reply else None)
-            sent = kept_messages(chat_messages(turns, system_prompt), dropped)
+            template = self._template(model, made if reply else None)
+            sent = kept_messages(chat_messages(turns, system_prompt), made.dropped)
             seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, sent, template=template), False)
         except (InsightUnavailable, ChatPromptError, UserError) as exc:
             return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
-        notes = [n for n in (also, left_out(dropped, stats.get("dropped_over", 0) if reply else 0)) if n]
+        notes = [n for n in (also, left_out(made.dropped, made.dropped_over)) if n]
         return MessageInspection(which, seen, " · ".join(notes), record)
 
     def last_tokens(self, chat_id: int | None, index: int | None = None) -> tuple[list[dict[str, Any]], bool]:
@@ -409,7 +406,7 @@ class ChatSession:
         last = history[-1] if history and history[-1].role == "assistant" else None
         chosen = history[index] if index is not None and 0 <= index < len(history) \
             and history[index].role == "assistant" else last
-        rows = (chosen.stats or {}).get("tokens", []) if chosen else []
+        rows = list(chosen.record.tokens) if chosen else []
         model = self.services.models.loaded
         return rows, chosen is last and model is not None and not model.capabilities.text_only
 
@@ -419,12 +416,17 @@ class ChatSession:
             raise UserError(NO_CHAT)
         return chat_id
 
-    def _check_ready(self, key: Key, chat_id: int | None = None) -> None:
-        """A model is loaded, and nothing is being written for ``key`` (in chat ``chat_id``, when given)."""
-        if self.services.models.loaded is None:
-            raise UserError(NO_MODEL)
+    def _check_ready(self, key: Key, chat_id: int | None = None) -> LoadedModel:
+        """The loaded model, when nothing is being written for ``key`` (in chat ``chat_id``, when given)."""
+        model = self._model()
         if self.active.busy(key if chat_id is None else reply_key(key, chat_id)):
             raise UserError("A reply is still being written here; wait for it or press Stop.")
+        return model
+
+    def _model(self) -> LoadedModel:
+        if (model := self.services.models.loaded) is None:
+            raise UserError(NO_MODEL)
+        return model
 
     def _last_reply(self, chat_id: int) -> Message | None:
         history = self.chats.messages(chat_id)
@@ -434,18 +436,16 @@ class ChatSession:
                start: str = "") -> Iterator[ChatView]:
         """Stream a reply into the chat: a new one (beginning with ``start``, which the model continues, when
         given), or the rest of the last one (``continue_last``)."""
-        model = self.services.models.loaded
-        if model is None:
-            raise UserError(NO_MODEL)
+        model = self._model()
         history = self.chats.messages(cid)
         system_prompt = self.chats.get(cid).system_prompt
         if continue_last and model.capabilities.text_only:
             raise UserError("Continue needs a local model: a remote server cannot extend a reply it did not start.")
         target = history[-1] if continue_last else None
-        stats = (target.stats or {}) if target else {}
-        template = self._template(model, stats if continue_last else None)
-        given = stats.get("token_ids") if target is not None and not model.capabilities.text_only else None
-        if given and model.tokenizer.decode(given) != target.content:
+        made = target.record if target else ReplyRecord()
+        template = self._template(model, made if continue_last else None)
+        given = list(made.token_ids) if target is not None and not model.capabilities.text_only else None
+        if given and target is not None and model.tokenizer.decode(given) != target.content:
             given = None  # edited since: continue from its text
         if given:  # continue from the reply's own tokens (its text could tokenize differently)
             fitted = self._fitted(model, turns_of(history[:-1]), system_prompt, sampling, template, reserve=len(given))
@@ -461,8 +461,7 @@ class ChatSession:
             prompt = fitted.prompt
         if template.stops:  # a turn with no end token of its own ends where the next turn would begin
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.stops))))
-        before = (target.content, list(given or []), stats.get("tokens", []) if given else []) if target else (
-            start, [], [])
+        before = ReplyStart(target.content if target else start, tuple(given or ()), made.tokens if given else ())
         logprobs = None if model.capabilities.text_only else VIEW_TOP
         request = new_request(self.services, prompt, sampling, False, fitted.messages, logprobs)
         events = stream_request(self.services, self.active, reply_key(key, cid), request)
@@ -505,20 +504,20 @@ class ChatSession:
         except TemplateError as exc:
             raise UserError(f"Instruction template: {exc}") from exc
 
-    def _template(self, model: LoadedModel, stats: dict | None) -> ChatTemplate:
+    def _template(self, model: LoadedModel, made: ReplyRecord | None) -> ChatTemplate:
         """The template a stored reply was made with (to continue or branch it), else the current one."""
-        if stats and "chat_template" in stats:
+        if made is not None and made.model is not None:  # its record names its template (None: the model's own)
             try:
-                return from_record(stats["chat_template"]) or ChatTemplate("")
+                return from_record(made.chat_template) or ChatTemplate("")
             except TemplateError as exc:
                 raise UserError(str(exc)) from exc
         return self.template(model)
 
-    def _store_reply(self, cid: int, target: Message | None, before: tuple[str, list[int], list[dict]], events,
+    def _store_reply(self, cid: int, target: Message | None, before: ReplyStart, events,
                      request: GenerationRequest, model, template: ChatTemplate | None = None,
                      fitted: FittedChat | None = None) -> Iterator[ChatView]:
-        """Store the streamed reply as it grows (after ``before``: text, token ids, token rows)."""
-        base, ids, rows = before[0], list(before[1]), list(before[2])
+        """Store the streamed reply as it grows (after ``before``)."""
+        base, ids, rows = before.text, list(before.token_ids), list(before.rows)
         head = self.view(cid)  # title and system prompt stay while it streams: one query per token, not two
 
         def keep(text: str, event: GenerationEvent) -> ChatView | None:
@@ -534,7 +533,7 @@ class ChatSession:
             elif target is not None:
                 self.chats.update(target.id, content=content, stats=stat)
             return replace(head, messages=to_chatbot(self.chats.messages(cid)),
-                           stats=stat["summary"] if final else "generating…")
+                           stats=stat.summary if stat is not None else "generating…")
 
         try:
             for text, event in events:

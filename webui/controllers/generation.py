@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
-from typing import Iterator
+from typing import Any, Iterator
 
+from webui.chat.reply import RunStats
 from webui.controllers.errors import UserError
 from webui.engine import EngineError, GenerationEvent, GenerationRequest, RequestStream, SamplingParams
+from webui.engine.types import Timings, Usage
 from webui.services import Services
 
 
@@ -91,16 +93,16 @@ def prefix_cache_text(services: Services) -> str:
             "outputs are exact either way.")
 
 
+def run_stats(event: GenerationEvent, params: dict[str, Any] | None = None) -> RunStats:
+    """A finished request's figures (and the parameters it ran with) as a reply's record keeps them."""
+    u, t = event.usage or Usage(), event.timings or Timings()
+    return RunStats(params or {}, event.finish_reason or "", event.seed, u.completion_tokens, u.prompt_tokens,
+                    u.cached_tokens, u.guidance_tokens, t.first_token, t.tokens_per_second, event.stop_string)
+
+
 def stats_text(event: GenerationEvent) -> str:
-    u, t = event.usage, event.timings
-    if u is None or t is None:
-        return ""
-    ttft = f"{t.first_token:.2f}s" if t.first_token is not None else "-"
-    reason = event.finish_reason + (f" ({event.stop_string!r})" if event.stop_string else "")
-    cached = f" ({u.cached_tokens} cached)" if u.cached_tokens else ""
-    guided = f" · CFG ran {u.guidance_tokens} more tokens" if u.guidance_tokens else ""
-    return (f"{u.completion_tokens} tokens · prompt {u.prompt_tokens}{cached}{guided} · first token {ttft} · "
-            f"{t.tokens_per_second:.1f} tok/s · finish: {reason} · seed {event.seed}")
+    """A finished request's figures as one line ("" before it has them)."""
+    return "" if event.usage is None or event.timings is None else run_stats(event).line()
 
 
 STOP = object()

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from webui.chat.reply import ReplyRecord
 from webui.owner import current as current_owner
 from webui.store.chat_format import ROLES, ChatExport, check_title, export_chat, export_tgwui, parse_chat
 from webui.store.db import Database
@@ -45,10 +46,15 @@ class Message:
     """One of ROLES: 'system', 'user', 'assistant'."""
     content: str
     stats: dict[str, Any] | None
-    """Free-form JSON object: tokens, ttft, tokens_per_s, finish_reason, seed, params..."""
+    """The JSON object stored with it, as stored (a reply's: ``record``)."""
     created: float
     parent_id: int | None = None
     """The message it answers or follows; None for a first message."""
+
+    @property
+    def record(self) -> ReplyRecord:
+        """The stats as a reply's record (an empty one when there are none)."""
+        return ReplyRecord.from_json(self.stats)
 
 
 class ChatStore:
@@ -126,7 +132,7 @@ class ChatStore:
             return self._path(conn, self._get_leaf(conn, chat_id))
 
     def append(self, chat_id: int, role: str, content: str,
-               stats: dict[str, Any] | None = None) -> Message:
+               stats: ReplyRecord | dict[str, Any] | None = None) -> Message:
         """Add a message after the shown path's last one (it becomes the chat's current leaf) and return it."""
         _check_role(role)
         _check_str("content", content)
@@ -205,7 +211,7 @@ class ChatStore:
             return self._get(conn, chat_id)
 
     def update(self, message_id: int, content: str | None = None,
-               stats: dict[str, Any] | None = None) -> Message:
+               stats: ReplyRecord | dict[str, Any] | None = None) -> Message:
         """Replace a message's content and/or stats (None leaves that part as it is).
 
         Meant for streaming: append the reply at its first text, then update it.
@@ -245,7 +251,7 @@ class ChatStore:
             leaf = self._get_leaf(conn, chat_id)
             rows = conn.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,)).fetchall()
         messages = [_message(row) for row in rows]
-        index = {m.id: i for i, m in enumerate(messages)}
+        index: dict[int | None, int] = {m.id: i for i, m in enumerate(messages)}
         return export_chat(ChatExport(
             title=chat.title, system_prompt=chat.system_prompt, created=chat.created,
             messages=[(m.role, m.content, m.stats) for m in messages],
@@ -264,9 +270,9 @@ class ChatStore:
                 "INSERT INTO chats (title, system_prompt, created, updated, owner) VALUES (?, ?, ?, ?, ?)",
                 (data.title, data.system_prompt, data.created, now, current_owner()))
             chat_id = cur.lastrowid
-            ids: builtins.list[int] = []
+            ids: builtins.list[int | None] = []
             depth: builtins.list[int] = []
-            for (role, content, stats), parent in zip(data.messages, data.parents):
+            for (role, content, stats), parent in zip(data.messages, data.parents or []):  # set for every chat
                 depth.append(0 if parent is None else depth[parent] + 1)
                 ids.append(conn.execute(
                     "INSERT INTO messages (chat_id, parent_id, position, role, content, stats, created) "
@@ -341,6 +347,8 @@ def _check_role(role: object) -> None:
 def _stats_json(stats: object) -> str | None:
     if stats is None:
         return None
+    if isinstance(stats, ReplyRecord):
+        stats = stats.to_json()
     if not isinstance(stats, dict):
         raise StoreError(f"stats must be a dict or None, got {type(stats).__name__}")
     try:

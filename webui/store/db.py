@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -165,7 +165,7 @@ class Database:
         finally:
             self._savepoints -= 1
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[sqlite3.Row]:
         """Run a read and return all rows."""
         with self._lock:
             return self._connection().execute(sql, params).fetchall()
@@ -214,6 +214,6 @@ def _statements(script: str) -> Iterator[str]:
         yield pending
 
 
-def _casefold(value: object) -> object:
+def _casefold(value: str | bytes | int | float | None) -> str | bytes | int | float | None:
     """SQL casefold(): Unicode-aware lower-casing for case-insensitive search."""
     return value.casefold() if isinstance(value, str) else value
