@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 Progress = Callable[[float, str], None]
 """Reports (fraction done in [0, 1], what is happening) while a model loads or converts."""
@@ -42,6 +42,9 @@ class ModelLoadError(LoaderError):
     """The path is missing or is not a model this loader can read."""
 
 
+PrefixMode = Literal["blocks", "native", ""]
+
+
 @dataclass(frozen=True)
 class Capabilities:
     batched_forward: bool = False
@@ -50,10 +53,10 @@ class Capabilities:
     devices: tuple[str, ...] = ("cpu",)
     formats: tuple[str, ...] = ()  # e.g. "hf-folder", "gguf"
     text_only: bool = False  # the backend generates whole requests (a remote server): no logits, no steps
-    # How prompt KV already computed is reused (see webui/engine/prefix_cache.py): "blocks" (the engine keeps
-    # copies in its prefix cache: prefix_namespace/export_kv/import_kv), "native" (the backend keeps it in its
-    # own cache: prefix_match/reuse_prefix), or "" (every prompt is prefilled in full).
-    prefix_cache: str = ""
+    prefix_cache: PrefixMode = ""
+    """How prompt KV already computed is reused (webui/engine/prefix_reuse.py picks the strategy): "blocks" (the
+    engine keeps copies: the model is a SupportsBlockPrefix), "native" (the backend keeps them in its own cache: a
+    SupportsNativePrefix), or "" (every prompt is prefilled in full)."""
 
 
 @dataclass(frozen=True)
@@ -146,15 +149,6 @@ class SteppedModel(LoadedModel, Protocol):
     def release(self, cache: Any) -> None:
         """The sequence owning ``cache`` has finished; free what it holds."""
 
-    # With ``capabilities.prefix_cache == "blocks"`` a model also provides (see webui/engine/prefix_cache.py):
-    #   prefix_namespace(loras) -> str: what a sequence's KV depends on besides its tokens (model instance, adapters);
-    #   prefix_namespace_live(namespace) -> bool: False once that instance or adapter is gone;
-    #   export_kv(cache, start, end) -> (payload, bytes): a copy of tokens start..end-1 of a sequence's KV;
-    #   import_kv(cache, payloads, n_tokens): start an empty cache with the first n_tokens of those payloads.
-    # With "native": prefix_match(ids) -> int (the longest prefix of ids its cache holds) and
-    #   reuse_prefix(cache, ids) -> int (start an empty cache with that prefix; how many tokens it got);
-    #   drop_prefixes() (forget what finished sequences left behind).
-
     def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> "torch.Tensor":  # noqa: F821
         """Feed each sequence its unseen ids; return next-token logits, shape [len(caches), vocab]."""
 
@@ -162,6 +156,39 @@ class SteppedModel(LoadedModel, Protocol):
                loras: tuple[tuple[str, float], ...] = ()) -> "torch.Tensor":  # noqa: F821
         """Logits for ``ids`` run alone, outside the running batch (insight views, perplexity), with the (name,
         weight) adapters given (a loader without adapters takes none)."""
+
+
+@runtime_checkable
+class SupportsBlockPrefix(Protocol):
+    """What a model with ``capabilities.prefix_cache == "blocks"`` also provides: the engine keeps copies of its
+    KV in blocks (webui/engine/prefix_cache.py, prefix_reuse.py BlockReuse)."""
+
+    def prefix_namespace(self, loras: tuple[tuple[str, float], ...] = ()) -> str:
+        """What a sequence's KV depends on besides its tokens (this model instance, the adapters and weights)."""
+
+    def prefix_namespace_live(self, namespace: str) -> bool:
+        """False once that namespace's model instance or one of its adapters is gone."""
+
+    def export_kv(self, cache: Any, start: int, end: int) -> tuple[Any, int]:
+        """A copy of tokens start..end-1 of a sequence's KV, and its size in bytes."""
+
+    def import_kv(self, cache: Any, blocks: Sequence[Any], n_tokens: int) -> None:
+        """Start the empty ``cache`` with the first ``n_tokens`` of those copies."""
+
+
+@runtime_checkable
+class SupportsNativePrefix(Protocol):
+    """What a model with ``capabilities.prefix_cache == "native"`` also provides: it keeps what sequences read in
+    its own cache (prefix_reuse.py NativeReuse)."""
+
+    def prefix_match(self, ids: Sequence[int]) -> int:
+        """The longest prefix of ``ids`` its cache holds."""
+
+    def reuse_prefix(self, cache: Any, ids: Sequence[int]) -> int:
+        """Start the empty ``cache`` with that prefix; how many tokens it got."""
+
+    def drop_prefixes(self) -> None:
+        """Forget what finished sequences left behind."""
 
 
 class LoraModel(SteppedModel, Protocol):

@@ -10,6 +10,7 @@ import torch
 from loaders.base import LoadedModel
 from webui.engine.detokenize import IncrementalDetokenizer
 from webui.engine.params import InvalidParameter
+from webui.engine.prefix_reuse import PrefixTrack
 from webui.engine.sampling import Sampler, TokenChoice
 from webui.engine.stopping import StopStringMatcher
 from webui.engine.stream import RequestStream
@@ -110,19 +111,15 @@ class Sequence:
         self.prompt_done = False  # the whole prompt is in the cache; each step now feeds one token
         self.tokenized_for: tuple[LoadedModel, list[int]] | None = None  # set by Engine.submit
         self.stops: StopStringMatcher | None = None
-        # prefix cache (kept by the engine): the KV namespace, the hash-chain keys of this sequence's full
-        # blocks, how many of them are cached, the pins that keep them, and a sequence whose prefill it waits for
-        self.cached_tokens = 0
-        self.prefix_namespace: str | None = None
-        self.prefix_keys: list[bytes] = []
-        self.prefix_stored = 0
-        self.prefix_pins: list = []
-        self.prefix_full = False  # the cache had no room for this sequence's next block: stop offering
-        self.waiting_for: "Sequence | None" = None
+        self.cached_tokens = 0  # prompt tokens whose KV was reused, not prefilled (set by resume_from)
+        self.prefix = PrefixTrack("")  # its prefix-reuse state, made and kept by the engine's strategy
+        self.waiting_for: "Sequence | None" = None  # a sequence prefilling the prompt's start, which it waits for
         self.guide: Guide | None = None
 
-    def start(self, model: LoadedModel, prompt_ids: list[int] | None = None) -> None:
-        """Bind to ``model``: tokenize (unless given), size the budget, build sampler and cache."""
+    def start(self, model: LoadedModel, prompt_ids: list[int] | None = None, prefix: PrefixTrack | None = None
+              ) -> None:
+        """Bind to ``model``: tokenize (unless given), size the budget, build sampler and cache; ``prefix``: its
+        state in the engine's prefix-reuse strategy."""
         self.prompt_ids = prompt_ids if prompt_ids is not None else tokenize_prompt(model, self.request)
         self.ids = list(self.prompt_ids)
         self.pending = list(self.prompt_ids)
@@ -140,6 +137,22 @@ class Sequence:
             self.max_new = max(1, min(self.max_new, model.context_length - len(self.guide.pending)))
         self.admitted = now()
         self.model = model
+        if prefix is not None:
+            self.prefix = prefix
+
+    def resume_from(self, n: int) -> None:
+        """The cache starts with the first ``n`` prompt tokens (reused): only the rest is fed."""
+        self.pending = self.prompt_ids[n:]
+        self.cached_tokens = n
+
+    def fed(self, ids: list[int]) -> None:
+        """This step fed ``ids``, the start of ``pending``."""
+        self.pending = self.pending[len(ids):]
+
+    @property
+    def prefilling(self) -> bool:
+        """Feeding its prompt now (not waiting for another's prefill, not finished)."""
+        return not (self.finished or self.prompt_done or self.waiting_for is not None)
 
     def _new_cache(self, model: LoadedModel) -> Any:
         return model.new_cache(loras=self.request.loras) if self.request.loras else model.new_cache()
