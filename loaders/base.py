@@ -16,7 +16,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import (TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Protocol, Sequence, TypeGuard,
+                    runtime_checkable)
+
+if TYPE_CHECKING:
+    import torch
 
 Progress = Callable[[float, str], None]
 """Reports (fraction done in [0, 1], what is happening) while a model loads or converts."""
@@ -52,11 +56,32 @@ class Capabilities:
     logprobs: bool = True
     devices: tuple[str, ...] = ("cpu",)
     formats: tuple[str, ...] = ()  # e.g. "hf-folder", "gguf"
-    text_only: bool = False  # the backend generates whole requests (a remote server): no logits, no steps
+    text_only: bool = False
+    """The backend generates whole requests (a remote server: a TextBackend): no steps, no logits, no tokenizer of
+    ours. Callers ask the properties below, which say what they need."""
     prefix_cache: PrefixMode = ""
     """How prompt KV already computed is reused (webui/engine/prefix_reuse.py picks the strategy): "blocks" (the
     engine keeps copies: the model is a SupportsBlockPrefix), "native" (the backend keeps them in its own cache: a
     SupportsNativePrefix), or "" (every prompt is prefilled in full)."""
+
+    # What callers need, each in one place: today all three follow text_only; a backend that differs (a remote
+    # server that tokenizes, say) changes them here, not at the callers.
+    @property
+    def stepped(self) -> bool:
+        """The engine steps the model itself (a SteppedModel): next-token logits, our samplers, token ids and
+        alternatives per token (logprob views, branching, insight, scoring a prompt)."""
+        return not self.text_only
+
+    @property
+    def tokenizes(self) -> bool:
+        """Its tokenizer works here: text becomes token ids and back (token counts and views, /tokenize)."""
+        return not self.text_only
+
+    @property
+    def renders_chats(self) -> bool:
+        """The backend applies its own chat template: chats go to it as messages, and no template of ours (nor a
+        prompt rendered from one: continue, impersonate, the Notebook) applies."""
+        return self.text_only
 
 
 @dataclass(frozen=True)
@@ -120,7 +145,9 @@ class Tokenizer(Protocol):
 
 class LoadedModel(Protocol):
     """What every loaded model is: its facts. What it can do is one of the protocols below, told apart by
-    ``capabilities`` (``text_only``: a TextBackend; else a SteppedModel; ``lora``: also a LoraModel)."""
+    ``capabilities`` (``stepped``: a SteppedModel, else a TextBackend; ``lora``: also a LoraModel; ``prefix_cache``:
+    also a SupportsBlockPrefix or SupportsNativePrefix): :func:`is_stepped`, :func:`is_text_backend` and
+    :func:`is_lora_model` narrow a model to what its capabilities promise, for callers and the type checker."""
 
     name: str
     loader: str
@@ -149,11 +176,11 @@ class SteppedModel(LoadedModel, Protocol):
     def release(self, cache: Any) -> None:
         """The sequence owning ``cache`` has finished; free what it holds."""
 
-    def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> "torch.Tensor":  # noqa: F821
+    def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> "torch.Tensor":
         """Feed each sequence its unseen ids; return next-token logits, shape [len(caches), vocab]."""
 
     def logits(self, ids: Sequence[int], last_only: bool = True,
-               loras: tuple[tuple[str, float], ...] = ()) -> "torch.Tensor":  # noqa: F821
+               loras: tuple[tuple[str, float], ...] = ()) -> "torch.Tensor":
         """Logits for ``ids`` run alone, outside the running batch (insight views, perplexity), with the (name,
         weight) adapters given (a loader without adapters takes none)."""
 
@@ -218,9 +245,24 @@ class TextBackend(LoadedModel, Protocol):
         """The reply as chunks (text, finish reason, usage, logprobs); ``fields``: sampling as request fields."""
 
 
+def is_stepped(model: LoadedModel) -> TypeGuard[SteppedModel]:
+    """Whether the engine steps ``model`` itself (``capabilities.stepped``)."""
+    return model.capabilities.stepped
+
+
+def is_text_backend(model: LoadedModel) -> TypeGuard[TextBackend]:
+    """Whether ``model`` generates whole requests itself (a remote server): the engine relays its text."""
+    return not model.capabilities.stepped
+
+
+def is_lora_model(model: LoadedModel) -> TypeGuard[LoraModel]:
+    """Whether ``model`` applies LoRA adapters (``capabilities.lora``)."""
+    return model.capabilities.lora and model.capabilities.stepped
+
+
 def attached_loras(model: LoadedModel | None) -> dict[str, Any]:
     """The adapters attached to ``model`` (none when nothing is loaded or its loader cannot apply any)."""
-    return model.loras if model is not None and model.capabilities.lora else {}  # type: ignore[attr-defined]
+    return model.loras if model is not None and is_lora_model(model) else {}
 
 
 class Loader(Protocol):

@@ -16,10 +16,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from loaders.base import LoadedModel
+from loaders.base import LoadedModel, SteppedModel, is_stepped, is_text_backend
 from webui.engine.prefix_cache import BLOCK_TOKENS, PrefixCacheStats
 from webui.engine.prefix_reuse import PrefixReuse, prefix_reuse_for
-from webui.engine.relay import relay
+from webui.engine.relay import RelayRunner
 from webui.engine.sampling import sample_rows
 from webui.engine.sequence import Sequence, check_loras, tokenize_prompt
 from webui.engine.stream import RequestStream
@@ -75,7 +75,7 @@ class Engine:
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
         self._calls: list[tuple[Callable[[], Any], threading.Event, list]] = []
-        self._relayed: set[Sequence] = set()  # requests a text-only backend is generating
+        self._relays = RelayRunner()  # requests a text-only backend is generating, each on its own thread
         self._recent: deque[tuple[float, int]] = deque()
         self._reuse = self._prefix_reuse(model)
         self._closed = False
@@ -98,10 +98,9 @@ class Engine:
             if len(self._waiting) >= self.config.max_waiting:
                 raise QueueFull(self.config.max_waiting)
         check_loras(model, request)
-        prompt_ids = [] if model.capabilities.text_only else tokenize_prompt(model, request)
+        prompt_ids = tokenize_prompt(model, request) if is_stepped(model) else []  # a text backend tokenizes
         stream = RequestStream(request.request_id, request.cancel, self._wake)
-        seq = Sequence(request, stream, now())
-        seq.tokenized_for = (model, prompt_ids)
+        seq = Sequence(request, stream, now(), tokenized_for=(model, prompt_ids))
         with self._cond:
             self._waiting.append(seq)
             self._cond.notify()
@@ -144,7 +143,7 @@ class Engine:
             tokens = sum(n for t, n in self._recent if t >= cutoff)
             model = self._model
             prefix = self._reuse.stats()
-            return EngineStats(model.name if model else None, len(self._running) + len(self._relayed),
+            return EngineStats(model.name if model else None, len(self._running) + len(self._relays),
                                len(self._waiting), tokens / TPS_WINDOW, prefix)
 
     def clear_prefix_cache(self) -> None:
@@ -195,8 +194,7 @@ class Engine:
     def _swap(self, model: LoadedModel | None) -> None:
         """(Scheduler thread.) Requests running on the old model end with an error that says why."""
         if model is not self._model:
-            for seq in list(self._relayed):  # a remote stream stops reading at its next chunk
-                seq.request.cancel.cancel()
+            self._relays.cancel_all()
             what = "the model was unloaded" if model is None else f"the model was switched to '{model.name}'"
             self._fail(self._running, EngineError(f"generation stopped: {what} while this request was running"))
             self._reuse = self._prefix_reuse(model)  # kept blocks belong to the model that computed them
@@ -224,24 +222,21 @@ class Engine:
             try:
                 if model is None:
                     raise NoModelLoaded()
-                if model.capabilities.text_only:  # a remote server samples; relay its stream on a thread
-                    self._relayed.add(seq)
-                    threading.Thread(target=self._relay, args=(seq, model), daemon=True,
-                                     name=f"relay-{seq.request.request_id}").start()
-                    continue
-                tokenized_model, ids = seq.tokenized_for
-                seq.start(model, ids if tokenized_model is model else None, self._reuse.track(seq.request.loras))
-                self._running.append(seq)
-                self._start_from_cache(seq)
+                if is_stepped(model):
+                    seq.start(model, seq.prompt_for(model), self._reuse.track(seq.request.loras))
+                    self._running.append(seq)
+                    self._start_from_cache(seq)
+                elif is_text_backend(model):  # a remote server samples: its runner relays the stream
+                    self._relays.start(seq, model)
             except Exception as exc:
                 self._fail([seq], exc)
 
-    def _relay(self, seq: Sequence, model: LoadedModel) -> None:
-        try:
-            relay(seq, model)
-        finally:
-            with self._cond:
-                self._relayed.discard(seq)
+    def _stepped_model(self) -> SteppedModel:
+        """The model the running sequences step (they end when it is swapped, so it is always there)."""
+        model = self._model
+        if model is None or not is_stepped(model):
+            raise NoModelLoaded()
+        return model
 
     def _drop_cancelled(self) -> None:
         t = now()
@@ -306,7 +301,7 @@ class Engine:
         # then each sampled token), so its logits are ready whenever the request samples
         guides = [(s.guide, s.guide.pending) for s, _ in plan if s.guide is not None and s.guide.pending]
         feeds = [(s.cache, ids) for s, ids in plan] + [(g.cache, ids) for g, ids in guides]
-        logits = self._model.forward([c for c, _ in feeds], [ids for _, ids in feeds])
+        logits = self._stepped_model().forward([c for c, _ in feeds], [ids for _, ids in feeds])
         for j, (guide, ids) in enumerate(guides):
             guide.took(ids, logits[len(plan) + j])
         ready: list[tuple[Sequence, int]] = []
