@@ -143,6 +143,13 @@ class Tokenizer(Protocol):
     def token_strings(self, ids: Sequence[int]) -> list[str]: ...
 
 
+@runtime_checkable
+class SupportsGuidance(Protocol):
+    """A tokenizer that can constrain output (structured_outputs): llguidance's view of its vocabulary."""
+
+    def guidance_tokenizer(self) -> Any: ...
+
+
 class LoadedModel(Protocol):
     """What every loaded model is: its facts. What it can do is one of the protocols below, told apart by
     ``capabilities`` (``stepped``: a SteppedModel, else a TextBackend; ``lora``: also a LoraModel; ``prefix_cache``:
@@ -152,11 +159,18 @@ class LoadedModel(Protocol):
     name: str
     loader: str
     path: Path
-    tokenizer: Tokenizer
     capabilities: Capabilities
     context_length: int
     device: str
     dtype: str
+    load_options: dict[str, Any]
+    """The loader's own options it was loaded with, as checked (e.g. {"n_ctx": 4096}); recorded with each reply
+    and batch row so a run can be reproduced. Every model class defaults it to {} (class attribute NO_OPTIONS);
+    the model manager sets it after a load."""
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """Its tokenizer (read-only here, so a model may hold a more specific one)."""
 
     def memory_bytes(self) -> int:
         """Bytes the model holds: its weights, and a cache it keeps for as long as it is loaded (llama.cpp)."""
@@ -221,8 +235,9 @@ class SupportsNativePrefix(Protocol):
 class LoraModel(SteppedModel, Protocol):
     """A stepped model that applies LoRA adapters per sequence (``capabilities.lora``)."""
 
-    loras: dict[str, Any]
-    """Attached adapters by name."""
+    @property
+    def loras(self) -> dict[str, Any]:
+        """Attached adapters by name."""
 
     def new_cache(self, loras: tuple[tuple[str, float], ...] = ()) -> Any:
         """A fresh cache bound to the (name, weight) adapters to apply to its sequence."""
@@ -236,7 +251,7 @@ class LoraModel(SteppedModel, Protocol):
 
 
 class TextBackend(LoadedModel, Protocol):
-    """A server that samples and batches by itself (``capabilities.text_only``): the engine relays its text."""
+    """A server that samples and batches by itself (``capabilities.stepped`` False): the engine relays its text."""
 
     base_url: str
 
@@ -271,7 +286,6 @@ class Loader(Protocol):
     name: str
     description: str
     capabilities: Capabilities
-    requires: tuple[str, ...]  # importable module names the backend needs
     install_hint: str
     options: tuple  # its own load options (loaders/options.py LoadOption), read from LoadOptions.extra
     takes_dtype: bool
@@ -280,6 +294,10 @@ class Loader(Protocol):
     smaller_load: str
     """What makes a load take less memory, said when one does not fit the memory budget ("": only a smaller
     model)."""
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """Importable module names the backend needs (read-only here, so a loader may declare a fixed tuple)."""
 
     def unavailable_reason(self) -> str | None:
         """Why it cannot run here although its packages are installed (a GPU it needs, say), or None."""
@@ -337,6 +355,10 @@ class BaseLoader:
     """What every loader has unless it says otherwise: loaders subclass it, so every part of ``Loader`` is there
     and no caller has to probe for one."""
 
+    name: str
+    description: str
+    capabilities: Capabilities
+    install_hint: str
     options: tuple = ()
     takes_dtype = True
     smaller_load = ""

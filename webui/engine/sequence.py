@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from loaders.base import LoadedModel, SteppedModel, is_lora_model
+from loaders.base import LoadedModel, SteppedModel, SupportsGuidance, is_lora_model
 from webui.engine.detokenize import IncrementalDetokenizer
 from webui.engine.params import InvalidParameter
 from webui.engine.prefix_reuse import PrefixTrack
@@ -40,7 +40,7 @@ def token_budget(model: LoadedModel, params) -> int:
 
 def tokenize_prompt(model: SteppedModel, request: GenerationRequest) -> list[int]:
     params = request.params
-    if params.structured_outputs and not hasattr(model.tokenizer, "guidance_tokenizer"):
+    if params.structured_outputs and not isinstance(model.tokenizer, SupportsGuidance):
         raise InvalidParameter("structured_outputs", f"structured_outputs: the {model.loader} loader's tokenizer "
                                                      "cannot constrain output; use another loader")
     if isinstance(request.prompt, list):
@@ -111,7 +111,7 @@ class Sequence:
         self.first_token: float | None = None
         self.finished = False
         self.prompt_done = False  # the whole prompt is in the cache; each step now feeds one token
-        self.stops: StopStringMatcher | None = None
+        self.stops = StopStringMatcher(params.stop)
         self.cached_tokens = 0  # prompt tokens whose KV was reused, not prefilled (set by resume_from)
         self.prefix = PrefixTrack("")  # its prefix-reuse state, made and kept by the engine's strategy
         self.waiting_for: "Sequence | None" = None  # a sequence prefilling the prompt's start, which it waits for
@@ -131,7 +131,6 @@ class Sequence:
         self.sampler = Sampler(params, sorted(tok.eos_token_ids), len(self.prompt_ids), self.seed, tok)
         self.detok = IncrementalDetokenizer(lambda ids: tok.decode(ids, skip_special_tokens=params.skip_special_tokens),
                                             self.prompt_ids[-8:])
-        self.stops = StopStringMatcher(self.request.params.stop)
         self.cache = self._new_cache(model)
         if params.guidance_scale != 1.0:
             self.guide = Guide(guide_prompt(model, self.request, self.prompt_ids), self._new_cache(model))
@@ -144,7 +143,6 @@ class Sequence:
     def start_relayed(self) -> StopStringMatcher:
         """Admitted to run on a text-only backend (which tokenizes and samples): only the stop matcher and the
         clock are ours. Returns the matcher."""
-        self.stops = StopStringMatcher(self.request.params.stop)
         self.admitted = now()
         return self.stops
 
@@ -209,7 +207,7 @@ class Sequence:
         self.mark_first_token()
         finish: FinishReason | None = None
         text = ""
-        if token in self.model.tokenizer.eos_token_ids and (not self.request.params.ban_eos
+        if token in self._started().tokenizer.eos_token_ids and (not self.request.params.ban_eos
                                                              or self.sampler.grammar_done):
             finish = "stop"
         else:
@@ -236,7 +234,7 @@ class Sequence:
             text += tail if stopped else tail + self.stops.flush()
         event.text = text
         event.finish_reason, event.error = reason, error
-        event.stop_string = self.stops.matched if self.stops is not None else None
+        event.stop_string = self.stops.matched
         event.usage = usage or Usage(len(self.prompt_ids), self.completion_tokens, self.cached_tokens,
                                      self.guide.fed if self.guide else 0)
         event.timings = self.timings(event.usage.completion_tokens)
@@ -249,6 +247,12 @@ class Sequence:
             self.guide.cache = None
         return event
 
+    def _started(self) -> SteppedModel:
+        """The model ``start`` bound (only a started sequence steps)."""
+        if self.model is None:
+            raise RuntimeError("the sequence was not started")
+        return self.model
+
     def timings(self, completion_tokens: int) -> Timings:
         end = now()
         gen_time = end - self.admitted
@@ -260,7 +264,7 @@ class Sequence:
     def _logprobs(self, choice: TokenChoice) -> list[TokenLogprob]:
         if choice.logprob is None:
             return []
-        tok = self.model.tokenizer
+        tok = self._started().tokenizer
         top = choice.top or []
         strings = tok.token_strings([choice.token_id] + [i for i, _ in top])
         return [TokenLogprob(choice.token_id, strings[0], choice.logprob,
