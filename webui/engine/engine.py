@@ -24,7 +24,7 @@ from webui.engine.sampling import sample_rows
 from webui.engine.sequence import Sequence, check_loras, tokenize_prompt
 from webui.engine.stream import RequestStream
 from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, GenerationResult, NoModelLoaded,
-                                now)
+                                FinishReason, now)
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Engine:
         self._cond = threading.Condition()
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
-        self._calls: list[tuple[Callable[[], Any], threading.Event, list]] = []
+        self._calls: list[tuple[Callable[[], Any], threading.Event, list[Any]]] = []
         self._relays = RelayRunner()  # requests a text-only backend is generating, each on its own thread
         self._recent: deque[tuple[float, int]] = deque()
         self._reuse = self._prefix_reuse(model)
@@ -121,7 +121,7 @@ class Engine:
     def call_between_steps(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the scheduler thread between two steps (e.g. to change the model's adapters
         while nothing is in a forward); return its result or raise its exception here."""
-        done, box = threading.Event(), []
+        done, box = threading.Event(), list[Any]()  # [result, exception] once done
         with self._cond:
             if self._closed:
                 raise EngineClosed()
@@ -205,10 +205,10 @@ class Engine:
         return prefix_reuse_for(model, self.config.prefix_cache_mb, self.config.prefix_block_tokens)
 
     def _admit(self) -> list[Sequence]:
-        admitted = []
+        admitted: list[Sequence] = []
         t = now()
         for seq in list(self._waiting):
-            reason = "cancelled" if seq.request.cancel.cancelled else "timeout" if seq.queue_expired(t) else None
+            reason = _ended(seq, seq.queue_expired(t))
             if reason:
                 self._waiting.remove(seq)
                 seq.stream.put(seq.finish(reason))
@@ -241,7 +241,7 @@ class Engine:
     def _drop_cancelled(self) -> None:
         t = now()
         for seq in list(self._running):
-            reason = "cancelled" if seq.request.cancel.cancelled else "timeout" if seq.time_expired(t) else None
+            reason = _ended(seq, seq.time_expired(t))
             if reason:
                 seq.stream.put(seq.finish(reason))
                 self._retire([seq])
@@ -347,3 +347,8 @@ class Engine:
                 done.set()
         self._fail(pending, EngineClosed())
         self._running = []
+
+
+def _ended(seq: Sequence, expired: bool) -> FinishReason | None:
+    """Why ``seq`` ends before its next step: cancelled, or past its time limit (``expired``); None: it goes on."""
+    return "cancelled" if seq.request.cancel.cancelled else "timeout" if expired else None
