@@ -6,6 +6,11 @@ model at once (``LoadedModel.forward`` takes a list, so a loader that can batch
 does); finished and cancelled sequences leave at the next step, and waiting
 requests join up to ``max_running``. Nothing holds a lock for a whole
 generation: the lock only guards the queues.
+
+The engine only schedules: how a model reuses prompt KV already computed is
+its PrefixReuse strategy (prefix_reuse.py, picked once per model), and a
+request on a text-only backend goes to the RelayRunner (relay.py), which runs
+it on its own thread.
 """
 
 from __future__ import annotations
