@@ -16,7 +16,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import (TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Protocol, Sequence, TypeGuard,
+                    runtime_checkable)
+
+if TYPE_CHECKING:
+    import torch
 
 Progress = Callable[[float, str], None]
 """Reports (fraction done in [0, 1], what is happening) while a model loads or converts."""
@@ -42,6 +46,9 @@ class ModelLoadError(LoaderError):
     """The path is missing or is not a model this loader can read."""
 
 
+PrefixMode = Literal["blocks", "native", ""]
+
+
 @dataclass(frozen=True)
 class Capabilities:
     batched_forward: bool = False
@@ -49,11 +56,32 @@ class Capabilities:
     logprobs: bool = True
     devices: tuple[str, ...] = ("cpu",)
     formats: tuple[str, ...] = ()  # e.g. "hf-folder", "gguf"
-    text_only: bool = False  # the backend generates whole requests (a remote server): no logits, no steps
-    # How prompt KV already computed is reused (see webui/engine/prefix_cache.py): "blocks" (the engine keeps
-    # copies in its prefix cache: prefix_namespace/export_kv/import_kv), "native" (the backend keeps it in its
-    # own cache: prefix_match/reuse_prefix), or "" (every prompt is prefilled in full).
-    prefix_cache: str = ""
+    text_only: bool = False
+    """The backend generates whole requests (a remote server: a TextBackend): no steps, no logits, no tokenizer of
+    ours. Callers ask the properties below, which say what they need."""
+    prefix_cache: PrefixMode = ""
+    """How prompt KV already computed is reused (webui/engine/prefix_reuse.py picks the strategy): "blocks" (the
+    engine keeps copies: the model is a SupportsBlockPrefix), "native" (the backend keeps them in its own cache: a
+    SupportsNativePrefix), or "" (every prompt is prefilled in full)."""
+
+    # What callers need, each in one place: today all three follow text_only; a backend that differs (a remote
+    # server that tokenizes, say) changes them here, not at the callers.
+    @property
+    def stepped(self) -> bool:
+        """The engine steps the model itself (a SteppedModel): next-token logits, our samplers, token ids and
+        alternatives per token (logprob views, branching, insight, scoring a prompt)."""
+        return not self.text_only
+
+    @property
+    def tokenizes(self) -> bool:
+        """Its tokenizer works here: text becomes token ids and back (token counts and views, /tokenize)."""
+        return not self.text_only
+
+    @property
+    def renders_chats(self) -> bool:
+        """The backend applies its own chat template: chats go to it as messages, and no template of ours (nor a
+        prompt rendered from one: continue, impersonate, the Notebook) applies."""
+        return self.text_only
 
 
 @dataclass(frozen=True)
@@ -115,18 +143,34 @@ class Tokenizer(Protocol):
     def token_strings(self, ids: Sequence[int]) -> list[str]: ...
 
 
+@runtime_checkable
+class SupportsGuidance(Protocol):
+    """A tokenizer that can constrain output (structured_outputs): llguidance's view of its vocabulary."""
+
+    def guidance_tokenizer(self) -> Any: ...
+
+
 class LoadedModel(Protocol):
     """What every loaded model is: its facts. What it can do is one of the protocols below, told apart by
-    ``capabilities`` (``text_only``: a TextBackend; else a SteppedModel; ``lora``: also a LoraModel)."""
+    ``capabilities`` (``stepped``: a SteppedModel, else a TextBackend; ``lora``: also a LoraModel; ``prefix_cache``:
+    also a SupportsBlockPrefix or SupportsNativePrefix): :func:`is_stepped`, :func:`is_text_backend` and
+    :func:`is_lora_model` narrow a model to what its capabilities promise, for callers and the type checker."""
 
     name: str
     loader: str
     path: Path
-    tokenizer: Tokenizer
     capabilities: Capabilities
     context_length: int
     device: str
     dtype: str
+    load_options: dict[str, Any]
+    """The loader's own options it was loaded with, as checked (e.g. {"n_ctx": 4096}); recorded with each reply
+    and batch row so a run can be reproduced. Every model class defaults it to {} (class attribute NO_OPTIONS);
+    the model manager sets it after a load."""
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """Its tokenizer (read-only here, so a model may hold a more specific one)."""
 
     def memory_bytes(self) -> int:
         """Bytes the model holds: its weights, and a cache it keeps for as long as it is loaded (llama.cpp)."""
@@ -146,29 +190,54 @@ class SteppedModel(LoadedModel, Protocol):
     def release(self, cache: Any) -> None:
         """The sequence owning ``cache`` has finished; free what it holds."""
 
-    # With ``capabilities.prefix_cache == "blocks"`` a model also provides (see webui/engine/prefix_cache.py):
-    #   prefix_namespace(loras) -> str: what a sequence's KV depends on besides its tokens (model instance, adapters);
-    #   prefix_namespace_live(namespace) -> bool: False once that instance or adapter is gone;
-    #   export_kv(cache, start, end) -> (payload, bytes): a copy of tokens start..end-1 of a sequence's KV;
-    #   import_kv(cache, payloads, n_tokens): start an empty cache with the first n_tokens of those payloads.
-    # With "native": prefix_match(ids) -> int (the longest prefix of ids its cache holds) and
-    #   reuse_prefix(cache, ids) -> int (start an empty cache with that prefix; how many tokens it got);
-    #   drop_prefixes() (forget what finished sequences left behind).
-
-    def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> "torch.Tensor":  # noqa: F821
+    def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> "torch.Tensor":
         """Feed each sequence its unseen ids; return next-token logits, shape [len(caches), vocab]."""
 
     def logits(self, ids: Sequence[int], last_only: bool = True,
-               loras: tuple[tuple[str, float], ...] = ()) -> "torch.Tensor":  # noqa: F821
+               loras: tuple[tuple[str, float], ...] = ()) -> "torch.Tensor":
         """Logits for ``ids`` run alone, outside the running batch (insight views, perplexity), with the (name,
         weight) adapters given (a loader without adapters takes none)."""
+
+
+@runtime_checkable
+class SupportsBlockPrefix(Protocol):
+    """What a model with ``capabilities.prefix_cache == "blocks"`` also provides: the engine keeps copies of its
+    KV in blocks (webui/engine/prefix_cache.py, prefix_reuse.py BlockReuse)."""
+
+    def prefix_namespace(self, loras: tuple[tuple[str, float], ...] = ()) -> str:
+        """What a sequence's KV depends on besides its tokens (this model instance, the adapters and weights)."""
+
+    def prefix_namespace_live(self, namespace: str) -> bool:
+        """False once that namespace's model instance or one of its adapters is gone."""
+
+    def export_kv(self, cache: Any, start: int, end: int) -> tuple[Any, int]:
+        """A copy of tokens start..end-1 of a sequence's KV, and its size in bytes."""
+
+    def import_kv(self, cache: Any, blocks: Sequence[Any], n_tokens: int) -> None:
+        """Start the empty ``cache`` with the first ``n_tokens`` of those copies."""
+
+
+@runtime_checkable
+class SupportsNativePrefix(Protocol):
+    """What a model with ``capabilities.prefix_cache == "native"`` also provides: it keeps what sequences read in
+    its own cache (prefix_reuse.py NativeReuse)."""
+
+    def prefix_match(self, ids: Sequence[int]) -> int:
+        """The longest prefix of ``ids`` its cache holds."""
+
+    def reuse_prefix(self, cache: Any, ids: Sequence[int]) -> int:
+        """Start the empty ``cache`` with that prefix; how many tokens it got."""
+
+    def drop_prefixes(self) -> None:
+        """Forget what finished sequences left behind."""
 
 
 class LoraModel(SteppedModel, Protocol):
     """A stepped model that applies LoRA adapters per sequence (``capabilities.lora``)."""
 
-    loras: dict[str, Any]
-    """Attached adapters by name."""
+    @property
+    def loras(self) -> dict[str, Any]:
+        """Attached adapters by name."""
 
     def new_cache(self, loras: tuple[tuple[str, float], ...] = ()) -> Any:
         """A fresh cache bound to the (name, weight) adapters to apply to its sequence."""
@@ -182,7 +251,7 @@ class LoraModel(SteppedModel, Protocol):
 
 
 class TextBackend(LoadedModel, Protocol):
-    """A server that samples and batches by itself (``capabilities.text_only``): the engine relays its text."""
+    """A server that samples and batches by itself (``capabilities.stepped`` False): the engine relays its text."""
 
     base_url: str
 
@@ -191,9 +260,24 @@ class TextBackend(LoadedModel, Protocol):
         """The reply as chunks (text, finish reason, usage, logprobs); ``fields``: sampling as request fields."""
 
 
+def is_stepped(model: LoadedModel) -> TypeGuard[SteppedModel]:
+    """Whether the engine steps ``model`` itself (``capabilities.stepped``)."""
+    return model.capabilities.stepped
+
+
+def is_text_backend(model: LoadedModel) -> TypeGuard[TextBackend]:
+    """Whether ``model`` generates whole requests itself (a remote server): the engine relays its text."""
+    return not model.capabilities.stepped
+
+
+def is_lora_model(model: LoadedModel) -> TypeGuard[LoraModel]:
+    """Whether ``model`` applies LoRA adapters (``capabilities.lora``)."""
+    return model.capabilities.lora and model.capabilities.stepped
+
+
 def attached_loras(model: LoadedModel | None) -> dict[str, Any]:
     """The adapters attached to ``model`` (none when nothing is loaded or its loader cannot apply any)."""
-    return model.loras if model is not None and model.capabilities.lora else {}  # type: ignore[attr-defined]
+    return model.loras if model is not None and is_lora_model(model) else {}
 
 
 class Loader(Protocol):
@@ -202,7 +286,6 @@ class Loader(Protocol):
     name: str
     description: str
     capabilities: Capabilities
-    requires: tuple[str, ...]  # importable module names the backend needs
     install_hint: str
     options: tuple  # its own load options (loaders/options.py LoadOption), read from LoadOptions.extra
     takes_dtype: bool
@@ -211,6 +294,10 @@ class Loader(Protocol):
     smaller_load: str
     """What makes a load take less memory, said when one does not fit the memory budget ("": only a smaller
     model)."""
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """Importable module names the backend needs (read-only here, so a loader may declare a fixed tuple)."""
 
     def unavailable_reason(self) -> str | None:
         """Why it cannot run here although its packages are installed (a GPU it needs, say), or None."""
@@ -268,6 +355,10 @@ class BaseLoader:
     """What every loader has unless it says otherwise: loaders subclass it, so every part of ``Loader`` is there
     and no caller has to probe for one."""
 
+    name: str
+    description: str
+    capabilities: Capabilities
+    install_hint: str
     options: tuple = ()
     takes_dtype = True
     smaller_load = ""

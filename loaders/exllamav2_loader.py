@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from loaders.base import (NATIVE, BaseLoader, Capabilities, LoadedModel, LoaderError, LoaderUnavailable, LoadOptions,
-                          ModelLoadError, Progress, require_backend, weights_on_disk)
+                          ModelLoadError, Progress, SteppedModel, require_backend, weights_on_disk)
 from loaders.extras import EXTRAS
 from loaders.hf import quant_method
 from loaders.options import LoadOption, LoadOptionError, check_options
@@ -133,6 +133,7 @@ class ExLlamaV2Loader(BaseLoader):
 
         model = ExLlamaV2Model(path, values["cache_size"], values["cache_quant"],
                                gpu_split(values["gpu_split"], torch.cuda.device_count()))
+        model.load_options = values
         if progress:
             progress(1.0, f"loaded {path.name}")
         return model
@@ -159,6 +160,7 @@ class ExLlamaV2Model:
         from loaders.hf import folder_tokenizer
 
         self.path, self.name = path, path.name
+        self.load_options: dict[str, Any] = {}  # the loader sets the options it loaded with
         self._cache_class = getattr(exllamav2, CACHE_CLASSES[cache_quant])
         before = torch.cuda.memory_allocated()
         try:
@@ -230,3 +232,8 @@ class ExLlamaV2Model:
         import torch
 
         torch.cuda.empty_cache()
+
+
+if TYPE_CHECKING:  # the type checker holds the model to what its capabilities promise
+    def _promises(model: ExLlamaV2Model) -> SteppedModel:
+        return model

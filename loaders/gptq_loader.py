@@ -128,6 +128,7 @@ class GPTQLoader(BaseLoader):
             progress(1.0, f"loaded {path.name}")
         loaded = TransformersModel(path, model, tokenizer, device, dtype)
         loaded.loader = self.name
+        loaded.load_options = values
         loaded.capabilities = replace(loaded.capabilities, lora=False, formats=self.capabilities.formats,
                                       devices=self.capabilities.devices)
         return loaded

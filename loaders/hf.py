@@ -215,7 +215,8 @@ def from_pretrained(path: Path, device: str, dtype: str, **load_kwargs: Any):
     except (OSError, ValueError, KeyError, ImportError, RuntimeError) as exc:  # CUDA out of memory, kernels
         raise ModelLoadError(f"could not load '{path}' with transformers: {exc}") from exc
     if "device_map" not in load_kwargs:
-        model.to(device)
+        # transformers' stubs type the decorated PreTrainedModel.to's first argument as the model itself
+        model.to(device)  # type: ignore[arg-type]
     model.eval()
     return model, tokenizer
 

@@ -114,8 +114,9 @@ class StepCache:
         keys, values = self.pool.layer(layer_idx, key_states[0])
         for pool, new in ((keys, key_states), (values, value_states)):
             pool[:, self.write_blocks, self.write_offsets] = new.transpose(0, 1).reshape(heads, -1, dim)
-        return tuple(pool.index_select(1, self.table).view(heads, self.rows, self.blocks * BLOCK, dim)
-                     .transpose(0, 1)[:, :, :self.width] for pool in (keys, values))
+        keys, values = (pool.index_select(1, self.table).view(heads, self.rows, self.blocks * BLOCK, dim)
+                        .transpose(0, 1)[:, :, :self.width] for pool in (keys, values))
+        return keys, values
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.width

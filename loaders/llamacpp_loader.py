@@ -23,10 +23,11 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from loaders.base import (NATIVE, BaseLoader, Capabilities, LoadedModel, LoaderError, LoadOptions, ModelLoadError,
-                          Progress, available_memory_bytes, common_prefix, require_backend)
+                          Progress, SteppedModel, SupportsGuidance, SupportsNativePrefix, available_memory_bytes,
+                          common_prefix, require_backend)
 from loaders.extras import EXTRAS
 from loaders.gguf_header import read_header
 from loaders.options import LoadOption, LoadOptionError, check_options, refuse_off_device
@@ -177,6 +178,7 @@ class LlamaCppModel:
         import llama_cpp
 
         options = check_options(LlamaCppLoader, options)
+        self.load_options: dict[str, Any] = options
 
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # llama.cpp logs every tensor otherwise
         self._lib = lib = llama_cpp
@@ -466,10 +468,19 @@ class LlamaCppTokenizer:
             raise ModelLoadError("this .gguf file has no chat template; use a raw completion instead")
         from transformers.utils.chat_template_utils import render_jinja_template
 
-        rendered, _ = render_jinja_template([messages], tools=tools, chat_template=self.chat_template,
-                                            add_generation_prompt=add_generation_prompt, **self.special_tokens())
+        special = self.special_tokens()
+        offered: list[dict | Callable] | None = list(tools) if tools is not None else None
+        # transformers annotates render_jinja_template "-> str"; it returns (rendered chats, generation indices)
+        rendered, _ = render_jinja_template(  # type: ignore[str-unpack]
+            [messages], tools=offered, chat_template=self.chat_template, add_generation_prompt=add_generation_prompt,
+            bos_token=special["bos_token"], eos_token=special["eos_token"])
         return rendered[0]
 
     def special_tokens(self) -> dict[str, str]:
         """bos_token and eos_token as text (what chat templates write)."""
         return {k: v.decode("utf-8", errors="replace") for k, v in self._special.items()}
+
+
+if TYPE_CHECKING:  # the type checker holds the model to what its capabilities promise
+    def _promises(model: LlamaCppModel) -> tuple[SteppedModel, SupportsNativePrefix, SupportsGuidance]:
+        return model, model, model.tokenizer

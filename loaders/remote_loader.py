@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from loaders.base import BaseLoader, Capabilities, LoaderError, LoadOptions, ModelLoadError
+from loaders.base import BaseLoader, Capabilities, LoaderError, LoadOptions, ModelLoadError, TextBackend
 
 
 class RemoteError(LoaderError):
@@ -93,6 +93,7 @@ class RemoteModel:
         if not base_url.startswith(("http://", "https://")):
             raise ModelLoadError(f"a remote server URL must start with http:// or https://, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
+        self.load_options: dict[str, Any] = {}  # a server has no load options of ours
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.base_url, headers=headers,
                                   timeout=httpx.Timeout(timeout, connect=10.0))
@@ -206,3 +207,8 @@ def _chunk(data: dict, chat: bool) -> RemoteChunk:
                 out.logprobs.append((token, value, list((top or {}).items())))
         out.finish_reason = choice.get("finish_reason") or out.finish_reason
     return out
+
+
+if TYPE_CHECKING:  # the type checker holds the model to what its capabilities promise
+    def _promises(model: RemoteModel) -> TextBackend:
+        return model

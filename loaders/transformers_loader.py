@@ -10,10 +10,10 @@ import gc
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from loaders.base import (CONVERTS, NATIVE, BaseLoader, Capabilities, LoadedModel, LoaderUnavailable, LoadOptions,
-                          Progress, missing_module, require_backend)
+                          LoraModel, Progress, SupportsBlockPrefix, SupportsGuidance, missing_module, require_backend)
 from loaders.hf import (DTYPE_BYTES, HF_INSTALL, HF_OPTIONS, HF_REQUIRES, HFTokenizer, check_model_path, cuda_note,
                         ensure_converted, eos_ids, from_pretrained, hf_load_kwargs, is_hf_folder, loaded_bytes,
                         quant_method, resolve_device, resolve_dtype)
@@ -77,8 +77,10 @@ class TransformersLoader(BaseLoader):
         model, tokenizer = from_pretrained(path, device, dtype, **kwargs)
         if progress:
             progress(1.0, f"loaded {path.name}")
-        return TransformersModel(path, model, tokenizer, str(model.device) if "device_map" in kwargs else device,
-                                 dtype)
+        loaded = TransformersModel(path, model, tokenizer, str(model.device) if "device_map" in kwargs else device,
+                                   dtype)
+        loaded.load_options = values
+        return loaded
 
 
 class TransformersModel:
@@ -89,6 +91,7 @@ class TransformersModel:
     def __init__(self, path: Path, model: Any, tokenizer: Any, device: str, dtype: str):
         self.path, self.name = path, path.stem if path.is_file() else path.name
         self.model, self.device, self.dtype = model, device, dtype
+        self.load_options: dict[str, Any] = {}  # the loader sets the options it loaded with
         self.tokenizer = HFTokenizer(tokenizer, eos_ids(getattr(model, "generation_config", None), tokenizer))
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
@@ -220,3 +223,6 @@ def _plain_dynamic_cache(cache: Any) -> bool:
     return all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
+if TYPE_CHECKING:  # the type checker holds the model to what its capabilities promise
+    def _promises(model: TransformersModel) -> tuple[LoraModel, SupportsBlockPrefix, SupportsGuidance]:
+        return model, model, model.tokenizer

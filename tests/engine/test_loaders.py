@@ -250,3 +250,17 @@ def test_a_gguf_is_sized_from_its_header_before_it_is_converted(default_model_di
         assert transformers.estimate_bytes(gguf, LoadOptions("cpu", dtype)) == loaded_bytes(default_model_dir, dtype)
     (tmp_path / "fake.gguf").write_bytes(b"GGUF" + b"\0" * 10)  # a cut-off header: no figures, no exception
     assert read_header(tmp_path / "fake.gguf") is None and read_header(tmp_path / "missing.gguf") is None
+
+
+def test_a_loaded_model_records_its_checked_load_options_and_its_capabilities_say_what_it_can_do(tiny_model):
+    """load_options is part of LoadedModel (no caller probes for it): the loader sets the options as checked."""
+    from loaders.base import is_lora_model, is_stepped, is_text_backend
+    from loaders.options import check_options
+    from loaders.registry import default_registry
+
+    assert tiny_model.load_options == check_options(default_registry().get("transformers"), {})
+    caps = tiny_model.capabilities
+    assert caps.stepped and caps.tokenizes and not caps.renders_chats and not caps.text_only
+    assert is_stepped(tiny_model) and is_lora_model(tiny_model) and not is_text_backend(tiny_model)
+    remote = default_registry().get("remote").capabilities
+    assert not remote.stepped and not remote.tokenizes and remote.renders_chats

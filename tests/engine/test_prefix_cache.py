@@ -384,3 +384,37 @@ def test_real_model_chat_turns_identical_with_the_cache(real_model):
         results[name] = replies
     assert [t for t, _ in results["on"]] == [t for t, _ in results["off"]]
     assert results["on"][0][1] == 0 and results["on"][1][1] > 0 and results["on"][2][1] > 0
+
+
+def test_the_strategy_is_picked_once_from_the_capabilities_and_a_broken_promise_is_named():
+    """prefix_reuse_for is the one place a prefix mode is told apart; a model lacking its protocol's methods is
+    refused with the protocol's name instead of failing in the middle of a step."""
+    from types import SimpleNamespace
+
+    from loaders.base import Capabilities
+    from webui.engine.prefix_reuse import BlockReuse, NativeReuse, NoReuse, prefix_reuse_for
+
+    class Blocks:
+        loader, device, capabilities = "fake", "cpu", Capabilities(prefix_cache="blocks")
+
+        def prefix_namespace(self, loras=()): return "m"
+        def prefix_namespace_live(self, namespace): return True
+        def export_kv(self, cache, start, end): return None, 0
+        def import_kv(self, cache, blocks, n_tokens): pass
+
+    class Native:
+        loader, device, capabilities = "fake", "cpu", Capabilities(prefix_cache="native")
+
+        def prefix_match(self, ids): return 0
+        def reuse_prefix(self, cache, ids): return 0
+        def drop_prefixes(self): pass
+
+    assert isinstance(prefix_reuse_for(Blocks(), 1), BlockReuse)
+    assert prefix_reuse_for(Blocks(), 1).stats().budget_bytes == 2**20
+    assert isinstance(prefix_reuse_for(Native(), None), NativeReuse)
+    for off in (prefix_reuse_for(Blocks(), 0), prefix_reuse_for(None, None),
+                prefix_reuse_for(SimpleNamespace(capabilities=Capabilities()), None)):
+        assert isinstance(off, NoReuse) and off.stats() is None
+    broken = SimpleNamespace(loader="broken", device="cpu", capabilities=Capabilities(prefix_cache="native"))
+    with pytest.raises(TypeError, match="broken loader says prefix_cache='native'.*SupportsNativePrefix"):
+        prefix_reuse_for(broken, None)

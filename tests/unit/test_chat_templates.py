@@ -101,11 +101,12 @@ def test_a_model_without_a_template_gets_a_guessed_built_in_and_a_note(untemplat
 def test_the_api_names_chat_template_when_a_model_has_none(tmp_path):
     from types import SimpleNamespace
 
+    from loaders.base import Capabilities
     from webui.api.errors import APIError
     from webui.api.routes import request_template
 
     model = SimpleNamespace(name="bare", tokenizer=FakeTokenizer("<start_of_turn>"),
-                            capabilities=SimpleNamespace(text_only=False))
+                            capabilities=Capabilities())
     store = TemplateStore(tmp_path)
     with pytest.raises(APIError) as info:
         request_template(store, None, model)

@@ -41,7 +41,7 @@ def model_info(request: Request) -> dict:
             "lora_names": [name for name, _ in current.loras.items()] if current else [],
             "models": [{"model_name": s.name, "loader": s.model.loader, "device": s.model.device,
                         "dtype": s.model.dtype, "memory_bytes": s.model.memory_bytes(),
-                        "load_options": getattr(s.model, "load_options", {}),
+                        "load_options": s.model.load_options,
                         "loras": dict(s.loras), "in_use": s is current} for s in models.slots()],
             "memory_budget_bytes": models.budget_bytes()}
 

@@ -178,12 +178,12 @@ def request_template(templates: TemplateStore, given: str | None, model) -> Chat
     """The request's chat_template (vLLM's field: Jinja text; here also a built-in's or saved template's name);
     None: the model's own, which a model without one cannot use (a 400 naming chat_template)."""
     if given is None:
-        if not model.capabilities.text_only and not getattr(model.tokenizer, "chat_template", None):
+        if not model.capabilities.renders_chats and not model.tokenizer.chat_template:
             raise APIError(400, f"the model '{model.name}' has no chat template of its own; send chat_template: a "
                                 f"Jinja template or one of {', '.join(templates.names())} (its special tokens "
                                 f"suggest '{guess(model.tokenizer)}')", param="chat_template")
         return None
-    if model.capabilities.text_only:
+    if model.capabilities.renders_chats:
         raise APIError(400, f"chat_template cannot apply to '{model.name}': a remote server renders chats itself",
                        param="chat_template")
     try:
@@ -215,7 +215,7 @@ async def completions(body: CompletionRequest, request: Request):
     s = serving(request)
     model, loras = s.resolve_model(body.model, body.loras)
     scores_only = body.scores_only  # max_tokens 0: one token is generated (it checks the prompt) and dropped
-    if body.echo and body.logprobs is not None and model.capabilities.text_only:
+    if body.echo and body.logprobs is not None and not model.capabilities.stepped:
         raise APIError(400, f"echo with logprobs scores the prompt's tokens, which needs a local model; "
                             f"'{model.name}' is a remote server", param="echo")
     params = s.sampling_params(body.model_copy(update={"max_tokens": 1}) if scores_only else body)

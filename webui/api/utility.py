@@ -26,10 +26,12 @@ from webui.insight import next_tokens
 router = APIRouter()
 
 
-def _local(request: Request, name: str | None, what: str):
-    """The loaded model a request names, if it is a local one (a remote server gives no tokens)."""
+def _local(request: Request, name: str | None, what: str, logits: bool = False):
+    """The loaded model a request names, if it can do what is asked: tokenize (or, with ``logits``, give
+    next-token logits); a remote server does neither."""
     model, loras = serving(request).resolve_model(name)
-    if model.capabilities.text_only:
+    caps = model.capabilities
+    if not (caps.stepped if logits else caps.tokenizes):
         raise APIError(400, f"{what} needs a local model; '{model.name}' is a remote server", param="model")
     return model, loras
 
@@ -106,7 +108,7 @@ async def logits(body: LogitsRequest, request: Request) -> dict:
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "send either 'prompt' (text) or 'messages' (a chat, read through its template)",
                        param="prompt")
-    model, loras = _local(request, body.model, "the next-token distribution")
+    model, loras = _local(request, body.model, "the next-token distribution", logits=True)
     if loras:
         raise APIError(400, "the next-token distribution is the base model's; name the model without an adapter",
                        param="model")

@@ -6,6 +6,11 @@ model at once (``LoadedModel.forward`` takes a list, so a loader that can batch
 does); finished and cancelled sequences leave at the next step, and waiting
 requests join up to ``max_running``. Nothing holds a lock for a whole
 generation: the lock only guards the queues.
+
+The engine only schedules: how a model reuses prompt KV already computed is
+its PrefixReuse strategy (prefix_reuse.py, picked once per model), and a
+request on a text-only backend goes to the RelayRunner (relay.py), which runs
+it on its own thread.
 """
 
 from __future__ import annotations
@@ -16,21 +21,19 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from loaders.base import LoadedModel, common_prefix
-from webui.engine.prefix_cache import BLOCK_TOKENS, PrefixCache, PrefixCacheStats, chain_keys, default_budget_mb
-from webui.engine.relay import relay
+from loaders.base import LoadedModel, SteppedModel, is_stepped, is_text_backend
+from webui.engine.prefix_cache import BLOCK_TOKENS, PrefixCacheStats
+from webui.engine.prefix_reuse import PrefixReuse, prefix_reuse_for
+from webui.engine.relay import RelayRunner
 from webui.engine.sampling import sample_rows
 from webui.engine.sequence import Sequence, check_loras, tokenize_prompt
 from webui.engine.stream import RequestStream
 from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, GenerationResult, NoModelLoaded,
-                                now)
+                                FinishReason, now)
 
 log = logging.getLogger(__name__)
 
 TPS_WINDOW = 5.0  # seconds of history behind EngineStats.tokens_per_second
-WAIT_BLOCKS = 4
-"""A sequence waits for another's prefill only to gain this many prefix blocks or more; a few tokens are cheaper
-to prefill again than a step of waiting."""
 
 
 class QueueFull(EngineError):
@@ -76,11 +79,10 @@ class Engine:
         self._cond = threading.Condition()
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
-        self._calls: list[tuple[Callable[[], Any], threading.Event, list]] = []
-        self._relayed: set[Sequence] = set()  # requests a text-only backend is generating
+        self._calls: list[tuple[Callable[[], Any], threading.Event, list[Any]]] = []
+        self._relays = RelayRunner()  # requests a text-only backend is generating, each on its own thread
         self._recent: deque[tuple[float, int]] = deque()
-        self._prefix = PrefixCache(0, config.prefix_block_tokens)
-        self._size_prefix_cache(model)
+        self._reuse = self._prefix_reuse(model)
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
         self._thread.start()
@@ -101,10 +103,9 @@ class Engine:
             if len(self._waiting) >= self.config.max_waiting:
                 raise QueueFull(self.config.max_waiting)
         check_loras(model, request)
-        prompt_ids = [] if model.capabilities.text_only else tokenize_prompt(model, request)
+        prompt_ids = tokenize_prompt(model, request) if is_stepped(model) else []  # a text backend tokenizes
         stream = RequestStream(request.request_id, request.cancel, self._wake)
-        seq = Sequence(request, stream, now())
-        seq.tokenized_for = (model, prompt_ids)
+        seq = Sequence(request, stream, now(), tokenized_for=(model, prompt_ids))
         with self._cond:
             self._waiting.append(seq)
             self._cond.notify()
@@ -125,7 +126,7 @@ class Engine:
     def call_between_steps(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the scheduler thread between two steps (e.g. to change the model's adapters
         while nothing is in a forward); return its result or raise its exception here."""
-        done, box = threading.Event(), []
+        done, box = threading.Event(), list[Any]()  # [result, exception] once done
         with self._cond:
             if self._closed:
                 raise EngineClosed()
@@ -146,25 +147,17 @@ class Engine:
             cutoff = now() - TPS_WINDOW
             tokens = sum(n for t, n in self._recent if t >= cutoff)
             model = self._model
-            prefix = self._prefix.stats() if self._prefix_mode(model) else None
-            return EngineStats(model.name if model else None, len(self._running) + len(self._relayed),
+            prefix = self._reuse.stats()
+            return EngineStats(model.name if model else None, len(self._running) + len(self._relays),
                                len(self._waiting), tokens / TPS_WINDOW, prefix)
 
     def clear_prefix_cache(self) -> None:
         """Forget every cached prompt block (the next requests prefill in full)."""
-        def clear() -> None:
-            self._prefix.clear()
-            if self._prefix_mode(self._model) == "native":
-                self._model.drop_prefixes()
-
-        self.call_between_steps(clear)
+        self.call_between_steps(lambda: self._reuse.clear())
 
     def drop_stale_prefixes(self) -> int:
         """(Scheduler thread.) Free the blocks of adapters that are no longer attached; returns how many."""
-        model = self._model
-        if self._prefix_mode(model) != "blocks":
-            return 0  # no blocks are kept
-        return self._prefix.drop(lambda namespace: not model.prefix_namespace_live(namespace))
+        return self._reuse.drop_stale()
 
     def close(self) -> None:
         with self._cond:
@@ -206,33 +199,21 @@ class Engine:
     def _swap(self, model: LoadedModel | None) -> None:
         """(Scheduler thread.) Requests running on the old model end with an error that says why."""
         if model is not self._model:
-            for seq in list(self._relayed):  # a remote stream stops reading at its next chunk
-                seq.request.cancel.cancel()
+            self._relays.cancel_all()
             what = "the model was unloaded" if model is None else f"the model was switched to '{model.name}'"
             self._fail(self._running, EngineError(f"generation stopped: {what} while this request was running"))
-            self._prefix.clear()  # blocks belong to the model that computed them
-            self._size_prefix_cache(model)
+            self._reuse = self._prefix_reuse(model)  # kept blocks belong to the model that computed them
         self._model = model
 
-    def _size_prefix_cache(self, model: LoadedModel | None) -> None:
-        """The block budget: only the "blocks" mode keeps copies (a "native" backend keeps its own cells)."""
-        if self._prefix_mode(model) != "blocks":
-            self._prefix.budget_bytes = 0
-            return
-        mb = self.config.prefix_cache_mb
-        self._prefix.budget_bytes = int((default_budget_mb(model.device) if mb is None else mb) * 2**20)
-
-    def _prefix_mode(self, model: LoadedModel | None) -> str:
-        """How this model reuses prompt KV: "blocks", "native" or "" (never, or the cache is off)."""
-        if model is None or self.config.prefix_cache_mb == 0:
-            return ""
-        return model.capabilities.prefix_cache
+    def _prefix_reuse(self, model: LoadedModel | None) -> PrefixReuse:
+        """The model's prefix-reuse strategy (blocks, native or none), chosen once per model."""
+        return prefix_reuse_for(model, self.config.prefix_cache_mb, self.config.prefix_block_tokens)
 
     def _admit(self) -> list[Sequence]:
-        admitted = []
+        admitted: list[Sequence] = []
         t = now()
         for seq in list(self._waiting):
-            reason = "cancelled" if seq.request.cancel.cancelled else "timeout" if seq.queue_expired(t) else None
+            reason = _ended(seq, seq.queue_expired(t))
             if reason:
                 self._waiting.remove(seq)
                 seq.stream.put(seq.finish(reason))
@@ -246,32 +227,26 @@ class Engine:
             try:
                 if model is None:
                     raise NoModelLoaded()
-                if model.capabilities.text_only:  # a remote server samples; relay its stream on a thread
-                    self._relayed.add(seq)
-                    threading.Thread(target=self._relay, args=(seq, model), daemon=True,
-                                     name=f"relay-{seq.request.request_id}").start()
-                    continue
-                tokenized_model, ids = seq.tokenized_for
-                seq.start(model, ids if tokenized_model is model else None)
-                self._running.append(seq)
-                mode = self._prefix_mode(model)
-                if mode:
-                    seq.prefix_namespace = model.prefix_namespace(seq.request.loras) if mode == "blocks" else mode
+                if is_stepped(model):
+                    seq.start(model, seq.prompt_for(model), self._reuse.track(seq.request.loras))
+                    self._running.append(seq)
                     self._start_from_cache(seq)
+                elif is_text_backend(model):  # a remote server samples: its runner relays the stream
+                    self._relays.start(seq, model)
             except Exception as exc:
                 self._fail([seq], exc)
 
-    def _relay(self, seq: Sequence, model: LoadedModel) -> None:
-        try:
-            relay(seq, model)
-        finally:
-            with self._cond:
-                self._relayed.discard(seq)
+    def _stepped_model(self) -> SteppedModel:
+        """The model the running sequences step (they end when it is swapped, so it is always there)."""
+        model = self._model
+        if model is None or not is_stepped(model):
+            raise NoModelLoaded()
+        return model
 
     def _drop_cancelled(self) -> None:
         t = now()
         for seq in list(self._running):
-            reason = "cancelled" if seq.request.cancel.cancelled else "timeout" if seq.time_expired(t) else None
+            reason = _ended(seq, seq.time_expired(t))
             if reason:
                 seq.stream.put(seq.finish(reason))
                 self._retire([seq])
@@ -281,66 +256,23 @@ class Engine:
         for seq in seqs:
             if seq in self._running:
                 self._running.remove(seq)
-            for pins in seq.prefix_pins:
-                self._prefix.unpin(pins)
-            seq.prefix_pins = []
+            self._reuse.release(seq.prefix)
 
-    # -- prefix cache -------------------------------------------------------------------
+    # -- prefix reuse (the strategy keeps the blocks; the engine decides who runs and who waits) -----------------
     def _start_from_cache(self, seq: Sequence) -> None:
-        """Start ``seq`` from the longest cached prefix of its prompt, or let it wait while a running
+        """Start ``seq`` from the longest computed prefix of its prompt, or let it wait while a running
         sequence is prefilling more of that prefix (n > 1, a batch grid): it is computed once, then shared."""
-        cache, block, prompt, model = self._prefix, self._prefix.block_tokens, seq.prompt_ids, self._model
-        native = model.capabilities.prefix_cache == "native"
-        if not seq.prefix_keys:
-            seq.prefix_keys = chain_keys(seq.prefix_namespace, prompt, len(prompt) // block, block=block)
-        usable = prompt[:-1]  # the last prompt token is always fed: its logits are needed
-        hit = model.prefix_match(usable) // block if native else cache.match(seq.prefix_keys)
+        hit = self._reuse.found(seq.prefix, seq.prompt_ids)
         seq.waiting_for = self._prefill_leader(seq, hit)
-        if seq.waiting_for is not None:
-            return
-        if native:
-            n = model.reuse_prefix(seq.cache, usable)
-        else:
-            n = min(hit * block, len(usable))
-            if n > 0:
-                model.import_kv(seq.cache, cache.payloads(seq.prefix_keys[:-(-n // block)]), n)
-            seq.prefix_pins.append(cache.pin(seq.prefix_keys[:hit]))
-        cache.count_lookup(len(prompt), n)
-        seq.pending = prompt[n:]
-        seq.cached_tokens = n
-        seq.prefix_stored = max(hit, n // block)
+        if seq.waiting_for is None:
+            seq.resume_from(self._reuse.restore(seq.prefix, seq.cache, seq.prompt_ids, hit))
 
     def _prefill_leader(self, seq: Sequence, hit: int) -> Sequence | None:
-        """A running sequence that is prefilling blocks of ``seq``'s prompt the cache does not have yet."""
+        """A running sequence that is prefilling blocks of ``seq``'s prompt that are not computed yet."""
         for other in self._running:
-            if (other is seq or other.finished or other.prompt_done or other.waiting_for is not None
-                    or other.prefix_namespace != seq.prefix_namespace):
-                continue
-            shared = common_prefix(seq.prefix_keys, other.prefix_keys)
-            if shared - hit >= WAIT_BLOCKS and other.prefix_stored < shared and not other.prefix_full:
+            if other is not seq and other.prefilling and self._reuse.worth_waiting_for(seq.prefix, hit, other.prefix):
                 return other
         return None
-
-    def _store_blocks(self, seq: Sequence) -> None:
-        """Offer the cache every full block of ``seq``'s tokens whose KV is computed (prompt and reply alike,
-        so the next chat turn or a regenerate finds them)."""
-        if seq.prefix_namespace is None or seq.prefix_full:
-            return
-        block = self._prefix.block_tokens
-        full = seq.kv_tokens // block
-        if full <= seq.prefix_stored:
-            return
-        if self._model.capabilities.prefix_cache == "native":  # the backend keeps its cells; only note progress
-            seq.prefix_stored = full
-            return
-        seq.prefix_keys = chain_keys(seq.prefix_namespace, seq.ids, full, seq.prefix_keys, block)
-        keys = seq.prefix_keys[:full]
-        model, cache = self._model, seq.cache
-        stored = self._prefix.insert(seq.prefix_namespace, keys, seq.prefix_stored,
-                                     lambda i: model.export_kv(cache, i * block, (i + 1) * block))
-        seq.prefix_pins.append(self._prefix.pin(keys[seq.prefix_stored:stored]))
-        seq.prefix_full = stored < full
-        seq.prefix_stored = stored
 
     def _plan(self) -> list[tuple[Sequence, list[int]]]:
         """What each sequence feeds this step: every decode, then prompt chunks within the token budget.
@@ -374,13 +306,13 @@ class Engine:
         # then each sampled token), so its logits are ready whenever the request samples
         guides = [(s.guide, s.guide.pending) for s, _ in plan if s.guide is not None and s.guide.pending]
         feeds = [(s.cache, ids) for s, ids in plan] + [(g.cache, ids) for g, ids in guides]
-        logits = self._model.forward([c for c, _ in feeds], [ids for _, ids in feeds])
+        logits = self._stepped_model().forward([c for c, _ in feeds], [ids for _, ids in feeds])
         for j, (guide, ids) in enumerate(guides):
             guide.took(ids, logits[len(plan) + j])
         ready: list[tuple[Sequence, int]] = []
         for i, (seq, ids) in enumerate(plan):
-            seq.pending = seq.pending[len(ids):]
-            self._store_blocks(seq)
+            seq.fed(ids)
+            self._reuse.keep(seq.prefix, seq.cache, seq.ids, seq.kv_tokens)
             if not seq.pending:  # the whole prompt is in: this sequence samples
                 ready.append((seq, i))
         if ready:
@@ -420,3 +352,8 @@ class Engine:
                 done.set()
         self._fail(pending, EngineClosed())
         self._running = []
+
+
+def _ended(seq: Sequence, expired: bool) -> FinishReason | None:
+    """Why ``seq`` ends before its next step: cancelled, or past its time limit (``expired``); None: it goes on."""
+    return "cancelled" if seq.request.cancel.cancelled else "timeout" if expired else None

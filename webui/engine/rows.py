@@ -9,7 +9,7 @@ sits at the end of each row, after every value a prefix sum reads (so batched = 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeAlias
 
 import torch
 
@@ -126,7 +126,7 @@ def top_candidates(x: torch.Tensor, k: int) -> Candidates:
     return ordered(values, index, x.shape[-1])
 
 
-State = "torch.Tensor | Candidates"
+State: TypeAlias = "torch.Tensor | Candidates"
 
 
 def dense(state: Any) -> torch.Tensor:

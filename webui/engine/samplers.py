@@ -218,7 +218,7 @@ class Dry(Processor):
         ids = list(ids[start:])
         if not ids or ids[-1] in self.breakers:
             return {}
-        last, longest = ids[-1], {}
+        last, longest = ids[-1], dict[int, int]()
         for i in range(len(ids) - 1):
             if ids[i] != last or ids[i + 1] in self.breakers:
                 continue

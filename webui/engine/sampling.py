@@ -210,20 +210,22 @@ def run(samplers: Sequence[Sampler], rows: Rows, x: torch.Tensor, checked: bool 
         kind = type(procs[0])
         if isinstance(state, Candidates) and not kind.on_candidates:
             state = state.dense()
-        before = state if kind.can_empty and checked else None
+        keep = kind.can_empty and checked  # keep the row as it was, for a row the step would leave empty
         if isinstance(state, Candidates):
+            kept = state if keep else None
             state = kind.candidates(procs, rows, state)
-            if before is not None:
+            if kept is not None:
                 left = torch.isfinite(state.values).any(-1, keepdim=True)
-                state = Candidates(torch.where(left, state.values, before.values), state.index, state.vocab)
+                state = Candidates(torch.where(left, state.values, kept.values), state.index, state.vocab)
             if not kind.keeps_order:
                 state = state.sorted()
         else:
-            if before is not None:
-                before = before.clone()
+            dense = state.clone() if keep else None
             state = kind.batch(procs, rows, state)
-            if before is not None:
-                state = torch.where(torch.isfinite(state).any(-1, keepdim=True), state, before)
+            if dense is not None:
+                if not isinstance(state, torch.Tensor):  # a step that can empty a row keeps the dense form
+                    raise TypeError(f"{kind.__name__}.batch may empty a row, so it must return dense logits")
+                state = torch.where(torch.isfinite(state).any(-1, keepdim=True), state, dense)
     return state
 
 

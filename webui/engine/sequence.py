@@ -7,9 +7,10 @@ from typing import Any
 
 import torch
 
-from loaders.base import LoadedModel
+from loaders.base import LoadedModel, SteppedModel, SupportsGuidance, is_lora_model
 from webui.engine.detokenize import IncrementalDetokenizer
 from webui.engine.params import InvalidParameter
+from webui.engine.prefix_reuse import PrefixTrack
 from webui.engine.sampling import Sampler, TokenChoice
 from webui.engine.stopping import StopStringMatcher
 from webui.engine.stream import RequestStream
@@ -21,7 +22,7 @@ def check_loras(model: LoadedModel, request: GenerationRequest) -> None:
     """A request's adapters must be attached to the model, and its loader must do LoRA."""
     if not request.loras:
         return
-    if not model.capabilities.lora:
+    if not is_lora_model(model):
         raise InvalidParameter("lora", f"the {model.loader} loader cannot apply LoRA adapters; load the model with "
                                        "a loader that can (transformers)", request.loras)
     attached = model.loras
@@ -37,9 +38,9 @@ def token_budget(model: LoadedModel, params) -> int:
     return min(params.truncation_length or model.context_length, model.context_length)
 
 
-def tokenize_prompt(model: LoadedModel, request: GenerationRequest) -> list[int]:
+def tokenize_prompt(model: SteppedModel, request: GenerationRequest) -> list[int]:
     params = request.params
-    if params.structured_outputs and not hasattr(model.tokenizer, "guidance_tokenizer"):
+    if params.structured_outputs and not isinstance(model.tokenizer, SupportsGuidance):
         raise InvalidParameter("structured_outputs", f"structured_outputs: the {model.loader} loader's tokenizer "
                                                      "cannot constrain output; use another loader")
     if isinstance(request.prompt, list):
@@ -94,11 +95,13 @@ class Sequence:
     """Engine-side state of one request. The engine thread owns it; a request on a text-only backend is owned by
     its relay thread from admission to its final event (the engine only cancels it, through its request)."""
 
-    def __init__(self, request: GenerationRequest, stream: RequestStream, submitted: float):
+    def __init__(self, request: GenerationRequest, stream: RequestStream, submitted: float,
+                 tokenized_for: tuple[LoadedModel, list[int]] | None = None):
         self.request, self.stream, self.submitted = request, stream, submitted
+        self.tokenized_for = tokenized_for  # (model, prompt ids) when submitted: tokenized again for another model
         params = request.params
         self.seed = params.seed if params.seed is not None else secrets.randbits(63)
-        self.model: LoadedModel | None = None
+        self.model: SteppedModel | None = None
         self.prompt_ids: list[int] = []
         self.ids: list[int] = []
         self.pending: list[int] = []
@@ -108,21 +111,16 @@ class Sequence:
         self.first_token: float | None = None
         self.finished = False
         self.prompt_done = False  # the whole prompt is in the cache; each step now feeds one token
-        self.tokenized_for: tuple[LoadedModel, list[int]] | None = None  # set by Engine.submit
-        self.stops: StopStringMatcher | None = None
-        # prefix cache (kept by the engine): the KV namespace, the hash-chain keys of this sequence's full
-        # blocks, how many of them are cached, the pins that keep them, and a sequence whose prefill it waits for
-        self.cached_tokens = 0
-        self.prefix_namespace: str | None = None
-        self.prefix_keys: list[bytes] = []
-        self.prefix_stored = 0
-        self.prefix_pins: list = []
-        self.prefix_full = False  # the cache had no room for this sequence's next block: stop offering
-        self.waiting_for: "Sequence | None" = None
+        self.stops = StopStringMatcher(params.stop)
+        self.cached_tokens = 0  # prompt tokens whose KV was reused, not prefilled (set by resume_from)
+        self.prefix = PrefixTrack("")  # its prefix-reuse state, made and kept by the engine's strategy
+        self.waiting_for: "Sequence | None" = None  # a sequence prefilling the prompt's start, which it waits for
         self.guide: Guide | None = None
 
-    def start(self, model: LoadedModel, prompt_ids: list[int] | None = None) -> None:
-        """Bind to ``model``: tokenize (unless given), size the budget, build sampler and cache."""
+    def start(self, model: SteppedModel, prompt_ids: list[int] | None = None, prefix: PrefixTrack | None = None
+              ) -> None:
+        """Bind to ``model``: tokenize (unless given), size the budget, build sampler and cache; ``prefix``: its
+        state in the engine's prefix-reuse strategy."""
         self.prompt_ids = prompt_ids if prompt_ids is not None else tokenize_prompt(model, self.request)
         self.ids = list(self.prompt_ids)
         self.pending = list(self.prompt_ids)
@@ -133,16 +131,50 @@ class Sequence:
         self.sampler = Sampler(params, sorted(tok.eos_token_ids), len(self.prompt_ids), self.seed, tok)
         self.detok = IncrementalDetokenizer(lambda ids: tok.decode(ids, skip_special_tokens=params.skip_special_tokens),
                                             self.prompt_ids[-8:])
-        self.stops = StopStringMatcher(self.request.params.stop)
         self.cache = self._new_cache(model)
         if params.guidance_scale != 1.0:
             self.guide = Guide(guide_prompt(model, self.request, self.prompt_ids), self._new_cache(model))
             self.max_new = max(1, min(self.max_new, model.context_length - len(self.guide.pending)))
         self.admitted = now()
         self.model = model
+        if prefix is not None:
+            self.prefix = prefix
 
-    def _new_cache(self, model: LoadedModel) -> Any:
-        return model.new_cache(loras=self.request.loras) if self.request.loras else model.new_cache()
+    def start_relayed(self) -> StopStringMatcher:
+        """Admitted to run on a text-only backend (which tokenizes and samples): only the stop matcher and the
+        clock are ours. Returns the matcher."""
+        self.admitted = now()
+        return self.stops
+
+    def mark_first_token(self) -> None:
+        """Output has come: the first time, that is the time to first token."""
+        if self.first_token is None:
+            self.first_token = now()
+
+    def prompt_for(self, model: LoadedModel) -> list[int] | None:
+        """The prompt ids tokenized at submit, if for ``model`` (None: tokenize again, the model was swapped)."""
+        if self.tokenized_for is None or self.tokenized_for[0] is not model:
+            return None
+        return self.tokenized_for[1]
+
+    def resume_from(self, n: int) -> None:
+        """The cache starts with the first ``n`` prompt tokens (reused): only the rest is fed."""
+        self.pending = self.prompt_ids[n:]
+        self.cached_tokens = n
+
+    def fed(self, ids: list[int]) -> None:
+        """This step fed ``ids``, the start of ``pending``."""
+        self.pending = self.pending[len(ids):]
+
+    @property
+    def prefilling(self) -> bool:
+        """Feeding its prompt now (not waiting for another's prefill, not finished)."""
+        return not (self.finished or self.prompt_done or self.waiting_for is not None)
+
+    def _new_cache(self, model: SteppedModel) -> Any:
+        if self.request.loras and is_lora_model(model):  # check_loras refused adapters a model cannot apply
+            return model.new_cache(loras=self.request.loras)
+        return model.new_cache()
 
     @property
     def kv_tokens(self) -> int:
@@ -172,11 +204,10 @@ class Sequence:
         self.pending = [token]
         self.prompt_done = True
         self.completion_tokens += 1
-        if self.first_token is None:
-            self.first_token = now()
+        self.mark_first_token()
         finish: FinishReason | None = None
         text = ""
-        if token in self.model.tokenizer.eos_token_ids and (not self.request.params.ban_eos
+        if token in self._started().tokenizer.eos_token_ids and (not self.request.params.ban_eos
                                                              or self.sampler.grammar_done):
             finish = "stop"
         else:
@@ -203,7 +234,7 @@ class Sequence:
             text += tail if stopped else tail + self.stops.flush()
         event.text = text
         event.finish_reason, event.error = reason, error
-        event.stop_string = self.stops.matched if self.stops is not None else None
+        event.stop_string = self.stops.matched
         event.usage = usage or Usage(len(self.prompt_ids), self.completion_tokens, self.cached_tokens,
                                      self.guide.fed if self.guide else 0)
         event.timings = self.timings(event.usage.completion_tokens)
@@ -216,6 +247,12 @@ class Sequence:
             self.guide.cache = None
         return event
 
+    def _started(self) -> SteppedModel:
+        """The model ``start`` bound (only a started sequence steps)."""
+        if self.model is None:
+            raise RuntimeError("the sequence was not started")
+        return self.model
+
     def timings(self, completion_tokens: int) -> Timings:
         end = now()
         gen_time = end - self.admitted
@@ -227,7 +264,7 @@ class Sequence:
     def _logprobs(self, choice: TokenChoice) -> list[TokenLogprob]:
         if choice.logprob is None:
             return []
-        tok = self.model.tokenizer
+        tok = self._started().tokenizer
         top = choice.top or []
         strings = tok.token_strings([choice.token_id] + [i for i, _ in top])
         return [TokenLogprob(choice.token_id, strings[0], choice.logprob,

@@ -410,7 +410,7 @@ class Mirostat(Processor):
 
     def observe(self, token: int) -> None:
         place = _token_position(self.index, token) if self.kept_logp is not None else None
-        if place is not None:
+        if place is not None and self.kept_logp is not None:
             surprise = -float(self.kept_logp[place]) / math.log(2)
             self.mu -= self.eta * (surprise - self.tau)
 
@@ -450,6 +450,6 @@ class AdaptiveP(Processor):
 
     def observe(self, token: int) -> None:
         place = _token_position(self.index, token) if self.probs is not None else None
-        if place is not None:
+        if place is not None and self.probs is not None:
             self.weighted_sum = float(self.probs[place]) + self.decay * self.weighted_sum
             self.total_weight = 1.0 + self.decay * self.total_weight

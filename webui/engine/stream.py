@@ -24,7 +24,7 @@ class _Inbox:
 
     def put(self, item) -> None:
         with self._lock:
-            if self._loop is not None:
+            if self._loop is not None and self._async_queue is not None:  # set together, once
                 self._loop.call_soon_threadsafe(self._async_queue.put_nowait, item)
             else:
                 self._queue.put(item)

@@ -22,6 +22,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from loaders.base import SupportsGuidance
+
 FORMS = ("json", "json_object", "regex", "choice", "grammar")
 
 
@@ -126,7 +128,6 @@ def mask_for(form_value: tuple, tokenizer: Any) -> Callable | None:
     """The mask for ``(form, value)`` over ``tokenizer``'s vocabulary; None without a tokenizer (a listing)."""
     if tokenizer is None:
         return None
-    lltokenizer = getattr(tokenizer, "guidance_tokenizer", None)
-    if lltokenizer is None:
+    if not isinstance(tokenizer, SupportsGuidance):
         raise StructuredError("this model's tokenizer cannot constrain output")
-    return StructuredMask(grammar_of(*form_value), lltokenizer())
+    return StructuredMask(grammar_of(*form_value), tokenizer.guidance_tokenizer())
