@@ -96,7 +96,7 @@ def stats_text(event: GenerationEvent) -> str:
     if u is None or t is None:
         return ""
     ttft = f"{t.first_token:.2f}s" if t.first_token is not None else "-"
-    reason = event.finish_reason + (f" ({event.stop_string!r})" if event.stop_string else "")
+    reason = (event.finish_reason or "") + (f" ({event.stop_string!r})" if event.stop_string else "")
     cached = f" ({u.cached_tokens} cached)" if u.cached_tokens else ""
     guided = f" · CFG ran {u.guidance_tokens} more tokens" if u.guidance_tokens else ""
     return (f"{u.completion_tokens} tokens · prompt {u.prompt_tokens}{cached}{guided} · first token {ttft} · "
