@@ -89,6 +89,7 @@ class AppConfig:
         return self.user_data_dir / "workbench.sqlite3"
 
     def make_dirs(self) -> None:
+        assert self.models_dir is not None and self.loras_dir is not None, "set in __post_init__"
         for d in (self.user_data_dir, self.models_dir, self.loras_dir, self.presets_dir, self.converted_dir):
             d.mkdir(parents=True, exist_ok=True)
 

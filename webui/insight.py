@@ -6,13 +6,14 @@ so they never race a running batch for the model.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 import torch
 
-from loaders.base import LoadedModel
+from loaders.base import LoadedModel, SteppedModel
 from webui.chat import chat_messages, render_chat_prompt
 from webui.engine import Engine, EngineError, SamplingParams
 from webui.engine.sampling import Sampler
@@ -46,12 +47,12 @@ class NextToken:
     masked: bool = False  # the output constraint (structured_outputs) does not allow it here
 
 
-def _local(model: LoadedModel | None) -> LoadedModel:
+def _local(model: LoadedModel | None) -> SteppedModel:
     if model is None:
         raise InsightUnavailable("no model is loaded; load one in the Model tab")
     if model.capabilities.text_only:
         raise InsightUnavailable(f"the {model.loader} loader gives no token ids or logits; load a local model")
-    return model
+    return cast(SteppedModel, model)  # not text_only: the engine steps it (loaders/base.py)
 
 
 def prompt_text(model: LoadedModel, text: str, chat: bool, system_prompt: str = "") -> str:
@@ -151,7 +152,7 @@ def perplexity(engine: Engine, text: str, window: int = 512, loras: tuple = (),
     starts = list(range(0, len(ids) - 1, window))
     for n, start in enumerate(starts):
         chunk = ids[start:start + window + 1]  # +1: the last token of a window is predicted, too
-        logits = engine.call_between_steps(lambda c=chunk: model.logits(c[:-1], last_only=False, loras=loras))
+        logits = engine.call_between_steps(functools.partial(model.logits, chunk[:-1], last_only=False, loras=loras))
         logp = torch.log_softmax(logits.float(), -1)
         targets = torch.tensor(chunk[1:], dtype=torch.long, device=logp.device)
         total -= float(logp.gather(1, targets[:, None]).sum())

@@ -76,7 +76,9 @@ class JobRunner:
                                 cwd=bootstrap.ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
                                 errors="replace")
         self._proc = proc
-        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        output = proc.stdout
+        assert output is not None, "stdout=PIPE"
+        reader = threading.Thread(target=lambda: lines.extend(output), daemon=True)
         reader.start()
         try:
             while proc.poll() is None:

@@ -68,7 +68,7 @@ def parse_preset(data: Any, source: str) -> tuple[SamplingParams, dict[str, str]
     values: dict[str, Any] = {}
     ignored: dict[str, str] = {}
     for key, value in data.items():
-        key = TGWUI_ALIASES.get(key, key)
+        key = TGWUI_ALIASES[key] if key in TGWUI_ALIASES else key
         if key in NOT_APPLIED:
             neutral, why = NOT_APPLIED[key]
             if value != neutral:

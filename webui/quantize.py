@@ -140,6 +140,7 @@ def quantize_exl2(source: Path, out: Path, bits: float = 4.0, progress: Progress
         if rows:  # fewer calibration rows: faster, a little less exact (the measurement pass takes a sixth)
             argv += ["-r", str(rows), "-mr", str(max(2, min(16, rows // 6)))]
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+            assert proc.stdout is not None, "stdout=PIPE"
             for line in proc.stdout:
                 progress(line.rstrip())
         if proc.returncode != 0 or not (tmp / "config.json").is_file():
@@ -185,7 +186,9 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     config = AppConfig(user_data_dir=args.user_data_dir or default_user_data_dir())
     config.make_dirs()
-    manager = ModelManager(config, None, default_registry())
+    # no engine: it only finds and prepares models here (ModelManager's annotation says Engine; webui/models.py is
+    # being retyped on branch engine, #31)
+    manager = ModelManager(config, None, default_registry())  # type: ignore[arg-type]
     try:
         if args.method == "gptq" and args.bits not in BITS:
             raise QuantizeError(f"--bits for gptq must be one of {', '.join(map(str, BITS))}, got {args.bits:g}")
@@ -203,6 +206,7 @@ def main(argv: list[str]) -> int:
         # quantizers read a Hugging Face folder: the transformers loader makes one of a .gguf (once)
         source = manager.registry.get("transformers").prepare(entry.path, manager.workdir(entry), lambda f, m: print(m))
         name = entry.model_name
+        assert config.models_dir is not None, "set in AppConfig.__post_init__"
         out = args.out or config.models_dir / f"{name}-{args.method}-{args.bits:g}bit"
         if out.exists() and not args.force:
             raise QuantizeError(f"'{out}' exists; pass --force to replace it or --out to write elsewhere")

@@ -43,13 +43,13 @@ def _load_model_in_use(services: Services) -> None:
     if config.model and config.model.startswith(("http://", "https://")):
         services.models.load_remote(config.model, os.environ.get("REMOTE_API_KEY"), config.remote_model)
         return
-    remembered = config.model is None and not config.no_model and settings.last_model
+    remembered = settings.last_model if config.model is None and not config.no_model else None
     if remembered:
         try:
             options = LoadOptions(**{"device": config.device, "dtype": config.dtype, "threads": config.threads,
                                      **{k: v for k, v in settings.load_options.items() if v is not None}},
                                   extra=dict(config.load_options))
-            services.models.load(settings.last_model, config.loader or settings.last_loader, options,
+            services.models.load(remembered, config.loader or settings.last_loader, options,
                                  progress=_print_progress)
             attach_startup_loras(services)
             return

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
+from typing_extensions import TypeIs
 
 from webui.engine.params import InvalidParameter, SamplingParams, specs
 
@@ -31,9 +32,9 @@ def lone_surrogate(value: Any, path: str = "") -> tuple[str, int, str] | None:
     """(field path, position, character) of the first lone UTF-16 surrogate in a JSON value: valid JSON
     ("\\ud800") that is not Unicode text, which no tokenizer can encode."""
     if isinstance(value, str):
-        found = SURROGATE.search(value)  # in C: bodies may be megabytes
-        if found:
-            return path, found.start(), found.group()
+        match = SURROGATE.search(value)  # in C: bodies may be megabytes
+        if match:
+            return path, match.start(), match.group()
     elif isinstance(value, dict):
         for key, item in value.items():
             found = lone_surrogate(key, path) or lone_surrogate(item, f"{path}.{key}" if path else str(key))
@@ -75,7 +76,12 @@ def _sampling_fields() -> dict[str, Any]:
 NUMBER_FIELDS = ("n", *(spec.api_name or name for name, spec in specs().items() if spec.kind in (int, float)))
 
 # The sampling fields come from SamplingParams' specs: a parameter added there is a request field here.
-SamplingFields = create_model("SamplingFields", __base__=TextRequest, **_sampling_fields())
+if TYPE_CHECKING:  # a model built at run time is no type to a checker; it sees the fields read here by name
+    class SamplingFields(TextRequest):
+        structured_outputs: dict[str, Any] | None
+        max_tokens: int | None
+else:
+    SamplingFields = create_model("SamplingFields", __base__=TextRequest, **_sampling_fields())
 
 
 class SamplingRequest(SamplingFields):
@@ -202,7 +208,7 @@ class ChatMessage(OpenAIModel):
 
     def text(self) -> str:
         if isinstance(self.content, list):
-            return "".join(part.text for part in self.content)
+            return "".join(part.text or "" for part in self.content)  # a part's text is checked to be there
         return self.content or ""
 
 
@@ -282,6 +288,11 @@ class CompletionRequest(SamplingRequest):
         p = self.prompt
         if isinstance(p, str):
             return [p]
-        if all(isinstance(x, int) for x in p):
+        if _token_ids(p):
             return [list(p)]
-        return list(p)
+        return [x for x in p]
+
+
+def _token_ids(prompt: list[str] | list[int] | list[list[int]]) -> TypeIs[list[int]]:
+    """Whether a completions prompt list is one prompt's token ids (else: several prompts)."""
+    return all(isinstance(x, int) for x in prompt)

@@ -13,8 +13,8 @@ from webui.api.errors import APIError
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
 from webui.api.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, read_calls, template_messages,
                              template_takes_tools)
-from webui.api.serving import (FINISH_REASONS, Choice, Serving, collect, error_chunk, new_id, note_usage, now,
-                               sse, usage)
+from webui.api.serving import (FINISH_REASONS, Choice, Serving, collect, error_chunk, finished, new_id, note_usage,
+                               now, sse, usage)
 from webui.chat import ChatPromptError, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
 from webui.engine import Interleaved, InvalidParameter, RequestStream
@@ -268,7 +268,7 @@ async def completions(body: CompletionRequest, request: Request):
     out = [{"index": c.index, "text": prefix(c.index) + c.text,
             "logprobs": joined_logprobs(prefix_logprobs(c.index), c.logprobs, len(prefix(c.index)))
             if body.logprobs is not None else None,
-            "finish_reason": FINISH_REASONS[c.finish_reason]} for c in choices]
+            "finish_reason": finished(c.finish_reason)} for c in choices]
     body_out = envelope(rid, "text_completion", created, model.name, out, usage=usage(choices, len(prompts)))
     if body.stream:  # max_tokens 0, streamed: the whole answer as one chunk per choice
         return StreamingResponse(iter([sse({**body_out, "choices": [c], "usage": None}) for c in out] +

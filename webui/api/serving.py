@@ -35,6 +35,13 @@ class APIConfig:
     max_body_bytes: int | None = 8 * 2**20  # larger request bodies get a 413 before they are read (None: no limit)
 
 
+def finished(reason: str | None) -> str:
+    """The OpenAI finish_reason for a finished choice's engine finish reason."""
+    if reason is None:
+        raise ValueError("the choice has not finished")
+    return FINISH_REASONS[reason]
+
+
 @dataclass
 class Choice:
     """One choice as it is collected: text, tokens, logprobs, finish."""
@@ -54,12 +61,20 @@ class Choice:
         self.logprobs.extend(event.logprobs)
         if event.finish_reason is not None:
             self.finish_reason = event.finish_reason
+            assert event.usage is not None and event.timings is not None, "a finished event says its usage"
             self.prompt_tokens = event.usage.prompt_tokens
             self.cached_tokens = event.usage.cached_tokens
             self.first_token = event.timings.first_token
 
 
-TRUNCATE_ALL = int(specs()["truncation_length"].maximum)  # capped at the model's context when used
+def _truncate_all() -> int:
+    maximum = specs()["truncation_length"].maximum
+    if maximum is None:
+        raise TypeError("truncation_length's spec needs a maximum")
+    return int(maximum)
+
+
+TRUNCATE_ALL = _truncate_all()  # capped at the model's context when used
 
 
 class Serving:

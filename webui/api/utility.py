@@ -73,7 +73,7 @@ def tokenize(body: TokenizeRequest, request: Request) -> dict:
                           body.continue_final_message)
         special = bool(body.add_special_tokens)
     else:
-        text, special = body.prompt, body.add_special_tokens is not False
+        text, special = body.prompt or "", body.add_special_tokens is not False  # prompt: given (checked above)
     ids = model.tokenizer.encode(text, add_special_tokens=special)
     return {"count": len(ids), "max_model_len": model.context_length, "tokens": ids,
             "token_strs": model.tokenizer.token_strings(ids) if body.return_token_strs else None}
@@ -116,7 +116,7 @@ async def logits(body: LogitsRequest, request: Request) -> dict:
     if body.messages is not None:
         text, special = _chat_text(request, model, body.messages, body.chat_template), False
     else:
-        text, special = body.prompt, True
+        text, special = body.prompt or "", True  # prompt: given (checked above)
     engine = serving(request).engine_for(model)
     tokens = await asyncio.to_thread(next_tokens, engine, text, False, params, body.top_logits, "", special)
     return {"model": model.name,

@@ -232,7 +232,7 @@ def _checked_axes(axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
 def _starts(spec: GridSpec, presets: PresetStore) -> list[tuple[str | None, SamplingParams]]:
     if not spec.presets:
         return [(None, spec.base or SamplingParams())]
-    starts = []
+    starts: list[tuple[str | None, SamplingParams]] = []
     for name in spec.presets:
         try:
             preset = presets.get(name)

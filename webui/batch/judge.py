@@ -44,7 +44,9 @@ VERDICT_SCHEMA = {"x-guidance": {"whitespace_flexible": False}, "type": "object"
                   "required": ["reason", "pass", "score"],
                   "properties": {"reason": {"type": "string", "maxLength": 200}, "pass": {"type": "boolean"},
                                  "score": {"type": "number", "minimum": 0, "maximum": 1}}}
-JUDGE_PARAMS = SamplingParams(temperature=0.0, max_new_tokens=256, structured_outputs={"json": VERDICT_SCHEMA})
+# from_dict: structured_outputs is given as vLLM's {form: value}, which the check turns into (form, text)
+JUDGE_PARAMS = SamplingParams.from_dict({"temperature": 0.0, "max_new_tokens": 256,
+                                         "structured_outputs": {"json": VERDICT_SCHEMA}})
 
 
 KEY_VARIABLE = "WORKBENCH_JUDGE_API_KEY"

@@ -72,7 +72,7 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
     if not isinstance(default, dict):
         raise BatchInputError("promptfoo config: defaultTest must be a mapping (vars, assert)")
     tests = _tests(config.get("tests"), base) or [{}]
-    rows = []
+    rows: list[PromptRow] = []
     for t, test in enumerate(tests):
         where = f"tests[{t}]"
         variables = {**_vars(default.get("vars"), "defaultTest"), **_vars(test.get("vars"), where)}

@@ -119,7 +119,7 @@ def _check_template(template: str | None) -> None:
 def parse_lines(text: str, template: str | None = None) -> list[PromptRow]:
     """One prompt per non-empty line (a literal ``\\n`` is a newline); rows have the variable ``prompt``."""
     _check_template(template)
-    rows = []
+    rows: list[PromptRow] = []
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line:

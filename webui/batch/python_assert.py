@@ -83,8 +83,8 @@ def _python_result(name: str, result: Any) -> tuple[bool, str, float | None, boo
         return result, f"{name} returned {str(result).lower()}", float(result), False
     if isinstance(result, (int, float)) and math.isfinite(result):
         return True, f"{name} scored it", max(0.0, min(1.0, float(result))), True
-    if isinstance(result, dict) and isinstance(result.get("pass", result.get("pass_")), bool):
-        passed = result.get("pass", result.get("pass_"))
+    passed = result.get("pass", result.get("pass_")) if isinstance(result, dict) else None
+    if isinstance(result, dict) and isinstance(passed, bool):
         score = result.get("score")
         score = max(0.0, min(1.0, float(score))) if isinstance(score, (int, float)) and not isinstance(
             score, bool) else float(passed)

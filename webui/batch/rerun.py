@@ -14,7 +14,7 @@ load options. A run stored without any loader re-runs on its model's default loa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from loaders.base import LoaderError
 from webui.batch.errors import BatchInputError
@@ -54,9 +54,9 @@ def ran_on(slot: Slot) -> RanOn:
     return RanOn(slot.name, slot.model.loader, dict(getattr(slot.model, "load_options", None) or {}))
 
 
-def stored_ran_on(run: Any, rows: list[Mapping[str, Any]], models: ModelManager) -> tuple[dict[str, RanOn], list[str]]:
+def stored_ran_on(run: Any, rows: Sequence[Mapping[str, Any]], models: ModelManager) -> tuple[dict[str, RanOn], list[str]]:
     """(what each setting of the stored run ``run`` ran on, by setting label; notes on what had to be assumed)."""
-    first_row: dict[str, Mapping[str, Any]] = {}
+    first_row: dict[str | None, Mapping[str, Any]] = {}
     for row in rows:
         first_row.setdefault(row.get("setting"), row)
     names = [n for n in (run.model or "").split(", ") if n]

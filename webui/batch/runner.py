@@ -272,8 +272,10 @@ class BatchRunner:
     def _prompt(job: BatchJob, row: PromptRow, model, template: ChatTemplate | None) -> tuple[str, list | None]:
         """(what ``model`` reads for ``row``, the chat messages or None for a raw prompt)."""
         try:
-            messages = None if job.raw else chat_messages([{"role": "user", "content": row.text}], job.system_prompt)
-            return (row.text if job.raw else render_chat_prompt(model.tokenizer, messages, template=template)), messages
+            if job.raw:
+                return row.text, None
+            messages = chat_messages([{"role": "user", "content": row.text}], job.system_prompt)
+            return render_chat_prompt(model.tokenizer, messages, template=template), messages
         except (ChatPromptError, ValueError) as exc:
             raise BatchInputError(f"prompt {row.id}: {exc}") from exc
 

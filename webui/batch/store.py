@@ -14,7 +14,7 @@ from typing import Any
 
 from webui.owner import current as current_owner
 from webui.store.chats import check_title
-from webui.store.db import Database
+from webui.store.db import Database, inserted_id
 from webui.store.errors import StoreError
 
 STATUSES = ("running", "done", "cancelled", "failed")
@@ -48,7 +48,7 @@ class BatchStore:
             cur = conn.execute("INSERT INTO batch_runs (name, spec, model, status, total, created, updated, owner) "
                                "VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
                                (name, json.dumps(spec), model, total, now, now, current_owner()))
-            run_id = cur.lastrowid
+            run_id = inserted_id(cur.lastrowid)
         return self.get(run_id)
 
     def add_result(self, run_id: int, cell: int, result: dict[str, Any]) -> None:

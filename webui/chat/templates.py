@@ -129,9 +129,12 @@ def render_source(source: str, messages: list[dict], add_generation_prompt: bool
     from transformers.utils.chat_template_utils import render_jinja_template
 
     try:
-        rendered, _ = render_jinja_template([messages], tools=tools, chat_template=source,
-                                            add_generation_prompt=add_generation_prompt,
-                                            **{"bos_token": "", "eos_token": "", **(special or {})})
+        variables: dict[str, Any] = {"bos_token": "", "eos_token": "", **(special or {})}
+        # annotated "-> str", it returns (the rendered conversations, their generation indices)
+        result: Any = render_jinja_template([messages], tools=None if tools is None else [*tools],
+                                            chat_template=source, add_generation_prompt=add_generation_prompt,
+                                            **variables)
+        rendered, _ = result
     except JinjaError as exc:
         raise TemplateError(f"the chat template could not be rendered: {exc}") from None
     return rendered[0]

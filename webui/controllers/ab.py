@@ -41,7 +41,7 @@ class ABController:
     def choices(self) -> tuple[list[str], list[str], list[str]]:
         """(parameter choices, adapter choices, model choices) for each side; the adapters of every loaded model."""
         slots = self.services.models.slots()
-        adapters = dict.fromkeys(n for s in slots if s.model.capabilities.lora for n in s.model.loras)
+        adapters = dict.fromkeys(n for s in slots for n in attached_loras(s.model))
         return ([CURRENT, *self.services.presets.names()], [NO_ADAPTER, *adapters],
                 [IN_USE, *self.services.models.names()])
 
@@ -102,7 +102,7 @@ class ABController:
 
     def _request(self, side: Side, name: str, sampling: SamplingParams, prompt: str, chat: bool,
                  slot: Slot) -> GenerationRequest:
-        loras = ()
+        loras: tuple[tuple[str, float], ...] = ()
         if side.adapter not in (None, NO_ADAPTER):
             if side.adapter not in attached_loras(slot.model):
                 raise UserError(f"Side {name}: the adapter '{side.adapter}' is not attached to {slot.name}; attach "

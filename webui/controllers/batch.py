@@ -329,6 +329,8 @@ class BatchController:
                                                   "in the Model tab.", record)
         try:
             request = record.request(model.tokenizer)
+            if not isinstance(request.prompt, str):
+                raise RecordError("the row's prompt ends in token ids, not text")
             seen = inspect_rendered(model, request.prompt, request.add_special_tokens)
         except (InsightUnavailable, RecordError) as exc:
             return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)

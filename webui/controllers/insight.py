@@ -99,6 +99,7 @@ class InsightController:
             result = perplexity(self.services.engine, text, int(window or 512), loras, progress=progress)
         except (InsightUnavailable, ValueError) as exc:
             raise UserError(str(exc)) from exc
+        assert model is not None, "perplexity() needs a loaded model"
         label = " ".join(text.split())[:40] + ("…" if len(text) > 40 else "")
         self.services.perplexity.add(model.name, model.loader, loras, label, result.tokens, result.nll, result.ppl,
                                      result.window)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
-from loaders.base import LoaderError, LoadOptions, Progress
+from loaders.base import LoaderError, LoadOptions, Progress, TextBackend
 from loaders.options import check_options
 from webui.controllers.errors import UserError
 from webui.controllers.generation import prefix_cache_text
@@ -64,7 +64,7 @@ class ModelController:
             return ModelInfo("No model loaded.", "")
         caps = model.capabilities
         if caps.text_only:
-            return ModelInfo(f"**{model.name}** on the remote server `{model.base_url}` · it samples and batches "
+            return ModelInfo(f"**{model.name}** on the remote server `{cast(TextBackend, model).base_url}` · it samples and batches "
                              f"itself; context length: {model.context_length or 'not reported'}  \nChats are sent "
                              "as messages and the server applies its own chat template.", "(the remote server's own)")
         options = getattr(model, "load_options", {})  # set by ModelManager on every model it loads

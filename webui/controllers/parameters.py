@@ -51,6 +51,8 @@ def _to_control(spec: ParamSpec, value: Any) -> Any:
     if spec.widget in ("json", "constraint"):
         return json.dumps(value) if value else ""
     if spec.widget == "text":
+        if spec.to_text is None:
+            raise TypeError(f"a text control needs its spec's to_text: {spec}")
         return spec.to_text(value)
     if value is None:  # an alias stands for "not set" (seed -1)
         return next((alias for alias, meaning in spec.aliases if meaning is None), None)
@@ -158,10 +160,18 @@ def slider_end(name: str, value: Any) -> float | None:
     spec = specs()[name]
     if spec.widget != "slider" or isinstance(value, bool) or not isinstance(value, (int, float, type(None))):
         return None
-    low = spec.minimum + spec.step if spec.min_exclusive else spec.minimum  # the slider's own ends
+    low, high, _ = slider_range(spec)
     if value is None or value < low:
         return low
-    return spec.maximum if value > spec.maximum else None
+    return high if value > high else None
+
+
+def slider_range(spec: ParamSpec) -> tuple[float, float, float]:
+    """A slider's own (low end, high end, step): the spec's bounds, the low one a step in where it is excluded."""
+    if spec.minimum is None or spec.maximum is None or spec.step is None:
+        raise TypeError(f"a slider needs a minimum, maximum and step: {spec}")
+    low = spec.minimum + spec.step if spec.min_exclusive else spec.minimum
+    return low, spec.maximum, spec.step
 
 
 @dataclass(frozen=True)

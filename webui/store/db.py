@@ -214,6 +214,13 @@ def _statements(script: str) -> Iterator[str]:
         yield pending
 
 
+def inserted_id(row_id: int | None) -> int:
+    """An INSERT's ``cursor.lastrowid`` (None only after a statement that inserted no row)."""
+    if row_id is None:
+        raise StoreError("the row was not inserted")
+    return row_id
+
+
 def _casefold(value: str | bytes | int | float | None) -> str | bytes | int | float | None:
     """SQL casefold(): Unicode-aware lower-casing for case-insensitive search."""
     return value.casefold() if isinstance(value, str) else value

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from webui.owner import current as current_owner
-from webui.store.db import Database
+from webui.store.db import Database, inserted_id
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class PerplexityStore:
                                "created, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                (model, loader, json.dumps([list(x) for x in loras]), dataset, tokens, nll, ppl,
                                 window, time.time(), current_owner()))
-            row_id = cur.lastrowid
+            row_id = inserted_id(cur.lastrowid)
         return self._get(row_id)
 
     def _get(self, row_id: int) -> PerplexityRecord:

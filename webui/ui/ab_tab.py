@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gradio as gr
+from gradio.blocks import Block
 
 from webui.controllers.ab import ABController, Side
 from webui.controllers.generation import ActiveRequests
@@ -55,7 +56,8 @@ def create_ab_tab(services: Services, params: ParametersTab, active: ActiveReque
     chat = gr.Checkbox(label="Chat format (the model's chat template)", value=True, elem_id="ab-chat")
     choices = controller.choices()
     with gr.Row():
-        sides = tuple(_side_column(name, side, choices) for name, side in zip("ab", controller.default_sides()))
+        default_a, default_b = controller.default_sides()
+        sides = (_side_column("a", default_a, choices), _side_column("b", default_b, choices))
     with gr.Row():
         run = gr.Button("Run both", variant="primary", elem_id="ab-run")
         stop = gr.Button("Stop", variant="stop", elem_id="ab-stop")
@@ -70,7 +72,8 @@ def _wire(tab: ABTab, params: ParametersTab) -> None:
 
     @shows_errors
     def run(data: dict, request: gr.Request):
-        sides = tuple(Side(data[s.parameters], data[s.adapter], data[s.model]) for s in tab.sides)
+        sides = (Side(data[a.parameters], data[a.adapter], data[a.model]),
+                 Side(data[b.parameters], data[b.adapter], data[b.model]))
         for texts, notes in c.run(data[tab.prompt], data[tab.chat], sides, params.params(data),
                                   session_key(request, PANEL)[0]):
             yield texts[0], notes[0], texts[1], notes[1]
@@ -78,7 +81,7 @@ def _wire(tab: ABTab, params: ParametersTab) -> None:
     def stop(request: gr.Request) -> None:
         c.stop(session_key(request, PANEL)[0])
 
-    inputs = {tab.prompt, tab.chat, *[x for s in tab.sides for x in (s.parameters, s.adapter, s.model)], *params.inputs}
+    inputs: set[Block] = {tab.prompt, tab.chat, *[x for s in tab.sides for x in (s.parameters, s.adapter, s.model)], *params.inputs}
     tab.run.click(run, inputs, [a.output, a.stats, b.output, b.stats], concurrency_limit=None)
     for side in tab.sides:  # adapters attached or presets saved since the page loaded
         side.parameters.focus(lambda: gr.update(choices=c.choices()[0]), None, side.parameters)

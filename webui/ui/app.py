@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from typing import Any
 
 import gradio as gr
 
@@ -100,9 +101,11 @@ def page_load(parts: list[tuple[list, object]]) -> tuple[object, None, list]:
     outputs = [component for components, _ in parts for component in components]
 
     def load(request: gr.Request):
-        values = []
+        values: list[Any] = []
         for components, fill in parts:
             try:
+                if not callable(fill):
+                    raise TypeError(f"a page part's fill is not a function: {fill!r}")
                 got = fill(request) if inspect.signature(fill).parameters else fill()
                 values.extend(got if len(components) > 1 else [got])
             except Exception as exc:  # noqa: BLE001 - one tab's failure must not leave the whole page empty

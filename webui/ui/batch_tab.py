@@ -17,7 +17,7 @@ from webui.ui.feedback import shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
 
-COLUMN_WIDTHS = ["40px", "120px", "125px", "75px", "55px", "132px", "76px", "71px", "134px", "68px", "57px", "112px",
+COLUMN_WIDTHS: list[str | int] = ["40px", "120px", "125px", "75px", "55px", "132px", "76px", "71px", "134px", "68px", "57px", "112px",
                  "74px", "71px"]
 """One per RESULT_COLUMNS entry: each header fits on one line; cells are one line each, cut with "…" (a click on
 a cell shows it whole, the review panel the row's asserts and output)."""
@@ -326,8 +326,8 @@ def _wire_views(tab: BatchTab) -> None:
         control.change(lambda rid, q, f, key: result_table(c.rows(rid), q, f, key),
                        [tab.run_id, tab.query, tab.failures, tab.selected_row], [tab.table], show_progress="hidden")
     compare_inputs = [tab.run_id, tab.side_a, tab.run_b, tab.side_b]
-    for control in (tab.side_a, tab.side_b):
-        control.input(compare_view, compare_inputs, [tab.compare], show_progress="hidden")
+    for side in (tab.side_a, tab.side_b):
+        side.input(compare_view, compare_inputs, [tab.compare], show_progress="hidden")
     tab.run_b.input(b_settings, [tab.run_b, tab.run_id], [tab.side_b]).then(compare_view, compare_inputs,
                                                                               [tab.compare])
     tab.table.select(select_row, [tab.run_id, tab.query, tab.failures], [*tab.inspector.outputs, tab.selected_row,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
+from typing import Any, Callable, Sequence, TypedDict
 
 import gradio as gr
 
@@ -17,6 +18,19 @@ from webui.ui.backends_panel import create_backends_panel
 from webui.ui.feedback import shows_errors
 
 log = logging.getLogger(__name__)
+
+
+OptionControl = gr.Checkbox | gr.Dropdown | gr.Number | gr.Textbox
+"""The control a load option gets (from its kind and choices)."""
+
+
+class _OptionLabels(TypedDict):
+    """What every load option's control is given."""
+
+    label: str
+    info: str
+    elem_id: str
+    elem_classes: list[str]
 
 
 @dataclass
@@ -48,7 +62,7 @@ class ModelTab:
     loaded: gr.Markdown
     option_groups: dict[str, gr.Column]
     """Each loader's own load options, shown for the loader the chosen model would load with."""
-    option_fields: list[tuple[str, LoadOption, gr.components.Component]]
+    option_fields: list[tuple[str, LoadOption, OptionControl]]
     estimate: gr.Markdown
     """What loading the chosen model would take, and a warning when it cannot fit the memory budget."""
     message: gr.Markdown
@@ -91,10 +105,10 @@ def _model_rows(services: Services, controller: ModelController) -> dict:
                 estimate=estimate, message=message)
 
 
-def _option_control(spec: LoadOption, value, elem_id: str):
+def _option_control(spec: LoadOption, value: Any, elem_id: str) -> OptionControl:
     """The control for one load option, built from its declaration (class load-option: at least as wide as a
     dropdown, so on a narrow window the row wraps instead of squeezing a checkbox until its text is cut off)."""
-    common = dict(label=spec.title, info=spec.help, elem_id=elem_id, elem_classes=["load-option"])
+    common = _OptionLabels(label=spec.title, info=spec.help, elem_id=elem_id, elem_classes=["load-option"])
     if spec.kind is bool:
         return gr.Checkbox(value=value, **common)
     if spec.choices:
@@ -105,10 +119,12 @@ def _option_control(spec: LoadOption, value, elem_id: str):
     return gr.Textbox(value=value, **common)
 
 
-def _option_form(services: Services, controller: ModelController, model: str | None, loader: str | None):
+def _option_form(services: Services, controller: ModelController, model: str | None, loader: str | None
+                 ) -> tuple[dict[str, gr.Column], list[tuple[str, LoadOption, OptionControl]]]:
     """A group of controls per loader that has options; only the chosen model's loader's group is shown."""
     shown = controller.effective_loader(model, loader)
-    groups, fields = {}, []
+    groups: dict[str, gr.Column] = {}
+    fields: list[tuple[str, LoadOption, OptionControl]] = []
     for name in services.registry.names():
         specs = options_of(services.registry.get(name))
         if not specs:
@@ -226,9 +242,9 @@ def _wire(tab: ModelTab, installed, quantized, opened: gr.Tab | None) -> None:
     for changed in (tab.model, tab.loader):
         changed.change(functools.partial(option_form, tab), [tab.model, tab.loader], form_outputs).then(
             estimate, sizing, tab.estimate)
-    for changed in (tab.device, tab.dtype, tab.threads, tab.keep, *controls):
-        changed.change(estimate, sizing, tab.estimate)
-    events = [(tab.load, load, [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, tab.keep, *controls]),
+    for control in (tab.device, tab.dtype, tab.threads, tab.keep, *controls):
+        control.change(estimate, sizing, tab.estimate)
+    events: list[tuple[gr.Button, Callable[..., Any], Sequence[gr.components.Component] | None]] = [(tab.load, load, [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, tab.keep, *controls]),
               (tab.unload, lambda: shown(c.unload()), None), (tab.reload, reload, None),
               (tab.connect, connect, [tab.remote_url, tab.remote_key, tab.remote_model, tab.keep])]
     done = [tab.info, tab.template, tab.message]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gradio as gr
+from gradio.blocks import Block
 
 from webui.controllers.generation import ActiveRequests
 from webui.controllers.notebook import PANEL, NotebookSession, NotebookView
@@ -83,7 +84,7 @@ def _wire_generation(tab: NotebookTab, params: ParametersTab) -> None:
                                    token_id, params.params(data), session_key(request, PANEL)):
             yield view_updates(view)
 
-    inputs = {tab.text, tab.undo, tab.name, tab.last, tab.token_view, *params.inputs}
+    inputs: set[Block] = {tab.text, tab.undo, tab.name, tab.last, tab.token_view, *params.inputs}
     tab.generate.click(generate, inputs, tab.outputs, concurrency_limit=None, trigger_mode="multiple")
     tab.token_view.submit(branch, inputs, tab.outputs, concurrency_limit=None, trigger_mode="multiple")
     def stop(request: gr.Request) -> None:

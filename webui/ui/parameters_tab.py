@@ -6,18 +6,19 @@ import functools
 from dataclasses import dataclass
 
 import gradio as gr
+from gradio.blocks import Block
 
 from webui.controllers.parameters import ParametersController, field_text, pipeline_text
 from webui.engine.params import SamplingParams, specs
 from webui.services import Services
 from webui.ui.feedback import shows_errors
-from webui.ui.params_panel import ParamsPanel, build_params_panel
+from webui.ui.params_panel import ParamControl, ParamsPanel, build_params_panel
 from webui.ui.save_order import SaveOrder
 
 
 @dataclass
 class ParametersTab:
-    controls: dict[str, gr.components.Component]
+    controls: dict[str, ParamControl]
     preset: gr.Dropdown
     note: gr.Markdown
     running: gr.Markdown
@@ -109,12 +110,12 @@ def _wire_controls(tab: ParametersTab) -> None:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         edited = controller.edit({key: data[c] for key, c in tab.controls.items()}, name)
         field = gr.update(info=edited.message or field_text(name))
-        if not edited.changed:  # nothing kept (a wrong value), or nothing new (a value typed back, say)
+        if not edited.changed or edited.params is None:  # nothing kept (a wrong value), or nothing new (a value typed back, say)
             return gr.skip(), gr.skip(), gr.skip(), field
         return None, "", pipeline_text(edited.params), field  # edited: the preset no longer describes them
 
     order = SaveOrder()  # one order for all controls: each change saves them all
-    inputs = {*tab.inputs, panel.page_showing, panel.showing}  # the showing: see ParamsPanel.outdated
+    inputs: set[Block] = {*tab.inputs, panel.page_showing, panel.showing}  # the showing: see ParamsPanel.outdated
     for name, control in tab.controls.items():
         # Text boxes: every change (a paste or a deletion is not always an input event). The others: what the
         # user does (a preset or a reload setting all of them must not queue a check per control).

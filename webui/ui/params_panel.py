@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import gradio as gr
 
 from webui.controllers.parameters import (CONSTRAINT_FORMS, CONSTRAINT_HINTS, constraint_fields, constraint_json,
-                                          field_text, pipeline_text, same_constraint, values_from_params)
+                                          field_text, pipeline_text, same_constraint, slider_range,
+                                          values_from_params)
 from webui.engine.params import ParamSpec, SamplingParams, specs
 from webui.ui.save_order import SaveOrder
 from webui.ui.typed_slider import TypedSlider
+
+ParamControl = gr.Textbox | gr.Checkbox | gr.Number | TypedSlider
+"""The control a sampling parameter gets (from its spec's widget)."""
 
 COLUMNS = (("Sampling", "Temperature shaping", "Mirostat and adaptive-p", "Guidance (CFG)", "Constrain output"),
            ("Sampler order", "Repetition", "Length, stops and tokens"))
@@ -28,7 +33,7 @@ _SHOWINGS = itertools.count(1)
 
 @dataclass
 class ParamsPanel:
-    controls: dict[str, gr.components.Component]
+    controls: dict[str, ParamControl]
     running: gr.Markdown
     """The steps that run now, in order (under the sampler order)."""
     form: gr.Dropdown
@@ -75,7 +80,7 @@ def build_params_panel(initial: SamplingParams | None = None) -> ParamsPanel:
     groups: dict[str, list[str]] = {}
     for name, spec in specs().items():
         groups.setdefault(spec.group, []).append(name)
-    controls: dict[str, gr.components.Component] = {}
+    controls: dict[str, ParamControl] = {}
     running = None
     assert {g for column in COLUMNS for g in column} == set(groups), "every group has a place"
     with gr.Row():
@@ -100,8 +105,16 @@ def _slug(group: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in group.lower())
 
 
-def _control(name: str, spec: ParamSpec, value) -> gr.components.Component:
-    common = dict(label=name, info=field_text(name), elem_id=f"params-{name}")
+class _Labelled(TypedDict):
+    """What every parameter control is given: its name, its help line and its elem id."""
+
+    label: str
+    info: str
+    elem_id: str
+
+
+def _control(name: str, spec: ParamSpec, value: Any) -> ParamControl:
+    common = _Labelled(label=name, info=field_text(name), elem_id=f"params-{name}")
     if spec.widget == "lines":
         if name == "sampler_priority":
             return gr.Textbox(value=value, lines=6, max_lines=30, placeholder="one sampler a line", **common)
@@ -115,20 +128,20 @@ def _control(name: str, spec: ParamSpec, value) -> gr.components.Component:
         return gr.Checkbox(value=value, **common)
     if spec.widget == "number":
         return gr.Number(value=value, **common)
-    lo = spec.minimum + spec.step if spec.min_exclusive else spec.minimum
-    return TypedSlider(minimum=lo, maximum=spec.maximum, step=spec.step, value=value, **common)
+    low, high, step = slider_range(spec)
+    return TypedSlider(minimum=low, maximum=high, step=step, value=value, **common)
 
 
 def _constraint_controls(name: str, value: str) -> tuple[gr.Dropdown, gr.Textbox, gr.Textbox]:
     """(form, text, the parameter's own JSON box): the user picks a form and types its text; the JSON box
     (hidden) holds the structured_outputs value that the other tabs read and that is remembered."""
-    shown_form, shown_text = _constraint_updates(value)
+    shown_form, shown_text = _constraint_shown(value)
     form = gr.Dropdown(choices=list(CONSTRAINT_FORMS), value=shown_form, label="Constrain output",
                        info="Every generated token must fit it: any JSON object, a JSON schema, a regular expression, "
                             "one of the choices, or a grammar (GBNF as llama.cpp takes it, or Lark). Over the API: "
                             f"{name}.", elem_id="params-constraint-form")
     text = gr.Textbox(lines=4, max_lines=30, label="Constraint", elem_id="params-constraint-text",
-                      **{k: v for k, v in shown_text.items() if k != "__type__"})
+                      **shown_text)
     held = gr.Textbox(value=value, visible="hidden", label=name, elem_id=f"params-{name}")
 
     def from_form(chosen: str, typed: str, current: str):
@@ -146,16 +159,37 @@ def _constraint_controls(name: str, value: str) -> tuple[gr.Dropdown, gr.Textbox
     return form, text, held
 
 
-def _text_update(form_label: str, value: str | None = None) -> dict:
+class _TextShown(TypedDict, total=False):
+    """How the constraint text box shows for a form (a Textbox's arguments, or an update's)."""
+
+    visible: bool
+    placeholder: str
+    info: str
+    value: str
+
+
+def _text_shown(form_label: str, value: str | None = None) -> _TextShown:
     """The constraint text box for a form: hidden where the form takes no text, with an example."""
     form = CONSTRAINT_FORMS.get(form_label)
-    update = gr.update(visible=form not in (None, "json_object"), placeholder=CONSTRAINT_HINTS.get(form, ""),
-                       info="")
-    return update if value is None else {**update, "value": value}
+    shown = _TextShown(visible=form not in (None, "json_object"),
+                       placeholder="" if form is None else CONSTRAINT_HINTS.get(form, ""), info="")
+    if value is not None:
+        shown["value"] = value
+    return shown
 
 
-def _constraint_updates(value: str) -> tuple[str, dict]:
+def _text_update(form_label: str, value: str | None = None) -> dict[str, Any]:
+    return gr.update(**_text_shown(form_label, value))
+
+
+def _constraint_shown(value: str) -> tuple[str, _TextShown]:
     """The form and text box showing a structured_outputs JSON value (a value no form reads shows as none); the
     text is kept where the form takes none, for when the user picks a form that does again."""
     label, text = constraint_fields(value) or ("none", None)
-    return label, _text_update(label, text)
+    return label, _text_shown(label, text)
+
+
+def _constraint_updates(value: str) -> tuple[str, dict[str, Any]]:
+    """Updates for (form, text) showing a structured_outputs JSON value."""
+    label, shown = _constraint_shown(value)
+    return label, gr.update(**shown)

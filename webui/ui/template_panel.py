@@ -72,17 +72,17 @@ def wire_template_panel(panel: TemplatePanel, chat_id: gr.State, message: gr.Tex
         except UserError as exc:
             return f"(No preview: {exc})"
 
-    refresh = dict(fn=refreshed, inputs=[chat_id, message, system, panel.source, panel.rendered],
-                   outputs=[panel.rendered], show_progress="hidden")
+    follows = [chat_id, message, system, panel.source, panel.rendered]
     panel.choice.input(shows_errors(lambda chosen: panel.show(c.choose(chosen))), [panel.choice],
-                       panel.outputs).then(**refresh)
+                       panel.outputs).then(refreshed, follows, [panel.rendered], show_progress="hidden")
     panel.save.click(shows_errors(lambda name, source: panel.show(c.save(name, source))), [panel.name, panel.source],
-                     panel.outputs).then(**refresh)
+                     panel.outputs).then(refreshed, follows, [panel.rendered], show_progress="hidden")
     panel.delete.click(shows_errors(lambda chosen: panel.show(c.delete(chosen))), [panel.choice],
-                       panel.outputs).then(**refresh)
-    panel.source.input(**refresh, trigger_mode="always_last")  # edited by hand
+                       panel.outputs).then(refreshed, follows, [panel.rendered], show_progress="hidden")
+    panel.source.input(refreshed, follows, [panel.rendered], show_progress="hidden",
+                       trigger_mode="always_last")  # edited by hand
     for changed in (chat_id, system):  # another chat shown, or its system prompt edited
-        changed.change(**refresh, trigger_mode="always_last")
+        changed.change(refreshed, follows, [panel.rendered], show_progress="hidden", trigger_mode="always_last")
     panel.preview.click(shows_errors(c.preview), [chat_id, message, system, panel.source], [panel.rendered])
     panel.policy.input(shows_errors(c.context_policy), [panel.policy], [panel.policy], show_progress="hidden")
 

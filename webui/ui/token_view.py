@@ -68,10 +68,15 @@ def create_token_view(elem_id: str) -> gr.HTML:
                    elem_id=elem_id, padding=False)
 
 
+NO_BRANCH = "click one of a token's alternatives to branch from it"
+
+
 def branch_of(value: Any) -> tuple[int, int]:
     """(position, token id) the user clicked; BranchError when the value holds none."""
     branch = value.get("branch") if isinstance(value, dict) else None
+    if not isinstance(branch, dict):
+        raise BranchError(NO_BRANCH)
     try:
         return int(branch["pos"]), int(branch["token_id"])
     except (TypeError, KeyError, ValueError):
-        raise BranchError("click one of a token's alternatives to branch from it") from None
+        raise BranchError(NO_BRANCH) from None

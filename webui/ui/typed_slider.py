@@ -14,5 +14,6 @@ import gradio as gr
 class TypedSlider(gr.Slider):
     is_template = True  # the page draws it as a Slider
 
-    def preprocess(self, payload: float | None) -> float | None:
+    # Slider says -> float; an emptied box passes None on, for the controller to name (hence the override)
+    def preprocess(self, payload: float | None) -> float | None:  # type: ignore[override]
         return payload
