@@ -96,7 +96,7 @@ class ReproduceRecord:
         try:
             template = from_record(self.chat_template)
             if template is not None:
-                check_source(template.source)
+                check_source(template.source or "")
         except TemplateError as exc:
             raise RecordError(f"chat_template: {exc}") from exc
         return template

@@ -255,8 +255,8 @@ class NoRepeatNGram(Processor):
         prefix = tuple(ids[len(ids) - n + 1:])
         banned = {ids[i + n - 1] for i in range(len(ids) - n + 1) if tuple(ids[i:i + n - 1]) == prefix}
         if banned:
-            banned = torch.tensor(sorted(banned), dtype=torch.long, device=logits.device)
+            ban = torch.tensor(sorted(banned), dtype=torch.long, device=logits.device)
             if index is not None:
-                return logits.masked_fill(torch.isin(index, banned), NEG_INF)
-            logits[banned] = NEG_INF
+                return logits.masked_fill(torch.isin(index, ban), NEG_INF)
+            logits[ban] = NEG_INF
         return logits

@@ -45,7 +45,9 @@ class _Inbox:
                 self._loop, self._async_queue = asyncio.get_running_loop(), asyncio.Queue()
                 while not self._queue.empty():
                     self._async_queue.put_nowait(self._queue.get())
-        return await self._async_queue.get()
+            queue = self._async_queue
+        assert queue is not None  # set above, once
+        return await queue.get()
 
 
 class RequestStream:

@@ -87,7 +87,7 @@ def export_chat(chat: ChatExport) -> str:
         "system_prompt": chat.system_prompt,
         "created": chat.created,
         "messages": [{"role": role, "content": content, "stats": stats, "parent": parent}
-                     for (role, content, stats), parent in zip(chat.messages, chat.parents)],
+                     for (role, content, stats), parent in zip(chat.messages, chat.parents or [])],
         "current": chat.current,
     }
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)

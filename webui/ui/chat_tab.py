@@ -260,7 +260,7 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
         return *panel_updates(session, cid, index), index, version_text(session, cid, index)
 
     inputs, short = {tab.chat_id, tab.start, *params.inputs}, [tab.chatbot, tab.stats]
-    send_inputs = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs}
+    send_inputs: set[gr.blocks.Block] = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs}
     tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message],
                           concurrency_limit=None)
 
