@@ -240,7 +240,7 @@ def test_switching_chats_during_a_reply_shows_the_chat_clicked_while_the_reply_g
     send(page, "Name a colour.")  # chat B: a short exchange, stopped by the user
     page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=bot]').length", timeout=LONG)
     page.locator("#chat-stop").click()
-    wait_text(page, "#chat-stats", "finish: cancelled")
+    wait_text(page, "#chat-stats", "finish:")  # cancelled, or stop where the short answer ended before the click
     page.locator("#chat-new").click()
     page.wait_for_function("() => !document.querySelector('#chat-log [data-testid=bot]')", timeout=30_000)
     poem = "Write a poem about clouds."
