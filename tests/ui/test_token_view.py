@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.ui.pages import (LONG, choose_preset, open_page, screenshot, send, set_number, tab, wait_reply_done,
+from tests.ui.pages import (wait_until, LONG, choose_preset, open_page, screenshot, send, set_number, tab, wait_reply_done,
                             wait_text)
 
 pytestmark = pytest.mark.browser
@@ -61,7 +63,15 @@ def test_notebook_token_view_branches_the_text(server, browser):
     choose_preset(page, "Deterministic", "0")
     set_number(page, "params-max_new_tokens", 6)
     tab(page, "Notebook")
-    page.locator("#notebook-text textarea").fill("The capital of France is")
+    settings = server.user_data / "settings.json"
+    for _ in range(2):  # a fresh run's page mounted the tab's saved (empty) draft over text typed just before
+        page.locator("#notebook-text textarea").fill("The capital of France is")
+        try:
+            wait_until(page, lambda: json.loads(settings.read_text()).get("notebook_text") == "The capital of France is"
+                       and page.locator("#notebook-text textarea").input_value() == "The capital of France is", 10)
+            break
+        except AssertionError:
+            pass
     page.locator("#notebook-generate").click()
     wait_text(page, "#notebook-stats", "finish:", LONG)
     first = page.locator("#notebook-text textarea").input_value()
