@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from loaders.base import BaseLoader
+from tests.conftest import TEST_THREADS
 from tests.engine.scripted import ScriptedModel
 from webui.batch import BatchInputError, GridSpec, parse_lines
 from webui.batch.results import summarize
@@ -165,6 +166,22 @@ def test_a_run_keeps_its_loader_for_each_rows_record(services):
     del stored.spec["loaders"]  # runs stored before runs had several models
     stored.spec["loader"] = "llamacpp"  # what a run made with llama.cpp stores; the fallback is not used
     assert record_for_batch_row(stored.model, stored.spec, row, loader="transformers").loader == "llamacpp"
+
+
+def test_the_cache_serves_a_cell_only_to_the_model_loaded_the_same_way(services):
+    """A model loaded in another dtype answers otherwise: its cells are run, not taken from the first load's."""
+    from loaders.base import LoadOptions
+
+    first = run(services, job("Hello\nOnce upon a time"))
+    assert not any(r.from_cache for r in first.rows())
+    services.models.load("tiny", options=LoadOptions("cpu", "bfloat16", TEST_THREADS))
+    assert services.models.current.model.dtype == "bfloat16"
+    other = run(services, job("Hello\nOnce upon a time"))
+    assert not any(r.from_cache for r in other.rows())
+    services.models.load("tiny", options=LoadOptions("cpu", "float32", TEST_THREADS))
+    again = run(services, job("Hello\nOnce upon a time"))
+    assert all(r.from_cache for r in again.rows()) and [r.output for r in again.rows()] == [
+        r.output for r in first.rows()]
 
 
 @pytest.fixture

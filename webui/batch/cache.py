@@ -1,7 +1,8 @@
 """The response cache: a batch cell whose whole request was already run is answered from it.
 
 The key is the SHA-256 of everything that decides the output: the model's name and
-loader, the adapters and their weights, the exact prompt text (after the chat
+loader, how it was loaded (device, dtype, the loader's own options: a model loaded in bfloat16 or with
+another attention implementation answers otherwise), the adapters and their weights, the exact prompt text (after the chat
 template), whether it is raw, and every sampling parameter with the seed (and, when it samples, the version of
 the draw: webui.engine.sampling.DRAW, so a seed's tokens from an older draw are not served). A cell
 is cached only when it finished (not cancelled, no error), so a re-run of a stored
@@ -15,6 +16,7 @@ import json
 import time
 from typing import Any
 
+from loaders.base import LoadedModel
 from webui.owner import current as current_owner
 from webui.store.db import Database
 
@@ -22,14 +24,15 @@ FIELDS = ("output", "finish_reason", "prompt_tokens", "completion_tokens", "cach
           "tokens_per_second")
 
 
-def cache_key(model: str, loader: str, loras: Any, prompt: str, raw: bool, params: dict[str, Any]) -> str:
+def cache_key(model: LoadedModel, loras: Any, prompt: str, raw: bool, params: dict[str, Any]) -> str:
     from webui.engine.sampling import DRAW
 
-    request = {"model": model, "loader": loader, "loras": [list(x) for x in loras], "prompt": prompt, "raw": raw,
-               "params": params}
+    request = {"model": model.name, "loader": model.loader, "device": str(model.device), "dtype": str(model.dtype),
+               "load_options": dict(model.load_options), "loras": [list(x) for x in loras], "prompt": prompt,
+               "raw": raw, "params": params}
     if params.get("temperature", 1.0) != 0:
         request["draw"] = DRAW
-    return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
 
 
 def _stored(key: str) -> str:

@@ -243,7 +243,7 @@ class BatchRunner:
         handle.keys = []
         for cell in cells:
             model = slots[cell.setting.model].model
-            handle.keys.append(cache_key(model.name, model.loader, cell.setting.loras,
+            handle.keys.append(cache_key(model, cell.setting.loras,
                                          prompts[cell.row.index, cell.setting.model][0], job.raw,
                                          cell.params.to_dict()))
         handle.use_cache = job.use_cache
