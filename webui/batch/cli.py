@@ -127,8 +127,8 @@ def main(argv: list[str]) -> int:
 
 
 def _progress(handle, final: bool = False) -> None:
-    eta = handle.eta_seconds()
-    line = f"\r{handle.done}/{handle.total} done" + (f", about {eta:.0f}s left" if eta and not final else "")
+    eta = handle.eta_text()
+    line = f"\r{handle.done}/{handle.total} done" + (f", {eta}" if eta and not final else "")
     print(line.ljust(40), end="\n" if final else "", file=sys.stderr, flush=True)
 
 

@@ -103,11 +103,23 @@ class RunHandle:
     def done(self) -> int:
         return len(self.results)
 
-    def eta_seconds(self) -> float | None:
-        if not self.done:
-            return None
+    def eta_text(self) -> str:
+        """How long the rest should take: "about 12s left" from the cells generated so far (cells from the cache
+        take no time); before the first one finishes (cells run batched, so that can be late), "at most 40s left"
+        from the tokens the unfinished cells may still make (their max_new_tokens less what they made) at the
+        speed so far; "" while nothing is known."""
         elapsed = time.monotonic() - self.started
-        return elapsed / self.done * (self.total - self.done)
+        with self._lock:
+            generated = sum(not r.from_cache for r in self.results.values())
+            left = self.total - len(self.results)
+            if generated:
+                return f"about {elapsed / generated * left:.0f}s left"
+            made = sum(self.streaming.values())
+            unfinished = [(i, cell.params) for i, cell in enumerate(self.cells) if i not in self.results]
+            if any(params.auto_max_new_tokens for _, params in unfinished):  # no bound known
+                return ""
+            allowed = sum(max(0, params.max_new_tokens - self.streaming.get(i, 0)) for i, params in unfinished)
+        return f"at most {elapsed * allowed / made:.0f}s left" if made else ""
 
     def rows(self) -> list[ResultRow]:
         with self._lock:

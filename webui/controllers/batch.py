@@ -208,12 +208,12 @@ class BatchController:
         note = f" · {note}" if note else ""
         yield Progress(handle.run_id, f"{doing}: 0/{handle.total} done · starting{note}", False)
         while not handle.wait(REFRESH_SECONDS):
-            eta = handle.eta_seconds()
+            eta = handle.eta_text()
             cached, generating, _ = handle.counts()
             yield Progress(handle.run_id, f"{doing}: {handle.done}/{handle.total} done"
                            + (f" · {generating} generating" if generating else "")
                            + (f" · {cached} from cache" if cached else "") + f" · {self._speed(handle, True)}"
-                           + (f" · about {eta:.0f}s left" if eta else "") + note, False)
+                           + (f" · {eta}" if eta else "") + note, False)
         word = {"done": "Finished", "cancelled": "Cancelled", "failed": "Failed"}[handle.status]
         took = time.monotonic() - handle.started
         cached = handle.counts()[0]
