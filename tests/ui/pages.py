@@ -24,7 +24,7 @@ def watch(page) -> None:
     page.on("pageerror", lambda e: say(f"page error: {e}"))
     page.on("requestfailed", lambda r: "/queue/data" not in r.url and say(f"failed: {r.method} {r.url} {r.failure}"))
     page.on("request", lambda r: "/queue/join" in r.url and '"data":[],"fn_index"' not in (r.post_data or "")
-            and say(f"join {(r.post_data or '')[:300]}"))  # (not the status line's timer, every second)
+            and say(f"join {(r.post_data or '')[:4000]}"))  # (not the status line's timer, every second)
 
 def open_page(browser, url: str):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})

@@ -1,13 +1,21 @@
 """Saving what the user types, keystroke by keystroke, so that the last change made is the one kept.
 
-Each change is sent the moment it is made ("multiple": Gradio's default for
-``.input``, "once", drops a keystroke that comes while the previous one's save
-runs; "always_last" sends the last one late, with the value the page holds by
-then, after a slider's box has clamped it). But each is its own HTTP request,
-and a busy server can take two sent 60 ms apart in the other order: typing 0.7
-saved the "0." sent before it, while the page showed 0.7. So the page numbers
-every change as it makes it, and a change older than one already handled for
-the same thing is not saved (the newer one carries the later value).
+Gradio's default for ``.input``, "once", drops a keystroke that comes while
+the previous one's save runs (48 was saved as 4). "always_last", used here,
+sends one change at a time and, when the user typed on meanwhile, the value
+the page holds after the save in flight: the last value typed is always the
+last one sent, and a control's answers (its message) come back in order. With
+several in flight ("multiple") the page could apply an older answer after a
+newer one: typing 99999999 showed the message for 999999. A slider's box is
+the exception: by the time a deferred change is sent the page has clamped
+what was typed (9 became 5, and the message naming 9 was never made), so a
+slider sends each change at once ("multiple").
+
+Either way each change is its own HTTP request, and a busy server can take two
+sent 60 ms apart in the other order: typing 0.7 saved the "0." sent before it,
+while the page showed 0.7. So the page numbers every change as it makes it,
+and a change older than one already handled for the same thing is not saved
+(the newer one carries the later value).
 """
 
 from __future__ import annotations
@@ -34,9 +42,10 @@ class SaveOrder:
         self._lock = threading.Lock()
 
     def wire(self, event: Callable, fn: Callable[[dict], Any], inputs: Set, outputs: Any = None,
-             key: Callable[[dict], object] = lambda data: None) -> None:
+             key: Callable[[dict], object] = lambda data: None, at_once: bool = False) -> None:
         """``event(...)`` runs ``fn(data)`` for each change, unless a change the page made later to the same
-        ``key(data)`` (a chat's system prompt: its chat) was handled first; one save at a time per SaveOrder."""
+        ``key(data)`` (a chat's system prompt: its chat) was handled first; one save at a time per SaveOrder.
+        ``at_once``: send every change as it is made (a slider's box; see the module's docstring)."""
         inputs = {*inputs, self.clock}
         place = sorted(inputs, key=lambda c: c._id).index(self.clock)  # how Gradio orders a set of inputs
         js = f"(...a) => {{ a = a.slice(0, {len(inputs)}); a[{place}] = {_NEXT}; return a; }}"
@@ -47,7 +56,8 @@ class SaveOrder:
                     return gr.skip()
                 return fn(data)
 
-        event(shows_errors(save), inputs, outputs, js=js, trigger_mode="multiple", show_progress="hidden")
+        event(shows_errors(save), inputs, outputs, js=js, trigger_mode="multiple" if at_once else "always_last",
+              show_progress="hidden")
 
     def _outrun(self, request: gr.Request | None, key: object, clock: float | None) -> bool:
         """Whether a change the page made after this one (``clock``) was already handled for ``key``."""
