@@ -45,6 +45,9 @@ class AppConfig:
     api_queue_timeout: float | None = 120.0
     log_prompts: bool = False
     api_max_body_mb: float = 8.0  # 0: no limit
+    capture_requests: bool = False  # keep every API request in the store (#33); store: true ones are kept anyway
+    capture_max_requests: int = 1000  # kept requests, at most; the oldest go first
+    capture_max_mb: float = 200.0  # their size, at most
     max_running: int = 16
     max_waiting: int = 256
     prefix_cache_mb: float | None = None  # None: a default for the model's device; 0: off
@@ -224,6 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="request bodies over this size are refused with a 413 before they are read (default 8; "
                         "0: no limit)")
     g.add_argument("--log-prompts", action="store_true", help="include prompt text in the API's request log lines")
+    g.add_argument("--capture-requests", action="store_true",
+                   help="keep every API request to /v1/chat/completions and /v1/completions in the store, as sent "
+                        "and as answered, with the prompt as the model saw it (requests with store: true are kept "
+                        "anyway); API keys are never kept")
+    g.add_argument("--capture-max-requests", type=_positive_int, default=1000, metavar="N",
+                   help="kept requests, at most; the oldest go first (default 1000)")
+    g.add_argument("--capture-max-mb", type=_megabytes, default=200.0, metavar="MB",
+                   help="the kept requests' size, at most; the oldest go first (default 200)")
     return p
 
 
@@ -248,6 +259,8 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         api_keys=read_keys(args.api_key, args.api_key_file, "--api-key"),
         admin_keys=read_keys(args.admin_key, args.admin_key_file, "--admin-key"), served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts,
-        api_max_body_mb=args.api_max_body_mb, max_running=args.max_running,
+        api_max_body_mb=args.api_max_body_mb, capture_requests=args.capture_requests,
+        capture_max_requests=args.capture_max_requests, capture_max_mb=args.capture_max_mb,
+        max_running=args.max_running,
         max_waiting=args.max_waiting, prefix_cache_mb=args.prefix_cache_mb,
         memory_budget_mb=args.memory_budget, also_load=tuple(args.also_load), no_model=args.no_model, remote_model=args.remote_model)

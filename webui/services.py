@@ -17,6 +17,7 @@ from webui.presets import PresetStore
 from webui.settings import SettingsStore
 from webui.store import ChatStore, Database, NotebookStore
 from webui.store.perplexity import PerplexityStore
+from webui.store.requests import RequestStore, Retention
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Services:
     batch_runner: BatchRunner
     perplexity: PerplexityStore
     jobs: JobRunner
+    requests: RequestStore
 
     @property
     def engine(self) -> Engine:
@@ -64,7 +66,9 @@ class Services:
         presets, templates = PresetStore(config.presets_dir), TemplateStore(config.templates_dir)
         runner = BatchRunner(models, presets, templates, batches, ResponseCache(db))
         return cls(config, registry, models, presets, templates, settings, db, ChatStore(db), NotebookStore(db),
-                   batches, runner, PerplexityStore(db), JobRunner())
+                   batches, runner, PerplexityStore(db), JobRunner(),
+                   RequestStore(db, Retention(config.capture_max_requests, int(config.capture_max_mb * 2**20)),
+                                capture_all=config.capture_requests))
 
     def close(self) -> None:
         """Unload the model, stop the engine, close the database; a second call does nothing."""

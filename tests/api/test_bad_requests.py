@@ -146,7 +146,7 @@ CASES = [
     # routes
     case("route-unknown", chat(), 404, None, path="/v1/no-such-route"),
     case("route-unknown-get", None, 404, None, path="/v1/embeddingz", method="GET"),
-    case("get-on-post-route", None, 405, None, method="GET"),
+    case("get-on-post-route", None, 405, None, path="/v1/completions", method="GET"),  # (GET chat: stored ones)
 ]
 
 

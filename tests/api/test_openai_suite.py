@@ -26,10 +26,16 @@ response validation), their async tests three times (``loose``, ``strict``,
 
 Deselected, each for a documented reason (``DESELECTED`` below):
 
-* Stored chat completions: ``retrieve``/``update``/``list``/``delete`` of
-  ``/v1/chat/completions[/{id}]`` (incl. ``list_with_all_params``). We store no
-  completions (``store=true`` is ignored), so those routes do not exist: 404 /
-  405.
+Stored chat completions (``retrieve``/``update``/``list``/``delete`` of
+``/v1/chat/completions[/{id}]`` and ``messages.list``, #33) run too: their
+tests name the id "completion_id", so before each of their tests the plugin
+tests/api/suite_plugin/workbench_seed.py puts a real completion this server
+stored (created with ``store: true`` by the fixture) under that id in the
+server's SQLite file; a test that deleted it does not leave the next without.
+Their ``messages.list`` tests are deselected: the SDK types every stored
+message as the assistant's, while OpenAI lists the request's messages with
+their own roles (user, system), as we do (ours are checked in
+tests/api/test_stored_completions.py).
 * Model delete: ``DELETE /v1/models/{model}`` (deleting a fine-tuned model) is
   not served. 404 / 405.
 * ``create_with_all_params`` (chat and completions, both overloads): they fill
@@ -40,7 +46,7 @@ Deselected, each for a documented reason (``DESELECTED`` below):
   ``top_logprobs`` without the field they belong to, completions' ``suffix``
   (not served). We answer 400 naming the field, as vLLM does. The fields we
   don't serve otherwise (tools, audio, metadata, store, ...) are ignored as
-  documented.
+  documented (``store`` and ``metadata`` are served).
 
 ``KNOWN_BUGS``: tests that fail because of a real incompatibility on our side.
 They are deselected from the main run so that it stays green, and
@@ -65,6 +71,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+import openai
 import pytest
 
 from tests.api.conftest import APIServer, start_api
@@ -74,13 +81,14 @@ pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
 
 OPENAI_KEY = "My API Key"  # hard-coded in openai-python's tests/conftest.py
 FILES = ("tests/api_resources/chat/test_completions.py", "tests/api_resources/test_completions.py",
-         "tests/api_resources/test_models.py")
-CHAT, COMPLETIONS, MODELS = FILES
+         "tests/api_resources/test_models.py", "tests/api_resources/chat/completions/test_messages.py")
+CHAT, COMPLETIONS, MODELS, MESSAGES = FILES
+SEED_PLUGIN = Path(__file__).parent / "suite_plugin"
 
 
 def _tests(file: str, names: list[str]) -> list[str]:
     """--deselect prefixes for these tests in the sync and async class (all their parametrizations)."""
-    sync = {CHAT: "TestCompletions", COMPLETIONS: "TestCompletions", MODELS: "TestModels"}[file]
+    sync = {CHAT: "TestCompletions", COMPLETIONS: "TestCompletions", MODELS: "TestModels", MESSAGES: "TestMessages"}[file]
     return [f"{file}::{cls}::{name}[" for cls in (sync, sync.replace("Test", "TestAsync", 1)) for name in names]
 
 
@@ -92,9 +100,9 @@ CALLS = ("method", "raw_response", "streaming_response")
 
 # reason -> --deselect prefixes
 DESELECTED: dict[str, list[str]] = {
-    "stored chat completions (GET/POST/DELETE /v1/chat/completions/{id}, GET /v1/chat/completions) are not "
-    "served: we store no completions":
-        _tests(CHAT, _each(CALLS, ("retrieve", "update", "list", "delete")) + ["test_method_list_with_all_params"]),
+    "messages.list: the SDK types every stored message as the assistant's (role Literal['assistant']), but OpenAI's "
+    "API lists the request's messages with their own roles (its reference's example: role 'user'), as we do":
+        _tests(MESSAGES, _each(CALLS, ("list",)) + ["test_method_list_with_all_params"]),
     "DELETE /v1/models/{model} (deleting a fine-tuned model) is not served":
         _tests(MODELS, _each(CALLS, ("delete",))),
     "placeholder values the real API rejects too: max_tokens=0, max_completion_tokens=0, logit_bias={'foo': 0}":
@@ -155,16 +163,23 @@ def suite_api(tmp_path_factory, default_model_dir, sdist):
     with ctx as server:
         with urllib.request.urlopen(base.removesuffix("/v1") + "/health", timeout=10):
             pass
-        yield APIServer(base, key, server)
+        api = APIServer(base, key, server)
+        with openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=120) as client:
+            api.seed = client.chat.completions.create(  # their stored-completion tests' "completion_id" (see above)
+                model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+                store=True, metadata={"foo": "string"}).id
+        yield api
 
 
 def run_suite(sdist: Path, api: APIServer, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_"))}
     env.pop("PYTHONPATH", None)
     env.update(TEST_API_BASE_URL=api.base_url, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",
-               COLUMNS="200")
-    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-q", "--tb=short", "-rfEX",
-           *args]
+               COLUMNS="200", PYTHONPATH=str(SEED_PLUGIN), WORKBENCH_SEED_DB=str(api.server.log.parent /
+                                                                                 "workbench.sqlite3"),
+               WORKBENCH_SEED_FROM=api.seed)
+    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-p", "workbench_seed", "-q",
+           "--tb=short", "-rfEX", *args]
     return subprocess.run(cmd, cwd=sdist, env=env, capture_output=True, text=True, timeout=800)
 
 

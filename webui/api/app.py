@@ -9,8 +9,9 @@ from collections import Counter
 
 from fastapi import Depends, FastAPI
 
-from webui.api import manage, utility
+from webui.api import manage, stored, utility
 from webui.api.auth import require_key
+from webui.api.capture import Capture
 from webui.api.errors import APIError, install_error_handlers
 from webui.api.routes import router
 from webui.api.serving import APIConfig, Serving
@@ -119,13 +120,14 @@ def create_api_app(services: Services, config: APIConfig) -> FastAPI:
     app.state.serving = Serving(services, config)
     install_error_handlers(app)
     app.state.request_counts = Counter()
-    for routes in (router, manage.router, utility.router):
+    for routes in (router, stored.router, manage.router, utility.router):
         app.include_router(routes, dependencies=[Depends(require_key)])
 
     @app.get("/health")
     def health() -> dict:
         return services.health()
 
+    app.add_middleware(Capture, store=services.requests, max_body_bytes=config.max_body_bytes)
     app.add_middleware(Guard, max_body_bytes=config.max_body_bytes)
     app.add_middleware(AccessLog, counts=app.state.request_counts)
     return app

@@ -17,20 +17,39 @@ def _bearer(request: Request) -> str:
     return given.strip()
 
 
-def _matches(given: str, keys: tuple[str, ...]) -> bool:
-    """Whether ``given`` is one of ``keys``, compared in constant time with each (no early exit)."""
-    found = False
-    for key in keys:
-        found |= hmac.compare_digest(given.encode(), key.encode())
+def _which(given: str, keys: tuple[str, ...]) -> int | None:
+    """The position of ``given`` among ``keys`` (compared in constant time with each), or None."""
+    found = None
+    for i, key in enumerate(keys):
+        if hmac.compare_digest(given.encode(), key.encode()):
+            found = i
     return found
 
 
 def require_key(request: Request) -> None:
-    """Bearer auth when API or admin keys are set; keys are compared in constant time and never logged."""
+    """Bearer auth when API or admin keys are set; keys are compared in constant time and never logged.
+
+    Sets ``request.state.client``, the label that names the key in kept requests ("key 2", "admin 1"; "" on a
+    server without keys), never the key itself."""
     config = request.app.state.serving.config
     keys = config.api_keys + config.admin_keys
-    if keys and not _matches(_bearer(request), keys):
+    request.state.client = ""
+    if not keys:
+        return
+    given = _bearer(request)
+    at = _which(given, keys)
+    if at is None:
         raise APIError(401, "incorrect API key", code="invalid_api_key")
+    request.state.client = f"key {at + 1}" if at < len(config.api_keys) else f"admin {at - len(config.api_keys) + 1}"
+
+
+def _matches(given: str, keys: tuple[str, ...]) -> bool:
+    return _which(given, keys) is not None
+
+
+def sees_every_client(request: Request) -> bool:
+    """An admin key (or a server without keys) sees every client's kept requests; an API key its own."""
+    return not request.state.client or request.state.client.startswith("admin ")
 
 
 def require_admin(request: Request) -> None:

@@ -242,6 +242,14 @@ class ChatCompletionRequest(SamplingRequest):
     # vLLM's: the last (assistant) message is the start of the reply, which the model continues
     continue_final_message: bool = False
     add_generation_prompt: bool | None = None
+    store: bool | None = None  # OpenAI's: keep it for GET /v1/chat/completions (webui/api/stored.py)
+    metadata: dict[str, str] | None = None  # OpenAI's: tags for the stored completion, to filter the list by
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        check_metadata(value or {})
+        return value
 
     def chat_messages(self) -> list[dict[str, Any]]:
         return chat_rows(self.messages)
@@ -254,6 +262,17 @@ class ChatCompletionRequest(SamplingRequest):
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidParameter("top_logprobs", "top_logprobs is only taken with logprobs: true",
                                    self.top_logprobs)
+
+
+def check_metadata(metadata: dict[str, str]) -> None:
+    """OpenAI's limits on metadata: at most 16 pairs, keys up to 64 characters, string values up to 512."""
+    if len(metadata) > 16:
+        raise ValueError(f"metadata holds at most 16 key-value pairs, got {len(metadata)}")
+    for key, value in metadata.items():
+        if len(key) > 64:
+            raise ValueError(f"metadata keys are at most 64 characters: '{key[:20]}...' has {len(key)}")
+        if not isinstance(value, str) or len(value) > 512:
+            raise ValueError(f"metadata['{key}'] must be a string of at most 512 characters")
 
 
 class CompletionRequest(SamplingRequest):

@@ -13,7 +13,7 @@ from webui.api.errors import APIError
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
 from webui.api.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, read_calls, template_messages,
                              template_takes_tools)
-from webui.api.serving import (FINISH_REASONS, Choice, Serving, collect, error_chunk, finished, new_id, note_usage,
+from webui.api.serving import (DONE, FINISH_REASONS, Choice, Serving, collect, error_chunk, finished, new_id, note_usage,
                                now, sse, usage)
 from webui.chat import ChatPromptError, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
@@ -51,6 +51,19 @@ def envelope(rid: str, obj: str, created: int, model: str, choices: list, **extr
     """The fields every completion body and chunk shares."""
     return {"id": rid, "object": obj, "created": created, "model": model, "system_fingerprint": None,
             "choices": choices, **extra}
+
+
+def note_seen(request: Request, prompt: Any, params, model, loras: tuple) -> None:
+    """What the model saw, for a request that is kept (webui/api/capture.py): the prompt as rendered by the chat
+    template, the parameters as resolved, the model, loader and adapters."""
+    request.state.seen = {"prompt": prompt, "params": params.to_dict(), "model": model.name, "loader": model.loader,
+                          "loras": [list(x) for x in loras]}
+
+
+def keep_answer(request: Request, body: dict) -> dict:
+    """The answer as a whole, for a request that is kept (a stream's put together from its choices)."""
+    request.state.answer = body
+    return body
 
 
 def _log_prompt(request: Request, prompt: Any) -> None:
@@ -106,9 +119,16 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     except (ChatPromptError, ModelLoadError) as exc:
         raise APIError(400, str(exc), param="messages") from exc
     _log_prompt(request, messages)
+    note_seen(request, prompt, params, model, loras)
     streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
                        prompt_param="messages", model=model, loras=loras, messages=messages)
     rid, created = new_id("chatcmpl"), now()
+
+    def whole(choices: list[Choice]) -> dict:
+        return envelope(rid, "chat.completion", created, model.name, [
+            {"index": c.index, **chat_message(c, plan), "logprobs": chat_logprobs(c.logprobs) if body.logprobs else None}
+            for c in choices], usage=usage(choices))
+
     if body.stream:
         usage_field = {"usage": None} if body.include_usage else {}
 
@@ -154,18 +174,15 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 
         first = [chunk(i, {"role": "assistant", "content": ""}) for i in range(len(streams))]
         return _streaming(request, streams, first, on_event, body.include_usage, rid, created, model.name,
-                          "chat.completion.chunk")
-    choices = await collect(streams, request)
-    return envelope(rid, "chat.completion", created, model.name, [
-        {"index": c.index, **chat_message(c, plan), "logprobs": chat_logprobs(c.logprobs) if body.logprobs else None}
-        for c in choices], usage=usage(choices))
+                          "chat.completion.chunk", whole=whole)
+    return keep_answer(request, whole(await collect(streams, request)))
 
 
 def chat_message(choice, plan: ToolPlan | None) -> dict:
     """The "message" and "finish_reason" of a finished choice: tool calls read from the text when tools were
     offered."""
     message = {"role": "assistant", "content": choice.text, "refusal": None}
-    finish = FINISH_REASONS[choice.finish_reason]
+    finish = FINISH_REASONS.get(choice.finish_reason or "cancelled")  # (a stream the client left is kept unfinished)
     if plan is not None:
         content, calls = read_calls(choice.text, plan)
         if calls:
@@ -221,6 +238,7 @@ async def completions(body: CompletionRequest, request: Request):
     params = s.sampling_params(body.model_copy(update={"max_tokens": 1}) if scores_only else body)
     prompts = body.prompts()
     _log_prompt(request, prompts)
+    note_seen(request, prompts, params, model, loras)
     streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True, prompt_param="prompt",
                        model=model, loras=loras)
     rid, created = new_id("cmpl"), now()
@@ -260,7 +278,11 @@ async def completions(body: CompletionRequest, request: Request):
 
         first = [chunk(i, prefix(i), logprobs=prefix_logprobs(i)) for i in range(len(streams)) if prefix(i)]
         return _streaming(request, streams, first, on_event, body.include_usage, rid, created, model.name,
-                          "text_completion", prompts=len(prompts))
+                          "text_completion", prompts=len(prompts), whole=lambda choices: envelope(
+                              rid, "text_completion", created, model.name,
+                              [{"index": c.index, "text": prefix(c.index) + c.text, "logprobs": None,
+                                "finish_reason": FINISH_REASONS.get(c.finish_reason or "cancelled")}
+                               for c in choices], usage=usage(choices, len(prompts))))
     choices = await collect(streams, request)
     if scores_only:
         for c in choices:
@@ -269,11 +291,12 @@ async def completions(body: CompletionRequest, request: Request):
             "logprobs": joined_logprobs(prefix_logprobs(c.index), c.logprobs, len(prefix(c.index)))
             if body.logprobs is not None else None,
             "finish_reason": finished(c.finish_reason)} for c in choices]
-    body_out = envelope(rid, "text_completion", created, model.name, out, usage=usage(choices, len(prompts)))
+    body_out = keep_answer(request, envelope(rid, "text_completion", created, model.name, out,
+                                             usage=usage(choices, len(prompts))))
     if body.stream:  # max_tokens 0, streamed: the whole answer as one chunk per choice
         return StreamingResponse(iter([sse({**body_out, "choices": [c], "usage": None}) for c in out] +
                                       ([sse({**body_out, "choices": []})] if body.include_usage else []) +
-                                      ["data: [DONE]\n\n"]), media_type="text/event-stream")
+                                      [DONE]), media_type="text/event-stream")
     return body_out
 
 
@@ -309,13 +332,21 @@ def joined_logprobs(prompt: dict | None, items: list[TokenLogprob], offset: int)
 
 def _streaming(request: Request, streams: list[RequestStream], first: list[dict],
                on_event: Callable[[int, Any], list[dict]], include_usage: bool, rid: str, created: int, model: str,
-               obj: str, prompts: int = 1) -> StreamingResponse:
+               obj: str, prompts: int = 1, whole: Callable[[list[Choice]], dict] | None = None
+               ) -> StreamingResponse:
     """SSE: the opening chunks, one chunk per event, a usage chunk if asked, then [DONE].
 
-    A client that disconnects cancels the generator, which cancels every stream.
+    A client that disconnects cancels the generator, which cancels every stream. ``whole`` puts the choices
+    together as the body the request would have had unstreamed, kept when the request is (webui/api/capture.py).
     """
     async def events() -> AsyncIterator[str]:
         seen = [Choice(i) for i in range(len(streams))]
+
+        def ended() -> None:
+            note_usage(request, seen)
+            if whole is not None:
+                keep_answer(request, whole(seen))
+
         try:
             for c in first:
                 yield sse(c)
@@ -329,9 +360,10 @@ def _streaming(request: Request, streams: list[RequestStream], first: list[dict]
             else:
                 if include_usage:
                     yield sse(envelope(rid, obj, created, model, [], usage=usage(seen, prompts)))
-            yield "data: [DONE]\n\n"
+            ended()  # before [DONE]: a kept request is written before the client reads its end (capture.py)
+            yield DONE
         finally:
-            note_usage(request, seen)
+            ended()
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -21,6 +21,7 @@ from webui.models import Slot
 from webui.services import Services
 
 # The OpenAI API has no "timeout" or "cancelled" finish: a request cut by our time limit reads as "length".
+DONE = "data: [DONE]\n\n"  # a stream's last event
 FINISH_REASONS = {"stop": "stop", "length": "length", "timeout": "length", "cancelled": "stop"}
 
 
@@ -230,6 +231,7 @@ def note_usage(request: Request, choices: list[Choice]) -> None:
     request.state.ttft = min(firsts) if firsts else None
     # no finish seen: the client went away mid-stream, which cancelled the request
     request.state.finish = ",".join(sorted({c.finish_reason or "cancelled" for c in choices}))
+    request.state.token_ids = [c.token_ids for c in choices]
 
 
 def usage(choices: list[Choice], prompts: int = 1) -> dict:

@@ -129,4 +129,25 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE notebooks_owned RENAME TO notebooks;
     CREATE INDEX notebooks_by_updated ON notebooks (owner, updated DESC);
     """,
+    # 7: API requests as they came and went (#33): kept with --capture-requests, or when a chat completion asks
+    # `store: true` (OpenAI's stored chat completions). ``client`` names the API key that sent it (a label, never
+    # the key); ``seq`` keeps the order they were taken in, oldest dropped first past the retention budget.
+    """
+    CREATE TABLE api_requests (
+        seq      INTEGER PRIMARY KEY,
+        id       TEXT NOT NULL UNIQUE,   -- a completion's own id (chatcmpl-...), else req-...
+        created  REAL NOT NULL,
+        endpoint TEXT NOT NULL,          -- the path, e.g. /v1/chat/completions
+        status   INTEGER NOT NULL,
+        client   TEXT NOT NULL,
+        model    TEXT,                   -- the model that answered (NULL: none did)
+        stored   INTEGER NOT NULL DEFAULT 0,  -- asked store: true (listed by the stored completions routes)
+        metadata TEXT NOT NULL DEFAULT '{}',  -- JSON: the request's metadata, updatable
+        request  TEXT NOT NULL,          -- the body as sent (JSON text when it was JSON)
+        response TEXT,                   -- JSON: the completion (a stream's put together) or the error body
+        details  TEXT NOT NULL DEFAULT '{}',  -- JSON: the prompt as rendered, parameters as resolved, timings
+        bytes    INTEGER NOT NULL        -- request + response + details, for the retention budget
+    );
+    CREATE INDEX api_requests_by_client ON api_requests (client, stored, seq);
+    """,
 )

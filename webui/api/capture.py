@@ -1,0 +1,105 @@
+"""Keeping API requests (#33): each request to a generating endpoint, as sent and as answered, goes to the store
+when capture is on (``--capture-requests``), and a chat completion that asks ``store: true`` always does (OpenAI's
+stored chat completions, served by webui/api/stored.py).
+
+A request is written just before its answer's last byte goes out, so an app that reads it back next finds it.
+What is kept: the endpoint, the client (its API key's label, never the key: no header is kept at all), the body as
+sent, the answer (a stream's put together as the unstreamed body; the error body of a refused request), and what
+the model saw: the prompt as rendered, the parameters as resolved, model, loader and adapters, the reply's token
+ids, usage and timings. A request is written just before its answer's last byte goes out, so an app that reads it
+back next finds it; a store that cannot write (a full disk) is logged, not raised: the answer is never changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from webui.api.serving import DONE, new_id
+from webui.store.requests import CapturedRequest, RequestStore
+
+log = logging.getLogger("webui.api")
+
+GENERATING = ("/v1/chat/completions", "/v1/completions")
+
+
+class Capture:
+    """Pure ASGI middleware: keeps POSTs to the generating endpoints in ``store`` (see the module's docstring);
+    ``store.capture_all`` says whether every request is kept or only those that ask ``store: true``."""
+
+    def __init__(self, app, store: RequestStore, max_body_bytes: int | None):
+        self.app, self.store, self.limit = app, store, max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GENERATING:
+            return await self.app(scope, receive, send)
+        started, body, answer = time.time(), bytearray(), bytearray()
+        status, streamed, kept = 0, False, False
+
+        async def kept_receive():
+            message = await receive()
+            if message["type"] == "http.request" and (self.limit is None or len(body) <= self.limit):
+                body.extend(message.get("body", b""))
+            return message
+
+        async def keep() -> None:
+            nonlocal kept
+            kept = True
+            item = self._item(scope, started, bytes(body), status, bytes(answer))
+            if item is not None:
+                try:
+                    await asyncio.to_thread(self.store.add, item)
+                except Exception:  # noqa: BLE001 - the answer must still go out; a store that cannot write is logged
+                    log.exception("could not keep API request %s in the store", item.id)
+
+        async def kept_send(message):
+            nonlocal status, streamed
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                streamed = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream")
+                               for k, v in message.get("headers", []))
+            elif message["type"] == "http.response.body":
+                if not streamed and len(answer) < 2**20:
+                    answer.extend(message.get("body", b""))
+                ends = not message.get("more_body") or (streamed and message.get("body", b"").endswith(DONE.encode()))
+                if ends and not kept:  # kept before the answer ends: a client that reads it back next finds it
+                    await keep()
+            await send(message)
+
+        try:
+            await self.app(scope, kept_receive, kept_send)
+        finally:
+            if not kept:  # the answer never ended (the client left): what there was
+                await keep()
+
+    def _item(self, scope, started: float, body: bytes, status: int, answer: bytes) -> CapturedRequest | None:
+        if status == 401:  # no key, or a wrong one: nobody's request, not kept
+            return None
+        sent = _parsed(body)
+        asked_store = isinstance(sent, dict) and sent.get("store") is True and scope["path"] == GENERATING[0]
+        if not (self.store.capture_all or asked_store):
+            return None
+        state: dict[str, Any] = scope.get("state") or {}
+        whole = state.get("answer")
+        response = whole if whole is not None else _parsed(answer)
+        seen = dict(state.get("seen") or {})
+        details = {**seen, "token_ids": state.get("token_ids"), "ttft": state.get("ttft"),
+                   "duration": round(time.time() - started, 4), "finish": state.get("finish")}
+        given = whole.get("id") if isinstance(whole, dict) else None
+        rid = given if isinstance(given, str) else new_id("req")
+        metadata = sent.get("metadata") if isinstance(sent, dict) else None
+        return CapturedRequest(rid, started, scope["path"], status, state.get("client", ""), sent, response,
+                               seen.get("model"), asked_store and status == 200 and whole is not None,
+                               metadata if isinstance(metadata, dict) else {}, details)
+
+
+def _parsed(raw: bytes) -> Any:
+    """JSON as sent; text when it is not JSON (kept as it came, to show what the app really sent)."""
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
