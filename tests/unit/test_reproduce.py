@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from types import SimpleNamespace
 import shlex
 
 import pytest
@@ -80,10 +81,12 @@ def test_a_record_says_which_draw_picked_its_sampled_tokens():
     old["draw"] = "new"
     with pytest.raises(RecordError, match="'draw' must be a whole number"):
         parse_record(json.dumps(old))
-    def key_before(params):  # the response cache's key as it was before the draw was part of it
-        request = {"model": "m", "loader": "t", "loras": [], "prompt": "p", "raw": False, "params": params}
+    def key_before(params):  # the response cache's key without the draw in it
+        request = {"model": "m", "loader": "t", "device": "cpu", "dtype": "float32", "load_options": {}, "loras": [],
+                   "prompt": "p", "raw": False, "params": params}
         return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
+    model = SimpleNamespace(name="m", loader="t", device="cpu", dtype="float32", load_options={})
     sampled, plain = SamplingParams(temperature=0.7, seed=1).to_dict(), SamplingParams(temperature=0).to_dict()
-    assert cache_key("m", "t", [], "p", False, sampled) != key_before(sampled)  # not served from the old draw
-    assert cache_key("m", "t", [], "p", False, plain) == key_before(plain)  # greedy cells made before stay cached
+    assert cache_key(model, [], "p", False, sampled) != key_before(sampled)  # not served from the old draw
+    assert cache_key(model, [], "p", False, plain) == key_before(plain)  # greedy cells made before stay cached
