@@ -93,3 +93,25 @@ def test_a_constrained_reply_streams_calls_piece_by_piece_however_it_is_cut(piec
     assert json.loads(calls[1]["arguments"]) == {}
     if piece == 1:
         assert sum(1 for d in deltas if d["index"] == 0 and "id" not in d) > 10  # a piece per token, not one
+
+
+def test_a_reply_cut_inside_a_call_gives_the_call_so_far_never_its_markup():
+    """#33: max_tokens cutting a call gave finish 'length' with '<tool_call>{"name": ...' as content and no call."""
+    from webui.api.tools import reply_calls
+
+    plan = plan_tools([WEATHER, TIME], "auto", None)
+    cut = 'Let me check. <tool_call>{"name": "get_weather", "arguments": {"city": "Par'
+    content, calls = reply_calls(cut, plan, "length")
+    assert content == "Let me check." and [(c.name, c.arguments) for c in calls] == [("get_weather", '{"city": "Par')]
+    assert calls[0].id.startswith("call_")
+    done = '<tool_call>{"name": "get_time", "arguments": {}}</tool_call><tool_call>{"name": "get_weather", "argu'
+    content, calls = reply_calls(done, plan, "length")
+    assert content is None and [c.name for c in calls] == ["get_time"]  # the second one had not named its function yet
+    assert reply_calls('<tool_call>{"na', plan, "length") == (None, [])  # no markup as content
+    assert reply_calls("Plain text cut sho", plan, "length") == ("Plain text cut sho", [])
+    bare = '{"name": "get_weather", "arguments": {"ci'
+    assert [(c.name, c.arguments) for c in reply_calls(bare, plan, "length")[1]] == [("get_weather", '{"ci')]
+    assert reply_calls('{"answer": 4', plan, "length") == ('{"answer": 4', [])  # JSON that is no call stays text
+    assert reply_calls(cut, plan, "stop") == (cut, [])  # a reply that ended by itself is read as before
+    single = plan_tools([WEATHER, TIME], "auto", False)
+    assert len(reply_calls(done.replace('"argu', '"arguments": {"city": "X"}}</tool_call>'), single, "length")[1]) == 1

@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from loaders.base import ModelLoadError
 from webui.api.errors import APIError
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
-from webui.api.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, read_calls, template_messages,
+from webui.api.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, reply_calls, template_messages,
                              template_takes_tools)
 from webui.api.serving import (DONE, FINISH_REASONS, Choice, Serving, collect, error_chunk, finished, new_id, note_usage,
                                now, sse, usage)
@@ -143,7 +143,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         def on_event(index: int, event) -> list[dict]:
             out = []
             if index in readers:
-                out += [chunk(index, {"tool_calls": [delta]}) for delta in readers[index].feed(event.text)]
+                deltas = readers[index].feed(event.text) + (readers[index].end() if event.finish_reason else [])
+                out += [chunk(index, {"tool_calls": [delta]}) for delta in deltas]
                 if event.finish_reason is not None:
                     finish = "tool_calls" if readers[index].calls and event.finish_reason == "stop" else \
                         FINISH_REASONS[event.finish_reason]
@@ -153,7 +154,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                 held[index] += event.text
                 if may_be_a_call(held[index]) and event.finish_reason is None:
                     return out
-                text, calls = read_calls(held.pop(index), plan) if event.finish_reason else (held.pop(index), [])
+                text, calls = reply_calls(held.pop(index), plan, event.finish_reason) if event.finish_reason else (
+                    held.pop(index), [])
                 if text:
                     out.append(chunk(index, {"content": text}))
                 for i, call in enumerate(calls):  # as OpenAI streams them: id and name, then the arguments
@@ -184,7 +186,7 @@ def chat_message(choice, plan: ToolPlan | None) -> dict:
     message = {"role": "assistant", "content": choice.text, "refusal": None}
     finish = FINISH_REASONS.get(choice.finish_reason or "cancelled")  # (a stream the client left is kept unfinished)
     if plan is not None:
-        content, calls = read_calls(choice.text, plan)
+        content, calls = reply_calls(choice.text, plan, choice.finish_reason)
         if calls:
             message.update(content=content, tool_calls=[c.to_dict() for c in calls])
             finish = "tool_calls" if choice.finish_reason == "stop" else finish

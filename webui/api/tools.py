@@ -15,6 +15,7 @@ choose and the reply is read for calls afterwards; "none" leaves tools out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
@@ -172,6 +173,42 @@ def read_calls(text: str, plan: ToolPlan) -> tuple[str | None, list[ToolCall]]:
     return rest or None, calls
 
 
+def reply_calls(text: str, plan: ToolPlan, finish_reason: str | None) -> tuple[str | None, list[ToolCall]]:
+    """(content, calls) of a finished reply. One cut by max_tokens (or the time limit) in the middle of a call
+    gives that call as far as it was generated (its arguments cut, as OpenAI returns them on a cut), never the
+    call's markup as content."""
+    return cut_calls(text, plan) if finish_reason in ("length", "timeout") else read_calls(text, plan)
+
+
+def cut_calls(text: str, plan: ToolPlan) -> tuple[str | None, list[ToolCall]]:
+    """(content, calls) of a reply that may end inside a tool call: every call whose name was complete, with its
+    arguments so far (whole ones as read_calls gives them), and the text outside the calls as content."""
+    bare = text.lstrip()
+    if CALL_OPEN in text:
+        body = text
+        outside = _BLOCK.sub("", text)
+        content = outside[:outside.find(CALL_OPEN)] if CALL_OPEN in outside else outside
+    elif bare.startswith("{"):  # a call written as bare JSON (auto): a call only if a tool's name is complete
+        body, content = CALL_OPEN + bare, ""
+    else:
+        return text, []
+    names = {f["name"] for f in plan.functions}
+    calls: dict[int, ToolCall] = {}
+    reader = CallStream()
+    for delta in reader.feed(body) + reader.end():
+        if "id" in delta:
+            calls[delta["index"]] = ToolCall(delta["function"]["name"], "", delta["id"])
+        else:
+            calls[delta["index"]].arguments += delta["function"]["arguments"]
+    kept = [call for _, call in sorted(calls.items()) if call.name in names]
+    if not kept:
+        return (text, []) if CALL_OPEN not in text else (content.strip() or None, [])
+    for call in kept:
+        with contextlib.suppress(ValueError):  # a whole value: written as read_calls writes it
+            call.arguments = json.dumps(json.loads(call.arguments), ensure_ascii=False)
+    return content.strip() or None, kept if plan.parallel else kept[:1]
+
+
 def may_be_a_call(text_so_far: str) -> bool:
     """Whether a reply that begins like this may still turn out to be a tool call (so a stream holds it back)."""
     start = text_so_far.lstrip()
@@ -179,6 +216,7 @@ def may_be_a_call(text_so_far: str) -> bool:
 
 
 _CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+_NAME_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
 class CallStream:
@@ -215,6 +253,18 @@ class CallStream:
                 if not ended:
                     return out
                 self.calls, self.state = self.calls + 1, "between"
+
+    def end(self) -> list[dict]:
+        """The reply ended (cut off): a call whose name is complete but whose arguments had not begun is given,
+        with no arguments."""
+        if self.state != "head":
+            return []
+        head = _NAME_HEAD.match(self.text, self.pos)
+        if head is None:
+            return []
+        self.state, self.pos = "arguments", len(self.text)
+        return [{"index": self.calls, "id": "call_" + secrets.token_hex(12), "type": "function",
+                 "function": {"name": json.loads(f'"{head.group(1)}"'), "arguments": ""}}]
 
     def _scan(self) -> bool:
         """Advance over the arguments' JSON; True once its value is complete."""
