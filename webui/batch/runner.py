@@ -198,7 +198,7 @@ class BatchRunner:
 
     def template(self, job: BatchJob, model) -> ChatTemplate | None:
         """The instruction template the job's prompts are rendered with (None for raw prompts)."""
-        if job.raw or model.capabilities.text_only:
+        if job.raw or model.capabilities.renders_chats:
             return None
         try:
             return self.templates.resolve(job.chat_template, model.tokenizer)

@@ -324,7 +324,7 @@ class BatchController:
         # runs stored before runs kept their loader: guess from what is loaded
         record = record_for_batch_row(run.model or "?", run.spec, row, model.loader if model else "transformers")
         which = f"prompt {row.prompt_id}, {row.setting}, sample {row.sample}"
-        if model is None or model.capabilities.text_only:
+        if model is None or not model.capabilities.tokenizes:
             return MessageInspection(which, None, f"Tokens need the local model that made this row ({name}) loaded "
                                                   "in the Model tab.", record)
         try:

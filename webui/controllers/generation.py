@@ -86,7 +86,7 @@ def prefix_cache_text(services: Services) -> str:
                 "since the last clear")
     if services.engine.config.prefix_cache_mb == 0:
         return "**Prefix cache**: off (`--prefix-cache-mb 0`); every prompt is prefilled in full."
-    if model.capabilities.text_only:
+    if not model.capabilities.stepped:
         return "**Prefix cache**: the remote server keeps its own (if it has one)."
     return (f"**Prefix cache**: not used with this model: the {model.loader} loader cannot reuse its KV in blocks "
             "(e.g. sliding-window layers keep only their last tokens), so every prompt is prefilled in full; "

@@ -93,7 +93,7 @@ class NotebookSession:
         if not text.strip():
             raise UserError("The notebook is empty; type some text for the model to continue.")
         model = self._ready(key)
-        local = not model.capabilities.text_only
+        local = model.capabilities.stepped  # the token views: each token's id and alternatives
         events = stream_text(self.services, self.active, key, text, sampling, True,
                              logprobs=VIEW_TOP if local else None)
         start = Generation(text, model.tokenizer.encode(text) if local else [], [], [])
@@ -104,7 +104,7 @@ class NotebookSession:
         """Continue the last generation from ``position`` with ``token_id`` in place of the model's token."""
         model = self._ready(key)
         try:
-            if model.capabilities.text_only:
+            if not model.capabilities.stepped:
                 raise BranchError("branching needs a local model: load one in the Model tab")
             if last is None:
                 raise BranchError("generate something first")

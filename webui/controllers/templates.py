@@ -84,7 +84,7 @@ class TemplatesController:
     def preview(self, chat_id: int | None, draft: str, system_prompt: str, source: str) -> str:
         """The chat so far, plus the message being typed, rendered with the editor's text (not yet saved)."""
         model = self.services.models.loaded
-        if model is None or model.capabilities.text_only:
+        if model is None or model.capabilities.renders_chats:
             raise UserError("Preview needs a local model: load one in the Model tab.")
         messages = [{"role": m.role, "content": m.content} for m in self.services.chats.messages(chat_id)] \
             if chat_id is not None else []
@@ -108,7 +108,7 @@ class TemplatesController:
             except TemplateError as exc:
                 return TemplateView(label(choice), "", f"⚠ {exc}", False)
             return TemplateView(choice, source, f"Chats use the template '{choice}'.", choice not in BUILTIN)
-        if model is None or model.capabilities.text_only:
+        if model is None or model.capabilities.renders_chats:
             return TemplateView(MODEL_OWN_LABEL, "", "Chats use the model's own template (load a local model to "
                                                      "see it).", False)
         if own:
