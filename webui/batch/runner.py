@@ -224,7 +224,7 @@ class BatchRunner:
         names = list(dict.fromkeys(slot.name for slot in slots.values()))
         spec = {**job.to_spec(settings), "loader": slots[settings[0].model].model.loader,  # so each row's record
                 "loaders": {slot.name: slot.model.loader for slot in slots.values()},  # names it
-                "load_options": {slot.name: getattr(slot.model, "load_options", {}) for slot in slots.values()},
+                "load_options": {slot.name: slot.model.load_options for slot in slots.values()},
                 "chat_template": next((t.to_record() for t in templates.values() if t), None),
                 "chat_templates": {slots[n].name: t.to_record() for n, t in templates.items() if t}}
         for stored, setting in zip(spec["settings"], settings):  # what each setting ran on, so a re-run can too

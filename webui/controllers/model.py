@@ -67,7 +67,7 @@ class ModelController:
             return ModelInfo(f"**{model.name}** on the remote server `{model.base_url}` · it samples and batches "
                              f"itself; context length: {model.context_length or 'not reported'}  \nChats are sent "
                              "as messages and the server applies its own chat template.", "(the remote server's own)")
-        options = getattr(model, "load_options", {})  # set by ModelManager on every model it loads
+        options = model.load_options
         text = (f"**{model.name}** · loader `{model.loader}` · {model.device} / {model.dtype}  \n"
                 f"context length: {model.context_length} tokens · memory: {model.memory_bytes() / 2**20:,.0f} MiB · "
                 f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'} · "

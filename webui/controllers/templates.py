@@ -92,7 +92,7 @@ class TemplatesController:
             messages.append({"role": "user", "content": draft})
         if not messages:
             messages = [{"role": "user", "content": "(your message)"}]
-        own = (source or "").strip() == (getattr(model.tokenizer, "chat_template", None) or "").strip()
+        own = (source or "").strip() == (model.tokenizer.chat_template or "").strip()
         template = ChatTemplate("") if own else ChatTemplate("editor", source)
         try:
             return render_chat_prompt(model.tokenizer, messages, system_prompt, template=template)
@@ -101,7 +101,7 @@ class TemplatesController:
 
     def _view(self, choice: str) -> TemplateView:
         model = self.services.models.loaded
-        own = getattr(model.tokenizer, "chat_template", None) if model is not None else None
+        own = model.tokenizer.chat_template if model is not None else None
         if choice:
             try:
                 source = self.store.source(choice)
