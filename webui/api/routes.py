@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from loaders.base import ModelLoadError
+from loaders.base import LoadedModel, ModelLoadError, Tokenizer
 from webui.api.errors import APIError
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
 from webui.api.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, read_calls, template_messages,
@@ -18,7 +18,7 @@ from webui.api.serving import (FINISH_REASONS, Choice, Serving, collect, error_c
 from webui.chat import ChatPromptError, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
 from webui.engine import Interleaved, InvalidParameter, RequestStream
-from webui.engine.types import TokenLogprob
+from webui.engine.types import GenerationEvent, TokenLogprob
 from webui.insight import prompt_logprobs
 
 router = APIRouter()
@@ -80,8 +80,8 @@ def retrieve_model(model_id: str, request: Request) -> dict:
                    code="model_not_found")
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, request: Request):
+@router.post("/v1/chat/completions", response_model=None)  # a JSON body, or an SSE stream
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> dict | StreamingResponse:
     s = serving(request)
     model, loras = s.resolve_model(body.model, body.loras)
     params = s.sampling_params(body)
@@ -120,7 +120,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         # constrained to calls: each call streams as it is generated (id and name, then argument pieces)
         readers = {i: CallStream() for i in range(len(streams))} if plan and plan.choice != "auto" else {}
 
-        def on_event(index: int, event) -> list[dict]:
+        def on_event(index: int, event: GenerationEvent) -> list[dict]:
             out = []
             if index in readers:
                 out += [chunk(index, {"tool_calls": [delta]}) for delta in readers[index].feed(event.text)]
@@ -161,11 +161,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         for c in choices], usage=usage(choices))
 
 
-def chat_message(choice, plan: ToolPlan | None) -> dict:
+def chat_message(choice: Choice, plan: ToolPlan | None) -> dict:
     """The "message" and "finish_reason" of a finished choice: tool calls read from the text when tools were
     offered."""
-    message = {"role": "assistant", "content": choice.text, "refusal": None}
-    finish = FINISH_REASONS[choice.finish_reason]
+    message: dict[str, Any] = {"role": "assistant", "content": choice.text, "refusal": None}
+    finish = finished(choice.finish_reason)
     if plan is not None:
         content, calls = read_calls(choice.text, plan)
         if calls:
@@ -174,7 +174,7 @@ def chat_message(choice, plan: ToolPlan | None) -> dict:
     return {"message": message, "finish_reason": finish}
 
 
-def request_template(templates: TemplateStore, given: str | None, model) -> ChatTemplate | None:
+def request_template(templates: TemplateStore, given: str | None, model: LoadedModel) -> ChatTemplate | None:
     """The request's chat_template (vLLM's field: Jinja text; here also a built-in's or saved template's name);
     None: the model's own, which a model without one cannot use (a 400 naming chat_template)."""
     if given is None:
@@ -195,8 +195,8 @@ def request_template(templates: TemplateStore, given: str | None, model) -> Chat
     return ChatTemplate("request", given)
 
 
-def render_messages(tokenizer, messages: list[dict], plan: ToolPlan | None, template: ChatTemplate | None = None,
-                    continue_last: bool = False) -> str:
+def render_messages(tokenizer: Tokenizer, messages: list[dict], plan: ToolPlan | None,
+                    template: ChatTemplate | None = None, continue_last: bool = False) -> str:
     """The chat prompt (``template`` None: the model's own; ``continue_last``: the last message is the start of
     the reply); with tools (offered now or in the history) through the template's own tool support, or the
     fallback written into the messages."""
@@ -210,8 +210,8 @@ def render_messages(tokenizer, messages: list[dict], plan: ToolPlan | None, temp
     return render_chat_prompt(tokenizer, shaped, template=template)
 
 
-@router.post("/v1/completions")
-async def completions(body: CompletionRequest, request: Request):
+@router.post("/v1/completions", response_model=None)  # a JSON body, or an SSE stream
+async def completions(body: CompletionRequest, request: Request) -> dict | StreamingResponse:
     s = serving(request)
     model, loras = s.resolve_model(body.model, body.loras)
     scores_only = body.scores_only  # max_tokens 0: one token is generated (it checks the prompt) and dropped
@@ -248,7 +248,7 @@ async def completions(body: CompletionRequest, request: Request):
 
         offsets = [len(prefix(i)) for i in range(len(streams))]
 
-        def on_event(index: int, event) -> list[dict]:
+        def on_event(index: int, event: GenerationEvent) -> list[dict]:
             lp = None
             if body.logprobs is not None and event.logprobs:
                 lp = completion_logprobs(event.logprobs, offsets[index])
@@ -277,11 +277,12 @@ async def completions(body: CompletionRequest, request: Request):
     return body_out
 
 
-def echo_text(model, prompt: str | list[int]) -> str:
+def echo_text(model: LoadedModel, prompt: str | list[int]) -> str:
     return prompt if isinstance(prompt, str) else model.tokenizer.decode(prompt, skip_special_tokens=False)
 
 
-async def score_prompts(s: Serving, model, prompts: list, body: CompletionRequest, loras: tuple) -> list[dict]:
+async def score_prompts(s: Serving, model: LoadedModel, prompts: list[str | list[int]], body: CompletionRequest,
+                        loras: tuple[tuple[str, float], ...]) -> list[dict]:
     """echo with logprobs: each prompt token's logprob (the first has none) in the completions logprobs shape."""
     engine = s.engine_for(model)
     out = []

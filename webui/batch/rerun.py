@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from loaders.base import LoaderError
 from webui.batch.errors import BatchInputError
-from webui.models import ModelManager, NotLoaded, Slot
+from webui.models import ModelEntry, ModelManager, NotLoaded, Slot
 from webui.names import InvalidName
 from webui.store.errors import StoreError
 
@@ -86,7 +86,7 @@ def stored_ran_on(run: Any, rows: Sequence[Mapping[str, Any]], models: ModelMana
     return out, notes
 
 
-def _entry(models: ModelManager, name: str):
+def _entry(models: ModelManager, name: str) -> ModelEntry | None:
     return next((e for e in models.available() if e.model_name == name), None)
 
 

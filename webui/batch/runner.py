@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from loaders.base import ModelLoadError, attached_loras
+from loaders.base import LoadedModel, ModelLoadError, attached_loras
 from webui.batch.cache import ResponseCache, cache_key
 from webui.batch.errors import BatchInputError
 from webui.batch.asserts import Verdict
@@ -196,7 +196,7 @@ class BatchRunner:
         needs = list({ran[s.label].model: ran[s.label] for s in settings}.values())
         return replace(job, settings=settings, use_cache=use_cache), needs, notes
 
-    def template(self, job: BatchJob, model) -> ChatTemplate | None:
+    def template(self, job: BatchJob, model: LoadedModel) -> ChatTemplate | None:
         """The instruction template the job's prompts are rendered with (None for raw prompts)."""
         if job.raw or model.capabilities.renders_chats:
             return None
@@ -269,7 +269,8 @@ class BatchRunner:
             raise BatchInputError(f"judge: {exc}") from None
 
     @staticmethod
-    def _prompt(job: BatchJob, row: PromptRow, model, template: ChatTemplate | None) -> tuple[str, list | None]:
+    def _prompt(job: BatchJob, row: PromptRow, model: LoadedModel, template: ChatTemplate | None
+                ) -> tuple[str, list | None]:
         """(what ``model`` reads for ``row``, the chat messages or None for a raw prompt)."""
         try:
             if job.raw:

@@ -24,7 +24,7 @@ from webui.chat.reply import ReplyRecord, written_by
 from webui.chat.templates import STOPS, ChatTemplate, TemplateError, from_record
 from webui.engine.sequence import token_budget
 from webui.controllers.errors import UserError
-from webui.controllers.generation import STOP, ActiveRequests, new_request, stream_request, stream_text
+from webui.controllers.generation import STOP, ActiveRequests, Streamed, new_request, stream_request, stream_text
 from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.engine import GenerationEvent, GenerationRequest, SamplingParams
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
@@ -513,8 +513,9 @@ class ChatSession:
                 raise UserError(str(exc)) from exc
         return self.template(model)
 
-    def _store_reply(self, cid: int, target: Message | None, before: ReplyStart, events,
-                     request: GenerationRequest, model, template: ChatTemplate | None = None,
+    def _store_reply(self, cid: int, target: Message | None, before: ReplyStart,
+                     events: Streamed, request: GenerationRequest, model: LoadedModel,
+                     template: ChatTemplate | None = None,
                      fitted: FittedChat | None = None) -> Iterator[ChatView]:
         """Store the streamed reply as it grows (after ``before``)."""
         base, ids, rows = before.text, list(before.token_ids), list(before.rows)

@@ -251,7 +251,7 @@ class ModelController:
     def detach(self, name: str | None) -> str:
         return self._change_lora(self.models.detach_lora, name)
 
-    def _change_lora(self, change: Callable, name: str | None, *args) -> str:
+    def _change_lora(self, change: Callable[..., None], name: str | None, *args: float) -> str:
         if not name:
             if not self.lora_choices():
                 raise UserError(f"No adapter fits this model: put LoRA adapters (peft folders with "
