@@ -165,8 +165,8 @@ class LoadedModel(Protocol):
     dtype: str
     load_options: dict[str, Any]
     """The loader's own options it was loaded with, as checked (e.g. {"n_ctx": 4096}); recorded with each reply
-    and batch row so a run can be reproduced. Every model class defaults it to {} (class attribute NO_OPTIONS);
-    the model manager sets it after a load."""
+    and batch row so a run can be reproduced. Every model class sets it ({} in __init__); its loader and the
+    model manager set it after a load, so callers read it as it is (no probing)."""
 
     @property
     def tokenizer(self) -> Tokenizer:

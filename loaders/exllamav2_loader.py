@@ -25,6 +25,9 @@ from loaders.extras import EXTRAS
 from loaders.hf import quant_method
 from loaders.options import LoadOption, LoadOptionError, check_options
 
+if TYPE_CHECKING:
+    import torch
+
 NEEDS_GPU = "ExLlamaV2 needs an NVIDIA GPU with CUDA; this machine has none (use the transformers loader)"
 INSTALL_HINT = EXTRAS["exllamav2"].hint
 
@@ -193,7 +196,7 @@ class ExLlamaV2Model:
             self._pool.append(cache.cache)
             cache.cache = None
 
-    def _run(self, cache: Any, ids: Sequence[int], last_only: bool):
+    def _run(self, cache: Any, ids: Sequence[int], last_only: bool) -> torch.Tensor:
         import torch
 
         if cache.current_seq_len + len(ids) > self.context_length:
@@ -203,13 +206,13 @@ class ExLlamaV2Model:
         out = self.model.forward(input_ids, cache, last_id_only=last_only)
         return out[0, :, :self.vocab_size].float()  # the head may be padded past the vocabulary
 
-    def forward(self, caches: Sequence[SequenceCache], new_ids: Sequence[Sequence[int]]):
+    def forward(self, caches: Sequence[SequenceCache], new_ids: Sequence[Sequence[int]]) -> torch.Tensor:
         import torch
 
         with torch.inference_mode():
             return torch.stack([self._run(handle.cache, ids, True)[-1] for handle, ids in zip(caches, new_ids)])
 
-    def logits(self, ids: Sequence[int], last_only: bool = True, loras: tuple = ()):
+    def logits(self, ids: Sequence[int], last_only: bool = True, loras: tuple = ()) -> torch.Tensor:
         """Logits for ``ids`` run alone in a scratch cache: [vocab] with ``last_only``, else [len(ids), vocab]."""
         import torch
 

@@ -12,10 +12,13 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from loaders.base import LoaderUnavailable, ModelLoadError, Progress, atomic_folder, missing_module
 from loaders.options import LoadOption, LoadOptionError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +200,8 @@ def resolve_dtype(dtype: str, device: str) -> str:
     return "float32"
 
 
-def from_pretrained(path: Path, device: str, dtype: str, **load_kwargs: Any):
+def from_pretrained(path: Path, device: str, dtype: str, **load_kwargs: Any
+                    ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The model and tokenizer of ``path`` on ``device`` in ``dtype``; ``load_kwargs`` go to the model's
     from_pretrained (hf_load_kwargs): with a device_map the layers are placed where it says."""
     import torch
@@ -229,8 +233,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path, marker: dict | None = None) -> 
         raise LoaderUnavailable("transformers", missing, f"{HF_INSTALL} gguf")
     check_model_path(gguf_path)
     model, tokenizer = from_pretrained(gguf_path, "cpu", "float32")
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer.remove_quantization_config(model)
+    quantizer = getattr(model, "hf_quantizer", None)  # set only where the file was quantized
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
     with atomic_folder(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

@@ -108,7 +108,7 @@ class StepCache:
         self.blocks = table.shape[1]
         self.table = table.reshape(-1)  # [rows * blocks a row]
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
                ) -> tuple[torch.Tensor, torch.Tensor]:
         heads, dim = key_states.shape[1], key_states.shape[-1]
         keys, values = self.pool.layer(layer_idx, key_states[0])

@@ -32,6 +32,9 @@ from loaders.extras import EXTRAS
 from loaders.gguf_header import read_header
 from loaders.options import LoadOption, LoadOptionError, check_options, refuse_off_device
 
+if TYPE_CHECKING:
+    import torch
+
 INSTALL_HINT = EXTRAS["llamacpp"].hint
 MAX_SEQUENCES = 64
 """Sequence ids in the shared context; the last one is kept for out-of-band logits (insight, perplexity)."""
@@ -311,7 +314,7 @@ class LlamaCppModel:
         cache.tokens = list(tokens[:n])
         return n
 
-    def forward(self, caches: Sequence[SeqSlot], new_ids: Sequence[Sequence[int]]):
+    def forward(self, caches: Sequence[SeqSlot], new_ids: Sequence[Sequence[int]]) -> torch.Tensor:
         """One step for every running sequence: their new tokens in as few llama_decode calls as fit."""
         for slot in caches:
             if slot.seq_id < 0:
@@ -322,7 +325,7 @@ class LlamaCppModel:
             slot.tokens.extend(ids)
         return rows
 
-    def logits(self, ids: Sequence[int], last_only: bool = True, loras: tuple = ()):
+    def logits(self, ids: Sequence[int], last_only: bool = True, loras: tuple = ()) -> torch.Tensor:
         """Logits for ``ids`` alone, in the scratch sequence (the running ones are not touched)."""
         if loras:
             raise LoaderError("the llamacpp loader cannot apply LoRA adapters")
@@ -333,7 +336,7 @@ class LlamaCppModel:
             self._lib.llama_memory_seq_rm(self._memory, self._scratch_id, -1, -1)
         return out[0] if last_only else out
 
-    def _decode(self, feeds: list[tuple[int, int, int, list[int]]], all_logits: bool):
+    def _decode(self, feeds: list[tuple[int, int, int, list[int]]], all_logits: bool) -> torch.Tensor:
         """Decode (row, seq_id, first position, ids) feeds; logits of each row's last token (or of every token).
 
         Tokens are packed into llama_batch chunks of at most n_batch tokens; each chunk is one llama_decode.

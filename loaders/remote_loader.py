@@ -14,9 +14,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
-from loaders.base import BaseLoader, Capabilities, LoaderError, LoadOptions, ModelLoadError, TextBackend
+from loaders.base import BaseLoader, Capabilities, LoaderError, LoadOptions, ModelLoadError, Progress, TextBackend
+
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class RemoteError(LoaderError):
@@ -69,10 +73,10 @@ class RemoteLoader(BaseLoader):
     def match(self, path: Path) -> int:
         return 0  # chosen by URL, not by a file
 
-    def prepare(self, path: Path, workdir: Path, progress=None) -> Path:
+    def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
         return path
 
-    def load(self, path: Path, options: LoadOptions, progress=None) -> "RemoteModel":
+    def load(self, path: Path, options: LoadOptions, progress: Progress | None = None) -> "RemoteModel":
         raise ModelLoadError("the remote loader connects to a server URL; use the Model tab's Remote server "
                              "section or --model http://HOST:PORT/v1 --loader remote")
 
@@ -166,10 +170,10 @@ class RemoteModel:
         except httpx.HTTPError as exc:
             raise RemoteError(f"lost the connection to the remote server at {self.base_url}: {exc}") from exc
 
-    def new_cache(self, loras=()) -> Any:
+    def new_cache(self, loras: tuple[tuple[str, float], ...] = ()) -> Any:
         raise LoaderError("a remote model generates whole requests; it has no per-step cache")
 
-    def forward(self, caches, new_ids):
+    def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> NoReturn:
         raise LoaderError("a remote model generates whole requests; it has no forward step")
 
     def release(self, cache: Any) -> None:
@@ -182,7 +186,7 @@ class RemoteModel:
         self._http.close()
 
 
-def _error_text(response) -> str:
+def _error_text(response: httpx.Response) -> str:
     try:
         return str(response.json().get("error", {}).get("message") or response.text[:300])
     except ValueError:

@@ -21,6 +21,9 @@ from loaders.gguf_header import read_header
 from loaders.options import check_options, refuse_off_device
 from loaders.lora import Adapters, Selection, check_fits
 
+if TYPE_CHECKING:
+    import torch
+
 
 def register_loaders(register: Callable[[Any], None]) -> None:
     register(TransformersLoader())
@@ -121,7 +124,7 @@ class TransformersModel:
             return SequenceCache(self._pool, adapter)
         return SequenceCache(None, adapter, own=self._empty_cache())
 
-    def logits(self, ids: Sequence[int], last_only: bool = True, loras: Selection = ()):
+    def logits(self, ids: Sequence[int], last_only: bool = True, loras: Selection = ()) -> torch.Tensor:
         """Logits for ``ids`` run alone, outside the batch (the engine's step is not disturbed).
 
         Shape [vocab] with ``last_only``, else [len(ids), vocab] (e.g. for perplexity).
@@ -182,7 +185,7 @@ class TransformersModel:
         with torch.inference_mode():
             import_kv(self._pool, cache, blocks, n_tokens)
 
-    def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]):
+    def forward(self, caches: Sequence[Any], new_ids: Sequence[Sequence[int]]) -> torch.Tensor:
         import torch
 
         from loaders.kv_batch import batched_forward

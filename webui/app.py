@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from loaders.base import LoaderError
 from webui.config import AppConfig, config_from_args
@@ -13,10 +14,13 @@ from webui.services import Services
 from webui.startup import load_startup_model
 from webui.store import StoreError
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 log = logging.getLogger("webui")
 
 
-def create_server(services: Services):
+def create_server(services: Services) -> FastAPI:
     """A FastAPI app with /health and the Gradio UI mounted at /."""
     import gradio as gr
     from fastapi import FastAPI

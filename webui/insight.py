@@ -9,11 +9,11 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable, cast
+from typing import Callable
 
 import torch
 
-from loaders.base import LoadedModel, SteppedModel
+from loaders.base import LoadedModel, SteppedModel, is_stepped
 from webui.chat import chat_messages, render_chat_prompt
 from webui.engine import Engine, EngineError, SamplingParams
 from webui.engine.sampling import Sampler
@@ -48,11 +48,20 @@ class NextToken:
 
 
 def _local(model: LoadedModel | None) -> SteppedModel:
+    """``model``, which must give logits (the next-token views, perplexity)."""
+    model = _tokenizing(model)
+    if not is_stepped(model):
+        raise InsightUnavailable(f"the {model.loader} loader gives no logits; load a local model")
+    return model
+
+
+def _tokenizing(model: LoadedModel | None) -> LoadedModel:
+    """``model``, whose tokenizer must work here (a prompt as tokens)."""
     if model is None:
         raise InsightUnavailable("no model is loaded; load one in the Model tab")
-    if model.capabilities.text_only:
-        raise InsightUnavailable(f"the {model.loader} loader gives no token ids or logits; load a local model")
-    return cast(SteppedModel, model)  # not text_only: the engine steps it (loaders/base.py)
+    if not model.capabilities.tokenizes:
+        raise InsightUnavailable(f"the {model.loader} loader gives no token ids; load a local model")
+    return model
 
 
 def prompt_text(model: LoadedModel, text: str, chat: bool, system_prompt: str = "") -> str:
@@ -62,13 +71,13 @@ def prompt_text(model: LoadedModel, text: str, chat: bool, system_prompt: str = 
 
 
 def inspect_prompt(model: LoadedModel | None, text: str, chat: bool, system_prompt: str = "") -> PromptInspection:
-    model = _local(model)
+    model = _tokenizing(model)
     return inspect_rendered(model, prompt_text(model, text, chat, system_prompt), add_special_tokens=not chat)
 
 
 def inspect_rendered(model: LoadedModel | None, rendered: str, add_special_tokens: bool) -> PromptInspection:
     """The inspection of text the model reads as it is (a chat already rendered with its template, or raw)."""
-    model = _local(model)
+    model = _tokenizing(model)
     ids = model.tokenizer.encode(rendered, add_special_tokens=add_special_tokens)
     return PromptInspection(rendered, ids, model.tokenizer.token_strings(ids), model.context_length)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from loaders.base import LoadedModel, LoaderError, LoadOptions, ModelLoadError, Progress, ram_bytes
+from loaders.base import LoadedModel, LoaderError, LoadOptions, ModelLoadError, Progress, is_text_backend, ram_bytes
 from loaders.options import changed, check_options, options_of
 from loaders.registry import LoaderRegistry
 from webui.config import AppConfig
@@ -435,7 +435,7 @@ class ModelManager:
         except NotLoaded:
             raise ModelLoadError("no model is loaded, so there is nothing to reload") from None
         model = slot.model
-        if model.capabilities.text_only:
+        if is_text_backend(model):
             return self.load_remote(model.base_url, None, model.server_model, make_current=False)
         assert slot.entry is not None
         return self.load(slot.entry, model.loader, None, progress, make_current=False)

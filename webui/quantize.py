@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from loaders.base import LoaderError, LoaderUnavailable, ModelLoadError, atomic_folder, missing_module
 from webui.bootstrap import OPTIONAL_EXTRAS
@@ -150,7 +150,7 @@ def quantize_exl2(source: Path, out: Path, bits: float = 4.0, progress: Progress
 
 
 @contextlib.contextmanager
-def _working_dir(path: str):
+def _working_dir(path: str) -> Iterator[None]:
     before = os.getcwd()
     os.chdir(path)
     try:

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from loaders.base import Tokenizer
 from webui.chat.reply import ReplyRecord
 from webui.engine import GenerationRequest, InvalidParameter, SamplingParams
 from webui.engine.params import specs
@@ -57,23 +58,24 @@ class ReproduceRecord:
         except InvalidParameter as exc:
             raise RecordError(str(exc)) from exc
 
-    def request(self, tokenizer) -> GenerationRequest:
+    def request(self, tokenizer: Tokenizer) -> GenerationRequest:
         """The engine request this record describes (the chat rendered with ``tokenizer``'s template)."""
         from webui.chat import render_chat_prompt
 
         loras = tuple((str(n), float(w)) for n, w in self.loras)
         if self.messages is not None:
-            prompt: str | list[int] = render_chat_prompt(tokenizer, self.messages, template=self.template())
+            text = render_chat_prompt(tokenizer, self.messages, template=self.template())
             given = self._given()
+            prompt: str | list[int] = text
             if given.get("token_ids"):
-                prompt = [*tokenizer.encode(prompt, add_special_tokens=False), *given["token_ids"]]
+                prompt = [*tokenizer.encode(text, add_special_tokens=False), *given["token_ids"]]
             elif given.get("text"):
-                prompt += given["text"]
+                prompt = text + given["text"]
             return GenerationRequest(prompt, self.sampling(), add_special_tokens=False, messages=self.messages,
                                      loras=loras)
         return GenerationRequest(self.prompt or "", self.sampling(), loras=loras)
 
-    def reply(self, tokenizer, token_ids: list[int], text: str) -> str:
+    def reply(self, tokenizer: Tokenizer, token_ids: list[int], text: str) -> str:
         """The whole reply this record re-creates, from what a run of its request generated."""
         given = self._given()
         if given.get("token_ids"):

@@ -27,6 +27,7 @@ class ScriptedModel:
         self.tokenizer = tokenizer
         self.script = list(script)
         self.context_length = context_length
+        self.load_options: dict[str, Any] = {}  # a LoadedModel's, like every loader's models
         self.fail_at_step, self.step_delay = fail_at_step, step_delay
         self.vocab = self.vocab_size = 49152
         self.forward_calls = 0

@@ -8,6 +8,7 @@ import uuid
 from collections import Counter
 
 from fastapi import Depends, FastAPI
+from starlette.types import ASGIApp, Send
 
 from webui.api import manage, stored, utility
 from webui.api.auth import require_key
@@ -23,7 +24,7 @@ log = logging.getLogger("webui.api")
 class AccessLog:
     """Pure ASGI middleware: one line per request when its response ends (streams included)."""
 
-    def __init__(self, app, counts: Counter | None = None):
+    def __init__(self, app: ASGIApp, counts: Counter | None = None) -> None:
         self.app, self.counts = app, counts if counts is not None else Counter()
 
     async def __call__(self, scope, receive, send):
@@ -61,7 +62,7 @@ class Guard:
     as soon as a chunked body grows over it), and answer any error no handler mapped with a 500 in OpenAI's error
     shape (logged with its traceback), so no route can answer a bare "Internal Server Error"."""
 
-    def __init__(self, app, max_body_bytes: int | None):
+    def __init__(self, app: ASGIApp, max_body_bytes: int | None) -> None:
         self.app, self.limit = app, max_body_bytes
 
     async def __call__(self, scope, receive, send):
@@ -108,7 +109,7 @@ class Guard:
                                                        "server's log has the details)", type="server_error"))
 
     @staticmethod
-    async def _answer(send, error: APIError) -> None:
+    async def _answer(send: Send, error: APIError) -> None:
         response = error.response()
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": response.raw_headers})

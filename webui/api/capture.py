@@ -18,6 +18,8 @@ import logging
 import time
 from typing import Any
 
+from starlette.types import ASGIApp, Scope
+
 from webui.api.serving import DONE, new_id
 from webui.store.requests import CapturedRequest, RequestStore
 
@@ -30,7 +32,7 @@ class Capture:
     """Pure ASGI middleware: keeps POSTs to the generating endpoints in ``store`` (see the module's docstring);
     ``store.capture_all`` says whether every request is kept or only those that ask ``store: true``."""
 
-    def __init__(self, app, store: RequestStore, max_body_bytes: int | None):
+    def __init__(self, app: ASGIApp, store: RequestStore, max_body_bytes: int | None) -> None:
         self.app, self.store, self.limit = app, store, max_body_bytes
 
     async def __call__(self, scope, receive, send):
@@ -75,7 +77,7 @@ class Capture:
             if not kept:  # the answer never ended (the client left): what there was
                 await keep()
 
-    def _item(self, scope, started: float, body: bytes, status: int, answer: bytes) -> CapturedRequest | None:
+    def _item(self, scope: Scope, started: float, body: bytes, status: int, answer: bytes) -> CapturedRequest | None:
         if status == 401:  # no key, or a wrong one: nobody's request, not kept
             return None
         sent = _parsed(body)

@@ -8,6 +8,7 @@ cannot take the request now. Nothing a client does produces a 500.
 from __future__ import annotations
 
 import logging
+from typing import Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -59,7 +60,7 @@ def to_api_error(exc: Exception) -> APIError:
 TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "is-instance", "literal", "union"}
 
 
-def _param(loc) -> str | None:
+def _param(loc: Sequence[int | str]) -> str | None:
     """The field path of a pydantic error location, without 'body' and without union branch tags."""
     parts = []
     for p in loc:
@@ -92,15 +93,15 @@ def validation_error(exc: RequestValidationError) -> APIError:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError):
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
         return exc.response()
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError):
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         return validation_error(exc).response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException):
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return APIError(exc.status_code, str(exc.detail), type=kind).response()
 
@@ -108,5 +109,5 @@ def install_error_handlers(app: FastAPI) -> None:
     # middleware, which re-raises after answering (a logged traceback and a dropped keep-alive connection).
     for kind in (ValueError, EngineError):
         @app.exception_handler(kind)
-        async def _mapped(request: Request, exc: Exception):
+        async def _mapped(request: Request, exc: Exception) -> JSONResponse:
             return to_api_error(exc).response()

@@ -24,12 +24,12 @@ from loaders.registry import UnknownLoader
 from webui.api.auth import require_admin
 from webui.api.errors import APIError
 from webui.api.protocol import TextRequest
-from webui.models import NotLoaded
+from webui.models import ModelManager, NotLoaded
 
 router = APIRouter()
 
 
-def _models(request: Request):
+def _models(request: Request) -> ModelManager:
     return request.app.state.serving.services.models
 
 
@@ -116,8 +116,12 @@ async def unload(request: Request, body: UnloadRequest | None = None) -> dict:
     name = body.model_name if body else None
     if not models.names():
         raise APIError(400, "no model is loaded, so there is nothing to unload", param="model_name")
+    current = models.current
+    name = name or (current.name if current is not None else None)
+    if name is None:  # never None here (a model is loaded, so one is in use); None would unload them all
+        raise APIError(400, "name the model to unload", param="model_name")
     try:
-        await asyncio.to_thread(models.unload, name or models.current.name)
+        await asyncio.to_thread(models.unload, name)
     except LoaderError as exc:
         raise _load_error(exc, "model_name") from exc
     return model_info(request)

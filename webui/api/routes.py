@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from loaders.base import ModelLoadError
+from loaders.base import LoadedModel, ModelLoadError, Tokenizer
 from webui.api.errors import APIError
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
 from webui.api.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, reply_calls, template_messages,
@@ -18,7 +18,8 @@ from webui.api.serving import (DONE, FINISH_REASONS, Choice, Serving, collect, e
 from webui.chat import ChatPromptError, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
 from webui.engine import Interleaved, InvalidParameter, RequestStream
-from webui.engine.types import TokenLogprob
+from webui.engine.params import SamplingParams
+from webui.engine.types import GenerationEvent, TokenLogprob
 from webui.insight import prompt_logprobs
 
 router = APIRouter()
@@ -53,7 +54,7 @@ def envelope(rid: str, obj: str, created: int, model: str, choices: list, **extr
             "choices": choices, **extra}
 
 
-def note_seen(request: Request, prompt: Any, params, model, loras: tuple) -> None:
+def note_seen(request: Request, prompt: Any, params: SamplingParams, model: LoadedModel, loras: tuple) -> None:
     """What the model saw, for a request that is kept (webui/api/capture.py): the prompt as rendered by the chat
     template, the parameters as resolved, the model, loader and adapters."""
     request.state.seen = {"prompt": prompt, "params": params.to_dict(), "model": model.name, "loader": model.loader,
@@ -93,8 +94,8 @@ def retrieve_model(model_id: str, request: Request) -> dict:
                    code="model_not_found")
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, request: Request):
+@router.post("/v1/chat/completions", response_model=None)  # a JSON body, or an SSE stream
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> dict | StreamingResponse:
     s = serving(request)
     model, loras = s.resolve_model(body.model, body.loras)
     params = s.sampling_params(body)
@@ -140,7 +141,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         # constrained to calls: each call streams as it is generated (id and name, then argument pieces)
         readers = {i: CallStream() for i in range(len(streams))} if plan and plan.choice != "auto" else {}
 
-        def on_event(index: int, event) -> list[dict]:
+        def on_event(index: int, event: GenerationEvent) -> list[dict]:
             out = []
             if index in readers:
                 deltas = readers[index].feed(event.text) + (readers[index].end() if event.finish_reason else [])
@@ -180,11 +181,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     return keep_answer(request, whole(await collect(streams, request)))
 
 
-def chat_message(choice, plan: ToolPlan | None) -> dict:
+def chat_message(choice: Choice, plan: ToolPlan | None) -> dict:
     """The "message" and "finish_reason" of a finished choice: tool calls read from the text when tools were
     offered."""
-    message = {"role": "assistant", "content": choice.text, "refusal": None}
-    finish = FINISH_REASONS.get(choice.finish_reason or "cancelled")  # (a stream the client left is kept unfinished)
+    message: dict[str, Any] = {"role": "assistant", "content": choice.text, "refusal": None}
+    finish = finished(choice.finish_reason or "cancelled")  # (a stream the client left is kept unfinished)
     if plan is not None:
         content, calls = reply_calls(choice.text, plan, choice.finish_reason)
         if calls:
@@ -193,7 +194,7 @@ def chat_message(choice, plan: ToolPlan | None) -> dict:
     return {"message": message, "finish_reason": finish}
 
 
-def request_template(templates: TemplateStore, given: str | None, model) -> ChatTemplate | None:
+def request_template(templates: TemplateStore, given: str | None, model: LoadedModel) -> ChatTemplate | None:
     """The request's chat_template (vLLM's field: Jinja text; here also a built-in's or saved template's name);
     None: the model's own, which a model without one cannot use (a 400 naming chat_template)."""
     if given is None:
@@ -214,8 +215,8 @@ def request_template(templates: TemplateStore, given: str | None, model) -> Chat
     return ChatTemplate("request", given)
 
 
-def render_messages(tokenizer, messages: list[dict], plan: ToolPlan | None, template: ChatTemplate | None = None,
-                    continue_last: bool = False) -> str:
+def render_messages(tokenizer: Tokenizer, messages: list[dict], plan: ToolPlan | None,
+                    template: ChatTemplate | None = None, continue_last: bool = False) -> str:
     """The chat prompt (``template`` None: the model's own; ``continue_last``: the last message is the start of
     the reply); with tools (offered now or in the history) through the template's own tool support, or the
     fallback written into the messages."""
@@ -229,8 +230,8 @@ def render_messages(tokenizer, messages: list[dict], plan: ToolPlan | None, temp
     return render_chat_prompt(tokenizer, shaped, template=template)
 
 
-@router.post("/v1/completions")
-async def completions(body: CompletionRequest, request: Request):
+@router.post("/v1/completions", response_model=None)  # a JSON body, or an SSE stream
+async def completions(body: CompletionRequest, request: Request) -> dict | StreamingResponse:
     s = serving(request)
     model, loras = s.resolve_model(body.model, body.loras)
     scores_only = body.scores_only  # max_tokens 0: one token is generated (it checks the prompt) and dropped
@@ -268,7 +269,7 @@ async def completions(body: CompletionRequest, request: Request):
 
         offsets = [len(prefix(i)) for i in range(len(streams))]
 
-        def on_event(index: int, event) -> list[dict]:
+        def on_event(index: int, event: GenerationEvent) -> list[dict]:
             lp = None
             if body.logprobs is not None and event.logprobs:
                 lp = completion_logprobs(event.logprobs, offsets[index])
@@ -302,11 +303,12 @@ async def completions(body: CompletionRequest, request: Request):
     return body_out
 
 
-def echo_text(model, prompt: str | list[int]) -> str:
+def echo_text(model: LoadedModel, prompt: str | list[int]) -> str:
     return prompt if isinstance(prompt, str) else model.tokenizer.decode(prompt, skip_special_tokens=False)
 
 
-async def score_prompts(s: Serving, model, prompts: list, body: CompletionRequest, loras: tuple) -> list[dict]:
+async def score_prompts(s: Serving, model: LoadedModel, prompts: list[str | list[int]], body: CompletionRequest,
+                        loras: tuple[tuple[str, float], ...]) -> list[dict]:
     """echo with logprobs: each prompt token's logprob (the first has none) in the completions logprobs shape."""
     engine = s.engine_for(model)
     out = []

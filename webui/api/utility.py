@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import Field
 
+from loaders.base import LoadedModel, is_stepped
 from webui.api.errors import APIError
 from webui.api.protocol import ChatMessage, SamplingRequest, TextRequest, chat_rows
 from webui.api.routes import render_messages, request_template, serving
@@ -26,7 +27,8 @@ from webui.insight import next_tokens
 router = APIRouter()
 
 
-def _local(request: Request, name: str | None, what: str, logits: bool = False):
+def _local(request: Request, name: str | None, what: str, logits: bool = False
+           ) -> tuple[LoadedModel, tuple[tuple[str, float], ...]]:
     """The loaded model a request names, if it can do what is asked: tokenize (or, with ``logits``, give
     next-token logits); a remote server does neither."""
     model, loras = serving(request).resolve_model(name)
@@ -36,7 +38,7 @@ def _local(request: Request, name: str | None, what: str, logits: bool = False):
     return model, loras
 
 
-def _chat_text(request: Request, model, messages: list[ChatMessage], template: str | None,
+def _chat_text(request: Request, model: LoadedModel, messages: list[ChatMessage], template: str | None,
                add_generation_prompt: bool = True, continue_final_message: bool = False) -> str:
     """The chat as the model reads it, through the request's or the model's template."""
     if not messages:
@@ -87,11 +89,12 @@ class DetokenizeRequest(TextRequest):
 @router.post("/detokenize")
 def detokenize(body: DetokenizeRequest, request: Request) -> dict:
     model, _ = _local(request, body.model, "detokenize")
-    vocab = model.vocab_size
-    bad = [i for i, t in enumerate(body.tokens) if not 0 <= t < vocab]
-    if bad:
-        raise APIError(400, f"tokens[{bad[0]}]: {body.tokens[bad[0]]} is not a token id of {model.name} "
-                            f"(0 to {vocab - 1})", param="tokens")
+    if is_stepped(model):  # its ids are the logits' rows (every model that tokenizes today is stepped)
+        vocab = model.vocab_size
+        bad = [i for i, t in enumerate(body.tokens) if not 0 <= t < vocab]
+        if bad:
+            raise APIError(400, f"tokens[{bad[0]}]: {body.tokens[bad[0]]} is not a token id of {model.name} "
+                                f"(0 to {vocab - 1})", param="tokens")
     return {"prompt": model.tokenizer.decode(body.tokens, skip_special_tokens=False)}
 
 

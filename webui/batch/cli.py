@@ -22,8 +22,8 @@ from webui.batch.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.prompts import load_prompts, unescape_newlines
 from webui.batch.promptfoo import is_config, load_config, to_promptfoo
-from webui.batch.results import summarize
-from webui.batch.runner import BatchJob
+from webui.batch.results import ResultRow, summarize
+from webui.batch.runner import BatchJob, RunHandle
 from webui.config import AppConfig, default_user_data_dir
 from webui.names import InvalidName
 from webui.store import StoreError
@@ -126,13 +126,13 @@ def main(argv: list[str]) -> int:
         services.close()
 
 
-def _progress(handle, final: bool = False) -> None:
+def _progress(handle: RunHandle, final: bool = False) -> None:
     eta = handle.eta_text()
     line = f"\r{handle.done}/{handle.total} done" + (f", {eta}" if eta and not final else "")
     print(line.ljust(40), end="\n" if final else "", file=sys.stderr, flush=True)
 
 
-def _report(results, min_pass_rate: float | None, run_id: int) -> int:
+def _report(results: list[ResultRow], min_pass_rate: float | None, run_id: int) -> int:
     summaries = summarize(results)
     print(f"{'setting':50} {'rows':>5} {'pass rate':>10} {'tok/s':>7}")
     failing = []

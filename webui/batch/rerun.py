@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from loaders.base import LoaderError
 from webui.batch.errors import BatchInputError
-from webui.models import ModelManager, NotLoaded, Slot
+from webui.models import ModelEntry, ModelManager, NotLoaded, Slot
 from webui.names import InvalidName
 from webui.store.errors import StoreError
 
@@ -51,7 +51,7 @@ class RanOn:
 
 def ran_on(slot: Slot) -> RanOn:
     """What a cell run on the loaded model ``slot`` runs on."""
-    return RanOn(slot.name, slot.model.loader, dict(getattr(slot.model, "load_options", None) or {}))
+    return RanOn(slot.name, slot.model.loader, dict(slot.model.load_options))
 
 
 def stored_ran_on(run: Any, rows: Sequence[Mapping[str, Any]], models: ModelManager) -> tuple[dict[str, RanOn], list[str]]:
@@ -86,7 +86,7 @@ def stored_ran_on(run: Any, rows: Sequence[Mapping[str, Any]], models: ModelMana
     return out, notes
 
 
-def _entry(models: ModelManager, name: str):
+def _entry(models: ModelManager, name: str) -> ModelEntry | None:
     return next((e for e in models.available() if e.model_name == name), None)
 
 
@@ -127,7 +127,7 @@ def provide(models: ModelManager, need: RanOn) -> Slot:
     if need.loader and slot.model.loader != need.loader:
         raise BatchInputError(f"re-run: the run ran on {need.model} with the {need.loader} loader, but {slot.name} is "
                               f"loaded with {slot.model.loader}; load {need.model} with {need.loader} in the Model tab")
-    now = getattr(slot.model, "load_options", None) or {}
+    now = slot.model.load_options
     differ = {k: v for k, v in (need.load_options or {}).items() if k in now and now[k] != v}
     if differ:
         wanted = ", ".join(f"{k}={v}" for k, v in sorted(differ.items()))

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from loaders.base import ModelLoadError, attached_loras
+from loaders.base import LoadedModel, ModelLoadError, attached_loras
 from webui.batch.cache import ResponseCache, cache_key
 from webui.batch.errors import BatchInputError
 from webui.batch.asserts import Verdict
@@ -208,9 +208,9 @@ class BatchRunner:
         needs = list({ran[s.label].model: ran[s.label] for s in settings}.values())
         return replace(job, settings=settings, use_cache=use_cache), needs, notes
 
-    def template(self, job: BatchJob, model) -> ChatTemplate | None:
+    def template(self, job: BatchJob, model: LoadedModel) -> ChatTemplate | None:
         """The instruction template the job's prompts are rendered with (None for raw prompts)."""
-        if job.raw or model.capabilities.text_only:
+        if job.raw or model.capabilities.renders_chats:
             return None
         try:
             return self.templates.resolve(job.chat_template, model.tokenizer)
@@ -236,7 +236,7 @@ class BatchRunner:
         names = list(dict.fromkeys(slot.name for slot in slots.values()))
         spec = {**job.to_spec(settings), "loader": slots[settings[0].model].model.loader,  # so each row's record
                 "loaders": {slot.name: slot.model.loader for slot in slots.values()},  # names it
-                "load_options": {slot.name: getattr(slot.model, "load_options", {}) for slot in slots.values()},
+                "load_options": {slot.name: slot.model.load_options for slot in slots.values()},
                 "chat_template": next((t.to_record() for t in templates.values() if t), None),
                 "chat_templates": {slots[n].name: t.to_record() for n, t in templates.items() if t}}
         for stored, setting in zip(spec["settings"], settings):  # what each setting ran on, so a re-run can too
@@ -281,7 +281,8 @@ class BatchRunner:
             raise BatchInputError(f"judge: {exc}") from None
 
     @staticmethod
-    def _prompt(job: BatchJob, row: PromptRow, model, template: ChatTemplate | None) -> tuple[str, list | None]:
+    def _prompt(job: BatchJob, row: PromptRow, model: LoadedModel, template: ChatTemplate | None
+                ) -> tuple[str, list | None]:
         """(what ``model`` reads for ``row``, the chat messages or None for a raw prompt)."""
         try:
             if job.raw:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -119,12 +120,12 @@ class BatchStore:
             return conn.execute("UPDATE batch_runs SET status = 'failed' WHERE status = 'running'").rowcount
 
 
-def _own(conn, run_id: int) -> None:
+def _own(conn: sqlite3.Connection, run_id: int) -> None:
     """RunNotFound unless the run is there and the current owner's."""
     if conn.execute("SELECT 1 FROM batch_runs WHERE id = ? AND owner = ?", (run_id, current_owner())).fetchone() is None:
         raise RunNotFound(f"batch run {run_id} does not exist (it may have been deleted)")
 
 
-def _run(row) -> BatchRun:
+def _run(row: sqlite3.Row) -> BatchRun:
     return BatchRun(row["id"], row["name"], json.loads(row["spec"]), row["model"], row["status"], row["total"],
                     row["done"], row["created"], row["updated"])

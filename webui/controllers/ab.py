@@ -12,7 +12,7 @@ from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.controllers.errors import UserError
 from webui.controllers.generation import ActiveRequests, stats_text
 from webui.engine import EngineError, GenerationError, GenerationRequest, SamplingParams
-from webui.engine.stream import Interleaved
+from webui.engine.stream import Interleaved, RequestStream
 from webui.names import InvalidName
 from webui.presets import PresetError
 from webui.models import Slot
@@ -117,7 +117,7 @@ class ABController:
                 raise UserError(f"Side {name}: {exc}") from exc
         return GenerationRequest(text, sampling, add_special_tokens=messages is None, loras=loras, messages=messages)
 
-    def _follow(self, streams, session: str, lengths: list[str]) -> Iterator[tuple[list[str], list[str]]]:
+    def _follow(self, streams: list[RequestStream], session: str, lengths: list[str]) -> Iterator[tuple[list[str], list[str]]]:
         texts, notes = ["", ""], [f"generating… · {length}" for length in lengths]
         keys = [(session, f"{PANEL}-{id(s)}") for s in streams]
         for key, s in zip(keys, streams):

@@ -16,7 +16,9 @@ from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.promptfoo import is_config, read_config, to_promptfoo
 from webui.batch.rerun import is_loaded, provide
 from webui.batch.runner import BatchJob, RunHandle
-from webui.batch.store import RunNotFound
+from webui.batch.grid import Setting
+from webui.batch.prompts import PromptRow
+from webui.batch.store import BatchRun, RunNotFound
 from webui.controllers.batch_refill import form_values
 from webui.controllers.chat import MessageInspection
 from webui.controllers.errors import UserError
@@ -90,7 +92,7 @@ class Progress:
     finished: bool
 
 
-def _read_suite(content: bytes):
+def _read_suite(content: bytes) -> tuple[str, list[PromptRow], list[Setting]]:
     """(description, rows, settings) of an uploaded promptfoo config; its file:// paths are read relative to the
     folder the workbench runs in (an upload has no folder of its own)."""
     try:
@@ -324,7 +326,7 @@ class BatchController:
         # runs stored before runs kept their loader: guess from what is loaded
         record = record_for_batch_row(run.model or "?", run.spec, row, model.loader if model else "transformers")
         which = f"prompt {row.prompt_id}, {row.setting}, sample {row.sample}"
-        if model is None or model.capabilities.text_only:
+        if model is None or not model.capabilities.tokenizes:
             return MessageInspection(which, None, f"Tokens need the local model that made this row ({name}) loaded "
                                                   "in the Model tab.", record)
         try:
@@ -341,7 +343,7 @@ class BatchController:
             raise UserError(NO_RUN)
         return run_id
 
-    def _get(self, run_id: int | None):
+    def _get(self, run_id: int | None) -> BatchRun:
         try:
             return self.store.get(self._need(run_id))
         except RunNotFound as exc:

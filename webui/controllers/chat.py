@@ -24,7 +24,7 @@ from webui.chat.reply import ReplyRecord, written_by
 from webui.chat.templates import STOPS, ChatTemplate, TemplateError, from_record
 from webui.engine.sequence import token_budget
 from webui.controllers.errors import UserError
-from webui.controllers.generation import STOP, ActiveRequests, new_request, stream_request, stream_text
+from webui.controllers.generation import STOP, ActiveRequests, Streamed, new_request, stream_request, stream_text
 from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.engine import GenerationEvent, GenerationRequest, SamplingParams
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
@@ -224,7 +224,7 @@ class ChatSession:
         """The model writes your next message (the text so far, streamed): it goes into the message box, and is
         sent only if you send it."""
         model = self._check_ready(key)
-        if model.capabilities.text_only:
+        if model.capabilities.renders_chats:  # your turn is rendered with a template of ours, then continued
             raise UserError("Impersonate needs a local model: a remote server only writes the assistant's turn.")
         history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else []
         system = self.chats.get(chat_id).system_prompt if chat_id is not None else system_prompt
@@ -258,7 +258,7 @@ class ChatSession:
         (no end of turn), so Generate continues it; or, after the user's message, with the reply's opening."""
         cid = self._require(chat_id)
         model = self.services.models.loaded
-        if model is None or model.capabilities.text_only:
+        if model is None or model.capabilities.renders_chats:
             raise UserError("Sending a chat to the Notebook needs a local model (its template writes the text).")
         history = self.chats.messages(cid)
         try:
@@ -336,7 +336,7 @@ class ChatSession:
         cid = self._require(chat_id)
         model, last = self.services.models.loaded, self._last_reply(cid)
         try:
-            if model is None or model.capabilities.text_only:
+            if model is None or not model.capabilities.stepped:  # the reply's tokens and their alternatives
                 raise BranchError("branching needs a local model: load one in the Model tab")
             made = last.record if last else ReplyRecord()
             ids, rows = list(made.token_ids), list(made.tokens)
@@ -388,7 +388,7 @@ class ChatSession:
             except NotLoaded:
                 also = (f"written by {written_by(made.model, made.loader or '?')}, not loaded now: tokens "
                         f"and the share of the context are {written_by(model.name, model.loader)}'s")
-        if model is None or model.capabilities.text_only:
+        if model is None or not model.capabilities.tokenizes:
             return MessageInspection(which, None, "Tokens need a local model loaded in the Model tab.", record)
         try:
             template = self._template(model, made if reply else None)
@@ -408,7 +408,7 @@ class ChatSession:
             and history[index].role == "assistant" else last
         rows = list(chosen.record.tokens) if chosen else []
         model = self.services.models.loaded
-        return rows, chosen is last and model is not None and not model.capabilities.text_only
+        return rows, chosen is last and model is not None and model.capabilities.stepped
 
     # -- helpers ----------------------------------------------------------------------------------------
     def _require(self, chat_id: int | None) -> int:
@@ -439,19 +439,19 @@ class ChatSession:
         model = self._model()
         history = self.chats.messages(cid)
         system_prompt = self.chats.get(cid).system_prompt
-        if continue_last and model.capabilities.text_only:
+        if continue_last and model.capabilities.renders_chats:
             raise UserError("Continue needs a local model: a remote server cannot extend a reply it did not start.")
         target = history[-1] if continue_last else None
         made = target.record if target else ReplyRecord()
         template = self._template(model, made if continue_last else None)
-        given = list(made.token_ids) if target is not None and not model.capabilities.text_only else None
+        given = list(made.token_ids) if target is not None and model.capabilities.tokenizes else None
         if given and target is not None and model.tokenizer.decode(given) != target.content:
             given = None  # edited since: continue from its text
         if given:  # continue from the reply's own tokens (its text could tokenize differently)
             fitted = self._fitted(model, turns_of(history[:-1]), system_prompt, sampling, template, reserve=len(given))
             prompt: str | list[int] = [*model.tokenizer.encode(fitted.prompt, add_special_tokens=False), *given]
         elif start and not continue_last:
-            if model.capabilities.text_only:
+            if model.capabilities.renders_chats:
                 raise UserError("'Start reply with' needs a local model: a remote server starts its replies itself.")
             reserve = len(model.tokenizer.encode(start, add_special_tokens=False))
             fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, reserve=reserve)
@@ -462,7 +462,7 @@ class ChatSession:
         if template.stops:  # a turn with no end token of its own ends where the next turn would begin
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.stops))))
         before = ReplyStart(target.content if target else start, tuple(given or ()), made.tokens if given else ())
-        logprobs = None if model.capabilities.text_only else VIEW_TOP
+        logprobs = VIEW_TOP if model.capabilities.stepped else None  # the token views under a reply
         request = new_request(self.services, prompt, sampling, False, fitted.messages, logprobs)
         events = stream_request(self.services, self.active, reply_key(key, cid), request)
         yield from self._store_reply(cid, target, before, events, request, model, template, fitted)
@@ -472,7 +472,7 @@ class ChatSession:
         """The chat as it will be sent: rendered, and within the context less ``reserve`` tokens (a reply's given
         start); UserError says why it cannot be."""
         try:
-            if model.capabilities.text_only:  # the server renders and fits the chat itself
+            if model.capabilities.renders_chats:  # the server renders and fits the chat itself
                 return FittedChat(render_chat_prompt(model.tokenizer, turns, system_prompt,
                                                      continue_last=continue_last, template=template),
                                   chat_messages(turns, system_prompt))
@@ -494,7 +494,7 @@ class ChatSession:
         """The instruction template chats use now (the Chat tab's choice; the model's own by default)."""
         model = model or self.services.models.loaded
         choice = self.services.settings.get().chat_template
-        if model is None or model.capabilities.text_only:
+        if model is None or model.capabilities.renders_chats:
             if choice:
                 raise UserError(f"the instruction template '{choice}' cannot apply: a remote server renders chats "
                                 "with its own template; choose \"the model's own\" in Chat")
@@ -513,8 +513,9 @@ class ChatSession:
                 raise UserError(str(exc)) from exc
         return self.template(model)
 
-    def _store_reply(self, cid: int, target: Message | None, before: ReplyStart, events,
-                     request: GenerationRequest, model, template: ChatTemplate | None = None,
+    def _store_reply(self, cid: int, target: Message | None, before: ReplyStart,
+                     events: Streamed, request: GenerationRequest, model: LoadedModel,
+                     template: ChatTemplate | None = None,
                      fitted: FittedChat | None = None) -> Iterator[ChatView]:
         """Store the streamed reply as it grows (after ``before``)."""
         base, ids, rows = before.text, list(before.token_ids), list(before.rows)

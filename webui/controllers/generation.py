@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator
+from typing import Any, Generator
 
 from webui.chat.reply import RunStats
 from webui.controllers.errors import UserError
@@ -86,7 +86,7 @@ def prefix_cache_text(services: Services) -> str:
                 "since the last clear")
     if services.engine.config.prefix_cache_mb == 0:
         return "**Prefix cache**: off (`--prefix-cache-mb 0`); every prompt is prefilled in full."
-    if model.capabilities.text_only:
+    if not model.capabilities.stepped:
         return "**Prefix cache**: the remote server keeps its own (if it has one)."
     return (f"**Prefix cache**: not used with this model: the {model.loader} loader cannot reuse its KV in blocks "
             "(e.g. sliding-window layers keep only their last tokens), so every prompt is prefilled in full; "
@@ -110,10 +110,13 @@ STOP = object()
 cancelled, and iterating on gives the rest of its events up to the final one, so the caller can store the reply
 marked as cut off."""
 
+Streamed = Generator[tuple[str, GenerationEvent], object, None]
+"""What ``stream_text`` gives: (text so far, event) pairs, into which a caller may send STOP."""
+
 
 def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str], prompt: str | list[int],
                 params: SamplingParams, add_special_tokens: bool, messages: list[dict[str, str]] | None = None,
-                logprobs: int | None = None) -> Iterator[tuple[str, GenerationEvent]]:
+                logprobs: int | None = None) -> Streamed:
     """Submit (with the active LoRA adapters) and yield (text so far, event); the last event has a finish_reason.
 
     Errors become UserError with the engine's message; leaving the loop early
@@ -135,7 +138,7 @@ def new_request(services: Services, prompt: str | list[int], params: SamplingPar
 
 
 def stream_request(services: Services, active: ActiveRequests, key: tuple[str, str],
-                   request: GenerationRequest) -> Iterator[tuple[str, GenerationEvent]]:
+                   request: GenerationRequest) -> Streamed:
     """``stream_text`` for a request built by the caller (a branch, say)."""
     try:
         stream = services.engine.submit(request)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
-from loaders.base import LoaderError, LoadOptions, Progress, TextBackend
+from loaders.base import LoaderError, LoadOptions, Progress, is_text_backend
 from loaders.options import check_options
 from webui.controllers.errors import UserError
 from webui.controllers.generation import prefix_cache_text
@@ -63,11 +63,11 @@ class ModelController:
         if model is None:
             return ModelInfo("No model loaded.", "")
         caps = model.capabilities
-        if caps.text_only:
-            return ModelInfo(f"**{model.name}** on the remote server `{cast(TextBackend, model).base_url}` · it samples and batches "
+        if is_text_backend(model):
+            return ModelInfo(f"**{model.name}** on the remote server `{model.base_url}` · it samples and batches "
                              f"itself; context length: {model.context_length or 'not reported'}  \nChats are sent "
                              "as messages and the server applies its own chat template.", "(the remote server's own)")
-        options = getattr(model, "load_options", {})  # set by ModelManager on every model it loads
+        options = model.load_options
         text = (f"**{model.name}** · loader `{model.loader}` · {model.device} / {model.dtype}  \n"
                 f"context length: {model.context_length} tokens · memory: {model.memory_bytes() / 2**20:,.0f} MiB · "
                 f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'} · "
@@ -84,7 +84,7 @@ class ModelController:
         for s in self.services.registry.status():
             c = s.capabilities
             available = "yes" if s.available else f"no: {s.reason}"
-            samplers = REMOTE_SAMPLERS if c.text_only else "all (our pipeline on its logits)"
+            samplers = "all (our pipeline on its logits)" if c.stepped else REMOTE_SAMPLERS
             rows.append(f"| {s.name} | {available} | {', '.join(c.formats) or '-'} | {', '.join(c.devices)} | "
                         f"{'yes' if c.batched_forward else 'no'} | {'yes' if c.lora else 'no'} | "
                         f"{'yes' if c.logprobs else 'no'} | {PREFIX_CACHE[c.prefix_cache]} | {samplers} |")
@@ -202,7 +202,7 @@ class ModelController:
         rows = ["| | model | loader | device | memory | LoRA |", "| --- | --- | --- | --- | --- | --- |"]
         for slot in slots:
             m = slot.model
-            memory = "-" if m.capabilities.text_only else f"{m.memory_bytes() / 2**20:,.0f} MiB"
+            memory = "-" if is_text_backend(m) else f"{m.memory_bytes() / 2**20:,.0f} MiB"  # the server holds it
             loras = ", ".join(f"{n} ×{w:g}" for n, w in slot.loras.items()) or "-"
             rows.append(f"| {'● in use' if slot.name == current else ''} | {slot.name} | {m.loader} | "
                         f"{m.device}/{m.dtype} | {memory} | {loras} |")
@@ -251,7 +251,7 @@ class ModelController:
     def detach(self, name: str | None) -> str:
         return self._change_lora(self.models.detach_lora, name)
 
-    def _change_lora(self, change: Callable, name: str | None, *args) -> str:
+    def _change_lora(self, change: Callable[..., None], name: str | None, *args: float) -> str:
         if not name:
             if not self.lora_choices():
                 raise UserError(f"No adapter fits this model: put LoRA adapters (peft folders with "

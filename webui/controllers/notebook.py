@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from loaders.base import LoadedModel
 from webui.controllers.errors import UserError
-from webui.controllers.generation import ActiveRequests, stats_text, stream_request, stream_text
+from webui.controllers.generation import ActiveRequests, Streamed, stats_text, stream_request, stream_text
 from webui.engine import SamplingParams
 from webui.names import InvalidName
 from webui.services import Services
@@ -93,7 +94,7 @@ class NotebookSession:
         if not text.strip():
             raise UserError("The notebook is empty; type some text for the model to continue.")
         model = self._ready(key)
-        local = not model.capabilities.text_only
+        local = model.capabilities.stepped  # the token views: each token's id and alternatives
         events = stream_text(self.services, self.active, key, text, sampling, True,
                              logprobs=VIEW_TOP if local else None)
         start = Generation(text, model.tokenizer.encode(text) if local else [], [], [])
@@ -104,7 +105,7 @@ class NotebookSession:
         """Continue the last generation from ``position`` with ``token_id`` in place of the model's token."""
         model = self._ready(key)
         try:
-            if model.capabilities.text_only:
+            if not model.capabilities.stepped:
                 raise BranchError("branching needs a local model: load one in the Model tab")
             if last is None:
                 raise BranchError("generate something first")
@@ -124,7 +125,7 @@ class NotebookSession:
         yield from self._stream(name, Generation(last.before, last.prompt_ids, ids, rows), prefix, events, history,
                                 True)
 
-    def _ready(self, key: Key):
+    def _ready(self, key: Key) -> LoadedModel:
         model = self.services.models.loaded
         if model is None:
             raise UserError("No model is loaded; load one in the Model tab.")
@@ -132,7 +133,8 @@ class NotebookSession:
             raise UserError("A generation is still running here; wait for it or press Stop.")
         return model
 
-    def _stream(self, name: str | None, start: Generation, prefix: str, events, history: list[str],
+    def _stream(self, name: str | None, start: Generation, prefix: str,
+                events: Streamed, history: list[str],
                 branchable: bool) -> Iterator[NotebookView]:
         """Views as text arrives after ``start.before`` + ``prefix``; the last one carries the Generation."""
         ids, rows, final = list(start.token_ids), list(start.tokens), start.before + prefix

@@ -35,7 +35,7 @@ def final_stats(event: GenerationEvent, request: GenerationRequest, model: Loade
     """What a finished reply stores: the run's stats (what ran, not what is loaded now), its tokens, the start it
     was given, what was left out."""
     dropped = fitted.dropped if fitted is not None else 0
-    return ReplyRecord(model=model.name, loader=model.loader, load_options=getattr(model, "load_options", {}),
+    return ReplyRecord(model=model.name, loader=model.loader, load_options=model.load_options,
                        chat_template=template.to_record() if template else None,
                        loras=tuple((name, weight) for name, weight in request.loras),
                        run=run_stats(event, request.params.to_dict()), token_ids=tuple(ids), tokens=tuple(rows),

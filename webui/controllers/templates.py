@@ -84,7 +84,7 @@ class TemplatesController:
     def preview(self, chat_id: int | None, draft: str, system_prompt: str, source: str) -> str:
         """The chat so far, plus the message being typed, rendered with the editor's text (not yet saved)."""
         model = self.services.models.loaded
-        if model is None or model.capabilities.text_only:
+        if model is None or model.capabilities.renders_chats:
             raise UserError("Preview needs a local model: load one in the Model tab.")
         messages = [{"role": m.role, "content": m.content} for m in self.services.chats.messages(chat_id)] \
             if chat_id is not None else []
@@ -92,7 +92,7 @@ class TemplatesController:
             messages.append({"role": "user", "content": draft})
         if not messages:
             messages = [{"role": "user", "content": "(your message)"}]
-        own = (source or "").strip() == (getattr(model.tokenizer, "chat_template", None) or "").strip()
+        own = (source or "").strip() == (model.tokenizer.chat_template or "").strip()
         template = ChatTemplate("") if own else ChatTemplate("editor", source)
         try:
             return render_chat_prompt(model.tokenizer, messages, system_prompt, template=template)
@@ -101,14 +101,14 @@ class TemplatesController:
 
     def _view(self, choice: str) -> TemplateView:
         model = self.services.models.loaded
-        own = getattr(model.tokenizer, "chat_template", None) if model is not None else None
+        own = model.tokenizer.chat_template if model is not None else None
         if choice:
             try:
                 source = self.store.source(choice)
             except TemplateError as exc:
                 return TemplateView(label(choice), "", f"⚠ {exc}", False)
             return TemplateView(choice, source, f"Chats use the template '{choice}'.", choice not in BUILTIN)
-        if model is None or model.capabilities.text_only:
+        if model is None or model.capabilities.renders_chats:
             return TemplateView(MODEL_OWN_LABEL, "", "Chats use the model's own template (load a local model to "
                                                      "see it).", False)
         if own:

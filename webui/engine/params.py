@@ -21,7 +21,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from webui.engine.sampler_table import SAMPLER_ORDER
 
@@ -87,8 +87,8 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def _param(default: Any, kind: type, lo=None, hi=None, step=None, *, help: str, min_exclusive: bool = False,
-           aliases=(), **spec: Any) -> Any:
+def _param(default: Any, kind: type, lo: float | None = None, hi: float | None = None, step: float | None = None, *,
+           help: str, min_exclusive: bool = False, aliases: Iterable[tuple[Any, Any]] = (), **spec: Any) -> Any:
     return field(default=default, metadata={"spec": ParamSpec(kind, lo, hi, step, help, min_exclusive,
                                                                tuple(aliases), **spec)})
 

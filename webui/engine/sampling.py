@@ -281,7 +281,9 @@ def sample_rows(samplers: Sequence[Sampler], ids: Sequence[Sequence[int]], logit
     return out
 
 
-def _sample_group(samplers, ids, logits, members, top_logprobs, out, checked: bool = False) -> None:
+def _sample_group(samplers: Sequence[Sampler], ids: Sequence[Sequence[int]], logits: torch.Tensor,
+                  members: list[int], top_logprobs: Sequence[int | None], out: list[TokenChoice | Exception],
+                  checked: bool = False) -> None:
     group = [samplers[r] for r in members]
     if len(members) == logits.shape[0]:
         xs = logits.to(torch.float32, copy=True)

@@ -9,7 +9,7 @@ import torch
 
 from loaders.base import LoadedModel, SteppedModel, SupportsGuidance, is_lora_model
 from webui.engine.detokenize import IncrementalDetokenizer
-from webui.engine.params import InvalidParameter
+from webui.engine.params import InvalidParameter, SamplingParams
 from webui.engine.prefix_reuse import PrefixTrack
 from webui.engine.sampling import Sampler, TokenChoice
 from webui.engine.stopping import StopStringMatcher
@@ -32,7 +32,7 @@ def check_loras(model: LoadedModel, request: GenerationRequest) -> None:
                                        f"{', '.join(attached) or 'none'}", missing[0])
 
 
-def token_budget(model: LoadedModel, params) -> int:
+def token_budget(model: LoadedModel, params: SamplingParams) -> int:
     """How many tokens the prompt and the output may take together: truncation_length (capped at the context)
     or the whole context."""
     return min(params.truncation_length or model.context_length, model.context_length)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from typing import AsyncIterator, Iterator
+from typing import AsyncIterator, Callable, Iterable, Iterator
 
 from webui.engine.types import (CancelToken, GenerationError, GenerationEvent, GenerationResult, Timings,
                                 TokenLogprob, Usage)
@@ -22,7 +22,7 @@ class _Inbox:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_queue: asyncio.Queue | None = None
 
-    def put(self, item) -> None:
+    def put(self, item: object) -> None:
         with self._lock:
             if self._loop is not None and self._async_queue is not None:  # set together, once
                 self._loop.call_soon_threadsafe(self._async_queue.put_nowait, item)
@@ -57,7 +57,7 @@ class RequestStream:
     from an event loop. ``cancel()`` ends the request within one engine step.
     """
 
-    def __init__(self, request_id: str, cancel_token: CancelToken, wake_engine) -> None:
+    def __init__(self, request_id: str, cancel_token: CancelToken, wake_engine: Callable[[], None]) -> None:
         self.request_id = request_id
         self._cancel_token = cancel_token
         self._wake_engine = wake_engine
@@ -120,7 +120,7 @@ def _checked(event: GenerationEvent, exc: BaseException | None) -> GenerationEve
     return event
 
 
-def collect(events) -> GenerationResult:
+def collect(events: Iterable[GenerationEvent]) -> GenerationResult:
     text: list[str] = []
     ids: list[int] = []
     logprobs: list[TokenLogprob] = []
@@ -148,7 +148,8 @@ class Interleaved:
         for index, stream in enumerate(streams):
             stream._merge_into(self._inbox, index)
 
-    def _tagged(self, index: int, event: GenerationEvent, exc: BaseException | None):
+    def _tagged(self, index: int, event: GenerationEvent, exc: BaseException | None
+                ) -> tuple[int, GenerationEvent | GenerationError]:
         try:
             return index, _checked(event, exc)
         except GenerationError as error:
@@ -179,6 +180,7 @@ class Interleaved:
             self._cancel_all()
 
 
-def _flat(item: tuple[int, tuple[GenerationEvent, BaseException | None]]):
+def _flat(item: tuple[int, tuple[GenerationEvent, BaseException | None]]
+          ) -> tuple[int, GenerationEvent, BaseException | None]:
     index, (event, exc) = item
     return index, event, exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import gradio as gr
 from gradio.blocks import Block
@@ -71,7 +72,7 @@ def _wire(tab: ABTab, params: ParametersTab) -> None:
     a, b = tab.sides
 
     @shows_errors
-    def run(data: dict, request: gr.Request):
+    def run(data: dict, request: gr.Request) -> Iterator[tuple[str, str, str, str]]:
         sides = (Side(data[a.parameters], data[a.adapter], data[a.model]),
                  Side(data[b.parameters], data[b.adapter], data[b.model]))
         for texts, notes in c.run(data[tab.prompt], data[tab.chat], sides, params.params(data),

@@ -31,7 +31,7 @@ def create_account(services: Services) -> Account | None:
 
 def on_load(account: Account) -> tuple[list, object]:
     """(outputs, function): the page's load names the user it was opened by."""
-    def load(request: gr.Request):
+    def load(request: gr.Request) -> str:
         name = getattr(request, "username", None)
         return f"Logged in as **{name}**" if name else ""
     return [account.user], load

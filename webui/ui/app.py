@@ -100,7 +100,7 @@ def page_load(parts: list[tuple[list, object]]) -> tuple[object, None, list]:
     """
     outputs = [component for components, _ in parts for component in components]
 
-    def load(request: gr.Request):
+    def load(request: gr.Request) -> list[Any]:
         values: list[Any] = []
         for components, fill in parts:
             try:

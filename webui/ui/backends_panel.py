@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import gradio as gr
+from gradio.events import Dependency
 
 from loaders.extras import EXTRAS
 from webui.bootstrap import OPTIONAL_EXTRAS
@@ -45,7 +45,7 @@ def run_job(services: Services, what: str, argv: list[str], expected: str) -> It
         raise UserError(str(exc)) from exc
 
 
-def create_backends_panel(services: Services, model_names: Callable[[], list[str]]) -> tuple[Any, Any]:
+def create_backends_panel(services: Services, model_names: Callable[[], list[str]]) -> tuple[Dependency, Dependency]:
     """The panel; returns the install and the quantize events (the caller refreshes its lists after them)."""
     with gr.Accordion("Install a loader backend · make a GPTQ model", open=False):
         with gr.Row():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any, Callable, Iterator, Sequence
 
 import gradio as gr
 
@@ -13,7 +14,7 @@ from webui.controllers.batch import NO_ROW, NO_RUN, BatchController, BatchForm
 from webui.controllers.errors import UserError
 from webui.services import Services
 from webui.ui.batch_views import clicked_row, compare_html, pivot_table, result_table, row_key, summary_table
-from webui.ui.feedback import shows_errors
+from webui.ui.feedback import Update, shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
 
@@ -264,18 +265,18 @@ def _wire_running(tab: BatchTab, params: ParametersTab) -> None:
     c = tab.controller
 
     @shows_errors
-    def check(data: dict):
+    def check(data: dict) -> str:
         return c.plan(c.job(tab.form.read(data), params.params(data)))
 
     @shows_errors
-    def run(data: dict):
+    def run(data: dict) -> Iterator[tuple]:
         job = c.job(tab.form.read(data), params.params(data))
         plan = c.plan(job)
         for step in c.run(job):
             yield plan, step.status, step.run_id, *view_updates(tab, step.run_id)
 
     @shows_errors
-    def upload(file):
+    def upload(file: Any) -> tuple[tuple[str, bytes], str]:  # file: a path, or has .name
         return c.upload(file if isinstance(file, str) else file.name)
 
     inputs = tab.form.inputs | set(params.inputs)
@@ -293,12 +294,12 @@ def _wire_views(tab: BatchTab) -> None:
         other = c.rows(b_run if b_run is not None else rid)
         return compare_html(_setting_rows(c.rows(rid), a), _setting_rows(other, b), f"A: {a}", f"B: {b}")
 
-    def b_settings(b_run: int | None, rid: int | None):
+    def b_settings(b_run: int | None, rid: int | None) -> Update:
         labels = list(dict.fromkeys(r.setting for r in c.rows(b_run if b_run is not None else rid)))
         return gr.update(choices=labels, value=labels[0] if labels else None)
 
     @shows_errors
-    def select_row(rid: int | None, q: str, only_failures: bool, selected: gr.SelectData):
+    def select_row(rid: int | None, q: str, only_failures: bool, selected: gr.SelectData) -> tuple:
         """One click on a result row: the row is named in the review panel and tinted (found by the cells clicked,
         whatever the table's sort), and the inspector shows the exact prompt the model read and the row's record."""
         rows = c.rows(rid)
@@ -313,9 +314,10 @@ def _wire_views(tab: BatchTab) -> None:
                 *record_views(seen.record, c.services.config.api_port), key, review.get("verdict"),
                 review.get("note", ""), c.reviewed(rid, key), result_table(rows, q, only_failures, key))
 
-    def review(clear: bool):
+    def review(clear: bool) -> Callable[..., tuple]:
         @shows_errors
-        def save(rid: int | None, key, verdict: str | None, note: str, q: str, only_failures: bool):
+        def save(rid: int | None, key: Sequence[Any] | None, verdict: str | None, note: str, q: str, only_failures: bool
+                 ) -> tuple:
             gr.Info(c.review(rid, tuple(key) if key else None, None if clear else verdict, "" if clear else note))
             rows = c.rows(rid)
             return result_table(rows, q, only_failures, key), summary_table(rows), *((None, "") if clear else (
@@ -343,7 +345,7 @@ def _wire_runs(tab: BatchTab) -> None:
     c = tab.controller
 
     @shows_errors
-    def open_run(chosen: int | None):
+    def open_run(chosen: int | None) -> tuple:
         """Show the run, and fill the form with what made it (prompts, asserts, grid), to change and run again."""
         if chosen is None:
             raise UserError(NO_RUN)
@@ -355,25 +357,25 @@ def _wire_runs(tab: BatchTab) -> None:
         return chosen, *view_updates(tab, chosen), *values, note
 
     @shows_errors
-    def rename(chosen: int | None, new_name: str):
+    def rename(chosen: int | None, new_name: str) -> Update:
         c.rename(chosen, new_name)
         return gr.update(choices=c.run_choices(), value=chosen)
 
     @shows_errors
-    def delete(chosen: int | None, current: int | None):
+    def delete(chosen: int | None, current: int | None) -> tuple:
         c.delete(chosen)
         rid = None if current == chosen else current
         return rid, *view_updates(tab, rid)
 
-    def rerun(use_cache: bool):
+    def rerun(use_cache: bool) -> Callable[[int | None], Iterator[tuple]]:
         @shows_errors
-        def follow(chosen: int | None):
+        def follow(chosen: int | None) -> Iterator[tuple]:
             for step in c.rerun(chosen, use_cache):
                 yield step.status, step.run_id, *view_updates(tab, step.run_id)
         return follow
 
     @shows_errors
-    def export(chosen: int | None, kind: str):
+    def export(chosen: int | None, kind: str) -> Update:
         return gr.update(value=str(c.export(chosen, kind)), visible=True)
 
     tab.open.click(open_run, [tab.runs], [tab.run_id, *tab.views, *[getattr(tab.form, n) for n in REFILLED],

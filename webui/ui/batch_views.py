@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import difflib
 import html
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
 from webui.batch import ResultRow, cell_text, compare, pivot, prompt_label, summarize
+
+if TYPE_CHECKING:
+    from pandas.io.formats.style import Styler  # needs jinja2 when imported
 
 RESULT_COLUMNS = ["#", "prompt", "setting", "sample", "seed", "output", "finish", "tokens", "cached prompt",
                   "ttft (s)", "tok/s", "asserts", "passed", "review"]
@@ -23,7 +27,7 @@ def shown_rows(rows: list[ResultRow], query: str = "", failures_only: bool = Fal
 
 
 def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = False,
-                 selected: tuple | None = None):
+                 selected: Sequence[Any] | None = None) -> pd.DataFrame | Styler:
     """The results table of ``rows`` for a filter; the row whose key (prompt index, setting, sample) is ``selected``
     is tinted (a pandas Styler then: the tint is the row's own, so it stays on it when the table is sorted)."""
     out, tinted = [], None

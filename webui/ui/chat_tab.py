@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import gradio as gr
 
@@ -13,7 +13,7 @@ from webui.controllers.parameters import constraint_note, pipeline_text, values_
 from webui.engine.params import specs
 from webui.controllers.generation import ActiveRequests
 from webui.services import Services
-from webui.ui.feedback import session_key, shows_errors
+from webui.ui.feedback import Update, session_key, shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
 from webui.ui.save_order import SaveOrder
@@ -23,6 +23,9 @@ from webui.ui.token_view import branch_of, create_token_view, view_value
 
 PANEL = "chat"
 NO_SELECTION = "Click a message: its versions, a branch from it, and what the model read show here and below."
+
+Messages = tuple[list[dict[str, str]], str, str]
+"""The log, the stats line and the version line: what moving between a message's versions shows."""
 
 
 @dataclass
@@ -207,13 +210,13 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
         while the tab shows another: only that chat's view gets its text)."""
         return session.shows(session_key(request, PANEL)[0], view.chat_id)
 
-    def streamed(views, request: gr.Request):
+    def streamed(views: Iterator[ChatView], request: gr.Request) -> Iterator[tuple | Update]:
         """ChatViews as [chatbot, stats] updates, while their chat is on screen."""
         for view in views:
             yield (view.messages, view.stats) if on_screen(view, request) else gr.skip()
 
     @shows_errors
-    def send(data: dict, request: gr.Request):
+    def send(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
         views = session.send(data[tab.chat_id], data[tab.message], data[tab.system], params.params(data),
                              session_key(request, PANEL), data[tab.start])
         first = next(views)  # the message is stored: clear the box
@@ -223,21 +226,21 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
                 else gr.skip()
 
     @shows_errors
-    def regenerate(data: dict, request: gr.Request):
+    def regenerate(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
         yield from streamed(session.regenerate(data[tab.chat_id], params.params(data), session_key(request, PANEL),
                                                data[tab.start]), request)
 
     @shows_errors
-    def impersonate(data: dict, request: gr.Request):
+    def impersonate(data: dict, request: gr.Request) -> Iterator[str]:
         yield from session.impersonate(data[tab.chat_id], data[tab.system], params.params(data),
                                        session_key(request, PANEL))
 
     @shows_errors
-    def continue_reply(data: dict, request: gr.Request):
+    def continue_reply(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
         yield from streamed(session.continue_reply(data[tab.chat_id], params.params(data),
                                                    session_key(request, PANEL)), request)
 
-    def edit(data: dict, edited: gr.EditData, request: gr.Request):
+    def edit(data: dict, edited: gr.EditData, request: gr.Request) -> Iterator[tuple | Update]:
         index = edited.index if isinstance(edited.index, int) else edited.index[0]
         try:
             yield from streamed(session.edit(data[tab.chat_id], index, plain_text(edited.value),
@@ -247,7 +250,7 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
             yield session.view(data[tab.chat_id]).messages if data[tab.chat_id] is not None else [], gr.skip()
 
     @shows_errors
-    def branch(data: dict, request: gr.Request):
+    def branch(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
         pos, token_id = branch_of(data[tab.token_view])
         yield from streamed(session.branch(data[tab.chat_id], pos, token_id, params.params(data),
                                            session_key(request, PANEL)), request)
@@ -255,7 +258,7 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     def stop(cid: int | None, request: gr.Request) -> None:
         session.stop(session_key(request, PANEL), cid)  # the reply of the chat shown (and an Impersonate)
 
-    def select_message(cid: int | None, selected: gr.SelectData):
+    def select_message(cid: int | None, selected: gr.SelectData) -> tuple:
         index = selected.index if isinstance(selected.index, int) else selected.index[0]
         return *panel_updates(session, cid, index), index, version_text(session, cid, index)
 
@@ -265,7 +268,7 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
                           concurrency_limit=None)
 
     @shows_errors
-    def use_params(cid: int | None):
+    def use_params(cid: int | None) -> tuple:
         used = params.controller.use(session.chat_params(cid))
         gr.Info("The Parameters tab now holds this chat's parameters.")
         return *params.panel.show(used), None, "Parameters taken from a chat's last reply.", pipeline_text(used)
@@ -293,9 +296,9 @@ def _wire_versions(tab: ChatTab, session: ChatSession) -> None:
     refresh = dict(fn=lambda cid: panel_updates(session, cid), inputs=[tab.chat_id], outputs=tab.panels,
                    show_progress="hidden")
 
-    def step(by: int):
+    def step(by: int) -> Callable[[int | None, int | None], Messages]:
         @shows_errors
-        def move(cid: int | None, index: int | None):
+        def move(cid: int | None, index: int | None) -> Messages:
             if index is None:
                 raise UserError("Click a message first to move between its versions.")
             view = session.switch_version(cid, index, by)
@@ -303,7 +306,7 @@ def _wire_versions(tab: ChatTab, session: ChatSession) -> None:
         return move
 
     @shows_errors
-    def branch(cid: int | None, index: int | None, query: str, request: gr.Request):
+    def branch(cid: int | None, index: int | None, query: str, request: gr.Request) -> tuple:
         if index is None:
             raise UserError("Click the message to branch from first.")
         return view_updates(session, session.branch_chat(cid, index), query, request)
@@ -325,37 +328,37 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
         return False, gr.update(value="Delete")
 
     @shows_errors
-    def open_chat(cid: int | None, query: str, request: gr.Request):
+    def open_chat(cid: int | None, query: str, request: gr.Request) -> tuple:
         return *view_updates(session, session.view(cid), query, request), *disarmed()
 
     @shows_errors
-    def rename(cid: int | None, title: str, query: str, request: gr.Request):
+    def rename(cid: int | None, title: str, query: str, request: gr.Request) -> tuple:
         return *view_updates(session, session.rename(cid, title), query, request), *disarmed()
 
     @shows_errors
-    def delete(cid: int | None, confirmed: bool, query: str, request: gr.Request):
+    def delete(cid: int | None, confirmed: bool, query: str, request: gr.Request) -> tuple:
         if not confirmed:
             return (*[gr.skip()] * 5, f"Click **Confirm delete** to delete '{session.title(cid)}' for good.",
                     gr.skip(), gr.skip(), True, gr.update(value="Confirm delete"))
         return *view_updates(session, session.delete(cid), query, request), *disarmed()
 
-    def export(tgwui: bool):
+    def export(tgwui: bool) -> Callable[[int | None], Update]:
         return shows_errors(lambda cid: gr.update(value=str(session.export(cid, tgwui)), visible=True))
 
     @shows_errors
-    def import_chat(file, query: str, request: gr.Request):
+    def import_chat(file: Any, query: str, request: gr.Request) -> tuple:  # file: a path, or has .name
         path = file if isinstance(file, str) else file.name
         return *view_updates(session, session.import_file(path), query, request), *disarmed()
 
     with_confirm = [*tab.view, tab.confirm, tab.delete]
     tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh)
-    def new_chat(query: str, request: gr.Request):
+    def new_chat(query: str, request: gr.Request) -> tuple:
         return open_chat(None, query, request)
 
     tab.new.click(new_chat, [tab.search], with_confirm).then(**refresh)
     # no .clear listener: the log's own trash icon (shown only with one) cleared the view and deleted nothing
     @shows_errors
-    def remove_last(cid: int | None, typed: str):
+    def remove_last(cid: int | None, typed: str) -> tuple:
         view, removed = session.remove_last(cid)
         return *_messages_and_stats(view), (removed if removed and not typed.strip() else gr.skip())
 
@@ -381,7 +384,7 @@ def on_load(tab: ChatTab) -> tuple[list, Any]:
     """(outputs, function): a page (re)load opens the most recent chat, with its system prompt."""
     template_outputs, template_values = template_on_load(tab.template)
 
-    def load(request: gr.Request):
+    def load(request: gr.Request) -> tuple:
         view = tab.session.latest()
         held = dict(zip(specs(), values_from_params(tab.params.controller.saved()[0])))["structured_outputs"]
         return *view_updates(tab.session, view, "", request), *constraint_updates(held), *panel_updates(tab.session, view.chat_id), *template_values()

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Callable
+from typing import Any, Callable
 
 import gradio as gr
 
 from webui.controllers import UserError
+
+Update = dict[str, Any]
+"""What ``gr.update(...)`` and ``gr.skip()`` give a handler to return in place of an output's value: a change to
+the component's properties, or none."""
 
 
 def session_key(request: gr.Request | None, panel: str) -> tuple[str, str]:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from webui.controllers.insight import PERPLEXITY_COLUMNS, InsightController
 from webui.services import Services
-from webui.ui.feedback import shows_errors
+from webui.ui.feedback import Update, shows_errors
 from webui.ui.inspection import inspection_views
 from webui.ui.parameters_tab import ParametersTab
 
@@ -112,12 +112,12 @@ def _wire(tab: InsightTab, params: ParametersTab) -> None:
     c = tab.controller
 
     @shows_errors
-    def inspect(text: str, chat: bool, system: str):
+    def inspect(text: str, chat: bool, system: str) -> tuple[str, pd.DataFrame, str, gr.Tabs]:
         rendered, tokens, note = inspection_views(c.inspect(text, chat, system))
         return rendered, tokens, note, gr.Tabs(selected="prompt")  # open the sub-tab that shows it
 
     @shows_errors
-    def explore(data: dict):
+    def explore(data: dict) -> tuple[Update, Update, pd.DataFrame, str, gr.Tabs]:
         found = c.next_tokens(data[tab.text], data[tab.chat], data[tab.system], params.params(data))
         frame = pd.DataFrame(found.rows(), columns=NEXT_COLUMNS)
         # hidden here and shown by the next step: a plot updated in place keeps the colours of its first data
@@ -126,7 +126,7 @@ def _wire(tab: InsightTab, params: ParametersTab) -> None:
             selected="next")
 
     @shows_errors
-    def evaluate(text: str, window: float | None, progress=gr.Progress()):
+    def evaluate(text: str, window: float | None, progress: gr.Progress = gr.Progress()) -> tuple[str, pd.DataFrame]:
         note = c.perplexity(text, window, progress=lambda f, m: progress(f, desc=m))
         return note, perplexity_frame(c)
 

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypedDict
 
 import gradio as gr
+from gradio.events import Dependency
 
 from loaders.base import DTYPES, available_devices
 from loaders.options import LoadOption, options_of
 from webui.controllers import UserError
-from webui.controllers.model import ModelController
+from webui.controllers.model import ModelController, ModelInfo
 from webui.services import Services
 from webui.ui.backends_panel import create_backends_panel
 from webui.ui.feedback import shows_errors
@@ -204,13 +205,13 @@ def reports(fn):
     return call
 
 
-def _wire(tab: ModelTab, installed, quantized, opened: gr.Tab | None) -> None:
+def _wire(tab: ModelTab, installed: Dependency, quantized: Dependency, opened: gr.Tab | None) -> None:
     c = tab.controller
 
-    def shown(info):
+    def shown(info: ModelInfo) -> tuple[str, str]:
         return info.text, info.template
 
-    def extra(name, loader, values) -> dict:
+    def extra(name: str | None, loader: str | None, values: Sequence[Any]) -> dict[str, Any]:
         """The shown loader's option values, by option name."""
         chosen = c.effective_loader(name, loader)
         return {spec.name: value for (owner, spec, _), value in zip(tab.option_fields, values) if owner == chosen}
@@ -225,7 +226,7 @@ def _wire(tab: ModelTab, installed, quantized, opened: gr.Tab | None) -> None:
     def reload(progress=gr.Progress()):
         return shown(c.reload(progress=lambda f, m: progress(f, desc=m)))
 
-    def connect(url: str, key: str, name: str, keep: bool):
+    def connect(url: str, key: str, name: str, keep: bool) -> tuple[str, str]:
         return shown(c.connect(url, key, name, keep))
 
     def loaded(*sizing):  # after any change: the table, the header's picker, this model's adapters, the budget

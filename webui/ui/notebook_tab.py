@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import gradio as gr
 from gradio.blocks import Block
@@ -10,7 +11,7 @@ from gradio.blocks import Block
 from webui.controllers.generation import ActiveRequests
 from webui.controllers.notebook import PANEL, NotebookSession, NotebookView
 from webui.services import Services
-from webui.ui.feedback import session_key, shows_errors
+from webui.ui.feedback import Update, session_key, shows_errors
 from webui.ui.parameters_tab import ParametersTab
 from webui.ui.save_order import SaveOrder
 from webui.ui.token_view import branch_of, create_token_view, view_value
@@ -72,13 +73,13 @@ def _wire_generation(tab: NotebookTab, params: ParametersTab) -> None:
     session = tab.session
 
     @shows_errors
-    def generate(data: dict, request: gr.Request):
+    def generate(data: dict, request: gr.Request) -> Iterator[tuple]:
         for view in session.generate(data[tab.name], data[tab.text], list(data[tab.undo]), params.params(data),
                                      session_key(request, PANEL)):
             yield view_updates(view)
 
     @shows_errors
-    def branch(data: dict, request: gr.Request):
+    def branch(data: dict, request: gr.Request) -> Iterator[tuple]:
         pos, token_id = branch_of(data[tab.token_view])
         for view in session.branch(data[tab.name], data[tab.text], list(data[tab.undo]), data[tab.last], pos,
                                    token_id, params.params(data), session_key(request, PANEL)):
@@ -98,16 +99,16 @@ def _wire_files(tab: NotebookTab) -> None:
     session = tab.session
 
     @shows_errors
-    def save(name: str | None, text: str):
+    def save(name: str | None, text: str) -> tuple[Update, str, bool]:
         saved = session.save(name, text)
         return gr.update(choices=session.names(), value=saved), f"Saved '{saved}'.", False
 
-    def open_notebook(name: str | None):
+    def open_notebook(name: str | None) -> tuple[str | Update, list[str], bool, Update]:
         text = session.open(name)
         return (gr.skip() if text is None else text), [], False, gr.update(value="Delete")
 
     @shows_errors
-    def delete(name: str | None, confirmed: bool):
+    def delete(name: str | None, confirmed: bool) -> tuple[Update, str, bool, Update]:
         if not confirmed:
             if not name:
                 session.delete(name)  # says what to do

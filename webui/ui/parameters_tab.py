@@ -11,7 +11,7 @@ from gradio.blocks import Block
 from webui.controllers.parameters import ParametersController, field_text, pipeline_text
 from webui.engine.params import SamplingParams, specs
 from webui.services import Services
-from webui.ui.feedback import shows_errors
+from webui.ui.feedback import Update, shows_errors
 from webui.ui.params_panel import ParamControl, ParamsPanel, build_params_panel
 from webui.ui.save_order import SaveOrder
 
@@ -60,7 +60,7 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
     controller, inputs, shown = tab.controller, tab.inputs, tab.panel.shown
 
     @shows_errors
-    def apply_preset(name: str | None):
+    def apply_preset(name: str | None) -> tuple | Update:
         if not name or name == controller.settings.get().last_preset:  # opened and closed: nothing new chosen
             return gr.skip()
         chosen = controller.apply(name)
@@ -70,12 +70,12 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         return *tab.panel.show(chosen.params), said, pipeline_text(chosen.params)
 
     @shows_errors
-    def save_preset(data: dict):
+    def save_preset(data: dict) -> tuple[Update, str]:
         saved = controller.save(data[save_name], tab.params(data))
         return gr.update(choices=controller.presets.names(), value=saved), f"Saved preset '{saved}'."
 
     @shows_errors
-    def delete_preset(name: str | None, armed: str | None):
+    def delete_preset(name: str | None, armed: str | None) -> tuple[Update, str, str | None, Update]:
         """The first click asks about the preset shown; only a click on that same preset's Confirm deletes it."""
         if not name or armed != name:
             if not name:
@@ -86,7 +86,8 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         return (gr.update(choices=controller.presets.names(), value=None), f"Deleted preset '{name}'.", None,
                 gr.update(value="Delete preset"))
 
-    def disarm(name: str | None, armed: str | None):  # another preset chosen: Delete asks again
+    def disarm(name: str | None, armed: str | None) -> tuple[Update | None, Update]:
+        # another preset chosen: Delete asks again
         return (gr.skip(), gr.skip()) if name == armed else (None, gr.update(value="Delete preset"))
 
     tab.preset.input(apply_preset, [tab.preset], [*shown, tab.note, tab.running])
@@ -105,7 +106,7 @@ def _wire_controls(tab: ParametersTab) -> None:
     control, with what it takes, and kept out until it is corrected."""
     controller, panel = tab.controller, tab.panel
 
-    def remember(name: str, data: dict):
+    def remember(name: str, data: dict) -> tuple:
         if panel.outdated(data):  # made before the page showed a preset (say) that replaces it
             return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         edited = controller.edit({key: data[c] for key, c in tab.controls.items()}, name)

@@ -19,6 +19,7 @@ from webui.controllers.parameters import (CONSTRAINT_FORMS, CONSTRAINT_HINTS, co
                                           field_text, pipeline_text, same_constraint, slider_range,
                                           values_from_params)
 from webui.engine.params import ParamSpec, SamplingParams, specs
+from webui.ui.feedback import Update
 from webui.ui.save_order import SaveOrder
 from webui.ui.typed_slider import TypedSlider
 
@@ -144,11 +145,11 @@ def _constraint_controls(name: str, value: str) -> tuple[gr.Dropdown, gr.Textbox
                       **shown_text)
     held = gr.Textbox(value=value, visible="hidden", label=name, elem_id=f"params-{name}")
 
-    def from_form(chosen: str, typed: str, current: str):
+    def from_form(chosen: str, typed: str, current: str) -> tuple[str | Update, Update]:
         new = constraint_json(chosen, typed)
         return (gr.skip() if same_constraint(new, current) else new), _text_update(chosen)
 
-    def from_text(chosen: str, typed: str, current: str):
+    def from_text(chosen: str, typed: str, current: str) -> str | Update:
         new = constraint_json(chosen, typed)
         return gr.skip() if same_constraint(new, current) else new
 

@@ -50,7 +50,7 @@ class SaveOrder:
         place = sorted(inputs, key=lambda c: c._id).index(self.clock)  # how Gradio orders a set of inputs
         js = f"(...a) => {{ a = a.slice(0, {len(inputs)}); a[{place}] = {_NEXT}; return a; }}"
 
-        def save(data: dict, request: gr.Request):
+        def save(data: dict, request: gr.Request) -> Any:  # fn's outputs, or none (gr.skip())
             with self._lock:
                 if self._outrun(request, key(data), data[self.clock]):
                     return gr.skip()

@@ -11,7 +11,7 @@ from webui.chat.context import POLICIES
 from webui.controllers import UserError
 from webui.controllers.templates import TemplatesController, TemplateView
 from webui.services import Services
-from webui.ui.feedback import shows_errors
+from webui.ui.feedback import Update, shows_errors
 
 
 @dataclass
@@ -62,7 +62,7 @@ def create_template_panel(services: Services) -> TemplatePanel:
 
 def wire_template_panel(panel: TemplatePanel, chat_id: gr.State, message: gr.Textbox, system: gr.Textbox) -> None:
     c = panel.controller
-    def refreshed(cid: int | None, typed: str, system_prompt: str, source: str, shown: str):
+    def refreshed(cid: int | None, typed: str, system_prompt: str, source: str, shown: str) -> str | Update:
         """A preview on screen follows what it shows (the template, the chat, the system prompt): never the text
         of one that is no longer chosen."""
         if not shown:
