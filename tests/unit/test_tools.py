@@ -106,7 +106,8 @@ def test_a_reply_cut_inside_a_call_gives_the_call_so_far_never_its_markup():
     assert calls[0].id.startswith("call_")
     done = '<tool_call>{"name": "get_time", "arguments": {}}</tool_call><tool_call>{"name": "get_weather", "argu'
     content, calls = reply_calls(done, plan, "length")
-    assert content is None and [c.name for c in calls] == ["get_time"]  # the second one had not named its function yet
+    assert content is None and [(c.name, c.arguments) for c in calls] == [("get_time", "{}"), ("get_weather", "")]
+    assert reply_calls('<tool_call>{"name": "get_wea', plan, "length") == (None, [])  # its name unfinished
     assert reply_calls('<tool_call>{"na', plan, "length") == (None, [])  # no markup as content
     assert reply_calls("Plain text cut sho", plan, "length") == ("Plain text cut sho", [])
     bare = '{"name": "get_weather", "arguments": {"ci'
