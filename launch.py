@@ -5,6 +5,7 @@ The first run creates .venv and installs what is missing, then converts the
 default model once; later runs start in seconds. Other commands:
 
     python launch.py batch PROMPTS [options]        run a batch test headless (see `batch --help`)
+    python launch.py requests list|show|replay|export|delete   the API requests kept (see `requests --help`)
     python launch.py install llamacpp|gptq|exllamav2  add an optional loader backend to .venv
     python launch.py quantize gptq|exl2 MODEL --bits 4    make a GPTQ (or EXL2, CUDA only) model folder
     python launch.py hash-password                   print a hashed password for --ui-auth-file
@@ -18,7 +19,7 @@ from webui import bootstrap
 def main(argv: list[str]) -> None:
     from webui.config import build_parser
 
-    command = argv[0] if argv and argv[0] in ("batch", "install", "quantize", "hash-password") else None
+    command = argv[0] if argv and argv[0] in ("batch", "requests", "install", "quantize", "hash-password") else None
     if command == "install":
         sys.exit(bootstrap.install_extras(argv[1:]))
     if command == "hash-password":
@@ -36,6 +37,10 @@ def main(argv: list[str]) -> None:
         from webui.batch.cli import main as batch_main
 
         sys.exit(batch_main(argv[1:]))
+    if command == "requests":
+        from webui.api.cli import main as requests_main
+
+        sys.exit(requests_main(argv[1:]))
     if command == "quantize":
         from webui.quantize import main as quantize_main
 

@@ -21,6 +21,9 @@ from typing import Any
 from starlette.types import ASGIApp, Scope
 
 from webui.api.serving import DONE, new_id
+
+REPLAY_OF = "x-workbench-replay-of"  # a replay (webui/api/replay.py): kept whatever capture says, marked as such
+REPLAY_ID = "x-workbench-replay-id"  # the id a replay is kept under when its answer has none (an error)
 from webui.store.requests import CapturedRequest, RequestStore
 
 log = logging.getLogger("webui.api")
@@ -82,16 +85,19 @@ class Capture:
             return None
         sent = _parsed(body)
         asked_store = isinstance(sent, dict) and sent.get("store") is True and scope["path"] == GENERATING[0]
-        if not (self.store.capture_all or asked_store):
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        replay_of = headers.get(REPLAY_OF)
+        if not (self.store.capture_all or asked_store or replay_of):
             return None
         state: dict[str, Any] = scope.get("state") or {}
         whole = state.get("answer")
         response = whole if whole is not None else _parsed(answer)
         seen = dict(state.get("seen") or {})
         details = {**seen, "token_ids": state.get("token_ids"), "ttft": state.get("ttft"),
-                   "duration": round(time.time() - started, 4), "finish": state.get("finish")}
+                   "duration": round(time.time() - started, 4), "finish": state.get("finish"),
+                   **({"replay_of": replay_of} if replay_of else {})}
         given = whole.get("id") if isinstance(whole, dict) else None
-        rid = given if isinstance(given, str) else new_id("req")
+        rid = given if isinstance(given, str) else headers.get(REPLAY_ID) or new_id("req")
         metadata = sent.get("metadata") if isinstance(sent, dict) else None
         return CapturedRequest(rid, started, scope["path"], status, state.get("client", ""), sent, response,
                                seen.get("model"), asked_store and status == 200 and whole is not None,

@@ -1,0 +1,60 @@
+"""Replaying a kept API request (#33): the same body (or with changes) sent again to this workbench's own API, in
+process, so it runs through exactly the code the app's request ran through, on the same engine. A greedy or seeded
+request gives the same tokens again. The replay is kept beside the original (``details.replay_of``), whether
+capture is on or not.
+
+    again = replay(services, requests.get(id))                          # as it was sent
+    hotter = replay(services, requests.get(id), {"temperature": 0.9})   # with changes
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from webui.api.capture import REPLAY_ID, REPLAY_OF
+from webui.services import Services
+from webui.store.requests import CapturedRequest
+
+
+
+class ReplayError(ValueError):
+    """A kept request that cannot be sent again (its body was not a JSON object, say)."""
+
+
+def replay_body(item: CapturedRequest, changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The body to send again: the one sent, unstreamed, with ``changes`` over it (a change to None removes the
+    field)."""
+    if not isinstance(item.request, dict):
+        raise ReplayError(f"request {item.id} was not a JSON object as sent, so it cannot be sent again")
+    body = {**item.request, **(changes or {}), "stream": False}
+    body.pop("stream_options", None)
+    return {key: value for key, value in body.items() if value is not None}
+
+
+def replay(services: Services, item: CapturedRequest, changes: dict[str, Any] | None = None) -> CapturedRequest:
+    """Send ``item`` again (with ``changes``) and return the replay as kept in the store."""
+    return asyncio.run(areplay(services, item, changes))
+
+
+async def areplay(services: Services, item: CapturedRequest, changes: dict[str, Any] | None = None
+                  ) -> CapturedRequest:
+    from webui.api.app import create_api_app
+    from webui.api.serving import APIConfig, new_id
+
+    body = replay_body(item, changes)
+    named = str(body.get("model", "")).partition(":")[0]
+    if item.model and "model" not in (changes or {}) and named not in services.models.names():
+        body["model"] = item.model  # an alias of the server it came to: the model that answered it
+    app = create_api_app(services, APIConfig(timeout=None))
+    fallback_id = new_id("req")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://replay",
+                                 timeout=None) as client:
+        answer = await client.post(item.endpoint, json=body, headers={REPLAY_OF: item.id, REPLAY_ID: fallback_id})
+    given = answer.json().get("id") if answer.status_code == 200 else None
+    kept = services.requests.get(given if isinstance(given, str) else fallback_id)
+    if kept is None:
+        raise ReplayError(f"the replay of {item.id} was answered ({answer.status_code}) but not kept")
+    return kept
