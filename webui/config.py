@@ -35,6 +35,7 @@ class AppConfig:
     loras: tuple[str, ...] = ()
     listen: bool = False
     ui_users: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # (user, password or its hash): UI login
+    ui_admins: tuple[str, ...] = ()  # with a login: the users who see the API's traffic (the Requests tab)
     port: int = 7860
     api: bool = False
     api_port: int = 5000
@@ -191,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ui-auth-file", action="append", default=[], type=Path, metavar="FILE",
                    help="UI users from a file, one USER:PASSWORD a line; a password may be stored hashed "
                         "(python launch.py hash-password prints one)")
+    g.add_argument("--ui-admin", action="append", default=[], metavar="USER",
+                   help="with a login: a user who sees the API's traffic in the Requests tab (every client's "
+                        "prompts; repeatable); without a login anyone who can open the UI sees it")
     g.add_argument("--memory-budget", type=_megabytes, default=None, metavar="MB",
                    help="memory all loaded models may take together; a load that would go over it is refused, "
                         "naming what is loaded (default: 3/4 of the machine's RAM; 0: no limit)")
@@ -246,6 +250,11 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         users = tuple(read_users(args.ui_auth, args.ui_auth_file).items())
     except AuthConfigError as exc:
         raise SystemExit(f"error: {exc}") from None
+    unknown = [name for name in args.ui_admin if name not in dict(users)]
+    if unknown:
+        raise SystemExit(f"error: --ui-admin {unknown[0]}: " + ("no such user among --ui-auth/--ui-auth-file" if users
+                         else "admin users need a login (--ui-auth or --ui-auth-file); without one everyone sees "
+                              "the Requests tab"))
     try:
         load_options = tuple(parse_assignments(args.load_option).items())
     except LoadOptionError as exc:
@@ -255,7 +264,7 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         user_data_dir=args.user_data_dir or default_user_data_dir(), models_dir=args.models_dir,
         loras_dir=args.loras_dir,
         model=args.model, loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads,
-        loras=tuple(args.lora), listen=args.listen, ui_users=users, port=args.port, api=args.api, api_port=args.api_port,
+        loras=tuple(args.lora), listen=args.listen, ui_users=users, ui_admins=tuple(args.ui_admin), port=args.port, api=args.api, api_port=args.api_port,
         api_keys=read_keys(args.api_key, args.api_key_file, "--api-key"),
         admin_keys=read_keys(args.admin_key, args.admin_key_file, "--admin-key"), served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts,

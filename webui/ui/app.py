@@ -18,7 +18,8 @@ import gradio as gr
 from webui.controllers.generation import ActiveRequests, status_text
 from webui import owner
 from webui.services import Services
-from webui.ui import ab_tab, account, batch_tab, chat_tab, insight_tab, model_tab, notebook_tab, parameters_tab
+from webui.ui import (ab_tab, account, batch_tab, chat_tab, insight_tab, model_tab, notebook_tab, parameters_tab,
+                      requests_tab)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ mark.diff-add {background: #dfd}
 #batch-results table, #batch-results .cell-wrap * {font-family: var(--font)}  /* narrower than mono: more fits */
 #batch-results th, #batch-results .header-content {white-space: nowrap}  /* a header never breaks inside a word */
 #batch-pivot {overflow-x: auto}
+#requests-table td {white-space: nowrap}
 #params-showing {display: none}  /* which parameters the page applied last: for the page's own checks, not shown */
 .load-option {min-width: min(160px, 100%) !important}  /* a checkbox ignores min_width: narrow, its text was cut */
 """
@@ -71,6 +73,9 @@ def build_ui(services: Services) -> gr.Blocks:
                 params = parameters_tab.create_parameters_tab(services)
             with gr.Tab("Model", id="model", elem_id="tab-model") as model_panel:
                 model = model_tab.create_model_tab(services, picker, model_panel)
+            with gr.Tab("Requests", id="requests", elem_id="tab-requests"):
+                requests = requests_tab.create_requests_tab(services)
+            requests_tab.wire_refresh(requests, tabs)
             with chat_panel:
                 chat = chat_tab.create_chat_tab(services, params, active)
             with notebook_panel:
@@ -84,7 +89,8 @@ def build_ui(services: Services) -> gr.Blocks:
         params.panel.page_showing.render()  # outside the tabs, so that it is in the page whichever tab is open
         gr.Timer(1.0).tick(lambda: status_text(services), None, status, show_progress="hidden")
         parts = [parameters_tab.on_load(params), chat_tab.on_load(chat), notebook_tab.on_load(notebook),
-                 batch_tab.on_load(batch), model_tab.on_load(model), insight_tab.on_load(insight), ab_tab.on_load(ab)]
+                 batch_tab.on_load(batch), model_tab.on_load(model), insight_tab.on_load(insight), ab_tab.on_load(ab),
+                 requests_tab.on_load(requests)]
         if user is not None:
             parts.append(account.on_load(user))
         demo.load(*page_load(parts))

@@ -1,0 +1,98 @@
+"""The Requests tab (#33) in a real browser: an app's requests (the official client, in a thread) appear within a
+second or two, the one clicked is shown as sent and as the model saw it, Replay gives the same reply, a replay
+with changes is shown beside the original, and Delete takes one away."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import openai
+import pytest
+
+from tests.e2e.server import free_port, running_server, user_data_with_default_model
+from tests.ui.pages import open_page, screenshot, tab, wait_text
+
+pytestmark = [pytest.mark.real_model, pytest.mark.browser]
+
+MODEL = "SmolLM2-135M-Instruct"
+WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, default_model_dir):
+    user_data = user_data_with_default_model(tmp_path_factory.mktemp("requests-tab") / "data", default_model_dir)
+    port = free_port()
+    with running_server(user_data, "--api", "--api-port", str(port)) as srv:
+        srv.api = f"http://127.0.0.1:{port}/v1"
+        yield srv
+
+
+def click_row(page, id_start: str) -> None:
+    """Click the id cell of the row whose request id starts with ``id_start``."""
+    cells = page.locator("#requests-table [role='gridcell']")
+    index = page.evaluate("s => Array.from(document.querySelectorAll(\"#requests-table [role='gridcell']\"))"
+                          ".findIndex(c => c.innerText.trim().startsWith(s))", id_start)
+    assert index >= 0, f"no row's id starts with {id_start}"
+    cells.nth(index).click()
+
+
+def test_an_apps_requests_appear_show_replay_and_go(server, browser):
+    page = open_page(browser, server.url)
+    tab(page, "Requests")
+    wait_text(page, "#requests-note", "Keeping only requests that ask", 30_000)
+    page.locator("#requests-capture input").check()
+    wait_text(page, "#requests-note", "Keeping every API request", 30_000)
+    answers = {}
+
+    def app() -> None:  # somebody's app, calling the API while the page is open
+        client = openai.OpenAI(base_url=server.api, api_key="none", max_retries=0)
+        answers["good"] = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "What is the weather in Oslo?"}], tools=[WEATHER_TOOL],
+            temperature=0, max_tokens=10)
+        try:
+            client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], temperature=-3)
+        except openai.BadRequestError as exc:
+            answers["bad"] = exc
+
+    thread = threading.Thread(target=app)
+    thread.start()
+    thread.join(120)
+    assert "good" in answers and "bad" in answers
+    good = answers["good"].id
+    page.wait_for_function("id => { const t = document.querySelector('#requests-table').innerText;"
+                           " return t.includes(id) && t.includes('\\n400\\n'); }", arg=good,
+                           timeout=5_000)  # both, within the table's refresh (every second)
+    click_row(page, good)
+    wait_text(page, "#requests-summary", "status 200", 30_000)
+    assert "get_weather" in page.locator("#requests-sent").inner_text()  # as sent, tools and all
+    seen = page.locator("#requests-prompt textarea").input_value()
+    assert "<|im_start|>user\nWhat is the weather in Oslo?<|im_end|>" in seen and "get_weather" in seen
+    reply = page.locator("#requests-reply textarea").input_value()
+    assert reply == (answers["good"].choices[0].message.content or "") or "get_weather(" in reply
+    page.locator("#requests-replay").click()
+    wait_text(page, "#requests-replay-summary", "the same reply as the original", 120_000)
+    assert page.locator("#requests-replayed textarea").input_value() == reply
+    page.locator("#requests-changes textarea").fill('{"temperature": 1.5, "seed": 4, "max_tokens": 6}')
+    page.locator("#requests-replay").click()
+    wait_text(page, "#requests-replay-summary", "replay of", 120_000)
+    page.wait_for_function("() => document.querySelector('#requests-replay-summary').innerText.includes('replay of')"
+                           " && document.querySelector('#requests-replay-summary').innerText.includes('Replayed')")
+    assert page.locator("#requests-reply textarea").input_value() == reply  # the original stays beside it
+    replayed = re.search(r"Replayed as (\S+):", page.locator("#requests-replay-summary").inner_text()).group(1)
+    page.wait_for_function("id => document.querySelector('#requests-table').innerText.includes(id)",
+                           arg=replayed.strip("`"), timeout=5_000)  # the replays are listed too (then it stays still)
+    screenshot(page, "requests")
+    click_row(page, "req-")  # the refused one: no completion, so a request id
+    wait_text(page, "#requests-summary", "status 400", 30_000)
+    assert "temperature must be in" in page.locator("#requests-reply textarea").input_value()
+    page.locator("#requests-delete").click()
+    page.wait_for_function("() => !document.querySelector('#requests-table').innerText.includes('\\n400\\n')",
+                           timeout=30_000)
+    page.locator("#requests-changes textarea").fill("{temperature")
+    click_row(page, good)
+    wait_text(page, "#requests-summary", "status 200", 30_000)
+    page.locator("#requests-replay").click()
+    page.get_by_text("Changes must be a JSON object").first.wait_for(timeout=30_000)
+    page.close()

@@ -1,0 +1,170 @@
+"""The Requests tab's logic (#33): the API requests kept in the store, newest first, filtered; one shown as the
+app sent it and as the model saw it; replayed on the same engine, as sent or with changes, beside the original.
+
+With a UI login only admin users (--ui-admin) see the traffic: it holds every client's prompts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from webui.controllers.errors import UserError
+from webui.services import Services
+from webui.store.requests import CapturedRequest
+
+COLUMNS = ["id", "time", "endpoint", "status", "client", "model", "said"]
+STATUSES = ["all", "answered (2xx)", "refused (4xx)", "failed (5xx)"]
+
+
+@dataclass
+class Shown:
+    """One kept request as the tab shows it."""
+
+    summary: str  # markdown: endpoint, status, client, model, timings
+    sent: str  # JSON: the body as the app sent it
+    prompt: str  # the prompt as the model saw it (after the chat template)
+    params: str  # JSON: the parameters as resolved
+    reply: str  # the answer's text (each choice's content, calls or the error's message)
+
+
+def reply_text(response: Any) -> str:
+    """What an answer said: each choice's content (and tool calls), or the error's message."""
+    if not isinstance(response, dict):
+        return "" if response is None else str(response)
+    if "error" in response:
+        error = response["error"]
+        return f"error: {error.get('message') if isinstance(error, dict) else error}"
+    parts = []
+    for choice in response.get("choices") or []:
+        message = choice.get("message") or {}
+        text = message.get("content") if message else choice.get("text")
+        calls = [f"{c['function']['name']}({c['function']['arguments']})" for c in message.get("tool_calls") or []]
+        prefix = f"[{choice.get('index', 0)}] " if len(response["choices"]) > 1 else ""
+        parts.append(prefix + (text or "") + "".join(f"\n→ {call}" for call in calls))
+    return "\n\n".join(parts)
+
+
+def _said(item: CapturedRequest) -> str:
+    sent = item.request if isinstance(item.request, dict) else {}
+    messages = sent.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        said = messages[-1].get("content")
+    else:
+        said = sent.get("prompt", item.request)
+    text = said if isinstance(said, str) else json.dumps(said, ensure_ascii=False)
+    return text[:80]
+
+
+def _in_effect(params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters not at their neutral value (max_new_tokens always: it bounds every reply)."""
+    from webui.engine.params import SamplingParams
+
+    neutral = SamplingParams().to_dict()
+    return {k: v for k, v in params.items() if k == "max_new_tokens" or neutral.get(k, object()) != v}
+
+
+def _status_matches(status: int, wanted: str) -> bool:
+    return wanted == STATUSES[0] or str(status)[0] == {STATUSES[1]: "2", STATUSES[2]: "4", STATUSES[3]: "5"}[wanted]
+
+
+class RequestsController:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.store = services.requests
+
+    def allowed(self, user: str | None) -> bool:
+        """Whether ``user`` may see the traffic: anyone without a UI login, an admin user with one."""
+        return not self.services.config.ui_users or (user is not None and user in self.services.config.ui_admins)
+
+    def check(self, user: str | None) -> None:
+        if not self.allowed(user):
+            raise UserError("Only admin users see the API's traffic (the server's --ui-admin names them).")
+
+    def note(self, user: str | None) -> str:
+        """The line above the table: whether requests are being kept, and how to get them."""
+        if not self.allowed(user):
+            return "Only admin users see the API's traffic (the server's `--ui-admin` names them)."
+        if not self.services.config.api:
+            return "The API is off: start the workbench with `--api` to serve apps (and keep their requests here)."
+        count, size = self.store.count()
+        kept = f"{count} kept ({size / 2**20:.1f} MB of {self.store.retention.max_bytes / 2**20:.0f} MB, " \
+               f"at most {self.store.retention.max_requests} requests)"
+        return (f"Keeping every API request. {kept}." if self.store.capture_all else
+                f"Keeping only requests that ask `store: true`; turn on keeping everything to see every request "
+                f"an app sends. {kept}.")
+
+    def set_capture(self, on: bool, user: str | None) -> None:
+        self.check(user)
+        self.store.capture_all = bool(on)
+
+    def table(self, user: str | None, text: str = "", status: str = STATUSES[0], model: str = "",
+              limit: int = 200) -> list[list[Any]]:
+        """The newest kept requests matching the filters, one row each (COLUMNS)."""
+        if not self.allowed(user):
+            return []
+        page = self.store.page(model=model or None, order="desc", limit=10_000 if text or status != STATUSES[0]
+                               else limit)
+        rows = []
+        for item in page.items:
+            if not _status_matches(item.status, status):
+                continue
+            if text and text.lower() not in json.dumps(item.request, ensure_ascii=False).lower():
+                continue
+            when = datetime.datetime.fromtimestamp(item.created).strftime("%H:%M:%S")
+            rows.append([item.id, when, item.endpoint.removeprefix("/v1/"), item.status, item.client or "-",
+                         item.model or "-", _said(item)])
+            if len(rows) >= limit:
+                break
+        return rows
+
+    def get(self, request_id: str | None, user: str | None) -> CapturedRequest:
+        self.check(user)
+        item = self.store.get(request_id) if request_id else None
+        if item is None:
+            raise UserError("Choose a request in the table first (it may have been dropped past the retention "
+                            "budget, or deleted).")
+        return item
+
+    def show(self, request_id: str | None, user: str | None) -> Shown:
+        item = self.get(request_id, user)
+        d = item.details
+        timing = " · ".join(part for part in (
+            f"first token {d['ttft']:.2f}s" if d.get("ttft") is not None else "",
+            f"took {d['duration']:.2f}s" if d.get("duration") is not None else "",
+            f"finish {d['finish']}" if d.get("finish") else "",
+            f"replay of `{d['replay_of']}`" if d.get("replay_of") else "",
+            "stored (store: true)" if item.stored else "") if part)
+        summary = (f"**{item.endpoint}** · status {item.status} · client {item.client or '-'} · model "
+                   f"{item.model or '-'}{' on ' + d['loader'] if d.get('loader') else ''}"
+                   + (f" · adapters {', '.join(n for n, _ in d['loras'])}" if d.get("loras") else "")
+                   + (f"\n\n{timing}" if timing else ""))
+        prompt = d.get("prompt")
+        return Shown(summary, json.dumps(item.request, ensure_ascii=False, indent=2) if not isinstance(
+            item.request, str) else item.request, prompt if isinstance(prompt, str) else json.dumps(
+            prompt, ensure_ascii=False, indent=2) if prompt is not None else "(refused before the model saw it)",
+            json.dumps(_in_effect(d.get("params") or {}), ensure_ascii=False, indent=2), reply_text(item.response))
+
+    def replay(self, request_id: str | None, changes_text: str, user: str | None) -> CapturedRequest:
+        """Send the request again (with the changes, a JSON object of body fields) on the loaded model."""
+        from webui.api.replay import ReplayError, replay
+
+        item = self.get(request_id, user)
+        try:
+            changes = json.loads(changes_text) if changes_text.strip() else {}
+        except ValueError as exc:
+            raise UserError(f"Changes must be a JSON object of request fields, e.g. {{\"temperature\": 0.9}}: "
+                            f"{exc}") from None
+        if not isinstance(changes, dict):
+            raise UserError('Changes must be a JSON object of request fields, e.g. {"temperature": 0.9}.')
+        try:
+            return replay(self.services, item, changes)
+        except ReplayError as exc:
+            raise UserError(str(exc)) from None
+
+    def delete(self, request_id: str | None, user: str | None) -> str:
+        item = self.get(request_id, user)
+        self.store.delete(item.id)
+        return f"Deleted {item.id}."

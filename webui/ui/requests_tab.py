@@ -1,0 +1,153 @@
+"""Requests tab: the API's traffic as apps send it (#33), layout and wiring over RequestsController.
+
+A live table (newest first, refreshed every second without losing the request shown), filters, the request shown as
+sent and as the model saw it, Replay (as sent, or with changes) beside the original, Delete, and the switch that
+keeps every request.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import gradio as gr
+import pandas as pd
+
+from webui.controllers.requests import COLUMNS, STATUSES, RequestsController
+from webui.services import Services
+from webui.ui.feedback import Update, shows_errors
+
+REFRESH_SECONDS = 1.0
+
+
+@dataclass
+class RequestsTab:
+    note: gr.Markdown
+    capture: gr.Checkbox
+    text: gr.Textbox
+    status: gr.Dropdown
+    model: gr.Textbox
+    table: gr.Dataframe
+    selected: gr.State
+    shown: gr.State  # what the table and note last showed (see refresh)
+    timer: gr.Timer
+    summary: gr.Markdown
+    sent: gr.Code
+    prompt: gr.Textbox
+    params: gr.Code
+    reply: gr.Textbox
+    changes: gr.Textbox
+    replay: gr.Button
+    replayed: gr.Textbox
+    replay_summary: gr.Markdown
+    delete: gr.Button
+    controller: RequestsController
+
+
+def _frame(rows: list[list]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _user(request: gr.Request | None) -> str | None:
+    return getattr(request, "username", None)
+
+
+def create_requests_tab(services: Services) -> RequestsTab:
+    controller = RequestsController(services)
+    note = gr.Markdown("", elem_id="requests-note")
+    with gr.Row():
+        capture = gr.Checkbox(label="Keep every API request (not only those that ask store: true)",
+                              value=services.requests.capture_all, elem_id="requests-capture", scale=2)
+        text = gr.Textbox(label="Text in the request", elem_id="requests-text", scale=2)
+        status = gr.Dropdown(STATUSES, value=STATUSES[0], label="Status", elem_id="requests-status", scale=1)
+        model = gr.Textbox(label="Model", elem_id="requests-model", scale=1)
+    table = gr.Dataframe(_frame([]), interactive=False, wrap=False, elem_id="requests-table",
+                         max_height=360, label="Requests, newest first (click one to show it)")
+    selected, shown = gr.State(None), gr.State("")
+    timer = gr.Timer(REFRESH_SECONDS, active=False)  # ticks while the tab is open (wire_refresh)
+    summary = gr.Markdown("", elem_id="requests-summary")
+    with gr.Row():
+        sent = gr.Code(label="As the app sent it", language="json", elem_id="requests-sent", interactive=False,
+                       max_lines=24)
+        prompt = gr.Textbox(label="The prompt as the model saw it (after the chat template)", lines=8, max_lines=24,
+                            elem_id="requests-prompt", interactive=False)
+    with gr.Row():
+        reply = gr.Textbox(label="Reply", lines=5, elem_id="requests-reply", interactive=False)
+        replayed = gr.Textbox(label="Replay's reply", lines=5, interactive=False, elem_id="requests-replayed")
+    replay_summary = gr.Markdown("", elem_id="requests-replay-summary")
+    with gr.Row():
+        changes = gr.Textbox(label='Replay with changes: request fields as JSON, e.g. {"temperature": 0.9} '
+                                   '(empty: replay as sent)', elem_id="requests-changes", scale=3)
+        replay = gr.Button("Replay", variant="primary", elem_id="requests-replay", scale=1)
+        delete = gr.Button("Delete", variant="stop", elem_id="requests-delete", scale=1)
+    params = gr.Code(label="Parameters as resolved (those not at their neutral value)", language="json",
+                     elem_id="requests-params", interactive=False, max_lines=24)
+    tab = RequestsTab(note, capture, text, status, model, table, selected, shown, timer, summary, sent, prompt, params, reply,
+                      changes, replay, replayed, replay_summary, delete, controller)
+    _wire(tab)
+    return tab
+
+
+def _wire(tab: RequestsTab) -> None:
+    c = tab.controller
+    filters = [tab.text, tab.status, tab.model]
+
+    def refresh(text: str, status: str, model: str, shown: str, request: gr.Request
+                ) -> tuple[Update | pd.DataFrame | str, ...]:
+        """The table and the note, each sent only when it changed: a table redrawn every second for nothing
+        would move under the pointer of someone clicking a row."""
+        user = _user(request)
+        rows, note = c.table(user, text, status, model), c.note(user)
+        digest = json.dumps([rows, note], default=str)
+        if digest == shown:
+            return gr.skip(), gr.skip(), gr.skip()
+        return _frame(rows), note, digest
+
+    def show(selected: str | None, evt: gr.SelectData, request: gr.Request) -> tuple[str | None, ...]:
+        row = evt.row_value if isinstance(evt.row_value, list) else None
+        chosen = row[0] if row else selected
+        shown = c.show(chosen, _user(request))
+        return chosen, shown.summary, shown.sent, shown.prompt, shown.params, shown.reply, "", ""
+
+    def replay(selected: str | None, changes: str, request: gr.Request) -> tuple[str, str]:
+        again = c.replay(selected, changes, _user(request))
+        original = c.show(selected, _user(request)).reply
+        shown = c.show(again.id, _user(request))
+        same = "the same reply as the original" if shown.reply == original else "a different reply"
+        return f"Replayed as `{again.id}`: {same}. {shown.summary}", shown.reply
+
+    def delete(selected: str | None, text: str, status: str, model: str, request: gr.Request
+               ) -> tuple[str | pd.DataFrame | None, ...]:
+        gr.Info(c.delete(selected, _user(request)))
+        return None, "", "", "", "", "", _frame(c.table(_user(request), text, status, model))
+
+    def capture(on: bool, request: gr.Request) -> str:
+        c.set_capture(on, _user(request))
+        return c.note(_user(request))
+
+    listed = [*filters, tab.shown]
+    tab.timer.tick(refresh, listed, [tab.table, tab.note, tab.shown], show_progress="hidden")
+    for control in (tab.text, tab.status, tab.model):
+        control.change(refresh, listed, [tab.table, tab.note, tab.shown], show_progress="hidden")
+    details = [tab.selected, tab.summary, tab.sent, tab.prompt, tab.params, tab.reply, tab.replay_summary,
+               tab.replayed]
+    tab.table.select(shows_errors(show), [tab.selected], details)
+    tab.replay.click(shows_errors(replay), [tab.selected, tab.changes], [tab.replay_summary, tab.replayed])
+    tab.delete.click(shows_errors(delete), [tab.selected, *filters], [*details[:6], tab.table])
+    tab.capture.input(shows_errors(capture), [tab.capture], [tab.note])
+
+
+def wire_refresh(tab: RequestsTab, tabs: gr.Tabs) -> None:
+    """The table refreshes every second while the Requests tab is open, and not at all otherwise."""
+    def opened(evt: gr.SelectData) -> gr.Timer:
+        return gr.Timer(active=evt.value == "Requests")
+
+    tabs.select(opened, None, tab.timer, show_progress="hidden")
+
+
+def on_load(tab: RequestsTab) -> tuple[list, object]:
+    """(outputs, function): a page (re)load fills the table and the note for the user who opened it."""
+    def load(request: gr.Request) -> tuple[pd.DataFrame, str, bool]:
+        user = _user(request)
+        return _frame(tab.controller.table(user)), tab.controller.note(user), tab.controller.store.capture_all
+    return [tab.table, tab.note, tab.capture], load
