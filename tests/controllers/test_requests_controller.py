@@ -1,0 +1,65 @@
+"""The Requests tab's controller (#33) on a real SQLite store: who sees the traffic, the table's filters, what a
+request shows, replay's errors; and --ui-admin's checks at start."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from webui.config import config_from_args
+from webui.controllers.errors import UserError
+from webui.controllers.requests import RequestsController
+from webui.store.requests import CapturedRequest
+
+
+def kept(n: int, status: int = 200, text: str = "hello", **extra) -> CapturedRequest:
+    return CapturedRequest(f"chatcmpl-{n}", 1000.0 + n, "/v1/chat/completions", status, "key 1",
+                           {"model": "tiny", "messages": [{"role": "user", "content": text}]},
+                           {"error": {"message": "bad"}} if status >= 400 else
+                           {"id": f"chatcmpl-{n}", "choices": [{"index": 0, "message": {"content": f"answer {n}"}}]},
+                           model="tiny", details={"prompt": f"<user>{text}", "params": {"temperature": 0.5,
+                                                                                        "top_p": 1.0}}, **extra)
+
+
+def test_only_admins_see_the_traffic_with_a_login(services):
+    services.requests.add(kept(1))
+    open_ui = RequestsController(services)
+    assert open_ui.allowed(None) and len(open_ui.table(None)) == 1
+    services.config = dataclasses.replace(services.config, ui_users=(("alice", "x"), ("bob", "y")),
+                                          ui_admins=("alice",))
+    c = RequestsController(services)
+    assert c.allowed("alice") and not c.allowed("bob") and not c.allowed(None)
+    assert c.table("bob") == [] and "Only admin users" in c.note("bob")
+    for act in (lambda: c.show("chatcmpl-1", "bob"), lambda: c.set_capture(True, "bob"),
+                lambda: c.delete("chatcmpl-1", "bob")):
+        with pytest.raises(UserError, match="Only admin users"):
+            act()
+    assert c.show("chatcmpl-1", "alice").reply == "answer 1"
+
+
+def test_filters_and_what_a_request_shows(services):
+    for n, status, text in ((1, 200, "the sky"), (2, 400, "oops"), (3, 200, "the sea")):
+        services.requests.add(kept(n, status, text))
+    c = RequestsController(services)
+    assert [r[0] for r in c.table(None)] == ["chatcmpl-3", "chatcmpl-2", "chatcmpl-1"]
+    assert [r[0] for r in c.table(None, text="SKY")] == ["chatcmpl-1"]
+    assert [r[0] for r in c.table(None, status="refused (4xx)")] == ["chatcmpl-2"]
+    assert c.table(None, model="other") == []
+    shown = c.show("chatcmpl-3", None)
+    assert shown.prompt == "<user>the sea" and '"temperature": 0.5' in shown.params and "top_p" not in shown.params
+    assert c.show("chatcmpl-2", None).reply == "error: bad"
+    with pytest.raises(UserError, match="Choose a request"):
+        c.show(None, None)
+    with pytest.raises(UserError, match="JSON object of request fields"):
+        c.replay("chatcmpl-3", "{temperature", None)
+    with pytest.raises(UserError, match="JSON object"):
+        c.replay("chatcmpl-3", "[1]", None)
+
+
+def test_ui_admin_names_a_user_of_the_login():
+    with pytest.raises(SystemExit, match="need a login"):
+        config_from_args(["--ui-admin", "alice"])
+    with pytest.raises(SystemExit, match="no such user"):
+        config_from_args(["--ui-auth", "bob:pw", "--ui-admin", "alice"])
+    assert config_from_args(["--ui-auth", "alice:pw", "--ui-admin", "alice"]).ui_admins == ("alice",)
