@@ -63,3 +63,24 @@ def test_ui_admin_names_a_user_of_the_login():
     with pytest.raises(SystemExit, match="no such user"):
         config_from_args(["--ui-auth", "bob:pw", "--ui-admin", "alice"])
     assert config_from_args(["--ui-auth", "alice:pw", "--ui-admin", "alice"]).ui_admins == ("alice",)
+
+
+def test_a_request_opens_as_a_chat_or_as_the_prompt_the_model_saw(services):
+    item = kept(4, text="hi")
+    item.request["messages"] = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+                                {"role": "assistant", "content": None, "tool_calls": [
+                                    {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                                {"role": "tool", "tool_call_id": "c", "content": "42"},
+                                {"role": "user", "content": [{"type": "text", "text": "and?"}]}]
+    services.requests.add(item)
+    services.requests.add(kept(5, status=400))
+    c = RequestsController(services)
+    chat_id = c.as_chat("chatcmpl-4", None)
+    chat = services.chats.get(chat_id)
+    assert chat.system_prompt == "Be brief." and chat.title == "API request chatcmpl-4"
+    assert [(m.role, m.content) for m in services.chats.messages(chat_id)] == [
+        ("user", "hi"), ("assistant", "→ f({})"), ("user", "[tool result] 42"), ("user", "and?"),
+        ("assistant", "answer 4")]
+    assert c.as_text("chatcmpl-4", None) == "<user>hi"
+    with pytest.raises(UserError, match="never reached the model"):
+        c.as_text("chatcmpl-5", None)

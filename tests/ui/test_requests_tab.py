@@ -84,6 +84,19 @@ def test_an_apps_requests_appear_show_replay_and_go(server, browser):
     page.wait_for_function("id => document.querySelector('#requests-table').innerText.includes(id)",
                            arg=replayed.strip("`"), timeout=5_000)  # the replays are listed too (then it stays still)
     screenshot(page, "requests")
+    page.locator("#requests-to-notebook").click()  # the prompt as the model saw it, to continue
+    page.wait_for_function("() => (document.querySelector('#notebook-text textarea')?.value ?? '')"
+                           ".endsWith('What is the weather in Oslo?<|im_end|>\\n<|im_start|>assistant\\n')",
+                           timeout=30_000)
+    tab(page, "Requests")
+    page.locator("#requests-to-insight").click()  # the same prompt, raw, to look at the next token
+    page.wait_for_function("() => (document.querySelector('#insight-text textarea')?.value ?? '')"
+                           ".includes('What is the weather in Oslo?<|im_end|>')", timeout=30_000)
+    tab(page, "Requests")
+    page.locator("#requests-to-chat").click()  # a new chat: the messages and the reply
+    wait_text(page, "#chat-log", "What is the weather in Oslo?", 30_000)
+    wait_text(page, "#chat-log", reply.split("\n")[0][:20], 30_000)
+    tab(page, "Requests")
     click_row(page, "req-")  # the refused one: no completion, so a request id
     wait_text(page, "#requests-summary", "status 400", 30_000)
     assert "temperature must be in" in page.locator("#requests-reply textarea").input_value()

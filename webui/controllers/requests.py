@@ -66,6 +66,16 @@ def _in_effect(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k == "max_new_tokens" or neutral.get(k, object()) != v}
 
 
+def _content(message: dict[str, Any]) -> str:
+    """A message's text: its content (parts joined), then its tool calls written out."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    calls = [f"→ {c['function']['name']}({c['function'].get('arguments', '')})"
+             for c in message.get("tool_calls") or [] if isinstance(c, dict) and isinstance(c.get("function"), dict)]
+    return "\n".join(part for part in (content or "", *calls) if part)
+
+
 def _status_matches(status: int, wanted: str) -> bool:
     return wanted == STATUSES[0] or str(status)[0] == {STATUSES[1]: "2", STATUSES[2]: "4", STATUSES[3]: "5"}[wanted]
 
@@ -163,6 +173,39 @@ class RequestsController:
             return replay(self.services, item, changes)
         except ReplayError as exc:
             raise UserError(str(exc)) from None
+
+    def as_text(self, request_id: str | None, user: str | None) -> str:
+        """The prompt as the model saw it (for the Notebook, which continues it, and Insight)."""
+        item = self.get(request_id, user)
+        prompt = item.details.get("prompt")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            prompt = prompt[0]  # a completions request with several prompts: the first
+        if not isinstance(prompt, str):
+            raise UserError(f"{item.id} never reached the model (status {item.status}), so there is no prompt as "
+                            f"it saw it; open it in Chat to work on its messages")
+        return prompt
+
+    def as_chat(self, request_id: str | None, user: str | None) -> int:
+        """A new chat holding the request's messages and the reply it got; its id."""
+        item = self.get(request_id, user)
+        sent = item.request if isinstance(item.request, dict) else {}
+        messages = sent.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise UserError(f"{item.id} has no chat messages (a {item.endpoint} request); open it in the Notebook")
+        chats = self.services.chats
+        system = "\n\n".join(_content(m) for m in messages if isinstance(m, dict) and m.get("role") in (
+            "system", "developer"))
+        chat = chats.create(f"API request {item.id}", system)
+        for m in messages:
+            if not isinstance(m, dict) or m.get("role") in ("system", "developer"):
+                continue
+            role = "assistant" if m.get("role") == "assistant" else "user"
+            text = _content(m) if m.get("role") != "tool" else f"[tool result] {_content(m)}"
+            chats.append(chat.id, role, text)
+        answered = reply_text(item.response)
+        if item.status == 200 and answered:
+            chats.append(chat.id, "assistant", answered)
+        return chat.id
 
     def delete(self, request_id: str | None, user: str | None) -> str:
         item = self.get(request_id, user)

@@ -15,6 +15,8 @@ import pandas as pd
 
 from webui.controllers.requests import COLUMNS, STATUSES, RequestsController
 from webui.services import Services
+from webui.ui.chat_tab import ChatTab, view_updates
+from webui.ui.insight_tab import InsightTab
 from webui.ui.feedback import Update, shows_errors
 
 REFRESH_SECONDS = 1.0
@@ -41,6 +43,9 @@ class RequestsTab:
     replayed: gr.Textbox
     replay_summary: gr.Markdown
     delete: gr.Button
+    to_chat: gr.Button
+    to_notebook: gr.Button
+    to_insight: gr.Button
     controller: RequestsController
 
 
@@ -80,10 +85,15 @@ def create_requests_tab(services: Services) -> RequestsTab:
                                    '(empty: replay as sent)', elem_id="requests-changes", scale=3)
         replay = gr.Button("Replay", variant="primary", elem_id="requests-replay", scale=1)
         delete = gr.Button("Delete", variant="stop", elem_id="requests-delete", scale=1)
+    with gr.Row():
+        to_chat = gr.Button("Open in Chat", size="sm", elem_id="requests-to-chat")
+        to_notebook = gr.Button("Open in Notebook", size="sm", elem_id="requests-to-notebook")
+        to_insight = gr.Button("Open in Insight", size="sm", elem_id="requests-to-insight")
     params = gr.Code(label="Parameters as resolved (those not at their neutral value)", language="json",
                      elem_id="requests-params", interactive=False, max_lines=24)
     tab = RequestsTab(note, capture, text, status, model, table, selected, shown, timer, summary, sent, prompt, params, reply,
-                      changes, replay, replayed, replay_summary, delete, controller)
+                      changes, replay, replayed, replay_summary, delete, to_chat, to_notebook, to_insight,
+                      controller)
     _wire(tab)
     return tab
 
@@ -135,6 +145,27 @@ def _wire(tab: RequestsTab) -> None:
     tab.replay.click(shows_errors(replay), [tab.selected, tab.changes], [tab.replay_summary, tab.replayed])
     tab.delete.click(shows_errors(delete), [tab.selected, *filters], [*details[:6], tab.table])
     tab.capture.input(shows_errors(capture), [tab.capture], [tab.note])
+
+
+def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insight: InsightTab, tabs: gr.Tabs
+              ) -> None:
+    """Open in Chat (a new chat with the request's messages and its reply), Notebook (the prompt as the model saw
+    it, to continue) or Insight (that prompt, raw, to inspect the next token)."""
+    c = tab.controller
+
+    def to_chat(selected: str | None, request: gr.Request) -> tuple[object, ...]:
+        chat_id = c.as_chat(selected, _user(request))
+        return (*view_updates(chat.session, chat.session.view(chat_id), "", request), gr.Tabs(selected="chat"))
+
+    def to_notebook(selected: str | None, request: gr.Request) -> tuple[str, gr.Tabs]:
+        return c.as_text(selected, _user(request)), gr.Tabs(selected="notebook")
+
+    def to_insight(selected: str | None, request: gr.Request) -> tuple[str, bool, gr.Tabs]:
+        return c.as_text(selected, _user(request)), False, gr.Tabs(selected="insight")
+
+    tab.to_chat.click(shows_errors(to_chat), [tab.selected], [*chat.view, tabs])
+    tab.to_notebook.click(shows_errors(to_notebook), [tab.selected], [notebook_text, tabs])
+    tab.to_insight.click(shows_errors(to_insight), [tab.selected], [insight.text, insight.chat, tabs])
 
 
 def wire_refresh(tab: RequestsTab, tabs: gr.Tabs) -> None:
