@@ -73,7 +73,7 @@ def test_a_request_opens_as_a_chat_or_as_the_prompt_the_model_saw(services):
                                 {"role": "tool", "tool_call_id": "c", "content": "42"},
                                 {"role": "user", "content": [{"type": "text", "text": "and?"}]}]
     services.requests.add(item)
-    services.requests.add(kept(5, status=400))
+    services.requests.add(dataclasses.replace(kept(5, status=400), details={}))  # refused before the model
     c = RequestsController(services)
     chat_id = c.as_chat("chatcmpl-4", None)
     chat = services.chats.get(chat_id)
