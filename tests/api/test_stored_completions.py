@@ -126,6 +126,8 @@ def test_capture_keeps_every_request_as_the_model_saw_it_and_never_a_key(api):
     everything = "\n".join(" ".join(str(v) for v in tuple(r)) for r in rows)
     assert api.key not in everything and OTHER_KEY not in everything and ADMIN_KEY not in everything
     assert "Bearer" not in everything
+    logged = api.server.log.read_text()  # nor the server's log
+    assert api.key not in logged and OTHER_KEY not in logged and ADMIN_KEY not in logged and "Bearer" not in logged
 
 
 def test_the_store_keeps_to_its_retention_budget(api):
