@@ -119,6 +119,11 @@ def test_capture_keeps_every_request_as_the_model_saw_it_and_never_a_key(api):
     details = json.loads(row["details"])
     assert "<|im_start|>user\nWhat is 2+2?<|im_end|>" in details["prompt"] and details["params"]["temperature"] == 0
     assert details["token_ids"][0] and details["loader"] == "transformers"
+    assert details["sources"] == {"temperature": "request", "max_new_tokens": "request"}
+    preset = c.completions.create(model=MODEL, prompt="Hi", extra_body={"preset": "Creative"})  # 16 tokens
+    kept_preset = next(r for r in kept(api) if r["id"] == preset.id)
+    sources = json.loads(kept_preset["details"])["sources"]
+    assert sources["max_new_tokens"] == "server default" and "preset Creative" in sources.values()
     refused = [r for r in rows if r["status"] == 400 and '"temperature": -3' in r["request"]]
     assert refused and "temperature" in json.loads(refused[-1]["response"])["error"]["message"]
     with pytest.raises(openai.NotFoundError):  # kept, but not stored: OpenAI's routes do not list it

@@ -18,8 +18,9 @@ def kept(n: int, status: int = 200, text: str = "hello", **extra) -> CapturedReq
                            {"model": "tiny", "messages": [{"role": "user", "content": text}]},
                            {"error": {"message": "bad"}} if status >= 400 else
                            {"id": f"chatcmpl-{n}", "choices": [{"index": 0, "message": {"content": f"answer {n}"}}]},
-                           model="tiny", details={"prompt": f"<user>{text}", "params": {"temperature": 0.5,
-                                                                                        "top_p": 1.0}}, **extra)
+                           model="tiny", details={"prompt": f"<user>{text}", "params": {"temperature": 0.5, "top_p": 1.0},
+                                                  "sources": {"temperature": "request", "top_k": "preset Mine",
+                                                              "max_new_tokens": "server default"}}, **extra)
 
 
 def test_only_admins_see_the_traffic_with_a_login(services):
@@ -48,6 +49,8 @@ def test_filters_and_what_a_request_shows(services):
     assert c.table(None, model="other") == []
     shown = c.show("chatcmpl-3", None)
     assert shown.prompt == "<user>the sea" and '"temperature": 0.5' in shown.params and "top_p" not in shown.params
+    assert shown.sources == ("from the request: `temperature` · from preset Mine: `top_k` · from the server default: "
+                             "`max_new_tokens`")
     assert c.show("chatcmpl-2", None).reply == "error: bad"
     with pytest.raises(UserError, match="Choose a request"):
         c.show(None, None)

@@ -132,7 +132,7 @@ class SamplingRequest(SamplingFields):
         if self.default_max_tokens is not None and "max_new_tokens" not in base.changed():
             base = base.replace(max_new_tokens=self.default_max_tokens)
         fields, names = self.model_dump(), self.renamed()
-        given = self._structured()
+        given = self.constraints_given()
         if len(given) > 1:
             raise InvalidParameter(given[1][0], f"give one way of constraining the output, got {len(given)}: "
                                                 f"{', '.join(field for field, _ in given)}")
@@ -142,7 +142,7 @@ class SamplingRequest(SamplingFields):
             names = {**names, "structured_outputs": field}
         return SamplingParams.from_api(fields, base, names)
 
-    def _structured(self) -> list[tuple[str, Any]]:
+    def constraints_given(self) -> list[tuple[str, Any]]:
         """(request field, vLLM structured_outputs value) for each way this request constrains its output."""
         given = [(f"guided_{form}", {form: getattr(self, f"guided_{form}")})
                  for form in ("json", "regex", "choice", "grammar") if getattr(self, f"guided_{form}") is not None]

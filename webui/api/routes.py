@@ -54,11 +54,13 @@ def envelope(rid: str, obj: str, created: int, model: str, choices: list, **extr
             "choices": choices, **extra}
 
 
-def note_seen(request: Request, prompt: Any, params: SamplingParams, model: LoadedModel, loras: tuple) -> None:
+def note_seen(request: Request, prompt: Any, params: SamplingParams, model: LoadedModel, loras: tuple,
+              sources: dict[str, str]) -> None:
     """What the model saw, for a request that is kept (webui/api/capture.py): the prompt as rendered by the chat
-    template, the parameters as resolved, the model, loader and adapters."""
-    request.state.seen = {"prompt": prompt, "params": params.to_dict(), "model": model.name, "loader": model.loader,
-                          "loras": [list(x) for x in loras]}
+    template, the parameters as resolved and where each not at its neutral value came from, the model, loader and
+    adapters."""
+    request.state.seen = {"prompt": prompt, "params": params.to_dict(), "sources": sources, "model": model.name,
+                          "loader": model.loader, "loras": [list(x) for x in loras]}
 
 
 def keep_answer(request: Request, body: dict) -> dict:
@@ -120,7 +122,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
     except (ChatPromptError, ModelLoadError) as exc:
         raise APIError(400, str(exc), param="messages") from exc
     _log_prompt(request, messages)
-    note_seen(request, prompt, params, model, loras)
+    sources = s.param_sources(body, params)
+    if calls_only is not None:
+        sources["structured_outputs"] = "request (tool_choice)"
+    note_seen(request, prompt, params, model, loras, sources)
     streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
                        prompt_param="messages", model=model, loras=loras, messages=messages)
     rid, created = new_id("chatcmpl"), now()
@@ -241,7 +246,7 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
     params = s.sampling_params(body.model_copy(update={"max_tokens": 1}) if scores_only else body)
     prompts = body.prompts()
     _log_prompt(request, prompts)
-    note_seen(request, prompts, params, model, loras)
+    note_seen(request, prompts, params, model, loras, s.param_sources(body, params))
     streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True, prompt_param="prompt",
                        model=model, loras=loras)
     rid, created = new_id("cmpl"), now()

@@ -162,6 +162,28 @@ class Serving:
         total = TRUNCATE_ALL if keep == -1 else min(keep + params.max_new_tokens, TRUNCATE_ALL)
         return params.replace(truncation_length=total)
 
+    def param_sources(self, req: SamplingRequest, params: SamplingParams) -> dict[str, str]:
+        """Where each parameter not at its neutral value came from: "request", "preset NAME" (the request's
+        preset) or "server default" (the endpoint's max_tokens when none is given)."""
+        given, renamed = req.model_fields_set, req.renamed()
+        preset = self.services.presets.get(req.preset).params.changed() if req.preset else {}
+        structured = bool(req.constraints_given())
+        out = {}
+        for name, value in params.changed().items():
+            api = renamed.get(name, specs()[name].api_name or name)
+            if api in given or name in given or (name == "structured_outputs" and structured) or (
+                    name == "truncation_length" and req.truncate_prompt_tokens is not None):
+                out[name] = "request"
+            elif name in preset:
+                out[name] = f"preset {req.preset}"
+            else:
+                out[name] = "server default"
+        if "max_new_tokens" not in out:  # always said: it bounds every reply
+            api = renamed.get("max_new_tokens", "max_tokens")
+            out["max_new_tokens"] = "request" if api in given else (
+                f"preset {req.preset}" if "max_new_tokens" in preset else "server default")
+        return out
+
     def submit(self, prompts: Sequence[str | list[int]], params: SamplingParams, n: int, logprobs: int | None,
                add_special_tokens: bool, prompt_param: str, model: LoadedModel, loras: tuple = (),
                messages: list[dict] | None = None) -> list[RequestStream]:

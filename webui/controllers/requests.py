@@ -26,7 +26,8 @@ class Shown:
     summary: str  # markdown: endpoint, status, client, model, timings
     sent: str  # JSON: the body as the app sent it
     prompt: str  # the prompt as the model saw it (after the chat template)
-    params: str  # JSON: the parameters as resolved
+    params: str  # JSON: the parameters as resolved (those not at their neutral value)
+    sources: str  # markdown: where each of them came from (the request, its preset, the server's default)
     reply: str  # the answer's text (each choice's content, calls or the error's message)
 
 
@@ -56,6 +57,17 @@ def _said(item: CapturedRequest) -> str:
         said = sent.get("prompt", item.request)
     text = said if isinstance(said, str) else json.dumps(said, ensure_ascii=False)
     return text[:80]
+
+
+def _sources(sources: Any) -> str:
+    """"From the request: temperature, max_new_tokens · from preset Creative: top_p" (grouped by source)."""
+    if not isinstance(sources, dict) or not sources:
+        return ""
+    grouped: dict[str, list[str]] = {}
+    for name, source in sources.items():
+        grouped.setdefault(str(source), []).append(f"`{name}`")
+    return " · ".join(f"from the {source}: {', '.join(names)}" if source in ("request", "server default") else
+                      f"from {source}: {', '.join(names)}" for source, names in grouped.items())
 
 
 def _in_effect(params: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +167,8 @@ class RequestsController:
         return Shown(summary, json.dumps(item.request, ensure_ascii=False, indent=2) if not isinstance(
             item.request, str) else item.request, prompt if isinstance(prompt, str) else json.dumps(
             prompt, ensure_ascii=False, indent=2) if prompt is not None else "(refused before the model saw it)",
-            json.dumps(_in_effect(d.get("params") or {}), ensure_ascii=False, indent=2), reply_text(item.response))
+            json.dumps(_in_effect(d.get("params") or {}), ensure_ascii=False, indent=2), _sources(d.get("sources")),
+            reply_text(item.response))
 
     def replay(self, request_id: str | None, changes_text: str, user: str | None) -> CapturedRequest:
         """Send the request again (with the changes, a JSON object of body fields) on the loaded model."""

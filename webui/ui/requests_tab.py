@@ -37,6 +37,7 @@ class RequestsTab:
     sent: gr.Code
     prompt: gr.Textbox
     params: gr.Code
+    sources: gr.Markdown
     reply: gr.Textbox
     changes: gr.Textbox
     replay: gr.Button
@@ -91,7 +92,9 @@ def create_requests_tab(services: Services) -> RequestsTab:
         to_insight = gr.Button("Open in Insight", size="sm", elem_id="requests-to-insight")
     params = gr.Code(label="Parameters as resolved (those not at their neutral value)", language="json",
                      elem_id="requests-params", interactive=False, max_lines=24)
-    tab = RequestsTab(note, capture, text, status, model, table, selected, shown, timer, summary, sent, prompt, params, reply,
+    sources = gr.Markdown("", elem_id="requests-sources")
+    tab = RequestsTab(note, capture, text, status, model, table, selected, shown, timer, summary, sent, prompt, params,
+                      sources, reply,
                       changes, replay, replayed, replay_summary, delete, to_chat, to_notebook, to_insight,
                       controller)
     _wire(tab)
@@ -117,7 +120,7 @@ def _wire(tab: RequestsTab) -> None:
         row = evt.row_value if isinstance(evt.row_value, list) else None
         chosen = row[0] if row else selected
         shown = c.show(chosen, _user(request))
-        return chosen, shown.summary, shown.sent, shown.prompt, shown.params, shown.reply, "", ""
+        return chosen, shown.summary, shown.sent, shown.prompt, shown.params, shown.sources, shown.reply, "", ""
 
     def replay(selected: str | None, changes: str, request: gr.Request) -> tuple[str, str]:
         again = c.replay(selected, changes, _user(request))
@@ -129,7 +132,7 @@ def _wire(tab: RequestsTab) -> None:
     def delete(selected: str | None, text: str, status: str, model: str, request: gr.Request
                ) -> tuple[str | pd.DataFrame | None, ...]:
         gr.Info(c.delete(selected, _user(request)))
-        return None, "", "", "", "", "", _frame(c.table(_user(request), text, status, model))
+        return None, "", "", "", "", "", "", _frame(c.table(_user(request), text, status, model))
 
     def capture(on: bool, request: gr.Request) -> str:
         c.set_capture(on, _user(request))
@@ -139,11 +142,11 @@ def _wire(tab: RequestsTab) -> None:
     tab.timer.tick(refresh, listed, [tab.table, tab.note, tab.shown], show_progress="hidden")
     for control in (tab.text, tab.status, tab.model):
         control.change(refresh, listed, [tab.table, tab.note, tab.shown], show_progress="hidden")
-    details = [tab.selected, tab.summary, tab.sent, tab.prompt, tab.params, tab.reply, tab.replay_summary,
-               tab.replayed]
+    details = [tab.selected, tab.summary, tab.sent, tab.prompt, tab.params, tab.sources, tab.reply,
+               tab.replay_summary, tab.replayed]
     tab.table.select(shows_errors(show), [tab.selected], details)
     tab.replay.click(shows_errors(replay), [tab.selected, tab.changes], [tab.replay_summary, tab.replayed])
-    tab.delete.click(shows_errors(delete), [tab.selected, *filters], [*details[:6], tab.table])
+    tab.delete.click(shows_errors(delete), [tab.selected, *filters], [*details[:7], tab.table])
     tab.capture.input(shows_errors(capture), [tab.capture], [tab.note])
 
 
