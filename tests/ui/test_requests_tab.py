@@ -97,6 +97,16 @@ def test_an_apps_requests_appear_show_replay_and_go(server, browser):
     wait_text(page, "#chat-log", "What is the weather in Oslo?", 30_000)
     wait_text(page, "#chat-log", reply.split("\n")[0][:20], 30_000)
     tab(page, "Requests")
+    page.locator("#requests-to-batch").click()  # every request listed: a batch test case each
+    page.wait_for_function("() => (document.querySelector('#batch-prompts textarea')?.value ?? '').split('\\n')"
+                           ".length === 3", timeout=30_000)  # the good one and its two replays; not the refused one
+    assert page.locator("#batch-raw input").is_checked()
+    lines = page.locator("#batch-prompts textarea").input_value().split("\n")
+    assert all(line.startswith("<|im_start|>system\\n") and "Oslo" in line for line in lines)
+    page.locator("#batch-axes textarea").fill("max_new_tokens=4")
+    page.locator("#batch-run").click()
+    wait_text(page, "#batch-progress", "Finished: 3/3 rows", 120_000)
+    tab(page, "Requests")
     click_row(page, "req-")  # the refused one: no completion, so a request id
     wait_text(page, "#requests-summary", "status 400", 30_000)
     assert "temperature must be in" in page.locator("#requests-reply textarea").input_value()

@@ -103,6 +103,11 @@ def render(template: str, variables: Mapping[str, str], *, where: str = "", noun
     return _PLACEHOLDER.sub(fill, template)
 
 
+def escape_newlines(text: str) -> str:
+    """One line of a .txt prompt list for ``text``: the inverse of :func:`unescape_newlines`."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
 def unescape_newlines(text: str) -> str:
     """Turn a literal ``\\n`` into a newline (and ``\\\\`` into one backslash); other text is unchanged."""
     return _ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else "\\", text)

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from webui.batch.prompts import escape_newlines
 from webui.controllers.errors import UserError
 from webui.services import Services
 from webui.store.requests import CapturedRequest
@@ -219,6 +220,26 @@ class RequestsController:
         if item.status == 200 and answered:
             chats.append(chat.id, "assistant", answered)
         return chat.id
+
+    def as_batch(self, request_ids: list[str], user: str | None) -> tuple[str, str]:
+        """(the Batch tab's prompt lines, a note): each request's prompt as the model saw it, one a line (run raw,
+        every request gets the very input it had); requests that never reached the model are left out, said."""
+        self.check(user)
+        lines, left_out = [], 0
+        for request_id in request_ids:
+            item = self.store.get(request_id)
+            prompt = item.details.get("prompt") if item is not None else None
+            prompts = prompt if isinstance(prompt, list) else [prompt]
+            texts = [p for p in prompts if isinstance(p, str) and p]
+            if not texts or len(texts) < len(prompts):  # never reached the model, or prompts as token ids
+                left_out += 1
+                continue
+            lines += [escape_newlines(p) for p in texts]
+        if not lines:
+            raise UserError("None of the requests listed reached the model, so there is no prompt to test; "
+                            "change the filters so that answered requests are listed.")
+        note = f"{len(lines)} prompt(s) from the requests listed, as the model saw them (run raw, no template)"
+        return "\n".join(lines), note + (f"; {left_out} left out (refused, or prompts sent as token ids)." if left_out else ".")
 
     def delete(self, request_id: str | None, user: str | None) -> str:
         item = self.get(request_id, user)

@@ -86,7 +86,7 @@ def build_ui(services: Services) -> gr.Blocks:
                 insight = insight_tab.create_insight_tab(services, params)
             with ab_panel:
                 ab = ab_tab.create_ab_tab(services, params, active)
-            requests_tab.wire_open(requests, chat, notebook.text, insight, tabs)
+            requests_tab.wire_open(requests, chat, notebook.text, insight, batch, tabs)
         params.panel.page_showing.render()  # outside the tabs, so that it is in the page whichever tab is open
         gr.Timer(1.0).tick(lambda: status_text(services), None, status, show_progress="hidden")
         parts = [parameters_tab.on_load(params), chat_tab.on_load(chat), notebook_tab.on_load(notebook),

@@ -15,6 +15,7 @@ import pandas as pd
 
 from webui.controllers.requests import COLUMNS, STATUSES, RequestsController
 from webui.services import Services
+from webui.ui.batch_tab import BatchTab
 from webui.ui.chat_tab import ChatTab, view_updates
 from webui.ui.insight_tab import InsightTab
 from webui.ui.feedback import Update, shows_errors
@@ -47,6 +48,7 @@ class RequestsTab:
     to_chat: gr.Button
     to_notebook: gr.Button
     to_insight: gr.Button
+    to_batch: gr.Button
     controller: RequestsController
 
 
@@ -90,12 +92,13 @@ def create_requests_tab(services: Services) -> RequestsTab:
         to_chat = gr.Button("Open in Chat", size="sm", elem_id="requests-to-chat")
         to_notebook = gr.Button("Open in Notebook", size="sm", elem_id="requests-to-notebook")
         to_insight = gr.Button("Open in Insight", size="sm", elem_id="requests-to-insight")
+        to_batch = gr.Button("Test the requests listed in the Batch tab", size="sm", elem_id="requests-to-batch")
     params = gr.Code(label="Parameters as resolved (those not at their neutral value)", language="json",
                      elem_id="requests-params", interactive=False, max_lines=24)
     sources = gr.Markdown("", elem_id="requests-sources")
     tab = RequestsTab(note, capture, text, status, model, table, selected, shown, timer, summary, sent, prompt, params,
                       sources, reply,
-                      changes, replay, replayed, replay_summary, delete, to_chat, to_notebook, to_insight,
+                      changes, replay, replayed, replay_summary, delete, to_chat, to_notebook, to_insight, to_batch,
                       controller)
     _wire(tab)
     return tab
@@ -150,11 +153,18 @@ def _wire(tab: RequestsTab) -> None:
     tab.capture.input(shows_errors(capture), [tab.capture], [tab.note])
 
 
-def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insight: InsightTab, tabs: gr.Tabs
-              ) -> None:
+def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insight: InsightTab, batch: BatchTab,
+              tabs: gr.Tabs) -> None:
     """Open in Chat (a new chat with the request's messages and its reply), Notebook (the prompt as the model saw
-    it, to continue) or Insight (that prompt, raw, to inspect the next token)."""
+    it, to continue) or Insight (that prompt, raw, to inspect the next token); the requests listed to the Batch tab
+    (each prompt as the model saw it, run raw)."""
     c = tab.controller
+
+    def to_batch(text: str, status: str, model: str, request: gr.Request) -> tuple[object, ...]:
+        ids = [row[0] for row in c.table(_user(request), text, status, model)][::-1]  # oldest first
+        prompts, note = c.as_batch(ids, _user(request))
+        gr.Info(note)
+        return prompts, True, "", "API requests", gr.Tabs(selected="batch")
 
     def to_chat(selected: str | None, request: gr.Request) -> tuple[object, ...]:
         chat_id = c.as_chat(selected, _user(request))
@@ -169,6 +179,9 @@ def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insigh
     tab.to_chat.click(shows_errors(to_chat), [tab.selected], [*chat.view, tabs])
     tab.to_notebook.click(shows_errors(to_notebook), [tab.selected], [notebook_text, tabs])
     tab.to_insight.click(shows_errors(to_insight), [tab.selected], [insight.text, insight.chat, tabs])
+    form = batch.form
+    tab.to_batch.click(shows_errors(to_batch), [tab.text, tab.status, tab.model],
+                       [form.prompts, form.raw, form.template, form.name, tabs])
 
 
 def wire_refresh(tab: RequestsTab, tabs: gr.Tabs) -> None:
