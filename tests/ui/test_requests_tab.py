@@ -71,6 +71,12 @@ def test_an_apps_requests_appear_show_replay_and_go(server, browser):
     assert "<|im_start|>user\nWhat is the weather in Oslo?<|im_end|>" in seen and "get_weather" in seen
     reply = page.locator("#requests-reply textarea").input_value()
     assert reply == (answers["good"].choices[0].message.content or "") or "get_weather(" in reply
+    page.get_by_text("Tokens of the reply (the model").click()
+    page.locator("#requests-show-tokens").click()
+    page.wait_for_function("() => document.querySelectorAll('#requests-tokens .tv-tok').length > 0", timeout=60_000)
+    shown = page.evaluate("() => Array.from(document.querySelectorAll('#requests-tokens .tv-tok'))"
+                          ".map(t => t.firstChild.textContent).join('')")
+    assert shown.replace("↵", "\n").startswith(reply[:10])  # the reply's own tokens, each with its probability
     page.locator("#requests-replay").click()
     wait_text(page, "#requests-replay-summary", "the same reply as the original", 120_000)
     assert page.locator("#requests-replayed textarea").input_value() == reply

@@ -241,6 +241,26 @@ class RequestsController:
         note = f"{len(lines)} prompt(s) from the requests listed, as the model saw them (run raw, no template)"
         return "\n".join(lines), note + (f"; {left_out} left out (refused, or prompts sent as token ids)." if left_out else ".")
 
+    def tokens(self, request_id: str | None, user: str | None, top: int = 5) -> str:
+        """The reply's tokens as the token view shows them: each shaded by the probability the model gave it, with
+        the ``top`` most likely there (recomputed now over the prompt and the reply on the model that answered)."""
+        from loaders.base import ModelLoadError
+        from webui.insight import InsightUnavailable, prompt_logprobs
+        from webui.token_view import render, token_rows
+
+        item = self.get(request_id, user)
+        prompt, replies = item.details.get("prompt"), item.details.get("token_ids") or []
+        if not isinstance(prompt, str) or not replies or not replies[0]:
+            raise UserError(f"{item.id} has no reply tokens kept (refused, or kept before tokens were)")
+        try:
+            slot = self.services.models.slot(item.model)
+            ids = slot.model.tokenizer.encode(prompt, add_special_tokens=item.endpoint == "/v1/completions")
+            scored = prompt_logprobs(slot.engine, [*ids, *replies[0]], top,
+                                     tuple((n, float(w)) for n, w in item.details.get("loras") or []))
+        except (ModelLoadError, InsightUnavailable) as exc:
+            raise UserError(f"The tokens are recomputed on the model that answered ({item.model}): {exc}") from None
+        return render(token_rows([lp for _, lp in scored[len(ids):] if lp is not None]), branchable=False)
+
     def delete(self, request_id: str | None, user: str | None) -> str:
         item = self.get(request_id, user)
         self.store.delete(item.id)

@@ -49,6 +49,8 @@ class RequestsTab:
     to_notebook: gr.Button
     to_insight: gr.Button
     to_batch: gr.Button
+    show_tokens: gr.Button
+    tokens: gr.HTML
     controller: RequestsController
 
 
@@ -93,13 +95,17 @@ def create_requests_tab(services: Services) -> RequestsTab:
         to_notebook = gr.Button("Open in Notebook", size="sm", elem_id="requests-to-notebook")
         to_insight = gr.Button("Open in Insight", size="sm", elem_id="requests-to-insight")
         to_batch = gr.Button("Test the requests listed in the Batch tab", size="sm", elem_id="requests-to-batch")
+    with gr.Accordion("Tokens of the reply (the model's probabilities, recomputed on the model that answered)",
+                      open=False):
+        show_tokens = gr.Button("Show the reply's tokens", size="sm", elem_id="requests-show-tokens")
+        tokens = gr.HTML("", elem_id="requests-tokens")
     params = gr.Code(label="Parameters as resolved (those not at their neutral value)", language="json",
                      elem_id="requests-params", interactive=False, max_lines=24)
     sources = gr.Markdown("", elem_id="requests-sources")
     tab = RequestsTab(note, capture, text, status, model, table, selected, shown, timer, summary, sent, prompt, params,
                       sources, reply,
                       changes, replay, replayed, replay_summary, delete, to_chat, to_notebook, to_insight, to_batch,
-                      controller)
+                      show_tokens, tokens, controller)
     _wire(tab)
     return tab
 
@@ -123,7 +129,7 @@ def _wire(tab: RequestsTab) -> None:
         row = evt.row_value if isinstance(evt.row_value, list) else None
         chosen = row[0] if row else selected
         shown = c.show(chosen, _user(request))
-        return chosen, shown.summary, shown.sent, shown.prompt, shown.params, shown.sources, shown.reply, "", ""
+        return chosen, shown.summary, shown.sent, shown.prompt, shown.params, shown.sources, shown.reply, "", "", ""
 
     def replay(selected: str | None, changes: str, request: gr.Request) -> tuple[str, str]:
         again = c.replay(selected, changes, _user(request))
@@ -146,11 +152,15 @@ def _wire(tab: RequestsTab) -> None:
     for control in (tab.text, tab.status, tab.model):
         control.change(refresh, listed, [tab.table, tab.note, tab.shown], show_progress="hidden")
     details = [tab.selected, tab.summary, tab.sent, tab.prompt, tab.params, tab.sources, tab.reply,
-               tab.replay_summary, tab.replayed]
+               tab.replay_summary, tab.replayed, tab.tokens]
     tab.table.select(shows_errors(show), [tab.selected], details)
     tab.replay.click(shows_errors(replay), [tab.selected, tab.changes], [tab.replay_summary, tab.replayed])
     tab.delete.click(shows_errors(delete), [tab.selected, *filters], [*details[:7], tab.table])
     tab.capture.input(shows_errors(capture), [tab.capture], [tab.note])
+    def tokens(selected: str | None, request: gr.Request) -> str:
+        return c.tokens(selected, _user(request))
+
+    tab.show_tokens.click(shows_errors(tokens), [tab.selected], [tab.tokens])
 
 
 def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insight: InsightTab, batch: BatchTab,
