@@ -239,7 +239,8 @@ class RequestsController:
             raise UserError("None of the requests listed reached the model, so there is no prompt to test; "
                             "change the filters so that answered requests are listed.")
         note = f"{len(lines)} prompt(s) from the requests listed, as the model saw them (run raw, no template)"
-        return "\n".join(lines), note + (f"; {left_out} left out (refused, or prompts sent as token ids)." if left_out else ".")
+        left = f"; {left_out} left out (refused, or prompts sent as token ids)." if left_out else "."
+        return "\n".join(lines), note + left
 
     def tokens(self, request_id: str | None, user: str | None, top: int = 5) -> str:
         """The reply's tokens as the token view shows them: each shaded by the probability the model gave it, with
