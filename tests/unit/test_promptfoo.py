@@ -70,3 +70,14 @@ def test_results_in_promptfoos_output_shape():
     assert result["success"] and result["response"]["output"] == "Paris" and result["provider"]["label"] == "greedy"
     assert result["latencyMs"] == 300 and result["gradingResult"]["pass"] and data["results"]["stats"] == {
         "successes": 1, "failures": 0}
+
+
+def test_a_providers_seed_is_the_seed_its_rows_run_with():
+    """#32: `config: {seed: 7}` was read, then every cell ran with the batch's base seed (0)."""
+    from webui.batch.grid import plan
+
+    _, rows, settings = load_config(SUITE)
+    cells = plan(rows, settings, samples=2, base_seed=100)
+    seeds = {s.label: sorted({c.seed for c in cells if c.setting is s}) for s in settings}
+    assert seeds == {"greedy": [100, 101], "warm": [3, 4]}  # warm's config says seed 3; greedy names none
+    assert all(c.params.seed == c.seed for c in cells)

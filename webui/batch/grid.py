@@ -257,7 +257,8 @@ def _apply(base: SamplingParams, overrides: dict[str, Any], label: str) -> Sampl
 
 def plan(rows: Sequence[PromptRow], settings: Sequence[Setting], samples: int = 1, base_seed: int = 0,
          max_cells: int = DEFAULT_MAX_CELLS, *, raise_hint: str = "raise max_cells") -> list[Cell]:
-    """All cells, setting by setting, then prompt by prompt, then sample by sample.
+    """All cells, setting by setting, then prompt by prompt, then sample by sample; sample k's seed is the base
+    seed + k, or the setting's own seed + k when it names one (a promptfoo provider's config).
 
     More than ``max_cells`` cells is an error saying how many and how to shrink
     the batch (``raise_hint`` says how to raise the limit where the caller is, e.g.
@@ -270,8 +271,14 @@ def plan(rows: Sequence[PromptRow], settings: Sequence[Setting], samples: int = 
             f"this batch has {total:,} generations ({len(rows)} prompts x {len(settings)} settings x "
             f"{samples} samples), more than the limit of {max_cells:,}; use fewer prompts, settings or "
             f"samples, or {raise_hint}")
-    return [Cell(row, setting, sample, base_seed + sample)
+    return [Cell(row, setting, sample, (_first_seed(setting, base_seed) + sample) % MAX_SEED)
             for setting in settings for row in rows for sample in range(samples)]
+
+
+def _first_seed(setting: Setting, base_seed: int) -> int:
+    """A setting's own seed (a promptfoo provider's ``config.seed``) for its first sample; else the base seed."""
+    own = setting.params.seed if "seed" in setting.overrides else None
+    return base_seed if own is None else own
 
 
 def _check_plan(rows: Sequence[PromptRow], settings: Sequence[Setting], samples: int, base_seed: int) -> None:
