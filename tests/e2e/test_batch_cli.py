@@ -86,6 +86,19 @@ def test_a_promptfoo_suite_runs_and_writes_promptfoos_output(tmp_path, user_data
     assert refused.returncode == 2 and "the assert type 'javascript' is not supported here" in refused.stderr
 
 
+def test_a_promptfoo_chat_suite_runs_its_chats_with_the_providers_seed(tmp_path, user_data):
+    """#32's small suite: a file://prompt_chat.json chat, an inline JSON chat, a provider with config.seed 7."""
+    out = tmp_path / "rows.jsonl"
+    done = batch(user_data, str(ROOT / "tests" / "data" / "promptfoo" / "chat" / "promptfooconfig.yaml"), "--out",
+                 str(out))
+    assert done.returncode in (0, 1), done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 16 and {r["seed"] for r in rows if r["setting"] == "seeded"} == {7}  # 4 tests x 2 x 2
+    france = next(r for r in rows if r["setting"] == "greedy" and "France" in r["prompt"] and "system" in r["prompt"])
+    assert "paris" in france["output"].lower() and france["passed"] is True, france
+    assert france["prompt_tokens"] < 60  # the chat as messages through the template, not its JSON as one message
+
+
 @pytest.mark.parametrize("setup,args,message", [
     ("prompt,x\n", [], "no prompts"),
     ("question\nhi\n", [], "no 'prompt' column"),

@@ -150,7 +150,8 @@ def test_jsonl_variables_with_template_including_vars_and_numbers():
 @pytest.mark.parametrize("content, message", [
     ('{"prompt": "ok"}\n{"prompt": "x",}\n', r"line 2: not valid JSON"),
     ('["a"]\n', r"line 1: each line must be a JSON object"),
-    ('{"text": "hi"}\n', r"line 1: the object has no \"prompt\" key and no template was given; keys: text"),
+    ('{"text": "hi"}\n', r"line 1: the object has no \"prompt\" \(or \"messages\": a chat\) key and no template was given; "
+                            r"keys: text"),
     ('{"prompt": "hi", "asserts": [{"type": "contains"}]}\n', r"line 1: contains needs a \"value\""),
     ('{"prompt": "hi", "asserts": [{"type": "nope", "value": 1}]}\n', r"line 1: .*needs \"type\" set to one of"),
     ('{"prompt": "hi", "asserts": [5]}\n', r"line 1: an assert must be a string"),
@@ -240,3 +241,19 @@ def test_prompt_rows_round_trip_through_json():
         PromptRow.from_dict({"index": 0, "text": "x"})
     with pytest.raises(BatchInputError, match="prompt 0: unknown assert"):
         PromptRow.from_dict({"index": 0, "text": "x", "id": "1", "variables": {}, "asserts": ["nope:1"]})
+
+
+def test_a_jsonl_line_may_be_a_chat():
+    """#32: a chat prompt (messages) kept as messages, e.g. a stored promptfoo chat run opened in the form."""
+    from webui.batch.prompts import parse_jsonl
+
+    rows = parse_jsonl('{"id": "a", "messages": [{"role": "system", "content": "Be brief."}, '
+                       '{"role": "user", "content": "Hi"}], "asserts": ["contains:hi"]}\n{"prompt": "plain"}\n')
+    assert rows[0].messages == ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"})
+    assert rows[0].id == "a" and rows[0].asserts[0].label == "contains:hi" and rows[1].messages is None
+    again = type(rows[0]).from_dict(rows[0].to_dict())
+    assert again == rows[0] and again.messages == rows[0].messages  # stored and read back whole
+    with pytest.raises(BatchInputError, match="takes no template"):
+        parse_jsonl('{"messages": [{"role": "user", "content": "Hi"}]}', "Say {{x}}")
+    with pytest.raises(BatchInputError, match="message 0 must be"):
+        parse_jsonl('{"messages": [{"role": "user"}]}')

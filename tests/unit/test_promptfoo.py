@@ -4,6 +4,7 @@ in promptfoo's output shape."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,64 @@ def test_a_providers_seed_is_the_seed_its_rows_run_with():
     seeds = {s.label: sorted({c.seed for c in cells if c.setting is s}) for s in settings}
     assert seeds == {"greedy": [100, 101], "warm": [3, 4]}  # warm's config says seed 3; greedy names none
     assert all(c.params.seed == c.seed for c in cells)
+
+
+CHAT_SUITE = ROOT / "tests" / "data" / "promptfoo" / "chat" / "promptfooconfig.yaml"
+
+
+def test_chat_prompts_from_a_json_file_and_inline_json_are_chats():
+    """#32: file://prompt_chat.json was refused and the same chat inline was sent as 71 tokens of literal JSON."""
+    _, rows, settings = load_config(CHAT_SUITE)
+    assert len(rows) == 8 and [s.label for s in settings] == ["greedy", "seeded"]
+    assert rows[0].messages == ({"role": "system", "content": "You answer with one word."},
+                                {"role": "user", "content": "What is the capital of France?"})
+    assert rows[1].messages == ({"role": "user", "content": "Name the capital of France."},)
+    assert json.loads(rows[0].text) == [dict(m) for m in rows[0].messages]  # promptfoo's raw: the chat as JSON
+    assert rows[0].id == "test 1 · prompt_chat.json" and rows[7].messages[0]["content"] == "Name the capital of Spain."
+
+
+@pytest.mark.parametrize("prompts, expected", [
+    ("- - {role: system, content: Be brief.}\n  - {role: user, content: '{{q}}'}",  # a chat in YAML
+     ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"})),
+    ("- raw: '[{\"role\": \"developer\", \"content\": \"x\"}, {\"role\": \"user\", \"content\": \"{{q}}\"}]'\n"
+     "  label: dev", ({"role": "system", "content": "x"}, {"role": "user", "content": "hi"})),
+    ("- '[not json {{q}}'", None),  # text that only starts like JSON stays text
+])
+def test_chats_written_in_yaml_or_as_raw_json(prompts, expected):
+    _, rows, _ = read_config(f"prompts:\n{prompts}\ntests:\n  - vars: {{q: hi}}\n", ROOT)
+    assert rows[0].messages == expected
+    if expected is None:
+        assert rows[0].text == "[not json hi"
+
+
+def test_prompt_files_by_glob_and_chats_a_line(tmp_path):
+    (tmp_path / "a.txt").write_text("First {{q}}\n---\nSecond {{q}}")
+    (tmp_path / "b.jsonl").write_text('[{"role": "user", "content": "Third {{q}}"}]\n\n'
+                                      '[{"role": "user", "content": "Fourth {{q}}"}]\n')
+    (tmp_path / "c.yaml").write_text("- role: user\n  content: Fifth {{q}}\n")
+    _, rows, _ = read_config("prompts: ['file://*.txt', 'file://*.jsonl', 'file://c.yaml']\n"
+                             "tests:\n  - vars: {q: hi}\n", tmp_path)
+    assert [r.messages[0]["content"] if r.messages else r.text for r in rows] == [
+        "First hi", "Second hi", "Third hi", "Fourth hi", "Fifth hi"]
+    for config, said in (("prompts: ['file://*.csv']", "no file matches *.csv"),
+                         ("prompts: ['file://b.jsonl', 'file://a.py']", "JavaScript/Python prompt functions"),
+                         ("prompts: [[{role: robot, content: x}]]", "message 0 must be {role: system|user|assistant")):
+        (tmp_path / "a.py").write_text("def f(): pass")
+        with pytest.raises(BatchInputError, match=re.escape(said)):
+            read_config(config, tmp_path)
+
+
+def test_a_stored_chat_run_opens_in_the_form_as_chats():
+    """Opening a stored promptfoo chat run fills the Batch form with a JSONL whose lines are the chats (the text
+    box shows their JSON and is not what runs)."""
+    from webui.batch.grid import GridSpec
+    from webui.batch.prompts import parse_jsonl
+    from webui.batch.store import BatchRun
+    from webui.controllers.batch_refill import form_values
+
+    _, rows, _ = load_config(CHAT_SUITE)
+    spec = {"rows": [r.to_dict() for r in rows], "grid": GridSpec([], {}).to_dict(), "settings": []}
+    values, note = form_values(BatchRun(1, "chats", spec, None, "done", 16, 16, 0.0, 0.0))
+    name, data = values["upload"]
+    assert [r.messages for r in parse_jsonl(data.decode())] == [r.messages for r in rows]
+    assert "each one's own asserts" in note

@@ -1,7 +1,9 @@
 """promptfoo test suites: read a ``promptfooconfig.yaml`` into a batch job, write results in promptfoo's shape.
 
-What is read: ``prompts`` (texts with ``{{vars}}``, ``{id/label, raw}`` objects, or
-``file://`` text files, split on lines of ``---`` as promptfoo splits them),
+What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
+``{role, content}`` messages written as text, or such a list in YAML;
+``{id/label, raw}`` objects; ``file://`` files, globs too: .txt/.md texts split
+on lines of ``---`` as promptfoo splits them, .json/.yaml chats, .jsonl a chat a line),
 ``tests`` (inline, or a ``file://`` YAML/JSON list) with ``vars``, ``assert``
 and ``description``, ``defaultTest`` (its ``vars`` and ``assert`` apply to
 every test) and ``providers``. Each provider becomes one setting, labelled by its
@@ -28,7 +30,7 @@ from webui.batch.assert_kinds import ASSERT_KINDS
 from webui.batch.asserts import Assert, parse_assert, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
-from webui.batch.prompts import PromptRow, render
+from webui.batch.prompts import PromptRow, chat_messages_of, render
 from webui.batch.results import ResultRow
 from webui.engine.params import InvalidParameter, SamplingParams
 
@@ -79,39 +81,98 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
         asserts = [*_asserts(default.get("assert"), "defaultTest", base), *_asserts(test.get("assert"), where, base)]
         name = str(test.get("description") or f"test {t + 1}")
         for label, prompt in prompts:
-            text = render(prompt, variables, where=f"{where} with prompt '{label}'")
+            at = f"{where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
-            rows.append(PromptRow(len(rows), text, variables, asserts, row_id))
+            filled = _text_or_chat(render(prompt, variables, where=at), at) if isinstance(prompt, str) else \
+                tuple({"role": m["role"], "content": render(m["content"], variables, where=at)} for m in prompt)
+            if isinstance(filled, str):
+                rows.append(PromptRow(len(rows), filled, variables, asserts, row_id))
+            else:  # a chat: its messages, and their JSON as its text (promptfoo's raw)
+                rows.append(PromptRow(len(rows), json.dumps(filled, ensure_ascii=False), variables, asserts, row_id,
+                                      filled))
     return str(config.get("description") or "promptfoo suite"), rows, _settings(config.get("providers"))
 
 
-def _prompts(given: Any, base: Path) -> list[tuple[str, str]]:
+Prompt = str | tuple[dict[str, str], ...]
+"""A promptfoo prompt: a text, or a chat (its messages)."""
+
+
+def _prompts(given: Any, base: Path) -> list[tuple[str, Prompt]]:
     if given is None:
         raise BatchInputError("promptfoo config: prompts is missing; list at least one prompt")
     items = given if isinstance(given, list) else [given]
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, Prompt]] = []
     for i, item in enumerate(items):
+        where = f"promptfoo config: prompts[{i}]"
         if isinstance(item, dict):
             raw = item.get("raw")
             if not isinstance(raw, str):
-                raise BatchInputError(f"promptfoo config: prompts[{i}] needs 'raw' (the prompt text)")
+                raise BatchInputError(f"{where} needs 'raw' (the prompt text)")
             out.append((str(item.get("label") or item.get("id") or f"prompt {i + 1}"), raw))
+        elif isinstance(item, list):  # a chat written in YAML: a list of {role, content}
+            out.append((f"prompt {i + 1}", chat_messages_of(item, where)))
         elif isinstance(item, str) and item.startswith("file://"):
-            path = base / item.removeprefix("file://")
-            if path.suffix.lower() not in (".txt", ".md", ""):
-                raise BatchInputError(f"promptfoo config: prompts[{i}]: {path.name}: only text prompt files are "
-                                      "read (.txt, .md); JavaScript/Python prompt functions are not")
-            try:
-                parts = [p.strip() for p in path.read_text(encoding="utf-8").split("\n---\n") if p.strip()]
-            except OSError as exc:
-                raise BatchInputError(f"promptfoo config: prompts[{i}]: cannot read {path}: {exc}") from None
-            out += [(f"{path.name}" + (f" #{n + 1}" if len(parts) > 1 else ""), p) for n, p in enumerate(parts)]
+            out += _prompt_files(base, item.removeprefix("file://"), where)
         elif isinstance(item, str):
             out.append((item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item))
         else:
-            raise BatchInputError(f"promptfoo config: prompts[{i}] must be a text, file://path or {{raw: ...}}")
+            raise BatchInputError(f"{where} must be a text, a chat (a list of {{role, content}}), file://path or "
+                                  f"{{raw: ...}}")
     if not out:
         raise BatchInputError("promptfoo config: prompts is empty; list at least one prompt")
+    return out
+
+
+def _text_or_chat(text: str, where: str) -> Prompt:
+    """A prompt's text once its vars are filled in: promptfoo sends a JSON list of messages as that chat, any
+    other text as one user message."""
+    if text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(data, list) and data and all(isinstance(m, dict) and "role" in m for m in data):
+            return chat_messages_of(data, where)
+    return text
+
+
+def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Prompt]]:
+    """Prompts from file(s) (a glob gives every file it matches, in name order): .txt/.md texts (several split by
+    lines of ---), .json a chat (a list of messages) or a list of chats, .jsonl a chat per line, .yaml/.yml a chat
+    or a list of prompts."""
+    paths = sorted(base.glob(pattern)) if any(c in pattern for c in "*?[") else [base / pattern]
+    if not paths:
+        raise BatchInputError(f"{where}: no file matches {pattern}")
+    out: list[tuple[str, Prompt]] = []
+    for path in paths:
+        suffix = path.suffix.lower()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BatchInputError(f"{where}: cannot read {path}: {exc}") from None
+        if suffix in (".txt", ".md", ""):
+            parts = [p.strip() for p in text.split("\n---\n") if p.strip()]
+            out += [(path.name + (f" #{n + 1}" if len(parts) > 1 else ""), p) for n, p in enumerate(parts)]
+        elif suffix in (".json", ".yaml", ".yml"):
+            try:
+                data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+            except (ValueError, yaml.YAMLError) as exc:
+                raise BatchInputError(f"{where}: {path.name} is not valid {suffix[1:].upper()}: {exc}") from None
+            chats = data if isinstance(data, list) and data and all(isinstance(c, list) for c in data) else [data]
+            for n, chat in enumerate(chats):
+                label = path.name + (f" #{n + 1}" if len(chats) > 1 else "")
+                out.append((label, chat if isinstance(chat, str) else chat_messages_of(chat, f"{where}: {label}")))
+        elif suffix == ".jsonl":
+            lines = [line for line in text.splitlines() if line.strip()]
+            for n, line in enumerate(lines):
+                label = f"{path.name} #{n + 1}"
+                try:
+                    out.append((label, chat_messages_of(json.loads(line), f"{where}: {label}")))
+                except ValueError as exc:
+                    raise BatchInputError(f"{where}: {label} is not valid JSON: {exc}") from None
+        else:
+            raise BatchInputError(f"{where}: {path.name}: prompt files are read as .txt, .md, .json, .jsonl or "
+                                  f".yaml; JavaScript/Python prompt functions are not")
     return out
 
 

@@ -6,9 +6,10 @@
   filled from the row's columns. Columns named ``assert``, ``asserts`` or
   ``expected`` (optionally numbered: ``assert2``, ``expected_1``) hold asserts,
   one per line in a cell; an optional ``id`` column names the rows.
-* ``.jsonl``: one object per line with ``prompt`` (or the template's variables),
-  optional ``id`` and ``asserts`` (a list of compact strings or
-  ``{"type", "value"}`` objects).
+* ``.jsonl``: one object per line with ``prompt`` (or the template's variables)
+  or ``messages`` (a chat: a list of ``{role, content}``, run through the chat
+  template as it is), optional ``id`` and ``asserts`` (a list of compact strings
+  or ``{"type", "value"}`` objects).
 
 In an ``expected`` cell or key, a value that does not start with an assert kind
 (``contains:``, ``regex:``, ...) means ``contains:<value>``: the output must
@@ -31,6 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from webui.batch.assert_kinds import ASSERT_KINDS
 from webui.batch.asserts import Assert, parse_asserts
 from webui.batch.errors import BatchInputError
+from webui.chat.prompt import ROLES
 
 SUFFIXES = (".txt", ".csv", ".jsonl")
 ASSERT_COLUMN = re.compile(r"^(assert|asserts|expected)(_?\d+)?$", re.IGNORECASE)
@@ -48,10 +50,14 @@ class PromptRow:
     variables: dict[str, str] = field(default_factory=dict, hash=False)
     asserts: list[Assert] = field(default_factory=list, hash=False)
     id: str = ""
+    messages: tuple[dict[str, str], ...] | None = field(default=None, hash=False)
+    """A chat prompt's messages ({role, content}, variables filled in; ``text`` is then their JSON); None: a text
+    prompt, which runs as one user message."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "id": self.id, "text": self.text, "variables": dict(self.variables),
-                "asserts": [a.to_dict() for a in self.asserts]}
+                "asserts": [a.to_dict() for a in self.asserts],
+                **({"messages": [dict(m) for m in self.messages]} if self.messages is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PromptRow":
@@ -61,9 +67,26 @@ class PromptRow:
             index, text, row_id = int(data["index"]), str(data["text"]), str(data["id"])
             variables = {str(k): str(v) for k, v in data["variables"].items()}
             specs = list(data["asserts"])
+            messages = chat_messages_of(data["messages"], where) if data.get("messages") is not None else None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BatchInputError(f"{where}: not a stored prompt row ({type(exc).__name__}: {exc})") from None
-        return cls(index, text, variables, parse_asserts(specs, where), row_id)
+        return cls(index, text, variables, parse_asserts(specs, where), row_id, messages)
+
+
+def chat_messages_of(value: Any, where: str) -> tuple[dict[str, str], ...]:
+    """A chat prompt's messages checked: a non-empty list of {role, content} with a known role and text content
+    (OpenAI's "developer" is the system's)."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise BatchInputError(f"{where}: a chat prompt is a non-empty list of {{role, content}} messages")
+    out = []
+    for i, message in enumerate(value):
+        role = message.get("role") if isinstance(message, dict) else None
+        role = "system" if role == "developer" else role
+        if role not in ROLES or not isinstance(message.get("content"), str):
+            raise BatchInputError(f"{where}: message {i} must be {{role: {'|'.join(ROLES)}, content: text}}, "
+                                  f"got {json.dumps(message, ensure_ascii=False)[:80]}")
+        out.append({"role": str(role), "content": message["content"]})
+    return tuple(out)
 
 
 # -- templating ----------------------------------------------------------------------
@@ -216,6 +239,8 @@ def parse_jsonl(text: str, template: str | None = None) -> list[PromptRow]:
         specs: list[Any] = []
         variables: dict[str, str] = {}
         for key, value in obj.items():
+            if key == "messages":
+                continue  # a chat: below
             if key in ("asserts", "assert"):
                 specs.extend(value if isinstance(value, list) else [value])
             elif key == "expected":
@@ -224,9 +249,16 @@ def parse_jsonl(text: str, template: str | None = None) -> list[PromptRow]:
                 variables.update({str(k): _text(v) for k, v in value.items()})
             else:
                 variables[key] = _text(value)
+        if "messages" in obj:
+            if template is not None:
+                raise BatchInputError(f"{where}: a chat (\"messages\") is its own prompt; it takes no template")
+            chat = chat_messages_of(obj["messages"], where)
+            row = _row(len(rows), variables, specs, variables.get("id"), None, where, "key", json.dumps(chat))
+            rows.append(dataclasses.replace(row, messages=chat))
+            continue
         if template is None and "prompt" not in variables:
-            raise BatchInputError(f"{where}: the object has no \"prompt\" key and no template was given; keys: "
-                                  f"{', '.join(obj) or 'none'}")
+            raise BatchInputError(f"{where}: the object has no \"prompt\" (or \"messages\": a chat) key and no "
+                                  f"template was given; keys: {', '.join(obj) or 'none'}")
         rows.append(_row(len(rows), variables, specs, variables.get("id"), template, where, "key",
                          variables.get("prompt")))
     return _finish(rows, "no prompts: the JSONL file has no objects")

@@ -285,6 +285,12 @@ class BatchRunner:
                 ) -> tuple[str, list | None]:
         """(what ``model`` reads for ``row``, the chat messages or None for a raw prompt)."""
         try:
+            if row.messages is not None:
+                if job.raw:
+                    raise BatchInputError(f"prompt {row.id} is a chat (a list of messages), which only the chat "
+                                          f"template turns into text; turn raw prompts off")
+                messages = chat_messages(row.messages, job.system_prompt)
+                return render_chat_prompt(model.tokenizer, messages, template=template), messages
             if job.raw:
                 return row.text, None
             messages = chat_messages([{"role": "user", "content": row.text}], job.system_prompt)

@@ -14,7 +14,7 @@ from typing import Any
 from webui.batch import BatchInputError
 from webui.batch.asserts import parse_assert
 from webui.batch.grid import BASE_LABEL, GridSpec, format_value
-from webui.batch.prompts import PromptRow
+from webui.batch.prompts import PromptRow, escape_newlines
 from webui.batch.store import BatchRun
 
 
@@ -34,12 +34,12 @@ def form_values(run: BatchRun) -> tuple[dict[str, Any], str]:
         values["judge_prompt"] = spec["judge_prompt"]
     notes = []
     if _as_lines(rows):
-        values.update(prompts="\n".join(_line(r.text) for r in rows),
+        values.update(prompts="\n".join(escape_newlines(r.text) for r in rows),
                       asserts="\n".join(a.label for a in rows[0].asserts), upload=None)
     else:
-        lines = [json.dumps({"id": r.id, "prompt": r.text, "asserts": [a.to_dict() for a in r.asserts]},
-                            ensure_ascii=False) for r in rows]
-        values.update(prompts="\n".join(_line(r.text) for r in rows), asserts="",
+        lines = [json.dumps({"id": r.id, **({"messages": list(r.messages)} if r.messages else {"prompt": r.text}),
+                             "asserts": [a.to_dict() for a in r.asserts]}, ensure_ascii=False) for r in rows]
+        values.update(prompts="\n".join(escape_newlines(r.text) for r in rows), asserts="",
                       upload=(f"run-{run.id}-prompts.jsonl", ("\n".join(lines) + "\n").encode("utf-8")))
         notes.append(f"Using the {len(rows)} prompts of run #{run.id} with each one's own asserts (the text box "
                      "shows them and is ignored; “Use the text box instead” drops the file).")
@@ -66,11 +66,6 @@ def axes_text(axes: dict[str, list[Any]]) -> str:
     return "\n".join(out)
 
 
-def _line(text: str) -> str:
-    """A prompt as one line of the text box (a newline as a literal \\n, which the box reads back)."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
 def _as_lines(rows: list[PromptRow]) -> bool:
     """Whether the prompts read back the same from the text boxes: one line each, numbered ids, the same asserts
     on every prompt, each written exactly by its label."""
@@ -78,7 +73,8 @@ def _as_lines(rows: list[PromptRow]) -> bool:
         return True
     first = rows[0].asserts
     for position, row in enumerate(rows, 1):
-        if row.id != str(position) or row.text != row.text.strip() or "\r" in row.text or row.asserts != first:
+        if row.id != str(position) or row.text != row.text.strip() or "\r" in row.text or row.asserts != first \
+                or row.messages is not None:  # a chat is no line of text
             return False
     try:
         return all(parse_assert(a.label) == a for a in first)
