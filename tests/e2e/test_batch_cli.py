@@ -74,7 +74,10 @@ def test_a_promptfoo_suite_runs_and_writes_promptfoos_output(tmp_path, user_data
     data = json.loads(out.read_text())
     results = data["results"]["results"]
     assert len(results) == 8 and {r["provider"]["label"] for r in results} == {"greedy", "warm"}
-    france = [r for r in results if r["prompt"]["label"].startswith("France") and r["provider"]["label"] == "greedy"]
+    france = [r for r in results if r["vars"] == {"country": "France"} and r["provider"]["label"] == "greedy"]
+    assert len(france) == 2 and {r["prompt"]["label"] for r in france} == {
+        "What is the capital of {{country}}? Answ", "prompt.txt"} and france[0]["testCase"]["description"] == "France"
+    assert {r["provider"]["id"] for r in results} == {"openai:chat:gpt-4o-mini", "local"}
     assert all("Paris" in r["response"]["output"] and r["success"] for r in france), france
     components = france[0]["gradingResult"]["componentResults"]
     assert [c["assertion"]["type"] for c in components] == ["not-is-json", "latency", "icontains", "similar"]

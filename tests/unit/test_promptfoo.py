@@ -143,3 +143,30 @@ def test_a_stored_chat_run_opens_in_the_form_as_chats():
     name, data = values["upload"]
     assert [r.messages for r in parse_jsonl(data.decode())] == [r.messages for r in rows]
     assert "each one's own asserts" in note
+
+
+def test_results_carry_promptfoos_vars_labels_provider_ids_and_assertions():
+    """#32: vars were {} on every row, the test's description stood in prompt.label, provider.id was the label,
+    icontains-any values were flattened to one string and weight was dropped."""
+    from webui.batch.grid import plan
+    from webui.batch.results import result_for
+
+    _, rows, settings = load_config(SUITE)
+    cells = plan(rows, settings)
+    results = [result_for(c, output="Tokyo", finish_reason="stop", prompt_tokens=5, completion_tokens=1,
+                          ttft=0.1, tokens_per_second=10.0) for c in cells]
+    data = json.loads(to_promptfoo(results, "Capitals", rows, {s.label: s.provider for s in settings}))
+    out = data["results"]["results"]
+    japan = next(r for r in out if r["vars"].get("country") == "Japan" and r["provider"]["label"] == "warm")
+    assert japan["provider"] == {"id": "local", "label": "warm"} and japan["prompt"]["label"] in (
+        "What is the capital of {{country}}? Answ", "prompt.txt")
+    assert japan["testCase"]["vars"] == {"country": "Japan"} and japan["testIdx"] == 1
+    kinds = {a["type"]: a for a in japan["testCase"]["assert"]}
+    assert kinds["contains-any"]["value"] == ["Tokyo", "tokyo", "TOKYO"]  # a list, as promptfoo writes it
+    assert kinds["latency"] == {"type": "latency", "threshold": 600000.0}
+    assert kinds["python"]["value"].startswith("file://")
+    france = next(r for r in out if r["vars"].get("country") == "France")
+    assert france["testCase"]["description"] == "France" and {"type": "icontains", "value": "paris", "weight": 2} in \
+        france["testCase"]["assert"]
+    assert [c["assertion"]["type"] for c in france["gradingResult"]["componentResults"]] == [
+        "not-is-json", "latency", "icontains", "similar"]

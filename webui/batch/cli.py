@@ -116,7 +116,8 @@ def main(argv: list[str]) -> int:
         _progress(handle, final=True)
         results = handle.rows()
         if args.out:
-            written = {".csv": to_csv, ".jsonl": to_jsonl}.get(args.out.suffix, lambda r: to_promptfoo(r, job.name))
+            written = {".csv": to_csv, ".jsonl": to_jsonl}.get(args.out.suffix, lambda r: to_promptfoo(
+                r, job.name, job.rows, {s.label: s.provider for s in planned if s.provider}))
             args.out.write_text(written(results), encoding="utf-8")
             print(f"wrote {len(results)} rows to {args.out}")
         return _report(results, args.min_pass_rate, handle.run_id)

@@ -43,6 +43,7 @@ class Setting:
     overrides: dict[str, Any] = field(default_factory=dict, hash=False)
     loras: tuple[tuple[str, float], ...] = ()  # LoRA adapters this setting runs with (the "lora" axis)
     model: str | None = None  # the loaded model it runs on (the "model" axis); None: the model in use
+    provider: str | None = None  # the promptfoo provider id it came from (its label is ``label``); None: not one
 
 
 @dataclass

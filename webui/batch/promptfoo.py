@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
@@ -80,16 +80,17 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
         variables = {**_vars(default.get("vars"), "defaultTest"), **_vars(test.get("vars"), where)}
         asserts = [*_asserts(default.get("assert"), "defaultTest", base), *_asserts(test.get("assert"), where, base)]
         name = str(test.get("description") or f"test {t + 1}")
-        for label, prompt in prompts:
+        for p, (label, prompt) in enumerate(prompts):
             at = f"{where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
+            origin = {"prompt": label, "promptIdx": p, "testIdx": t, "description": test.get("description")}
             filled = _text_or_chat(render(prompt, variables, where=at), at) if isinstance(prompt, str) else \
                 tuple({"role": m["role"], "content": render(m["content"], variables, where=at)} for m in prompt)
             if isinstance(filled, str):
-                rows.append(PromptRow(len(rows), filled, variables, asserts, row_id))
+                rows.append(PromptRow(len(rows), filled, variables, asserts, row_id, origin=origin))
             else:  # a chat: its messages, and their JSON as its text (promptfoo's raw)
                 rows.append(PromptRow(len(rows), json.dumps(filled, ensure_ascii=False), variables, asserts, row_id,
-                                      filled))
+                                      filled, origin))
     return str(config.get("description") or "promptfoo suite"), rows, _settings(config.get("providers"))
 
 
@@ -266,7 +267,8 @@ def _settings(given: Any) -> list[Setting]:
         if provider == "workbench" and not model.strip():
             raise BatchInputError(f"promptfoo config: providers[{i}]: workbench: needs a model name "
                                   "(workbench:SmolLM2-135M-Instruct)")
-        out.append(Setting(label, params, None, dict(fields), model=model.strip() if provider == "workbench" else None))
+        out.append(Setting(label, params, None, dict(fields), model=model.strip() if provider == "workbench" else None,
+                           provider=str(item.get("id") or label)))
     return out
 
 
@@ -278,18 +280,31 @@ def _api_names() -> set[str]:
 
 # -- results in promptfoo's output shape -------------------------------------------------------------------
 
-def to_promptfoo(rows: Iterable[ResultRow], description: str = "") -> str:
-    """Results as promptfoo writes ``--output results.json``: results.results[] with prompt, vars, response,
-    success, score and gradingResult (with one componentResult per assert), and results.stats."""
+def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequence[PromptRow] = (),
+                 providers: Mapping[str, str] | None = None) -> str:
+    """Results as promptfoo writes ``--output results.json``: results.results[] with prompt (raw, label), vars,
+    provider (id, label), response, success, score, testIdx/promptIdx, testCase (description, vars, assert) and
+    gradingResult (one componentResult per assert, the assertion as promptfoo writes it), and results.stats.
+    ``prompts`` (the run's rows, by index) and ``providers`` (setting label -> promptfoo provider id) give what
+    the result rows do not hold; without them the prompt's id is its label and the setting's label its id."""
+    by_index = {p.index: p for p in prompts}
     results = []
     for r in rows:
+        row = by_index.get(r.prompt_index)
+        origin = (row.origin if row is not None else None) or {}
+        variables = dict(row.variables) if row is not None else {}
+        assertions = [promptfoo_assertion(a) for a in row.asserts] if row is not None else []
         components = [{"pass": a.passed, "score": a.value, "reason": a.detail or "passed",
-                       "assertion": {"type": a.label.partition(":")[0], "value": a.label.partition(":")[2]}}
-                      for a in r.asserts]
+                       "assertion": assertions[i] if i < len(assertions) else {
+                           "type": a.label.partition(":")[0], "value": a.label.partition(":")[2]}}
+                      for i, a in enumerate(r.asserts)]
         score = r.score if r.score is not None else (row_score(r.asserts) or (1.0 if r.passed is not False else 0))
         results.append({
-            "prompt": {"raw": r.prompt, "label": r.prompt_id}, "vars": {}, "provider": {"id": r.setting,
-                                                                                        "label": r.setting},
+            "prompt": {"raw": r.prompt, "label": origin.get("prompt", r.prompt_id)}, "vars": variables,
+            "provider": {"id": (providers or {}).get(r.setting, r.setting), "label": r.setting},
+            "promptIdx": origin.get("promptIdx", 0), "testIdx": origin.get("testIdx", r.prompt_index),
+            "testCase": {**({"description": origin["description"]} if origin.get("description") else {}),
+                         "vars": variables, "assert": assertions},
             "response": {"output": r.output, "tokenUsage": {"prompt": r.prompt_tokens,
                                                             "completion": r.completion_tokens,
                                                             "total": r.prompt_tokens + r.completion_tokens}},
@@ -300,6 +315,16 @@ def to_promptfoo(rows: Iterable[ResultRow], description: str = "") -> str:
     return json.dumps({"results": {"version": 3, "results": results,
                                    "stats": {"successes": passed, "failures": len(results) - passed}},
                        "config": {"description": description}}, indent=2, ensure_ascii=False)
+
+
+def promptfoo_assertion(a: Assert) -> dict[str, Any]:
+    """An assert as a promptfoo file writes it: latency's limit as its threshold, a Python check as file://."""
+    d = a.to_dict()
+    if a.kind == "latency":
+        d["threshold"] = d.pop("value")
+    elif a.kind == "python" and isinstance(d.get("value"), str) and not d["value"].startswith("file://"):
+        d["value"] = "file://" + d["value"]
+    return d
 
 
 def _latency_ms(row: ResultRow) -> int | None:

@@ -53,11 +53,15 @@ class PromptRow:
     messages: tuple[dict[str, str], ...] | None = field(default=None, hash=False)
     """A chat prompt's messages ({role, content}, variables filled in; ``text`` is then their JSON); None: a text
     prompt, which runs as one user message."""
+    origin: dict[str, Any] | None = field(default=None, hash=False)
+    """Where a promptfoo suite's row came from: {"prompt": its label, "promptIdx", "testIdx", "description"}, for
+    results in promptfoo's shape; None: not from one."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "id": self.id, "text": self.text, "variables": dict(self.variables),
                 "asserts": [a.to_dict() for a in self.asserts],
-                **({"messages": [dict(m) for m in self.messages]} if self.messages is not None else {})}
+                **({"messages": [dict(m) for m in self.messages]} if self.messages is not None else {}),
+                **({"origin": dict(self.origin)} if self.origin is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PromptRow":
@@ -68,9 +72,10 @@ class PromptRow:
             variables = {str(k): str(v) for k, v in data["variables"].items()}
             specs = list(data["asserts"])
             messages = chat_messages_of(data["messages"], where) if data.get("messages") is not None else None
+            origin = dict(data["origin"]) if data.get("origin") is not None else None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BatchInputError(f"{where}: not a stored prompt row ({type(exc).__name__}: {exc})") from None
-        return cls(index, text, variables, parse_asserts(specs, where), row_id, messages)
+        return cls(index, text, variables, parse_asserts(specs, where), row_id, messages, origin)
 
 
 def chat_messages_of(value: Any, where: str) -> tuple[dict[str, str], ...]:

@@ -50,7 +50,8 @@ class BatchJob:
     def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
                 "settings": [{"label": s.label, "params": s.params.to_dict(), "preset": s.preset,
-                              "overrides": s.overrides, "loras": [list(x) for x in s.loras], "model": s.model}
+                              "overrides": s.overrides, "loras": [list(x) for x in s.loras], "model": s.model,
+                              **({"provider": s.provider} if s.provider is not None else {})}
                              for s in settings],
                 "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells,
                 "chat_template_name": self.chat_template, "use_cache": self.use_cache,
@@ -60,7 +61,7 @@ class BatchJob:
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
         settings = [Setting(s["label"], SamplingParams.from_dict(s["params"]), s.get("preset"), s.get("overrides", {}),
-                            tuple((n, float(w)) for n, w in s.get("loras", [])), s.get("model"))
+                            tuple((n, float(w)) for n, w in s.get("loras", [])), s.get("model"), s.get("provider"))
                     for s in spec["settings"]]
         return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
                    spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),

@@ -8,7 +8,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text, parse_axes, parse_lines, to_csv, \
     to_jsonl, with_asserts
@@ -314,9 +314,16 @@ class BatchController:
         rid = self._need(run_id)
         path = Path(tempfile.mkdtemp(prefix="batch-export-")) / f"batch-run-{rid}.{kind}"
         rows = self.rows(rid)
-        written = {"csv": to_csv, "jsonl": to_jsonl}.get(kind) or (lambda r: to_promptfoo(r, self._get(rid).name))
+        written = {"csv": to_csv, "jsonl": to_jsonl}.get(kind) or (lambda r: self._promptfoo(rid, r))
         path.write_text(written(rows), encoding="utf-8")
         return path
+
+    def _promptfoo(self, run_id: int, rows: Iterable[ResultRow]) -> str:
+        """The rows in promptfoo's results shape, with the run's prompts (vars, labels) and provider ids."""
+        run = self._get(run_id)
+        prompts = [PromptRow.from_dict(r) for r in run.spec.get("rows", [])]
+        providers = {s["label"]: s["provider"] for s in run.spec.get("settings", []) if s.get("provider")}
+        return to_promptfoo(rows, run.name, prompts, providers)
 
     def inspect_row(self, run_id: int | None, row: ResultRow) -> MessageInspection:
         """What the model read for ``row`` of run ``run_id``, and the row's reproduce record."""
