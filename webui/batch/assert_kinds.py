@@ -164,6 +164,32 @@ def _is_json(a: Assert, seen: Observed) -> Outcome:
                    + (f" (at {path})" if path != "$" else ""))
 
 
+def _contains_json(a: Assert, seen: Observed) -> Outcome:
+    """promptfoo's contains-json: some JSON object in the output (each ``{`` tried as a start) parses, and matches
+    the schema when one is given."""
+    decoder, out, found = json.JSONDecoder(), seen.output, []
+    for start in (i for i, ch in enumerate(out) if ch == "{"):
+        try:
+            found.append(decoder.raw_decode(out, start)[0])
+        except json.JSONDecodeError:
+            continue
+    if not found:
+        return Outcome(False, "output contains no valid JSON object")
+    if a.value is None:
+        return Outcome(True, "")
+    validator = schema_validator(str(a.value))
+    errors = [jsonschema.exceptions.best_match(validator.iter_errors(data)) for data in found]
+    if any(error is None for error in errors):
+        return Outcome(True, "")
+    return Outcome(False, f"no JSON object in the output matches the schema: {errors[0].message if errors[0] else ''}")
+
+
+def _word_count(a: Assert, seen: Observed) -> Outcome:
+    """promptfoo's word-count with a number: exactly that many words (runs of non-space)."""
+    words = len(seen.output.split())
+    return Outcome(words == int(float(a.value)), f"output has {words} words, expected {float(a.value):g}")
+
+
 def _max_length(a: Assert, seen: Observed) -> Outcome:
     tokens = a.options.get("unit") == "tokens"
     size, what = (seen.completion_tokens, "tokens") if tokens else (len(seen.output), "characters")
@@ -239,6 +265,9 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     AssertKind("icontains-any", LIST, _contains_list(every=False, fold=True), "paris,lyon", usage="icontains-any:a,b"),
     AssertKind("icontains-all", LIST, _contains_list(every=True, fold=True), "paris,france", usage="icontains-all:a,b"),
     AssertKind("is-json", SCHEMA, _is_json, '{"type":"object"}', usage="is-json[:schema]", promptfoo=_promptfoo_schema),
+    AssertKind("contains-json", SCHEMA, _contains_json, '{"type":"object"}', usage="contains-json[:schema]",
+               promptfoo=_promptfoo_schema),
+    AssertKind("word-count", NUMBER, _word_count, "12", usage="word-count:N", unit="words"),
     AssertKind("max-length", LENGTH, _max_length, "50 tokens", usage="max-length:N [tokens]", promptfoo=None),
     AssertKind("python", CODE, _python, "checks.py:get_assert", usage="python:file.py[:function]",
                scored=True, promptfoo=_promptfoo_python),
