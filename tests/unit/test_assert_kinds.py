@@ -63,7 +63,7 @@ def test_the_help_the_promptfoo_reader_and_the_errors_list_the_table():
     assert kinds_help() in " ".join(build_parser().epilog.split())
     assert set(supported()) == {"contains", "icontains", "contains-any", "contains-all", "icontains-any",
                                 "icontains-all", "equals", "regex", "starts-with", "is-json", "contains-json",
-                                "word-count", "similar", "python",
+                                "is-xml", "contains-xml", "word-count", "similar", "python",
                                 "latency", "llm-rubric"}
     with pytest.raises(BatchInputError) as info:
         parse_assert("nothing:here")
@@ -133,3 +133,25 @@ def test_word_count_counts_runs_of_non_space_like_promptfoo():
     assert parse_assert("word-count:3").check("  one two\nthree ").passed
     failed = parse_assert({"type": "word-count", "value": 2}).check("one two three")
     assert not failed.passed and failed.detail == "output has 3 words, expected 2"
+
+
+@pytest.mark.parametrize("spec, output, passed, detail", [
+    ("is-xml", "<a><b>1</b></a>", True, ""),
+    ("is-xml", "<a><b>1</a>", False, "output is not well-formed XML (mismatched tag: line 1, column 9)"),
+    ("is-xml", "Sure: <a/>", False, "output is not XML (it does not start with a tag)"),
+    ("is-xml:a.b", "<a><b>1</b></a>", True, ""),
+    ("is-xml:a.b,a.c", "<a><b>1</b></a>", False, "XML lacks the element(s) a.c"),
+    ("contains-xml", "Sure: <a><b>1</b></a> done", True, ""),
+    ("contains-xml:a.c", "<a><b>1</b></a>", False,
+     "no XML element in the output passes: XML lacks the element(s) a.c"),
+    ("contains-xml", "no markup", False, "output contains no XML"),
+])
+def test_xml_kinds_parse_the_output_and_look_for_the_required_elements(spec, output, passed, detail):
+    result = parse_assert(spec).check(output)
+    assert (result.passed, result.detail) == (passed, detail)
+
+
+def test_xml_kinds_read_promptfoos_three_ways_of_naming_required_elements():
+    for value in ("a.b, a.c", ["a.b", "a.c"], {"requiredElements": ["a.b", "a.c"]}):
+        assert parse_assert({"type": "is-xml", "value": value}).label == "is-xml:a.b,a.c"
+    assert parse_assert({"type": "contains-xml"}).to_dict() == {"type": "contains-xml"}

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 import jsonschema
 
 from webui.batch.assert_values import (
-    CODE, LENGTH, LIST, NUMBER, PATTERN, SCHEMA, TEXT, ValueForm, compiled, excerpt, schema_validator,
+    CODE, LENGTH, LIST, NUMBER, OPTIONAL_LIST, PATTERN, SCHEMA, TEXT, ValueForm, compiled, excerpt, schema_validator,
 )
 from webui.batch.errors import BatchInputError
 from webui.batch.python_assert import PYTHON_TIMEOUT, run_python
+from webui.batch.xml_checks import xml_inside, xml_problem
 
 if TYPE_CHECKING:
     from webui.batch.asserts import Assert, Observed
@@ -190,6 +191,19 @@ def _word_count(a: Assert, seen: Observed) -> Outcome:
     return Outcome(words == int(float(a.value)), f"output has {words} words, expected {float(a.value):g}")
 
 
+def _is_xml(a: Assert, seen: Observed) -> Outcome:
+    why = xml_problem(seen.output, a.value)
+    return Outcome(not why, why)
+
+
+def _contains_xml(a: Assert, seen: Observed) -> Outcome:
+    candidates = xml_inside(seen.output)
+    whys = [xml_problem(text, a.value) for text in candidates]
+    if any(not why for why in whys):
+        return Outcome(True, "")
+    return Outcome(False, f"no XML element in the output passes: {whys[0]}" if whys else "output contains no XML")
+
+
 def _max_length(a: Assert, seen: Observed) -> Outcome:
     tokens = a.options.get("unit") == "tokens"
     size, what = (seen.completion_tokens, "tokens") if tokens else (len(seen.output), "characters")
@@ -267,6 +281,8 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     AssertKind("is-json", SCHEMA, _is_json, '{"type":"object"}', usage="is-json[:schema]", promptfoo=_promptfoo_schema),
     AssertKind("contains-json", SCHEMA, _contains_json, '{"type":"object"}', usage="contains-json[:schema]",
                promptfoo=_promptfoo_schema),
+    AssertKind("is-xml", OPTIONAL_LIST, _is_xml, "analysis.summary", usage="is-xml[:root.element,...]"),
+    AssertKind("contains-xml", OPTIONAL_LIST, _contains_xml, "analysis", usage="contains-xml[:root.element,...]"),
     AssertKind("word-count", NUMBER, _word_count, "12", usage="word-count:N", unit="words"),
     AssertKind("max-length", LENGTH, _max_length, "50 tokens", usage="max-length:N [tokens]", promptfoo=None),
     AssertKind("python", CODE, _python, "checks.py:get_assert", usage="python:file.py[:function]",
