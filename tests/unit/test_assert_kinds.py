@@ -63,7 +63,7 @@ def test_the_help_the_promptfoo_reader_and_the_errors_list_the_table():
     assert kinds_help() in " ".join(build_parser().epilog.split())
     assert set(supported()) == {"contains", "icontains", "contains-any", "contains-all", "icontains-any",
                                 "icontains-all", "equals", "regex", "starts-with", "is-json", "contains-json",
-                                "is-xml", "contains-xml", "word-count", "similar", "python",
+                                "is-xml", "contains-xml", "word-count", "cost", "similar", "python",
                                 "latency", "llm-rubric"}
     with pytest.raises(BatchInputError) as info:
         parse_assert("nothing:here")
@@ -155,3 +155,11 @@ def test_xml_kinds_read_promptfoos_three_ways_of_naming_required_elements():
     for value in ("a.b, a.c", ["a.b", "a.c"], {"requiredElements": ["a.b", "a.c"]}):
         assert parse_assert({"type": "is-xml", "value": value}).label == "is-xml:a.b,a.c"
     assert parse_assert({"type": "contains-xml"}).to_dict() == {"type": "contains-xml"}
+
+
+def test_cost_is_zero_for_a_local_model_and_reads_promptfoos_threshold(tmp_path):
+    assert parse_assert("cost:0").check("anything").passed
+    assert not parse_assert("not-cost:0.01").check("anything").passed
+    config = "prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: cost\n        threshold: 0.002"
+    _, rows, _ = read_config(config, tmp_path)
+    assert rows[0].asserts == [parse_assert("cost:0.002")]

@@ -59,7 +59,7 @@ def _promptfoo_threshold(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _promptfoo_latency(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    return {"value": item.get("threshold")}  # promptfoo's latency limit (ms) is its threshold
+    return {"value": item.get("threshold")}  # promptfoo's latency (ms) and cost limits are its threshold
 
 
 def _promptfoo_schema(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
@@ -239,6 +239,11 @@ def _latency(a: Assert, seen: Observed) -> Outcome:
     return Outcome(ms <= limit, f"took {ms:.0f} ms, more than {limit:g} ms")
 
 
+def _cost(a: Assert, seen: Observed) -> Outcome:
+    """promptfoo's cost: a local model costs nothing, so the output always costs 0 and passes any limit."""
+    return Outcome(True, "cost 0 (a local model is not billed)")
+
+
 def _ttft(a: Assert, seen: Observed) -> Outcome:
     if seen.ttft is None:
         return _untimed(a)
@@ -289,6 +294,8 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
                scored=True, promptfoo=_promptfoo_python),
     AssertKind("latency", NUMBER, _latency, "5000", usage="latency:ms", unit="milliseconds",
                promptfoo=_promptfoo_latency),
+    AssertKind("cost", NUMBER, _cost, "0.01", usage="cost:dollars", unit="dollars",
+               note="always 0 here: a local model is not billed", promptfoo=_promptfoo_latency),
     AssertKind("ttft", NUMBER, _ttft, "500", usage="ttft:ms", unit="milliseconds", promptfoo=None),
     AssertKind("tokens-per-second", NUMBER, _tokens_per_second, "5", usage="tokens-per-second:N",
                unit="tokens per second", promptfoo=None),
