@@ -157,7 +157,8 @@ def test_check_all_and_kinds():
     results = check_all([parse_assert("contains:a"), parse_assert("max-length:1 tokens")], "abc", 2)
     assert [r.passed for r in results] == [True, False]
     assert set(KINDS) == {"contains", "icontains", "not-contains", "equals", "regex", "starts-with", "is-json",
-                          "contains-json", "is-xml", "contains-xml", "word-count", "max-length", "similar", "python", "latency", "cost", "ttft", "tokens-per-second", "contains-any",
+                          "contains-json", "is-xml", "contains-xml", "word-count", "max-length", "similar",
+                          "python", "latency", "cost", "ttft", "tokens-per-second", "contains-any",
                           "contains-all", "icontains-any", "icontains-all", "llm-rubric"}
 
 
