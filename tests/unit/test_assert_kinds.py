@@ -62,7 +62,8 @@ def test_the_help_the_promptfoo_reader_and_the_errors_list_the_table():
     assert kinds_help().split(", ")[0] == "contains" and all((k.usage or k.name) in kinds_help() for k in listed)
     assert kinds_help() in " ".join(build_parser().epilog.split())
     assert set(supported()) == {"contains", "icontains", "contains-any", "contains-all", "icontains-any",
-                                "icontains-all", "equals", "regex", "starts-with", "is-json", "similar", "python",
+                                "icontains-all", "equals", "regex", "starts-with", "is-json", "contains-json",
+                                "is-xml", "contains-xml", "word-count", "cost", "similar", "python",
                                 "latency", "llm-rubric"}
     with pytest.raises(BatchInputError) as info:
         parse_assert("nothing:here")
@@ -115,3 +116,50 @@ def test_a_kind_added_to_the_table_alone_works_everywhere(monkeypatch, tmp_path)
         read_config(config.replace("not-ends-with", "short"), tmp_path)
     rows = load_prompts_text("q.csv", "prompt,expected\nhi,ends-with:there\n")
     assert rows[0].asserts == [parse_assert("ends-with:there")]
+
+
+def test_contains_json_finds_an_object_inside_the_text_and_holds_it_to_the_schema():
+    schema = {"type": "object", "required": ["city"]}
+    item = parse_assert({"type": "contains-json", "value": schema})
+    assert item.check('Here you go: {"city": "Paris"} and more').passed
+    assert not item.check('Here: {"town": "Paris"}').passed
+    assert parse_assert("contains-json").check('x {"a": 1} y').passed
+    failed = parse_assert("contains-json").check("no json {here")
+    assert not failed.passed and failed.detail == "output contains no valid JSON object"
+    assert parse_assert("not-contains-json").check("plain text").passed
+
+
+def test_word_count_counts_runs_of_non_space_like_promptfoo():
+    assert parse_assert("word-count:3").check("  one two\nthree ").passed
+    failed = parse_assert({"type": "word-count", "value": 2}).check("one two three")
+    assert not failed.passed and failed.detail == "output has 3 words, expected 2"
+
+
+@pytest.mark.parametrize("spec, output, passed, detail", [
+    ("is-xml", "<a><b>1</b></a>", True, ""),
+    ("is-xml", "<a><b>1</a>", False, "output is not well-formed XML (mismatched tag: line 1, column 9)"),
+    ("is-xml", "Sure: <a/>", False, "output is not XML (it does not start with a tag)"),
+    ("is-xml:a.b", "<a><b>1</b></a>", True, ""),
+    ("is-xml:a.b,a.c", "<a><b>1</b></a>", False, "XML lacks the element(s) a.c"),
+    ("contains-xml", "Sure: <a><b>1</b></a> done", True, ""),
+    ("contains-xml:a.c", "<a><b>1</b></a>", False,
+     "no XML element in the output passes: XML lacks the element(s) a.c"),
+    ("contains-xml", "no markup", False, "output contains no XML"),
+])
+def test_xml_kinds_parse_the_output_and_look_for_the_required_elements(spec, output, passed, detail):
+    result = parse_assert(spec).check(output)
+    assert (result.passed, result.detail) == (passed, detail)
+
+
+def test_xml_kinds_read_promptfoos_three_ways_of_naming_required_elements():
+    for value in ("a.b, a.c", ["a.b", "a.c"], {"requiredElements": ["a.b", "a.c"]}):
+        assert parse_assert({"type": "is-xml", "value": value}).label == "is-xml:a.b,a.c"
+    assert parse_assert({"type": "contains-xml"}).to_dict() == {"type": "contains-xml"}
+
+
+def test_cost_is_zero_for_a_local_model_and_reads_promptfoos_threshold(tmp_path):
+    assert parse_assert("cost:0").check("anything").passed
+    assert not parse_assert("not-cost:0.01").check("anything").passed
+    config = "prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: cost\n        threshold: 0.002"
+    _, rows, _ = read_config(config, tmp_path)
+    assert rows[0].asserts == [parse_assert("cost:0.002")]

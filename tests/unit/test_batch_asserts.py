@@ -103,7 +103,9 @@ def test_label_shows_newlines_escaped():
 @pytest.mark.parametrize("spec, message", [
     ("foo:bar", r"unknown assert 'foo:bar'; write kind:value with kind one of contains, icontains, not-contains, "
                 r"equals, regex, starts-with, similar, llm-rubric, contains-any, contains-all, icontains-any, icontains-all, "
-                r"is-json, max-length, python, latency, ttft, tokens-per-second, or not- before one"),
+                r"is-json, contains-json, is-xml, contains-xml, word-count, max-length, python, latency, cost, ttft, "
+                r"tokens-per-second, "
+                r"or not- before one"),
     ("Paris", "unknown assert 'Paris'"),
     ("contains:", r"contains needs a value, e.g. contains:Paris"),
     ("regex", r"regex needs a value"),
@@ -155,7 +157,8 @@ def test_check_all_and_kinds():
     results = check_all([parse_assert("contains:a"), parse_assert("max-length:1 tokens")], "abc", 2)
     assert [r.passed for r in results] == [True, False]
     assert set(KINDS) == {"contains", "icontains", "not-contains", "equals", "regex", "starts-with", "is-json",
-                          "max-length", "similar", "python", "latency", "ttft", "tokens-per-second", "contains-any",
+                          "contains-json", "is-xml", "contains-xml", "word-count", "max-length", "similar",
+                          "python", "latency", "cost", "ttft", "tokens-per-second", "contains-any",
                           "contains-all", "icontains-any", "icontains-all", "llm-rubric"}
 
 

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 import jsonschema
 
 from webui.batch.assert_values import (
-    CODE, LENGTH, LIST, NUMBER, PATTERN, SCHEMA, TEXT, ValueForm, compiled, excerpt, schema_validator,
+    CODE, LENGTH, LIST, NUMBER, OPTIONAL_LIST, PATTERN, SCHEMA, TEXT, ValueForm, compiled, excerpt, schema_validator,
 )
 from webui.batch.errors import BatchInputError
 from webui.batch.python_assert import PYTHON_TIMEOUT, run_python
+from webui.batch.xml_checks import xml_inside, xml_problem
 
 if TYPE_CHECKING:
     from webui.batch.asserts import Assert, Observed
@@ -58,7 +59,7 @@ def _promptfoo_threshold(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _promptfoo_latency(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    return {"value": item.get("threshold")}  # promptfoo's latency limit (ms) is its threshold
+    return {"value": item.get("threshold")}  # promptfoo's latency (ms) and cost limits are its threshold
 
 
 def _promptfoo_schema(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
@@ -164,6 +165,45 @@ def _is_json(a: Assert, seen: Observed) -> Outcome:
                    + (f" (at {path})" if path != "$" else ""))
 
 
+def _contains_json(a: Assert, seen: Observed) -> Outcome:
+    """promptfoo's contains-json: some JSON object in the output (each ``{`` tried as a start) parses, and matches
+    the schema when one is given."""
+    decoder, out, found = json.JSONDecoder(), seen.output, []
+    for start in (i for i, ch in enumerate(out) if ch == "{"):
+        try:
+            found.append(decoder.raw_decode(out, start)[0])
+        except json.JSONDecodeError:
+            continue
+    if not found:
+        return Outcome(False, "output contains no valid JSON object")
+    if a.value is None:
+        return Outcome(True, "")
+    validator = schema_validator(str(a.value))
+    errors = [jsonschema.exceptions.best_match(validator.iter_errors(data)) for data in found]
+    if any(error is None for error in errors):
+        return Outcome(True, "")
+    return Outcome(False, f"no JSON object in the output matches the schema: {errors[0].message if errors[0] else ''}")
+
+
+def _word_count(a: Assert, seen: Observed) -> Outcome:
+    """promptfoo's word-count with a number: exactly that many words (runs of non-space)."""
+    words = len(seen.output.split())
+    return Outcome(words == int(float(a.value)), f"output has {words} words, expected {float(a.value):g}")
+
+
+def _is_xml(a: Assert, seen: Observed) -> Outcome:
+    why = xml_problem(seen.output, a.value)
+    return Outcome(not why, why)
+
+
+def _contains_xml(a: Assert, seen: Observed) -> Outcome:
+    candidates = xml_inside(seen.output)
+    whys = [xml_problem(text, a.value) for text in candidates]
+    if any(not why for why in whys):
+        return Outcome(True, "")
+    return Outcome(False, f"no XML element in the output passes: {whys[0]}" if whys else "output contains no XML")
+
+
 def _max_length(a: Assert, seen: Observed) -> Outcome:
     tokens = a.options.get("unit") == "tokens"
     size, what = (seen.completion_tokens, "tokens") if tokens else (len(seen.output), "characters")
@@ -197,6 +237,11 @@ def _latency(a: Assert, seen: Observed) -> Outcome:
     ms = (seen.ttft + seen.completion_tokens / float(seen.tokens_per_second)) * 1000
     limit = float(a.value)
     return Outcome(ms <= limit, f"took {ms:.0f} ms, more than {limit:g} ms")
+
+
+def _cost(a: Assert, seen: Observed) -> Outcome:
+    """promptfoo's cost: a local model costs nothing, so the output always costs 0 and passes any limit."""
+    return Outcome(True, "cost 0 (a local model is not billed)")
 
 
 def _ttft(a: Assert, seen: Observed) -> Outcome:
@@ -239,11 +284,18 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     AssertKind("icontains-any", LIST, _contains_list(every=False, fold=True), "paris,lyon", usage="icontains-any:a,b"),
     AssertKind("icontains-all", LIST, _contains_list(every=True, fold=True), "paris,france", usage="icontains-all:a,b"),
     AssertKind("is-json", SCHEMA, _is_json, '{"type":"object"}', usage="is-json[:schema]", promptfoo=_promptfoo_schema),
+    AssertKind("contains-json", SCHEMA, _contains_json, '{"type":"object"}', usage="contains-json[:schema]",
+               promptfoo=_promptfoo_schema),
+    AssertKind("is-xml", OPTIONAL_LIST, _is_xml, "analysis.summary", usage="is-xml[:root.element,...]"),
+    AssertKind("contains-xml", OPTIONAL_LIST, _contains_xml, "analysis", usage="contains-xml[:root.element,...]"),
+    AssertKind("word-count", NUMBER, _word_count, "12", usage="word-count:N", unit="words"),
     AssertKind("max-length", LENGTH, _max_length, "50 tokens", usage="max-length:N [tokens]", promptfoo=None),
     AssertKind("python", CODE, _python, "checks.py:get_assert", usage="python:file.py[:function]",
                scored=True, promptfoo=_promptfoo_python),
     AssertKind("latency", NUMBER, _latency, "5000", usage="latency:ms", unit="milliseconds",
                promptfoo=_promptfoo_latency),
+    AssertKind("cost", NUMBER, _cost, "0.01", usage="cost:dollars", unit="dollars",
+               note="always 0 here: a local model is not billed", promptfoo=_promptfoo_latency),
     AssertKind("ttft", NUMBER, _ttft, "500", usage="ttft:ms", unit="milliseconds", promptfoo=None),
     AssertKind("tokens-per-second", NUMBER, _tokens_per_second, "5", usage="tokens-per-second:N",
                unit="tokens per second", promptfoo=None),

@@ -213,8 +213,36 @@ class CodeValue(ValueForm):
         return {"value": item.value, **({"timeout": item.options["timeout"]} if "timeout" in item.options else {})}
 
 
+class OptionalListValue(ListValue):
+    """A list of texts or nothing (``is-xml``, ``is-xml:analysis.summary,analysis.score``), held as a tuple or
+    None."""
+
+    name = "optional list"
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        return (None, options) if value is None else super().hold(kind, value, options)
+
+    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+        return (super().read(kind, text) if text else (None, {}))
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """promptfoo writes the list as comma-separated text, a list, or ``{requiredElements: [...]}``."""
+        if isinstance(value, Mapping):
+            value = value.get("requiredElements")
+        if value is None or value == "":
+            return None, {}
+        return ([v.strip() for v in value.split(",")] if isinstance(value, str) else value), {}
+
+    def write(self, item: Assert) -> str | None:
+        return None if item.value is None else super().write(item)
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        return {} if item.value is None else super().write_dict(item)
+
+
 TEXT, PATTERN, NUMBER, LIST, SCHEMA, LENGTH, CODE = (ValueForm(), PatternValue(), NumberValue(), ListValue(),
                                                      SchemaValue(), LengthValue(), CodeValue())
+OPTIONAL_LIST = OptionalListValue()
 
 
 def _needed(kind: AssertKind, text: str) -> str:
