@@ -36,7 +36,7 @@ def _models(request: Request):
 def model_info(request: Request) -> dict:
     """The model in use (text-generation-webui's ``model_name`` and ``lora_names``) and every loaded model."""
     models = _models(request)
-    current = models.current
+    current = request.app.state.serving.services.in_use()
     return {"model_name": current.name if current else None,
             "lora_names": [name for name, _ in current.loras.items()] if current else [],
             "models": [{"model_name": s.name, "loader": s.model.loader, "device": s.model.device,
@@ -100,7 +100,8 @@ async def load(body: LoadRequest, request: Request) -> dict:
     try:
         await asyncio.to_thread(models.load, body.model_name, body.chosen_loader(),
                                 body.load_options(request.app.state.serving.services.config), None,
-                                keep_others=body.keep_others, make_current=body.make_current)
+                                keep_others=body.keep_others, make_current=body.make_current,
+                                owner=request.app.state.serving.services.owner)
     except (LoaderError, ValueError) as exc:  # ValueError: a name with path characters
         raise _load_error(exc, "model_name") from exc
     return model_info(request)
@@ -117,7 +118,7 @@ async def unload(request: Request, body: UnloadRequest | None = None) -> dict:
     if not models.names():
         raise APIError(400, "no model is loaded, so there is nothing to unload", param="model_name")
     try:
-        await asyncio.to_thread(models.unload, name or models.current.name)
+        await asyncio.to_thread(models.unload, name or request.app.state.serving.services.in_use().name)
     except LoaderError as exc:
         raise _load_error(exc, "model_name") from exc
     return model_info(request)
@@ -148,7 +149,8 @@ async def load_lora(body: LoraRequest, request: Request) -> dict:
     _check_path(request, body)
     models = _models(request)
     try:
-        await asyncio.to_thread(models.attach_lora, body.lora_name, body.weight, body.model)
+        await asyncio.to_thread(models.attach_lora, body.lora_name, body.weight, body.model,
+                                request.app.state.serving.services.owner)
     except (LoRAError, ValueError) as exc:
         known = [e.name for e in models.available_loras()]
         raise APIError(404 if body.lora_name not in known else 400,
@@ -167,7 +169,8 @@ class LoraUnloadRequest(TextRequest):
 @router.post("/v1/unload_lora_adapter", dependencies=[Depends(require_admin)])
 async def unload_lora(body: LoraUnloadRequest, request: Request) -> dict:
     try:
-        await asyncio.to_thread(_models(request).detach_lora, body.lora_name, body.model)
+        await asyncio.to_thread(_models(request).detach_lora, body.lora_name, body.model,
+                                request.app.state.serving.services.owner)
     except (LoRAError, ValueError) as exc:
         raise APIError(404, str(exc), type="not_found_error", param="lora_name") from exc
     return model_info(request)
