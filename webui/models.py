@@ -17,9 +17,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from loaders.base import LoadedModel, LoaderError, LoadOptions, ModelLoadError, Progress, ram_bytes
+from loaders.base import (LoadedModel, LoaderError, LoadOptions, LoraModel, ModelLoadError, Progress, is_lora_model,
+                          ram_bytes)
 from loaders.options import changed, check_options, options_of
 from loaders.registry import LoaderRegistry
+from loaders.remote_loader import RemoteLoader, RemoteModel
 from webui.config import AppConfig
 from webui.engine import Engine
 from webui.names import check_name
@@ -44,6 +46,13 @@ class ModelEntry:
     def model_name(self) -> str:
         """The name a loaded model goes by: a file's name without its suffix."""
         return self.name if self.default or self.path.is_dir() else Path(self.name).stem
+
+
+def set_dir(path: Path | None) -> Path:
+    """A folder AppConfig fills in (its field is optional only because None there means the default one)."""
+    if path is None:
+        raise ValueError("AppConfig sets its models and loras dirs when it is made")
+    return path
 
 
 def _format(path: Path) -> str:
@@ -135,23 +144,30 @@ class Fit:
         return f"{smaller}start the workbench with a larger --memory-budget MB (0: no limit)"
 
     def remedy(self) -> str:
-        """What would make it load: unloading only when that frees enough, else a smaller load or budget."""
+        """What would make it load: unloading only when that frees enough, else a smaller load or budget
+        ("" when it fits)."""
+        budget = self.budget
+        if budget is None or self.fits:
+            return ""
         if self.never:
             return self.shrink()
-        enough = [n for n, size in self.staying if self.used - size + self.need <= self.budget]
+        enough = [n for n, size in self.staying if self.used - size + self.need <= budget]
         unload = (f"unload one in the Model tab ({' or '.join(enough)} frees enough)" if enough else
-                  f"unload some of them in the Model tab (it fits once {mib(self.used + self.need - self.budget)} "
+                  f"unload some of them in the Model tab (it fits once {mib(self.used + self.need - budget)} "
                   "more are free)")
         return f"{unload}, or load without keeping the others, or {self.shrink()}"
 
     def refusal(self) -> str:
-        """Why it cannot load, and what would help."""
+        """Why it cannot load, and what would help ("" when it fits)."""
+        budget = self.budget
+        if budget is None or self.fits:
+            return ""
         if self.never:
-            return (f"loading {self.name} needs about {mib(self.need)}, more than the whole {mib(self.budget)} "
+            return (f"loading {self.name} needs about {mib(self.need)}, more than the whole {mib(budget)} "
                     f"memory budget, so it cannot load even with every other model unloaded; {self.remedy()}")
         loaded = ", ".join(f"{n} ({mib(size)})" for n, size in self.staying)
         return (f"loading {self.name} needs about {mib(self.need)}, but the models loaded ({loaded}) already take "
-                f"{mib(self.used)} of the {mib(self.budget)} memory budget; {self.remedy()}")
+                f"{mib(self.used)} of the {mib(budget)} memory budget; {self.remedy()}")
 
 
 class ModelManager:
@@ -178,7 +194,7 @@ class ModelManager:
         gguf = default_model_gguf()
         if gguf is not None:
             entries.append(ModelEntry(DEFAULT_MODEL, gguf, "gguf", default=True))
-        models_dir = self.config.models_dir
+        models_dir = set_dir(self.config.models_dir)
         if models_dir.is_dir():
             for p in sorted(models_dir.iterdir(), key=lambda p: p.name.lower()):
                 if not p.name.startswith(".") and self.registry.can_read(p):  # each loader knows its formats
@@ -357,7 +373,11 @@ class ModelManager:
                     owner: str = "") -> LoadedModel:
         """Use a remote OpenAI-compatible server as a model; on failure everything loaded stays loaded."""
         with self._lock:
-            remote = self.registry.get("remote").connect(base_url.strip(), api_key or None, model or None, timeout)
+            loader = self.registry.get("remote")
+            if not isinstance(loader, RemoteLoader):  # a plugin registered under the built-in's name
+                raise ModelLoadError(f"the loader registered as 'remote' ({type(loader).__name__}) cannot connect "
+                                     "to a server")
+            remote = loader.connect(base_url.strip(), api_key or None, model or None, timeout)
             remote.name = self._key(remote.name, "remote", lambda s: s.entry is None and
                                     getattr(s.model, "base_url", None) == remote.base_url)
             self._install(remote.name, remote, None, keep_others, make_current, owner)
@@ -435,7 +455,7 @@ class ModelManager:
         except NotLoaded:
             raise ModelLoadError("no model is loaded, so there is nothing to reload") from None
         model = slot.model
-        if model.capabilities.text_only:
+        if isinstance(model, RemoteModel):
             return self.load_remote(model.base_url, None, model.server_model, make_current=False)
         assert slot.entry is not None
         return self.load(slot.entry, model.loader, None, progress, make_current=False)
@@ -448,8 +468,9 @@ class ModelManager:
     def available_loras(self) -> list[LoraEntry]:
         """Adapter folders in the loras dir (those with an adapter_config.json)."""
         out = []
-        if self.config.loras_dir.is_dir():
-            for p in sorted(self.config.loras_dir.iterdir(), key=lambda p: p.name.lower()):
+        loras_dir = set_dir(self.config.loras_dir)
+        if loras_dir.is_dir():
+            for p in sorted(loras_dir.iterdir(), key=lambda p: p.name.lower()):
                 config_file = p / "adapter_config.json"
                 if p.name.startswith(".") or not config_file.is_file():
                     continue
@@ -469,7 +490,7 @@ class ModelManager:
             loaded = self.slot(model, owner).model
         except NotLoaded:
             return []
-        if not loaded.capabilities.lora:
+        if not is_lora_model(loaded):
             return []
         fits = []
         for entry in self.available_loras():
@@ -496,9 +517,9 @@ class ModelManager:
         if not (isinstance(weight, (int, float)) and -10 <= weight <= 10) or isinstance(weight, bool):
             raise LoRAError(f"a LoRA weight must be a number in [-10, 10], got {weight!r}")
         with self._lock:
-            slot = self._lora_slot(model, owner)
-            path = self.config.loras_dir / name
-            slot.engine.call_between_steps(lambda: slot.model.add_lora(name, path))
+            slot, lora_model = self._lora_slot(model, owner)
+            path = set_dir(self.config.loras_dir) / name
+            slot.engine.call_between_steps(lambda: lora_model.add_lora(name, path))
             slot.loras[name] = float(weight)
         log.info("attached LoRA %s (weight %g) to %s", name, weight, slot.name)
 
@@ -508,31 +529,32 @@ class ModelManager:
 
         name = check_name("LoRA adapter", name)
         with self._lock:
-            slot = self._lora_slot(model, owner)
-            if name not in slot.model.loras:
+            slot, lora_model = self._lora_slot(model, owner)
+            if name not in lora_model.loras:
                 raise LoRAError(f"LoRA adapter '{name}' is not attached")
 
             def remove() -> None:
                 slot.engine.fail_running(lambda r: any(n == name for n, _ in r.loras),
                                          f"generation stopped: the LoRA adapter '{name}' was detached")
-                slot.model.remove_lora(name)
+                lora_model.remove_lora(name)
                 slot.engine.drop_stale_prefixes()
 
             slot.engine.call_between_steps(remove)
             slot.loras.pop(name, None)
 
-    def _lora_slot(self, model: str | None, owner: str) -> Slot:
+    def _lora_slot(self, model: str | None, owner: str) -> tuple[Slot, LoraModel]:
+        """The slot of the model adapters go on, and that model as one that takes them."""
         from loaders.lora import LoRAError
 
         try:
             slot = self.slot(model, owner)
         except NotLoaded as exc:
             raise LoRAError(f"{exc}; load one before attaching LoRA adapters") from None
-        if not slot.model.capabilities.lora:
+        if not is_lora_model(slot.model):
             able = [s.name for s in self.registry.status() if s.capabilities.lora]
             raise LoRAError(f"the {slot.model.loader} loader cannot apply LoRA adapters; loaders that can: "
                             f"{', '.join(able) or 'none'}")
-        return slot
+        return slot, slot.model
 
     def workdir(self, entry: ModelEntry) -> Path:
         """The folder a loader may fill once for ``entry`` (e.g. a .gguf converted to safetensors)."""
