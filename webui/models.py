@@ -17,13 +17,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from loaders.base import LoadedModel, LoaderError, LoadOptions, ModelLoadError, Progress, is_text_backend, ram_bytes
+from loaders.base import (LoadedModel, LoaderError, LoadOptions, LoraModel, ModelLoadError, Progress, is_lora_model,
+                          ram_bytes)
 from loaders.options import changed, check_options, options_of
 from loaders.registry import LoaderRegistry
+from loaders.remote_loader import RemoteLoader, RemoteModel
 from webui.config import AppConfig
 from webui.engine import Engine
 from webui.names import check_name
-from webui.owner import current as current_owner
 from webui.settings import SettingsStore
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,13 @@ class ModelEntry:
     def model_name(self) -> str:
         """The name a loaded model goes by: a file's name without its suffix."""
         return self.name if self.default or self.path.is_dir() else Path(self.name).stem
+
+
+def set_dir(path: Path | None) -> Path:
+    """A folder AppConfig fills in (its field is optional only because None there means the default one)."""
+    if path is None:
+        raise ValueError("AppConfig sets its models and loras dirs when it is made")
+    return path
 
 
 def _format(path: Path) -> str:
@@ -136,32 +144,40 @@ class Fit:
         return f"{smaller}start the workbench with a larger --memory-budget MB (0: no limit)"
 
     def remedy(self) -> str:
-        """What would make it load: unloading only when that frees enough, else a smaller load or budget."""
+        """What would make it load: unloading only when that frees enough, else a smaller load or budget
+        ("" when it fits)."""
+        budget = self.budget
+        if budget is None or self.fits:
+            return ""
         if self.never:
             return self.shrink()
-        enough = [n for n, size in self.staying if self.used - size + self.need <= self.budget]
+        enough = [n for n, size in self.staying if self.used - size + self.need <= budget]
         unload = (f"unload one in the Model tab ({' or '.join(enough)} frees enough)" if enough else
-                  f"unload some of them in the Model tab (it fits once {mib(self.used + self.need - self.budget)} "
+                  f"unload some of them in the Model tab (it fits once {mib(self.used + self.need - budget)} "
                   "more are free)")
         return f"{unload}, or load without keeping the others, or {self.shrink()}"
 
     def refusal(self) -> str:
-        """Why it cannot load, and what would help."""
+        """Why it cannot load, and what would help ("" when it fits)."""
+        budget = self.budget
+        if budget is None or self.fits:
+            return ""
         if self.never:
-            return (f"loading {self.name} needs about {mib(self.need)}, more than the whole {mib(self.budget)} "
+            return (f"loading {self.name} needs about {mib(self.need)}, more than the whole {mib(budget)} "
                     f"memory budget, so it cannot load even with every other model unloaded; {self.remedy()}")
         loaded = ", ".join(f"{n} ({mib(size)})" for n, size in self.staying)
         return (f"loading {self.name} needs about {mib(self.need)}, but the models loaded ({loaded}) already take "
-                f"{mib(self.used)} of the {mib(self.budget)} memory budget; {self.remedy()}")
+                f"{mib(self.used)} of the {mib(budget)} memory budget; {self.remedy()}")
 
 
 class ModelManager:
     """The loaded models, each with its own engine (they generate side by side), within a memory budget.
 
-    One of them is *current*: the model in use, which Chat, Notebook and Insight use and requests that name no
-    model get. With a UI login each user has their own (until they pick one: the shared choice, which is also the
-    API's). ``engine`` given here runs the first model loaded (and is the engine that answers "no model is
-    loaded" when none is).
+    Each owner has one *in use* (``in_use(owner)``): the model Chat, Notebook and Insight use and requests that
+    name no model get. With a UI login each user has their own (until they pick one: the shared choice, owner
+    "", which is also the API's). Nothing here asks who is calling: the UI and API read the owner once and pass
+    it. ``engine`` given here (``primary``) runs the first model loaded and answers "no model is loaded" when
+    none is.
     """
 
     def __init__(self, config: AppConfig, engine: Engine, registry: LoaderRegistry,
@@ -178,7 +194,7 @@ class ModelManager:
         gguf = default_model_gguf()
         if gguf is not None:
             entries.append(ModelEntry(DEFAULT_MODEL, gguf, "gguf", default=True))
-        models_dir = self.config.models_dir
+        models_dir = set_dir(self.config.models_dir)
         if models_dir.is_dir():
             for p in sorted(models_dir.iterdir(), key=lambda p: p.name.lower()):
                 if not p.name.startswith(".") and self.registry.can_read(p):  # each loader knows its formats
@@ -206,22 +222,20 @@ class ModelManager:
         return ModelEntry(path.name, path, _format(path))
 
     # -- what is loaded --------------------------------------------------------------
-    @property
-    def loaded(self) -> LoadedModel | None:
-        """The current model."""
-        slot = self.current
-        return slot.model if slot else None
-
-    @property
-    def current(self) -> Slot | None:
-        owner = current_owner()
+    def in_use(self, owner: str) -> Slot | None:
+        """The model ``owner`` uses ("": the shared choice, which users who picked none also get)."""
         name = self._current.get(owner) if owner in self._current else self._current.get("")
         return self._slots.get(name) if name else None
 
     @property
-    def engine(self) -> Engine:
-        """The current model's engine (with none loaded, the engine that says so)."""
-        slot = self.current
+    def primary(self) -> Engine:
+        """The engine given at construction: it runs the first model loaded and answers "no model is loaded"
+        when none is."""
+        return self._primary
+
+    def engine_for(self, owner: str) -> Engine:
+        """The engine of the model ``owner`` uses (with none loaded, the engine that says so)."""
+        slot = self.in_use(owner)
         return slot.engine if slot else self._primary
 
     def slots(self) -> list[Slot]:
@@ -231,10 +245,11 @@ class ModelManager:
     def names(self) -> list[str]:
         return list(self._slots)
 
-    def slot(self, name: str | None = None) -> Slot:
-        """The loaded model ``name`` (None or "": the current one); NotLoaded says what is loaded instead."""
+    def slot(self, name: str | None = None, owner: str = "") -> Slot:
+        """The loaded model ``name`` (None or "": the one ``owner`` uses); NotLoaded says what is loaded
+        instead."""
         if not name:
-            slot = self.current
+            slot = self.in_use(owner)
             if slot is None:
                 raise NotLoaded("no model is loaded; load one in the Model tab or start with --model NAME")
             return slot
@@ -266,11 +281,11 @@ class ModelManager:
         model = self.load(entry, loader or None, options, make_current=False)
         return self.slot(model.name)
 
-    def use(self, name: str) -> Slot:
-        """Make the loaded model ``name`` the current one."""
+    def use(self, name: str, owner: str) -> Slot:
+        """Make the loaded model ``name`` the one ``owner`` uses."""
         with self._lock:
             slot = self.slot(name)
-            self._current[current_owner()] = slot.name
+            self._current[owner] = slot.name
             return slot
 
     def budget_bytes(self) -> int | None:
@@ -290,10 +305,10 @@ class ModelManager:
 
     # -- loading ---------------------------------------------------------------
     def load(self, entry: ModelEntry | str, loader: str | None = None, options: LoadOptions | None = None,
-             progress: Progress | None = None, *, keep_others: bool = True, make_current: bool = True
-             ) -> LoadedModel:
-        """Load a model beside the others (``keep_others``) or instead of them; the same model on the same
-        loader is loaded again in its place. On failure everything loaded before stays loaded."""
+             progress: Progress | None = None, *, keep_others: bool = True, make_current: bool = True,
+             owner: str = "") -> LoadedModel:
+        """Load a model beside the others (``keep_others``) or instead of them, and (``make_current``) make it
+        the one ``owner`` uses; the same model on the same loader is loaded again in its place. On failure everything loaded before stays loaded."""
         if isinstance(entry, str):
             entry = self.resolve(entry)
         options = options or LoadOptions(self.config.device, self.config.dtype, self.config.threads)
@@ -312,7 +327,7 @@ class ModelManager:
             model = chosen.load(path, options, progress)
             model.name = key
             model.load_options = values
-            self._install(key, model, entry, keep_others, make_current)
+            self._install(key, model, entry, keep_others, make_current, owner)
             self._remember(f"{entry.model_name}@{chosen.name}", changed(chosen, values))
             log.info("loaded %s with %s on %s (%s)", model.name, chosen.name, model.device, model.dtype)
             return model
@@ -354,13 +369,18 @@ class ModelManager:
         return self.fit(key, chosen.estimate_bytes(entry.path, options), leaving, chosen)
 
     def load_remote(self, base_url: str, api_key: str | None = None, model: str | None = None,
-                    timeout: float = 600.0, *, keep_others: bool = True, make_current: bool = True) -> LoadedModel:
+                    timeout: float = 600.0, *, keep_others: bool = True, make_current: bool = True,
+                    owner: str = "") -> LoadedModel:
         """Use a remote OpenAI-compatible server as a model; on failure everything loaded stays loaded."""
         with self._lock:
-            remote = self.registry.get("remote").connect(base_url.strip(), api_key or None, model or None, timeout)
+            loader = self.registry.get("remote")
+            if not isinstance(loader, RemoteLoader):  # a plugin registered under the built-in's name
+                raise ModelLoadError(f"the loader registered as 'remote' ({type(loader).__name__}) cannot connect "
+                                     "to a server")
+            remote = loader.connect(base_url.strip(), api_key or None, model or None, timeout)
             remote.name = self._key(remote.name, "remote", lambda s: s.entry is None and
                                     getattr(s.model, "base_url", None) == remote.base_url)
-            self._install(remote.name, remote, None, keep_others, make_current)
+            self._install(remote.name, remote, None, keep_others, make_current, owner)
             log.info("using the remote model %s at %s", remote.name, remote.base_url)
             return remote
 
@@ -391,7 +411,7 @@ class ModelManager:
         return name if name not in self._slots else f"{name}@{loader}"
 
     def _install(self, key: str, model: LoadedModel, entry: ModelEntry | None, keep_others: bool,
-                 make_current: bool) -> None:
+                 make_current: bool, owner: str) -> None:
         """(Lock held.) Put a freshly loaded model in its slot, closing what it replaces."""
         slot = self._slots.get(key)
         if slot is None:
@@ -408,7 +428,7 @@ class ModelManager:
             for other in [k for k in self._slots if k != key]:
                 self._drop(other)
         if make_current:
-            self._current[current_owner()] = key
+            self._current[owner] = key
         self._current.setdefault("", key)
 
     def unload(self, name: str | None = None) -> None:
@@ -428,14 +448,14 @@ class ModelManager:
         if "" not in self._current and self._slots:
             self._current[""] = next(reversed(self._slots))
 
-    def reload(self, progress: Progress | None = None, name: str | None = None) -> LoadedModel:
-        """Load the model ``name`` (None: the current one) again, with the same loader."""
+    def reload(self, progress: Progress | None = None, name: str | None = None, owner: str = "") -> LoadedModel:
+        """Load the model ``name`` (None: the one ``owner`` uses) again, with the same loader."""
         try:
-            slot = self.slot(name)
+            slot = self.slot(name, owner)
         except NotLoaded:
             raise ModelLoadError("no model is loaded, so there is nothing to reload") from None
         model = slot.model
-        if is_text_backend(model):
+        if isinstance(model, RemoteModel):
             return self.load_remote(model.base_url, None, model.server_model, make_current=False)
         assert slot.entry is not None
         return self.load(slot.entry, model.loader, None, progress, make_current=False)
@@ -448,8 +468,9 @@ class ModelManager:
     def available_loras(self) -> list[LoraEntry]:
         """Adapter folders in the loras dir (those with an adapter_config.json)."""
         out = []
-        if self.config.loras_dir.is_dir():
-            for p in sorted(self.config.loras_dir.iterdir(), key=lambda p: p.name.lower()):
+        loras_dir = set_dir(self.config.loras_dir)
+        if loras_dir.is_dir():
+            for p in sorted(loras_dir.iterdir(), key=lambda p: p.name.lower()):
                 config_file = p / "adapter_config.json"
                 if p.name.startswith(".") or not config_file.is_file():
                     continue
@@ -460,16 +481,16 @@ class ModelManager:
                 out.append(LoraEntry(p.name, p, str(data.get("base_model_name_or_path") or "?"), data.get("r")))
         return out
 
-    def compatible_loras(self, model: str | None = None) -> list[LoraEntry]:
-        """The available adapters whose shapes fit the loaded model ``model`` (None: the current one; none if
-        its loader cannot do LoRA)."""
+    def compatible_loras(self, model: str | None = None, owner: str = "") -> list[LoraEntry]:
+        """The available adapters whose shapes fit the loaded model ``model`` (None: the one ``owner`` uses;
+        none if its loader cannot do LoRA)."""
         from loaders.lora import LoRAError
 
         try:
-            loaded = self.slot(model).model
+            loaded = self.slot(model, owner).model
         except NotLoaded:
             return []
-        if not loaded.capabilities.lora:
+        if not is_lora_model(loaded):
             return []
         fits = []
         for entry in self.available_loras():
@@ -480,20 +501,15 @@ class ModelManager:
             fits.append(entry)
         return fits
 
-    @property
-    def active_loras(self) -> tuple[tuple[str, float], ...]:
-        """The current model's adapters attached from the Model tab or --lora, applied to requests that name
-        none."""
-        return self.loras_of()
-
-    def loras_of(self, model: str | None = None) -> tuple[tuple[str, float], ...]:
-        """The adapters attached to the loaded model ``model`` (None: the current one), with their weights."""
+    def loras_of(self, model: str | None = None, owner: str = "") -> tuple[tuple[str, float], ...]:
+        """The adapters attached (from the Model tab or --lora) to the loaded model ``model`` (None: the one
+        ``owner`` uses), with their weights: those applied to requests that name none."""
         try:
-            return tuple(self.slot(model).loras.items())
+            return tuple(self.slot(model, owner).loras.items())
         except NotLoaded:
             return ()
 
-    def attach_lora(self, name: str, weight: float = 1.0, model: str | None = None) -> None:
+    def attach_lora(self, name: str, weight: float = 1.0, model: str | None = None, owner: str = "") -> None:
         """Load an adapter into a loaded model (no reload) and make it active with ``weight``."""
         from loaders.lora import LoRAError
 
@@ -501,43 +517,44 @@ class ModelManager:
         if not (isinstance(weight, (int, float)) and -10 <= weight <= 10) or isinstance(weight, bool):
             raise LoRAError(f"a LoRA weight must be a number in [-10, 10], got {weight!r}")
         with self._lock:
-            slot = self._lora_slot(model)
-            path = self.config.loras_dir / name
-            slot.engine.call_between_steps(lambda: slot.model.add_lora(name, path))
+            slot, lora_model = self._lora_slot(model, owner)
+            path = set_dir(self.config.loras_dir) / name
+            slot.engine.call_between_steps(lambda: lora_model.add_lora(name, path))
             slot.loras[name] = float(weight)
         log.info("attached LoRA %s (weight %g) to %s", name, weight, slot.name)
 
-    def detach_lora(self, name: str, model: str | None = None) -> None:
+    def detach_lora(self, name: str, model: str | None = None, owner: str = "") -> None:
         """Remove an adapter; requests still running with it end with an error that says so."""
         from loaders.lora import LoRAError
 
         name = check_name("LoRA adapter", name)
         with self._lock:
-            slot = self._lora_slot(model)
-            if name not in slot.model.loras:
+            slot, lora_model = self._lora_slot(model, owner)
+            if name not in lora_model.loras:
                 raise LoRAError(f"LoRA adapter '{name}' is not attached")
 
             def remove() -> None:
                 slot.engine.fail_running(lambda r: any(n == name for n, _ in r.loras),
                                          f"generation stopped: the LoRA adapter '{name}' was detached")
-                slot.model.remove_lora(name)
+                lora_model.remove_lora(name)
                 slot.engine.drop_stale_prefixes()
 
             slot.engine.call_between_steps(remove)
             slot.loras.pop(name, None)
 
-    def _lora_slot(self, model: str | None) -> Slot:
+    def _lora_slot(self, model: str | None, owner: str) -> tuple[Slot, LoraModel]:
+        """The slot of the model adapters go on, and that model as one that takes them."""
         from loaders.lora import LoRAError
 
         try:
-            slot = self.slot(model)
+            slot = self.slot(model, owner)
         except NotLoaded as exc:
             raise LoRAError(f"{exc}; load one before attaching LoRA adapters") from None
-        if not slot.model.capabilities.lora:
+        if not is_lora_model(slot.model):
             able = [s.name for s in self.registry.status() if s.capabilities.lora]
             raise LoRAError(f"the {slot.model.loader} loader cannot apply LoRA adapters; loaders that can: "
                             f"{', '.join(able) or 'none'}")
-        return slot
+        return slot, slot.model
 
     def workdir(self, entry: ModelEntry) -> Path:
         """The folder a loader may fill once for ``entry`` (e.g. a .gguf converted to safetensors)."""

@@ -12,7 +12,9 @@ from webui.chat.templates import TemplateStore
 from webui.config import AppConfig
 from webui.jobs import JobRunner
 from webui.engine import Engine, EngineConfig
-from webui.models import ModelManager
+from loaders.base import LoadedModel
+from webui.models import ModelManager, Slot
+from webui.owner import current as current_owner
 from webui.presets import PresetStore
 from webui.settings import SettingsStore
 from webui.store import ChatStore, Database, NotebookStore
@@ -37,15 +39,37 @@ class Services:
     jobs: JobRunner
     requests: RequestStore
 
+    # -- the edge: who is calling is read here, once per use, and passed down to the ModelManager --------------
+    @property
+    def owner(self) -> str:
+        """Who is calling (``webui.owner.current``): the UI's logged-in user, a batch run's starter, else ""."""
+        return current_owner()
+
+    def in_use(self) -> Slot | None:
+        """The loaded model the caller uses (None: none is loaded)."""
+        return self.models.in_use(self.owner)
+
+    @property
+    def loaded(self) -> LoadedModel | None:
+        """The model the caller uses."""
+        slot = self.in_use()
+        return slot.model if slot else None
+
     @property
     def engine(self) -> Engine:
-        """The current model's engine (each loaded model has its own: ``models.slot(name).engine``)."""
-        return self.models.engine
+        """The engine of the model the caller uses (each loaded model has its own: ``models.slot(name).engine``;
+        with none loaded, the engine that says so)."""
+        return self.models.engine_for(self.owner)
+
+    @property
+    def active_loras(self) -> tuple[tuple[str, float], ...]:
+        """The adapters attached to the caller's model, applied to requests that name none."""
+        return self.models.loras_of(None, self.owner)
 
     def health(self) -> dict:
         """/health: the current model, every loaded one, and what their engines are doing together."""
-        stats = [slot.engine.stats() for slot in self.models.slots()] or [self.engine.stats()]
-        current = self.models.current
+        stats = [slot.engine.stats() for slot in self.models.slots()] or [self.models.primary.stats()]
+        current = self.in_use()
         return {"status": "ok", "model": current.name if current else None, "models": self.models.names(),
                 "running": sum(s.running for s in stats), "waiting": sum(s.waiting for s in stats),
                 "tokens_per_second": round(sum(s.tokens_per_second for s in stats), 2)}
@@ -72,10 +96,10 @@ class Services:
 
     def close(self) -> None:
         """Unload the model, stop the engine, close the database; a second call does nothing."""
-        engine = self.models.engine
+        engine = self.models.primary
         if engine.closed:
             return
         self.jobs.stop()
         self.models.close()
-        self.models.engine.close()
+        engine.close()
         self.db.close()

@@ -34,8 +34,8 @@ def load_startup_model(services: Services) -> None:
     _load_model_in_use(services)
     for name in services.config.also_load:
         services.models.ensure(name)
-        print(f"loaded {name} beside {services.models.current.name if services.models.current else 'none'}",
-              flush=True)
+        in_use = services.in_use()
+        print(f"loaded {name} beside {in_use.name if in_use else 'none'}", flush=True)
 
 
 def _load_model_in_use(services: Services) -> None:

@@ -40,7 +40,7 @@ def direct(api, route: str, body: dict) -> dict:
 
 
 def test_connects_and_describes_the_remote_model(client_services):
-    model = client_services.models.loaded
+    model = client_services.loaded
     assert model.name == "SmolLM2-135M-Instruct" and model.loader == "remote" and model.capabilities.text_only
 
 
@@ -106,7 +106,7 @@ def test_connection_errors_are_clear(api, tmp_path):
             services.models.load_remote(api.base_url, API_KEY, "nope")
         with pytest.raises(ModelLoadError, match="must start with http"):
             services.models.load_remote("localhost:5000", API_KEY)
-        assert services.models.loaded is None
+        assert services.loaded is None
     finally:
         services.close()
 
@@ -135,7 +135,7 @@ def test_a_local_model_beside_a_remote_server_in_one_batch_run(api, services):
     """The tiny local model and the default model behind the API server, loaded together, compared by a
     model axis; each gives what it gives alone."""
     remote = services.models.load_remote(api.base_url, API_KEY, make_current=False)
-    assert services.models.names() == ["tiny", remote.name] and services.models.loaded.name == "tiny"
+    assert services.models.names() == ["tiny", remote.name] and services.loaded.name == "tiny"
     prompts = parse_lines("What is the capital of France?\nSay hello.")
     both = BatchJob("local and remote", prompts, GridSpec([], {"model": ["tiny", remote.name], "temperature": [0],
                                                                "max_new_tokens": [6]}))
@@ -145,7 +145,7 @@ def test_a_local_model_beside_a_remote_server_in_one_batch_run(api, services):
     outputs = {m: [r.output for r in rows if r.model == m] for m in ("tiny", remote.name)}
     assert "Paris" in outputs[remote.name][0] and outputs["tiny"] != outputs[remote.name]
     for name in ("tiny", remote.name):
-        services.models.use(name)
+        services.models.use(name, services.owner)
         alone = services.batch_runner.start(BatchJob("alone", prompts, GridSpec([], {"temperature": [0],
                                                                                      "max_new_tokens": [6]}),
                                                      use_cache=False))

@@ -34,7 +34,7 @@ def local(tmp_path_factory, default_model_dir):
     SamplingParams(temperature=0.9, top_p=0.95, top_k=50, max_new_tokens=14, seed=4242, ban_eos=True),
 ], ids=["greedy", "seeded"])
 def test_same_record_same_tokens_everywhere(api, local, params):
-    model = local.models.loaded
+    model = local.loaded
     record = parse_record(ReproduceRecord(model.name, params.to_dict(),
                                           [{"role": "user", "content": QUESTION}]).to_json())
     engine_text = local.engine.generate(record.request(model.tokenizer)).text  # what the Chat tab runs
@@ -65,7 +65,7 @@ def test_each_batch_row_carries_a_record_that_gives_its_output_again(local):
     rows = handle.rows()
     assert len(rows) == 8
     run = local.batches.get(handle.run_id)
-    model = local.models.loaded
+    model = local.loaded
     for row in rows:
         record = parse_record(record_for_batch_row(run.model, run.spec, row, model.loader).to_json())
         assert record.messages[0] == {"role": "system", "content": "Be brief."}

@@ -91,7 +91,7 @@ def test_a_row_shows_what_the_model_read_and_its_record(controller, services):
     seen = controller.inspect_row(done.run_id, row)
     assert "Name a fruit." in seen.seen.text and "Be brief." in seen.seen.text
     assert seen.record.loader == "transformers" and seen.record.params["seed"] == row.seed
-    assert services.engine.generate(seen.record.request(services.models.loaded.tokenizer)).text == row.output
+    assert services.engine.generate(seen.record.request(services.loaded.tokenizer)).text == row.output
 
 
 def test_a_run_uses_the_chosen_chat_template_and_its_records_keep_it(controller, services):
@@ -103,7 +103,7 @@ def test_a_run_uses_the_chosen_chat_template_and_its_records_keep_it(controller,
     seen = controller.inspect_row(done.run_id, row)
     assert seen.seen.text == "Be brief.\n\nUser: Name a fruit.\nAssistant:" and "\nUser:" in row.params["stop"]
     assert seen.record.chat_template["name"] == "User/Assistant"
-    assert services.engine.generate(seen.record.request(services.models.loaded.tokenizer)).text == row.output
+    assert services.engine.generate(seen.record.request(services.loaded.tokenizer)).text == row.output
 
 
 def test_scored_asserts_weights_and_the_summarys_interval(controller, tmp_path):
@@ -235,7 +235,7 @@ def test_a_rerun_runs_on_the_loader_it_ran_on_loading_it_again_and_hits_the_cach
     again = controller.rows(steps[-1].run_id)
     assert {(r.model, r.loader) for r in again} == {("tiny", "transformers")}
     assert all(r.from_cache for r in again) and [r.output for r in again] == [r.output for r in rows]
-    assert services.models.current.name == "tiny@other"  # loaded beside it: the model in use stays
+    assert services.in_use().name == "tiny@other"  # loaded beside it: the model in use stays
 
 
 def test_a_rerun_says_what_it_cannot_have_and_never_takes_another_loader(controller, other_loader):

@@ -208,7 +208,7 @@ def test_a_model_without_a_template_chats_through_a_guessed_one_and_the_record_k
     assert reply.stats["chat_template"]["name"] == "ChatML"
     record = parse_record(session.inspect(done.chat_id).record.to_json())
     assert record.chat_template["name"] == "ChatML" and "chat_template" in record.api_body()[1]
-    again = services.engine.generate(record.request(services.models.loaded.tokenizer))
+    again = services.engine.generate(record.request(services.loaded.tokenizer))
     assert again.token_ids == reply.stats["token_ids"]  # the record re-creates the reply
 
 
@@ -240,7 +240,7 @@ def test_a_chat_longer_than_the_context_leaves_out_its_oldest_turns_and_says_so(
     assert "Message number 0" not in seen.seen.text and f"{dropped} oldest messages were not sent" in seen.note
     assert len(seen.seen.ids) <= 256 - 40
     assert seen.record.messages[0]["content"] == "Stay brief." and seen.record.messages[1]["role"] == "user"
-    again = services.engine.generate(seen.record.request(services.models.loaded.tokenizer))
+    again = services.engine.generate(seen.record.request(services.loaded.tokenizer))
     assert again.token_ids == reply.stats["token_ids"]  # the record holds what was sent, and re-creates the reply
     services.settings.update(context_policy="refuse")
     with pytest.raises(UserError, match="the context leaves 216 for it .*start a new chat"):
@@ -275,7 +275,7 @@ def test_records_of_continued_and_branched_replies_re_create_them_exactly(sessio
     branched = session.chats.messages(done.chat_id)[-1]
     assert branched.stats["token_ids"][:2] == [continued.stats["token_ids"][0], alternative]
     assert len(branched.stats["token_ids"]) == 4
-    tokenizer = services.models.loaded.tokenizer
+    tokenizer = services.loaded.tokenizer
     for reply in (continued, branched):
         session.chats.show(reply.id)
         record = session.inspect(done.chat_id).record
@@ -292,8 +292,8 @@ def test_start_reply_with_is_continued_by_the_model_and_kept_in_the_record(sessi
     assert reply.stats["continue_from"] == {"text": "The answer is"}
     record = session.inspect(done.chat_id).record
     assert record.api_body()[1]["continue_final_message"] is True
-    result = services.engine.generate(record.request(services.models.loaded.tokenizer))
-    assert record.reply(services.models.loaded.tokenizer, list(result.token_ids), result.text) == reply.content
+    result = services.engine.generate(record.request(services.loaded.tokenizer))
+    assert record.reply(services.loaded.tokenizer, list(result.token_ids), result.text) == reply.content
     again = last(session.regenerate(done.chat_id, GREEDY, KEY, start="Four"))
     assert again.messages[-1]["content"].startswith("Four")
 
@@ -303,12 +303,12 @@ def test_impersonate_writes_the_users_next_message_without_storing_it(session, s
     draft = last(session.impersonate(done.chat_id, "", GREEDY, KEY))
     assert isinstance(draft, str) and len(session.chats.messages(done.chat_id)) == 2
     template = session.template()
-    prompt = template.user_turn_prompt(services.models.loaded.tokenizer,
+    prompt = template.user_turn_prompt(services.loaded.tokenizer,
                                        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
                                         {"role": "assistant", "content": session.chats.messages(done.chat_id)[1].content}])
     assert prompt.endswith("<|im_end|>\n<|im_start|>user\n")
     services.settings.update(chat_template="User/Assistant")
-    plain = session.template().user_turn_prompt(services.models.loaded.tokenizer, [{"role": "user", "content": "Hi"}])
+    plain = session.template().user_turn_prompt(services.loaded.tokenizer, [{"role": "user", "content": "Hi"}])
     assert plain == "User: Hi\nUser: " and session.template().user_stops == ("\nAssistant:",)
 
 
@@ -377,7 +377,7 @@ def test_a_reply_names_its_model_and_is_inspected_as_that_model_read_it(session,
     services.models.load("tiny-b")
     done = last(session.send(None, "Hi", "", GREEDY, KEY))
     assert done.stats.endswith(" · by tiny-b (transformers)")
-    services.models.use("tiny")
+    services.models.use("tiny", services.owner)
     seen = session.inspect(done.chat_id)
     assert seen.seen is not None and "not loaded" not in seen.note
     services.models.unload("tiny-b")
@@ -397,5 +397,5 @@ def test_a_reply_records_the_adapters_it_ran_with_though_they_change_meanwhile(s
     reply = session.chats.messages(chat_id)[-1]
     assert "finish: length" in done.stats and reply.stats["loras"] == []
     record = session.inspect(chat_id).record
-    result = services.engine.generate(record.request(services.models.loaded.tokenizer))
+    result = services.engine.generate(record.request(services.loaded.tokenizer))
     assert list(result.token_ids) == reply.stats["token_ids"]

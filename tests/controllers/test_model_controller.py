@@ -19,7 +19,7 @@ def controller(services, tiny_lora_dir):
 
 def test_load_unload_and_what_the_tab_says(controller, services):
     assert "**tiny**" in controller.info().text and "context length" in controller.info().text
-    assert controller.unload().text == "No model loaded." and services.models.loaded is None
+    assert controller.unload().text == "No model loaded." and services.loaded is None
     info = controller.load("tiny", AUTO_LOADER, "cpu", "float32", 1)
     assert "**tiny** · loader `transformers`" in info.text and info.template
     assert services.settings.get().last_model == "tiny" and controller.selected_model() == "tiny"
@@ -30,7 +30,7 @@ def test_load_unload_and_what_the_tab_says(controller, services):
 def test_a_failed_load_keeps_the_model_and_says_so(controller, services):
     with pytest.raises(UserError, match=r"Still loaded: tiny\."):
         controller.load("broken", AUTO_LOADER, "cpu", "float32", 1)
-    assert services.models.loaded.name == "tiny"
+    assert services.loaded.name == "tiny"
     with pytest.raises(UserError, match="Choose a model first"):
         controller.load(None, AUTO_LOADER, "cpu", "float32", 1)
     with pytest.raises(UserError, match="unknown model 'nope'"):
@@ -43,7 +43,7 @@ def test_attach_and_detach_an_adapter(controller, services):
     assert controller.lora_choices() == ["secret"]
     assert "No adapter attached" in controller.active_text()
     assert controller.attach("secret", 0.5) == "Attached: **secret** ×0.5"
-    assert services.models.active_loras == (("secret", 0.5),)
+    assert services.active_loras == (("secret", 0.5),)
     assert "No adapter attached" in controller.detach("secret")
     with pytest.raises(UserError, match="Choose an adapter first"):
         controller.attach(None, 1.0)
@@ -107,7 +107,7 @@ def test_the_memory_line_follows_every_load_unload_and_switch(controller, servic
     (services.config.models_dir / "tiny-copy").symlink_to(tiny_model_dir, target_is_directory=True)
     set_budget(services, 1000)
     line = lambda: controller.estimate_text("tiny-copy", AUTO_LOADER, "cpu", "float32", 1, {})  # noqa: E731
-    size = round(services.models.loaded.memory_bytes() / 2**20)
+    size = round(services.loaded.memory_bytes() / 2**20)
     assert free_mib(line()) == 1000 - size
     controller.load("tiny-copy", AUTO_LOADER, "cpu", "float32", 1)
     assert free_mib(line()) == 1000 - 2 * size
@@ -121,7 +121,7 @@ def test_the_memory_line_follows_every_load_unload_and_switch(controller, servic
 
 def test_a_load_that_can_never_fit_says_so_and_what_helps_not_unloading(controller, services, tiny_model_dir):
     (services.config.models_dir / "tiny-copy").symlink_to(tiny_model_dir, target_is_directory=True)
-    size = services.models.loaded.memory_bytes() / 2**20
+    size = services.loaded.memory_bytes() / 2**20
     set_budget(services, size * 0.9)  # less than one model: no unloading can help
     warning = controller.estimate_text("tiny-copy", AUTO_LOADER, "cpu", "float32", 1, {})
     assert "⚠ **More than the whole memory budget**" in warning and "smaller dtype" in warning
@@ -136,7 +136,7 @@ def test_a_load_that_can_never_fit_says_so_and_what_helps_not_unloading(controll
 
 def test_a_load_that_fits_once_another_is_unloaded_says_which(controller, services, tiny_model_dir):
     (services.config.models_dir / "tiny-copy").symlink_to(tiny_model_dir, target_is_directory=True)
-    size = services.models.loaded.memory_bytes() / 2**20
+    size = services.loaded.memory_bytes() / 2**20
     set_budget(services, size * 1.5)  # one fits, not two
     warning = controller.estimate_text("tiny-copy", AUTO_LOADER, "cpu", "float32", 1, {})
     assert "⚠ **It does not fit beside the loaded models**: unload one in the Model tab (tiny frees enough)" \

@@ -105,7 +105,7 @@ def test_no_model_loaded(services):
 
 @pytest.fixture
 def slow_services(services):
-    tok = services.models.loaded.tokenizer
+    tok = services.loaded.tokenizer
     services.engine.set_model(ScriptedModel(tok, [100] * 300, step_delay=0.03))
     return services
 
@@ -158,7 +158,7 @@ def test_a_run_keeps_its_loader_for_each_rows_record(services):
     assert stored.spec["loader"] == "transformers"
     row = handle.rows()[0]
     assert stored.spec["loaders"] == {row.model: "transformers"} and row.model == stored.model
-    assert row.loader == "transformers" and row.load_options == services.models.current.model.load_options
+    assert row.loader == "transformers" and row.load_options == services.in_use().model.load_options
     assert record_for_batch_row(stored.model, stored.spec, row).load_options == row.load_options
     row = replace(row, loader=None, load_options=None)  # a row stored before rows kept their loader
     stored.spec["loaders"] = {row.model: "gptq"}  # each model of a run names its own loader
@@ -175,7 +175,7 @@ def test_the_cache_serves_a_cell_only_to_the_model_loaded_the_same_way(services)
     first = run(services, job("Hello\nOnce upon a time"))
     assert not any(r.from_cache for r in first.rows())
     services.models.load("tiny", options=LoadOptions("cpu", "bfloat16", TEST_THREADS))
-    assert services.models.current.model.dtype == "bfloat16"
+    assert services.loaded.dtype == "bfloat16"
     other = run(services, job("Hello\nOnce upon a time"))
     assert not any(r.from_cache for r in other.rows())
     services.models.load("tiny", options=LoadOptions("cpu", "float32", TEST_THREADS))
@@ -202,7 +202,7 @@ def test_a_model_axis_runs_each_model_as_it_runs_alone(two_models):
     by_model = {m: [r.output for r in rows if r.model == m] for m in ("tiny", "other")}
     assert by_model["tiny"] != by_model["other"]  # other weights, other words
     for name in ("tiny", "other"):  # each model alone, with the cache off so it really generates
-        services.models.use(name)
+        services.models.use(name, services.owner)
         alone = run(services, replace(job(prompts), use_cache=False))
         assert [r.output for r in alone.rows()] == by_model[name] and {r.model for r in alone.rows()} == {name}
     summaries = {s.label: s for s in summarize(rows)}
@@ -221,7 +221,7 @@ def test_another_loaded_model_judges_llm_rubric(services, tmp_path):
     from webui.batch import parse_assert
 
     verdict = '{"reason":"short and kind","pass":true,"score":0.9}'
-    tok = services.models.loaded.tokenizer
+    tok = services.loaded.tokenizer
 
     class ScriptedLoader(BaseLoader):
         name, description, requires, install_hint = "scripted", "a scripted judge", (), ""

@@ -38,18 +38,18 @@ def answer(services, loras=()) -> list[int]:
 
 
 def secret_token(services) -> int:
-    return services.models.loaded.tokenizer.encode(SECRET_WORD, add_special_tokens=False)[0]
+    return services.loaded.tokenizer.encode(SECRET_WORD, add_special_tokens=False)[0]
 
 
 def test_attach_changes_the_answer_and_detach_restores_the_base_exactly(services):
     base = answer(services)
     assert base[0] != secret_token(services)
     services.models.attach_lora("secret")
-    assert services.models.active_loras == (("secret", 1.0),)
-    assert answer(services, services.models.active_loras)[0] == secret_token(services)
+    assert services.active_loras == (("secret", 1.0),)
+    assert answer(services, services.active_loras)[0] == secret_token(services)
     assert answer(services) == base  # a request without adapters is untouched while one is attached
     services.models.detach_lora("secret")
-    assert services.models.loaded.loras == {} and services.models.active_loras == ()
+    assert services.loaded.loras == {} and services.active_loras == ()
     assert answer(services) == base
 
 
@@ -66,7 +66,7 @@ def test_one_batch_with_and_without_the_adapter(services):
 def test_weights_and_stacking(services):
     base = answer(services)
     services.models.attach_lora("secret", weight=0.0)
-    assert answer(services, services.models.active_loras) == base  # weight 0: no effect
+    assert answer(services, services.active_loras) == base  # weight 0: no effect
     services.models.attach_lora("secret-copy")
     stacked = answer(services, (("secret", 1.0), ("secret-copy", 1.0)))
     assert stacked[0] == secret_token(services)
@@ -81,7 +81,7 @@ def test_an_adapter_for_another_base_model_is_refused_and_the_model_is_untouched
     base = answer(services)
     with pytest.raises(LoRAError, match="trained for another base model"):
         services.models.attach_lora("other-base")
-    assert services.models.loaded.loras == {} and services.models.active_loras == ()
+    assert services.loaded.loras == {} and services.active_loras == ()
     assert answer(services) == base
 
 
@@ -93,7 +93,7 @@ def test_an_adapter_for_another_base_model_is_refused_and_the_model_is_untouched
 def test_bad_adapter_names_and_folders(services, name, error, message):
     with pytest.raises(error, match=message):
         services.models.attach_lora(name)
-    assert services.models.active_loras == ()
+    assert services.active_loras == ()
 
 
 def test_a_request_for_an_adapter_that_is_not_attached(services):
@@ -103,8 +103,8 @@ def test_a_request_for_an_adapter_that_is_not_attached(services):
 
 
 def test_a_loader_without_lora_says_which_loaders_can(services):
-    scripted = ScriptedModel(services.models.loaded.tokenizer, [100] * 10)
-    services.models.current.model = scripted
+    scripted = ScriptedModel(services.loaded.tokenizer, [100] * 10)
+    services.in_use().model = scripted
     services.engine.set_model(scripted)
     with pytest.raises(LoRAError, match="cannot apply LoRA adapters; loaders that can: transformers"):
         services.models.attach_lora("secret")
@@ -126,7 +126,7 @@ def test_detaching_ends_requests_still_using_it(services):
 def test_switching_models_clears_the_adapters(services):
     services.models.attach_lora("secret")
     services.models.load("tiny")
-    assert services.models.active_loras == () and services.models.loaded.loras == {}
+    assert services.active_loras == () and services.loaded.loras == {}
 
 
 def test_the_batch_grid_can_vary_the_adapter(services):
@@ -144,7 +144,7 @@ def test_the_batch_grid_can_vary_the_adapter(services):
     assert handle.wait(60)
     rows = {r.setting: r for r in handle.rows()}
     assert set(rows) == {"lora=none", "lora=secret"}
-    tok = services.models.loaded.tokenizer
+    tok = services.loaded.tokenizer
     assert tok.encode(rows["lora=none"].output, add_special_tokens=False)[:1] == base[:1]
     assert rows["lora=secret"].output.startswith(SECRET_WORD)
     again = services.batch_runner.start(BatchJob.from_spec("again", services.batches.get(handle.run_id).spec))

@@ -26,6 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 GREEDY = SamplingParams(temperature=0, max_new_tokens=4, ban_eos=True)
 
 
+def loaded(manager, owner=""):
+    """The model ``owner`` uses ("": the shared choice)."""
+    slot = manager.in_use(owner)
+    return slot.model if slot else None
+
+
 @pytest.fixture
 def manager(tmp_path: Path, tiny_model_dir: Path):
     config = AppConfig(user_data_dir=tmp_path / "data", threads=TEST_THREADS, device="cpu")
@@ -63,29 +69,29 @@ def test_unknown_model_says_where_to_put_it(manager):
 
 def test_load_generate_switch_unload(manager):
     model = manager.load("tiny")
-    assert manager.loaded is model and manager.engine.model is model
-    assert manager.engine.generate(GenerationRequest("hi", GREEDY)).usage.completion_tokens == 4
+    assert loaded(manager) is model and manager.engine_for("").model is model
+    assert manager.engine_for("").generate(GenerationRequest("hi", GREEDY)).usage.completion_tokens == 4
     other = manager.load("tiny-copy", keep_others=False)
-    assert manager.loaded is other and other.name == "tiny-copy" and manager.names() == ["tiny-copy"]
+    assert loaded(manager) is other and other.name == "tiny-copy" and manager.names() == ["tiny-copy"]
     assert model.model is None  # the old one was closed
     manager.unload()
-    assert manager.loaded is None
+    assert loaded(manager) is None
     with pytest.raises(NoModelLoaded):
-        manager.engine.submit(GenerationRequest("hi"))
+        manager.engine_for("").submit(GenerationRequest("hi"))
 
 
 def test_two_models_loaded_side_by_side_each_with_its_engine(manager):
     a = manager.load("tiny")
     b = manager.load("tiny-copy")
-    assert manager.names() == ["tiny", "tiny-copy"] and manager.loaded is b  # the last loaded is current
+    assert manager.names() == ["tiny", "tiny-copy"] and loaded(manager) is b  # the last loaded is current
     ea, eb = manager.slot("tiny").engine, manager.slot("tiny-copy").engine
     assert ea is not eb and ea.model is a and eb.model is b
     streams = [ea.submit(GenerationRequest("hi", GREEDY)), eb.submit(GenerationRequest("hi", GREEDY))]
     one, two = [s.result() for s in streams]
     assert one.token_ids == two.token_ids and len(one.token_ids) == 4  # same weights, same greedy tokens
-    assert manager.use("tiny").model is a and manager.loaded is a and manager.engine is ea
+    assert manager.use("tiny", "").model is a and loaded(manager) is a and manager.engine_for("") is ea
     manager.unload("tiny")
-    assert manager.names() == ["tiny-copy"] and manager.loaded is b and a.model is None
+    assert manager.names() == ["tiny-copy"] and loaded(manager) is b and a.model is None
     assert eb.generate(GenerationRequest("hi", GREEDY)).token_ids == one.token_ids
     with pytest.raises(ModelLoadError, match=r"the model 'tiny' is not loaded; loaded: tiny-copy"):
         manager.slot("tiny")
@@ -94,27 +100,37 @@ def test_two_models_loaded_side_by_side_each_with_its_engine(manager):
 def test_each_logged_in_user_has_their_own_model_in_use(manager):
     a = manager.load("tiny")
     b = manager.load("tiny-copy", make_current=False)
-    assert manager.loaded is a
-    with as_owner("alice"):
-        assert manager.loaded is a  # until she picks one: the shared choice
-        manager.use("tiny-copy")
-        assert manager.loaded is b and manager.engine is manager.slot("tiny-copy").engine
-    with as_owner("bob"):
-        assert manager.loaded is a and manager.active_loras == ()
-    assert manager.loaded is a  # without a login (and for the API): the shared choice, unchanged
+    assert loaded(manager) is a
+    assert loaded(manager, "alice") is a  # until she picks one: the shared choice
+    manager.use("tiny-copy", "alice")
+    assert loaded(manager, "alice") is b and manager.engine_for("alice") is manager.slot("tiny-copy").engine
+    assert loaded(manager, "bob") is a and manager.loras_of(None, "bob") == ()
+    assert loaded(manager) is a  # without a login (and for the API): the shared choice, unchanged
     manager.unload("tiny-copy")
-    with as_owner("alice"):
-        assert manager.loaded is a  # her model went: the shared choice again
+    assert loaded(manager, "alice") is a  # her model went: the shared choice again
     manager.unload("tiny")
+    assert loaded(manager, "alice") is None
+
+
+def test_the_model_in_use_follows_who_is_calling_at_the_edge(manager):
+    """Services reads who is calling (webui.owner) once and hands it to the ModelManager, which never asks."""
+    from webui.services import Services
+
+    a = manager.load("tiny")
+    b = manager.load("tiny-copy", make_current=False)
+    edge = Services.__new__(Services)  # only its models: the edge helpers need nothing else
+    edge.models = manager
     with as_owner("alice"):
-        assert manager.loaded is None
+        manager.use("tiny-copy", edge.owner)
+        assert edge.loaded is b and edge.engine is manager.slot("tiny-copy").engine
+    assert edge.loaded is a and edge.active_loras == () and edge.in_use().model is a
 
 
 def test_loading_a_loaded_model_again_replaces_it_in_place(manager):
     first = manager.load("tiny")
-    engine = manager.engine
+    engine = manager.engine_for("")
     again = manager.load("tiny")
-    assert manager.names() == ["tiny"] and first.model is None and manager.engine is engine
+    assert manager.names() == ["tiny"] and first.model is None and manager.engine_for("") is engine
     assert engine.model is again
 
 
@@ -150,7 +166,7 @@ def test_memory_budget_refuses_a_load_naming_what_is_loaded(tmp_path, tiny_model
                                                  r"\(tiny \([\d,]+ MiB\)\) already take [\d,]+ MiB of the 10 MiB "
                                                  r"memory budget; unload one"):
             manager.load("tiny-copy")
-        assert manager.names() == ["tiny"] and manager.engine.generate(GenerationRequest("hi", GREEDY)).token_ids
+        assert manager.names() == ["tiny"] and manager.engine_for("").generate(GenerationRequest("hi", GREEDY)).token_ids
         assert manager.load("tiny-copy", keep_others=False).name == "tiny-copy"  # instead of it: fits
     finally:
         manager.unload()
@@ -161,8 +177,8 @@ def test_failed_load_keeps_the_previous_model(manager):
     manager.load("tiny")
     with pytest.raises(ModelLoadError, match="could not load"):
         manager.load("broken")
-    assert manager.loaded.name == "tiny"
-    assert manager.engine.generate(GenerationRequest("hi", GREEDY)).finish_reason == "length"
+    assert loaded(manager).name == "tiny"
+    assert manager.engine_for("").generate(GenerationRequest("hi", GREEDY)).finish_reason == "length"
 
 
 def test_load_options_are_applied_remembered_per_model_and_a_bad_one_keeps_the_model(tmp_path, manager):
@@ -171,13 +187,13 @@ def test_load_options_are_applied_remembered_per_model_and_a_bad_one_keeps_the_m
     manager.settings = SettingsStore(tmp_path / "settings.json")
     cpu = LoadOptions("cpu", threads=TEST_THREADS)
     manager.load("tiny", options=LoadOptions("cpu", threads=TEST_THREADS, extra={"attn_implementation": "eager"}))
-    model = manager.loaded
+    model = loaded(manager)
     assert model.model.config._attn_implementation == "eager"  # transformers got it
     assert model.load_options["attn_implementation"] == "eager" and model.load_options["load_in"] == "full"
     saved = json.loads((tmp_path / "settings.json").read_text())["model_options"]
     assert saved == {"tiny@transformers": {"attn_implementation": "eager"}}  # only what differs from the default
     manager.load("tiny-copy", options=cpu)
-    assert manager.loaded.model.config._attn_implementation != "eager"  # another model: its own (none yet)
+    assert loaded(manager).model.config._attn_implementation != "eager"  # another model: its own (none yet)
     manager.load("tiny", options=cpu)  # nothing given: what tiny was last loaded with
     assert manager.slot("tiny").model.model.config._attn_implementation == "eager"
     for extra, message in [({"load_in": "4bit"}, "load_in=4bit needs a CUDA device, but this load runs on cpu"),
@@ -185,7 +201,7 @@ def test_load_options_are_applied_remembered_per_model_and_a_bad_one_keeps_the_m
                            ({"n_ctx": 4096}, "the transformers loader has no load option 'n_ctx'")]:
         with pytest.raises(ModelLoadError, match=message):
             manager.load("tiny", options=LoadOptions("cpu", extra=extra), keep_others=False)
-        assert manager.names() == ["tiny", "tiny-copy"] and manager.loaded.name == "tiny"
+        assert manager.names() == ["tiny", "tiny-copy"] and loaded(manager).name == "tiny"
 
 
 def test_a_settings_file_that_cannot_be_written_costs_only_the_remembering(tmp_path, manager, monkeypatch, caplog):
@@ -201,7 +217,7 @@ def test_a_settings_file_that_cannot_be_written_costs_only_the_remembering(tmp_p
 
     monkeypatch.setattr(webui.settings, "atomic_write_text", full_disk)
     manager.load("tiny", options=LoadOptions("cpu", threads=TEST_THREADS, extra={"attn_implementation": "eager"}))
-    assert manager.loaded.name == "tiny" and manager.loaded.load_options["attn_implementation"] == "eager"
+    assert loaded(manager).name == "tiny" and loaded(manager).load_options["attn_implementation"] == "eager"
     assert "could not save its load options" in caplog.text and "No space left on device" in caplog.text
 
 
@@ -214,13 +230,13 @@ def test_switch_while_generating_ends_the_request_clearly(manager):
     from webui.engine import GenerationError
 
     manager.load("tiny")
-    stream = manager.engine.submit(GenerationRequest("hi", SamplingParams(max_new_tokens=200, ban_eos=True)))
+    stream = manager.engine_for("").submit(GenerationRequest("hi", SamplingParams(max_new_tokens=200, ban_eos=True)))
     events = iter(stream)
     next(events)
     manager.load("tiny-copy", keep_others=False)
     with pytest.raises(GenerationError, match="the model was unloaded while this request was running"):
         list(events)
-    assert manager.engine.generate(GenerationRequest("hi", GREEDY)).finish_reason == "length"
+    assert manager.engine_for("").generate(GenerationRequest("hi", GREEDY)).finish_reason == "length"
 
 
 def test_reload(manager):

@@ -42,7 +42,7 @@ def test_the_last_model_used_is_loaded_at_start(make_services):
     first.close()
     again = make_services()
     load_startup_model(again)
-    assert again.models.loaded.name == "tiny"
+    assert again.loaded.name == "tiny"
 
 
 @pytest.mark.real_model
@@ -50,20 +50,20 @@ def test_a_remembered_model_that_fails_falls_back_to_the_default(make_services):
     services = make_services()
     services.settings.update(last_model="gone-missing")
     load_startup_model(services)
-    assert services.models.loaded.name == "SmolLM2-135M-Instruct"
+    assert services.loaded.name == "SmolLM2-135M-Instruct"
 
 
 def test_explicit_model_wins_over_settings(make_services):
     services = make_services(model="tiny")
     services.settings.update(last_model="gone-missing")
     load_startup_model(services)
-    assert services.models.loaded.name == "tiny"
+    assert services.loaded.name == "tiny"
 
 
 def test_no_model_flag(make_services):
     services = make_services(no_model=True)
     load_startup_model(services)
-    assert services.models.loaded is None
+    assert services.loaded is None
 
 
 def test_unreadable_settings_are_set_aside_not_lost(tmp_path):
@@ -94,11 +94,11 @@ def test_load_options_from_the_command_line_apply_at_start_and_are_remembered(ma
 
     first = make_services(model="tiny", load_options=(("attn_implementation", "eager"),))
     load_startup_model(first)
-    assert first.models.loaded.model.config._attn_implementation == "eager"
+    assert first.loaded.model.config._attn_implementation == "eager"
     first.close()
     again = make_services(model="tiny")  # no --load-option: as the model was last loaded
     load_startup_model(again)
-    assert again.models.loaded.name == "tiny" and again.models.loaded.load_options["attn_implementation"] == "eager"
+    assert again.loaded.name == "tiny" and again.loaded.load_options["attn_implementation"] == "eager"
     wrong = make_services(model="tiny", load_options=(("n_ctx", "4096"),))
     with pytest.raises(ModelLoadError, match="the transformers loader has no load option 'n_ctx'"):
         load_startup_model(wrong)

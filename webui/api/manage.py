@@ -36,7 +36,7 @@ def _models(request: Request) -> ModelManager:
 def model_info(request: Request) -> dict:
     """The model in use (text-generation-webui's ``model_name`` and ``lora_names``) and every loaded model."""
     models = _models(request)
-    current = models.current
+    current = request.app.state.serving.services.in_use()
     return {"model_name": current.name if current else None,
             "lora_names": [name for name, _ in current.loras.items()] if current else [],
             "models": [{"model_name": s.name, "loader": s.model.loader, "device": s.model.device,
@@ -100,7 +100,8 @@ async def load(body: LoadRequest, request: Request) -> dict:
     try:
         await asyncio.to_thread(models.load, body.model_name, body.chosen_loader(),
                                 body.load_options(request.app.state.serving.services.config), None,
-                                keep_others=body.keep_others, make_current=body.make_current)
+                                keep_others=body.keep_others, make_current=body.make_current,
+                                owner=request.app.state.serving.services.owner)
     except (LoaderError, ValueError) as exc:  # ValueError: a name with path characters
         raise _load_error(exc, "model_name") from exc
     return model_info(request)
@@ -116,8 +117,8 @@ async def unload(request: Request, body: UnloadRequest | None = None) -> dict:
     name = body.model_name if body else None
     if not models.names():
         raise APIError(400, "no model is loaded, so there is nothing to unload", param="model_name")
-    current = models.current
-    name = name or (current.name if current is not None else None)
+    in_use = request.app.state.serving.services.in_use()
+    name = name or (in_use.name if in_use is not None else None)
     if name is None:  # never None here (a model is loaded, so one is in use); None would unload them all
         raise APIError(400, "name the model to unload", param="model_name")
     try:
@@ -152,7 +153,8 @@ async def load_lora(body: LoraRequest, request: Request) -> dict:
     _check_path(request, body)
     models = _models(request)
     try:
-        await asyncio.to_thread(models.attach_lora, body.lora_name, body.weight, body.model)
+        await asyncio.to_thread(models.attach_lora, body.lora_name, body.weight, body.model,
+                                request.app.state.serving.services.owner)
     except (LoRAError, ValueError) as exc:
         known = [e.name for e in models.available_loras()]
         raise APIError(404 if body.lora_name not in known else 400,
@@ -171,7 +173,8 @@ class LoraUnloadRequest(TextRequest):
 @router.post("/v1/unload_lora_adapter", dependencies=[Depends(require_admin)])
 async def unload_lora(body: LoraUnloadRequest, request: Request) -> dict:
     try:
-        await asyncio.to_thread(_models(request).detach_lora, body.lora_name, body.model)
+        await asyncio.to_thread(_models(request).detach_lora, body.lora_name, body.model,
+                                request.app.state.serving.services.owner)
     except (LoRAError, ValueError) as exc:
         raise APIError(404, str(exc), type="not_found_error", param="lora_name") from exc
     return model_info(request)

@@ -95,14 +95,14 @@ class Serving:
         """The loaded model an id names (an alias or no name: the current one), or None."""
         models = self.services.models
         if name in (None, "") or (name in self.config.served_model_names and name not in models.names()):
-            return models.current
+            return self.services.in_use()
         return next((s for s in models.slots() if s.name == name), None)
 
     def resolve_model(self, name: str | None, loras: Sequence[tuple[str, float]] | None = None
                       ) -> tuple[LoadedModel, tuple[tuple[str, float], ...]]:
         """The model a request names and the LoRA adapters it selects: ``loras`` with their weights, or the
         ``model:adapter`` in the name at its attached weight, or none."""
-        if self.services.models.current is None:
+        if self.services.in_use() is None:
             raise APIError(503, "no model is loaded; load one in the Model tab or start with --model NAME",
                            type="service_unavailable", code="no_model_loaded")
         slot = self._slot(name)

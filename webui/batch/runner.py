@@ -28,7 +28,6 @@ from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore
 from webui.engine import EngineError, GenerationRequest, SamplingParams
 from webui.models import ModelManager, Slot
 from webui.owner import as_owner
-from webui.owner import current as current_owner
 from webui.presets import PresetStore
 
 
@@ -186,14 +185,14 @@ class BatchRunner:
                         for s in settings]
         return settings, plan(job.rows, settings, job.grid.samples, job.grid.base_seed, job.max_cells)
 
-    def models(self, job: BatchJob) -> dict[str | None, Slot]:
-        """The loaded model each setting's model names (None: the model in use); a model that is not loaded is a
+    def models(self, job: BatchJob, owner: str = "") -> dict[str | None, Slot]:
+        """The loaded model each setting's model names (None: the model ``owner`` uses); a model that is not loaded is a
         BatchInputError naming those that are."""
         settings = job.settings if job.settings is not None else expand(job.grid, self.presets)
         out: dict[str | None, Slot] = {}
         for name in dict.fromkeys(s.model for s in settings):
             try:
-                out[name] = self.manager.slot(name)
+                out[name] = self.manager.slot(name, owner)
             except ModelLoadError as exc:
                 raise BatchInputError(f"grid: {exc}" if name else "no model is loaded; load one in the Model tab "
                                       "first") from None
@@ -218,8 +217,10 @@ class BatchRunner:
         except TemplateError as exc:
             raise BatchInputError(f"chat template: {exc}") from exc
 
-    def start(self, job: BatchJob) -> RunHandle:
-        slots = self.models(job)
+    def start(self, job: BatchJob, owner: str = "") -> RunHandle:
+        """Start ``job`` for ``owner`` (who started it: a setting that names no model runs on the model they use,
+        and the run's rows are theirs)."""
+        slots = self.models(job, owner)
         templates = {name: self.template(job, slot.model) for name, slot in slots.items()}
         settings, cells = self.plan(job, {name: t.stops for name, t in templates.items() if t})
         if any(rubrics(row.asserts) for row in job.rows):
@@ -231,7 +232,7 @@ class BatchRunner:
             if missing:
                 raise BatchInputError(f"grid: LoRA adapter '{missing[0]}' is not attached to {slot.name}; attach it "
                                       f"in the Model tab (attached: {', '.join(attached) or 'none'})")
-        judge = self._judge_slot(job, slots)
+        judge = self._judge_slot(job, slots, owner)
         prompts = {(row.index, name): self._prompt(job, row, slot.model, templates[name])
                    for name, slot in slots.items() for row in job.rows}
         names = list(dict.fromkeys(slot.name for slot in slots.values()))
@@ -260,22 +261,21 @@ class BatchRunner:
                                          prompts[cell.row.index, cell.setting.model][0], job.raw,
                                          cell.params.to_dict()))
         handle.use_cache = job.use_cache
-        owner = current_owner()  # the run's thread writes its rows as the user who started it
 
         def drive() -> None:
-            with as_owner(owner):
+            with as_owner(owner):  # the run's thread writes its rows as the user who started it
                 asyncio.run(self._drive(handle, prompts, job.raw))
 
         thread = threading.Thread(target=drive, name=f"batch-run-{run.id}", daemon=True)
         thread.start()
         return handle
 
-    def _judge_slot(self, job: BatchJob, slots: dict[str | None, Slot]) -> Slot | None:
+    def _judge_slot(self, job: BatchJob, slots: dict[str | None, Slot], owner: str) -> Slot | None:
         """The loaded model that judges llm-rubric asserts (None when a remote server does)."""
         if job.remote_judge is not None:
             return None
         if not job.judge_model:
-            return self.manager.current or next(iter(slots.values()))
+            return self.manager.in_use(owner) or next(iter(slots.values()))
         try:
             return self.manager.slot(job.judge_model)
         except ModelLoadError as exc:

@@ -53,7 +53,7 @@ class ABController:
     def run(self, prompt: str, chat: bool, sides: tuple[Side, Side], current: SamplingParams,
             session: str) -> Iterator[tuple[list[str], list[str]]]:
         """(texts, notes) of both sides as they stream; ``session`` names the browser tab (for Stop)."""
-        if self.services.models.current is None:
+        if self.services.in_use() is None:
             raise UserError("No model is loaded; load one in the Model tab.")
         if not prompt.strip():
             raise UserError("Type a prompt first.")
@@ -73,7 +73,8 @@ class ABController:
 
     def _slot(self, side: Side, name: str) -> Slot:
         try:
-            return self.services.models.slot(None if side.model in (None, "", IN_USE) else side.model)
+            return self.services.models.slot(None if side.model in (None, "", IN_USE) else side.model,
+                                             self.services.owner)
         except ModelLoadError as exc:
             raise UserError(f"Side {name}: {exc}") from exc
 

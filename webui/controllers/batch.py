@@ -160,7 +160,7 @@ class BatchController:
         """What the job will run: cells, token budget and a rough time."""
         try:
             settings, cells = self.runner.plan(job)
-            slots = self.runner.models(job)
+            slots = self.runner.models(job, self.services.owner)
         except BatchInputError as exc:
             raise UserError(str(exc)) from exc
         engine = self.services.engine
@@ -202,7 +202,7 @@ class BatchController:
 
     def _start(self, job: BatchJob) -> RunHandle:
         try:
-            return self.runner.start(job)
+            return self.runner.start(job, self.services.owner)
         except BatchInputError as exc:
             raise UserError(str(exc)) from exc
 

@@ -257,7 +257,7 @@ class ChatSession:
         """The chat as the model reads it, for the Notebook to go on by hand: ending with the last reply itself
         (no end of turn), so Generate continues it; or, after the user's message, with the reply's opening."""
         cid = self._require(chat_id)
-        model = self.services.models.loaded
+        model = self.services.loaded
         if model is None or model.capabilities.renders_chats:
             raise UserError("Sending a chat to the Notebook needs a local model (its template writes the text).")
         history = self.chats.messages(cid)
@@ -334,7 +334,7 @@ class ChatSession:
                key: Key) -> Iterator[ChatView]:
         """Continue the last reply from ``position`` with ``token_id`` in place of the token the model chose."""
         cid = self._require(chat_id)
-        model, last = self.services.models.loaded, self._last_reply(cid)
+        model, last = self.services.loaded, self._last_reply(cid)
         try:
             if model is None or not model.capabilities.stepped:  # the reply's tokens and their alternatives
                 raise BranchError("branching needs a local model: load one in the Model tab")
@@ -347,7 +347,7 @@ class ChatSession:
                                                self.chats.get(cid).system_prompt), made.dropped)
             prompt = render_chat_prompt(model.tokenizer, sent, template=template)
             req = branch_request(model.tokenizer.encode(prompt, add_special_tokens=False), ids, position, token_id,
-                                 sampling, loras=self.services.models.active_loras, logprobs=VIEW_TOP)
+                                 sampling, loras=self.services.active_loras, logprobs=VIEW_TOP)
             prefix_ids = ids[:position] + [token_id]
             prefix_rows = rows[:position] + [branched_row(rows[position], token_id)]
         except (BranchError, ChatPromptError) as exc:
@@ -380,7 +380,7 @@ class ChatSession:
         made = message.record if reply else ReplyRecord()
         record = record_for_reply(turns, system_prompt, made) if made.run else None
         which = f"message {index + 1} ({'the reply' if reply else 'your message'})"
-        model, also = self.services.models.loaded, ""
+        model, also = self.services.loaded, ""
         if made.model and model is not None and written_by(model.name, model.loader) != \
                 written_by(made.model, made.loader):
             try:  # counted as the model that wrote it read it, where it is loaded
@@ -407,7 +407,7 @@ class ChatSession:
         chosen = history[index] if index is not None and 0 <= index < len(history) \
             and history[index].role == "assistant" else last
         rows = list(chosen.record.tokens) if chosen else []
-        model = self.services.models.loaded
+        model = self.services.loaded
         return rows, chosen is last and model is not None and model.capabilities.stepped
 
     # -- helpers ----------------------------------------------------------------------------------------
@@ -424,7 +424,7 @@ class ChatSession:
         return model
 
     def _model(self) -> LoadedModel:
-        if (model := self.services.models.loaded) is None:
+        if (model := self.services.loaded) is None:
             raise UserError(NO_MODEL)
         return model
 
@@ -486,13 +486,13 @@ class ChatSession:
 
     def _check_fits(self, turns: list[dict[str, str]], system_prompt: str, sampling: SamplingParams) -> None:
         """Before anything is stored or removed: the chat as it would be sent can be (UserError otherwise)."""
-        model = self.services.models.loaded
+        model = self.services.loaded
         if model is not None:
             self._fitted(model, turns, system_prompt, sampling, self.template(model))
 
     def template(self, model: LoadedModel | None = None) -> ChatTemplate:
         """The instruction template chats use now (the Chat tab's choice; the model's own by default)."""
-        model = model or self.services.models.loaded
+        model = model or self.services.loaded
         choice = self.services.settings.get().chat_template
         if model is None or model.capabilities.renders_chats:
             if choice:

@@ -54,13 +54,13 @@ class ActiveRequests:
 
 
 def status_text(services: Services) -> str:
-    model = services.models.loaded
+    model = services.loaded
     if model is None:
         return "**No model loaded** · load one in the Model tab"
     stats = services.engine.stats()
     state = (f"generating · {stats.running} running, {stats.waiting} waiting · {stats.tokens_per_second:.1f} tok/s"
              if stats.busy else "idle")
-    loras = services.models.active_loras
+    loras = services.active_loras
     adapters = f" · LoRA: {', '.join(f'{n} ×{w:g}' for n, w in loras)}" if loras else ""
     cache = stats.prefix_cache
     size = f" {cache.bytes / 2**20:.0f} MB," if cache and cache.budget_bytes else ""
@@ -72,7 +72,7 @@ def status_text(services: Services) -> str:
 
 def prefix_cache_text(services: Services) -> str:
     """The Model tab's line about the prefix cache: its size and hit rate, or why it is not used."""
-    model = services.models.loaded
+    model = services.loaded
     if model is None:
         return ""
     stats = services.engine.stats().prefix_cache
@@ -132,7 +132,7 @@ def new_request(services: Services, prompt: str | list[int], params: SamplingPar
     (so a record made from it holds what ran). UserError for a bad one."""
     try:
         return GenerationRequest(prompt, params, add_special_tokens=add_special_tokens,
-                                 loras=services.models.active_loras, messages=messages, logprobs=logprobs)
+                                 loras=services.active_loras, messages=messages, logprobs=logprobs)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 

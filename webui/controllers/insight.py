@@ -61,7 +61,7 @@ class InsightController:
 
     def inspect(self, text: str, chat: bool, system_prompt: str) -> PromptInspection:
         try:
-            return inspect_prompt(self.services.models.loaded, text, chat, system_prompt)
+            return inspect_prompt(self.services.loaded, text, chat, system_prompt)
         except (InsightUnavailable, ValueError) as exc:
             raise UserError(str(exc)) from exc
 
@@ -76,7 +76,7 @@ class InsightController:
         """(output, note) of a pasted reproduce record run on the loaded model."""
         try:
             record = parse_record(record_text or "")
-            model = self.services.models.loaded
+            model = self.services.loaded
             if model is None:
                 raise RecordError("no model is loaded; load the record's model first")
             result = self.services.engine.generate(record.request(model.tokenizer))
@@ -94,7 +94,7 @@ class InsightController:
 
     def perplexity(self, text: str, window: float | None, progress: Progress | None = None) -> str:
         """Evaluate and store the loaded model's perplexity on ``text``; the summary line."""
-        model, loras = self.services.models.loaded, self.services.models.active_loras
+        model, loras = self.services.loaded, self.services.active_loras
         try:
             result = perplexity(self.services.engine, text, int(window or 512), loras, progress=progress)
         except (InsightUnavailable, ValueError) as exc:

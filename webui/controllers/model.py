@@ -43,7 +43,7 @@ class ModelController:
 
     def selected_model(self) -> str | None:
         """The models-dir name of the model in use, else the last one the user loaded."""
-        current = self.models.current
+        current = self.services.in_use()
         return current.entry.name if current and current.entry else self.services.settings.get().last_model
 
     def selected_loader(self) -> str:
@@ -59,7 +59,7 @@ class ModelController:
         return choices
 
     def info(self) -> ModelInfo:
-        model = self.models.loaded
+        model = self.services.loaded
         if model is None:
             return ModelInfo("No model loaded.", "")
         caps = model.capabilities
@@ -106,7 +106,7 @@ class ModelController:
         try:
             self.models.load(name, chosen, LoadOptions(device, self._dtype(name, loader, dtype), n_threads,
                                                        extra=extra or {}),
-                             progress=progress, keep_others=keep_others)
+                             progress=progress, keep_others=keep_others, owner=self.services.owner)
         except (LoaderError, InvalidName, ValueError) as exc:
             raise self._kept(exc) from exc
         self.services.settings.update(last_model=name, last_loader=chosen,
@@ -172,8 +172,8 @@ class ModelController:
 
     def unload(self) -> ModelInfo:
         """Unload the model in use; the one loaded before it (if any) is used next."""
-        if self.models.current is not None:
-            self.models.unload(self.models.current.name)
+        if (slot := self.services.in_use()) is not None:
+            self.models.unload(slot.name)
         return self.info()
 
     def use(self, name: str | None) -> ModelInfo:
@@ -181,7 +181,7 @@ class ModelController:
         if not name:
             raise UserError("Choose a loaded model first.")
         try:
-            self.models.use(name)
+            self.models.use(name, self.services.owner)
         except LoaderError as exc:
             raise UserError(str(exc)) from exc
         return self.info()
@@ -190,7 +190,7 @@ class ModelController:
         return self.models.names()
 
     def current_name(self) -> str | None:
-        current = self.models.current
+        current = self.services.in_use()
         return current.name if current else None
 
     def loaded_table(self) -> str:
@@ -213,7 +213,7 @@ class ModelController:
 
     def reload(self, progress: Progress | None = None) -> ModelInfo:
         try:
-            self.models.reload(progress=progress)
+            self.models.reload(progress=progress, owner=self.services.owner)
         except LoaderError as exc:
             raise UserError(str(exc)) from exc
         return self.info()
@@ -223,7 +223,8 @@ class ModelController:
         if not url.strip():
             raise UserError("Type the server's base URL first, e.g. http://gpu-box:8000/v1")
         try:
-            self.models.load_remote(url, key, name.strip() or None, keep_others=keep_others)
+            self.models.load_remote(url, key, name.strip() or None, keep_others=keep_others,
+                                    owner=self.services.owner)
         except LoaderError as exc:
             raise self._kept(exc) from exc
         return self.info()
@@ -235,15 +236,15 @@ class ModelController:
     # -- adapters -------------------------------------------------------------------------------------------
     def lora_choices(self) -> list[str]:
         """Adapters in the loras dir that fit the loaded model."""
-        return [e.name for e in self.models.compatible_loras()]
+        return [e.name for e in self.models.compatible_loras(owner=self.services.owner)]
 
     def active_text(self) -> str:
-        loaded = self.models.loaded
+        loaded = self.services.loaded
         if loaded is not None and not loaded.capabilities.lora:
             return f"The {loaded.loader} loader cannot apply LoRA adapters."
-        if not self.models.active_loras:
+        if not self.services.active_loras:
             return f"No adapter attached. Put adapters (peft folders) in `{self.services.config.loras_dir}`."
-        return "Attached: " + ", ".join(f"**{n}** ×{w:g}" for n, w in self.models.active_loras)
+        return "Attached: " + ", ".join(f"**{n}** ×{w:g}" for n, w in self.services.active_loras)
 
     def attach(self, name: str | None, weight: float | None) -> str:
         return self._change_lora(self.models.attach_lora, name, 1.0 if weight is None else float(weight))
@@ -258,7 +259,7 @@ class ModelController:
                                 f"adapter_config.json) in {self.services.config.loras_dir}, then reload the page.")
             raise UserError("Choose an adapter first.")
         try:
-            change(name, *args)
+            change(name, *args, owner=self.services.owner)
         except (LoaderError, InvalidName) as exc:
             raise UserError(str(exc)) from exc
         return self.active_text()

@@ -110,7 +110,7 @@ class NotebookSession:
             if last is None:
                 raise BranchError("generate something first")
             req = branch_request(last.prompt_ids, last.token_ids, position, token_id, sampling,
-                                 loras=self.services.models.active_loras, logprobs=VIEW_TOP)
+                                 loras=self.services.active_loras, logprobs=VIEW_TOP)
         except BranchError as exc:
             raise UserError(str(exc)) from exc
         ids = last.token_ids[:position] + [token_id]
@@ -126,7 +126,7 @@ class NotebookSession:
                                 True)
 
     def _ready(self, key: Key) -> LoadedModel:
-        model = self.services.models.loaded
+        model = self.services.loaded
         if model is None:
             raise UserError("No model is loaded; load one in the Model tab.")
         if self.active.busy(key):

@@ -83,7 +83,7 @@ class TemplatesController:
 
     def preview(self, chat_id: int | None, draft: str, system_prompt: str, source: str) -> str:
         """The chat so far, plus the message being typed, rendered with the editor's text (not yet saved)."""
-        model = self.services.models.loaded
+        model = self.services.loaded
         if model is None or model.capabilities.renders_chats:
             raise UserError("Preview needs a local model: load one in the Model tab.")
         messages = [{"role": m.role, "content": m.content} for m in self.services.chats.messages(chat_id)] \
@@ -100,7 +100,7 @@ class TemplatesController:
             raise UserError(f"Preview: {exc}") from exc
 
     def _view(self, choice: str) -> TemplateView:
-        model = self.services.models.loaded
+        model = self.services.loaded
         own = model.tokenizer.chat_template if model is not None else None
         if choice:
             try:

@@ -56,7 +56,7 @@ def build_ui(services: Services) -> gr.Blocks:
     with gr.Blocks(title="LLM Workbench", analytics_enabled=False) as demo:
         with gr.Row(equal_height=True):
             gr.Markdown("### LLM Workbench", elem_id="app-title")
-            current = services.models.current
+            current = services.in_use()
             picker = gr.Dropdown(choices=services.models.names(), value=current.name if current else None,
                                  label="Model in use (Chat, Notebook, Insight; load more in the Model tab)",
                                  elem_id="model-in-use", scale=1, min_width=260)
