@@ -47,6 +47,7 @@ def test_the_suite_becomes_prompts_times_tests_and_providers_become_settings():
     ("prompts: [x\n", "not valid YAML"),
     ("prompts: ['x']\nproviders: ['workbench:']", "workbench: needs a model name"),
     ("promts: ['x']", "unknown key(s) promts"),
+    ("prompts: ['x']\nproviders:\n  - id: a\n    prompts: [p1]", "providers[0] (a): prompts not supported here"),
 ])
 def test_what_cannot_run_is_named(config, said, tmp_path):
     with pytest.raises(BatchInputError, match=said.replace("(", r"\(").replace(")", r"\)")
@@ -170,3 +171,9 @@ def test_results_carry_promptfoos_vars_labels_provider_ids_and_assertions():
         france["testCase"]["assert"]
     assert [c["assertion"]["type"] for c in france["gradingResult"]["componentResults"]] == [
         "not-is-json", "latency", "icontains", "similar"]
+
+
+def test_a_var_that_uses_another_var_is_filled(tmp_path):
+    config = "prompts: ['{{question}}']\ntests:\n  - vars: {city: Lima, question: 'Where is {{city}}?'}"
+    _, (row,), _ = read_config(config, tmp_path)
+    assert row.text == "Where is Lima?" and row.variables["question"] == "Where is Lima?"

@@ -77,7 +77,7 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
     rows: list[PromptRow] = []
     for t, test in enumerate(tests):
         where = f"tests[{t}]"
-        variables = {**_vars(default.get("vars"), "defaultTest"), **_vars(test.get("vars"), where)}
+        variables = _nested({**_vars(default.get("vars"), "defaultTest"), **_vars(test.get("vars"), where)}, where)
         asserts = [*_asserts(default.get("assert"), "defaultTest", base), *_asserts(test.get("assert"), where, base)]
         name = str(test.get("description") or f"test {t + 1}")
         for p, (label, prompt) in enumerate(prompts):
@@ -122,6 +122,13 @@ def _prompts(given: Any, base: Path) -> list[tuple[str, Prompt]]:
     if not out:
         raise BatchInputError("promptfoo config: prompts is empty; list at least one prompt")
     return out
+
+
+def _nested(variables: dict[str, str], where: str) -> dict[str, str]:
+    """Vars whose values use other vars (``{{name}}``) filled from those, as promptfoo renders vars before the
+    prompt (one level: each value from the others as given)."""
+    return {name: render(value, variables, where=f"{where}.vars.{name}") if "{{" in value else value
+            for name, value in variables.items()}
 
 
 def _text_or_chat(text: str, where: str) -> Prompt:
@@ -249,6 +256,10 @@ def _settings(given: Any) -> list[Setting]:
         if not isinstance(item, dict) or not isinstance(item.get("id", ""), str):
             raise BatchInputError(f"promptfoo config: providers[{i}] must be an id or a mapping with id and config")
         label = str(item.get("label") or item.get("id") or f"provider {i + 1}")
+        ignored = set(item) - {"id", "label", "config"}
+        if ignored:  # e.g. a provider's prompts filter or transform: named, never dropped unseen
+            raise BatchInputError(f"promptfoo config: providers[{i}] ({label}): {', '.join(sorted(ignored))} "
+                                  "not supported here (a provider takes id, label and config)")
         config = item.get("config") or {}
         if not isinstance(config, dict):
             raise BatchInputError(f"promptfoo config: providers[{i}].config must be a mapping")
