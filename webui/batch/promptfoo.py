@@ -15,7 +15,7 @@ tab; ``launch.py batch`` loads it); any other id runs on the model in use. Asser
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python with ``file://``, latency, llm-rubric (judged by the loaded model),
 their ``not-`` forms, ``weight`` and ``threshold``); any other type
-(javascript, cost...) is an error that names it, never skipped.
+(javascript, levenshtein...) is an error that names it, never skipped.
 """
 
 from __future__ import annotations
