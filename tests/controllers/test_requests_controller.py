@@ -47,7 +47,12 @@ def test_filters_and_what_a_request_shows(services):
     assert [r[0] for r in c.table(None, text="SKY")] == ["chatcmpl-1"]
     assert [r[0] for r in c.table(None, status="refused (4xx)")] == ["chatcmpl-2"]
     assert c.table(None, model="other") == []
-    shown = c.show("chatcmpl-3", None)
+    services.requests.add(dataclasses.replace(kept(4), client="admin 1", endpoint="/v1/completions"))
+    assert [r[0] for r in c.table(None, endpoint="completions")] == ["chatcmpl-4"]
+    assert [r[0] for r in c.table(None, client="admin 1")] == ["chatcmpl-4"]
+    assert [r[0] for r in c.table(None, endpoint="chat/completions", client="key 1")] == [
+        "chatcmpl-3", "chatcmpl-2", "chatcmpl-1"]
+    shown = c.show("chatcmpl-3", None)  # (the filters above: chatcmpl-4 is the newest now)
     assert shown.prompt == "<user>the sea" and '"temperature": 0.5' in shown.params and "top_p" not in shown.params
     assert shown.sources == ("from the request: `temperature` · from preset Mine: `top_k` · from the server default: "
                              "`max_new_tokens`")

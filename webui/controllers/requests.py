@@ -18,6 +18,7 @@ from webui.store.requests import CapturedRequest
 
 COLUMNS = ["id", "time", "endpoint", "status", "client", "model", "said"]
 STATUSES = ["all", "answered (2xx)", "refused (4xx)", "failed (5xx)"]
+ENDPOINTS = ["all", "chat/completions", "completions"]
 
 
 @dataclass
@@ -124,15 +125,19 @@ class RequestsController:
         self.store.capture_all = bool(on)
 
     def table(self, user: str | None, text: str = "", status: str = STATUSES[0], model: str = "",
-              limit: int = 200) -> list[list[Any]]:
-        """The newest kept requests matching the filters, one row each (COLUMNS)."""
+              endpoint: str = ENDPOINTS[0], client: str = "", limit: int = 200) -> list[list[Any]]:
+        """The newest kept requests matching the filters, one row each (COLUMNS): text in the body, status, model,
+        endpoint, client (an API key's label)."""
         if not self.allowed(user):
             return []
-        page = self.store.page(model=model or None, order="desc", limit=10_000 if text or status != STATUSES[0]
-                               else limit)
+        narrowed = text or status != STATUSES[0] or endpoint != ENDPOINTS[0]
+        page = self.store.page(client=client.strip() or None, model=model or None, order="desc",
+                               limit=10_000 if narrowed else limit)
         rows = []
         for item in page.items:
             if not _status_matches(item.status, status):
+                continue
+            if endpoint != ENDPOINTS[0] and item.endpoint != "/v1/" + endpoint:
                 continue
             if text and text.lower() not in json.dumps(item.request, ensure_ascii=False).lower():
                 continue

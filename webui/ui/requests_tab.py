@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
-from webui.controllers.requests import COLUMNS, STATUSES, RequestsController
+from webui.controllers.requests import COLUMNS, ENDPOINTS, STATUSES, RequestsController
 from webui.services import Services
 from webui.ui.batch_tab import BatchTab
 from webui.ui.chat_tab import ChatTab, view_updates
@@ -30,6 +30,8 @@ class RequestsTab:
     text: gr.Textbox
     status: gr.Dropdown
     model: gr.Textbox
+    endpoint: gr.Dropdown
+    client: gr.Textbox
     table: gr.Dataframe
     selected: gr.State
     shown: gr.State  # what the table and note last showed (see refresh)
@@ -71,6 +73,8 @@ def create_requests_tab(services: Services) -> RequestsTab:
         text = gr.Textbox(label="Text in the request", elem_id="requests-text", scale=2)
         status = gr.Dropdown(STATUSES, value=STATUSES[0], label="Status", elem_id="requests-status", scale=1)
         model = gr.Textbox(label="Model", elem_id="requests-model", scale=1)
+        endpoint = gr.Dropdown(ENDPOINTS, value=ENDPOINTS[0], label="Endpoint", elem_id="requests-endpoint", scale=1)
+        client = gr.Textbox(label="Client (key 1, admin 1…)", elem_id="requests-client", scale=1)
     table = gr.Dataframe(_frame([]), interactive=False, wrap=False, elem_id="requests-table",
                          max_height=360, label="Requests, newest first (click one to show it)")
     selected, shown = gr.State(None), gr.State("")
@@ -102,7 +106,7 @@ def create_requests_tab(services: Services) -> RequestsTab:
     params = gr.Code(label="Parameters as resolved (those not at their neutral value)", language="json",
                      elem_id="requests-params", interactive=False, max_lines=24)
     sources = gr.Markdown("", elem_id="requests-sources")
-    tab = RequestsTab(note, capture, text, status, model, table, selected, shown, timer, summary, sent, prompt, params,
+    tab = RequestsTab(note, capture, text, status, model, endpoint, client, table, selected, shown, timer, summary, sent, prompt, params,
                       sources, reply,
                       changes, replay, replayed, replay_summary, delete, to_chat, to_notebook, to_insight, to_batch,
                       show_tokens, tokens, controller)
@@ -112,14 +116,14 @@ def create_requests_tab(services: Services) -> RequestsTab:
 
 def _wire(tab: RequestsTab) -> None:
     c = tab.controller
-    filters = [tab.text, tab.status, tab.model]
+    filters = _filters(tab)
 
-    def refresh(text: str, status: str, model: str, shown: str, request: gr.Request
+    def refresh(text: str, status: str, model: str, endpoint: str, client: str, shown: str, request: gr.Request
                 ) -> tuple[Update | pd.DataFrame | str, ...]:
         """The table and the note, each sent only when it changed: a table redrawn every second for nothing
         would move under the pointer of someone clicking a row."""
         user = _user(request)
-        rows, note = c.table(user, text, status, model), c.note(user)
+        rows, note = c.table(user, text, status, model, endpoint, client), c.note(user)
         digest = json.dumps([rows, note], default=str)
         if digest == shown:
             return gr.skip(), gr.skip(), gr.skip()
@@ -138,10 +142,10 @@ def _wire(tab: RequestsTab) -> None:
         same = "the same reply as the original" if shown.reply == original else "a different reply"
         return f"Replayed as `{again.id}`: {same}. {shown.summary}", shown.reply
 
-    def delete(selected: str | None, text: str, status: str, model: str, request: gr.Request
-               ) -> tuple[str | pd.DataFrame | None, ...]:
+    def delete(selected: str | None, text: str, status: str, model: str, endpoint: str, client: str,
+               request: gr.Request) -> tuple[str | pd.DataFrame | None, ...]:
         gr.Info(c.delete(selected, _user(request)))
-        return None, "", "", "", "", "", "", _frame(c.table(_user(request), text, status, model))
+        return None, "", "", "", "", "", "", _frame(c.table(_user(request), text, status, model, endpoint, client))
 
     def capture(on: bool, request: gr.Request) -> str:
         c.set_capture(on, _user(request))
@@ -149,7 +153,7 @@ def _wire(tab: RequestsTab) -> None:
 
     listed = [*filters, tab.shown]
     tab.timer.tick(refresh, listed, [tab.table, tab.note, tab.shown], show_progress="hidden")
-    for control in (tab.text, tab.status, tab.model):
+    for control in filters:
         control.change(refresh, listed, [tab.table, tab.note, tab.shown], show_progress="hidden")
     details = [tab.selected, tab.summary, tab.sent, tab.prompt, tab.params, tab.sources, tab.reply,
                tab.replay_summary, tab.replayed, tab.tokens]
@@ -170,8 +174,9 @@ def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insigh
     (each prompt as the model saw it, run raw)."""
     c = tab.controller
 
-    def to_batch(text: str, status: str, model: str, request: gr.Request) -> tuple[object, ...]:
-        ids = [row[0] for row in c.table(_user(request), text, status, model)][::-1]  # oldest first
+    def to_batch(text: str, status: str, model: str, endpoint: str, client: str, request: gr.Request
+                 ) -> tuple[object, ...]:
+        ids = [row[0] for row in c.table(_user(request), text, status, model, endpoint, client)][::-1]  # oldest 1st
         prompts, note = c.as_batch(ids, _user(request))
         gr.Info(note)
         return prompts, True, "", "API requests", gr.Tabs(selected="batch")
@@ -190,8 +195,13 @@ def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insigh
     tab.to_notebook.click(shows_errors(to_notebook), [tab.selected], [notebook_text, tabs])
     tab.to_insight.click(shows_errors(to_insight), [tab.selected], [insight.text, insight.chat, tabs])
     form = batch.form
-    tab.to_batch.click(shows_errors(to_batch), [tab.text, tab.status, tab.model],
+    tab.to_batch.click(shows_errors(to_batch), _filters(tab),
                        [form.prompts, form.raw, form.template, form.name, tabs])
+
+
+def _filters(tab: RequestsTab) -> list[gr.Textbox | gr.Dropdown]:
+    """The table's filters, in the order RequestsController.table takes them."""
+    return [tab.text, tab.status, tab.model, tab.endpoint, tab.client]
 
 
 def wire_refresh(tab: RequestsTab, tabs: gr.Tabs) -> None:
