@@ -109,6 +109,10 @@ def _prompts(given: Any, base: Path) -> list[tuple[str, Prompt]]:
             raw = item.get("raw")
             if not isinstance(raw, str):
                 raise BatchInputError(f"{where} needs 'raw' (the prompt text)")
+            ignored = set(item) - {"raw", "label", "id"}
+            if ignored:  # e.g. a prompt's own config: named, never dropped unseen
+                raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt takes "
+                                      f"raw, label and id; set parameters in a provider's config)")
             out.append((str(item.get("label") or item.get("id") or f"prompt {i + 1}"), raw))
         elif isinstance(item, list):  # a chat written in YAML: a list of {role, content}
             out.append((f"prompt {i + 1}", chat_messages_of(item, where)))
