@@ -22,13 +22,13 @@ from starlette.types import ASGIApp, Scope
 
 from webui.api.serving import DONE, new_id
 
-REPLAY_OF = "x-workbench-replay-of"  # a replay (webui/api/replay.py): kept whatever capture says, marked as such
-REPLAY_ID = "x-workbench-replay-id"  # the id a replay is kept under when its answer has none (an error)
 from webui.store.requests import CapturedRequest, RequestStore
 
 log = logging.getLogger("webui.api")
 
 GENERATING = ("/v1/chat/completions", "/v1/completions")
+REPLAY_OF = "x-workbench-replay-of"  # a replay (webui/api/replay.py): kept whatever capture says, marked as such
+REPLAY_ID = "x-workbench-replay-id"  # the id a replay is kept under when its answer has none (an error)
 
 
 class Capture:
