@@ -21,7 +21,6 @@ from typing import Any
 from starlette.types import ASGIApp, Scope
 
 from webui.api.serving import DONE, new_id
-
 from webui.store.requests import CapturedRequest, RequestStore
 
 log = logging.getLogger("webui.api")
