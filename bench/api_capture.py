@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from api_concurrency import (DEFAULT_PROMPT, default_model_dir, level, one_stream,  # noqa: E402  (bench/ is
                              stream_body)  # the script's folder)
 from tests.e2e.server import free_port, running_server, user_data_with_default_model  # noqa: E402
-from webui.models import DEFAULT_MODEL  # noqa: E402
+from webui.catalog import DEFAULT_MODEL  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

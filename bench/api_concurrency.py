@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.e2e.server import free_port, running_server, user_data_with_default_model  # noqa: E402
 from webui.config import AppConfig  # noqa: E402
 from loaders.hf import ensure_converted  # noqa: E402
-from webui.models import DEFAULT_MODEL, default_model_gguf  # noqa: E402
+from webui.catalog import DEFAULT_MODEL, default_model_gguf  # noqa: E402
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 

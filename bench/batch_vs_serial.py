@@ -21,7 +21,7 @@ from loaders.registry import default_registry
 from webui.config import AppConfig
 from webui.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
 from loaders.hf import ensure_converted
-from webui.models import DEFAULT_MODEL, default_model_gguf
+from webui.catalog import DEFAULT_MODEL, default_model_gguf
 
 TOPICS = ["the sea", "a city at night", "bread", "an old clock", "winter", "a robot", "the moon", "coffee"]
 SHAPES = ["Say hi.", "Write one sentence about {t}.", "Write a short poem about {t}, with a title.",

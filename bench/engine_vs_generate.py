@@ -28,7 +28,7 @@ from loaders.registry import default_registry
 from webui.config import AppConfig
 from webui.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
 from loaders.hf import ensure_converted
-from webui.models import DEFAULT_MODEL, default_model_gguf
+from webui.catalog import DEFAULT_MODEL, default_model_gguf
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 

@@ -32,7 +32,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.e2e.server import free_port, running_server  # noqa: E402
-from webui.models import default_model_gguf  # noqa: E402
+from webui.catalog import default_model_gguf  # noqa: E402
 
 PROMPT = "Write a long story about a dragon who learns to bake bread."
 

@@ -33,7 +33,7 @@ from loaders.registry import default_registry  # noqa: E402
 from webui.config import AppConfig  # noqa: E402
 from webui.engine import Engine, EngineConfig, GenerationRequest, SamplingParams  # noqa: E402
 from loaders.hf import ensure_converted  # noqa: E402
-from webui.models import DEFAULT_MODEL, default_model_gguf  # noqa: E402
+from webui.catalog import DEFAULT_MODEL, default_model_gguf  # noqa: E402
 
 QUESTIONS = ["Write a short poem about the sea.", "Explain why the sky is blue.", "Describe a city at night.",
              "Give three tips for writing clearly.", "Tell a story about a robot.", "What is bread made of?"]

@@ -39,7 +39,7 @@ from tests.e2e.server import free_port, running_server, user_data_with_default_m
 from webui.config import AppConfig  # noqa: E402
 from webui.engine import Engine, EngineConfig, GenerationRequest, SamplingParams  # noqa: E402
 from loaders.hf import ensure_converted  # noqa: E402
-from webui.models import DEFAULT_MODEL, default_model_gguf  # noqa: E402
+from webui.catalog import DEFAULT_MODEL, default_model_gguf  # noqa: E402
 
 WORDS = ("river stone lantern orchard harbor meadow copper violin garden thunder silver canyon paper window "
          "forest signal marble ladder comet island").split()

@@ -31,7 +31,7 @@ from loaders.hf import ensure_converted
 from loaders.registry import default_registry
 from webui.config import AppConfig
 from webui.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
-from webui.models import DEFAULT_MODEL, default_model_gguf
+from webui.catalog import DEFAULT_MODEL, default_model_gguf
 
 PROMPT_TOKENS = 40
 COMMON = dict(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1)

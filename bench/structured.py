@@ -23,7 +23,7 @@ from loaders.hf import ensure_converted
 from loaders.registry import default_registry
 from webui.config import AppConfig
 from webui.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
-from webui.models import DEFAULT_MODEL, default_model_gguf
+from webui.catalog import DEFAULT_MODEL, default_model_gguf
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age", "role", "skills"],
           "properties": {"name": {"type": "string", "maxLength": 40},

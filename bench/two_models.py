@@ -24,7 +24,7 @@ from webui.batch import GridSpec, parse_lines
 from webui.batch.prompts import PromptRow
 from webui.batch.runner import BatchJob
 from webui.config import AppConfig
-from webui.models import DEFAULT_MODEL, default_model_gguf
+from webui.catalog import DEFAULT_MODEL, default_model_gguf
 from webui.services import Services
 
 COPY = "SmolLM2-copy"

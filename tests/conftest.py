@@ -27,7 +27,7 @@ def _torch_threads():
 def default_model_dir() -> Path:
     """SmolLM2-135M-Instruct as a safetensors folder, converted from the package's GGUF once."""
     from loaders.hf import ensure_converted
-    from webui.models import DEFAULT_MODEL, default_model_gguf
+    from webui.catalog import DEFAULT_MODEL, default_model_gguf
 
     gguf = default_model_gguf()
     if gguf is None:

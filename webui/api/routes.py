@@ -82,7 +82,7 @@ def list_models(request: Request) -> dict:
             for name in s.model_names() + s.adapter_ids()]
     loaded = set(s.model_names())
     data += [{"id": e.name, "object": "model", "created": created, "owned_by": "llm-workbench (not loaded)"}
-             for e in s.services.models.available() if e.name not in loaded and e.name.removesuffix(".gguf")
+             for e in s.services.models.catalog.available() if e.name not in loaded and e.name.removesuffix(".gguf")
              not in loaded]
     return {"object": "list", "data": data}
 

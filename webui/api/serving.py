@@ -122,7 +122,7 @@ class Serving:
                                     f"{', '.join(attached_loras(slot.model)) or 'none'}", type="not_found_error",
                                param="model", code="model_not_found")
             return slot.model, ((adapter, slot.loras.get(adapter, 1.0)),)
-        known = {e.name for e in self.services.models.available()}
+        known = {e.name for e in self.services.models.catalog.available()}
         hint = (f"model '{name}' is in the models dir but not loaded; loaded: {', '.join(self.model_names())} "
                 f"(load it in the Model tab)" if name in known else
                 f"the model '{name}' does not exist; available: {', '.join(self.model_names())}")

@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 
 from loaders.base import LoaderError
 from webui.batch.errors import BatchInputError
-from webui.models import ModelEntry, ModelManager, NotLoaded, Slot
+from webui.catalog import ModelEntry
+from webui.models import ModelId, ModelManager, NotLoaded, Slot
 from webui.names import InvalidName
 from webui.store.errors import StoreError
 
@@ -87,7 +88,7 @@ def stored_ran_on(run: Any, rows: Sequence[Mapping[str, Any]], models: ModelMana
 
 
 def _entry(models: ModelManager, name: str) -> ModelEntry | None:
-    return next((e for e in models.available() if e.model_name == name), None)
+    return next((e for e in models.catalog.available() if e.model_name == name), None)
 
 
 def _model_id(models: ModelManager, name: str, loader: str) -> str:
@@ -99,7 +100,7 @@ def _model_id(models: ModelManager, name: str, loader: str) -> str:
 
 
 def _default_loader(models: ModelManager, name: str) -> str | None:
-    entry = _entry(models, name.partition("@")[0])
+    entry = _entry(models, ModelId.parse(name).name)
     return models.default_loader(entry) if entry is not None else None
 
 

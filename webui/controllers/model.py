@@ -39,7 +39,7 @@ class ModelController:
 
     # -- what there is ------------------------------------------------------------------------------------
     def model_names(self) -> list[str]:
-        return [e.name for e in self.models.available()]
+        return [e.name for e in self.models.catalog.available()]
 
     def selected_model(self) -> str | None:
         """The models-dir name of the model in use, else the last one the user loaded."""
@@ -121,7 +121,7 @@ class ModelController:
         if not name:
             return None
         try:
-            return self.models.loader_for(self.models.resolve(name), None).name
+            return self.models.loader_for(self.models.catalog.resolve(name), None).name
         except (LoaderError, InvalidName):
             return None
 
