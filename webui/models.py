@@ -245,7 +245,8 @@ class ModelManager:
              progress: Progress | None = None, *, keep_others: bool = True, make_current: bool = True,
              owner: str = "") -> LoadedModel:
         """Load a model beside the others (``keep_others``) or instead of them, and (``make_current``) make it
-        the one ``owner`` uses; the same model on the same loader is loaded again in its place. On failure everything loaded before stays loaded."""
+        the one ``owner`` uses; the same model on the same loader is loaded again in its place. On failure
+        everything loaded before stays loaded."""
         if isinstance(entry, str):
             entry = self.catalog.resolve(entry)
         options = options or LoadOptions(self.config.device, self.config.dtype, self.config.threads)

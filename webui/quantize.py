@@ -204,7 +204,8 @@ def main(argv: list[str]) -> int:
         path = Path(args.model).expanduser()
         entry = manager.catalog.entry_for_path(path) if path.exists() else manager.catalog.resolve(args.model)
         # quantizers read a Hugging Face folder: the transformers loader makes one of a .gguf (once)
-        source = manager.registry.get("transformers").prepare(entry.path, manager.catalog.workdir(entry), lambda f, m: print(m))
+        source = manager.registry.get("transformers").prepare(entry.path, manager.catalog.workdir(entry),
+                                                              lambda f, m: print(m))
         name = entry.model_name
         assert config.models_dir is not None, "set in AppConfig.__post_init__"
         out = args.out or config.models_dir / f"{name}-{args.method}-{args.bits:g}bit"

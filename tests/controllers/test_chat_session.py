@@ -31,8 +31,8 @@ def test_send_stores_the_message_and_the_streamed_reply(session):
     assert roles(session, done.chat_id) == ["user", "assistant"]
     reply = session.chats.messages(done.chat_id)[-1]
     assert reply.stats["completion_tokens"] == 4 and len(reply.stats["token_ids"]) == 4
-    assert session.listed() == [("Hello there", done.chat_id)] and session.listed("nothing like it") == []
-    assert session.view(done.chat_id) == done  # the stored chat is what was shown
+    assert session.library.listed() == [("Hello there", done.chat_id)] and session.library.listed("nothing like it") == []
+    assert session.library.view(done.chat_id) == done  # the stored chat is what was shown
 
 
 def test_a_cfg_reply_shows_what_the_negative_prompt_cost(session):
@@ -48,9 +48,9 @@ def test_mistakes_are_user_errors_and_store_nothing(session, services):
     services.models.unload()
     with pytest.raises(UserError, match="No model is loaded; load one in the Model tab"):
         list(session.send(None, "Hi", "", GREEDY, KEY))
-    assert session.listed() == []
-    for action in (lambda: list(session.regenerate(None, GREEDY, KEY)), lambda: session.remove_last(None),
-                   lambda: session.delete(None), lambda: session.export(None)):
+    assert session.library.listed() == []
+    for action in (lambda: list(session.regenerate(None, GREEDY, KEY)), lambda: session.library.remove_last(None),
+                   lambda: session.library.delete(None), lambda: session.library.export(None)):
         with pytest.raises(UserError, match="Start a chat first"):
             action()
 
@@ -78,15 +78,15 @@ def test_regenerate_adds_a_version_and_the_arrows_move_between_them(session):
     again = last(session.regenerate(done.chat_id, GREEDY.replace(temperature=1.0, seed=5), KEY))
     after = session.chats.messages(done.chat_id)
     assert [m.role for m in after] == ["user", "assistant"] and after[-1].id != before.id
-    assert session.version_of(done.chat_id, 1) == (2, 2)
-    assert session.describe(done.chat_id, 1) == f"Message 2: version 2 of 2 · {again.stats}"
-    back = session.switch_version(done.chat_id, 1, -1)
+    assert session.library.version_of(done.chat_id, 1) == (2, 2)
+    assert session.library.describe(done.chat_id, 1) == f"Message 2: version 2 of 2 · {again.stats}"
+    back = session.library.switch_version(done.chat_id, 1, -1)
     assert session.chats.messages(done.chat_id)[-1].id == before.id and back.messages[-1]["content"] == before.content
-    assert session.describe(done.chat_id, 1) == f"Message 2: version 1 of 2 · {before.stats['summary']}"
-    assert session.describe(done.chat_id, 0) == "Message 1: version 1 of 1 (edit or regenerate it to add another)"
+    assert session.library.describe(done.chat_id, 1) == f"Message 2: version 1 of 2 · {before.stats['summary']}"
+    assert session.library.describe(done.chat_id, 0) == "Message 1: version 1 of 1 (edit or regenerate it to add another)"
     with pytest.raises(UserError, match="first version"):
-        session.switch_version(done.chat_id, 1, -1)
-    session.switch_version(done.chat_id, 1, +1)
+        session.library.switch_version(done.chat_id, 1, -1)
+    session.library.switch_version(done.chat_id, 1, +1)
     assert session.chats.messages(done.chat_id)[-1].id == after[-1].id
 
 
@@ -104,14 +104,14 @@ def test_an_edit_is_a_new_branch_and_the_models_message_can_be_edited_too(sessio
     last(session.send(done.chat_id, "Second question", "", GREEDY, KEY))
     kept = last(session.edit(done.chat_id, 1, "A reply I wrote", GREEDY, KEY))
     assert [m["content"].split("\n\n")[0] for m in kept.messages] == ["First question", "A reply I wrote"]
-    assert session.chats.messages(done.chat_id)[-1].stats["edited"] and session.version_of(done.chat_id, 1) == (2, 2)
+    assert session.chats.messages(done.chat_id)[-1].stats["edited"] and session.library.version_of(done.chat_id, 1) == (2, 2)
     edited = last(session.edit(done.chat_id, 0, "Edited question", GREEDY, KEY))
     history = session.chats.messages(done.chat_id)
     assert [(m.role, m.content) for m in history][0] == ("user", "Edited question")
     assert roles(session, done.chat_id) == ["user", "assistant"] and "finish" in edited.stats
-    old = session.switch_version(done.chat_id, 0, -1)  # the first branch, with its own continuation, is all there
+    old = session.library.switch_version(done.chat_id, 0, -1)  # the first branch, with its own continuation, is all there
     assert len(old.messages) == 2 and session.chats.messages(done.chat_id)[1].content == "A reply I wrote"
-    session.switch_version(done.chat_id, 1, -1)
+    session.library.switch_version(done.chat_id, 1, -1)
     assert [m.content for m in session.chats.messages(done.chat_id)][2] == "Second question"
     with pytest.raises(UserError, match="cannot be edited"):
         list(session.edit(done.chat_id, 9, "nowhere", GREEDY, KEY))
@@ -120,7 +120,7 @@ def test_an_edit_is_a_new_branch_and_the_models_message_can_be_edited_too(sessio
 def test_branch_to_a_new_chat_from_any_message(session):
     done = last(session.send(None, "One", "", GREEDY, KEY))
     last(session.send(done.chat_id, "Two", "", GREEDY, KEY))
-    branched = session.branch_chat(done.chat_id, 1)
+    branched = session.library.branch_chat(done.chat_id, 1)
     assert branched.chat_id != done.chat_id and branched.title == "One (branch)" and len(branched.messages) == 2
     assert len(session.chats.messages(done.chat_id)) == 4
 
@@ -128,7 +128,7 @@ def test_branch_to_a_new_chat_from_any_message(session):
 def test_remove_last_drops_your_last_message_and_its_reply(session):
     done = last(session.send(None, "One", "", GREEDY, KEY))
     last(session.send(done.chat_id, "Two", "", GREEDY, KEY))
-    view, removed = session.remove_last(done.chat_id)
+    view, removed = session.library.remove_last(done.chat_id)
     assert [m["content"] for m in view.messages][0] == "One" and len(view.messages) == 2
     assert removed == "Two"  # back in the message box, to edit and send again
 
@@ -148,40 +148,40 @@ def test_branch_continues_from_the_chosen_alternative(session):
 def test_chat_list_rename_delete_and_a_new_chat_shows_nothing_of_the_old(session, services):
     services.settings.update(system_prompt="Saved prompt")
     done = last(session.send(None, "Keep me", "Chat prompt", GREEDY, KEY))
-    assert session.rename(done.chat_id, "Renamed").title == "Renamed"
+    assert session.library.rename(done.chat_id, "Renamed").title == "Renamed"
     with pytest.raises(UserError, match="title"):
-        session.rename(done.chat_id, "  ")
-    new = session.view(None)
+        session.library.rename(done.chat_id, "  ")
+    new = session.library.view(None)
     assert (new.chat_id, new.title, new.messages, new.stats, new.system_prompt) == (None, "", [], "", "Saved prompt")
-    gone = session.delete(done.chat_id)
-    assert gone.chat_id is None and gone.title == "" and session.listed() == []
+    gone = session.library.delete(done.chat_id)
+    assert gone.chat_id is None and gone.title == "" and session.library.listed() == []
     with pytest.raises(UserError, match="deleted"):
-        session.view(done.chat_id)
+        session.library.view(done.chat_id)
 
 
 def test_a_reloaded_page_opens_the_latest_chat_with_its_system_prompt(session):
-    assert session.latest().chat_id is None
+    assert session.library.latest().chat_id is None
     older = last(session.send(None, "Older", "Prompt A", GREEDY, KEY))
     newer = last(session.send(None, "Newer", "Prompt B", GREEDY, KEY))
-    latest = session.latest()
+    latest = session.library.latest()
     assert latest.chat_id == newer.chat_id and latest.system_prompt == "Prompt B" and "finish" in latest.stats
-    session.save_system(older.chat_id, "Prompt C")  # touches the older chat: now it is the latest
-    assert session.latest().system_prompt == "Prompt C"
-    assert session.view(None).system_prompt == ""  # a chat's own prompt is not the one new chats start with (#30)
-    session.save_system(None, "Prompt D")  # typed in a new chat: that is
-    assert session.view(None).system_prompt == "Prompt D" and session.view(older.chat_id).system_prompt == "Prompt C"
+    session.library.save_system(older.chat_id, "Prompt C")  # touches the older chat: now it is the latest
+    assert session.library.latest().system_prompt == "Prompt C"
+    assert session.library.view(None).system_prompt == ""  # a chat's own prompt is not the one new chats start with (#30)
+    session.library.save_system(None, "Prompt D")  # typed in a new chat: that is
+    assert session.library.view(None).system_prompt == "Prompt D" and session.library.view(older.chat_id).system_prompt == "Prompt C"
 
 
 def test_export_then_import_and_a_bad_file_changes_nothing(session, tmp_path):
     done = last(session.send(None, "Export me", "", GREEDY, KEY))
-    path = session.export(done.chat_id)
-    copy = session.import_file(path)
+    path = session.library.export(done.chat_id)
+    copy = session.library.import_file(path)
     assert copy.chat_id != done.chat_id and copy.messages == done.messages
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "llm-workbench.chat", "version": 1, "title": "x", "messages": [{"role": "bot"}]}')
     with pytest.raises(UserError, match="Could not import the chat"):
-        session.import_file(bad)
-    assert len(session.listed()) == 2
+        session.library.import_file(bad)
+    assert len(session.library.listed()) == 2
 
 
 def test_inspect_shows_what_the_model_read_and_the_record(session, services):
@@ -234,7 +234,7 @@ def test_a_chat_longer_than_the_context_leaves_out_its_oldest_turns_and_says_so(
     reply = session.chats.messages(chat_id)[-1]
     dropped = reply.stats["dropped"]
     assert dropped >= 2 and dropped % 2 == 0  # whole turns: the chat sent still starts with a user message
-    assert f"{dropped} oldest messages were not sent" in session.view(chat_id).stats
+    assert f"{dropped} oldest messages were not sent" in session.library.view(chat_id).stats
     seen = session.inspect(chat_id)
     assert "Stay brief." in seen.seen.text and "Message number 7" in seen.seen.text
     assert "Message number 0" not in seen.seen.text and f"{dropped} oldest messages were not sent" in seen.note
@@ -257,8 +257,8 @@ def test_the_log_holds_each_messages_text_only_so_copy_and_edit_take_nothing_els
     done = last(session.send(None, "Hi", "", GREEDY, KEY))
     last(session.regenerate(done.chat_id, GREEDY, KEY))
     stored = session.chats.messages(done.chat_id)
-    assert session.view(done.chat_id).messages == [{"role": m.role, "content": m.content} for m in stored]
-    assert "<span" not in str(session.view(done.chat_id).messages)
+    assert session.library.view(done.chat_id).messages == [{"role": m.role, "content": m.content} for m in stored]
+    assert "<span" not in str(session.library.view(done.chat_id).messages)
 
 
 def test_records_of_continued_and_branched_replies_re_create_them_exactly(session, services):
@@ -327,12 +327,12 @@ def test_a_chats_parameters_can_be_taken_back(session, services):
 
     services.settings.update(chat_template="User/Assistant")
     done = last(session.send(None, "Hi", "", GREEDY.replace(top_k=7, stop=("END",)), KEY))
-    params = session.chat_params(done.chat_id)
+    params = session.library.chat_params(done.chat_id)
     assert params.top_k == 7 and params.stop == ("END",)  # not the template's own "\nUser:"
     ParametersController(services).use(params)
     assert services.settings.get().params["top_k"] == 7 and services.settings.get().last_preset is None
     with pytest.raises(UserError, match="no reply made here yet"):
-        session.chat_params(session.chats.create().id)
+        session.library.chat_params(session.chats.create().id)
 
 
 def test_a_chat_sent_to_the_notebook_ends_with_its_last_reply_so_generate_continues_it(session):
@@ -365,8 +365,8 @@ def test_oldest_turns_left_out_by_truncation_length_say_so(session):
         chat_id = last(session.send(chat_id, f"Message number {n}: " + "word " * 12, "", params, KEY)).chat_id
     reply = session.chats.messages(chat_id)[-1]
     assert reply.stats["dropped"] >= 2 and reply.stats["dropped_over"] == 80
-    assert "not sent (over truncation_length 80)" in session.view(chat_id).stats
-    assert "the context is full" not in session.view(chat_id).stats
+    assert "not sent (over truncation_length 80)" in session.library.view(chat_id).stats
+    assert "the context is full" not in session.library.view(chat_id).stats
     assert "over truncation_length 80" in session.inspect(chat_id).note
 
 
@@ -398,4 +398,24 @@ def test_a_reply_records_the_adapters_it_ran_with_though_they_change_meanwhile(s
     assert "finish: length" in done.stats and reply.stats["loras"] == []
     record = session.inspect(chat_id).record
     result = services.engine.generate(record.request(services.loaded.tokenizer))
+    assert list(result.token_ids) == reply.stats["token_ids"]
+
+
+def test_a_reply_runs_and_is_recorded_on_one_model_though_the_model_in_use_changes_meanwhile(
+        session, services, other_tiny_model_dir):
+    """#31 (1): the model in use is resolved once per reply (its slot: model, engine, adapters), so switching the
+    model in use mid-reply changes neither what the reply runs on nor its record, which re-creates it."""
+    (services.config.models_dir / "tiny-b").symlink_to(other_tiny_model_dir, target_is_directory=True)
+    services.models.load("tiny-b", make_current=False)
+    views = session.send(None, "Once upon a time", "", GREEDY.replace(max_new_tokens=24), KEY)
+    chat_id = next(views).chat_id
+    next(views)  # the reply is being written by tiny
+    services.models.use("tiny-b", services.owner)
+    done = last(views)
+    reply = session.chats.messages(chat_id)[-1]
+    assert "finish: length" in done.stats and reply.stats["model"] == "tiny"
+    record = session.inspect(chat_id).record
+    assert record is not None and record.model == "tiny"
+    tiny = services.models.slot("tiny")
+    result = tiny.engine.generate(record.request(tiny.model.tokenizer))
     assert list(result.token_ids) == reply.stats["token_ids"]

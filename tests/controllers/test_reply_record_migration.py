@@ -49,10 +49,10 @@ def test_a_chat_stored_with_the_old_stats_object_opens_shows_its_line_and_reprod
     store_old(session, reply.id, stats)
     assert session.chats.messages(done.chat_id)[-1].stats == stats  # the old object, as stored
 
-    assert session.view(done.chat_id).stats == SUMMARY
-    assert session.describe(done.chat_id, 1) == ("Message 2: version 1 of 1 (edit or regenerate it to add "
+    assert session.library.view(done.chat_id).stats == SUMMARY
+    assert session.library.describe(done.chat_id, 1) == ("Message 2: version 1 of 1 (edit or regenerate it to add "
                                                  f"another) · {SUMMARY}")
-    assert session.chat_params(done.chat_id).to_dict() == SAMPLED.to_dict()
+    assert session.library.chat_params(done.chat_id).to_dict() == SAMPLED.to_dict()
     assert [r["id"] for r in session.last_tokens(done.chat_id)[0]] == stats["token_ids"]
     export = json.loads(session.chats.export_json(done.chat_id))
     assert export["messages"][1]["stats"] == stats  # exports carry the stored object unchanged
@@ -74,6 +74,6 @@ def test_an_old_hand_edited_reply_opens_with_its_line_and_no_record(session):
     done = last(session.send(None, "Hello there", "", SAMPLED, KEY))
     reply = session.chats.messages(done.chat_id)[-1]
     store_old(session, reply.id, {"edited": True, "summary": "edited by hand"})
-    assert session.view(done.chat_id).stats == "edited by hand"
-    assert session.describe(done.chat_id, 1).endswith(" · edited by hand")
+    assert session.library.view(done.chat_id).stats == "edited by hand"
+    assert session.library.describe(done.chat_id, 1).endswith(" · edited by hand")
     assert session.inspect(done.chat_id).record is None and session.last_tokens(done.chat_id)[0] == []

@@ -1,58 +1,42 @@
-"""ChatSession: the Chat tab's behaviour over Services, with no Gradio in it.
+"""ChatSession: the Chat tab's replies (send, regenerate, continue, edit, impersonate, branch, stop) and what a
+message's inspector shows, over Services, with no Gradio in it. The stored chats themselves (list, open, rename,
+versions, export) are its ``library`` (:class:`webui.controllers.chat_library.ChatLibrary`).
 
-Every message goes to SQLite before it is shown (the assistant's reply is
-appended with its first text and updated as it streams), so a restart or a
-kill -9 loses nothing already on screen. Methods take the open chat's id and
-return what the tab shows (a ChatView), so no panel can describe another chat.
+Every message goes to SQLite before it is shown (the assistant's reply is appended with its first text and updated
+as it streams), so a restart or a kill -9 loses nothing already on screen. Methods take the open chat's id and
+return what the tab shows (a ChatView), so no panel can describe another chat. A reply resolves the model in use
+once (its slot: model, engine, adapters) and runs and is recorded on that.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
-import tempfile
-from collections import Counter
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 from loaders.base import LoadedModel
-from webui.models import NotLoaded
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.context import FittedChat, fit_chat, kept_messages, left_out
 from webui.chat.reply import ReplyRecord, written_by
-from webui.chat.templates import STOPS, ChatTemplate, TemplateError, from_record
-from webui.engine.sequence import token_budget
+from webui.chat.templates import ChatTemplate, TemplateError, from_record
+from webui.controllers.chat_library import ChatLibrary, ChatView, require_chat, to_chatbot
 from webui.controllers.errors import UserError
 from webui.controllers.generation import STOP, ActiveRequests, Streamed, new_request, stream_request, stream_text
 from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.engine import GenerationEvent, GenerationRequest, SamplingParams
+from webui.engine.sequence import token_budget
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
+from webui.models import ModelId, NotLoaded, Slot
 from webui.reproduce import ReproduceRecord, record_for_reply
 from webui.services import Services
-from webui.store import StoreError
 from webui.store.chats import Message
 from webui.token_view import VIEW_TOP, BranchError, branch_request, branched_row, token_rows
 
 PANEL = "chat"
 TITLE_LENGTH = 48
-NO_CHAT = "Start a chat first: type a message and press Send."
 NO_MODEL = "No model is loaded; load one in the Model tab."
 
 Key = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class ChatView:
-    """What the Chat tab shows for one chat (chat_id None: a new, unsaved chat)."""
-
-    chat_id: int | None
-    title: str = ""
-    system_prompt: str = ""
-    messages: list[dict[str, str]] = field(default_factory=list)
-    """Chatbot messages: {"role", "content"}, the stored text only."""
-    stats: str = ""
-    """The last reply's stats line ("generating…" while one streams)."""
 
 
 @dataclass(frozen=True)
@@ -63,12 +47,6 @@ class MessageInspection:
     seen: PromptInspection | None = None
     note: str = ""
     record: ReproduceRecord | None = None
-
-
-def to_chatbot(messages: list[Message]) -> list[dict[str, str]]:
-    """Chatbot messages: each one's text exactly as stored, nothing added (Copy and Edit take the content as it is;
-    a message's versions and a reply's stats are shown beside the log, see ``ChatSession.describe``)."""
-    return [{"role": m.role, "content": m.content} for m in messages]
 
 
 def turns_of(messages: list[Message]) -> list[dict[str, str]]:
@@ -86,82 +64,8 @@ class ChatSession:
 
     def __init__(self, services: Services, active: ActiveRequests) -> None:
         self.services, self.chats, self.active = services, services.chats, active
+        self.library = ChatLibrary(services)
         self._shown: dict[str, int | None] = {}  # browser tab (Gradio's session hash) -> the chat on its screen
-
-    # -- the chat list ---------------------------------------------------------------------------------
-    def listed(self, query: str = "") -> list[tuple[str, int]]:
-        """(label, id) of the chats matching ``query``, most recent first: the title, and where two chats share
-        one (an import, say), when each was last written, so they can be told apart."""
-        chats = self.chats.list(query)
-        titles = Counter(c.title for c in chats)
-        labels = [c.title if titles[c.title] == 1 else
-                  f"{c.title} · {time.strftime('%b %d %H:%M:%S', time.localtime(c.updated))}" for c in chats]
-        again = Counter(labels)
-        return [(label if again[label] == 1 else f"{label} · #{c.id}", c.id) for label, c in zip(labels, chats)]
-
-    def view(self, chat_id: int | None) -> ChatView:
-        """The chat as the tab shows it; None: a new chat, with the system prompt new chats start with."""
-        if chat_id is None:
-            return ChatView(None, system_prompt=self.services.settings.get().system_prompt)
-        try:
-            chat, history = self.chats.get(chat_id), self.chats.messages(chat_id)
-        except StoreError as exc:
-            raise UserError(f"{exc}; it may have been deleted in another tab") from exc
-        last = history[-1] if history and history[-1].role == "assistant" else None
-        return ChatView(chat.id, chat.title, chat.system_prompt, to_chatbot(history),
-                        last.record.summary if last else "")
-
-    def latest(self) -> ChatView:
-        """The most recently used chat (what a reloaded page opens), or a new one."""
-        chats = self.chats.list()
-        return self.view(chats[0].id if chats else None)
-
-    def rename(self, chat_id: int | None, title: str) -> ChatView:
-        try:
-            self.chats.rename(self._require(chat_id), title)
-        except StoreError as exc:
-            raise UserError(str(exc)) from exc
-        return self.view(chat_id)
-
-    def delete(self, chat_id: int | None) -> ChatView:
-        """Delete the chat for good; the tab then shows a new chat."""
-        try:
-            self.chats.delete(self._require(chat_id))
-        except StoreError as exc:
-            raise UserError(str(exc)) from exc
-        return self.view(None)
-
-    def title(self, chat_id: int | None) -> str:
-        return self.chats.get(self._require(chat_id)).title
-
-    def save_system(self, chat_id: int | None, text: str) -> None:
-        """The open chat's system prompt, as typed. A new chat (not sent yet) keeps it as the one new chats start
-        with; a chat's own prompt stays that chat's (New chat does not copy it)."""
-        if chat_id is None:
-            if self.services.settings.get().system_prompt != text:
-                self.services.settings.update(system_prompt=text)
-        else:
-            try:
-                if self.chats.get(chat_id).system_prompt != text:
-                    self.chats.set_system_prompt(chat_id, text)
-            except StoreError as exc:
-                raise UserError(f"The system prompt was not saved: {exc}") from exc
-
-    def export(self, chat_id: int | None, tgwui: bool = False) -> Path:
-        """The chat as a JSON file in a new temporary folder: ours (every version), or text-generation-webui's
-        history format (the conversation shown)."""
-        cid = self._require(chat_id)
-        name = f"chat-{cid}-text-generation-webui.json" if tgwui else f"chat-{cid}.json"
-        path = Path(tempfile.mkdtemp(prefix="chat-export-")) / name
-        path.write_text(self.chats.export_tgwui(cid) if tgwui else self.chats.export_json(cid), encoding="utf-8")
-        return path
-
-    def import_file(self, path: str | Path) -> ChatView:
-        try:
-            chat = self.chats.import_json(Path(path).read_text(encoding="utf-8"))
-        except (StoreError, UnicodeDecodeError) as exc:
-            raise UserError(f"Could not import the chat: {exc}") from exc
-        return self.view(chat.id)
 
     # -- generating -------------------------------------------------------------------------------------
     def send(self, chat_id: int | None, text: str, system_prompt: str, sampling: SamplingParams,
@@ -176,13 +80,13 @@ class ChatSession:
         if chat_id is None:
             chat_id = self.chats.create(title=" ".join(text.split())[:TITLE_LENGTH], system_prompt=system_prompt).id
         self.chats.append(chat_id, "user", text)
-        yield replace(self.view(chat_id), stats="…")
+        yield replace(self.library.view(chat_id), stats="…")
         yield from self._reply(chat_id, sampling, key, start=start)
 
     def regenerate(self, chat_id: int | None, sampling: SamplingParams, key: Key,
                    start: str = "") -> Iterator[ChatView]:
         """A new version of the last reply (the previous one stays, a click away)."""
-        cid = self._require(chat_id)
+        cid = require_chat(chat_id)
         self._check_ready(key, cid)
         history = self.chats.messages(cid)
         if history and history[-1].role == "assistant":
@@ -192,7 +96,7 @@ class ChatSession:
 
     def continue_reply(self, chat_id: int | None, sampling: SamplingParams, key: Key) -> Iterator[ChatView]:
         """Extend the last reply from where it stopped."""
-        cid = self._require(chat_id)
+        cid = require_chat(chat_id)
         self._check_ready(key, cid)
         yield from self._reply(cid, sampling, key, continue_last=True)
 
@@ -200,7 +104,7 @@ class ChatSession:
              key: Key) -> Iterator[ChatView]:
         """A new version of message ``index``, the earlier one kept. Your message: the model replies to it (a new
         branch). The model's: the edit is kept as it is (Continue or Regenerate go on from there)."""
-        cid = self._require(chat_id)
+        cid = require_chat(chat_id)
         history = self.chats.messages(cid)
         if not 0 <= index < len(history) or history[index].role not in ("user", "assistant"):
             raise UserError("That message cannot be edited; click one of the chat's messages.")
@@ -209,21 +113,22 @@ class ChatSession:
                 raise UserError("A reply is still being written here; wait for it or press Stop.")
             self.chats.rewind(cid, index)
             self.chats.append(cid, "assistant", text, stats=ReplyRecord(edited=True))
-            yield self.view(cid)
+            yield self.library.view(cid)
             return
         self._check_ready(key, cid)
         self._check_fits([*turns_of(history[:index]), {"role": "user", "content": text}],
                          self.chats.get(cid).system_prompt, sampling)
         self.chats.rewind(cid, index)
         self.chats.append(cid, "user", text)
-        yield replace(self.view(cid), stats="…")
+        yield replace(self.library.view(cid), stats="…")
         yield from self._reply(cid, sampling, key)
 
     def impersonate(self, chat_id: int | None, system_prompt: str, sampling: SamplingParams,
                     key: Key) -> Iterator[str]:
         """The model writes your next message (the text so far, streamed): it goes into the message box, and is
         sent only if you send it."""
-        model = self._check_ready(key)
+        slot = self._check_ready(key)
+        model = slot.model
         if model.capabilities.renders_chats:  # your turn is rendered with a template of ours, then continued
             raise UserError("Impersonate needs a local model: a remote server only writes the assistant's turn.")
         history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else []
@@ -236,27 +141,13 @@ class ChatSession:
         if template.user_stops:
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.user_stops))))
         sampling = sampling.replace(structured_outputs={})  # a constraint is on the model's replies, not your side
-        for text, _ in stream_text(self.services, self.active, key, prompt, sampling, False):
+        for text, _ in stream_text(slot, self.active, key, prompt, sampling, False):
             yield text.strip()
-
-    def chat_params(self, chat_id: int | None) -> SamplingParams:
-        """The parameters the chat's last reply was made with (without the stop strings its template added)."""
-        cid = self._require(chat_id)
-        made = next((r for r in (m.record for m in reversed(self.chats.messages(cid))) if r.run is not None), None)
-        if made is None or made.run is None:
-            raise UserError("This chat has no reply made here yet, so it has no parameters to use.")
-        template_stops = STOPS.get((made.chat_template or {}).get("name", ""), ())
-        params = dict(made.run.params)
-        params["stop"] = [s for s in params.get("stop", []) if s not in template_stops]
-        try:
-            return SamplingParams.from_dict(params, source="this chat's last reply")
-        except ValueError as exc:
-            raise UserError(str(exc)) from exc
 
     def as_text(self, chat_id: int | None) -> str:
         """The chat as the model reads it, for the Notebook to go on by hand: ending with the last reply itself
         (no end of turn), so Generate continues it; or, after the user's message, with the reply's opening."""
-        cid = self._require(chat_id)
+        cid = require_chat(chat_id)
         model = self.services.loaded
         if model is None or model.capabilities.renders_chats:
             raise UserError("Sending a chat to the Notebook needs a local model (its template writes the text).")
@@ -267,55 +158,6 @@ class ChatSession:
                                       template=self.template(model))
         except ChatPromptError as exc:
             raise UserError(str(exc)) from exc
-
-    def switch_version(self, chat_id: int | None, index: int, step: int) -> ChatView:
-        """Show message ``index``'s previous (step -1) or next (+1) version, and the conversation after it."""
-        cid = self._require(chat_id)
-        history = self.chats.messages(cid)
-        if not 0 <= index < len(history):
-            raise UserError("Click a message first to move between its versions.")
-        versions = self.chats.versions(history[index].id)
-        at = versions.index(history[index].id) + step
-        if not 0 <= at < len(versions):
-            raise UserError(f"This is the {'first' if step < 0 else 'last'} version of that message.")
-        self.chats.show(versions[at])
-        return self.view(cid)
-
-    def version_of(self, chat_id: int | None, index: int | None) -> tuple[int, int]:
-        """(number, count) of message ``index``'s versions; (0, 0) when there is no such message."""
-        history = self.chats.messages(chat_id) if chat_id is not None else []
-        if chat_id is None or index is None or not 0 <= index < len(history):
-            return 0, 0
-        return self.chats.version_numbers(chat_id).get(history[index].id, (1, 1))
-
-    def describe(self, chat_id: int | None, index: int | None) -> str:
-        """The line beside the log for message ``index``: which version it is, and a reply's stats ("" when there
-        is no such message)."""
-        history = self.chats.messages(chat_id) if chat_id is not None else []
-        if index is None or not 0 <= index < len(history):
-            return ""
-        number, count = self.version_of(chat_id, index)
-        line = f"Message {index + 1}: version {number} of {count}" + (
-            "" if count > 1 else " (edit or regenerate it to add another)")
-        return " · ".join(part for part in (line, history[index].record.summary) if part)
-
-    def branch_chat(self, chat_id: int | None, index: int) -> ChatView:
-        """A new chat holding this chat up to and including message ``index``; the tab then shows it."""
-        cid = self._require(chat_id)
-        history = self.chats.messages(cid)
-        if not 0 <= index < len(history):
-            raise UserError("Click the message to branch from first.")
-        title = f"{self.chats.get(cid).title} (branch)"
-        return self.view(self.chats.branch(history[index].id, title[-200:]).id)
-
-    def remove_last(self, chat_id: int | None) -> tuple[ChatView, str]:
-        """Remove your last message and everything after it; the chat, and that message's text (for the message
-        box, to edit and send again)."""
-        cid = self._require(chat_id)
-        users = [m for m in self.chats.messages(cid) if m.role == "user"]
-        if users:
-            self.chats.truncate(cid, users[-1].position)
-        return self.view(cid), users[-1].content if users else ""
 
     def stop(self, key: Key, chat_id: int | None = None) -> bool:
         """Stop the reply being written in chat ``chat_id`` and an Impersonate running for ``key``."""
@@ -333,11 +175,12 @@ class ChatSession:
     def branch(self, chat_id: int | None, position: int, token_id: int, sampling: SamplingParams,
                key: Key) -> Iterator[ChatView]:
         """Continue the last reply from ``position`` with ``token_id`` in place of the token the model chose."""
-        cid = self._require(chat_id)
-        model, last = self.services.loaded, self._last_reply(cid)
+        cid = require_chat(chat_id)
+        slot, last = self.services.in_use(), self._last_reply(cid)
         try:
-            if model is None or not model.capabilities.stepped:  # the reply's tokens and their alternatives
+            if slot is None or not slot.model.capabilities.stepped:  # the reply's tokens and their alternatives
                 raise BranchError("branching needs a local model: load one in the Model tab")
+            model = slot.model
             made = last.record if last else ReplyRecord()
             ids, rows = list(made.token_ids), list(made.tokens)
             if last is None or not ids or not rows or len(ids) != len(rows):
@@ -347,7 +190,7 @@ class ChatSession:
                                                self.chats.get(cid).system_prompt), made.dropped)
             prompt = render_chat_prompt(model.tokenizer, sent, template=template)
             req = branch_request(model.tokenizer.encode(prompt, add_special_tokens=False), ids, position, token_id,
-                                 sampling, loras=self.services.active_loras, logprobs=VIEW_TOP)
+                                 sampling, loras=slot.active_loras, logprobs=VIEW_TOP)
             prefix_ids = ids[:position] + [token_id]
             prefix_rows = rows[:position] + [branched_row(rows[position], token_id)]
         except (BranchError, ChatPromptError) as exc:
@@ -356,13 +199,13 @@ class ChatSession:
         self.chats.rewind(cid, last.position)  # a new version of the reply; the old one stays
         prefix = model.tokenizer.decode(prefix_ids)
         target = self.chats.append(cid, "assistant", prefix)
-        yield replace(self.view(cid), stats="…")
+        yield replace(self.library.view(cid), stats="…")
         if req is None:  # the alternative was the reply's last allowed token: nothing was generated (no run)
             self.chats.update(target.id, stats=ReplyRecord(made.model, made.loader, made.chat_template, made.loras,
                                                            token_ids=tuple(prefix_ids), tokens=tuple(prefix_rows)))
-            yield replace(self.view(cid), stats="finish: length (branched at the last token)")
+            yield replace(self.library.view(cid), stats="finish: length (branched at the last token)")
             return
-        events = stream_request(self.services, self.active, reply_key(key, cid), req)
+        events = stream_request(slot, self.active, reply_key(key, cid), req)
         yield from self._store_reply(cid, target, ReplyStart(prefix, tuple(prefix_ids), tuple(prefix_rows)), events,
                                      req, model, template)
 
@@ -384,7 +227,7 @@ class ChatSession:
         if made.model and model is not None and written_by(model.name, model.loader) != \
                 written_by(made.model, made.loader):
             try:  # counted as the model that wrote it read it, where it is loaded
-                model = self.services.models.slot(f"{made.model.split('@')[0]}@{made.loader}").model
+                model = self.services.models.slot(str(ModelId(ModelId.parse(made.model).name, made.loader))).model
             except NotLoaded:
                 also = (f"written by {written_by(made.model, made.loader or '?')}, not loaded now: tokens "
                         f"and the share of the context are {written_by(model.name, model.loader)}'s")
@@ -411,22 +254,19 @@ class ChatSession:
         return rows, chosen is last and model is not None and model.capabilities.stepped
 
     # -- helpers ----------------------------------------------------------------------------------------
-    def _require(self, chat_id: int | None) -> int:
-        if chat_id is None:
-            raise UserError(NO_CHAT)
-        return chat_id
-
-    def _check_ready(self, key: Key, chat_id: int | None = None) -> LoadedModel:
-        """The loaded model, when nothing is being written for ``key`` (in chat ``chat_id``, when given)."""
-        model = self._model()
+    def _check_ready(self, key: Key, chat_id: int | None = None) -> Slot:
+        """The model in use, when nothing is being written for ``key`` (in chat ``chat_id``, when given)."""
+        slot = self._slot()
         if self.active.busy(key if chat_id is None else reply_key(key, chat_id)):
             raise UserError("A reply is still being written here; wait for it or press Stop.")
-        return model
+        return slot
 
-    def _model(self) -> LoadedModel:
-        if (model := self.services.loaded) is None:
+    def _slot(self) -> Slot:
+        """The model the caller uses: its slot (model, engine, adapters), resolved once for a whole reply, so the
+        reply and its record are of one model and one set of adapters whatever changes meanwhile."""
+        if (slot := self.services.in_use()) is None:
             raise UserError(NO_MODEL)
-        return model
+        return slot
 
     def _last_reply(self, chat_id: int) -> Message | None:
         history = self.chats.messages(chat_id)
@@ -436,7 +276,8 @@ class ChatSession:
                start: str = "") -> Iterator[ChatView]:
         """Stream a reply into the chat: a new one (beginning with ``start``, which the model continues, when
         given), or the rest of the last one (``continue_last``)."""
-        model = self._model()
+        slot = self._slot()
+        model = slot.model
         history = self.chats.messages(cid)
         system_prompt = self.chats.get(cid).system_prompt
         if continue_last and model.capabilities.renders_chats:
@@ -463,8 +304,8 @@ class ChatSession:
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.stops))))
         before = ReplyStart(target.content if target else start, tuple(given or ()), made.tokens if given else ())
         logprobs = VIEW_TOP if model.capabilities.stepped else None  # the token views under a reply
-        request = new_request(self.services, prompt, sampling, False, fitted.messages, logprobs)
-        events = stream_request(self.services, self.active, reply_key(key, cid), request)
+        request = new_request(slot, prompt, sampling, False, fitted.messages, logprobs)
+        events = stream_request(slot, self.active, reply_key(key, cid), request)
         yield from self._store_reply(cid, target, before, events, request, model, template, fitted)
 
     def _fitted(self, model: LoadedModel, turns: list[dict[str, str]], system_prompt: str, sampling: SamplingParams,
@@ -519,7 +360,7 @@ class ChatSession:
                      fitted: FittedChat | None = None) -> Iterator[ChatView]:
         """Store the streamed reply as it grows (after ``before``)."""
         base, ids, rows = before.text, list(before.token_ids), list(before.rows)
-        head = self.view(cid)  # title and system prompt stay while it streams: one query per token, not two
+        head = self.library.view(cid)  # title and system prompt stay while it streams: one query per token, not two
 
         def keep(text: str, event: GenerationEvent) -> ChatView | None:
             nonlocal target, ids, rows

@@ -9,6 +9,7 @@ from webui.chat.reply import RunStats
 from webui.controllers.errors import UserError
 from webui.engine import EngineError, GenerationEvent, GenerationRequest, RequestStream, SamplingParams
 from webui.engine.types import Timings, Usage
+from webui.models import Slot
 from webui.services import Services
 
 
@@ -114,34 +115,35 @@ Streamed = Generator[tuple[str, GenerationEvent], object, None]
 """What ``stream_text`` gives: (text so far, event) pairs, into which a caller may send STOP."""
 
 
-def stream_text(services: Services, active: ActiveRequests, key: tuple[str, str], prompt: str | list[int],
+def stream_text(slot: Slot, active: ActiveRequests, key: tuple[str, str], prompt: str | list[int],
                 params: SamplingParams, add_special_tokens: bool, messages: list[dict[str, str]] | None = None,
                 logprobs: int | None = None) -> Streamed:
-    """Submit (with the active LoRA adapters) and yield (text so far, event); the last event has a finish_reason.
+    """Submit to ``slot`` (the model the caller uses, resolved once by the caller) with its attached LoRA adapters
+    and yield (text so far, event); the last event has a finish_reason.
 
     Errors become UserError with the engine's message; leaving the loop early
     (tab closed, Stop) cancels the request.
     """
-    yield from stream_request(services, active, key,
-                              new_request(services, prompt, params, add_special_tokens, messages, logprobs))
+    yield from stream_request(slot, active, key,
+                              new_request(slot, prompt, params, add_special_tokens, messages, logprobs))
 
 
-def new_request(services: Services, prompt: str | list[int], params: SamplingParams, add_special_tokens: bool,
+def new_request(slot: Slot, prompt: str | list[int], params: SamplingParams, add_special_tokens: bool,
                 messages: list[dict[str, str]] | None = None, logprobs: int | None = None) -> GenerationRequest:
-    """A request with the adapters attached now: what it runs with, whatever is attached or detached meanwhile
-    (so a record made from it holds what ran). UserError for a bad one."""
+    """A request with the adapters attached to ``slot``'s model now: what it runs with, whatever is attached or
+    detached meanwhile (so a record made from it holds what ran). UserError for a bad one."""
     try:
         return GenerationRequest(prompt, params, add_special_tokens=add_special_tokens,
-                                 loras=services.active_loras, messages=messages, logprobs=logprobs)
+                                 loras=slot.active_loras, messages=messages, logprobs=logprobs)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
 
-def stream_request(services: Services, active: ActiveRequests, key: tuple[str, str],
+def stream_request(slot: Slot, active: ActiveRequests, key: tuple[str, str],
                    request: GenerationRequest) -> Streamed:
-    """``stream_text`` for a request built by the caller (a branch, say)."""
+    """``stream_text`` for a request built by the caller (a branch, say), on ``slot``'s engine."""
     try:
-        stream = services.engine.submit(request)
+        stream = slot.engine.submit(request)
     except (EngineError, ValueError) as exc:
         raise UserError(str(exc)) from exc
     active.start(key, stream)

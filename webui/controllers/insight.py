@@ -76,10 +76,11 @@ class InsightController:
         """(output, note) of a pasted reproduce record run on the loaded model."""
         try:
             record = parse_record(record_text or "")
-            model = self.services.loaded
-            if model is None:
+            slot = self.services.in_use()  # once: the model that tokenizes is the one that runs
+            if slot is None:
                 raise RecordError("no model is loaded; load the record's model first")
-            result = self.services.engine.generate(record.request(model.tokenizer))
+            model = slot.model
+            result = slot.engine.generate(record.request(model.tokenizer))
         except (RecordError, EngineError, ValueError) as exc:
             raise UserError(str(exc)) from exc
         note = "" if model.name == record.model else (
@@ -94,12 +95,14 @@ class InsightController:
 
     def perplexity(self, text: str, window: float | None, progress: Progress | None = None) -> str:
         """Evaluate and store the loaded model's perplexity on ``text``; the summary line."""
-        model, loras = self.services.loaded, self.services.active_loras
+        slot = self.services.in_use()  # once: the model, its adapters and the engine stored are those that ran
+        if slot is None:
+            raise UserError("No model is loaded; load one in the Model tab to measure its perplexity.")
+        model, loras = slot.model, slot.active_loras
         try:
-            result = perplexity(self.services.engine, text, int(window or 512), loras, progress=progress)
+            result = perplexity(slot.engine, text, int(window or 512), loras, progress=progress)
         except (InsightUnavailable, ValueError) as exc:
             raise UserError(str(exc)) from exc
-        assert model is not None, "perplexity() needs a loaded model"
         label = " ".join(text.split())[:40] + ("…" if len(text) > 40 else "")
         self.services.perplexity.add(model.name, model.loader, loras, label, result.tokens, result.nll, result.ppl,
                                      result.window)

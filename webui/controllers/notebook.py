@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from loaders.base import LoadedModel
 from webui.controllers.errors import UserError
 from webui.controllers.generation import ActiveRequests, Streamed, stats_text, stream_request, stream_text
 from webui.engine import SamplingParams
+from webui.models import Slot
 from webui.names import InvalidName
 from webui.services import Services
 from webui.store import StoreError
@@ -93,9 +93,10 @@ class NotebookSession:
         """Stream the model's continuation of ``text``; a named notebook is saved when it ends."""
         if not text.strip():
             raise UserError("The notebook is empty; type some text for the model to continue.")
-        model = self._ready(key)
+        slot = self._ready(key)
+        model = slot.model
         local = model.capabilities.stepped  # the token views: each token's id and alternatives
-        events = stream_text(self.services, self.active, key, text, sampling, True,
+        events = stream_text(slot, self.active, key, text, sampling, True,
                              logprobs=VIEW_TOP if local else None)
         start = Generation(text, model.tokenizer.encode(text) if local else [], [], [])
         yield from self._stream(name, start, "", events, (history + [text])[-MAX_UNDO:], local)
@@ -103,14 +104,15 @@ class NotebookSession:
     def branch(self, name: str | None, text: str, history: list[str], last: Generation | None, position: int,
                token_id: int, sampling: SamplingParams, key: Key) -> Iterator[NotebookView]:
         """Continue the last generation from ``position`` with ``token_id`` in place of the model's token."""
-        model = self._ready(key)
+        slot = self._ready(key)
+        model = slot.model
         try:
             if not model.capabilities.stepped:
                 raise BranchError("branching needs a local model: load one in the Model tab")
             if last is None:
                 raise BranchError("generate something first")
             req = branch_request(last.prompt_ids, last.token_ids, position, token_id, sampling,
-                                 loras=self.services.active_loras, logprobs=VIEW_TOP)
+                                 loras=slot.active_loras, logprobs=VIEW_TOP)
         except BranchError as exc:
             raise UserError(str(exc)) from exc
         ids = last.token_ids[:position] + [token_id]
@@ -121,17 +123,19 @@ class NotebookSession:
             yield NotebookView(last.before + prefix, "finish: length (branched at the last token)", history, done,
                                True)
             return
-        events = stream_request(self.services, self.active, key, req)
+        events = stream_request(slot, self.active, key, req)
         yield from self._stream(name, Generation(last.before, last.prompt_ids, ids, rows), prefix, events, history,
                                 True)
 
-    def _ready(self, key: Key) -> LoadedModel:
-        model = self.services.loaded
-        if model is None:
+    def _ready(self, key: Key) -> Slot:
+        """The model the caller uses (its slot: model, engine, adapters, resolved once for the whole generation),
+        when nothing runs for ``key``."""
+        slot = self.services.in_use()
+        if slot is None:
             raise UserError("No model is loaded; load one in the Model tab.")
         if self.active.busy(key):
             raise UserError("A generation is still running here; wait for it or press Stop.")
-        return model
+        return slot
 
     def _stream(self, name: str | None, start: Generation, prefix: str,
                 events: Streamed, history: list[str],

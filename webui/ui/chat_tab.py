@@ -188,7 +188,7 @@ def view_updates(session: ChatSession, view: ChatView, query: str, request: gr.R
     """Values for ``ChatTab.view``: the chat, and the past-chats list with it selected; the browser tab of
     ``request`` shows this chat from now on (a reply still streaming elsewhere stays off its view)."""
     session.show(session_key(request, PANEL)[0], view.chat_id)
-    listed = gr.update(choices=session.listed(query), value=view.chat_id)
+    listed = gr.update(choices=session.library.listed(query), value=view.chat_id)
     return view.messages, view.chat_id, view.title, view.system_prompt, listed, view.stats, None, NO_SELECTION
 
 
@@ -247,7 +247,7 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
                                              params.params(data), session_key(request, PANEL)), request)
         except UserError as exc:  # the box shows the edit; put back what is stored
             gr.Warning(str(exc))
-            yield session.view(data[tab.chat_id]).messages if data[tab.chat_id] is not None else [], gr.skip()
+            yield session.library.view(data[tab.chat_id]).messages if data[tab.chat_id] is not None else [], gr.skip()
 
     @shows_errors
     def branch(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
@@ -269,7 +269,7 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
 
     @shows_errors
     def use_params(cid: int | None) -> tuple:
-        used = params.controller.use(session.chat_params(cid))
+        used = params.controller.use(session.library.chat_params(cid))
         gr.Info("The Parameters tab now holds this chat's parameters.")
         return *params.panel.show(used), None, "Parameters taken from a chat's last reply.", pipeline_text(used)
 
@@ -287,7 +287,7 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
 
 
 def version_text(session: ChatSession, chat_id: int | None, index: int | None) -> str:
-    return session.describe(chat_id, index) or NO_SELECTION
+    return session.library.describe(chat_id, index) or NO_SELECTION
 
 
 def _wire_versions(tab: ChatTab, session: ChatSession) -> None:
@@ -301,7 +301,7 @@ def _wire_versions(tab: ChatTab, session: ChatSession) -> None:
         def move(cid: int | None, index: int | None) -> Messages:
             if index is None:
                 raise UserError("Click a message first to move between its versions.")
-            view = session.switch_version(cid, index, by)
+            view = session.library.switch_version(cid, index, by)
             return view.messages, view.stats, version_text(session, cid, index)
         return move
 
@@ -309,7 +309,7 @@ def _wire_versions(tab: ChatTab, session: ChatSession) -> None:
     def branch(cid: int | None, index: int | None, query: str, request: gr.Request) -> tuple:
         if index is None:
             raise UserError("Click the message to branch from first.")
-        return view_updates(session, session.branch_chat(cid, index), query, request)
+        return view_updates(session, session.library.branch_chat(cid, index), query, request)
 
     for button, by in ((tab.previous, -1), (tab.next_, +1)):
         button.click(step(by), [tab.chat_id, tab.selected], [tab.chatbot, tab.stats, tab.version]).then(**refresh)
@@ -329,26 +329,26 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
 
     @shows_errors
     def open_chat(cid: int | None, query: str, request: gr.Request) -> tuple:
-        return *view_updates(session, session.view(cid), query, request), *disarmed()
+        return *view_updates(session, session.library.view(cid), query, request), *disarmed()
 
     @shows_errors
     def rename(cid: int | None, title: str, query: str, request: gr.Request) -> tuple:
-        return *view_updates(session, session.rename(cid, title), query, request), *disarmed()
+        return *view_updates(session, session.library.rename(cid, title), query, request), *disarmed()
 
     @shows_errors
     def delete(cid: int | None, confirmed: bool, query: str, request: gr.Request) -> tuple:
         if not confirmed:
-            return (*[gr.skip()] * 5, f"Click **Confirm delete** to delete '{session.title(cid)}' for good.",
+            return (*[gr.skip()] * 5, f"Click **Confirm delete** to delete '{session.library.title(cid)}' for good.",
                     gr.skip(), gr.skip(), True, gr.update(value="Confirm delete"))
-        return *view_updates(session, session.delete(cid), query, request), *disarmed()
+        return *view_updates(session, session.library.delete(cid), query, request), *disarmed()
 
     def export(tgwui: bool) -> Callable[[int | None], Update]:
-        return shows_errors(lambda cid: gr.update(value=str(session.export(cid, tgwui)), visible=True))
+        return shows_errors(lambda cid: gr.update(value=str(session.library.export(cid, tgwui)), visible=True))
 
     @shows_errors
     def import_chat(file: Any, query: str, request: gr.Request) -> tuple:  # file: a path, or has .name
         path = file if isinstance(file, str) else file.name
-        return *view_updates(session, session.import_file(path), query, request), *disarmed()
+        return *view_updates(session, session.library.import_file(path), query, request), *disarmed()
 
     with_confirm = [*tab.view, tab.confirm, tab.delete]
     tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh)
@@ -359,15 +359,15 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     # no .clear listener: the log's own trash icon (shown only with one) cleared the view and deleted nothing
     @shows_errors
     def remove_last(cid: int | None, typed: str) -> tuple:
-        view, removed = session.remove_last(cid)
+        view, removed = session.library.remove_last(cid)
         return *_messages_and_stats(view), (removed if removed and not typed.strip() else gr.skip())
 
     tab.remove_last.click(remove_last, [tab.chat_id, tab.message], [tab.chatbot, tab.stats, tab.message]).then(**refresh)
-    tab.search.change(lambda q: gr.update(choices=session.listed(q)), [tab.search], [tab.chat_list],
+    tab.search.change(lambda q: gr.update(choices=session.library.listed(q)), [tab.search], [tab.chat_list],
                       show_progress="hidden")
     tab.rename.click(rename, [tab.chat_id, tab.title, tab.search], with_confirm)
     tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], with_confirm).then(**refresh)
-    SaveOrder().wire(tab.system.change, lambda d: session.save_system(d[tab.chat_id], d[tab.system]),
+    SaveOrder().wire(tab.system.change, lambda d: session.library.save_system(d[tab.chat_id], d[tab.system]),
                      {tab.chat_id, tab.system}, key=lambda d: d[tab.chat_id])  # as typed, for the chat it was in
     tab.export.click(export(False), [tab.chat_id], [tab.export_file])
     tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
@@ -385,7 +385,7 @@ def on_load(tab: ChatTab) -> tuple[list, Any]:
     template_outputs, template_values = template_on_load(tab.template)
 
     def load(request: gr.Request) -> tuple:
-        view = tab.session.latest()
+        view = tab.session.library.latest()
         held = dict(zip(specs(), values_from_params(tab.params.controller.saved()[0])))["structured_outputs"]
         return *view_updates(tab.session, view, "", request), *constraint_updates(held), *panel_updates(tab.session, view.chat_id), *template_values()
     return [*tab.view, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs], load

@@ -183,7 +183,7 @@ def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insigh
 
     def to_chat(selected: str | None, request: gr.Request) -> tuple[object, ...]:
         chat_id = c.as_chat(selected, _user(request))
-        return (*view_updates(chat.session, chat.session.view(chat_id), "", request), gr.Tabs(selected="chat"))
+        return (*view_updates(chat.session, chat.session.library.view(chat_id), "", request), gr.Tabs(selected="chat"))
 
     def to_notebook(selected: str | None, request: gr.Request) -> tuple[str, gr.Tabs]:
         return c.as_text(selected, _user(request)), gr.Tabs(selected="notebook")
