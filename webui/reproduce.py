@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loaders.base import Tokenizer
 from webui.chat.reply import ReplyRecord
 from webui.engine import GenerationRequest, InvalidParameter, SamplingParams
 from webui.engine.params import specs
 from webui.engine.sampling import DRAW
+
+if TYPE_CHECKING:
+    from webui.batch.results import ResultRow
 
 FORMAT = "llm-workbench.record"
 
@@ -185,20 +188,20 @@ def record_for_reply(history: list[dict[str, str]], system_prompt: str, reply: R
                            continue_from=reply.given.to_json() if reply.given is not None else None)
 
 
-def record_for_batch_row(model: str, spec: dict[str, Any], row: Any, loader: str = "transformers") -> ReproduceRecord:
+def record_for_batch_row(model: str, spec: dict[str, Any], row: ResultRow,
+                         loader: str = "transformers") -> ReproduceRecord:
     """The record of one batch result row: its model (the run's, when rows did not name theirs), loader, system
     prompt and raw flag, the row's setting (its parameters with the seed the cell used, and the adapters of its
     "lora" axis value) and prompt. ``loader``: for runs stored before the run kept its loader."""
-    model = getattr(row, "model", None) or model
-    loader = getattr(row, "loader", None) or spec.get("loaders", {}).get(model) or spec.get("loader") or loader
+    model = row.model or model
+    loader = row.loader or spec.get("loaders", {}).get(model) or spec.get("loader") or loader
     template = spec.get("chat_templates", {}).get(model, spec.get("chat_template"))
     from webui.chat import chat_messages
 
     setting: dict[str, Any] = next((s for s in spec.get("settings", []) if s.get("label") == row.setting), {})
     params = {**row.params, "seed": row.seed}
     loras = [list(x) for x in setting.get("loras", [])]
-    options = getattr(row, "load_options", None)
-    options = spec.get("load_options", {}).get(model, {}) if options is None else options
+    options = spec.get("load_options", {}).get(model, {}) if row.load_options is None else row.load_options
     if spec.get("raw"):
         return ReproduceRecord(model, params, prompt=row.prompt, loader=loader, loras=loras, load_options=options)
     messages = chat_messages([{"role": "user", "content": row.prompt}], spec.get("system_prompt", ""))

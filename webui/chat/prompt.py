@@ -36,7 +36,7 @@ def render_chat_prompt(tokenizer: Tokenizer, messages: Iterable[Mapping[str, str
     model without a template of its own names the built-in that would fit).
     """
     template = template or ChatTemplate("")
-    if template.source is None and not getattr(tokenizer, "chat_template", None):
+    if template.source is None and not tokenizer.chat_template:
         raise ChatPromptError(f"this model has no chat template of its own; choose an instruction template (the "
                               f"built-in '{guess(tokenizer)}' fits its special tokens) or send a raw prompt")
     msgs = chat_messages(messages, system_prompt)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from loaders.base import Tokenizer
 from webui.fsutil import atomic_write_text
 from webui.names import InvalidName, check_name
 
@@ -198,11 +199,11 @@ class TemplateStore:
             raise TemplateError(f"there is no template '{name}'")
         path.unlink()
 
-    def resolve(self, choice: str | None, tokenizer: Any) -> ChatTemplate:
+    def resolve(self, choice: str | None, tokenizer: Tokenizer) -> ChatTemplate:
         """The template for ``choice`` ("" or None: the model's own, or a guessed built-in when it has none)."""
         if choice:
             return ChatTemplate(choice, self.source(choice))
-        if getattr(tokenizer, "chat_template", None):
+        if tokenizer.chat_template:
             return ChatTemplate(MODEL_OWN)
         name = guess(tokenizer)
         return ChatTemplate(name, BUILTIN[name], f"this model has no chat template; using the built-in '{name}' "
