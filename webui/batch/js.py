@@ -210,14 +210,14 @@ def _failure(name: str, text: str, timeout: float) -> str:
 
 
 def _described(text: str) -> str:
-    """A QuickJS error's first line, and the line of the user's code it happened at (from its stack)."""
+    """A QuickJS error's first line, and the line of the user's code it was thrown at (the top of its stack;
+    QuickJS gives none for arrow functions)."""
     lines = text.strip().splitlines() or ["an error without a message"]
     message = lines[0] if len(lines[0]) <= 200 else lines[0][:199] + "…"
-    for frame in lines[1:]:
-        found = re.search(r"<input>:(\d+)", frame)
-        if found and not re.search(r"at (__settle|__pick|__outcome|require) ", frame):
-            return f"{message} (line {max(1, int(found.group(1)) - 1)})"
-    return message
+    found = re.search(r"<input>:(\d+)", lines[1]) if len(lines) > 1 else None  # where it was thrown, when known
+    if found is None or re.search(r"at (__settle|__pick|__outcome|require|<eval>) ", lines[1]):
+        return message
+    return f"{message} (line {max(1, int(found.group(1)) - 1)})"
 
 
 def run_javascript(value: str, timeout: float, output: str, context: Mapping[str, Any]

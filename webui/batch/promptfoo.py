@@ -32,6 +32,7 @@ from webui.batch.asserts import Assert, parse_assert, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
+from webui.batch.python_assert import is_python_file
 from webui.batch.results import ResultRow
 from webui.batch.transform import options_transform, resolved, with_transforms
 from webui.engine.params import InvalidParameter, SamplingParams
@@ -339,11 +340,11 @@ def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequ
 
 
 def promptfoo_assertion(a: Assert) -> dict[str, Any]:
-    """An assert as a promptfoo file writes it: latency's limit as its threshold, a Python check as file://."""
+    """An assert as a promptfoo file writes it: latency's limit as its threshold, a Python file as file://."""
     d = a.to_dict()
     if a.kind == "latency":
         d["threshold"] = d.pop("value")
-    elif a.kind == "python" and isinstance(d.get("value"), str) and not d["value"].startswith("file://"):
+    elif a.kind == "python" and is_python_file(str(d.get("value"))) and not d["value"].startswith("file://"):
         d["value"] = "file://" + d["value"]
     return d
 
