@@ -61,6 +61,8 @@ def test_results_become_outcomes_a_bool_a_score_and_a_grading_result():
                                   "or {pass, score, reason}")
     odd = run_javascript("'yes'", 5, "x", CONTEXT)
     assert not odd[0] and "must return true/false, a score" in odd[1]
+    function = run_javascript("(output) => true", 5, "x", CONTEXT)  # a function has no JSON
+    assert not function[0] and function[1].endswith("got null")
 
 
 def test_an_error_names_the_line_and_the_message():

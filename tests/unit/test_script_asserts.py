@@ -11,7 +11,7 @@ from webui.batch import BatchInputError, parse_assert
 from webui.batch.asserts import Observed
 from webui.batch.cli import build_parser
 from webui.batch.grid import plan
-from webui.batch.prompts import load_prompts_text
+from webui.batch.prompts import PromptRow, load_prompts_text
 from webui.batch.promptfoo import promptfoo_assertion, read_config
 from webui.batch.results import result_for
 
@@ -166,6 +166,7 @@ def test_a_promptfoo_config_with_script_asserts_and_transforms_on_fixed_outputs(
     _, rows, settings = read_config(CONFIG, tmp_path)
     assert [a.transform for a in rows[0].asserts][-1] == ("output.trim()", "output.split(' ')[0].toUpperCase()")
     assert rows[1].asserts[0].transform == (f"file://{tmp_path / 'shout.py'}",)  # the test's own replaces default
+    assert [PromptRow.from_dict(r.to_dict()) for r in rows] == rows  # a stored run's rows keep config and transforms
     outputs = {0: "  bananas are yellow and sweet.  ", 1: " apples are red "}
     results = [result_for(c, output=outputs[c.row.index], finish_reason="stop", prompt_tokens=5,
                           completion_tokens=6) for c in plan(rows, settings)]

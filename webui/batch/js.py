@@ -198,7 +198,7 @@ def call_javascript(value: str, output: Any, context: Mapping[str, Any], timeout
         raise ScriptError(_failure(name, str(exc), timeout)) from None
     if "error" in outcome:
         raise ScriptError(_failure(name, outcome["error"], timeout))
-    return name, outcome["type"], outcome["value"]
+    return name, outcome["type"], outcome.get("value")  # a function or a symbol has no JSON: None
 
 
 def _failure(name: str, text: str, timeout: float) -> str:
