@@ -45,7 +45,8 @@ def test_every_kind_has_an_example_and_a_check_and_scored_kinds_a_threshold():
     for name, kind in ASSERT_KINDS.items():
         assert kind.name == name and kind.example and callable(kind.check), name
         assert 0 <= kind.threshold <= 1, name
-    assert {name for name, kind in ASSERT_KINDS.items() if kind.scored} == {"similar", "python", "llm-rubric"}
+    assert {name for name, kind in ASSERT_KINDS.items() if kind.scored} == {"similar", "python", "javascript",
+                                                                                 "llm-rubric"}
 
 
 def test_not_contains_is_contains_negated_whichever_way_it_is_written():
@@ -64,7 +65,7 @@ def test_the_help_the_promptfoo_reader_and_the_errors_list_the_table():
     assert set(supported()) == {"contains", "icontains", "contains-any", "contains-all", "icontains-any",
                                 "icontains-all", "equals", "regex", "starts-with", "is-json", "contains-json",
                                 "is-xml", "contains-xml", "word-count", "cost", "similar", "python",
-                                "latency", "llm-rubric"}
+                                "javascript", "latency", "llm-rubric"}
     with pytest.raises(BatchInputError) as info:
         parse_assert("nothing:here")
     assert ", ".join(ASSERT_KINDS) in str(info.value)

@@ -103,7 +103,7 @@ def test_label_shows_newlines_escaped():
 @pytest.mark.parametrize("spec, message", [
     ("foo:bar", r"unknown assert 'foo:bar'; write kind:value with kind one of contains, icontains, not-contains, "
                 r"equals, regex, starts-with, similar, llm-rubric, contains-any, contains-all, icontains-any, icontains-all, "
-                r"is-json, contains-json, is-xml, contains-xml, word-count, max-length, python, latency, cost, ttft, "
+                r"is-json, contains-json, is-xml, contains-xml, word-count, max-length, python, javascript, latency, cost, ttft, "
                 r"tokens-per-second, "
                 r"or not- before one"),
     ("Paris", "unknown assert 'Paris'"),
@@ -158,7 +158,7 @@ def test_check_all_and_kinds():
     assert [r.passed for r in results] == [True, False]
     assert set(KINDS) == {"contains", "icontains", "not-contains", "equals", "regex", "starts-with", "is-json",
                           "contains-json", "is-xml", "contains-xml", "word-count", "max-length", "similar",
-                          "python", "latency", "cost", "ttft", "tokens-per-second", "contains-any",
+                          "python", "javascript", "latency", "cost", "ttft", "tokens-per-second", "contains-any",
                           "contains-all", "icontains-any", "icontains-all", "llm-rubric"}
 
 

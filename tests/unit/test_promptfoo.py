@@ -34,16 +34,16 @@ def test_the_suite_becomes_prompts_times_tests_and_providers_become_settings():
 
 
 @pytest.mark.parametrize("config, said", [
-    ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: javascript\n        value: 'true'",
-     "the assert type 'javascript' is not supported here"),
+    ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: levenshtein\n        value: hi",
+     "the assert type 'levenshtein' is not supported here"),
     ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: perplexity\n        threshold: 1",
      "'perplexity' is not supported"),
     ("prompts: ['{{q}}']\ntests:\n  - vars: {other: hi}", "the template uses {{q}}, but the row has no 'q'"),
     ("tests: []", "prompts is missing"),
     ("prompts: ['x']\nproviders:\n  - id: a\n    config: {temperature: 9}", "temperature must be in"),
     ("prompts: ['x']\nproviders:\n  - id: a\n    config: {mystery: 1}", "unknown setting(s) mystery"),
-    ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: python\n        value: len(output)",
-     "inline Python is not supported"),
+    ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: python\n        value: len(output",
+     "python: the inline code does not compile"),
     ("prompts: [x\n", "not valid YAML"),
     ("prompts: ['x']\nproviders: ['workbench:']", "workbench: needs a model name"),
     ("promts: ['x']", "unknown key(s) promts"),

@@ -2,7 +2,8 @@
 
 A kind's spec says what its value is (a
 :class:`~webui.batch.assert_values.ValueForm`: a text, a pattern, a number, a
-list of texts, an optional JSON schema, a length, a Python file), how it checks
+list of texts, an optional JSON schema, a length, a Python or JavaScript
+script), how it checks
 an output, whether it scores (a score in [0, 1] held against a threshold) and
 how promptfoo writes it. Parsing, validation, labels, the dict form, checking,
 the promptfoo reader and the help of the Batch form and the CLI all read the
@@ -25,9 +26,10 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 import jsonschema
 
 from webui.batch.assert_values import (
-    CODE, LENGTH, LIST, NUMBER, OPTIONAL_LIST, PATTERN, SCHEMA, TEXT, ValueForm, compiled, excerpt, schema_validator,
+    CODE, JS_CODE, LENGTH, LIST, NUMBER, OPTIONAL_LIST, PATTERN, SCHEMA, TEXT, ValueForm, compiled, excerpt,
+    schema_validator,
 )
-from webui.batch.errors import BatchInputError
+from webui.batch.js import JS_TIMEOUT, run_javascript
 from webui.batch.python_assert import PYTHON_TIMEOUT, run_python
 from webui.batch.xml_checks import xml_inside, xml_problem
 
@@ -67,11 +69,17 @@ def _promptfoo_schema(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
     return {**schema, **_promptfoo_threshold(item)}
 
 
-def _promptfoo_python(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    value = item.get("value")
-    if not (isinstance(value, str) and value.startswith("file://")):
-        raise BatchInputError("inline Python is not supported; put it in a file and write value: file://checks.py")
-    return {"value": str(base / value.removeprefix("file://")), **_promptfoo_threshold(item)}
+def _promptfoo_script(file_prefix: str) -> Callable[[Mapping[str, Any], Path], dict[str, Any]]:
+    """promptfoo's python or javascript assert: inline code as it is, a ``file://`` path relative to the config's
+    folder (written after ``file_prefix``), and its ``config``."""
+    def read(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+        value = item.get("value")
+        if isinstance(value, str) and value.strip().startswith("file://"):
+            path = Path(value.strip().removeprefix("file://")).expanduser()
+            value = file_prefix + str(path if path.is_absolute() else base / path)
+        config = {"config": item["config"]} if item.get("config") is not None else {}
+        return {"value": value, **config, **_promptfoo_threshold(item)}
+    return read
 
 
 # -- the spec ------------------------------------------------------------------------------------------
@@ -214,10 +222,23 @@ def _similar(a: Assert, seen: Observed) -> Outcome:
     return Outcome(True, "similarity to the reference", similarity(seen.output, str(a.value)), True)
 
 
+def script_context(a: Assert, seen: Observed) -> dict[str, Any]:
+    """The ``context`` a python or javascript assert gets, as promptfoo passes it (prompt, vars, test, config),
+    and the row's token count and timing."""
+    test = {"vars": dict(seen.variables), **({"description": seen.description} if seen.description else {})}
+    return {"prompt": seen.prompt, "vars": dict(seen.variables), "test": test,
+            "config": dict(a.options.get("config", {})), "completion_tokens": seen.completion_tokens,
+            "ttft": seen.ttft, "tokens_per_second": seen.tokens_per_second}
+
+
 def _python(a: Assert, seen: Observed) -> Outcome:
-    context = {"prompt": seen.prompt, "completion_tokens": seen.completion_tokens, "ttft": seen.ttft,
-               "tokens_per_second": seen.tokens_per_second}
-    return Outcome(*run_python(str(a.value), float(a.options.get("timeout", PYTHON_TIMEOUT)), seen.output, context))
+    timeout = float(a.options.get("timeout", PYTHON_TIMEOUT))
+    return Outcome(*run_python(str(a.value), timeout, seen.output, script_context(a, seen)))
+
+
+def _javascript(a: Assert, seen: Observed) -> Outcome:
+    timeout = float(a.options.get("timeout", JS_TIMEOUT))
+    return Outcome(*run_javascript(str(a.value), timeout, seen.output, script_context(a, seen)))
 
 
 def _llm_rubric(a: Assert, seen: Observed) -> Outcome:
@@ -290,8 +311,11 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     AssertKind("contains-xml", OPTIONAL_LIST, _contains_xml, "analysis", usage="contains-xml[:root.element,...]"),
     AssertKind("word-count", NUMBER, _word_count, "12", usage="word-count:N", unit="words"),
     AssertKind("max-length", LENGTH, _max_length, "50 tokens", usage="max-length:N [tokens]", promptfoo=None),
-    AssertKind("python", CODE, _python, "checks.py:get_assert", usage="python:file.py[:function]",
-               scored=True, promptfoo=_promptfoo_python),
+    AssertKind("python", CODE, _python, "checks.py:get_assert", usage="python:file.py[:function] or python:code",
+               scored=True, promptfoo=_promptfoo_script("")),
+    AssertKind("javascript", JS_CODE, _javascript, "output.length < 100",
+               usage="javascript:code or javascript:file://file.js[:function]", scored=True,
+               promptfoo=_promptfoo_script("file://")),
     AssertKind("latency", NUMBER, _latency, "5000", usage="latency:ms", unit="milliseconds",
                promptfoo=_promptfoo_latency),
     AssertKind("cost", NUMBER, _cost, "0.01", usage="cost:dollars", unit="dollars",

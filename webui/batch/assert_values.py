@@ -1,7 +1,7 @@
 """How an assert kind's value is held, read and written: one :class:`ValueForm` per shape of value.
 
 A text, a regular expression, a number, a list of texts, an optional JSON
-schema, a length in characters or tokens, a Python file: each form checks the
+schema, a length in characters or tokens, a script (Python or JavaScript): each form checks the
 value when an assert is made, reads it from the compact ``kind:value`` text and
 from the dict form, and writes it back in both, so the two forms round-trip.
 Error messages name the kind as written and its example value.
@@ -13,11 +13,12 @@ import json
 import math
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import jsonschema
 
 from webui.batch.errors import BatchInputError
+from webui.batch.js import check_javascript
 from webui.batch.python_assert import check_python
 
 if TYPE_CHECKING:
@@ -195,22 +196,27 @@ class LengthValue(ValueForm):
 
 
 class CodeValue(ValueForm):
-    """A Python file and function (``python:checks.py[:function]``), with an optional ``timeout`` in seconds."""
+    """A script: a Python file and function (``python:checks.py[:function]``) or inline code (``python:len(output)
+    < 100``, ``javascript:output.length < 100``, ``javascript:file://checks.js``), with an optional ``timeout``
+    in seconds and promptfoo's ``config`` (an object the script sees as ``context.config``)."""
 
     name = "code"
-    options = frozenset({"timeout"})
-    keys = ("timeout",)
+    options = frozenset({"timeout", "config"})
+    keys = ("timeout", "config")
+
+    def __init__(self, check: Callable[[Any, Mapping[str, Any]], None]) -> None:
+        self.check = check
 
     def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
-        check_python(value, options)
+        self.check(value, options)
         return value, options
 
     def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         value, _ = super().read_dict(kind, value, given)
-        return value, ({"timeout": given["timeout"]} if given.get("timeout") is not None else {})
+        return value, {key: given[key] for key in self.keys if given.get(key) is not None}
 
     def write_dict(self, item: Assert) -> dict[str, Any]:
-        return {"value": item.value, **({"timeout": item.options["timeout"]} if "timeout" in item.options else {})}
+        return {"value": item.value, **{key: item.options[key] for key in self.keys if key in item.options}}
 
 
 class OptionalListValue(ListValue):
@@ -240,8 +246,9 @@ class OptionalListValue(ListValue):
         return {} if item.value is None else super().write_dict(item)
 
 
-TEXT, PATTERN, NUMBER, LIST, SCHEMA, LENGTH, CODE = (ValueForm(), PatternValue(), NumberValue(), ListValue(),
-                                                     SchemaValue(), LengthValue(), CodeValue())
+TEXT, PATTERN, NUMBER, LIST, SCHEMA, LENGTH = (ValueForm(), PatternValue(), NumberValue(), ListValue(),
+                                               SchemaValue(), LengthValue())
+CODE, JS_CODE = CodeValue(check_python), CodeValue(check_javascript)
 OPTIONAL_LIST = OptionalListValue()
 
 

@@ -21,8 +21,12 @@ their character-trigram counts (case and runs of spaces ignored): no model and
 no download, good at "says the same words", blind to paraphrase (default
 threshold 0.75). ``python:<file.py>[:function]`` calls ``function(output,
 context)`` (default ``get_assert``, as promptfoo names it) in a separate Python
-process with a time limit; it returns a bool, a score, or ``{"pass", "score",
-"reason"}``. ``latency:<ms>``, ``ttft:<ms>`` and ``tokens-per-second:<n>`` check
+process with a time limit; ``python:<code>`` runs inline code (an expression, or
+a body with ``return``); it returns a bool, a score, or ``{"pass", "score",
+"reason"}``. ``javascript:<code>`` and ``javascript:file://<file.js>[:function]``
+do the same in JavaScript (webui.batch.js). Both get promptfoo's ``context``
+(prompt, vars, test, config). An assert's ``transform`` (dict form) rewrites the
+output before it is checked (webui.batch.transform). ``latency:<ms>``, ``ttft:<ms>`` and ``tokens-per-second:<n>`` check
 the row's timing. ``llm-rubric:<rubric>`` is judged by a model (the batch runner
 asks it, see webui.batch.judge); the verdict and its reason are the result.
 
@@ -39,7 +43,8 @@ from typing import Any, Mapping
 
 from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, similarity
 from webui.batch.assert_values import excerpt
-from webui.batch.errors import BatchInputError
+from webui.batch.errors import BatchInputError, ScriptError
+from webui.batch.transform import check_transforms, transformed
 
 __all__ = ["KINDS", "Assert", "AssertResult", "Observed", "Verdict", "assert_label", "check_all", "parse_assert",
            "parse_asserts", "row_score", "similarity"]
@@ -50,7 +55,7 @@ _EXAMPLES = ("contains:Paris, icontains:paris, not-contains:London, equals:4, re
              "is-json, is-json:{\"type\":\"object\"}, max-length:200, max-length:50 tokens, "
              "similar:The capital is Paris, python:checks.py, latency:5000, ttft:500, tokens-per-second:5, "
              "not-regex:^\\s*$")
-_DICT_KEYS = ("type", "kind", "value", "weight", "threshold")
+_DICT_KEYS = ("type", "kind", "value", "weight", "threshold", "transform")
 """The dict form's keys every kind takes; a kind's value form adds its own (schema, unit, timeout)."""
 
 
@@ -90,6 +95,10 @@ class Observed:
     prompt: str = ""
     judged: Mapping[str, "Verdict"] = field(default_factory=dict)
     """llm-rubric verdicts by rubric: what the judge model said of this output."""
+    variables: Mapping[str, str] = field(default_factory=dict)
+    """The row's variables (a promptfoo test's vars), which scripts see as ``context.vars``."""
+    description: str = ""
+    """The row's test description (promptfoo's), "" when it has none."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,9 @@ class Assert:
     weight: float = 1.0
     threshold: float | None = None
     """For scored kinds: the score that passes (None: the kind's default)."""
+    transform: tuple[str, ...] = ()
+    """Code that rewrites the output before the check, in order (webui.batch.transform); the dict form's
+    ``transform``."""
 
     def __post_init__(self) -> None:
         spec = ASSERT_KINDS.get(self.kind)
@@ -130,6 +142,7 @@ class Assert:
         if extra:
             raise BatchInputError(f"{self.kind}: unknown option(s) {', '.join(sorted(map(str, extra)))}")
         _check_weight(self.kind, self.weight, self.threshold)
+        object.__setattr__(self, "transform", check_transforms(self.transform))
         value, options = spec.value.hold(spec, self.value, self.options)
         object.__setattr__(self, "value", value)
         object.__setattr__(self, "options", options)
@@ -161,6 +174,8 @@ class Assert:
             out["weight"] = self.weight
         if self.threshold is not None:
             out["threshold"] = self.threshold
+        if self.transform:
+            out["transform"] = self.transform[0] if len(self.transform) == 1 else list(self.transform)
         return out
 
     @property
@@ -172,6 +187,12 @@ class Assert:
         if isinstance(seen, str):
             seen = Observed(seen, completion_tokens)
         spec = self.spec
+        if self.transform:
+            try:
+                seen = transformed(self.transform, seen)
+            except ScriptError as exc:
+                return AssertResult(False, f"transform: {exc}", self.label, 0.0 if spec.scored else None,
+                                    self.weight)
         passed, detail, score, by_score = spec.check(self, seen)
         if by_score and score is not None:
             passed = score >= self.pass_at
@@ -251,12 +272,12 @@ def _from_dict(spec: Mapping[str, Any]) -> Assert:
     if unknown:
         own = ", ".join(f"{key} for {k.name}" for k in kinds for key in k.value.keys)
         raise BatchInputError(f"assert {shown} has unknown key(s) {', '.join(sorted(map(str, unknown)))}; keys: "
-                              f"type, value ({own}), weight, threshold")
+                              f"type, value ({own}), weight, threshold, transform")
     kind, negate = _kind(spec.get("type", spec.get("kind")))
     if kind is None:
         raise BatchInputError(f"assert {shown} needs \"type\" set to one of {', '.join(ASSERT_KINDS)} "
                               "(or not- before one)")
-    extra = {k: spec[k] for k in ("weight", "threshold") if spec.get(k) is not None}
+    extra = {k: spec[k] for k in ("weight", "threshold", "transform") if spec.get(k) is not None}
     value, options = kind.value.read_dict(kind, spec.get("schema", spec.get("value")), spec)
     return Assert(kind.name, value, options, negate=negate, **extra)
 

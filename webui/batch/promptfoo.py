@@ -4,18 +4,19 @@ What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
 ``{role, content}`` messages written as text, or such a list in YAML;
 ``{id/label, raw}`` objects; ``file://`` files, globs too: .txt/.md texts split
 on lines of ``---`` as promptfoo splits them, .json/.yaml chats, .jsonl a chat a line),
-``tests`` (inline, or a ``file://`` YAML/JSON list) with ``vars``, ``assert``
-and ``description``, ``defaultTest`` (its ``vars`` and ``assert`` apply to
-every test) and ``providers``. Each provider becomes one setting, labelled by its
+``tests`` (inline, or a ``file://`` YAML/JSON list) with ``vars``, ``assert``,
+``description`` and ``options.transform``, ``defaultTest`` (its ``vars``, ``assert``
+and ``options`` apply to every test) and ``providers``. Each provider becomes one setting, labelled by its
 ``label`` or ``id``, with its ``config`` (``temperature``, ``max_tokens``,
 ``top_p``, ``seed``, ``stop``... as the OpenAI API names them) as that setting's
 parameters. ``workbench:NAME`` runs on the loaded model NAME (any loaded model:
 local, another loader's ``NAME@loader``, or a remote server connected in the Model
 tab; ``launch.py batch`` loads it); any other id runs on the model in use. Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
-python with ``file://``, latency, llm-rubric (judged by the loaded model),
-their ``not-`` forms, ``weight`` and ``threshold``); any other type
-(javascript, levenshtein...) is an error that names it, never skipped.
+python and javascript (inline or ``file://``, with ``config``), latency,
+llm-rubric (judged by the loaded model), their ``not-`` forms, ``weight``,
+``threshold`` and ``transform``); any other type (levenshtein...) is an error
+that names it, never skipped. Transforms: webui.batch.transform.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from webui.batch.asserts import Assert, parse_assert, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
+from webui.batch.python_assert import is_python_file
 from webui.batch.results import ResultRow
+from webui.batch.transform import options_transform, resolved, with_transforms
 from webui.engine.params import InvalidParameter, SamplingParams
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -78,7 +81,9 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
     for t, test in enumerate(tests):
         where = f"tests[{t}]"
         variables = _nested({**_vars(default.get("vars"), "defaultTest"), **_vars(test.get("vars"), where)}, where)
-        asserts = [*_asserts(default.get("assert"), "defaultTest", base), *_asserts(test.get("assert"), where, base)]
+        asserts = with_transforms([*_asserts(default.get("assert"), "defaultTest", base),
+                                   *_asserts(test.get("assert"), where, base)],
+                                  options_transform(default, test, base, where))
         name = str(test.get("description") or f"test {t + 1}")
         for p, (label, prompt) in enumerate(prompts):
             at = f"{where} with prompt '{label}'"
@@ -241,12 +246,14 @@ def _assert(item: Any, where: str, base: Path) -> Assert:
     if spec is None or spec.promptfoo is None:
         raise BatchInputError(f"promptfoo config: {where}: the assert type '{kind}' is not supported here "
                               f"(supported: {', '.join(supported())}, and not- before each)")
-    unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider"}
+    unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider", "transform",
+                           *(("config",) if "config" in spec.value.keys else ())}
     if unknown:
         raise BatchInputError(f"promptfoo config: {where}: unknown key(s) {', '.join(sorted(unknown))}")
     weight = {"weight": item["weight"]} if item.get("weight") is not None else {}
+    transform = {"transform": resolved(item["transform"], base)} if item.get("transform") is not None else {}
     try:
-        return parse_assert({"type": kind, **spec.promptfoo(item, base), **weight})
+        return parse_assert({"type": kind, **spec.promptfoo(item, base), **weight, **transform})
     except BatchInputError as exc:
         raise BatchInputError(f"promptfoo config: {where}: {exc}") from None
 
@@ -333,11 +340,11 @@ def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequ
 
 
 def promptfoo_assertion(a: Assert) -> dict[str, Any]:
-    """An assert as a promptfoo file writes it: latency's limit as its threshold, a Python check as file://."""
+    """An assert as a promptfoo file writes it: latency's limit as its threshold, a Python file as file://."""
     d = a.to_dict()
     if a.kind == "latency":
         d["threshold"] = d.pop("value")
-    elif a.kind == "python" and isinstance(d.get("value"), str) and not d["value"].startswith("file://"):
+    elif a.kind == "python" and is_python_file(str(d.get("value"))) and not d["value"].startswith("file://"):
         d["value"] = "file://" + d["value"]
     return d
 

@@ -134,7 +134,8 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
                load_options: Mapping[str, Any] | None = None) -> ResultRow:
     """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error)."""
     error = error or None
-    seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text, judged or {})
+    seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text, judged or {},
+                    cell.row.variables, str((cell.row.origin or {}).get("description") or ""))
     asserts = [] if error else [a.check(seen) for a in cell.row.asserts]
     if not cell.row.asserts:
         passed = None

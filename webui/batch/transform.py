@@ -1,0 +1,110 @@
+"""Transforms: code that rewrites an output before asserts check it (promptfoo's ``transform``).
+
+A transform is inline JavaScript (``output.trim().toLowerCase()``; one line is an expression, several a function
+body with ``return``), a JavaScript file (``file://clean.js[:functionName]``, run by webui.batch.js) or a Python
+file (``file://clean.py[:function]``, default function ``get_transform``, run by webui.batch.python_assert). It is
+called with (output, context) where context is ``{vars, prompt}``, and returns the new output (anything that is
+not text becomes its JSON).
+
+promptfoo writes one on a test (``options.transform``, also under ``defaultTest``; a test's own replaces the
+default) and on an assert (``transform``). Here an assert holds the transforms that apply to it, in order
+(``Assert.transform``: the test's, then its own), so asserts with transforms are plain data that round-trip; the
+stored output is always the model's. A transform that fails makes the assert fail with what happened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from webui.batch.errors import BatchInputError, ScriptError
+from webui.batch.js import JS_TIMEOUT, call_javascript, check_javascript
+from webui.batch.python_assert import call_python, python_target
+
+if TYPE_CHECKING:
+    from webui.batch.asserts import Assert, Observed
+
+TRANSFORM_TIMEOUT = JS_TIMEOUT  # seconds a transform may take
+
+
+def _is_python(value: str) -> bool:
+    return value.strip().startswith("file://") and python_target(value)[0].suffix.lower() == ".py"
+
+
+def check_transforms(given: Any) -> tuple[str, ...]:
+    """An assert's transforms as it holds them (a text or a list of texts; each inline JavaScript or a
+    ``file://`` .js/.py file that exists), checked before a batch runs."""
+    items = () if given is None else (given,) if isinstance(given, str) else given
+    if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) and v.strip() for v in items):
+        raise BatchInputError(f"transform must be JavaScript code or a file://path.js or file://path.py, or a list "
+                              f"of them; got {given!r:.80}")
+    for value in items:
+        if not _is_python(value):
+            check_javascript(value, {}, kind="transform")
+            continue
+        path, function = python_target(value, "get_transform")
+        if not path.is_file():
+            raise BatchInputError(f"transform {value}: there is no file {path}")
+        if not function.isidentifier():
+            raise BatchInputError(f"transform {value}: '{function}' is not a function name")
+    return tuple(items)
+
+
+def resolved(value: Any, base: Path) -> Any:
+    """A promptfoo transform with a relative ``file://`` path made relative to the config's folder ``base``."""
+    if isinstance(value, str) and value.strip().startswith("file://"):
+        path = Path(value.strip().removeprefix("file://")).expanduser()
+        return value if path.is_absolute() else f"file://{base / path}"
+    return value
+
+
+def options_transform(default: Mapping[str, Any], test: Mapping[str, Any], base: Path, where: str) -> tuple[str, ...]:
+    """The transform a promptfoo test's ``options`` give its outputs (the test's own, else ``defaultTest``'s):
+    none or one. Options other than transform are refused by name rather than ignored."""
+    found: Any = None
+    for options, at in ((default.get("options"), "defaultTest"), (test.get("options"), where)):
+        if options is None:
+            continue
+        if not isinstance(options, Mapping):
+            raise BatchInputError(f"promptfoo config: {at}.options must be a mapping (e.g. transform: ...)")
+        other = set(options) - {"transform"}
+        if other:
+            raise BatchInputError(f"promptfoo config: {at}.options: {', '.join(sorted(map(str, other)))} not "
+                                  "supported here (options takes transform)")
+        if options.get("transform") is not None:
+            found = resolved(options["transform"], base)
+    try:
+        return check_transforms(found)
+    except BatchInputError as exc:
+        raise BatchInputError(f"promptfoo config: {where}.options: {exc}") from None
+
+
+def with_transforms(asserts: Sequence[Assert], transforms: Sequence[str]) -> list[Assert]:
+    """``asserts`` with ``transforms`` applied before each one's own."""
+    if not transforms:
+        return list(asserts)
+    return [dataclasses.replace(a, transform=(*transforms, *a.transform)) for a in asserts]
+
+
+def transformed(transforms: Sequence[str], seen: Observed) -> Observed:
+    """What was observed, with its output passed through ``transforms`` in order. ScriptError when one fails."""
+    output = seen.output
+    context = {"vars": dict(seen.variables), "prompt": {"raw": seen.prompt}}
+    for value in transforms:
+        output = apply_transform(value, output, context)
+    return dataclasses.replace(seen, output=output)
+
+
+def apply_transform(value: str, output: str, context: Mapping[str, Any], timeout: float = TRANSFORM_TIMEOUT) -> str:
+    """One transform on one output: the new output (text; anything else as JSON). ScriptError names the
+    transform and says what went wrong, or that it returned nothing."""
+    if _is_python(value):
+        name, result = call_python(value, [output, dict(context)], timeout, default="get_transform")
+        kind = "null" if result is None else "value"
+    else:
+        name, kind, result = call_javascript(value, output, context, timeout, transform=True)
+    if kind in ("null", "undefined"):
+        raise ScriptError(f"transform {name} returned nothing ({kind}); return the new output")
+    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
