@@ -180,15 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from webui.config import AppConfig, default_user_data_dir
-    from webui.models import ModelManager
     from loaders.registry import default_registry
+    from webui.catalog import Catalog
 
     args = build_parser().parse_args(argv)
     config = AppConfig(user_data_dir=args.user_data_dir or default_user_data_dir())
     config.make_dirs()
-    # no engine: it only finds and prepares models here (ModelManager's annotation says Engine; webui/models.py is
-    # being retyped on branch engine, #31)
-    manager = ModelManager(config, None, default_registry())  # type: ignore[arg-type]
+    catalog = Catalog(config, default_registry())  # it only finds and prepares models: nothing is loaded here
     try:
         if args.method == "gptq" and args.bits not in BITS:
             raise QuantizeError(f"--bits for gptq must be one of {', '.join(map(str, BITS))}, got {args.bits:g}")
@@ -202,10 +200,9 @@ def main(argv: list[str]) -> int:
         elif args.rows is not None:
             raise QuantizeError("--rows applies to exl2; gptq calibrates on --calibration's texts")
         path = Path(args.model).expanduser()
-        entry = manager.catalog.entry_for_path(path) if path.exists() else manager.catalog.resolve(args.model)
+        entry = catalog.entry_for_path(path) if path.exists() else catalog.resolve(args.model)
         # quantizers read a Hugging Face folder: the transformers loader makes one of a .gguf (once)
-        source = manager.registry.get("transformers").prepare(entry.path, manager.catalog.workdir(entry),
-                                                              lambda f, m: print(m))
+        source = catalog.registry.get("transformers").prepare(entry.path, catalog.workdir(entry), lambda f, m: print(m))
         name = entry.model_name
         assert config.models_dir is not None, "set in AppConfig.__post_init__"
         out = args.out or config.models_dir / f"{name}-{args.method}-{args.bits:g}bit"
