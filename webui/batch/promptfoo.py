@@ -4,22 +4,25 @@ What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
 ``{role, content}`` messages written as text, or such a list in YAML;
 ``{id/label, raw}`` objects; ``file://`` files, globs too: .txt/.md texts split
 on lines of ``---`` as promptfoo splits them, .json/.yaml chats, .jsonl a chat a line),
-``tests`` (inline, or a ``file://`` YAML/JSON list) with ``vars``, ``assert``
-and ``description``, ``defaultTest`` (its ``vars`` and ``assert`` apply to
-every test) and ``providers``. Each provider becomes one setting, labelled by its
+``tests``, ``defaultTest`` and ``scenarios`` (read by
+:mod:`webui.batch.promptfoo_tests`: test files, CSV, vars, expansion) and
+``providers``. Each provider becomes one setting, labelled by its
 ``label`` or ``id``, with its ``config`` (``temperature``, ``max_tokens``,
 ``top_p``, ``seed``, ``stop``... as the OpenAI API names them) as that setting's
 parameters. ``workbench:NAME`` runs on the loaded model NAME (any loaded model:
 local, another loader's ``NAME@loader``, or a remote server connected in the Model
-tab; ``launch.py batch`` loads it); any other id runs on the model in use. Asserts keep promptfoo's names (contains, icontains,
+tab; ``launch.py batch`` loads it); any other id runs on the model in use.
+Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python with ``file://``, latency, llm-rubric (judged by the loaded model),
-their ``not-`` forms, ``weight`` and ``threshold``); any other type
-(javascript, levenshtein...) is an error that names it, never skipped.
+their ``not-`` forms, ``weight``, ``threshold`` and ``metric``; values filled
+from the test's vars); any other type (javascript, levenshtein...) is an error
+that names it, never skipped. Every problem of a suite is reported at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -31,6 +34,7 @@ from webui.batch.asserts import Assert, parse_assert, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
+from webui.batch.promptfoo_tests import Case, Problems, read_cases
 from webui.batch.results import ResultRow
 from webui.engine.params import InvalidParameter, SamplingParams
 
@@ -56,42 +60,75 @@ def load_config(path: Path) -> tuple[str, list[PromptRow], list[Setting]]:
 
 
 def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setting]]:
-    """Like :func:`load_config` for config text; ``file://`` paths are relative to ``base``."""
+    """Like :func:`load_config` for config text; ``file://`` paths are relative to ``base``. Every problem found
+    is reported at once, each with where it is in the suite."""
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise BatchInputError(f"promptfoo config: not valid YAML ({exc})") from None
     if not isinstance(config, dict):
         raise BatchInputError("promptfoo config: expected a mapping with prompts, providers and tests")
+    problems = Problems()
     unknown_top = set(config) - {"description", "prompts", "providers", "tests", "defaultTest", "outputPath",
                                  "sharing", "env", "evaluateOptions", "scenarios", "derivedMetrics", "nunjucksFilters"}
     if unknown_top:
-        raise BatchInputError(f"promptfoo config: unknown key(s) {', '.join(sorted(unknown_top))}")
-    if config.get("scenarios"):
-        raise BatchInputError("promptfoo config: scenarios are not supported; list their tests under tests")
-    prompts = _prompts(config.get("prompts"), base)
-    default = config.get("defaultTest") or {}
-    if not isinstance(default, dict):
-        raise BatchInputError("promptfoo config: defaultTest must be a mapping (vars, assert)")
-    tests = _tests(config.get("tests"), base) or [{}]
+        problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
+    prompts: list[tuple[str, Prompt]] = []
+    with problems.collect():
+        prompts = _prompts(config.get("prompts"), base)
+    settings: list[Setting] = []
+    with problems.collect():
+        settings = _settings(config.get("providers"))
     rows: list[PromptRow] = []
-    for t, test in enumerate(tests):
-        where = f"tests[{t}]"
-        variables = _nested({**_vars(default.get("vars"), "defaultTest"), **_vars(test.get("vars"), where)}, where)
-        asserts = [*_asserts(default.get("assert"), "defaultTest", base), *_asserts(test.get("assert"), where, base)]
-        name = str(test.get("description") or f"test {t + 1}")
+    for case in read_cases(config, base, problems):
+        name = case.description or f"test {case.index + 1}"
+        asserts = _asserts(case, base, problems)
         for p, (label, prompt) in enumerate(prompts):
-            at = f"{where} with prompt '{label}'"
+            at = f"{case.where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
-            origin = {"prompt": label, "promptIdx": p, "testIdx": t, "description": test.get("description")}
-            filled = _text_or_chat(render(prompt, variables, where=at), at) if isinstance(prompt, str) else \
-                tuple({"role": m["role"], "content": render(m["content"], variables, where=at)} for m in prompt)
-            if isinstance(filled, str):
-                rows.append(PromptRow(len(rows), filled, variables, asserts, row_id, origin=origin))
-            else:  # a chat: its messages, and their JSON as its text (promptfoo's raw)
-                rows.append(PromptRow(len(rows), json.dumps(filled, ensure_ascii=False), variables, asserts, row_id,
-                                      filled, origin))
-    return str(config.get("description") or "promptfoo suite"), rows, _settings(config.get("providers"))
+            origin = {"prompt": label, "promptIdx": p, "testIdx": case.index, "description": case.description,
+                      **({"metadata": case.metadata} if case.metadata else {})}
+            with problems.collect():
+                rows.append(_row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id,
+                                 origin, case.threshold, at))
+    problems.raise_any()
+    return str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings
+
+
+def _row(index: int, prompt: "Prompt", variables: dict[str, str], asserts: list[Assert], row_id: str,
+         origin: dict[str, Any], threshold: float | None, at: str) -> PromptRow:
+    filled = _text_or_chat(render(prompt, variables, where=at), at) if isinstance(prompt, str) else \
+        tuple({"role": m["role"], "content": render(m["content"], variables, where=at)} for m in prompt)
+    if isinstance(filled, str):
+        return PromptRow(index, filled, variables, asserts, row_id, origin=origin, threshold=threshold)
+    # a chat: its messages, and their JSON as its text (promptfoo's raw)
+    return PromptRow(index, json.dumps(filled, ensure_ascii=False), variables, asserts, row_id, filled, origin,
+                     threshold)
+
+
+def _affixed(prompt: "Prompt", options: Mapping[str, str], where: str) -> "Prompt":
+    """A prompt with a test's options.prefix and options.suffix around it, as promptfoo adds them."""
+    prefix, suffix = options.get("prefix", ""), options.get("suffix", "")
+    if not (prefix or suffix):
+        return prompt
+    if not isinstance(prompt, str):
+        raise BatchInputError(f"{where}: options.prefix/suffix apply to text prompts, not to a chat")
+    return prefix + prompt + suffix
+
+
+def _unique_ids(rows: list[PromptRow]) -> list[PromptRow]:
+    """Rows with ids that differ: a test expanded over its vars gives several rows of one description, numbered."""
+    seen: dict[str, int] = {}
+    for row in rows:
+        seen[row.id] = seen.get(row.id, 0) + 1
+    count: dict[str, int] = {}
+    out = []
+    for row in rows:
+        if seen[row.id] > 1:
+            count[row.id] = count.get(row.id, 0) + 1
+            row = dataclasses.replace(row, id=f"{row.id} #{count[row.id]}")
+        out.append(row)
+    return out
 
 
 Prompt = str | tuple[dict[str, str], ...]
@@ -126,13 +163,6 @@ def _prompts(given: Any, base: Path) -> list[tuple[str, Prompt]]:
     if not out:
         raise BatchInputError("promptfoo config: prompts is empty; list at least one prompt")
     return out
-
-
-def _nested(variables: dict[str, str], where: str) -> dict[str, str]:
-    """Vars whose values use other vars (``{{name}}``) filled from those, as promptfoo renders vars before the
-    prompt (one level: each value from the others as given)."""
-    return {name: render(value, variables, where=f"{where}.vars.{name}") if "{{" in value else value
-            for name, value in variables.items()}
 
 
 def _text_or_chat(text: str, where: str) -> Prompt:
@@ -188,67 +218,36 @@ def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Promp
     return out
 
 
-def _tests(given: Any, base: Path) -> list[dict[str, Any]]:
-    if given is None:
-        return []
-    if isinstance(given, str):
-        given = [given]
-    out: list[dict[str, Any]] = []
-    for i, item in enumerate(given if isinstance(given, list) else [None]):
-        if isinstance(item, str) and item.startswith("file://"):
-            out += _test_file(base / item.removeprefix("file://"), f"tests[{i}]")
-        elif isinstance(item, dict):
-            out.append(item)
-        else:
-            raise BatchInputError(f"promptfoo config: tests[{i}] must be a mapping (vars, assert) or a "
-                                  "file://tests.yaml path")
+def _asserts(case: Case, base: Path, problems: Problems) -> list[Assert]:
+    """A case's asserts, their values filled from its vars as promptfoo renders them."""
+    out = []
+    for where, item in case.asserts:
+        with problems.collect(where):
+            out.append(_assert(_filled(item, case.variables, where), base))
     return out
 
 
-def _test_file(path: Path, where: str) -> list[dict[str, Any]]:
-    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
-        raise BatchInputError(f"promptfoo config: {where}: {path.name}: test files are read as YAML or JSON lists")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise BatchInputError(f"promptfoo config: {where}: cannot read {path}: {exc}") from None
-    if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
-        raise BatchInputError(f"promptfoo config: {where}: {path.name} must hold a list of tests")
-    return data
+def _filled(item: dict[str, Any], variables: Mapping[str, str], where: str) -> dict[str, Any]:
+    value = item.get("value")
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        return {**item, "value": render(value, variables, where=f"{where}.value")}
+    if isinstance(value, list) and any(isinstance(v, str) and "{{" in v for v in value):
+        return {**item, "value": [render(v, variables, where=f"{where}.value") if isinstance(v, str) else v
+                                  for v in value]}
+    return item
 
 
-def _vars(given: Any, where: str) -> dict[str, str]:
-    if given is None:
-        return {}
-    if not isinstance(given, dict):
-        raise BatchInputError(f"promptfoo config: {where}.vars must be a mapping of names to values")
-    return {str(k): v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for k, v in given.items()}
-
-
-def _asserts(given: Any, where: str, base: Path) -> list[Assert]:
-    if given is None:
-        return []
-    if not isinstance(given, list):
-        raise BatchInputError(f"promptfoo config: {where}.assert must be a list")
-    return [_assert(item, f"{where}.assert[{i}]", base) for i, item in enumerate(given)]
-
-
-def _assert(item: Any, where: str, base: Path) -> Assert:
-    if not isinstance(item, dict) or not isinstance(item.get("type"), str):
-        raise BatchInputError(f"promptfoo config: {where} needs a type")
+def _assert(item: dict[str, Any], base: Path) -> Assert:
     kind = item["type"]
     spec = ASSERT_KINDS.get(kind.removeprefix("not-"))
     if spec is None or spec.promptfoo is None:
-        raise BatchInputError(f"promptfoo config: {where}: the assert type '{kind}' is not supported here "
+        raise BatchInputError(f"the assert type '{kind}' is not supported here "
                               f"(supported: {', '.join(supported())}, and not- before each)")
     unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider"}
     if unknown:
-        raise BatchInputError(f"promptfoo config: {where}: unknown key(s) {', '.join(sorted(unknown))}")
-    weight = {"weight": item["weight"]} if item.get("weight") is not None else {}
-    try:
-        return parse_assert({"type": kind, **spec.promptfoo(item, base), **weight})
-    except BatchInputError as exc:
-        raise BatchInputError(f"promptfoo config: {where}: {exc}") from None
+        raise BatchInputError(f"unknown key(s) {', '.join(sorted(unknown))}")
+    extra = {key: item[key] for key in ("weight", "metric") if item.get(key) is not None}
+    return parse_assert({"type": kind, **spec.promptfoo(item, base), **extra})
 
 
 def _settings(given: Any) -> list[Setting]:

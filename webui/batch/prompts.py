@@ -56,12 +56,16 @@ class PromptRow:
     origin: dict[str, Any] | None = field(default=None, hash=False)
     """Where a promptfoo suite's row came from: {"prompt": its label, "promptIdx", "testIdx", "description"}, for
     results in promptfoo's shape; None: not from one."""
+    threshold: float | None = field(default=None, hash=False)
+    """The weighted score of its asserts that passes the row (promptfoo's test threshold); None: every assert
+    must pass."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "id": self.id, "text": self.text, "variables": dict(self.variables),
                 "asserts": [a.to_dict() for a in self.asserts],
                 **({"messages": [dict(m) for m in self.messages]} if self.messages is not None else {}),
-                **({"origin": dict(self.origin)} if self.origin is not None else {})}
+                **({"origin": dict(self.origin)} if self.origin is not None else {}),
+                **({"threshold": self.threshold} if self.threshold is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PromptRow":
@@ -73,9 +77,10 @@ class PromptRow:
             specs = list(data["asserts"])
             messages = chat_messages_of(data["messages"], where) if data.get("messages") is not None else None
             origin = dict(data["origin"]) if data.get("origin") is not None else None
+            threshold = None if data.get("threshold") is None else float(data["threshold"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BatchInputError(f"{where}: not a stored prompt row ({type(exc).__name__}: {exc})") from None
-        return cls(index, text, variables, parse_asserts(specs, where), row_id, messages, origin)
+        return cls(index, text, variables, parse_asserts(specs, where), row_id, messages, origin, threshold)
 
 
 def chat_messages_of(value: Any, where: str) -> tuple[dict[str, str], ...]:

@@ -1,0 +1,125 @@
+"""promptfoo suites as promptfoo users write them (#32): tests from CSV/JSONL/YAML files and globs, promptfoo's
+CSV assert shorthands, vars from files, list vars expanded, scenarios, defaultTest and thresholds, and every
+problem of a suite reported at once with where it is."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import ROOT
+from webui.batch import BatchInputError
+from webui.batch.promptfoo import load_config, read_config
+from webui.batch.promptfoo_tests import assertion_from_string
+
+FILES = ROOT / "tests" / "data" / "promptfoo" / "files" / "promptfooconfig.yaml"
+
+
+def _rows() -> dict[str, object]:
+    _, rows, _ = load_config(FILES)
+    return {r.id: r for r in rows}
+
+
+def test_csv_tests_in_promptfoos_form():
+    rows = _rows()
+    france = rows["france"]
+    assert france.text == "Answer briefly.Q: Capital of France?"  # __prefix before the prompt, as promptfoo adds it
+    assert [a.label for a in france.asserts] == ["contains:Paris", "icontains-any:paris,lutetia"]
+    assert france.threshold == 0.5 and france.origin["metadata"] == {"topic": "geo"}
+    assert [a.label for a in rows["sum"].asserts] == ["equals:4", "not-contains:five"]  # plain text: equals
+    assert [a.label for a in rows["hi"].asserts] == ["llm-rubric:is friendly", "regex:^h"]  # grade: is a rubric
+    (similar,) = rows["test 4"].asserts
+    assert similar.kind == "similar" and similar.threshold == 0.9 and rows["test 4"].origin["description"] is None
+
+
+def test_jsonl_and_globbed_yaml_test_files():
+    rows = _rows()
+    assert [a.label for a in rows["test 5"].asserts] == ["contains:Tokyo"] and rows["spain"].asserts == []
+    assert rows["test 7"].text == "Q: Capital of Italy?" and rows["test 8"].text == "Q: Capital of Peru?"
+    assert [r.origin["testIdx"] for r in _rows().values()][:9] == list(range(9))
+
+
+def test_vars_from_a_file_fill_the_prompt_and_the_asserts():
+    chile = _rows()["test 9"]
+    assert chile.text == "Q: Capital of Chile?" and [a.label for a in chile.asserts] == ["icontains:Santiago"]
+
+
+def test_a_var_glob_gives_a_test_per_file_and_lists_their_product():
+    rows = _rows()
+    assert [rows[f"docs #{n}"].text for n in (1, 2)] == ["Q: Summarise: first doc", "Q: Summarise: second doc"]
+    grid = [r for r in rows.values() if r.id.startswith("grid")]
+    assert [r.text for r in grid] == ["Q: x 1", "Q: x 2", "Q: x 3", "Q: y 1", "Q: y 2", "Q: y 3"]  # first var slowest
+    assert grid[0].variables["extra"] == '{"k": "v"}'  # a mapping stays one value (its JSON)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("contains: Paris", {"type": "contains", "value": "Paris"}),
+    ("not-icontains:x", {"type": "not-icontains", "value": "x"}),
+    ("contains-all: a, b", {"type": "contains-all", "value": ["a", "b"]}),
+    ("similar: close", {"type": "similar", "value": "close", "threshold": 0.8}),
+    ("similar(0.6):close", {"type": "similar", "value": "close", "threshold": 0.6}),
+    ("llm-rubric: polite", {"type": "llm-rubric", "value": "polite"}),
+    ("python: output == 'x'", {"type": "python", "value": "output == 'x'"}),
+    ("file://check.py:f", {"type": "python", "value": "file://check.py:f"}),
+    ("fn: output.length < 5", {"type": "javascript", "value": "output.length < 5"}),
+    ("is-json", {"type": "is-json"}),
+    ("levenshtein(2): x", {"type": "levenshtein", "value": "x", "threshold": 2.0}),
+    ("Paris: the capital", {"type": "equals", "value": "Paris: the capital"}),
+])
+def test_promptfoos_csv_shorthands(text, expected):
+    assert assertion_from_string(text) == expected
+
+
+def test_csv_problems_name_the_row_and_column(tmp_path):
+    (tmp_path / "t.csv").write_text("q,__expected,__expected2,__threshold\n"
+                                    "a,contains: x,levenshtein: y,\nb,javascript: output,,high\n")
+    with pytest.raises(BatchInputError) as caught:
+        read_config("prompts: ['{{q}}']\ntests: file://t.csv", tmp_path)
+    said = str(caught.value)
+    assert "3 problems" in said
+    assert "t.csv row 1 column __expected2: the assert type 'levenshtein' is not supported here" in said
+    assert "t.csv row 2 column __expected: the assert type 'javascript' is not supported here" in said
+    assert "t.csv row 2 column __threshold: 'high' is not a number" in said
+
+
+@pytest.mark.parametrize("files, config, said", [
+    ({}, "tests: file://none/*.csv", "tests: no file matches none/*.csv"),
+    ({"t.txt": "x"}, "tests: [file://t.txt]", "tests[0]: t.txt: test files are read as .csv, .yaml"),
+    ({"t.jsonl": '{"vars": {"q": 1}}\n[1]\n'}, "tests: file://t.jsonl", "t.jsonl line 2: must be a test"),
+    ({"t.yaml": "- vars: {q: a}\n  asert: []\n"}, "tests: file://t.yaml",
+     "t.yaml[0]: unknown or unsupported key(s) asert"),
+    ({}, "tests:\n  - vars: {q: file://missing.txt}", "tests[0].vars.q: no file matches missing.txt"),
+    ({"v.py": "x = 1"}, "tests:\n  - vars: {q: file://v.py}", "tests[0].vars.q: v.py is a script"),
+    ({"v.txt": "q: 1"}, "tests:\n  - vars: file://v.txt", "tests[0].vars: v.txt: a vars file is read as YAML"),
+    ({}, "tests:\n  - vars: {q: []}", "tests[0].vars.q: is an empty list"),
+    ({}, "tests:\n  - vars: {q: a}\n    options: {provider: x}", "tests[0].options.provider: not supported here"),
+    ({}, "tests:\n  - vars: {q: a}\n    threshold: 2", "tests[0].threshold: must be a score between 0 and 1"),
+    ({}, "tests:\n  - vars: {q: a}\n    assert:\n      - type: icontains\n        value: '{{nope}}'",
+     "tests[0].assert[0].value: the template uses {{nope}}"),
+])
+def test_what_is_wrong_in_tests_and_vars_is_named_with_its_place(files, config, said, tmp_path):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(BatchInputError, match=re.escape(said)):
+        read_config("prompts: ['{{q}}']\n" + config, tmp_path)
+
+
+def test_a_var_file_is_read_as_text_and_json_or_yaml_as_its_data(tmp_path):
+    (tmp_path / "a.md").write_text("# Title\n")
+    (tmp_path / "b.json").write_text('{"k": [1, 2]}')
+    _, rows, _ = read_config("prompts: ['{{a}}|{{b}}']\ntests:\n  - vars: {a: file://a.md, b: file://b.json}",
+                             tmp_path)
+    assert rows[0].text == '# Title\n|{"k": [1, 2]}'
+
+
+def test_every_problem_of_a_suite_at_once_capped(tmp_path):
+    tests = "".join(f"  - vars: {{q: a}}\n    assert: [{{type: rouge-n, value: x{i}}}]\n" for i in range(25))
+    with pytest.raises(BatchInputError) as caught:
+        read_config(f"promts: x\nprompts: ['{{{{q}}}}']\nproviders: [{{id: a, config: {{mystery: 1}}}}]\n"
+                    f"tests:\n{tests}", tmp_path)
+    said = str(caught.value)
+    assert said.startswith("promptfoo config: 27 problems:\n- unknown key(s) promts\n")
+    assert "providers[0] (a).config: unknown setting(s) mystery" in said
+    assert "tests[17].assert[0]: the assert type 'rouge-n'" in said and "tests[18]" not in said
+    assert said.endswith("- and 7 more")
