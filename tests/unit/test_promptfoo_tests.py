@@ -4,6 +4,8 @@ problem of a suite reported at once with where it is."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 
 import pytest
@@ -12,6 +14,7 @@ from tests.conftest import ROOT
 from webui.batch import BatchInputError
 from webui.batch.promptfoo import load_config, read_config
 from webui.batch.promptfoo_tests import assertion_from_string
+from webui.batch.prompts import PromptRow
 
 FILES = ROOT / "tests" / "data" / "promptfoo" / "files" / "promptfooconfig.yaml"
 
@@ -123,3 +126,72 @@ def test_every_problem_of_a_suite_at_once_capped(tmp_path):
     assert "providers[0] (a).config: unknown setting(s) mystery" in said
     assert "tests[17].assert[0]: the assert type 'rouge-n'" in said and "tests[18]" not in said
     assert said.endswith("- and 7 more")
+
+
+SCENARIOS = ROOT / "tests" / "data" / "promptfoo" / "scenarios" / "promptfooconfig.yaml"
+
+
+def _result(row: object, output: str) -> object:
+    from webui.batch.grid import Cell, Setting
+    from webui.batch.results import result_for
+    from webui.engine.params import SamplingParams
+
+    cell = Cell(row, Setting("greedy", SamplingParams()), 0, 0)  # type: ignore[arg-type]
+    return result_for(cell, output=output, finish_reason="stop", prompt_tokens=3, completion_tokens=2)
+
+
+def test_scenarios_cross_each_config_with_each_test_after_the_tests():
+    _, rows, _ = load_config(SCENARIOS)
+    assert [r.text for r in rows] == [f"Hello, translate '{t}' to {lang}. Be brief." for t, lang in (
+        ("cat", "German"), ("red", "French"), ("blue", "French"), ("red", "Spanish"), ("blue", "Spanish"))]
+    assert [r.origin["testIdx"] for r in rows] == [0, 1, 2, 3, 4]
+    assert [a.label for a in rows[3].asserts] == ["not-icontains:sorry", "icontains:red", "contains:r"]  # config's
+    assert rows[1].origin["metadata"] == {"suite": "translations", "lang": "fr"}  # defaultTest's and config's
+    assert rows[3].origin["metadata"] == {"suite": "translations"}
+    assert [r.threshold for r in rows] == [0.75, 0.5, 0.5, 0.5, 0.5]  # the test's, else defaultTest's
+    stored = PromptRow.from_dict(json.loads(json.dumps(rows[0].to_dict())))  # a stored run keeps them
+    assert stored.threshold == 0.75 and [a.metric for a in stored.asserts] == ["polite", None, "style", "style"]
+
+
+def test_an_assert_set_shares_its_weight_and_a_threshold_passes_on_the_weighted_score():
+    _, rows, _ = load_config(SCENARIOS)
+    plain = rows[0]
+    assert [(a.label, a.weight, a.metric) for a in plain.asserts] == [
+        ("not-icontains:sorry", 1, "polite"), ("contains:Katze", 3, None), ("not-contains:!", 0.5, "style"),
+        ("regex:^[A-Z]", 1.5, "style")]
+    good, loud, wrong = (_result(plain, out) for out in ("Katze", "Katze!", "Cat"))
+    assert good.passed and good.score == 1.0
+    # promptfoo: (1 + 3 + 2 * (0 + 3) / 4) / 6 = 0.9167 >= 0.75 passes though one assert failed
+    assert loud.passed and loud.score == pytest.approx(5.5 / 6) and not all(a.passed for a in loud.asserts)
+    assert not wrong.passed and wrong.score == pytest.approx(3 / 6)  # 0.5 < 0.75
+    without = _result(dataclasses.replace(plain, threshold=None), "Katze!")
+    assert not without.passed  # no threshold: every assert must pass
+
+
+def test_metrics_are_the_exports_named_scores():
+    from webui.batch.promptfoo import to_promptfoo
+
+    _, rows, _ = load_config(SCENARIOS)
+    data = json.loads(to_promptfoo([_result(rows[0], "Katze!")], "Scenarios", rows))
+    (result,) = data["results"]["results"]
+    assert result["namedScores"] == {"polite": 1.0, "style": pytest.approx(0.75)}  # (0 * 0.5 + 1 * 1.5) / 2
+    assert result["gradingResult"]["namedScores"] == result["namedScores"]
+    assert result["testCase"]["assert"][2]["metric"] == "style"
+
+
+@pytest.mark.parametrize("config, said", [
+    ("scenarios: {x: 1}", "scenarios: must be a list"),
+    ("scenarios:\n  - config: [{vars: {q: a}}]\n    test: []", "scenarios[0]: unknown key(s) test"),
+    ("scenarios:\n  - config: [[1]]\n    tests: [{vars: {q: b}}]", "scenarios[0].config[0]: must be a mapping"),
+    ("tests:\n  - vars: {q: a}\n    assert:\n      - type: assert-set\n        threshold: 0.5\n        assert: []",
+     "tests[0].assert[0]: threshold not supported on an assert-set here"),
+    ("tests:\n  - vars: {q: a}\n    assert:\n      - type: assert-set\n        assert:\n          - type: bleu",
+     "tests[0].assert[0].assert[0]: the assert type 'bleu' is not supported here"),
+    ("tests:\n  - vars: {q: a}\n    assert:\n      - type: equals\n        value: a\n        metric: 3",
+     "tests[0].assert[0]: assert {"),
+    ("defaultTest: [1]", "defaultTest: must be a mapping"),
+    ("defaultTest: {options: {transformVars: x}}", "defaultTest.options.transformVars: not supported here"),
+])
+def test_what_is_wrong_in_scenarios_and_asserts_is_named(config, said, tmp_path):
+    with pytest.raises(BatchInputError, match=re.escape(said)):
+        read_config("prompts: ['{{q}}']\n" + config, tmp_path)

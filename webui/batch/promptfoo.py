@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import yaml
 
 from webui.batch.assert_kinds import ASSERT_KINDS
-from webui.batch.asserts import Assert, parse_assert, row_score
+from webui.batch.asserts import Assert, AssertResult, parse_assert, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
@@ -312,6 +312,7 @@ def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequ
                        "assertion": assertions[i] if i < len(assertions) else {
                            "type": a.label.partition(":")[0], "value": a.label.partition(":")[2]}}
                       for i, a in enumerate(r.asserts)]
+        named = _named_scores(row.asserts if row is not None else [], r.asserts)
         score = r.score if r.score is not None else (row_score(r.asserts) or (1.0 if r.passed is not False else 0))
         results.append({
             "prompt": {"raw": r.prompt, "label": origin.get("prompt", r.prompt_id)}, "vars": variables,
@@ -322,9 +323,9 @@ def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequ
             "response": {"output": r.output, "tokenUsage": {"prompt": r.prompt_tokens,
                                                             "completion": r.completion_tokens,
                                                             "total": r.prompt_tokens + r.completion_tokens}},
-            "success": r.passed is not False, "score": score, "latencyMs": _latency_ms(r), "error": r.error,
-            "gradingResult": {"pass": r.passed is not False, "score": score, "reason": _reason(r),
-                              "componentResults": components}})
+            "success": r.passed is not False, "score": score, "namedScores": named, "latencyMs": _latency_ms(r),
+            "error": r.error, "gradingResult": {"pass": r.passed is not False, "score": score, "reason": _reason(r),
+                                                "namedScores": named, "componentResults": components}})
     passed = sum(1 for r in results if r["success"])
     return json.dumps({"results": {"version": 3, "results": results,
                                    "stats": {"successes": passed, "failures": len(results) - passed}},
@@ -339,6 +340,17 @@ def promptfoo_assertion(a: Assert) -> dict[str, Any]:
     elif a.kind == "python" and isinstance(d.get("value"), str) and not d["value"].startswith("file://"):
         d["value"] = "file://" + d["value"]
     return d
+
+
+def _named_scores(asserts: Sequence[Assert], results: Sequence[AssertResult]) -> dict[str, float]:
+    """promptfoo's namedScores: each metric's weighted score over the asserts that name it."""
+    totals: dict[str, list[float]] = {}
+    for given, result in zip(asserts, results):
+        if given.metric is not None:
+            total = totals.setdefault(given.metric, [0.0, 0.0])
+            total[0] += result.value * result.weight
+            total[1] += result.weight
+    return {name: (score / weight if weight else 0.0) for name, (score, weight) in totals.items()}
 
 
 def _latency_ms(row: ResultRow) -> int | None:
