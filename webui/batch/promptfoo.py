@@ -73,6 +73,7 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
                                  "sharing", "env", "evaluateOptions", "scenarios", "derivedMetrics", "nunjucksFilters"}
     if unknown_top:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
+    _refuse_filters(config.get("nunjucksFilters"), problems)
     prompts: list[tuple[str, Prompt]] = []
     with problems.collect():
         prompts = _prompts(config.get("prompts"), base)
@@ -93,6 +94,17 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
                                  origin, case.threshold, at))
     problems.raise_any()
     return str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings
+
+
+def _refuse_filters(given: Any, problems: Problems) -> None:
+    """promptfoo's custom Nunjucks filters are JavaScript modules, which nothing here runs: each is named."""
+    if not given:
+        return
+    for name, path in (given.items() if isinstance(given, dict) else [("", given)]):
+        why = "a Python file cannot be one" if str(path).endswith(".py") else "the workbench runs no JavaScript"
+        problems.add(f"nunjucksFilters{'.' + str(name) if name else ''}",
+                     f"{path}: custom filters are not run here (promptfoo loads them as JavaScript modules; {why}); "
+                     f"use the built-in ones (upper, lower, trim, dump, length, join, default, replace...)")
 
 
 def _row(index: int, prompt: "Prompt", variables: dict[str, str], asserts: list[Assert], row_id: str,

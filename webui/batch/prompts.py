@@ -13,9 +13,9 @@
 
 In an ``expected`` cell or key, a value that does not start with an assert kind
 (``contains:``, ``regex:``, ...) means ``contains:<value>``: the output must
-contain the expected answer. Templates use ``{{ name }}`` placeholders; when a
-template is given it makes every row's prompt (a ``prompt`` column is then just
-another variable).
+contain the expected answer. Templates use ``{{ name }}`` placeholders (and
+Nunjucks filters and tags, as promptfoo's prompts do); when a template is given it
+makes every row's prompt (a ``prompt`` column is then just another variable).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from typing import Any, Iterable, Mapping, Sequence
 from webui.batch.assert_kinds import ASSERT_KINDS
 from webui.batch.asserts import Assert, parse_asserts
 from webui.batch.errors import BatchInputError
+from webui.batch.nunjucks import PLACEHOLDER as _PLACEHOLDER, is_nunjucks, render_nunjucks
 from webui.chat.prompt import ROLES
 
 SUFFIXES = (".txt", ".csv", ".jsonl")
 ASSERT_COLUMN = re.compile(r"^(assert|asserts|expected)(_?\d+)?$", re.IGNORECASE)
-_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _ESCAPE = re.compile(r"\\(\\|n)")
 
 
@@ -120,8 +120,11 @@ def render(template: str, variables: Mapping[str, str], *, where: str = "", noun
     """Fill ``{{ name }}`` placeholders from ``variables``.
 
     An undefined variable is an error naming it and ``where`` (e.g. "row 3") and
-    listing what the row has; ``noun`` is what the caller calls a variable ("column", "key").
+    listing what the row has; ``noun`` is what the caller calls a variable ("column", "key"). A template with
+    filters, ``{% if %}`` or ``{% for %}`` is rendered as promptfoo's Nunjucks (:mod:`webui.batch.nunjucks`).
     """
+    if is_nunjucks(template, variables):
+        return render_nunjucks(template, variables, where=where, noun=noun)
     template_variables(template)
 
     def fill(match: re.Match[str]) -> str:
@@ -147,7 +150,7 @@ def unescape_newlines(text: str) -> str:
 
 
 def _check_template(template: str | None) -> None:
-    if template is not None and not template_variables(template):
+    if template is not None and not is_nunjucks(template, {}) and not template_variables(template):
         raise BatchInputError("the template has no {{...}} placeholders, so every row would get the same prompt; "
                               "use e.g. {{prompt}} or a column name")
 
