@@ -195,3 +195,45 @@ def test_metrics_are_the_exports_named_scores():
 def test_what_is_wrong_in_scenarios_and_asserts_is_named(config, said, tmp_path):
     with pytest.raises(BatchInputError, match=re.escape(said)):
         read_config("prompts: ['{{q}}']\n" + config, tmp_path)
+
+
+PER_PROMPT = """
+prompts:
+  - {raw: 'Short: {{q}}', label: short, config: {max_tokens: 5, temperature: 0.2, stop: ['END']}}
+  - {raw: 'Long: {{q}}', label: long}
+  - {raw: 'Other: {{q}}', label: 'group:one'}
+providers:
+  - {id: a, label: both, config: {max_tokens: 50, stop: ['STOP']}}
+  - {id: b, label: long-only, prompts: [long, group]}
+tests:
+  - vars: {q: hi}
+"""
+
+
+def test_a_prompts_config_applies_to_its_rows_and_a_providers_prompts_filter_picks_its_prompts(tmp_path):
+    from webui.batch.grid import plan
+
+    _, rows, settings = read_config(PER_PROMPT, tmp_path)
+    assert rows[0].params == {"max_tokens": 5, "temperature": 0.2, "stop": ["END"]} and rows[1].params is None
+    assert [r.settings for r in rows] == [("both",), None, None]  # long-only runs long and the group:* prompts
+    cells = plan(rows, settings, samples=1, base_seed=4)
+    assert [(c.setting.label, c.row.origin["prompt"]) for c in cells] == [
+        ("both", "short"), ("both", "long"), ("both", "group:one"), ("long-only", "long"), ("long-only", "group:one")]
+    short = cells[0].params  # the prompt's config over the provider's; stop strings of both
+    assert (short.max_new_tokens, short.temperature, short.stop, short.seed) == (5, 0.2, ("END", "STOP"), 4)
+    assert cells[1].params.max_new_tokens == 50 and cells[1].params.stop == ("STOP",)
+    stored = PromptRow.from_dict(json.loads(json.dumps(rows[0].to_dict())))  # a stored run re-runs the same
+    assert stored.params == rows[0].params and stored.settings == ("both",)
+
+
+@pytest.mark.parametrize("config, said", [
+    ("prompts:\n  - {raw: x, config: {seed: 3}}", "prompts[0] (prompt 1).config: seed not supported here"),
+    ("prompts:\n  - {raw: x, config: {response_format: {type: json_object}}}",
+     "prompts[0] (prompt 1).config: response_format not supported here"),
+    ("prompts:\n  - {raw: x, config: {temperature: 9}}", "prompts[0] (prompt 1).config: temperature must be in"),
+    ("prompts: [x]\nproviders:\n  - {id: a, prompts: nope}", "providers[0] (a).prompts must be a list of prompt"),
+    ("prompts: [x]\nproviders:\n  - {id: a, prompts: [nope]}", "providers (a).prompts: 'nope' is no prompt's label"),
+])
+def test_what_is_wrong_in_a_prompts_config_or_a_providers_filter_is_named(config, said, tmp_path):
+    with pytest.raises(BatchInputError, match=re.escape(said)):
+        read_config(config, tmp_path)

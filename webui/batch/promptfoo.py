@@ -74,26 +74,48 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
     if unknown_top:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
     _refuse_filters(config.get("nunjucksFilters"), problems)
-    prompts: list[tuple[str, Prompt]] = []
+    prompts: list[tuple[str, Prompt, dict[str, Any] | None]] = []
     with problems.collect():
         prompts = _prompts(config.get("prompts"), base)
     settings: list[Setting] = []
+    filters: dict[str, list[str]] = {}
     with problems.collect():
-        settings = _settings(config.get("providers"))
+        settings, filters = _settings(config.get("providers"))
+    runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
     rows: list[PromptRow] = []
     for case in read_cases(config, base, problems):
         name = case.description or f"test {case.index + 1}"
         asserts = _asserts(case, base, problems)
-        for p, (label, prompt) in enumerate(prompts):
+        for p, (label, prompt, params) in enumerate(prompts):
             at = f"{case.where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
             origin = {"prompt": label, "promptIdx": p, "testIdx": case.index, "description": case.description,
                       **({"metadata": case.metadata} if case.metadata else {})}
             with problems.collect():
-                rows.append(_row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id,
-                                 origin, case.threshold, at))
+                row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id, origin,
+                           case.threshold, at)
+                rows.append(dataclasses.replace(row, params=params, settings=runs_with[p]))
     problems.raise_any()
     return str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings
+
+
+def _runs_with(labels: list[str], settings: list[Setting], filters: Mapping[str, list[str]],
+               problems: Problems) -> list[tuple[str, ...] | None]:
+    """For each prompt, the settings that run it (None: all), by each provider's prompts filter: a prompt's label,
+    or the start of the labels before ``:`` (promptfoo's groups) or `` #`` (a file's prompts)."""
+    def allowed(label: str, names: list[str]) -> bool:
+        return any(label == n or label.startswith((f"{n}:", f"{n} #")) for n in names)
+
+    for setting, names in filters.items():
+        for n in names:
+            if not any(allowed(label, [n]) for label in labels):
+                problems.add(f"providers ({setting}).prompts", f"'{n}' is no prompt's label; labels: "
+                                                               f"{', '.join(labels)}")
+    out: list[tuple[str, ...] | None] = []
+    for label in labels:
+        chosen = tuple(s.label for s in settings if s.label not in filters or allowed(label, filters[s.label]))
+        out.append(None if len(chosen) == len(settings) else chosen)
+    return out
 
 
 def _refuse_filters(given: Any, problems: Problems) -> None:
@@ -147,34 +169,57 @@ Prompt = str | tuple[dict[str, str], ...]
 """A promptfoo prompt: a text, or a chat (its messages)."""
 
 
-def _prompts(given: Any, base: Path) -> list[tuple[str, Prompt]]:
+def _prompts(given: Any, base: Path) -> list[tuple[str, Prompt, dict[str, Any] | None]]:
+    """(label, prompt, its own sampling parameters or None) for each prompt."""
     if given is None:
         raise BatchInputError("promptfoo config: prompts is missing; list at least one prompt")
     items = given if isinstance(given, list) else [given]
-    out: list[tuple[str, Prompt]] = []
+    out: list[tuple[str, Prompt, dict[str, Any] | None]] = []
     for i, item in enumerate(items):
         where = f"promptfoo config: prompts[{i}]"
         if isinstance(item, dict):
             raw = item.get("raw")
             if not isinstance(raw, str):
                 raise BatchInputError(f"{where} needs 'raw' (the prompt text)")
-            ignored = set(item) - {"raw", "label", "id"}
-            if ignored:  # e.g. a prompt's own config: named, never dropped unseen
+            ignored = set(item) - {"raw", "label", "id", "config"}
+            if ignored:  # named, never dropped unseen
                 raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt takes "
-                                      f"raw, label and id; set parameters in a provider's config)")
-            out.append((str(item.get("label") or item.get("id") or f"prompt {i + 1}"), raw))
+                                      f"raw, label, id and config)")
+            label = str(item.get("label") or item.get("id") or f"prompt {i + 1}")
+            out.append((label, raw, _prompt_params(item.get("config"), f"{where} ({label}).config")))
         elif isinstance(item, list):  # a chat written in YAML: a list of {role, content}
-            out.append((f"prompt {i + 1}", chat_messages_of(item, where)))
+            out.append((f"prompt {i + 1}", chat_messages_of(item, where), None))
         elif isinstance(item, str) and item.startswith("file://"):
-            out += _prompt_files(base, item.removeprefix("file://"), where)
+            out += [(label, prompt, None) for label, prompt in _prompt_files(base, item.removeprefix("file://"), where)]
         elif isinstance(item, str):
-            out.append((item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item))
+            out.append((item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item, None))
         else:
             raise BatchInputError(f"{where} must be a text, a chat (a list of {{role, content}}), file://path or "
                                   f"{{raw: ...}}")
     if not out:
         raise BatchInputError("promptfoo config: prompts is empty; list at least one prompt")
     return out
+
+
+def _prompt_params(given: Any, where: str) -> dict[str, Any] | None:
+    """A prompt's config: sampling parameters as the OpenAI API names them, applied over each provider's for this
+    prompt's rows (as promptfoo merges a prompt's config over the provider's)."""
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise BatchInputError(f"{where} must be a mapping of parameters (temperature, max_tokens...)")
+    unknown = set(given) - _api_names()
+    if "seed" in given:
+        unknown.add("seed")  # a seed is the setting's: its samples count from it
+    if unknown:
+        raise BatchInputError(f"{where}: {', '.join(sorted(map(str, unknown)))} not supported here (a prompt's config "
+                              f"takes sampling parameters such as temperature, max_tokens, top_p, stop; set a seed in "
+                              f"a provider's config)")
+    try:
+        SamplingParams.from_api(given, SamplingParams())
+    except (InvalidParameter, ValueError) as exc:
+        raise BatchInputError(f"{where}: {exc}") from None
+    return dict(given) or None
 
 
 def _text_or_chat(text: str, where: str) -> Prompt:
@@ -262,19 +307,27 @@ def _assert(item: dict[str, Any], base: Path) -> Assert:
     return parse_assert({"type": kind, **spec.promptfoo(item, base), **extra})
 
 
-def _settings(given: Any) -> list[Setting]:
+def _settings(given: Any) -> tuple[list[Setting], dict[str, list[str]]]:
+    """The settings, and the prompts filter of each provider that has one (by setting label)."""
     items = given if isinstance(given, list) else [given] if given else [{"id": "loaded model"}]
     out: list[Setting] = []
+    filters: dict[str, list[str]] = {}
     for i, item in enumerate(items):
         if isinstance(item, str):
             item = {"id": item}
         if not isinstance(item, dict) or not isinstance(item.get("id", ""), str):
             raise BatchInputError(f"promptfoo config: providers[{i}] must be an id or a mapping with id and config")
         label = str(item.get("label") or item.get("id") or f"provider {i + 1}")
-        ignored = set(item) - {"id", "label", "config"}
-        if ignored:  # e.g. a provider's prompts filter or transform: named, never dropped unseen
+        ignored = set(item) - {"id", "label", "config", "prompts"}
+        if ignored:  # e.g. a provider's transform: named, never dropped unseen
             raise BatchInputError(f"promptfoo config: providers[{i}] ({label}): {', '.join(sorted(ignored))} "
-                                  "not supported here (a provider takes id, label and config)")
+                                  "not supported here (a provider takes id, label, config and prompts)")
+        chosen = item.get("prompts")
+        if chosen is not None:
+            if not isinstance(chosen, list) or not chosen or not all(isinstance(n, str) for n in chosen):
+                raise BatchInputError(f"promptfoo config: providers[{i}] ({label}).prompts must be a list of prompt "
+                                      "labels")
+            filters[label] = chosen
         config = item.get("config") or {}
         if not isinstance(config, dict):
             raise BatchInputError(f"promptfoo config: providers[{i}].config must be a mapping")
@@ -295,7 +348,7 @@ def _settings(given: Any) -> list[Setting]:
                                   "(workbench:SmolLM2-135M-Instruct)")
         out.append(Setting(label, params, None, dict(fields), model=model.strip() if provider == "workbench" else None,
                            provider=str(item.get("id") or label)))
-    return out
+    return out, filters
 
 
 def _api_names() -> set[str]:

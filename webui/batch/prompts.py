@@ -59,13 +59,20 @@ class PromptRow:
     threshold: float | None = field(default=None, hash=False)
     """The weighted score of its asserts that passes the row (promptfoo's test threshold); None: every assert
     must pass."""
+    params: dict[str, Any] | None = field(default=None, hash=False)
+    """Sampling parameters for this prompt, as the OpenAI API names them, over its setting's (a promptfoo
+    prompt's config); None: the setting's alone."""
+    settings: tuple[str, ...] | None = field(default=None, hash=False)
+    """The labels of the settings that run it (a promptfoo provider's prompts filter); None: every setting."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "id": self.id, "text": self.text, "variables": dict(self.variables),
                 "asserts": [a.to_dict() for a in self.asserts],
                 **({"messages": [dict(m) for m in self.messages]} if self.messages is not None else {}),
                 **({"origin": dict(self.origin)} if self.origin is not None else {}),
-                **({"threshold": self.threshold} if self.threshold is not None else {})}
+                **({"threshold": self.threshold} if self.threshold is not None else {}),
+                **({"params": dict(self.params)} if self.params else {}),
+                **({"settings": list(self.settings)} if self.settings is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PromptRow":
@@ -78,9 +85,12 @@ class PromptRow:
             messages = chat_messages_of(data["messages"], where) if data.get("messages") is not None else None
             origin = dict(data["origin"]) if data.get("origin") is not None else None
             threshold = None if data.get("threshold") is None else float(data["threshold"])
+            params = dict(data["params"]) if data.get("params") else None
+            settings = None if data.get("settings") is None else tuple(str(s) for s in data["settings"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BatchInputError(f"{where}: not a stored prompt row ({type(exc).__name__}: {exc})") from None
-        return cls(index, text, variables, parse_asserts(specs, where), row_id, messages, origin, threshold)
+        return cls(index, text, variables, parse_asserts(specs, where), row_id, messages, origin, threshold,
+                   params, settings)
 
 
 def chat_messages_of(value: Any, where: str) -> tuple[dict[str, str], ...]:
