@@ -98,6 +98,8 @@ def test_csv_problems_name_the_row_and_column(tmp_path):
     ({}, "tests:\n  - vars: {q: []}", "tests[0].vars.q: is an empty list"),
     ({}, "tests:\n  - vars: {q: a}\n    options: {provider: x}", "tests[0].options.provider: not supported here"),
     ({}, "tests:\n  - vars: {q: a}\n    threshold: 2", "tests[0].threshold: must be a score between 0 and 1"),
+    ({"t.csv": "q,__expected\na,b,c\n"}, "tests: file://t.csv", "t.csv row 1: has 3 cells but the header has 2"),
+    ({"t.csv": "q,__expected\na\n"}, "tests: file://t.csv", "t.csv row 1: has 1 cells but the header has 2"),
     ({}, "tests:\n  - vars: {q: a}\n    assert:\n      - type: icontains\n        value: '{{nope}}'",
      "tests[0].assert[0].value: the template uses {{nope}}"),
 ])
@@ -177,6 +179,13 @@ def test_metrics_are_the_exports_named_scores():
     assert result["namedScores"] == {"polite": 1.0, "style": pytest.approx(0.75)}  # (0 * 0.5 + 1 * 1.5) / 2
     assert result["gradingResult"]["namedScores"] == result["namedScores"]
     assert result["testCase"]["assert"][2]["metric"] == "style"
+    assert result["testCase"]["metadata"] == {"suite": "translations"}
+
+
+def test_a_scenario_without_tests_is_its_config_entries(tmp_path):
+    _, rows, _ = read_config("prompts: ['{{q}}']\nscenarios:\n  - config: [{vars: {q: a}}, {vars: {q: b}}]",
+                             tmp_path)
+    assert [r.text for r in rows] == ["a", "b"]
 
 
 @pytest.mark.parametrize("config, said", [

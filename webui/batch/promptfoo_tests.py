@@ -146,7 +146,7 @@ def _scenario(scenario: Any, base: Path, where: str, problems: Problems) -> list
         problems.add(where, f"unknown key(s) {', '.join(sorted(map(str, unknown)))} (a scenario takes description, "
                             "config and tests)")
     configs = _listed(scenario.get("config"), f"{where}.config", problems) or [{}]
-    tests = _test_items(scenario.get("tests"), base, f"{where}.tests", problems) or [_Test(where, {})]
+    tests = _test_items(scenario.get("tests"), base, f"{where}.tests", problems) or [_Test("", {})]
     out = []
     for c, data in enumerate(configs):
         at = f"{where}.config[{c}]"
@@ -161,7 +161,7 @@ def _scenario(scenario: Any, base: Path, where: str, problems: Problems) -> list
                       "metadata": {**_dict(data.get("metadata")), **_dict(test.data.get("metadata"))},
                       "assert": [*_as_list(data.get("assert")), *given]}
             places = test.assert_where or tuple(f"{test.where}.assert[{i}]" for i in range(len(given)))
-            out.append(_Test(f"{at} x {test.where}", merged, (*own, *places)))
+            out.append(_Test(f"{at} x {test.where}" if test.where else at, merged, (*own, *places)))
     return out
 
 
@@ -339,11 +339,12 @@ def csv_tests(text: str, name: str, problems: Problems) -> list[_Test]:
         test: dict[str, Any] = {"vars": {}, "assert": []}
         places: list[str] = []
         metric = None
+        extra, missing = row.pop(None, None), [c for c, v in row.items() if v is None]
+        if extra or missing:  # promptfoo's CSV reader refuses rows of another length too
+            problems.add(where, f"has {len(row) + len(extra or ()) - len(missing)} cells but the header has "
+                                f"{len(row)} columns; quote cells that hold commas")
+            continue
         for column, value in row.items():
-            if column is None or value is None:  # more cells than the header has, or fewer
-                problems.add(where, f"has {len(row) - (column is None)} cells where the header names "
-                                    f"{len(rows[0]) if rows else 0}; quote cells that hold commas")
-                continue
             if column.startswith("__expected"):
                 if value.strip():
                     test["assert"].append(assertion_from_string(value))
@@ -433,7 +434,8 @@ def _vars_of(given: Any, where: str, base: Path, problems: Problems) -> dict[str
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise BatchInputError(f"cannot read {path}: {exc}") from None
-            return _mapping(_parsed(text, path.suffix.lower()), "a mapping of names to values")
+            return {str(k): v for k, v in _mapping(_parsed(text, path.suffix.lower()), "a mapping of names to "
+                                                                                          "values").items()}
         return {}
     if given is None:
         return {}
