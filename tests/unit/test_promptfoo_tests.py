@@ -246,3 +246,21 @@ def test_a_prompts_config_applies_to_its_rows_and_a_providers_prompts_filter_pic
 def test_what_is_wrong_in_a_prompts_config_or_a_providers_filter_is_named(config, said, tmp_path):
     with pytest.raises(BatchInputError, match=re.escape(said)):
         read_config(config, tmp_path)
+
+
+def test_csv_config_columns_metadata_lists_and_metric(tmp_path):
+    (tmp_path / "t.csv").write_text('q,__expected,__expected2,__config:__expected2:threshold,'
+                                    '__metadata:tags[],__metric\n'
+                                    'a,contains: a,similar: a b,0.3,"x, y\\, z",acc\n')
+    _, (row,), _ = read_config("prompts: ['{{q}}']\ntests: file://t.csv", tmp_path)
+    assert [(a.label, a.threshold, a.metric) for a in row.asserts] == [("contains:a", None, "acc"),
+                                                                       ("similar:a b", 0.3, "acc")]
+    assert row.origin["metadata"] == {"tags": ["x", "y, z"]}
+    for header, cell, said in (("__config:__expected:weight", "1", "write __config:__expected:threshold"),
+                               ("__config:__expected:threshold", "high", "'high' is not a number"),
+                               ("__config:__expected3:threshold", "0.5", "__expected3 holds no assert in this row"),
+                               ("__metadata", "x", "needs a key")):
+        (tmp_path / "t.csv").write_text(f"q,__expected,{header}\na,contains: a,{cell}\n")
+        with pytest.raises(BatchInputError, match=re.escape(f"t.csv row 1 column {header}")) as caught:
+            read_config("prompts: ['{{q}}']\ntests: file://t.csv", tmp_path)
+        assert said in str(caught.value)

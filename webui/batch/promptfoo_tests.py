@@ -4,9 +4,9 @@ What is read: ``tests`` inline or from ``file://`` files and globs (.yaml/.yml/.
 lists of tests, .jsonl a test a line, .csv in promptfoo's CSV form: each column a
 var, ``__expected``/``__expected2``... an assert shorthand each (``contains: Paris``,
 ``icontains-any: a,b``, ``similar(0.9): text``, ``grade: rubric``, plain text meaning
-equals), ``__description``, ``__threshold``, ``__metric``, ``__prefix``/``__suffix``
-and ``__metadata:key``); ``defaultTest`` (vars, assert, options, threshold and
-metadata apply to every test); ``scenarios`` (each ``config`` entry crossed with
+equals), ``__description``, ``__threshold``, ``__metric``, ``__prefix``/``__suffix``,
+``__metadata:key`` and ``__config:__expectedN:threshold``); ``defaultTest`` (vars,
+assert, options, threshold and metadata apply to every test); ``scenarios`` (each ``config`` entry crossed with
 each of its ``tests``, as promptfoo expands them); ``vars`` inline or as a
 ``file://vars.yaml``, a value ``file://path`` read as text (.json/.yaml parsed; a
 glob gives a case per file), a list of texts a case per element (the cartesian
@@ -24,6 +24,7 @@ import csv
 import io
 import itertools
 import json
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -338,6 +339,8 @@ def csv_tests(text: str, name: str, problems: Problems) -> list[_Test]:
         where = f"{name} row {n}"
         test: dict[str, Any] = {"vars": {}, "assert": []}
         places: list[str] = []
+        columns: list[str] = []  # the column of each assert
+        limits: dict[str, float] = {}  # __config:__expectedN:threshold, by the assert's column
         metric = None
         extra, missing = row.pop(None, None), [c for c, v in row.items() if v is None]
         if extra or missing:  # promptfoo's CSV reader refuses rows of another length too
@@ -347,8 +350,12 @@ def csv_tests(text: str, name: str, problems: Problems) -> list[_Test]:
         for column, value in row.items():
             if column.startswith("__expected"):
                 if value.strip():
-                    test["assert"].append(assertion_from_string(value))
+                    test["assert"].append(assertion_from_string(value.strip()))
                     places.append(f"{where} column {column}")
+                    columns.append(column)
+            elif column.startswith("__config:"):
+                with problems.collect(f"{where} column {column}"):
+                    limits.update(_csv_config(column, value))
             elif column in ("__prefix", "__suffix"):
                 test.setdefault("options", {})[column[2:]] = value
             elif column == "__description":
@@ -364,21 +371,40 @@ def csv_tests(text: str, name: str, problems: Problems) -> list[_Test]:
             elif column.startswith("__metadata:"):
                 key = column.removeprefix("__metadata:")
                 meta = test.setdefault("metadata", {})
-                if key.endswith("[]"):
-                    meta[key[:-2]] = [v.strip() for v in value.split(",") if v.strip()]
-                elif value:
+                if key.endswith("[]") and value.strip():  # a list: comma-separated, \, a comma inside an item
+                    meta[key[:-2]] = [v.strip().replace("\\,", ",") for v in re.split(r"(?<!\\),", value)]
+                elif value.strip():
                     meta[key] = value
+            elif column == "__metadata":
+                problems.add(f"{where} column __metadata", "needs a key: name the column __metadata:KEY")
             elif column == "__providerOutput":
                 problems.add(f"{where} column __providerOutput", "not supported here (the workbench generates "
                                                                  "every output)")
             else:
                 test["vars"][column] = value
-        if metric:
-            test["assert"] = [{**a, "metric": metric} for a in test["assert"]]
+        for column in limits:
+            if column not in columns:
+                problems.add(f"{where} column __config:{column}:threshold", f"{column} holds no assert in this row")
+        test["assert"] = [{**a, **({"metric": metric} if metric else {}),
+                           **({"threshold": limits[c]} if c in limits else {})}
+                          for a, c in zip(test["assert"], columns)]
         if test.get("threshold") is None:
             test.pop("threshold", None)
         out.append(_Test(where, test, tuple(places)))
     return out
+
+
+def _csv_config(column: str, value: str) -> dict[str, float]:
+    """promptfoo's ``__config:__expectedN:threshold`` column: {the assert's column: its threshold}."""
+    parts = column.removeprefix("__config:").split(":")
+    if len(parts) != 2 or not re.fullmatch(r"__expected\d*", parts[0]) or parts[1] != "threshold":
+        raise BatchInputError("write __config:__expected:threshold or __config:__expectedN:threshold (threshold is "
+                              "the one setting a CSV column gives an assert)")
+    if not value.strip():
+        return {}
+    if not _is_number(value):
+        raise BatchInputError(f"'{value}' is not a number")
+    return {parts[0]: float(value)}
 
 
 def assertion_from_string(text: str) -> dict[str, Any]:
