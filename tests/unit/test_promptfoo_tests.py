@@ -264,3 +264,11 @@ def test_csv_config_columns_metadata_lists_and_metric(tmp_path):
         with pytest.raises(BatchInputError, match=re.escape(f"t.csv row 1 column {header}")) as caught:
             read_config("prompts: ['{{q}}']\ntests: file://t.csv", tmp_path)
         assert said in str(caught.value)
+
+
+def test_a_scenarios_vars_may_come_from_files(tmp_path):
+    (tmp_path / "lang.yaml").write_text("lang: French\n")
+    (tmp_path / "word.json").write_text('{"q": "cat"}')
+    _, (row,), _ = read_config("prompts: ['{{q}} in {{lang}}']\nscenarios:\n  - config: [{vars: file://lang.yaml}]\n"
+                               "    tests: [{vars: file://word.json}]", tmp_path)
+    assert row.text == "cat in French"

@@ -158,19 +158,13 @@ def _scenario(scenario: Any, base: Path, where: str, problems: Problems) -> list
         own = [f"{at}.assert[{i}]" for i in range(len(_as_list(data.get("assert"))))]
         for test in tests:
             given = _as_list(test.data.get("assert"))
-            merged = {**data, **test.data, "vars": _merge(data.get("vars"), test.data.get("vars")),
+            merged = {**data, **test.data, "vars": {**_vars_of(data.get("vars"), at, base, problems),
+                                                    **_vars_of(test.data.get("vars"), test.where, base, problems)},
                       "metadata": {**_dict(data.get("metadata")), **_dict(test.data.get("metadata"))},
                       "assert": [*_as_list(data.get("assert")), *given]}
             places = test.assert_where or tuple(f"{test.where}.assert[{i}]" for i in range(len(given)))
             out.append(_Test(f"{at} x {test.where}" if test.where else at, merged, (*own, *places)))
     return out
-
-
-def _merge(a: Any, b: Any) -> Any:
-    """Two vars mappings merged (b wins); a file:// vars text is kept for the reader to name if it is not both."""
-    if a is None or b is None:
-        return b if a is None else a
-    return {**a, **b} if isinstance(a, dict) and isinstance(b, dict) else b
 
 
 def _dict(given: Any) -> dict[str, Any]:
