@@ -272,3 +272,16 @@ def test_a_scenarios_vars_may_come_from_files(tmp_path):
     _, (row,), _ = read_config("prompts: ['{{q}} in {{lang}}']\nscenarios:\n  - config: [{vars: file://lang.yaml}]\n"
                                "    tests: [{vars: file://word.json}]", tmp_path)
     assert row.text == "cat in French"
+
+
+def test_every_bad_prompt_and_provider_is_named_at_once(tmp_path):
+    with pytest.raises(BatchInputError) as caught:
+        read_config("prompts:\n  - {raw: x, function: f}\n  - 3\n  - ok {{q}}\nproviders:\n  - {id: a}\n"
+                    "  - {id: b, transform: t}\n  - {id: c, label: a}\n  - {id: d, config: {temperature: 9}}\n"
+                    "tests: [{vars: {q: 1}}]", tmp_path)
+    said = str(caught.value)
+    assert said.startswith("promptfoo config: 5 problems:")
+    for part in ("prompts[0]: function not supported here", "prompts[1] must be a text",
+                 "providers[3] (d).config: temperature must be in", "providers[1] (b): transform not supported here",
+                 "two providers are labelled 'a'"):
+        assert part in said, part

@@ -74,13 +74,8 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
     if unknown_top:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
     _refuse_filters(config.get("nunjucksFilters"), problems)
-    prompts: list[tuple[str, Prompt, dict[str, Any] | None]] = []
-    with problems.collect():
-        prompts = _prompts(config.get("prompts"), base)
-    settings: list[Setting] = []
-    filters: dict[str, list[str]] = {}
-    with problems.collect():
-        settings, filters = _settings(config.get("providers"))
+    prompts = _prompts(config.get("prompts"), base, problems)
+    settings, filters = _settings(config.get("providers"), problems)
     runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
     rows: list[PromptRow] = []
     for case in read_cases(config, base, problems):
@@ -169,36 +164,44 @@ Prompt = str | tuple[dict[str, str], ...]
 """A promptfoo prompt: a text, or a chat (its messages)."""
 
 
-def _prompts(given: Any, base: Path) -> list[tuple[str, Prompt, dict[str, Any] | None]]:
-    """(label, prompt, its own sampling parameters or None) for each prompt."""
+PromptSpec = tuple[str, Prompt, dict[str, Any] | None]
+"""A prompt's label, the prompt, and its own sampling parameters (None: its providers')."""
+
+
+def _prompts(given: Any, base: Path, problems: Problems) -> list[PromptSpec]:
+    """Each prompt; a prompt that cannot be read is a problem, the others are read on."""
     if given is None:
-        raise BatchInputError("promptfoo config: prompts is missing; list at least one prompt")
-    items = given if isinstance(given, list) else [given]
-    out: list[tuple[str, Prompt, dict[str, Any] | None]] = []
-    for i, item in enumerate(items):
-        where = f"promptfoo config: prompts[{i}]"
-        if isinstance(item, dict):
-            raw = item.get("raw")
-            if not isinstance(raw, str):
-                raise BatchInputError(f"{where} needs 'raw' (the prompt text)")
-            ignored = set(item) - {"raw", "label", "id", "config"}
-            if ignored:  # named, never dropped unseen
-                raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt takes "
-                                      f"raw, label, id and config)")
-            label = str(item.get("label") or item.get("id") or f"prompt {i + 1}")
-            out.append((label, raw, _prompt_params(item.get("config"), f"{where} ({label}).config")))
-        elif isinstance(item, list):  # a chat written in YAML: a list of {role, content}
-            out.append((f"prompt {i + 1}", chat_messages_of(item, where), None))
-        elif isinstance(item, str) and item.startswith("file://"):
-            out += [(label, prompt, None) for label, prompt in _prompt_files(base, item.removeprefix("file://"), where)]
-        elif isinstance(item, str):
-            out.append((item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item, None))
-        else:
-            raise BatchInputError(f"{where} must be a text, a chat (a list of {{role, content}}), file://path or "
-                                  f"{{raw: ...}}")
-    if not out:
-        raise BatchInputError("promptfoo config: prompts is empty; list at least one prompt")
+        problems.add("", "prompts is missing; list at least one prompt")
+        return []
+    out: list[PromptSpec] = []
+    for i, item in enumerate(given if isinstance(given, list) else [given]):
+        with problems.collect():
+            out += _prompt(item, i, base)
+    if not out and not problems.found:
+        problems.add("", "prompts is empty; list at least one prompt")
     return out
+
+
+def _prompt(item: Any, i: int, base: Path) -> list[PromptSpec]:
+    where = f"promptfoo config: prompts[{i}]"
+    if isinstance(item, dict):
+        raw = item.get("raw")
+        if not isinstance(raw, str):
+            raise BatchInputError(f"{where} needs 'raw' (the prompt text)")
+        ignored = set(item) - {"raw", "label", "id", "config"}
+        if ignored:  # named, never dropped unseen
+            raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt takes "
+                                  f"raw, label, id and config)")
+        label = str(item.get("label") or item.get("id") or f"prompt {i + 1}")
+        return [(label, raw, _prompt_params(item.get("config"), f"{where} ({label}).config"))]
+    if isinstance(item, list):  # a chat written in YAML: a list of {role, content}
+        return [(f"prompt {i + 1}", chat_messages_of(item, where), None)]
+    if isinstance(item, str) and item.startswith("file://"):
+        return [(label, prompt, None) for label, prompt in _prompt_files(base, item.removeprefix("file://"), where)]
+    if isinstance(item, str):
+        return [(item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item, None)]
+    raise BatchInputError(f"{where} must be a text, a chat (a list of {{role, content}}), file://path or "
+                          f"{{raw: ...}}")
 
 
 def _prompt_params(given: Any, where: str) -> dict[str, Any] | None:
@@ -307,48 +310,53 @@ def _assert(item: dict[str, Any], base: Path) -> Assert:
     return parse_assert({"type": kind, **spec.promptfoo(item, base), **extra})
 
 
-def _settings(given: Any) -> tuple[list[Setting], dict[str, list[str]]]:
-    """The settings, and the prompts filter of each provider that has one (by setting label)."""
+def _settings(given: Any, problems: Problems) -> tuple[list[Setting], dict[str, list[str]]]:
+    """The settings, and the prompts filter of each provider that has one (by setting label); a provider that
+    cannot be read is a problem, the others are read on."""
     items = given if isinstance(given, list) else [given] if given else [{"id": "loaded model"}]
     out: list[Setting] = []
     filters: dict[str, list[str]] = {}
     for i, item in enumerate(items):
-        if isinstance(item, str):
-            item = {"id": item}
-        if not isinstance(item, dict) or not isinstance(item.get("id", ""), str):
-            raise BatchInputError(f"promptfoo config: providers[{i}] must be an id or a mapping with id and config")
-        label = str(item.get("label") or item.get("id") or f"provider {i + 1}")
-        ignored = set(item) - {"id", "label", "config", "prompts"}
-        if ignored:  # e.g. a provider's transform: named, never dropped unseen
-            raise BatchInputError(f"promptfoo config: providers[{i}] ({label}): {', '.join(sorted(ignored))} "
-                                  "not supported here (a provider takes id, label, config and prompts)")
-        chosen = item.get("prompts")
-        if chosen is not None:
-            if not isinstance(chosen, list) or not chosen or not all(isinstance(n, str) for n in chosen):
-                raise BatchInputError(f"promptfoo config: providers[{i}] ({label}).prompts must be a list of prompt "
-                                      "labels")
-            filters[label] = chosen
-        config = item.get("config") or {}
-        if not isinstance(config, dict):
-            raise BatchInputError(f"promptfoo config: providers[{i}].config must be a mapping")
-        fields = {k: v for k, v in config.items() if k not in ("apiKey", "apiBaseUrl", "apiHost")}
-        try:
-            params = SamplingParams.from_api(fields, SamplingParams(temperature=0.0, max_new_tokens=256))
-        except (InvalidParameter, ValueError) as exc:
-            raise BatchInputError(f"promptfoo config: providers[{i}] ({label}).config: {exc}") from None
-        unknown = set(fields) - set(_api_names())
-        if unknown:
-            raise BatchInputError(f"promptfoo config: providers[{i}] ({label}).config: unknown setting(s) "
-                                  f"{', '.join(sorted(unknown))}")
-        if any(s.label == label for s in out):
-            raise BatchInputError(f"promptfoo config: two providers are labelled '{label}'; give each a label")
-        provider, _, model = str(item.get("id", "")).partition(":")
-        if provider == "workbench" and not model.strip():
-            raise BatchInputError(f"promptfoo config: providers[{i}]: workbench: needs a model name "
-                                  "(workbench:SmolLM2-135M-Instruct)")
-        out.append(Setting(label, params, None, dict(fields), model=model.strip() if provider == "workbench" else None,
-                           provider=str(item.get("id") or label)))
+        with problems.collect():
+            setting, chosen = _setting({"id": item} if isinstance(item, str) else item, i)
+            if any(s.label == setting.label for s in out):
+                raise BatchInputError(f"two providers are labelled '{setting.label}'; give each a label")
+            out.append(setting)
+            if chosen is not None:
+                filters[setting.label] = chosen
     return out, filters
+
+
+def _setting(item: Any, i: int) -> tuple[Setting, list[str] | None]:
+    """One provider: its setting and its prompts filter (None: every prompt)."""
+    if not isinstance(item, dict) or not isinstance(item.get("id", ""), str):
+        raise BatchInputError(f"providers[{i}] must be an id or a mapping with id and config")
+    label = str(item.get("label") or item.get("id") or f"provider {i + 1}")
+    where = f"providers[{i}] ({label})"
+    ignored = set(item) - {"id", "label", "config", "prompts"}
+    if ignored:  # e.g. a provider's transform: named, never dropped unseen
+        raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a provider takes id, "
+                              "label, config and prompts)")
+    chosen = item.get("prompts")
+    if chosen is not None and (not isinstance(chosen, list) or not chosen
+                               or not all(isinstance(n, str) for n in chosen)):
+        raise BatchInputError(f"{where}.prompts must be a list of prompt labels")
+    config = item.get("config") or {}
+    if not isinstance(config, dict):
+        raise BatchInputError(f"{where}.config must be a mapping")
+    fields = {k: v for k, v in config.items() if k not in ("apiKey", "apiBaseUrl", "apiHost")}
+    try:
+        params = SamplingParams.from_api(fields, SamplingParams(temperature=0.0, max_new_tokens=256))
+    except (InvalidParameter, ValueError) as exc:
+        raise BatchInputError(f"{where}.config: {exc}") from None
+    unknown = set(fields) - set(_api_names())
+    if unknown:
+        raise BatchInputError(f"{where}.config: unknown setting(s) {', '.join(sorted(unknown))}")
+    provider, _, model = str(item.get("id", "")).partition(":")
+    if provider == "workbench" and not model.strip():
+        raise BatchInputError(f"providers[{i}]: workbench: needs a model name (workbench:SmolLM2-135M-Instruct)")
+    return Setting(label, params, None, dict(fields), model=model.strip() if provider == "workbench" else None,
+                   provider=str(item.get("id") or label)), chosen
 
 
 def _api_names() -> set[str]:
