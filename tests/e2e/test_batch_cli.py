@@ -83,10 +83,10 @@ def test_a_promptfoo_suite_runs_and_writes_promptfoos_output(tmp_path, user_data
     assert [c["assertion"]["type"] for c in components] == ["not-is-json", "latency", "icontains", "similar"]
     assert "stored as batch run" in done.stdout and "greedy" in done.stdout
     bad = tmp_path / "bad.yaml"
-    bad.write_text("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: levenshtein\n"
+    bad.write_text("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: factuality\n"
                    "        value: 'hi'\n")
     refused = batch(user_data, str(bad))
-    assert refused.returncode == 2 and "the assert type 'levenshtein' is not supported here" in refused.stderr
+    assert refused.returncode == 2 and "the assert type 'factuality' is not supported here" in refused.stderr
 
 
 def test_a_promptfoo_chat_suite_runs_its_chats_with_the_providers_seed(tmp_path, user_data):
@@ -100,6 +100,25 @@ def test_a_promptfoo_chat_suite_runs_its_chats_with_the_providers_seed(tmp_path,
     france = next(r for r in rows if r["setting"] == "greedy" and "France" in r["prompt"] and "system" in r["prompt"])
     assert "paris" in france["output"].lower() and france["passed"] is True, france
     assert france["prompt_tokens"] < 60  # the chat as messages through the template, not its JSON as one message
+
+
+def test_a_promptfoo_suite_with_csv_tests_a_prompts_config_and_a_providers_prompts(tmp_path, user_data):
+    """#32: tests from a CSV in promptfoo's form (shorthand asserts, a threshold), a prompt's own max_tokens, a
+    provider that runs one prompt only; the threshold passes France though one of its asserts fails."""
+    out = tmp_path / "results.json"
+    done = batch(user_data, str(ROOT / "tests" / "data" / "promptfoo" / "cli" / "promptfooconfig.yaml"), "--out",
+                 str(out))
+    assert done.returncode in (0, 1), done.stderr
+    results = json.loads(out.read_text())["results"]["results"]
+    cells = sorted((r["provider"]["label"], r["prompt"]["label"], r["testCase"]["description"]) for r in results)
+    assert cells == [("ask-only", "ask", "france"), ("ask-only", "ask", "japan"), ("greedy", "ask", "france"),
+                     ("greedy", "ask", "japan"), ("greedy", "short", "france"), ("greedy", "short", "japan")]
+    assert all(r["response"]["tokenUsage"]["completion"] <= 3 for r in results if r["prompt"]["label"] == "short")
+    france = next(r for r in results if r["provider"]["label"] == "greedy" and r["prompt"]["label"] == "ask"
+                  and r["testCase"]["description"] == "france")
+    assert "paris" in france["response"]["output"].lower(), france
+    parts = [c["pass"] for c in france["gradingResult"]["componentResults"]]
+    assert parts == [True, False] and france["success"] and france["score"] == 0.5  # 0.5 reaches its threshold
 
 
 @pytest.mark.parametrize("setup,args,message", [

@@ -34,8 +34,8 @@ def test_the_suite_becomes_prompts_times_tests_and_providers_become_settings():
 
 
 @pytest.mark.parametrize("config, said", [
-    ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: levenshtein\n        value: hi",
-     "the assert type 'levenshtein' is not supported here"),
+    ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: factuality\n        value: hi",
+     "the assert type 'factuality' is not supported here"),
     ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: perplexity\n        threshold: 1",
      "'perplexity' is not supported"),
     ("prompts: ['{{q}}']\ntests:\n  - vars: {other: hi}", "the template uses {{q}}, but the row has no 'q'"),
@@ -47,8 +47,8 @@ def test_the_suite_becomes_prompts_times_tests_and_providers_become_settings():
     ("prompts: [x\n", "not valid YAML"),
     ("prompts: ['x']\nproviders: ['workbench:']", "workbench: needs a model name"),
     ("promts: ['x']", "unknown key(s) promts"),
-    ("prompts: ['x']\nproviders:\n  - id: a\n    prompts: [p1]", "providers[0] (a): prompts not supported here"),
-    ("prompts:\n  - raw: x\n    config: {temperature: 1}", "prompts[0]: config not supported here"),
+    ("prompts: ['x']\nproviders:\n  - id: a\n    transform: output", "providers[0] (a): transform not supported here"),
+    ("prompts:\n  - raw: x\n    function: f", "prompts[0]: function not supported here"),
 ])
 def test_what_cannot_run_is_named(config, said, tmp_path):
     with pytest.raises(BatchInputError, match=said.replace("(", r"\(").replace(")", r"\)")

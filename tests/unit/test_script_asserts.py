@@ -180,9 +180,10 @@ def test_a_promptfoo_config_with_script_asserts_and_transforms_on_fixed_outputs(
 
 
 @pytest.mark.parametrize("config, said", [
-    ("tests:\n  - options: {prefix: 'x'}", "tests[0].options: prefix not supported here (options takes transform)"),
-    ("defaultTest:\n  options: [transform]", "defaultTest.options must be a mapping"),
-    ("tests:\n  - options: {transform: 'file://missing.py'}", "tests[0].options: transform file://"),
+    ("tests:\n  - options: {provider: 'x'}", "tests[0].options.provider: not supported here (options here: prefix, "
+                                             "suffix, transform)"),
+    ("defaultTest:\n  options: [transform]", "defaultTest.options: must be a mapping"),
+    ("tests:\n  - options: {transform: 'file://missing.py'}", "tests[0].options.transform: transform file://"),
     ("tests:\n  - assert:\n      - {type: contains, value: x, config: {a: 1}}", "unknown key(s) config"),
     ("tests:\n  - assert:\n      - {type: javascript, value: 'file://nothing.js'}", "there is no file"),
     ("tests:\n  - assert:\n      - {type: javascript, value: 'output.length <'}", "the code does not compile"),

@@ -55,7 +55,7 @@ _EXAMPLES = ("contains:Paris, icontains:paris, not-contains:London, equals:4, re
              "is-json, is-json:{\"type\":\"object\"}, max-length:200, max-length:50 tokens, "
              "similar:The capital is Paris, python:checks.py, latency:5000, ttft:500, tokens-per-second:5, "
              "not-regex:^\\s*$")
-_DICT_KEYS = ("type", "kind", "value", "weight", "threshold", "transform")
+_DICT_KEYS = ("type", "kind", "value", "weight", "threshold", "transform", "metric")
 """The dict form's keys every kind takes; a kind's value form adds its own (schema, unit, timeout)."""
 
 
@@ -133,6 +133,8 @@ class Assert:
     transform: tuple[str, ...] = ()
     """Code that rewrites the output before the check, in order (webui.batch.transform); the dict form's
     ``transform``."""
+    metric: str | None = None
+    """A promptfoo metric name: the export's namedScores gives each metric its asserts' weighted score."""
 
     def __post_init__(self) -> None:
         spec = ASSERT_KINDS.get(self.kind)
@@ -176,6 +178,8 @@ class Assert:
             out["threshold"] = self.threshold
         if self.transform:
             out["transform"] = self.transform[0] if len(self.transform) == 1 else list(self.transform)
+        if self.metric is not None:
+            out["metric"] = self.metric
         return out
 
     @property
@@ -272,12 +276,16 @@ def _from_dict(spec: Mapping[str, Any]) -> Assert:
     if unknown:
         own = ", ".join(f"{key} for {k.name}" for k in kinds for key in k.value.keys)
         raise BatchInputError(f"assert {shown} has unknown key(s) {', '.join(sorted(map(str, unknown)))}; keys: "
-                              f"type, value ({own}), weight, threshold, transform")
+                              f"type, value ({own}), weight, threshold, transform, metric")
     kind, negate = _kind(spec.get("type", spec.get("kind")))
     if kind is None:
         raise BatchInputError(f"assert {shown} needs \"type\" set to one of {', '.join(ASSERT_KINDS)} "
                               "(or not- before one)")
     extra = {k: spec[k] for k in ("weight", "threshold", "transform") if spec.get(k) is not None}
+    if spec.get("metric") is not None:
+        if not isinstance(spec["metric"], str) or not spec["metric"].strip():
+            raise BatchInputError(f"assert {shown}: metric must be a name (text)")
+        extra["metric"] = spec["metric"]
     value, options = kind.value.read_dict(kind, spec.get("schema", spec.get("value")), spec)
     return Assert(kind.name, value, options, negate=negate, **extra)
 

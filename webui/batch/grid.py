@@ -84,8 +84,14 @@ class Cell:
 
     @property
     def params(self) -> SamplingParams:
-        """The setting's params with this cell's seed, ready for a GenerationRequest."""
-        return self.setting.params.replace(seed=self.seed)
+        """The setting's params with the row's own over them (a promptfoo prompt's config; its stop strings added
+        to the setting's, which hold the chat template's) and this cell's seed, ready for a GenerationRequest."""
+        params = self.setting.params
+        if self.row.params:
+            own = SamplingParams.from_api(self.row.params, params)
+            params = own.replace(stop=tuple(dict.fromkeys((*own.stop, *params.stop)))) if "stop" in self.row.params \
+                else own
+        return params.replace(seed=self.seed)
 
 
 # -- axes ----------------------------------------------------------------------------
@@ -259,21 +265,26 @@ def _apply(base: SamplingParams, overrides: dict[str, Any], label: str) -> Sampl
 def plan(rows: Sequence[PromptRow], settings: Sequence[Setting], samples: int = 1, base_seed: int = 0,
          max_cells: int = DEFAULT_MAX_CELLS, *, raise_hint: str = "raise max_cells") -> list[Cell]:
     """All cells, setting by setting, then prompt by prompt, then sample by sample; sample k's seed is the base
-    seed + k, or the setting's own seed + k when it names one (a promptfoo provider's config).
+    seed + k, or the setting's own seed + k when it names one (a promptfoo provider's config). A row that names
+    its settings (a promptfoo provider's prompts filter) runs with those only.
 
     More than ``max_cells`` cells is an error saying how many and how to shrink
     the batch (``raise_hint`` says how to raise the limit where the caller is, e.g.
     "pass --max-cells 5000").
     """
     _check_plan(rows, settings, samples, base_seed)
-    total = len(rows) * len(settings) * samples
+    pairs = [(setting, row) for setting in settings for row in rows
+             if row.settings is None or setting.label in row.settings]
+    total = len(pairs) * samples
     if total > max_cells:
         raise BatchInputError(
             f"this batch has {total:,} generations ({len(rows)} prompts x {len(settings)} settings x "
             f"{samples} samples), more than the limit of {max_cells:,}; use fewer prompts, settings or "
             f"samples, or {raise_hint}")
+    if not pairs:
+        raise BatchInputError("no prompt runs with any setting: each prompt names settings that are not in the run")
     return [Cell(row, setting, sample, (_first_seed(setting, base_seed) + sample) % MAX_SEED)
-            for setting in settings for row in rows for sample in range(samples)]
+            for setting, row in pairs for sample in range(samples)]
 
 
 def _first_seed(setting: Setting, base_seed: int) -> int:
@@ -309,4 +320,4 @@ def estimate_seconds(cells: Sequence[Cell], tokens_per_second: float, max_new_to
         raise ValueError(f"tokens_per_second must be > 0, got {tokens_per_second!r}")
     if max_new_tokens is not None:
         return len(cells) * max_new_tokens / tokens_per_second
-    return sum(cell.setting.params.max_new_tokens for cell in cells) / tokens_per_second
+    return sum(cell.params.max_new_tokens for cell in cells) / tokens_per_second

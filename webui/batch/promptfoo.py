@@ -4,23 +4,26 @@ What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
 ``{role, content}`` messages written as text, or such a list in YAML;
 ``{id/label, raw}`` objects; ``file://`` files, globs too: .txt/.md texts split
 on lines of ``---`` as promptfoo splits them, .json/.yaml chats, .jsonl a chat a line),
-``tests`` (inline, or a ``file://`` YAML/JSON list) with ``vars``, ``assert``,
-``description`` and ``options.transform``, ``defaultTest`` (its ``vars``, ``assert``
-and ``options`` apply to every test) and ``providers``. Each provider becomes one setting, labelled by its
+``tests``, ``defaultTest`` and ``scenarios`` (read by
+:mod:`webui.batch.promptfoo_tests`: test files, CSV, vars, expansion, ``options``
+prefix/suffix/transform) and ``providers``. Each provider becomes one setting, labelled by its
 ``label`` or ``id``, with its ``config`` (``temperature``, ``max_tokens``,
 ``top_p``, ``seed``, ``stop``... as the OpenAI API names them) as that setting's
 parameters. ``workbench:NAME`` runs on the loaded model NAME (any loaded model:
 local, another loader's ``NAME@loader``, or a remote server connected in the Model
-tab; ``launch.py batch`` loads it); any other id runs on the model in use. Asserts keep promptfoo's names (contains, icontains,
+tab; ``launch.py batch`` loads it); any other id runs on the model in use.
+Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python and javascript (inline or ``file://``, with ``config``), latency,
 llm-rubric (judged by the loaded model), their ``not-`` forms, ``weight``,
-``threshold`` and ``transform``); any other type (levenshtein...) is an error
-that names it, never skipped. Transforms: webui.batch.transform.
+``threshold``, ``metric`` and ``transform``; values filled from the test's vars);
+any other type (levenshtein...) is an error that names it, never skipped. Every
+problem of a suite is reported at once. Transforms: webui.batch.transform.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -28,13 +31,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import yaml
 
 from webui.batch.assert_kinds import ASSERT_KINDS
-from webui.batch.asserts import Assert, parse_assert, row_score
+from webui.batch.asserts import Assert, AssertResult, parse_assert, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
+from webui.batch.promptfoo_tests import Case, Problems, read_cases
 from webui.batch.python_assert import is_python_file
 from webui.batch.results import ResultRow
-from webui.batch.transform import options_transform, resolved, with_transforms
+from webui.batch.transform import check_transforms, resolved, with_transforms
 from webui.engine.params import InvalidParameter, SamplingParams
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -59,85 +63,169 @@ def load_config(path: Path) -> tuple[str, list[PromptRow], list[Setting]]:
 
 
 def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setting]]:
-    """Like :func:`load_config` for config text; ``file://`` paths are relative to ``base``."""
+    """Like :func:`load_config` for config text; ``file://`` paths are relative to ``base``. Every problem found
+    is reported at once, each with where it is in the suite."""
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise BatchInputError(f"promptfoo config: not valid YAML ({exc})") from None
     if not isinstance(config, dict):
         raise BatchInputError("promptfoo config: expected a mapping with prompts, providers and tests")
+    problems = Problems()
     unknown_top = set(config) - {"description", "prompts", "providers", "tests", "defaultTest", "outputPath",
                                  "sharing", "env", "evaluateOptions", "scenarios", "derivedMetrics", "nunjucksFilters"}
     if unknown_top:
-        raise BatchInputError(f"promptfoo config: unknown key(s) {', '.join(sorted(unknown_top))}")
-    if config.get("scenarios"):
-        raise BatchInputError("promptfoo config: scenarios are not supported; list their tests under tests")
-    prompts = _prompts(config.get("prompts"), base)
-    default = config.get("defaultTest") or {}
-    if not isinstance(default, dict):
-        raise BatchInputError("promptfoo config: defaultTest must be a mapping (vars, assert)")
-    tests = _tests(config.get("tests"), base) or [{}]
+        problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
+    _refuse_filters(config.get("nunjucksFilters"), problems)
+    prompts = _prompts(config.get("prompts"), base, problems)
+    settings, filters = _settings(config.get("providers"), problems)
+    runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
     rows: list[PromptRow] = []
-    for t, test in enumerate(tests):
-        where = f"tests[{t}]"
-        variables = _nested({**_vars(default.get("vars"), "defaultTest"), **_vars(test.get("vars"), where)}, where)
-        asserts = with_transforms([*_asserts(default.get("assert"), "defaultTest", base),
-                                   *_asserts(test.get("assert"), where, base)],
-                                  options_transform(default, test, base, where))
-        name = str(test.get("description") or f"test {t + 1}")
-        for p, (label, prompt) in enumerate(prompts):
-            at = f"{where} with prompt '{label}'"
+    for case in read_cases(config, base, problems):
+        name = case.description or f"test {case.index + 1}"
+        asserts = with_transforms(_asserts(case, base, problems), _case_transform(case, base, problems))
+        for p, (label, prompt, params) in enumerate(prompts):
+            at = f"{case.where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
-            origin = {"prompt": label, "promptIdx": p, "testIdx": t, "description": test.get("description")}
-            filled = _text_or_chat(render(prompt, variables, where=at), at) if isinstance(prompt, str) else \
-                tuple({"role": m["role"], "content": render(m["content"], variables, where=at)} for m in prompt)
-            if isinstance(filled, str):
-                rows.append(PromptRow(len(rows), filled, variables, asserts, row_id, origin=origin))
-            else:  # a chat: its messages, and their JSON as its text (promptfoo's raw)
-                rows.append(PromptRow(len(rows), json.dumps(filled, ensure_ascii=False), variables, asserts, row_id,
-                                      filled, origin))
-    return str(config.get("description") or "promptfoo suite"), rows, _settings(config.get("providers"))
+            origin = {"prompt": label, "promptIdx": p, "testIdx": case.index, "description": case.description,
+                      **({"metadata": case.metadata} if case.metadata else {})}
+            with problems.collect():
+                row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id, origin,
+                           case.threshold, at)
+                rows.append(dataclasses.replace(row, params=params, settings=runs_with[p]))
+    problems.raise_any()
+    return str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings
+
+
+def _runs_with(labels: list[str], settings: list[Setting], filters: Mapping[str, list[str]],
+               problems: Problems) -> list[tuple[str, ...] | None]:
+    """For each prompt, the settings that run it (None: all), by each provider's prompts filter: a prompt's label,
+    or the start of the labels before ``:`` (promptfoo's groups) or `` #`` (a file's prompts)."""
+    def allowed(label: str, names: list[str]) -> bool:
+        return any(label == n or label.startswith((f"{n}:", f"{n} #")) for n in names)
+
+    for setting, names in filters.items():
+        for n in names:
+            if not any(allowed(label, [n]) for label in labels):
+                problems.add(f"providers ({setting}).prompts", f"'{n}' is no prompt's label; labels: "
+                                                               f"{', '.join(labels)}")
+    out: list[tuple[str, ...] | None] = []
+    for label in labels:
+        chosen = tuple(s.label for s in settings if s.label not in filters or allowed(label, filters[s.label]))
+        out.append(None if len(chosen) == len(settings) else chosen)
+    return out
+
+
+def _refuse_filters(given: Any, problems: Problems) -> None:
+    """promptfoo's custom Nunjucks filters are JavaScript modules, which nothing here runs: each is named."""
+    if not given:
+        return
+    for name, path in (given.items() if isinstance(given, dict) else [("", given)]):
+        why = "a Python file cannot be one" if str(path).endswith(".py") else "the workbench runs no JavaScript"
+        problems.add(f"nunjucksFilters{'.' + str(name) if name else ''}",
+                     f"{path}: custom filters are not run here (promptfoo loads them as JavaScript modules; {why}); "
+                     f"use the built-in ones (upper, lower, trim, dump, length, join, default, replace...)")
+
+
+def _row(index: int, prompt: "Prompt", variables: dict[str, str], asserts: list[Assert], row_id: str,
+         origin: dict[str, Any], threshold: float | None, at: str) -> PromptRow:
+    filled = _text_or_chat(render(prompt, variables, where=at), at) if isinstance(prompt, str) else \
+        tuple({"role": m["role"], "content": render(m["content"], variables, where=at)} for m in prompt)
+    if isinstance(filled, str):
+        return PromptRow(index, filled, variables, asserts, row_id, origin=origin, threshold=threshold)
+    # a chat: its messages, and their JSON as its text (promptfoo's raw)
+    return PromptRow(index, json.dumps(filled, ensure_ascii=False), variables, asserts, row_id, filled, origin,
+                     threshold)
+
+
+def _affixed(prompt: "Prompt", options: Mapping[str, str], where: str) -> "Prompt":
+    """A prompt with a test's options.prefix and options.suffix around it, as promptfoo adds them."""
+    prefix, suffix = options.get("prefix", ""), options.get("suffix", "")
+    if not (prefix or suffix):
+        return prompt
+    if not isinstance(prompt, str):
+        raise BatchInputError(f"{where}: options.prefix/suffix apply to text prompts, not to a chat")
+    return prefix + prompt + suffix
+
+
+def _unique_ids(rows: list[PromptRow]) -> list[PromptRow]:
+    """Rows with ids that differ: a test expanded over its vars gives several rows of one description, numbered."""
+    seen: dict[str, int] = {}
+    for row in rows:
+        seen[row.id] = seen.get(row.id, 0) + 1
+    count: dict[str, int] = {}
+    out = []
+    for row in rows:
+        if seen[row.id] > 1:
+            count[row.id] = count.get(row.id, 0) + 1
+            row = dataclasses.replace(row, id=f"{row.id} #{count[row.id]}")
+        out.append(row)
+    return out
 
 
 Prompt = str | tuple[dict[str, str], ...]
 """A promptfoo prompt: a text, or a chat (its messages)."""
 
 
-def _prompts(given: Any, base: Path) -> list[tuple[str, Prompt]]:
+PromptSpec = tuple[str, Prompt, dict[str, Any] | None]
+"""A prompt's label, the prompt, and its own sampling parameters (None: its providers')."""
+
+
+def _prompts(given: Any, base: Path, problems: Problems) -> list[PromptSpec]:
+    """Each prompt; a prompt that cannot be read is a problem, the others are read on."""
     if given is None:
-        raise BatchInputError("promptfoo config: prompts is missing; list at least one prompt")
-    items = given if isinstance(given, list) else [given]
-    out: list[tuple[str, Prompt]] = []
-    for i, item in enumerate(items):
-        where = f"promptfoo config: prompts[{i}]"
-        if isinstance(item, dict):
-            raw = item.get("raw")
-            if not isinstance(raw, str):
-                raise BatchInputError(f"{where} needs 'raw' (the prompt text)")
-            ignored = set(item) - {"raw", "label", "id"}
-            if ignored:  # e.g. a prompt's own config: named, never dropped unseen
-                raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt takes "
-                                      f"raw, label and id; set parameters in a provider's config)")
-            out.append((str(item.get("label") or item.get("id") or f"prompt {i + 1}"), raw))
-        elif isinstance(item, list):  # a chat written in YAML: a list of {role, content}
-            out.append((f"prompt {i + 1}", chat_messages_of(item, where)))
-        elif isinstance(item, str) and item.startswith("file://"):
-            out += _prompt_files(base, item.removeprefix("file://"), where)
-        elif isinstance(item, str):
-            out.append((item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item))
-        else:
-            raise BatchInputError(f"{where} must be a text, a chat (a list of {{role, content}}), file://path or "
-                                  f"{{raw: ...}}")
-    if not out:
-        raise BatchInputError("promptfoo config: prompts is empty; list at least one prompt")
+        problems.add("", "prompts is missing; list at least one prompt")
+        return []
+    out: list[PromptSpec] = []
+    for i, item in enumerate(given if isinstance(given, list) else [given]):
+        with problems.collect():
+            out += _prompt(item, i, base)
+    if not out and not problems.found:
+        problems.add("", "prompts is empty; list at least one prompt")
     return out
 
 
-def _nested(variables: dict[str, str], where: str) -> dict[str, str]:
-    """Vars whose values use other vars (``{{name}}``) filled from those, as promptfoo renders vars before the
-    prompt (one level: each value from the others as given)."""
-    return {name: render(value, variables, where=f"{where}.vars.{name}") if "{{" in value else value
-            for name, value in variables.items()}
+def _prompt(item: Any, i: int, base: Path) -> list[PromptSpec]:
+    where = f"promptfoo config: prompts[{i}]"
+    if isinstance(item, dict):
+        raw = item.get("raw")
+        if not isinstance(raw, str):
+            raise BatchInputError(f"{where} needs 'raw' (the prompt text)")
+        ignored = set(item) - {"raw", "label", "id", "config"}
+        if ignored:  # named, never dropped unseen
+            raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt takes "
+                                  f"raw, label, id and config)")
+        label = str(item.get("label") or item.get("id") or f"prompt {i + 1}")
+        return [(label, raw, _prompt_params(item.get("config"), f"{where} ({label}).config"))]
+    if isinstance(item, list):  # a chat written in YAML: a list of {role, content}
+        return [(f"prompt {i + 1}", chat_messages_of(item, where), None)]
+    if isinstance(item, str) and item.startswith("file://"):
+        return [(label, prompt, None) for label, prompt in _prompt_files(base, item.removeprefix("file://"), where)]
+    if isinstance(item, str):
+        return [(item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item, None)]
+    raise BatchInputError(f"{where} must be a text, a chat (a list of {{role, content}}), file://path or "
+                          f"{{raw: ...}}")
+
+
+def _prompt_params(given: Any, where: str) -> dict[str, Any] | None:
+    """A prompt's config: sampling parameters as the OpenAI API names them, applied over each provider's for this
+    prompt's rows (as promptfoo merges a prompt's config over the provider's)."""
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise BatchInputError(f"{where} must be a mapping of parameters (temperature, max_tokens...)")
+    unknown = set(given) - _api_names()
+    if "seed" in given:
+        unknown.add("seed")  # a seed is the setting's: its samples count from it
+    if unknown:
+        raise BatchInputError(f"{where}: {', '.join(sorted(map(str, unknown)))} not supported here (a prompt's config "
+                              f"takes sampling parameters such as temperature, max_tokens, top_p, stop; set a seed in "
+                              f"a provider's config)")
+    try:
+        SamplingParams.from_api(given, SamplingParams())
+    except (InvalidParameter, ValueError) as exc:
+        raise BatchInputError(f"{where}: {exc}") from None
+    return dict(given) or None
 
 
 def _text_or_chat(text: str, where: str) -> Prompt:
@@ -193,105 +281,96 @@ def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Promp
     return out
 
 
-def _tests(given: Any, base: Path) -> list[dict[str, Any]]:
-    if given is None:
-        return []
-    if isinstance(given, str):
-        given = [given]
-    out: list[dict[str, Any]] = []
-    for i, item in enumerate(given if isinstance(given, list) else [None]):
-        if isinstance(item, str) and item.startswith("file://"):
-            out += _test_file(base / item.removeprefix("file://"), f"tests[{i}]")
-        elif isinstance(item, dict):
-            out.append(item)
-        else:
-            raise BatchInputError(f"promptfoo config: tests[{i}] must be a mapping (vars, assert) or a "
-                                  "file://tests.yaml path")
+def _asserts(case: Case, base: Path, problems: Problems) -> list[Assert]:
+    """A case's asserts, their values filled from its vars as promptfoo renders them."""
+    out = []
+    for where, item in case.asserts:
+        with problems.collect(where):
+            out.append(_assert(_filled(item, case.variables, where), base))
     return out
 
 
-def _test_file(path: Path, where: str) -> list[dict[str, Any]]:
-    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
-        raise BatchInputError(f"promptfoo config: {where}: {path.name}: test files are read as YAML or JSON lists")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise BatchInputError(f"promptfoo config: {where}: cannot read {path}: {exc}") from None
-    if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
-        raise BatchInputError(f"promptfoo config: {where}: {path.name} must hold a list of tests")
-    return data
+def _case_transform(case: Case, base: Path, problems: Problems) -> tuple[str, ...]:
+    """The transform a case's ``options`` give its outputs (the test's own, else ``defaultTest``'s): none or one."""
+    if "transform" not in case.options:
+        return ()
+    with problems.collect(f"{case.where}.options.transform"):
+        return check_transforms(resolved(case.options["transform"], base))
+    return ()
 
 
-def _vars(given: Any, where: str) -> dict[str, str]:
-    if given is None:
-        return {}
-    if not isinstance(given, dict):
-        raise BatchInputError(f"promptfoo config: {where}.vars must be a mapping of names to values")
-    return {str(k): v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for k, v in given.items()}
+def _filled(item: dict[str, Any], variables: Mapping[str, str], where: str) -> dict[str, Any]:
+    value = item.get("value")
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        return {**item, "value": render(value, variables, where=f"{where}.value")}
+    if isinstance(value, list) and any(isinstance(v, str) and "{{" in v for v in value):
+        return {**item, "value": [render(v, variables, where=f"{where}.value") if isinstance(v, str) else v
+                                  for v in value]}
+    return item
 
 
-def _asserts(given: Any, where: str, base: Path) -> list[Assert]:
-    if given is None:
-        return []
-    if not isinstance(given, list):
-        raise BatchInputError(f"promptfoo config: {where}.assert must be a list")
-    return [_assert(item, f"{where}.assert[{i}]", base) for i, item in enumerate(given)]
-
-
-def _assert(item: Any, where: str, base: Path) -> Assert:
-    if not isinstance(item, dict) or not isinstance(item.get("type"), str):
-        raise BatchInputError(f"promptfoo config: {where} needs a type")
+def _assert(item: dict[str, Any], base: Path) -> Assert:
     kind = item["type"]
     spec = ASSERT_KINDS.get(kind.removeprefix("not-"))
     if spec is None or spec.promptfoo is None:
-        raise BatchInputError(f"promptfoo config: {where}: the assert type '{kind}' is not supported here "
+        raise BatchInputError(f"the assert type '{kind}' is not supported here "
                               f"(supported: {', '.join(supported())}, and not- before each)")
     unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider", "transform",
                            *(("config",) if "config" in spec.value.keys else ())}
     if unknown:
-        raise BatchInputError(f"promptfoo config: {where}: unknown key(s) {', '.join(sorted(unknown))}")
-    weight = {"weight": item["weight"]} if item.get("weight") is not None else {}
+        raise BatchInputError(f"unknown key(s) {', '.join(sorted(unknown))}")
+    extra = {key: item[key] for key in ("weight", "metric") if item.get(key) is not None}
     transform = {"transform": resolved(item["transform"], base)} if item.get("transform") is not None else {}
-    try:
-        return parse_assert({"type": kind, **spec.promptfoo(item, base), **weight, **transform})
-    except BatchInputError as exc:
-        raise BatchInputError(f"promptfoo config: {where}: {exc}") from None
+    return parse_assert({"type": kind, **spec.promptfoo(item, base), **extra, **transform})
 
 
-def _settings(given: Any) -> list[Setting]:
+def _settings(given: Any, problems: Problems) -> tuple[list[Setting], dict[str, list[str]]]:
+    """The settings, and the prompts filter of each provider that has one (by setting label); a provider that
+    cannot be read is a problem, the others are read on."""
     items = given if isinstance(given, list) else [given] if given else [{"id": "loaded model"}]
     out: list[Setting] = []
+    filters: dict[str, list[str]] = {}
     for i, item in enumerate(items):
-        if isinstance(item, str):
-            item = {"id": item}
-        if not isinstance(item, dict) or not isinstance(item.get("id", ""), str):
-            raise BatchInputError(f"promptfoo config: providers[{i}] must be an id or a mapping with id and config")
-        label = str(item.get("label") or item.get("id") or f"provider {i + 1}")
-        ignored = set(item) - {"id", "label", "config"}
-        if ignored:  # e.g. a provider's prompts filter or transform: named, never dropped unseen
-            raise BatchInputError(f"promptfoo config: providers[{i}] ({label}): {', '.join(sorted(ignored))} "
-                                  "not supported here (a provider takes id, label and config)")
-        config = item.get("config") or {}
-        if not isinstance(config, dict):
-            raise BatchInputError(f"promptfoo config: providers[{i}].config must be a mapping")
-        fields = {k: v for k, v in config.items() if k not in ("apiKey", "apiBaseUrl", "apiHost")}
-        try:
-            params = SamplingParams.from_api(fields, SamplingParams(temperature=0.0, max_new_tokens=256))
-        except (InvalidParameter, ValueError) as exc:
-            raise BatchInputError(f"promptfoo config: providers[{i}] ({label}).config: {exc}") from None
-        unknown = set(fields) - set(_api_names())
-        if unknown:
-            raise BatchInputError(f"promptfoo config: providers[{i}] ({label}).config: unknown setting(s) "
-                                  f"{', '.join(sorted(unknown))}")
-        if any(s.label == label for s in out):
-            raise BatchInputError(f"promptfoo config: two providers are labelled '{label}'; give each a label")
-        provider, _, model = str(item.get("id", "")).partition(":")
-        if provider == "workbench" and not model.strip():
-            raise BatchInputError(f"promptfoo config: providers[{i}]: workbench: needs a model name "
-                                  "(workbench:SmolLM2-135M-Instruct)")
-        out.append(Setting(label, params, None, dict(fields), model=model.strip() if provider == "workbench" else None,
-                           provider=str(item.get("id") or label)))
-    return out
+        with problems.collect():
+            setting, chosen = _setting({"id": item} if isinstance(item, str) else item, i)
+            if any(s.label == setting.label for s in out):
+                raise BatchInputError(f"two providers are labelled '{setting.label}'; give each a label")
+            out.append(setting)
+            if chosen is not None:
+                filters[setting.label] = chosen
+    return out, filters
+
+
+def _setting(item: Any, i: int) -> tuple[Setting, list[str] | None]:
+    """One provider: its setting and its prompts filter (None: every prompt)."""
+    if not isinstance(item, dict) or not isinstance(item.get("id", ""), str):
+        raise BatchInputError(f"providers[{i}] must be an id or a mapping with id and config")
+    label = str(item.get("label") or item.get("id") or f"provider {i + 1}")
+    where = f"providers[{i}] ({label})"
+    ignored = set(item) - {"id", "label", "config", "prompts"}
+    if ignored:  # e.g. a provider's transform: named, never dropped unseen
+        raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a provider takes id, "
+                              "label, config and prompts)")
+    chosen = item.get("prompts")
+    if chosen is not None and (not isinstance(chosen, list) or not chosen
+                               or not all(isinstance(n, str) for n in chosen)):
+        raise BatchInputError(f"{where}.prompts must be a list of prompt labels")
+    config = item.get("config") or {}
+    if not isinstance(config, dict):
+        raise BatchInputError(f"{where}.config must be a mapping")
+    fields = {k: v for k, v in config.items() if k not in ("apiKey", "apiBaseUrl", "apiHost")}
+    try:
+        params = SamplingParams.from_api(fields, SamplingParams(temperature=0.0, max_new_tokens=256))
+    except (InvalidParameter, ValueError) as exc:
+        raise BatchInputError(f"{where}.config: {exc}") from None
+    unknown = set(fields) - set(_api_names())
+    if unknown:
+        raise BatchInputError(f"{where}.config: unknown setting(s) {', '.join(sorted(unknown))}")
+    provider, _, model = str(item.get("id", "")).partition(":")
+    if provider == "workbench" and not model.strip():
+        raise BatchInputError(f"providers[{i}]: workbench: needs a model name (workbench:SmolLM2-135M-Instruct)")
+    return Setting(label, params, None, dict(fields), model=model.strip() if provider == "workbench" else None,
+                   provider=str(item.get("id") or label)), chosen
 
 
 def _api_names() -> set[str]:
@@ -320,19 +399,21 @@ def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequ
                        "assertion": assertions[i] if i < len(assertions) else {
                            "type": a.label.partition(":")[0], "value": a.label.partition(":")[2]}}
                       for i, a in enumerate(r.asserts)]
+        named = _named_scores(row.asserts if row is not None else [], r.asserts)
         score = r.score if r.score is not None else (row_score(r.asserts) or (1.0 if r.passed is not False else 0))
         results.append({
             "prompt": {"raw": r.prompt, "label": origin.get("prompt", r.prompt_id)}, "vars": variables,
             "provider": {"id": (providers or {}).get(r.setting, r.setting), "label": r.setting},
             "promptIdx": origin.get("promptIdx", 0), "testIdx": origin.get("testIdx", r.prompt_index),
             "testCase": {**({"description": origin["description"]} if origin.get("description") else {}),
-                         "vars": variables, "assert": assertions},
+                         "vars": variables, "assert": assertions,
+                         **({"metadata": origin["metadata"]} if origin.get("metadata") else {})},
             "response": {"output": r.output, "tokenUsage": {"prompt": r.prompt_tokens,
                                                             "completion": r.completion_tokens,
                                                             "total": r.prompt_tokens + r.completion_tokens}},
-            "success": r.passed is not False, "score": score, "latencyMs": _latency_ms(r), "error": r.error,
-            "gradingResult": {"pass": r.passed is not False, "score": score, "reason": _reason(r),
-                              "componentResults": components}})
+            "success": r.passed is not False, "score": score, "namedScores": named, "latencyMs": _latency_ms(r),
+            "error": r.error, "gradingResult": {"pass": r.passed is not False, "score": score, "reason": _reason(r),
+                                                "namedScores": named, "componentResults": components}})
     passed = sum(1 for r in results if r["success"])
     return json.dumps({"results": {"version": 3, "results": results,
                                    "stats": {"successes": passed, "failures": len(results) - passed}},
@@ -347,6 +428,17 @@ def promptfoo_assertion(a: Assert) -> dict[str, Any]:
     elif a.kind == "python" and is_python_file(str(d.get("value"))) and not d["value"].startswith("file://"):
         d["value"] = "file://" + d["value"]
     return d
+
+
+def _named_scores(asserts: Sequence[Assert], results: Sequence[AssertResult]) -> dict[str, float]:
+    """promptfoo's namedScores: each metric's weighted score over the asserts that name it."""
+    totals: dict[str, list[float]] = {}
+    for given, result in zip(asserts, results):
+        if given.metric is not None:
+            total = totals.setdefault(given.metric, [0.0, 0.0])
+            total[0] += result.value * result.weight
+            total[1] += result.weight
+    return {name: (score / weight if weight else 0.0) for name, (score, weight) in totals.items()}
 
 
 def _latency_ms(row: ResultRow) -> int | None:

@@ -13,9 +13,9 @@
 
 In an ``expected`` cell or key, a value that does not start with an assert kind
 (``contains:``, ``regex:``, ...) means ``contains:<value>``: the output must
-contain the expected answer. Templates use ``{{ name }}`` placeholders; when a
-template is given it makes every row's prompt (a ``prompt`` column is then just
-another variable).
+contain the expected answer. Templates use ``{{ name }}`` placeholders (and
+Nunjucks filters and tags, as promptfoo's prompts do); when a template is given it
+makes every row's prompt (a ``prompt`` column is then just another variable).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from typing import Any, Iterable, Mapping, Sequence
 from webui.batch.assert_kinds import ASSERT_KINDS
 from webui.batch.asserts import Assert, parse_asserts
 from webui.batch.errors import BatchInputError
+from webui.batch.nunjucks import PLACEHOLDER as _PLACEHOLDER, is_nunjucks, render_nunjucks
 from webui.chat.prompt import ROLES
 
 SUFFIXES = (".txt", ".csv", ".jsonl")
 ASSERT_COLUMN = re.compile(r"^(assert|asserts|expected)(_?\d+)?$", re.IGNORECASE)
-_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _ESCAPE = re.compile(r"\\(\\|n)")
 
 
@@ -56,12 +56,23 @@ class PromptRow:
     origin: dict[str, Any] | None = field(default=None, hash=False)
     """Where a promptfoo suite's row came from: {"prompt": its label, "promptIdx", "testIdx", "description"}, for
     results in promptfoo's shape; None: not from one."""
+    threshold: float | None = field(default=None, hash=False)
+    """The weighted score of its asserts that passes the row (promptfoo's test threshold); None: every assert
+    must pass."""
+    params: dict[str, Any] | None = field(default=None, hash=False)
+    """Sampling parameters for this prompt, as the OpenAI API names them, over its setting's (a promptfoo
+    prompt's config); None: the setting's alone."""
+    settings: tuple[str, ...] | None = field(default=None, hash=False)
+    """The labels of the settings that run it (a promptfoo provider's prompts filter); None: every setting."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "id": self.id, "text": self.text, "variables": dict(self.variables),
                 "asserts": [a.to_dict() for a in self.asserts],
                 **({"messages": [dict(m) for m in self.messages]} if self.messages is not None else {}),
-                **({"origin": dict(self.origin)} if self.origin is not None else {})}
+                **({"origin": dict(self.origin)} if self.origin is not None else {}),
+                **({"threshold": self.threshold} if self.threshold is not None else {}),
+                **({"params": dict(self.params)} if self.params else {}),
+                **({"settings": list(self.settings)} if self.settings is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PromptRow":
@@ -73,9 +84,13 @@ class PromptRow:
             specs = list(data["asserts"])
             messages = chat_messages_of(data["messages"], where) if data.get("messages") is not None else None
             origin = dict(data["origin"]) if data.get("origin") is not None else None
+            threshold = None if data.get("threshold") is None else float(data["threshold"])
+            params = dict(data["params"]) if data.get("params") else None
+            settings = None if data.get("settings") is None else tuple(str(s) for s in data["settings"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BatchInputError(f"{where}: not a stored prompt row ({type(exc).__name__}: {exc})") from None
-        return cls(index, text, variables, parse_asserts(specs, where), row_id, messages, origin)
+        return cls(index, text, variables, parse_asserts(specs, where), row_id, messages, origin, threshold,
+                   params, settings)
 
 
 def chat_messages_of(value: Any, where: str) -> tuple[dict[str, str], ...]:
@@ -115,8 +130,11 @@ def render(template: str, variables: Mapping[str, str], *, where: str = "", noun
     """Fill ``{{ name }}`` placeholders from ``variables``.
 
     An undefined variable is an error naming it and ``where`` (e.g. "row 3") and
-    listing what the row has; ``noun`` is what the caller calls a variable ("column", "key").
+    listing what the row has; ``noun`` is what the caller calls a variable ("column", "key"). A template with
+    filters, ``{% if %}`` or ``{% for %}`` is rendered as promptfoo's Nunjucks (:mod:`webui.batch.nunjucks`).
     """
+    if is_nunjucks(template, variables):
+        return render_nunjucks(template, variables, where=where, noun=noun)
     template_variables(template)
 
     def fill(match: re.Match[str]) -> str:
@@ -142,7 +160,7 @@ def unescape_newlines(text: str) -> str:
 
 
 def _check_template(template: str | None) -> None:
-    if template is not None and not template_variables(template):
+    if template is not None and not is_nunjucks(template, {}) and not template_variables(template):
         raise BatchInputError("the template has no {{...}} placeholders, so every row would get the same prompt; "
                               "use e.g. {{prompt}} or a column name")
 

@@ -137,11 +137,13 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
     seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text, judged or {},
                     cell.row.variables, str((cell.row.origin or {}).get("description") or ""))
     asserts = [] if error else [a.check(seen) for a in cell.row.asserts]
+    score = (0.0 if error else row_score(asserts)) if cell.row.asserts else None
     if not cell.row.asserts:
         passed = None
+    elif cell.row.threshold is not None:  # promptfoo's test threshold: the weighted score decides
+        passed = error is None and (score if score is not None else 0.0) >= cell.row.threshold
     else:
         passed = error is None and all(a.passed for a in asserts)
-    score = (0.0 if error else row_score(asserts)) if cell.row.asserts else None
     return ResultRow(
         prompt_index=cell.row.index, prompt_id=cell.row.id, prompt=cell.row.text, setting=cell.setting.label,
         params=cell.params.to_dict(), sample=cell.sample, seed=cell.seed, output=output,

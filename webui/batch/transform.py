@@ -60,27 +60,6 @@ def resolved(value: Any, base: Path) -> Any:
     return value
 
 
-def options_transform(default: Mapping[str, Any], test: Mapping[str, Any], base: Path, where: str) -> tuple[str, ...]:
-    """The transform a promptfoo test's ``options`` give its outputs (the test's own, else ``defaultTest``'s):
-    none or one. Options other than transform are refused by name rather than ignored."""
-    found: Any = None
-    for options, at in ((default.get("options"), "defaultTest"), (test.get("options"), where)):
-        if options is None:
-            continue
-        if not isinstance(options, Mapping):
-            raise BatchInputError(f"promptfoo config: {at}.options must be a mapping (e.g. transform: ...)")
-        other = set(options) - {"transform"}
-        if other:
-            raise BatchInputError(f"promptfoo config: {at}.options: {', '.join(sorted(map(str, other)))} not "
-                                  "supported here (options takes transform)")
-        if options.get("transform") is not None:
-            found = resolved(options["transform"], base)
-    try:
-        return check_transforms(found)
-    except BatchInputError as exc:
-        raise BatchInputError(f"promptfoo config: {where}.options: {exc}") from None
-
-
 def with_transforms(asserts: Sequence[Assert], transforms: Sequence[str]) -> list[Assert]:
     """``asserts`` with ``transforms`` applied before each one's own."""
     if not transforms:

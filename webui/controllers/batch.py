@@ -165,7 +165,7 @@ class BatchController:
             raise UserError(str(exc)) from exc
         engine = self.services.engine
         rate = engine.stats().tokens_per_second or 8.0 * min(len(cells), engine.config.max_running)
-        budget = sum(c.setting.params.max_new_tokens for c in cells)
+        budget = sum(c.params.max_new_tokens for c in cells)
         seconds = budget / rate
         took = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
         template = "raw prompts (no chat template)" if job.raw else (
