@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, similarity
 from webui.batch.assert_values import excerpt
@@ -90,6 +90,10 @@ class Observed:
     prompt: str = ""
     judged: Mapping[str, "Verdict"] = field(default_factory=dict)
     """llm-rubric verdicts by rubric: what the judge model said of this output."""
+    finish_reason: str = ""
+    """Why generation stopped (stop, length, ...); "": not known."""
+    logprobs: Sequence[float] = ()
+    """The chosen tokens' logprobs under the model (perplexity asserts ask the runner for them); (): none."""
 
 
 @dataclass(frozen=True)
@@ -126,10 +130,12 @@ class Assert:
         spec = ASSERT_KINDS.get(self.kind)
         if spec is None:
             raise BatchInputError(f"unknown assert kind '{self.kind}'; kinds: {', '.join(ASSERT_KINDS)}")
+        if spec.refused:
+            raise BatchInputError(spec.refused)
         extra = set(self.options) - spec.value.options
         if extra:
             raise BatchInputError(f"{self.kind}: unknown option(s) {', '.join(sorted(map(str, extra)))}")
-        _check_weight(self.kind, self.weight, self.threshold)
+        _check_weight(spec, self.weight, self.threshold)
         value, options = spec.value.hold(spec, self.value, self.options)
         object.__setattr__(self, "value", value)
         object.__setattr__(self, "options", options)
@@ -261,9 +267,14 @@ def _from_dict(spec: Mapping[str, Any]) -> Assert:
     return Assert(kind.name, value, options, negate=negate, **extra)
 
 
-def _check_weight(kind: str, weight: Any, threshold: Any) -> None:
+def _check_weight(spec: AssertKind, weight: Any, threshold: Any) -> None:
+    kind = spec.name
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
         raise BatchInputError(f"{kind}: weight must be a number >= 0, got {weight!r}")
-    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                  or not 0 <= threshold <= 1):
+    if threshold is None:
+        return
+    number = not isinstance(threshold, bool) and isinstance(threshold, (int, float)) and math.isfinite(threshold)
+    if spec.threshold_unit and not (number and threshold >= 0):
+        raise BatchInputError(f"{kind}: threshold must be a number of {spec.threshold_unit} >= 0, got {threshold!r}")
+    if not spec.threshold_unit and not (number and 0 <= threshold <= 1):
         raise BatchInputError(f"{kind}: threshold must be a score between 0 and 1, got {threshold!r}")
