@@ -72,7 +72,8 @@ def test_bleu_gleu_and_rouge_pass_at_their_thresholds_and_take_several_reference
     assert check({"type": "gleu", "value": refs, "threshold": 2 / 3}, out)[0]  # score == threshold passes
     passed, detail = check("rouge-n:The cat is on the mat.", "The cat sat on the mat.")
     assert passed and detail == "ROUGE-1 against the reference (score 0.86, needs 0.75)"
-    assert not check({"type": "rouge-n", "value": "The cat is on the mat.", "threshold": 0.86}, "The cat sat on the mat.")[0]
+    rouge_at = {"type": "rouge-n", "value": "The cat is on the mat.", "threshold": 0.86}
+    assert not check(rouge_at, "The cat sat on the mat.")[0]
     negated = parse_assert("not-bleu:The cat is on the mat.").check("The cat sat on the mat.")
     assert negated.passed and negated.score == pytest.approx(1 - 0.010573712634405643)
     assert check('bleu:["a b c d", "e f"]', "a b c d")[0] and not check("bleu:x y", "")[0]
@@ -183,7 +184,8 @@ def test_perplexity_needs_logprobs_and_holds_them_to_the_threshold():
     assert not passed and detail == "perplexity 2.72, more than 2.71"
     result = parse_assert({"type": "perplexity-score", "threshold": 0.26}).check(Observed("x", logprobs=logprobs))
     assert result.passed and result.score == pytest.approx(1 / (1 + 2.718281828))
-    assert not parse_assert({"type": "perplexity-score", "threshold": 0.27}).check(Observed("x", logprobs=logprobs)).passed
+    above = parse_assert({"type": "perplexity-score", "threshold": 0.27})
+    assert not above.check(Observed("x", logprobs=logprobs)).passed
     passed, detail = check("perplexity-score", "x")
     assert not passed and "this row has no token logprobs" in detail
 

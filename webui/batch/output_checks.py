@@ -70,7 +70,7 @@ def sql_problem(output: str, database: str = "MySQL", tables: Sequence[str] | No
     columns ("": it is)."""
     wrong = f"SQL statement does not conform to the provided {database} database syntax"
     text = output.strip()
-    statements: list[exp.Expression] = []
+    statements: list[Any] = []
     try:
         statements = [s for s in sqlglot.parse(output, read=SQL_DIALECTS[database.lower()]) if s is not None]
     except sqlglot.errors.SqlglotError as exc:

@@ -330,7 +330,8 @@ class BatchRunner:
         async with slots:
             if handle.cancelled:
                 return
-            text, last, error, chosen = "", None, None, []
+            text, last, error = "", None, None
+            chosen: list[float] = []  # the chosen tokens' logprobs, when asked for
             try:
                 engine = handle.slots[cell.setting.model].engine
                 stream = engine.submit(GenerationRequest(prompt[0], cell.params, add_special_tokens=raw,
