@@ -210,5 +210,7 @@ tests:
                           "not-is-refusal", "word-count:1-9", "perplexity"]
     assert rows[0].asserts[0].pass_at == 2 and rows[0].asserts[5].pass_at == 12
     assert rows[0].asserts[6].kind == "is-valid-openai-tools-call"
+    with pytest.raises(BatchInputError, match=r"rouge-n needs one reference text as its value, got \['a', 'b'\]"):
+        read_config(config.replace("{type: not-is-refusal}", "{type: rouge-n, value: [a, b]}"), tmp_path)
     with pytest.raises(BatchInputError, match="needs the tools as its value here"):
         read_config(config.replace("value: file://tools.json", "threshold: 1"), tmp_path)

@@ -75,6 +75,13 @@ def _promptfoo_schema(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
     return {**schema, **_promptfoo_threshold(item)}
 
 
+def _promptfoo_text(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """levenshtein and rouge-n: promptfoo takes one reference text only (a list is an error there too)."""
+    if not isinstance(item.get("value"), str):
+        raise BatchInputError(f"{item['type']} needs one reference text as its value, got {item.get('value')!r}")
+    return _promptfoo_value(item, base)
+
+
 def _promptfoo_tools(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
     """promptfoo takes the tools (functions) from the provider's config; here they are the assert's value: a
     list, or ``file://tools.json`` (or .yaml) relative to the config."""
@@ -436,10 +443,10 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
                unit="tokens per second", promptfoo=None),
     AssertKind("levenshtein", TEXT, _levenshtein, "The capital is Paris", usage="levenshtein:text",
                note=f"edit distance ≤ threshold, default {LEVENSHTEIN_THRESHOLD}", threshold=LEVENSHTEIN_THRESHOLD,
-               threshold_unit="characters of edit distance"),
+               threshold_unit="characters of edit distance", promptfoo=_promptfoo_text),
     AssertKind("rouge-n", TEXT, _reference_metric("ROUGE-1", _rouge), "The capital of France is Paris",
                usage="rouge-n:reference", note=f"score ≥ {ROUGE_THRESHOLD:g}", scored=True,
-               threshold=ROUGE_THRESHOLD),
+               threshold=ROUGE_THRESHOLD, promptfoo=_promptfoo_text),
     AssertKind("bleu", REFERENCES, _reference_metric("BLEU", text_metrics.bleu), "The capital of France is Paris",
                usage="bleu:reference", note="score ≥ 0.5; a JSON list for several", scored=True),
     AssertKind("gleu", REFERENCES, _reference_metric("GLEU", text_metrics.gleu), "The capital of France is Paris",

@@ -26,6 +26,14 @@ process with a time limit; it returns a bool, a score, or ``{"pass", "score",
 the row's timing. ``llm-rubric:<rubric>`` is judged by a model (the batch runner
 asks it, see webui.batch.judge); the verdict and its reason are the result.
 
+promptfoo's deterministic kinds run as promptfoo 0.115 runs them: ``levenshtein``,
+``rouge-n``, ``bleu``, ``gleu`` (webui.batch.text_metrics), ``is-sql``,
+``contains-sql``, ``is-html``, ``contains-html``, ``is-refusal`` and the OpenAI
+tool and function call checks (webui.batch.output_checks), ``finish-reason``, and
+``perplexity``/``perplexity-score`` on the chosen tokens' logprobs, which the
+runner asks the engine for only when a prompt has such an assert. ``meteor`` is
+refused with the reason (its WordNet data is not on PyPI).
+
 Each kind is one spec in :data:`webui.batch.assert_kinds.ASSERT_KINDS`; everything
 here reads that table.
 """
