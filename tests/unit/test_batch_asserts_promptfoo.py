@@ -11,7 +11,8 @@ import pytest
 from webui.batch import BatchInputError, parse_assert
 from webui.batch.asserts import Observed
 from webui.batch.promptfoo import read_config
-from webui.batch.text_metrics import bleu, gleu, levenshtein, perplexity, rouge_n, sentences, treebank_tokens
+from webui.batch.rouge_tokens import sentences, treebank_tokens
+from webui.batch.text_metrics import bleu, gleu, levenshtein, perplexity, rouge_n
 
 # (output, references, promptfoo's BLEU, GLEU, ROUGE-N against the first reference)
 PROMPTFOO_SCORES = [
@@ -28,6 +29,8 @@ PROMPTFOO_SCORES = [
     ("It costs $5, or 3,000 yen; ok? Sure.", ["It costs $5 or 3,000 yen."],
      0.00019441308418139625, 0.23076923076923078, 0.761904761904762),
     ("Line one\nline two. Three", ["line one line two three"], 0.010745699318235422, 1.0, 0.5454545454545454),
+    ("Mr. Smith went to Washington.", ["Smith went to Washington."], 0.668740304976422, 0.7142857142857143,
+     0.9090909090909091),
     ("She said: 'go home' and left...", ["She said go home and left."],
      0.00000427287006396233, 0.2222222222222222, 0.625),
 ]
@@ -44,6 +47,9 @@ def test_the_rouge_tokenizer_splits_as_the_penn_treebank_does():
     assert treebank_tokens("I can't go, (really) \"now\".") == \
         ["I", "ca", "n't", "go", ",", "(", "really", ")", "``", "now", "''", "."]
     assert sentences("One. Two!\nthree") == ["One.", "Two!", "three"]
+    # as js-rouge 3.2.1 splits it: an honorific, e.g. and p.m. before a word do not end a sentence
+    assert sentences("Dr. Smith came, e.g. Today. It was 3 p.m. and fine. see?") == \
+        ["Dr. Smith came, e.g. Today.", "It was 3 p.m. and fine.", "see?"]
 
 
 def check(spec: object, output: str, **seen: object) -> tuple[bool, str]:

@@ -10,14 +10,8 @@ when it passes there:
   minimum of n-gram precision and recall (words lose trailing dots), the best
   over the references.
 - :func:`rouge_n` is js-rouge's ``n()`` as promptfoo calls it (no options:
-  unigrams, F1, case-sensitive) on Penn Treebank tokens per sentence. The
-  tokenizer is ported rule for rule; js-rouge's sentence splitter is not (it
-  has hundreds of lines of abbreviation, acronym, ellipsis and line-wrap
-  rules): here a sentence ends at ``.``, ``!`` or ``?`` before whitespace, or
-  at a line break. That only decides which full stops become tokens of their
-  own, so scores differ from js-rouge only where a sentence-ending-looking
-  stop follows an abbreviation or an initial ("Dr. Smith", "J. Doe") or an
-  ellipsis, or on unterminated lines wrapped mid-sentence.
+  unigrams, F1, case-sensitive) on its sentences' Penn Treebank tokens
+  (ported in webui.batch.rouge_tokens).
 - :func:`levenshtein` is the plain edit distance (fastest-levenshtein in
   promptfoo, rapidfuzz here: the same number).
 - :func:`perplexity` is exp of minus the mean of the chosen tokens' logprobs.
@@ -31,6 +25,8 @@ from collections import Counter
 from typing import Sequence
 
 from rapidfuzz.distance import Levenshtein
+
+from webui.batch.rouge_tokens import sentences, treebank_tokens
 
 BLEU_N = 4
 ZERO_PRECISION = 1e-7  # promptfoo's smoothing of a zero n-gram precision in BLEU
@@ -97,52 +93,6 @@ def gleu(candidate: str, references: Sequence[str], min_n: int = 1, max_n: int =
 
 
 # -- ROUGE-N (js-rouge) -------------------------------------------------------------------------------
-
-_CONTRACTIONS = [re.compile(p, re.IGNORECASE) for p in (
-    r"\b(can)(not)\b", r"\b(d)('ye)\b", r"\b(gim)(me)\b", r"\b(gon)(na)\b", r"\b(got)(ta)\b", r"\b(lem)(me)\b",
-    r"\b(more)('n)\b", r"\b(wan)(na) ", r" ('t)(is)\b", r" ('t)(was)\b")]
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|[\r\n]+")
-
-
-def sentences(text: str) -> list[str]:
-    """Sentences as :func:`rouge_n` splits them (see the module docstring for where js-rouge splits otherwise)."""
-    found = [s.strip() for s in _SENTENCE_END.split(text)]
-    return [s for s in found if s] or [text]
-
-
-def _opens_quote(text: str, index: int, inside: bool) -> bool:
-    return not inside and (index == 0 or re.match(r"[\s(\[{<]", text[index - 1]) is not None)
-
-
-def treebank_tokens(sentence: str) -> list[str]:
-    """js-rouge's treeBankTokenize: one sentence split into Penn Treebank word tokens."""
-    text = re.sub(r"\s+", " ", sentence.strip())
-    if not text:
-        return []
-    inside, parts = False, []
-    for i, ch in enumerate(text):
-        if ch == '"':
-            inside = _opens_quote(text, i, inside)
-            parts.append(" `` " if inside else " '' ")
-        else:
-            parts.append(ch)
-    parse = "".join(parts)
-    parse = re.sub(r"\.\.\.*", " ... ", parse)
-    parse = re.sub(r"[:,](?!\d)", r" \g<0> ", parse)
-    parse = re.sub(r"[;@#$%&]", r" \g<0> ", parse)
-    parse = re.sub(r"([^.])(?<!\b[A-Za-z]\.[A-Za-z])(\.)([\])}>'\s]*)$", r"\1 \2\3 ", parse)
-    parse = re.sub(r"[?!]", r" \g<0> ", parse)
-    parse = re.sub(r"[\][(){}<>]", r" \g<0> ", parse)
-    parse = re.sub(r"---*", " -- ", parse)
-    parse = f" {parse} "
-    parse = re.sub(r"([^'])' ", r"\1 ' ", parse)
-    parse = re.sub(r"'([sSmMdD]) ", r" '\1 ", parse)
-    parse = re.sub(r"('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) ", r" \1 ", parse)
-    for contraction in _CONTRACTIONS:
-        parse = contraction.sub(r" \1 \2 ", parse)
-    parse = re.sub(r" {2,}", " ", parse)
-    parse = re.sub(r"^ | $", "", parse)
-    return parse.split(" ")
 
 
 def rouge_n(candidate: str, reference: str, n: int = 1) -> float:
