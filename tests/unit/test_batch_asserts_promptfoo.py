@@ -99,6 +99,7 @@ def test_is_sql_parses_in_the_dialect_and_holds_tables_and_columns_to_the_allowe
     assert check("is-sql", "hello world") == (False, "SQL statement does not conform to the provided MySQL database "
                                                      "syntax")
     assert not check("is-sql", "SELECT id name FROM users")[0]  # promptfoo's own refusal of a missing comma
+    assert check("is-sql", "")[0] and check("is-sql", "TRUNCATE TABLE t")[0]  # as node-sql-parser has it
     assert not check("is-sql", "SELECT FROM")[0] and not check("is-sql", "SELECT `id FROM t")[0]
     assert not check("is-sql", "SELECT * FROM generate_series(1, 3)")[0]
     assert check('is-sql:{"databaseType":"PostgreSQL"}', "SELECT * FROM generate_series(1, 3)")[0]
@@ -109,6 +110,10 @@ def test_is_sql_parses_in_the_dialect_and_holds_tables_and_columns_to_the_allowe
     columns = {"type": "is-sql", "value": {"allowedColumns": ["select::users::id", "select::users::name"]}}
     assert check(columns, "SELECT u.id, name FROM users u")[0]
     assert not check(columns, "SELECT id, password FROM users")[0]
+    writes = {"type": "is-sql", "value": {"allowedColumns": ["update::null::name", "select::null::id"]}}
+    assert check(writes, "UPDATE users SET name = 'a' WHERE id = 2")[0]
+    assert not check(writes, "UPDATE users SET id = 3 WHERE name = 'a'")[0]
+    assert not check(columns, "DELETE FROM users WHERE id = 1")[0]  # delete::users::(.*) is not allowed
     assert check("not-is-sql", "Paris is the capital")[0]
     assert check("contains-sql", "Here:\n```sql\nSELECT 1 FROM t\n```\nDone")[0]
     assert not check("contains-sql", "Here:\n```sql\nSELEKT 1\n```")[0]

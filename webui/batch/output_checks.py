@@ -4,21 +4,24 @@ Each returns why the output fails ("": it passes), as promptfoo decides it:
 
 - :func:`sql_problem` (is-sql, contains-sql): promptfoo 0.115 parses with the
   npm package node-sql-parser; here sqlglot parses, in the same dialect
-  (``databaseType``, MySQL by default). The parsers are different programs, so
-  they can disagree on unusual syntax: sqlglot accepts some things
-  node-sql-parser refuses (dialect extensions it knows, some MySQL-only
-  spellings in other dialects) and the reverse. promptfoo's own extra refusals
-  are kept (an odd number of backticks, ``SELECT a b FROM``, generate_series in
-  MySQL), and a bare expression (``hello world``, which sqlglot reads as a
-  column with an alias) is not a statement. ``allowedTables`` and
+  (``databaseType``, MySQL by default). promptfoo's own extra refusals are kept
+  (an odd number of backticks; ``SELECT a b FROM``, which also refuses
+  ``SELECT DISTINCT a FROM``; generate_series in MySQL), an empty output passes
+  as it does there, and a bare expression (``hello world``, which sqlglot reads
+  as a column with an alias) is not a statement. The parsers are different
+  programs and disagree on some syntax; seen on node-sql-parser 5.4: in
+  PostgreSQL it accepts backtick-quoted names (refused here) and refuses ``?``
+  placeholders and ``LIMIT 5, 10`` (accepted here). ``allowedTables`` and
   ``allowedColumns`` follow node-sql-parser's whiteListCheck: every table the
   statement names, written ``{type}::{db or null}::{table}``, and every column,
-  ``{type}::{table or null}::{column}`` (``*`` is ``(.*)``), must match one
-  entry, each entry a case-insensitive regular expression for the whole text;
-  promptfoo also lets ``select::users::id`` allow an unqualified ``id``. The
-  type is the statement's (select, insert, update, delete, create, drop,
-  alter); node-sql-parser names tables read by a sub-select inside an insert
-  ``select::``, here they take the statement's type.
+  ``{type}::{table or null}::{column}``, must match one entry, each entry a
+  case-insensitive regular expression for the whole text (promptfoo also lets
+  ``select::users::id`` allow an unqualified ``id``). Columns a statement writes
+  take its type (``insert::t::a``, ``update::null::a``, ``delete::t::(.*)``,
+  ``create::null::a``), columns it reads are ``select::``, and ``*`` in a select
+  list is ``(.*)``, as node-sql-parser lists them; it differs on columns an
+  ALTER adds (not listed here) and on MySQL's double-quoted names (strings to
+  sqlglot, so not columns).
 - :func:`html_problem` (is-html) and :func:`has_html` (contains-html) follow
   promptfoo's html.ts, which came after 0.115 (0.115 has neither kind). is-html
   parses with Python's html.parser where promptfoo uses jsdom: text outside
@@ -52,9 +55,9 @@ SQL_DIALECTS = {"mysql": "mysql", "mariadb": "mysql", "postgresql": "postgres", 
                 "transactsql": "tsql", "hive": "hive", "athena": "athena", "trino": "trino"}
 """node-sql-parser's databaseType names (any case) -> sqlglot's dialects."""
 _STATEMENTS = (exp.Query, exp.DML, exp.DDL, exp.Command, exp.Show, exp.Use, exp.Set, exp.Transaction,
-               exp.Commit, exp.Rollback, exp.Describe, exp.Alter, exp.Drop, exp.Create)
+               exp.Commit, exp.Rollback, exp.Describe, exp.Alter, exp.Drop, exp.Create, exp.TruncateTable)
 _KIND = ((exp.Insert, "insert"), (exp.Update, "update"), (exp.Delete, "delete"), (exp.Create, "create"),
-         (exp.Drop, "drop"), (exp.Alter, "alter"))
+         (exp.Drop, "drop"), (exp.Alter, "alter"), (exp.TruncateTable, "truncate"))
 _CODE_BLOCK = re.compile(r"```(?:sql)?([^`]+)```")
 
 
@@ -77,7 +80,7 @@ def sql_problem(output: str, database: str = "MySQL", tables: Sequence[str] | No
         return f"{wrong} ({str(exc).splitlines()[0]})"
     if (text.count("`") % 2 or re.search(r"select\s+[A-Za-z_]\w*\s+[A-Za-z_]\w*\s+from", text, re.IGNORECASE)
             or (database.lower() == "mysql" and re.search(r"\bgenerate_series\s*\(", text, re.IGNORECASE))
-            or not statements or not all(isinstance(s, _STATEMENTS) for s in statements)):
+            or not all(isinstance(s, _STATEMENTS) for s in statements)):
         return wrong
     problems = []
     if tables is not None:
@@ -94,20 +97,37 @@ def _kind(statement: exp.Expression) -> str:
 
 
 def _real_tables(statement: exp.Expression) -> list[exp.Table]:
-    ctes = {cte.alias_or_name.lower() for cte in statement.find_all(exp.CTE)}
-    return [t for t in statement.find_all(exp.Table) if t.name and t.name.lower() not in ctes]
+    return [t for t in statement.find_all(exp.Table) if t.name]
 
 
 def _tables(statement: exp.Expression) -> list[str]:
-    return [f"{_kind(statement)}::{t.db or 'null'}::{t.name}" for t in _real_tables(statement)]
+    return list(dict.fromkeys(f"{_kind(statement)}::{t.db or 'null'}::{t.name}" for t in _real_tables(statement)))
 
 
 def _columns(statement: exp.Expression) -> list[str]:
+    """node-sql-parser's column authorities: columns the statement writes take its type (insert::t::a,
+    update::null::a, create::null::a, delete::t::(.*)); columns it reads are select's, ``*`` in a select list
+    is ``(.*)``."""
     aliases = {(t.alias or t.name).lower(): t.name for t in _real_tables(statement)}
-    found = [f"{_kind(statement)}::{aliases.get(c.table.lower(), c.table) if c.table else 'null'}::{c.name}"
-             for c in statement.find_all(exp.Column) if c.name]
-    stars = any(isinstance(s, exp.Star) for s in statement.find_all(exp.Star))
-    return found + ([f"{_kind(statement)}::null::(.*)"] if stars else [])
+    written: list[str] = []
+    if isinstance(statement, exp.Insert) and isinstance(statement.this, exp.Schema):
+        written = [f"insert::{statement.this.this.name}::{c.name}" for c in statement.this.expressions]
+    elif isinstance(statement, exp.Update):
+        targets = [eq.this for eq in statement.expressions if isinstance(eq, exp.EQ)]
+        written = [f"update::null::{c.name}" for c in targets if isinstance(c, exp.Column)]
+    elif isinstance(statement, exp.Delete) and isinstance(statement.this, exp.Table):
+        written = [f"delete::{statement.this.name}::(.*)"]
+    elif isinstance(statement, exp.Create):
+        defined = [d.name for d in statement.find_all(exp.ColumnDef)]
+        written = [f"{kind}::null::{name}" for name in defined for kind in ("create", "select")]
+    skipped = {id(eq.this) for eq in statement.expressions if isinstance(eq, exp.EQ)} \
+        if isinstance(statement, exp.Update) else set()
+    kind = "select" if written or not isinstance(statement, exp.Select) else _kind(statement)
+    read = [f"{kind}::{aliases.get(c.table.lower(), c.table) if c.table else 'null'}::{c.name}"
+            for c in statement.find_all(exp.Column) if c.name and id(c) not in skipped]
+    stars = [f"{kind}::null::(.*)" for select in statement.find_all(exp.Select)
+             for item in select.expressions if isinstance(item, exp.Star)]
+    return list(dict.fromkeys(written + read + stars))
 
 
 def _unlisted(authorities: list[str], allowed: list[str], what: str, sql: str) -> str:
