@@ -2,13 +2,16 @@
 
 A kind's spec says what its value is (a
 :class:`~webui.batch.assert_values.ValueForm`: a text, a pattern, a number, a
-list of texts, an optional JSON schema, a length, a Python file), how it checks
+list of texts, an optional JSON schema, a length, a Python file, reference texts,
+checked JSON, a word count or range, nothing), how it checks
 an output, whether it scores (a score in [0, 1] held against a threshold) and
 how promptfoo writes it. Parsing, validation, labels, the dict form, checking,
 the promptfoo reader and the help of the Batch form and the CLI all read the
 table, so a new kind is one entry (and its check).
 
-``not-`` before a kind negates it (``Assert.negate``). ``not-contains`` is also
+``not-`` before a kind negates it (``Assert.negate``), every kind alike. (promptfoo 0.115 ignores ``not-`` on
+levenshtein, perplexity, perplexity-score and the OpenAI tool and function call checks: there ``not-levenshtein``
+passes where ``levenshtein`` does. Here it is the negation, as written.) ``not-contains`` is also
 listed as a kind of its own, as people and older files write it; it is an entry
 that only names ``contains`` negated (:attr:`AssertKind.negation_of`).
 """

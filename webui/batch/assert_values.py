@@ -1,7 +1,8 @@
 """How an assert kind's value is held, read and written: one :class:`ValueForm` per shape of value.
 
 A text, a regular expression, a number, a list of texts, an optional JSON
-schema, a length in characters or tokens, a Python file: each form checks the
+schema, a length in characters or tokens, a Python file, one or more reference
+texts, JSON a kind validates, a word count or range, or no value: each form checks the
 value when an assert is made, reads it from the compact ``kind:value`` text and
 from the dict form, and writes it back in both, so the two forms round-trip.
 Error messages name the kind as written and its example value.
