@@ -247,3 +247,21 @@ def test_another_loaded_model_judges_llm_rubric(services, tmp_path):
     assert judged.model == "tiny"  # the tested model wrote the output; the judge only judged it
     with pytest.raises(BatchInputError, match=r"judge: the model 'nope' is not loaded"):
         services.batch_runner.start(replace(rubric, judge_model="nope"))
+
+
+def test_perplexity_asserts_get_the_chosen_tokens_logprobs_and_skip_the_cache(services):
+    from webui.batch import parse_assert
+    from webui.batch.text_metrics import perplexity
+
+    rows = [replace(parse_lines("Hello")[0], asserts=[
+        parse_assert("perplexity-score"), parse_assert({"type": "perplexity", "threshold": 1.0}),
+        parse_assert("finish-reason:length")])]
+    first = run(services, BatchJob("logprobs", rows, GridSpec([], {"max_new_tokens": [4]}), raw=True)).rows()[0]
+    score, capped, finish = first.asserts
+    assert first.completion_tokens == 4 and finish.passed  # 4 tokens allowed, 4 made: stopped by length
+    assert 0 < score.score < 0.5 and score.passed  # a random model: perplexity well above 1; default threshold 0
+    assert not capped.passed and capped.detail.startswith("perplexity ")
+    assert abs(1 / score.score - 1 - float(capped.detail.split()[1].rstrip(","))) < 0.01
+    again = run(services, BatchJob("again", rows, GridSpec([], {"max_new_tokens": [4]}), raw=True)).rows()[0]
+    assert not again.from_cache and again.asserts[0].score == pytest.approx(score.score)  # greedy: same tokens
+    assert perplexity([-1.0, -1.0]) == pytest.approx(2.718281828)

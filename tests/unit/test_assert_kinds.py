@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import ROOT
 from webui.batch import BatchInputError, assert_label, parse_assert
 from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, Outcome, kinds_help
-from webui.batch.assert_values import NUMBER, TEXT
+from webui.batch.assert_values import NONE, NUMBER, TEXT
 from webui.batch.asserts import Observed
 from webui.batch.cli import build_parser
 from webui.batch.prompts import load_prompts_text
@@ -26,8 +26,9 @@ def checks_file(tmp_path, monkeypatch):
 
 def written_forms() -> list[str]:
     """Each kind with its example value, and not- before each kind that is not itself a negation."""
-    plain = [f"{name}:{kind.example}" for name, kind in ASSERT_KINDS.items()]
-    return plain + [f"not-{name}:{kind.example}" for name, kind in ASSERT_KINDS.items() if not kind.negation_of]
+    kinds = {name: kind for name, kind in ASSERT_KINDS.items() if not kind.refused}
+    plain = [f"{name}:{kind.example}" if kind.example else name for name, kind in kinds.items()]
+    return plain + [f"not-{spec}" for spec, kind in zip(plain, kinds.values()) if not kind.negation_of]
 
 
 @pytest.mark.parametrize("spec", written_forms())
@@ -43,10 +44,10 @@ def test_every_kind_round_trips_through_the_compact_and_the_dict_form(spec, chec
 
 def test_every_kind_has_an_example_and_a_check_and_scored_kinds_a_threshold():
     for name, kind in ASSERT_KINDS.items():
-        assert kind.name == name and kind.example and callable(kind.check), name
-        assert 0 <= kind.threshold <= 1, name
-    assert {name for name, kind in ASSERT_KINDS.items() if kind.scored} == {"similar", "python", "javascript",
-                                                                                 "llm-rubric"}
+        assert kind.name == name and (kind.example or kind.value is NONE) and callable(kind.check), name
+        assert kind.threshold_unit or 0 <= kind.threshold <= 1, name
+    assert {name for name, kind in ASSERT_KINDS.items() if kind.scored} == {
+        "similar", "python", "javascript", "llm-rubric", "rouge-n", "bleu", "gleu", "perplexity-score"}
 
 
 def test_not_contains_is_contains_negated_whichever_way_it_is_written():
@@ -59,13 +60,17 @@ def test_not_contains_is_contains_negated_whichever_way_it_is_written():
 
 
 def test_the_help_the_promptfoo_reader_and_the_errors_list_the_table():
-    listed = [kind for kind in ASSERT_KINDS.values() if not kind.negation_of]
+    listed = [kind for kind in ASSERT_KINDS.values() if not kind.negation_of and not kind.refused]
+    assert "meteor" not in kinds_help()
     assert kinds_help().split(", ")[0] == "contains" and all((k.usage or k.name) in kinds_help() for k in listed)
     assert kinds_help() in " ".join(build_parser().epilog.split())
     assert set(supported()) == {"contains", "icontains", "contains-any", "contains-all", "icontains-any",
                                 "icontains-all", "equals", "regex", "starts-with", "is-json", "contains-json",
                                 "is-xml", "contains-xml", "word-count", "cost", "similar", "python",
-                                "javascript", "latency", "llm-rubric"}
+                                "javascript", "latency", "llm-rubric", "levenshtein", "rouge-n", "bleu", "gleu", "meteor", "is-sql",
+                                "contains-sql", "is-html", "contains-html", "is-refusal", "finish-reason",
+                                "is-valid-openai-tools-call", "is-valid-openai-function-call", "perplexity",
+                                "perplexity-score"}
     with pytest.raises(BatchInputError) as info:
         parse_assert("nothing:here")
     assert ", ".join(ASSERT_KINDS) in str(info.value)

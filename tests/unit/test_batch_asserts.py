@@ -104,7 +104,9 @@ def test_label_shows_newlines_escaped():
     ("foo:bar", r"unknown assert 'foo:bar'; write kind:value with kind one of contains, icontains, not-contains, "
                 r"equals, regex, starts-with, similar, llm-rubric, contains-any, contains-all, icontains-any, icontains-all, "
                 r"is-json, contains-json, is-xml, contains-xml, word-count, max-length, python, javascript, latency, cost, ttft, "
-                r"tokens-per-second, "
+                r"tokens-per-second, levenshtein, rouge-n, bleu, gleu, meteor, is-sql, contains-sql, is-html, "
+                r"contains-html, is-refusal, finish-reason, is-valid-openai-tools-call, "
+                r"is-valid-openai-function-call, perplexity, perplexity-score, "
                 r"or not- before one"),
     ("Paris", "unknown assert 'Paris'"),
     ("contains:", r"contains needs a value, e.g. contains:Paris"),
@@ -159,7 +161,10 @@ def test_check_all_and_kinds():
     assert set(KINDS) == {"contains", "icontains", "not-contains", "equals", "regex", "starts-with", "is-json",
                           "contains-json", "is-xml", "contains-xml", "word-count", "max-length", "similar",
                           "python", "javascript", "latency", "cost", "ttft", "tokens-per-second", "contains-any",
-                          "contains-all", "icontains-any", "icontains-all", "llm-rubric"}
+                          "contains-all", "icontains-any", "icontains-all", "llm-rubric", "levenshtein", "rouge-n",
+                          "bleu", "gleu", "meteor", "is-sql", "contains-sql", "is-html", "contains-html", "is-refusal",
+                          "finish-reason", "is-valid-openai-tools-call", "is-valid-openai-function-call",
+                          "perplexity", "perplexity-score"}
 
 
 @given(st.text(min_size=1), st.text())

@@ -2,14 +2,16 @@
 
 A kind's spec says what its value is (a
 :class:`~webui.batch.assert_values.ValueForm`: a text, a pattern, a number, a
-list of texts, an optional JSON schema, a length, a Python or JavaScript
-script), how it checks
+list of texts, an optional JSON schema, a length, a Python or JavaScript script, reference texts,
+checked JSON, a word count or range, nothing), how it checks
 an output, whether it scores (a score in [0, 1] held against a threshold) and
 how promptfoo writes it. Parsing, validation, labels, the dict form, checking,
 the promptfoo reader and the help of the Batch form and the CLI all read the
 table, so a new kind is one entry (and its check).
 
-``not-`` before a kind negates it (``Assert.negate``). ``not-contains`` is also
+``not-`` before a kind negates it (``Assert.negate``), every kind alike. (promptfoo 0.115 ignores ``not-`` on
+levenshtein, perplexity, perplexity-score and the OpenAI tool and function call checks: there ``not-levenshtein``
+passes where ``levenshtein`` does. Here it is the negation, as written.) ``not-contains`` is also
 listed as a kind of its own, as people and older files write it; it is an entry
 that only names ``contains`` negated (:attr:`AssertKind.negation_of`).
 """
@@ -24,11 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 import jsonschema
+import yaml
 
+from webui.batch import output_checks, text_metrics
 from webui.batch.assert_values import (
-    CODE, JS_CODE, LENGTH, LIST, NUMBER, OPTIONAL_LIST, PATTERN, SCHEMA, TEXT, ValueForm, compiled, excerpt,
-    schema_validator,
+    CODE, JS_CODE, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, SCHEMA, TEXT, WORD_COUNT,
+    JsonValue, ValueForm, compiled, excerpt, schema_validator,
 )
+from webui.batch.errors import BatchInputError
 from webui.batch.js import JS_TIMEOUT, run_javascript
 from webui.batch.python_assert import PYTHON_TIMEOUT, run_python
 from webui.batch.xml_checks import xml_inside, xml_problem
@@ -37,6 +42,11 @@ if TYPE_CHECKING:
     from webui.batch.asserts import Assert, Observed
 
 SIMILAR_THRESHOLD = 0.75
+LEVENSHTEIN_THRESHOLD = 5  # promptfoo's default largest edit distance
+ROUGE_THRESHOLD = 0.75
+METEOR_REFUSED = ("meteor is not supported: promptfoo's METEOR matches synonyms through WordNet (the npm package "
+                  "natural and its WordNet data), which no package on PyPI ships without a separate download; use "
+                  "bleu, gleu or rouge-n against the same references instead")
 
 
 class Outcome(NamedTuple):
@@ -82,6 +92,30 @@ def _promptfoo_script(file_prefix: str) -> Callable[[Mapping[str, Any], Path], d
     return read
 
 
+def _promptfoo_text(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """levenshtein and rouge-n: promptfoo takes one reference text only (a list is an error there too)."""
+    if not isinstance(item.get("value"), str):
+        raise BatchInputError(f"{item['type']} needs one reference text as its value, got {item.get('value')!r}")
+    return _promptfoo_value(item, base)
+
+
+def _promptfoo_tools(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """promptfoo takes the tools (functions) from the provider's config; here they are the assert's value: a
+    list, or ``file://tools.json`` (or .yaml) relative to the config."""
+    value, kind = item.get("value"), item["type"].removeprefix("not-")
+    if value is None:
+        key = "tools" if "tools" in kind else "functions"
+        raise BatchInputError(f"{kind} needs the {key} as its value here (promptfoo reads them from the "
+                              f"provider's config.{key}): write value: [...] or value: file://{key}.json")
+    if isinstance(value, str) and value.startswith("file://"):
+        path = base / value.removeprefix("file://")
+        try:
+            value = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise BatchInputError(f"{kind}: cannot read {path}: {exc}") from None
+    return {"value": value, **_promptfoo_threshold(item)}
+
+
 # -- the spec ------------------------------------------------------------------------------------------
 
 
@@ -112,6 +146,12 @@ class AssertKind:
     type and weight; None: a type promptfoo has not, or not as we run it."""
     negation_of: str = ""
     """Set on a name that only stands for ``not-<negation_of>`` (``not-contains``)."""
+    threshold_unit: str = ""
+    """What the threshold counts when it is not a score in [0, 1] (levenshtein: an edit distance); "": a score."""
+    refused: str = ""
+    """Why the kind cannot run here (an assert of it is a BatchInputError saying so); "": it can."""
+    needs_logprobs: bool = False
+    """Whether its check reads the output's token logprobs (the runner then asks the engine for them)."""
 
 
 # -- checks -------------------------------------------------------------------------------------------
@@ -194,9 +234,113 @@ def _contains_json(a: Assert, seen: Observed) -> Outcome:
 
 
 def _word_count(a: Assert, seen: Observed) -> Outcome:
-    """promptfoo's word-count with a number: exactly that many words (runs of non-space)."""
+    """promptfoo's word-count: exactly that many words (runs of non-space), or between a min and a max (both
+    included; either may be open)."""
     words = len(seen.output.split())
-    return Outcome(words == int(float(a.value)), f"output has {words} words, expected {float(a.value):g}")
+    if not isinstance(a.value, tuple):
+        return Outcome(words == float(a.value), f"output has {words} words, expected {float(a.value):g}")
+    low, high = a.value
+    if low is not None and high is not None:
+        return Outcome(low <= words <= high, f"output has {words} words, not between {low:g} and {high:g}")
+    if low is not None:
+        return Outcome(words >= low, f"output has {words} words, fewer than {low:g}")
+    return Outcome(words <= high, f"output has {words} words, more than {high:g}")
+
+
+def _references(a: Assert) -> list[str]:
+    return [a.value] if isinstance(a.value, str) else list(a.value)
+
+
+def _levenshtein(a: Assert, seen: Observed) -> Outcome:
+    """promptfoo's levenshtein: the edit distance to the value is at most the threshold (default 5)."""
+    distance, limit = text_metrics.levenshtein(seen.output, str(a.value)), a.pass_at
+    return Outcome(distance <= limit, f"edit distance {distance} from the value, more than {limit:g}")
+
+
+def _reference_metric(name: str, metric: Callable[[str, list[str]], float]) -> Callable[[Assert, Observed], Outcome]:
+    """A scored check: ``metric(output, references)`` held against the threshold (promptfoo: score >= threshold)."""
+    def check(a: Assert, seen: Observed) -> Outcome:
+        if not seen.output:
+            return Outcome(False, f"{name} of an empty output", 0.0, True)
+        return Outcome(True, f"{name} against the reference{'s' if len(_references(a)) > 1 else ''}",
+                       metric(seen.output, _references(a)), True)
+    return check
+
+
+def _rouge(output: str, references: list[str]) -> float:
+    return text_metrics.rouge_n(output, references[0]) if output.strip() else 0.0
+
+
+def _sql(inside: bool) -> Callable[[Assert, Observed], Outcome]:
+    """is-sql (the whole output) or contains-sql (a ```sql block in it, else the whole output)."""
+    def check(a: Assert, seen: Observed) -> Outcome:
+        options = {} if a.value is None else json.loads(str(a.value))
+        why = output_checks.sql_problem(output_checks.sql_in(seen.output) if inside else seen.output,
+                                        options.get("databaseType", "MySQL"), options.get("allowedTables"),
+                                        options.get("allowedColumns"))
+        return Outcome(not why, why)
+    return check
+
+
+def _is_html(a: Assert, seen: Observed) -> Outcome:
+    why = output_checks.html_problem(seen.output)
+    return Outcome(not why, why)
+
+
+def _contains_html(a: Assert, seen: Observed) -> Outcome:
+    return Outcome(output_checks.has_html(seen.output), "output does not contain HTML")
+
+
+def _is_refusal(a: Assert, seen: Observed) -> Outcome:
+    return Outcome(output_checks.is_refusal(seen.output), "output is not a refusal")
+
+
+def _finish_reason(a: Assert, seen: Observed) -> Outcome:
+    """promptfoo's finish-reason: the reason generation stopped, compared ignoring case."""
+    if not seen.finish_reason:
+        return Outcome(False, "this row has no finish reason recorded")
+    return Outcome(seen.finish_reason.casefold() == str(a.value).casefold(),
+                   f"finish reason is '{seen.finish_reason}', expected '{a.value}'")
+
+
+def _call(tools: bool) -> Callable[[Assert, Observed], Outcome]:
+    """is-valid-openai-tools-call / -function-call: the output is the JSON of the call(s), valid against the
+    value's tools (functions)."""
+    def check(a: Assert, seen: Observed) -> Outcome:
+        try:
+            call = json.loads(seen.output.strip())
+        except json.JSONDecodeError as exc:
+            return Outcome(False, f"output is not the JSON of a call ({exc.msg} at column {exc.colno})")
+        given = json.loads(str(a.value))
+        why = output_checks.tools_call_problem(call, given) if tools else \
+            output_checks.function_call_problem(call, given)
+        return Outcome(not why, why)
+    return check
+
+
+def _refused(a: Assert, seen: Observed) -> Outcome:
+    """The check of a kind that cannot run here (never reached: such an assert is not made)."""
+    return Outcome(False, a.spec.refused)
+
+
+def _no_logprobs(a: Assert) -> Outcome:
+    return Outcome(False, f"{a.kind}: this row has no token logprobs (rows from the response cache or from before "
+                          "logprobs were kept have none)", 0.0)
+
+
+def _perplexity(a: Assert, seen: Observed) -> Outcome:
+    """promptfoo's perplexity: exp(-mean token logprob) at most the threshold (no threshold: always passes)."""
+    if not seen.logprobs:
+        return _no_logprobs(a)
+    value = text_metrics.perplexity(seen.logprobs)
+    return Outcome(not a.pass_at or value <= a.pass_at, f"perplexity {value:.2f}, more than {a.pass_at:g}")
+
+
+def _perplexity_score(a: Assert, seen: Observed) -> Outcome:
+    """promptfoo's perplexity-score: 1 / (1 + perplexity), held against the threshold (default 0: passes)."""
+    if not seen.logprobs:
+        return _no_logprobs(a)
+    return Outcome(True, "1 / (1 + perplexity)", 1 / (1 + text_metrics.perplexity(seen.logprobs)), True)
 
 
 def _is_xml(a: Assert, seen: Observed) -> Outcome:
@@ -309,7 +453,7 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
                promptfoo=_promptfoo_schema),
     AssertKind("is-xml", OPTIONAL_LIST, _is_xml, "analysis.summary", usage="is-xml[:root.element,...]"),
     AssertKind("contains-xml", OPTIONAL_LIST, _contains_xml, "analysis", usage="contains-xml[:root.element,...]"),
-    AssertKind("word-count", NUMBER, _word_count, "12", usage="word-count:N", unit="words"),
+    AssertKind("word-count", WORD_COUNT, _word_count, "5-20", usage="word-count:N|min-max", unit="words"),
     AssertKind("max-length", LENGTH, _max_length, "50 tokens", usage="max-length:N [tokens]", promptfoo=None),
     AssertKind("python", CODE, _python, "checks.py:get_assert", usage="python:file.py[:function] or python:code",
                scored=True, promptfoo=_promptfoo_script("")),
@@ -323,6 +467,35 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     AssertKind("ttft", NUMBER, _ttft, "500", usage="ttft:ms", unit="milliseconds", promptfoo=None),
     AssertKind("tokens-per-second", NUMBER, _tokens_per_second, "5", usage="tokens-per-second:N",
                unit="tokens per second", promptfoo=None),
+    AssertKind("levenshtein", TEXT, _levenshtein, "The capital is Paris", usage="levenshtein:text",
+               note=f"edit distance ≤ threshold, default {LEVENSHTEIN_THRESHOLD}", threshold=LEVENSHTEIN_THRESHOLD,
+               threshold_unit="characters of edit distance", promptfoo=_promptfoo_text),
+    AssertKind("rouge-n", TEXT, _reference_metric("ROUGE-1", _rouge), "The capital of France is Paris",
+               usage="rouge-n:reference", note=f"score ≥ {ROUGE_THRESHOLD:g}", scored=True,
+               threshold=ROUGE_THRESHOLD, promptfoo=_promptfoo_text),
+    AssertKind("bleu", REFERENCES, _reference_metric("BLEU", text_metrics.bleu), "The capital of France is Paris",
+               usage="bleu:reference", note="score ≥ 0.5; a JSON list for several", scored=True),
+    AssertKind("gleu", REFERENCES, _reference_metric("GLEU", text_metrics.gleu), "The capital of France is Paris",
+               usage="gleu:reference", note="score ≥ 0.5; a JSON list for several", scored=True),
+    AssertKind("meteor", REFERENCES, _refused, "The capital of France is Paris", refused=METEOR_REFUSED),
+    AssertKind("is-sql", JsonValue(output_checks.check_sql_options, optional=True), _sql(inside=False),
+               '{"databaseType":"PostgreSQL"}', usage="is-sql[:{databaseType,allowedTables,allowedColumns}]"),
+    AssertKind("contains-sql", JsonValue(output_checks.check_sql_options, optional=True), _sql(inside=True),
+               '{"allowedTables":["select::null::users"]}', usage="contains-sql[:{...}]"),
+    AssertKind("is-html", NONE, _is_html, "", usage="is-html"),
+    AssertKind("contains-html", NONE, _contains_html, "", usage="contains-html"),
+    AssertKind("is-refusal", NONE, _is_refusal, "", usage="is-refusal"),
+    AssertKind("finish-reason", TEXT, _finish_reason, "stop", usage="finish-reason:stop|length"),
+    AssertKind("is-valid-openai-tools-call", JsonValue(output_checks.check_tools, optional=False), _call(tools=True),
+               '[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]',
+               usage="is-valid-openai-tools-call:[tools]", promptfoo=_promptfoo_tools),
+    AssertKind("is-valid-openai-function-call", JsonValue(output_checks.check_functions, optional=False),
+               _call(tools=False), '[{"name":"get_weather","parameters":{"type":"object"}}]',
+               usage="is-valid-openai-function-call:[functions]", promptfoo=_promptfoo_tools),
+    AssertKind("perplexity", NONE, _perplexity, "", usage="perplexity", note="threshold: the largest perplexity",
+               threshold=0.0, threshold_unit="perplexity", needs_logprobs=True),
+    AssertKind("perplexity-score", NONE, _perplexity_score, "", usage="perplexity-score",
+               note="1/(1+perplexity) ≥ threshold", scored=True, threshold=0.0, needs_logprobs=True),
 )}
 """Every assert kind by name, in the order the help and error messages list them."""
 
@@ -330,7 +503,7 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
 def kinds_help() -> str:
     """The kinds as the Batch form and the CLI list them: ``contains, ..., max-length:N [tokens], ...``."""
     return ", ".join((kind.usage or kind.name) + (f" ({kind.note})" if kind.note else "")
-                     for kind in ASSERT_KINDS.values() if not kind.negation_of)
+                     for kind in ASSERT_KINDS.values() if not kind.negation_of and not kind.refused)
 
 
 def _trigrams(text: str) -> Counter:

@@ -1,7 +1,8 @@
 """How an assert kind's value is held, read and written: one :class:`ValueForm` per shape of value.
 
 A text, a regular expression, a number, a list of texts, an optional JSON
-schema, a length in characters or tokens, a script (Python or JavaScript): each form checks the
+schema, a length in characters or tokens, a script (Python or JavaScript), one or more reference
+texts, JSON a kind validates, a word count or range, or no value: each form checks the
 value when an assert is made, reads it from the compact ``kind:value`` text and
 from the dict form, and writes it back in both, so the two forms round-trip.
 Error messages name the kind as written and its example value.
@@ -246,10 +247,150 @@ class OptionalListValue(ListValue):
         return {} if item.value is None else super().write_dict(item)
 
 
+class NoValue(ValueForm):
+    """No value: the kind alone (``is-refusal``, ``perplexity``)."""
+
+    name = "none"
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        if value is not None:
+            raise BatchInputError(f"{kind.name} takes no value (write {kind.usage or kind.name}), got {value!r}")
+        return None, options
+
+    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+        return text or None, {}
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return (None if value == "" else value), {}
+
+    def write(self, item: Assert) -> str | None:
+        return None
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        return {}
+
+
+class ReferencesValue(ValueForm):
+    """One reference text (``bleu:The cat sat on the mat``) or several (a JSON list, in either form), held as
+    the text or a tuple of texts."""
+
+    name = "references"
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) and v.strip() for v in value):
+            return tuple(value), options
+        if isinstance(value, str) and value.strip():
+            return value, options
+        raise BatchInputError(f"{kind.name} needs a reference text or a list of them, e.g. {kind.name}:{kind.example}"
+                              f" or {{\"type\": \"{kind.name}\", \"value\": [\"one\", \"another\"]}}; got {value!r}")
+
+    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+        text = _needed(kind, text)
+        if text.startswith("["):
+            try:
+                return json.loads(text), {}
+            except json.JSONDecodeError:
+                pass
+        return text, {}
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return _needed_in_dict(kind, value), {}
+
+    def write(self, item: Assert) -> str | None:
+        return _one_line(item.value if isinstance(item.value, str) else json.dumps(list(item.value),
+                                                                                  ensure_ascii=False))
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        return {"value": item.value if isinstance(item.value, str) else list(item.value)}
+
+
+class JsonValue(ValueForm):
+    """A JSON value that ``check`` validates (it raises BatchInputError naming the problem), held as compact JSON
+    text; ``optional``: the kind alone is allowed (held as None)."""
+
+    name = "json"
+
+    def __init__(self, check: Callable[[str, Any], None], optional: bool) -> None:
+        self.check, self.optional = check, optional
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        if value is None and self.optional:
+            return None, options
+        if not isinstance(value, str):
+            raise BatchInputError(f"{kind.name} needs JSON text, e.g. {kind.name}:{kind.example}; got {value!r}")
+        try:
+            data = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise BatchInputError(f"{kind.name}: the value is not valid JSON ({exc.msg} at column {exc.colno}): "
+                                  f"{excerpt(value)}; e.g. {kind.name}:{kind.example}") from None
+        self.check(kind.name, data)
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":")), options
+
+    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+        return (text or None) if self.optional else _needed(kind, text), {}
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        if (value is None or value == "") and self.optional:
+            return None, {}
+        value = _needed_in_dict(kind, value)
+        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), {}
+
+    def write(self, item: Assert) -> str | None:
+        return None if item.value is None else str(item.value)
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        return {} if item.value is None else {"value": json.loads(str(item.value))}
+
+
+class WordCountValue(NumberValue):
+    """An exact number of words (``word-count:12``) or a range, both ends included (``word-count:5-20``, at
+    least ``5-``, at most ``-20``; ``{"min": 5, "max": 20}`` in the dict form), held as a number or a
+    (min, max) tuple with None for an open end."""
+
+    name = "word count"
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        if isinstance(value, Mapping):
+            extra = set(value) - {"min", "max"}
+            if extra:
+                raise BatchInputError(f"{kind.name}: unknown key(s) {', '.join(sorted(map(str, extra)))}; "
+                                      "write {\"min\": N, \"max\": N} (either may be left out)")
+            value = (value.get("min"), value.get("max"))
+        if not isinstance(value, tuple):
+            return super().hold(kind, value, options)
+        low, high = (None if v is None else _number(kind, v) for v in value)
+        if low is None and high is None:
+            raise BatchInputError(f"{kind.name} needs a number of words or a min and/or a max, e.g. "
+                                  f"{kind.name}:12 or {kind.name}:5-20")
+        if low is not None and high is not None and low > high:
+            raise BatchInputError(f"{kind.name}: the minimum ({low:g}) is more than the maximum ({high:g})")
+        return (low, high), options
+
+    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+        low, dash, high = _needed(kind, text).partition("-")
+        if not dash:
+            return super().read(kind, text)
+        return (low.strip() or None, high.strip() or None), {}
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return (value, {}) if isinstance(value, Mapping) else super().read_dict(kind, value, given)
+
+    def write(self, item: Assert) -> str | None:
+        if not isinstance(item.value, tuple):
+            return super().write(item)
+        return "-".join("" if v is None else f"{v:g}" for v in item.value)
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        if not isinstance(item.value, tuple):
+            return super().write_dict(item)
+        return {"value": {k: v for k, v in zip(("min", "max"), item.value) if v is not None}}
+
+
 TEXT, PATTERN, NUMBER, LIST, SCHEMA, LENGTH = (ValueForm(), PatternValue(), NumberValue(), ListValue(),
                                                SchemaValue(), LengthValue())
 CODE, JS_CODE = CodeValue(check_python), CodeValue(check_javascript)
 OPTIONAL_LIST = OptionalListValue()
+NONE, REFERENCES, WORD_COUNT = NoValue(), ReferencesValue(), WordCountValue()
 
 
 def _needed(kind: AssertKind, text: str) -> str:

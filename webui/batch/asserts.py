@@ -30,6 +30,14 @@ output before it is checked (webui.batch.transform). ``latency:<ms>``, ``ttft:<m
 the row's timing. ``llm-rubric:<rubric>`` is judged by a model (the batch runner
 asks it, see webui.batch.judge); the verdict and its reason are the result.
 
+promptfoo's deterministic kinds run as promptfoo 0.115 runs them: ``levenshtein``,
+``rouge-n``, ``bleu``, ``gleu`` (webui.batch.text_metrics), ``is-sql``,
+``contains-sql``, ``is-html``, ``contains-html``, ``is-refusal`` and the OpenAI
+tool and function call checks (webui.batch.output_checks), ``finish-reason``, and
+``perplexity``/``perplexity-score`` on the chosen tokens' logprobs, which the
+runner asks the engine for only when a prompt has such an assert. ``meteor`` is
+refused with the reason (its WordNet data is not on PyPI).
+
 Each kind is one spec in :data:`webui.batch.assert_kinds.ASSERT_KINDS`; everything
 here reads that table.
 """
@@ -39,7 +47,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, similarity
 from webui.batch.assert_values import excerpt
@@ -99,6 +107,10 @@ class Observed:
     """The row's variables (a promptfoo test's vars), which scripts see as ``context.vars``."""
     description: str = ""
     """The row's test description (promptfoo's), "" when it has none."""
+    finish_reason: str = ""
+    """Why generation stopped (stop, length, ...); "": not known."""
+    logprobs: Sequence[float] = ()
+    """The chosen tokens' logprobs under the model (perplexity asserts ask the runner for them); (): none."""
 
 
 @dataclass(frozen=True)
@@ -140,10 +152,12 @@ class Assert:
         spec = ASSERT_KINDS.get(self.kind)
         if spec is None:
             raise BatchInputError(f"unknown assert kind '{self.kind}'; kinds: {', '.join(ASSERT_KINDS)}")
+        if spec.refused:
+            raise BatchInputError(spec.refused)
         extra = set(self.options) - spec.value.options
         if extra:
             raise BatchInputError(f"{self.kind}: unknown option(s) {', '.join(sorted(map(str, extra)))}")
-        _check_weight(self.kind, self.weight, self.threshold)
+        _check_weight(spec, self.weight, self.threshold)
         object.__setattr__(self, "transform", check_transforms(self.transform))
         value, options = spec.value.hold(spec, self.value, self.options)
         object.__setattr__(self, "value", value)
@@ -290,9 +304,14 @@ def _from_dict(spec: Mapping[str, Any]) -> Assert:
     return Assert(kind.name, value, options, negate=negate, **extra)
 
 
-def _check_weight(kind: str, weight: Any, threshold: Any) -> None:
+def _check_weight(spec: AssertKind, weight: Any, threshold: Any) -> None:
+    kind = spec.name
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
         raise BatchInputError(f"{kind}: weight must be a number >= 0, got {weight!r}")
-    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                  or not 0 <= threshold <= 1):
+    if threshold is None:
+        return
+    number = not isinstance(threshold, bool) and isinstance(threshold, (int, float)) and math.isfinite(threshold)
+    if spec.threshold_unit and not (number and threshold >= 0):
+        raise BatchInputError(f"{kind}: threshold must be a number of {spec.threshold_unit} >= 0, got {threshold!r}")
+    if not spec.threshold_unit and not (number and 0 <= threshold <= 1):
         raise BatchInputError(f"{kind}: threshold must be a score between 0 and 1, got {threshold!r}")

@@ -320,7 +320,8 @@ class BatchRunner:
 
     async def _cell(self, handle: RunHandle, index: int, cell: Cell, prompt: tuple[str, list | None], raw: bool,
                     slots: asyncio.Semaphore) -> None:
-        cached = self.cache.get(handle.keys[index]) if handle.use_cache else None
+        logprobs = any(a.spec.needs_logprobs for a in cell.row.asserts)  # perplexity: the cache keeps no logprobs
+        cached = self.cache.get(handle.keys[index]) if handle.use_cache and not logprobs else None
         if cached is not None:  # the very same request ran before: its response, with this run's asserts
             judged = await self._judge(handle, cell, cached["output"])
             cached = {**cached, **ran_on(handle.slots[cell.setting.model]).row_fields()}
@@ -330,10 +331,12 @@ class BatchRunner:
             if handle.cancelled:
                 return
             text, last, error = "", None, None
+            chosen: list[float] = []  # the chosen tokens' logprobs, when asked for
             try:
                 engine = handle.slots[cell.setting.model].engine
                 stream = engine.submit(GenerationRequest(prompt[0], cell.params, add_special_tokens=raw,
-                                                         loras=cell.setting.loras, messages=prompt[1]))
+                                                         loras=cell.setting.loras, messages=prompt[1],
+                                                         logprobs=0 if logprobs else None))
             except (EngineError, ValueError) as exc:
                 stream, error = None, str(exc)
             if stream is not None:
@@ -342,6 +345,7 @@ class BatchRunner:
                 try:
                     async for event in stream:
                         text += event.text
+                        chosen.extend(lp.logprob for lp in event.logprobs)
                         last = event
                         with handle._lock:
                             made = len(event.token_ids) or bool(event.text)  # a text-only backend: ~1 a delta
@@ -363,7 +367,8 @@ class BatchRunner:
                              completion_tokens=usage.completion_tokens if usage else 0,
                              cached_tokens=usage.cached_tokens if usage else 0,
                              ttft=timings.first_token if timings else None,
-                             tokens_per_second=timings.tokens_per_second if timings else None, error=error)
+                             tokens_per_second=timings.tokens_per_second if timings else None, error=error,
+                             logprobs=chosen)
             if error is None and last is not None and last.finish_reason not in ("cancelled", "error"):
                 self.cache.put(handle.keys[index], row.to_dict())
             self._keep(handle, index, row)
