@@ -105,3 +105,20 @@ def test_the_requests_listed_become_batch_prompts_as_the_model_saw_them(services
     assert note.startswith("3 prompt(s)") and "1 left out" in note
     with pytest.raises(UserError, match="None of the requests listed reached the model"):
         c.as_batch(["chatcmpl-2"], None)
+
+
+def test_the_requests_listed_become_a_promptfoo_suite_file(services, tmp_path):
+    from webui.batch.promptfoo import load_config
+
+    services.requests.add(kept(1, text="Name a colour."))
+    services.requests.add(kept(2, status=400))
+    c = RequestsController(services)
+    path, note = c.as_promptfoo(["chatcmpl-1", "chatcmpl-2"], None)
+    assert path.name == "promptfooconfig.yaml"
+    assert note == ("1 request(s) as a promptfoo suite (run it with launch.py batch or promptfoo eval): chatcmpl-2: "
+                    "left out (refused with status 400, so no model read it)")
+    _, rows, settings = load_config(path)
+    assert [r.messages for r in rows] == [({"role": "user", "content": "Name a colour."},)]
+    assert settings[0].model == "tiny"
+    with pytest.raises(UserError, match="No promptfoo suite: none of these requests can be a prompt"):
+        c.as_promptfoo(["chatcmpl-2"], None)

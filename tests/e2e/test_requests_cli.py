@@ -1,5 +1,5 @@
 """`python launch.py requests ...` over requests a real server kept (#33): list, show, export as OpenAI batch
-input, replay (the same tokens for a greedy request; with a change), delete, and clear errors for bad input."""
+input and as a promptfoo suite (run again through launch.py batch), replay (the same tokens for a greedy request; with a change), delete, and clear errors for bad input."""
 
 from __future__ import annotations
 
@@ -59,6 +59,24 @@ def test_list_show_and_export(kept, tmp_path):
     assert batch[0] == {"custom_id": greedy.id, "method": "POST", "url": "/v1/chat/completions", "body": {
         "model": MODEL, "messages": [{"role": "user", "content": "Name a colour."}], "temperature": 0,
         "max_tokens": 8}}
+
+
+def test_export_as_a_promptfoo_suite_runs_again_to_the_same_replies(kept, tmp_path):
+    """Kept requests turned into tests: the promptfoo suite runs through launch.py batch, each request one row
+    with its own parameters, and the greedy replies come out as the server gave them."""
+    user_data, greedy, aliased = kept
+    suite = tmp_path / "suite.yaml"
+    done = requests(user_data, "export", "--format", "promptfoo", "--out", str(suite))
+    assert done.returncode == 0 and "wrote 2 requests" in done.stderr, done.stderr
+    out = tmp_path / "results.jsonl"
+    ran = subprocess.run([sys.executable, str(ROOT / "launch.py"), "batch", str(suite), "--user-data-dir",
+                          str(user_data), "--threads", str(TEST_THREADS), "--out", str(out)], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr
+    rows = {r["prompt_id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows[f"test 1 · {greedy.id}"]["output"] == greedy.choices[0].message.content
+    assert rows[f"test 1 · {aliased.id}"]["output"] == aliased.choices[0].message.content
+    assert rows[f"test 1 · {aliased.id}"]["params"]["max_new_tokens"] == 6
 
 
 def test_replay_gives_the_same_tokens_and_takes_changes(kept):

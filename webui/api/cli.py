@@ -4,6 +4,7 @@
     python launch.py requests show ID                      everything kept, as JSON
     python launch.py requests replay ID [--set temperature=0.9 ...]   sent again to the model it named
     python launch.py requests export [--out FILE.jsonl] [ID ...]      OpenAI's batch input format
+    python launch.py requests export --format promptfoo [--out suite.yaml] [ID ...]   a promptfoo suite
     python launch.py requests delete ID [ID ...]
 
 Requests are kept by the API with --capture-requests, or when a chat completion asks store: true. The exit code is
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from webui.api.suite import promptfoo_suite
 from webui.config import AppConfig, default_user_data_dir
 from webui.store import Database
 from webui.store.requests import CapturedRequest, RequestStore
@@ -39,9 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     again.add_argument("id")
     again.add_argument("--set", action="append", default=[], metavar="NAME=JSON",
                        help="change a field of the body first, e.g. --set temperature=0.9 (repeatable)")
-    out = sub.add_parser("export", help="requests as OpenAI batch input lines (JSONL)")
+    out = sub.add_parser("export", help="requests as OpenAI batch input lines (JSONL), or a promptfoo suite")
     out.add_argument("ids", nargs="*", help="which (default: every kept request that was answered)")
     out.add_argument("--out", type=Path, help="the file (default: standard output)")
+    out.add_argument("--format", choices=("openai-batch", "promptfoo"), default="openai-batch",
+                     help="openai-batch: OpenAI's batch input JSONL; promptfoo: a promptfooconfig.yaml, each "
+                          "request a prompt with its parameters (run it with launch.py batch or promptfoo)")
     sub.add_parser("delete", help="forget requests").add_argument("ids", nargs="+")
     return p
 
@@ -102,7 +107,16 @@ def main(argv: list[str]) -> int:
                 return _fail(f"no kept request has the id '{missing[0]}'")
             items = [found for i in args.ids if (found := store.get(i))] if args.ids else \
                 [i for i in store.page(limit=10**9).items if i.status == 200]
-            text = "".join(json.dumps(batch_line(item), ensure_ascii=False) + "\n" for item in items)
+            if args.format == "promptfoo":
+                try:
+                    suite = promptfoo_suite(items)
+                except ValueError as exc:
+                    return _fail(str(exc))
+                text = suite.text
+                for note in suite.notes:
+                    print(f"note: {note}", file=sys.stderr)
+            else:
+                text = "".join(json.dumps(batch_line(item), ensure_ascii=False) + "\n" for item in items)
             if args.out:
                 args.out.write_text(text, encoding="utf-8")
                 print(f"wrote {len(items)} requests to {args.out}", file=sys.stderr)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from webui.batch.prompts import escape_newlines
@@ -246,6 +248,23 @@ class RequestsController:
         note = f"{len(lines)} prompt(s) from the requests listed, as the model saw them (run raw, no template)"
         left = f"; {left_out} left out (refused, or prompts sent as token ids)." if left_out else "."
         return "\n".join(lines), note + left
+
+    def as_promptfoo(self, request_ids: list[str], user: str | None) -> tuple[Path, str]:
+        """(a promptfooconfig.yaml in a new temporary folder, a note): the requests as a promptfoo suite, each one
+        prompt with its parameters (webui.api.suite); the note says what was left out or not carried."""
+        from webui.api.suite import promptfoo_suite
+
+        self.check(user)
+        items = [item for i in request_ids if (item := self.store.get(i)) is not None]
+        try:
+            suite = promptfoo_suite(items)
+        except ValueError as exc:
+            raise UserError(f"No promptfoo suite: {exc}. Change the filters so that answered requests are "
+                            "listed.") from None
+        path = Path(tempfile.mkdtemp(prefix="requests-suite-")) / "promptfooconfig.yaml"
+        path.write_text(suite.text, encoding="utf-8")
+        note = f"{suite.prompts} request(s) as a promptfoo suite (run it with launch.py batch or promptfoo eval)"
+        return path, note + (": " + "; ".join(suite.notes) if suite.notes else ".")
 
     def tokens(self, request_id: str | None, user: str | None, top: int = 5) -> str:
         """The reply's tokens as the token view shows them: each shaded by the probability the model gave it, with

@@ -51,6 +51,8 @@ class RequestsTab:
     to_notebook: gr.Button
     to_insight: gr.Button
     to_batch: gr.Button
+    to_promptfoo: gr.Button
+    suite_file: gr.File
     show_tokens: gr.Button
     tokens: gr.HTML
     controller: RequestsController
@@ -99,6 +101,9 @@ def create_requests_tab(services: Services) -> RequestsTab:
         to_notebook = gr.Button("Open in Notebook", size="sm", elem_id="requests-to-notebook")
         to_insight = gr.Button("Open in Insight", size="sm", elem_id="requests-to-insight")
         to_batch = gr.Button("Test the requests listed in the Batch tab", size="sm", elem_id="requests-to-batch")
+        to_promptfoo = gr.Button("Export the requests listed as a promptfoo suite", size="sm",
+                                 elem_id="requests-to-promptfoo")
+    suite_file = gr.File(label="promptfoo suite", visible=False, interactive=False, elem_id="requests-suite-file")
     with gr.Accordion("Tokens of the reply (the model's probabilities, recomputed on the model that answered)",
                       open=False):
         show_tokens = gr.Button("Show the reply's tokens", size="sm", elem_id="requests-show-tokens")
@@ -109,7 +114,7 @@ def create_requests_tab(services: Services) -> RequestsTab:
     tab = RequestsTab(note, capture, text, status, model, endpoint, client, table, selected, shown, timer, summary, sent, prompt, params,
                       sources, reply,
                       changes, replay, replayed, replay_summary, delete, to_chat, to_notebook, to_insight, to_batch,
-                      show_tokens, tokens, controller)
+                      to_promptfoo, suite_file, show_tokens, tokens, controller)
     _wire(tab)
     return tab
 
@@ -181,6 +186,13 @@ def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insigh
         gr.Info(note)
         return prompts, True, "", "API requests", gr.Tabs(selected="batch")
 
+    def to_promptfoo(text: str, status: str, model: str, endpoint: str, client: str, request: gr.Request
+                     ) -> dict[str, object]:
+        ids = [row[0] for row in c.table(_user(request), text, status, model, endpoint, client)][::-1]  # oldest 1st
+        path, note = c.as_promptfoo(ids, _user(request))
+        gr.Info(note)
+        return gr.update(value=str(path), visible=True)
+
     def to_chat(selected: str | None, request: gr.Request) -> tuple[object, ...]:
         chat_id = c.as_chat(selected, _user(request))
         return (*view_updates(chat.session, chat.session.library.view(chat_id), "", request), gr.Tabs(selected="chat"))
@@ -197,6 +209,7 @@ def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insigh
     form = batch.form
     tab.to_batch.click(shows_errors(to_batch), _filters(tab),
                        [form.prompts, form.raw, form.template, form.name, tabs])
+    tab.to_promptfoo.click(shows_errors(to_promptfoo), _filters(tab), [tab.suite_file])
 
 
 def _filters(tab: RequestsTab) -> list[gr.Textbox | gr.Dropdown]:
