@@ -14,7 +14,7 @@ local, another loader's ``NAME@loader``, or a remote server connected in the Mod
 tab; ``launch.py batch`` loads it); any other id runs on the model in use. Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python with ``file://``, latency, llm-rubric (judged by the loaded model),
-their ``not-`` forms, ``weight`` and ``threshold``); any other type
+their ``not-`` forms, ``weight`` and ``threshold``; ``{{vars}}`` in a value are the test's); any other type
 (javascript, levenshtein...) is an error that names it, never skipped.
 """
 
@@ -78,7 +78,8 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
     for t, test in enumerate(tests):
         where = f"tests[{t}]"
         variables = _nested({**_vars(default.get("vars"), "defaultTest"), **_vars(test.get("vars"), where)}, where)
-        asserts = [*_asserts(default.get("assert"), "defaultTest", base), *_asserts(test.get("assert"), where, base)]
+        asserts = [*_asserts(default.get("assert"), "defaultTest", base, variables),
+                   *_asserts(test.get("assert"), where, base, variables)]
         name = str(test.get("description") or f"test {t + 1}")
         for p, (label, prompt) in enumerate(prompts):
             at = f"{where} with prompt '{label}'"
@@ -225,17 +226,29 @@ def _vars(given: Any, where: str) -> dict[str, str]:
     return {str(k): v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for k, v in given.items()}
 
 
-def _asserts(given: Any, where: str, base: Path) -> list[Assert]:
+def _asserts(given: Any, where: str, base: Path, variables: Mapping[str, str]) -> list[Assert]:
     if given is None:
         return []
     if not isinstance(given, list):
         raise BatchInputError(f"promptfoo config: {where}.assert must be a list")
-    return [_assert(item, f"{where}.assert[{i}]", base) for i, item in enumerate(given)]
+    return [_assert(item, f"{where}.assert[{i}]", base, variables) for i, item in enumerate(given)]
 
 
-def _assert(item: Any, where: str, base: Path) -> Assert:
+def _filled(value: Any, variables: Mapping[str, str], where: str) -> Any:
+    """An assert's value with the test's ``{{vars}}`` filled in, as promptfoo renders a text value and each text
+    in a list value (``value: "{{expected}}"``); file:// paths and other values as given."""
+    if isinstance(value, list):
+        return [_filled(v, variables, where) for v in value]
+    if isinstance(value, str) and "{{" in value and not value.startswith("file://"):
+        return render(value, variables, where=f"promptfoo config: {where}")
+    return value
+
+
+def _assert(item: Any, where: str, base: Path, variables: Mapping[str, str]) -> Assert:
     if not isinstance(item, dict) or not isinstance(item.get("type"), str):
         raise BatchInputError(f"promptfoo config: {where} needs a type")
+    if "value" in item:
+        item = {**item, "value": _filled(item["value"], variables, where)}
     kind = item["type"]
     spec = ASSERT_KINDS.get(kind.removeprefix("not-"))
     if spec is None or spec.promptfoo is None:
