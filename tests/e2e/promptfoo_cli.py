@@ -43,7 +43,7 @@ def promptfoo_env(home: Path) -> dict[str, str]:
 
 def promptfoo(*args: str, home: Path, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run ``promptfoo ARGS`` (installing it first if this machine has not yet)."""
-    command = [str(bootstrap.ensure_promptfoo(bootstrap.TEST_CACHE / "promptfoo")), *args]
+    command = [str(bootstrap.ensure_promptfoo()), *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=promptfoo_env(home))
 
