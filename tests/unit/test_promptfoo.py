@@ -203,3 +203,18 @@ def test_a_list_kinds_text_value_is_split_on_commas_as_promptfoo_does(kind, valu
     config = {"prompts": ["{{q}}"], "tests": [{"vars": {"q": "hi"}, "assert": [{"type": kind, "value": value}]}]}
     _, rows, _ = read_config(json.dumps(config), tmp_path)
     assert rows[0].asserts[0].value == texts and rows[0].asserts[0].negate == kind.startswith("not-")
+
+
+@pytest.mark.parametrize("where, test_keys, said", [
+    ("tests", "options: {transform: output.trim()}", "tests[0]: options not supported here"),
+    ("tests", "threshold: 0.5", "tests[0]: threshold not supported here"),
+    ("defaultTest", "options: {transform: output.trim()}", "defaultTest: options not supported here"),
+])
+def test_a_tests_keys_that_would_change_the_outcome_are_refused_by_name(where, test_keys, said, tmp_path):
+    test = f"{{vars: {{q: hi}}, {test_keys}}}"
+    config = (f"prompts: ['{{{{q}}}}']\ntests:\n  - {test}\n" if where == "tests" else
+              f"prompts: ['{{{{q}}}}']\ndefaultTest: {{{test_keys}}}\ntests:\n  - vars: {{q: hi}}\n")
+    with pytest.raises(BatchInputError, match=re.escape(said) + r".*a test takes description, vars, assert"):
+        read_config(config, tmp_path)
+    _, rows, _ = read_config("prompts: ['{{q}}']\ntests:\n  - {vars: {q: hi}, metadata: {topic: x}}\n", tmp_path)
+    assert rows[0].text == "hi"  # metadata only labels a test

@@ -4,9 +4,10 @@ What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
 ``{role, content}`` messages written as text, or such a list in YAML;
 ``{id/label, raw}`` objects; ``file://`` files, globs too: .txt/.md texts split
 on lines of ``---`` as promptfoo splits them, .json/.yaml chats, .jsonl a chat a line),
-``tests`` (inline, or a ``file://`` YAML/JSON list) with ``vars``, ``assert``
-and ``description``, ``defaultTest`` (its ``vars`` and ``assert`` apply to
-every test) and ``providers``. Each provider becomes one setting, labelled by its
+``tests`` (inline, or a ``file://`` YAML/JSON list) with ``vars``, ``assert``,
+``description`` and ``metadata`` (other test keys are refused by name),
+``defaultTest`` (its ``vars`` and ``assert`` apply to every test) and
+``providers``. Each provider becomes one setting, labelled by its
 ``label`` or ``id``, with its ``config`` (``temperature``, ``max_tokens``,
 ``top_p``, ``seed``, ``stop``... as the OpenAI API names them) as that setting's
 parameters. ``workbench:NAME`` runs on the loaded model NAME (any loaded model:
@@ -73,10 +74,12 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
     default = config.get("defaultTest") or {}
     if not isinstance(default, dict):
         raise BatchInputError("promptfoo config: defaultTest must be a mapping (vars, assert)")
+    _known_test_keys(default, "defaultTest")
     tests = _tests(config.get("tests"), base) or [{}]
     rows: list[PromptRow] = []
     for t, test in enumerate(tests):
         where = f"tests[{t}]"
+        _known_test_keys(test, where)
         variables = _nested({**_vars(default.get("vars"), "defaultTest"), **_vars(test.get("vars"), where)}, where)
         asserts = [*_asserts(default.get("assert"), "defaultTest", base, variables),
                    *_asserts(test.get("assert"), where, base, variables)]
@@ -204,6 +207,18 @@ def _tests(given: Any, base: Path) -> list[dict[str, Any]]:
             raise BatchInputError(f"promptfoo config: tests[{i}] must be a mapping (vars, assert) or a "
                                   "file://tests.yaml path")
     return out
+
+
+TEST_KEYS = ("description", "vars", "assert", "metadata")
+"""A test's keys we read (metadata only labels it); any other (options with its transform, threshold, a
+provider of its own...) would change what runs or passes, so it is refused by name, never dropped unseen."""
+
+
+def _known_test_keys(test: Mapping[str, Any], where: str) -> None:
+    unknown = set(test) - set(TEST_KEYS)
+    if unknown:
+        raise BatchInputError(f"promptfoo config: {where}: {', '.join(sorted(map(str, unknown)))} not supported "
+                              f"here (a test takes {', '.join(TEST_KEYS)})")
 
 
 def _test_file(path: Path, where: str) -> list[dict[str, Any]]:
