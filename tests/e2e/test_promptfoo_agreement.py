@@ -4,8 +4,8 @@ Every case in tests/data/promptfoo/agreement/cases.yaml (an output and an assert
 becomes one test of ONE promptfoo config whose provider is promptfoo's ``echo`` and whose prompt is
 ``{{output}}``, so the output is fixed and no model's randomness enters. promptfoo runs it once (Node, offline,
 see tests/e2e/promptfoo_cli.py); our side reads each case's test with ``read_config`` and checks its asserts
-on the very text promptfoo's echo gave back. Each assert's pass/fail must be the same, except where a case
-says why the two knowingly differ. Cases of kinds we do not read yet are counted and named, not compared.
+on the very text promptfoo's echo gave back. Each assert's pass/fail, and the test's (weighted) score, must be
+the same, except where a case says why the two knowingly differ. Cases of kinds we do not read yet are counted and named, not compared.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import yaml
 from tests.conftest import ROOT
 from tests.e2e.promptfoo_cli import promptfoo, promptfoo_eval
 from webui import bootstrap
-from webui.batch.asserts import Observed
+from webui.batch.asserts import AssertResult, Observed, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.promptfoo import read_config, supported
 
@@ -54,8 +54,10 @@ def _config(tests: list[dict[str, Any]]) -> str:
                            "tests": tests}, allow_unicode=True, sort_keys=False)
 
 
-def _promptfoo_verdicts(results: dict[str, Any], cases: list[dict[str, Any]]) -> dict[str, tuple[str, list[Any]]]:
-    """Case id -> (the output promptfoo's echo gave back, each assert's pass, or "error: ..." for all)."""
+def _promptfoo_verdicts(results: dict[str, Any], cases: list[dict[str, Any]]
+                        ) -> dict[str, tuple[str, list[Any], float | None]]:
+    """Case id -> (the output promptfoo's echo gave back, each assert's (pass, reason) or ("error", why) for all,
+    the test's score)."""
     out = {}
     for r in results["results"]["results"]:
         case = cases[r["testIdx"]]
@@ -64,13 +66,13 @@ def _promptfoo_verdicts(results: dict[str, Any], cases: list[dict[str, Any]]) ->
             verdicts: list[Any] = [(c["pass"], c.get("reason", "")) for c in components]
         else:
             verdicts = [("error", r.get("error") or "no result")] * len(_asserts(case))
-        out[case["id"]] = ((r.get("response") or {}).get("output", case["output"]), verdicts)
+        out[case["id"]] = ((r.get("response") or {}).get("output", case["output"]), verdicts, r.get("score"))
     return out
 
 
-def _our_verdicts(case: dict[str, Any], output: str, base: Path) -> list[Any] | str:
-    """Each assert's (pass, why) as our reader and asserts judge ``output``; the refusal's text if our reader
-    refuses the case's test."""
+def _our_verdicts(case: dict[str, Any], output: str, base: Path) -> list[AssertResult] | str:
+    """Each assert's result as our reader and asserts judge ``output``; the refusal's text if our reader refuses
+    the case's test."""
     try:
         _, rows, _ = read_config(_config([_test(case)]), base)
     except BatchInputError as exc:
@@ -78,7 +80,7 @@ def _our_verdicts(case: dict[str, Any], output: str, base: Path) -> list[Any] | 
     assert len(rows) == 1
     extra = {"vars": dict(rows[0].variables)} if FEATURES["python context (vars)"]() else {}
     seen = Observed(output, **extra)
-    return [(r.passed, r.detail) for r in (a.check(seen) for a in rows[0].asserts)]
+    return [a.check(seen) for a in rows[0].asserts]
 
 
 def _lacked_kind(case: dict[str, Any]) -> str | None:
@@ -103,22 +105,27 @@ def test_our_asserts_agree_with_promptfoo_on_the_same_outputs(tmp_path):
     assert set(theirs) == {c["id"] for c in cases}, "promptfoo gave no result for some cases"
 
     agree, compared, known, lacked, pending = 0, 0, [], {}, []
-    problems, kinds = [], set()
+    problems, kinds = [], {}
     for case in cases:
-        output, their = theirs[case["id"]]
+        output, their, their_score = theirs[case["id"]]
         lacking = _lacked_kind(case)
         if case.get("pending") and not FEATURES[case["pending"]]():
             pending.append(case["id"])
             continue
-        ours = _our_verdicts(case, output, tmp_path)
-        if isinstance(ours, str):  # our reader refused the case's test
+        results = _our_verdicts(case, output, tmp_path)
+        if isinstance(results, str):  # our reader refused the case's test
             if lacking:
                 lacked.setdefault(lacking, []).append(case["id"])
                 continue
-            ours = [("refused", ours)] * len(their)
+            ours: list[Any] = [("refused", results)] * len(their)
+        else:
+            ours = [(r.passed, r.detail) for r in results]
+            score = row_score(results)  # None where every weight is 0 (promptfoo says 0 there)
+            if score is not None and not case.get("differs") and score != pytest.approx(their_score):
+                problems.append(f"{case['id']}: the test's score is {their_score} in promptfoo, {score} ours")
         for i, ((mine, my_why), (pf, pf_why)) in enumerate(zip(ours, their)):
             compared += 1
-            kinds.add(str(_asserts(case)[i]["type"]).removeprefix("not-"))
+            kinds.setdefault(str(_asserts(case)[i]["type"]).removeprefix("not-"), set()).add(pf)
             same = mine == pf or (mine == "refused" and pf in ("error", False))  # we refuse what promptfoo fails
             if same and case.get("differs"):
                 problems.append(f"{case['id']}: marked as differing ({case['differs']}) but both say {pf}; "
@@ -137,3 +144,4 @@ def test_our_asserts_agree_with_promptfoo_on_the_same_outputs(tmp_path):
     print(summary, *("known: " + k for k in known), sep="\n")
     assert not problems, summary + "\n" + "\n".join(problems)
     assert agree + len(known) == compared and compared >= 100
+    assert all({True, False} <= verdicts for verdicts in kinds.values()), kinds  # each kind passes and fails
