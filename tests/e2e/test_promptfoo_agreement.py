@@ -5,7 +5,8 @@ becomes one test of ONE promptfoo config whose provider is promptfoo's ``echo`` 
 ``{{output}}``, so the output is fixed and no model's randomness enters. promptfoo runs it once (Node, offline,
 see tests/e2e/promptfoo_cli.py); our side reads each case's test with ``read_config`` and checks its asserts
 on the very text promptfoo's echo gave back. Each assert's pass/fail, and the test's (weighted) score, must be
-the same, except where a case says why the two knowingly differ. Cases of kinds we do not read yet are counted and named, not compared.
+the same, except where a case says why the two knowingly differ. Cases of kinds we do not read yet are counted
+and named, not compared.
 """
 
 from __future__ import annotations
