@@ -218,3 +218,14 @@ def test_a_tests_keys_that_would_change_the_outcome_are_refused_by_name(where, t
         read_config(config, tmp_path)
     _, rows, _ = read_config("prompts: ['{{q}}']\ntests:\n  - {vars: {q: hi}, metadata: {topic: x}}\n", tmp_path)
     assert rows[0].text == "hi"  # metadata only labels a test
+
+
+def test_a_schema_written_as_text_is_read_as_yaml_as_promptfoo_reads_it(tmp_path):
+    config = ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n"
+              "      - {type: is-json, value: \"type: object\\nrequired: [a]\"}\n"
+              "      - {type: contains-json, value: '{\"type\": \"object\"}'}\n")
+    _, rows, _ = read_config(config, tmp_path)
+    assert [a.value for a in rows[0].asserts] == ['{"type":"object","required":["a"]}', '{"type":"object"}']
+    assert rows[0].asserts[0].check('{"a": 1}').passed and not rows[0].asserts[0].check('{"b": 1}').passed
+    with pytest.raises(BatchInputError, match="is-json: the schema is neither JSON nor YAML"):
+        read_config(config.replace("type: object\\nrequired: [a]", "type: [unclosed"), tmp_path)

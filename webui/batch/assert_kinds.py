@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 import jsonschema
+import yaml
 
 from webui.batch.assert_values import (
     CODE, LENGTH, LIST, NUMBER, OPTIONAL_LIST, PATTERN, SCHEMA, TEXT, ValueForm, compiled, excerpt, schema_validator,
@@ -88,7 +89,14 @@ def _promptfoo_latency(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
 
 
 def _promptfoo_schema(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    schema = {"schema": item["value"]} if item.get("value") is not None else {}
+    """promptfoo reads a schema written as text with YAML (JSON being YAML too)."""
+    value = item.get("value")
+    if isinstance(value, str) and not value.startswith("file://"):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise BatchInputError(f"{item.get('type')}: the schema is neither JSON nor YAML ({exc})") from None
+    schema = {"schema": value} if value is not None else {}
     return {**schema, **_promptfoo_threshold(item)}
 
 
