@@ -2,7 +2,8 @@
 
 Installs everything the tests need first (the venv with the test extras and the
 optional loader backends the loader tests exercise: llama-cpp-python, built from
-source on the first run, and gptqmodel; Debian's chromium for the browser tests),
+source on the first run, and gptqmodel; Debian's chromium for the browser tests;
+promptfoo, with npm, for the tests that compare our asserts with it),
 then runs pytest inside the venv.
 """
 
@@ -16,6 +17,7 @@ def main(argv: list[str]) -> int:
     os.chdir(bootstrap.ROOT)
     bootstrap.ensure_venv(extras=("test", "llamacpp", "gptq"))
     bootstrap.ensure_chromium()
+    bootstrap.ensure_promptfoo()
     if not bootstrap.in_venv():
         bootstrap.reexec_in_venv(["-m", "tests", *argv])
     import pytest

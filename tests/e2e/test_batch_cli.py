@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT, TEST_THREADS
 from tests.e2e.server import user_data_with_default_model
@@ -163,3 +164,22 @@ def test_rows_say_the_loader_and_a_bare_name_means_the_same_model_in_the_grid_an
     assert done.returncode == 0, done.stderr
     header = csv_out.read_text().splitlines()[0].split(",")
     assert header[header.index("model") + 1] == "loader"
+
+
+def test_a_real_promptfoo_example_runs_end_to_end(tmp_path, user_data):
+    """promptfoo's own getting-started example (tests/data/promptfoo/examples/, see its SOURCE.md) on the default
+    model, 16 tokens a row (the CLI takes no --grid with a promptfoo config, so a copy's provider says so):
+    every row runs and is judged by its asserts."""
+    example = ROOT / "tests" / "data" / "promptfoo" / "examples" / "getting-started" / "promptfooconfig.yaml"
+    config = yaml.safe_load(example.read_text(encoding="utf-8"))
+    config["providers"] = [{"id": config["providers"][0], "config": {"max_tokens": 16}}]
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    out = tmp_path / "results.json"
+    done = batch(user_data, str(suite), "--out", str(out))
+    assert done.returncode in (0, 1), done.stderr  # 1: a 135M model need not translate well
+    results = json.loads(out.read_text())["results"]["results"]
+    assert len(results) == 4 and {r["vars"]["language"] for r in results} == {"French", "Spanish"}
+    assert all(r["response"]["output"] and not r["error"] for r in results)
+    assert all(len(r["gradingResult"]["componentResults"]) == 1 for r in results)
+    assert {r["provider"]["id"] for r in results} == {"workbench:SmolLM2-135M-Instruct"}

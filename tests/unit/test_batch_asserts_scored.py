@@ -124,3 +124,33 @@ def test_wilson_interval():
     low, high = wilson(8, 10)
     assert low == pytest.approx(0.490, abs=0.002) and high == pytest.approx(0.943, abs=0.002)
     assert wilson(0, 5)[0] == 0 and wilson(5, 5)[1] == 1
+
+
+def test_a_weight_0_assert_only_measures_and_never_fails_as_in_promptfoo():
+    result = parse_assert({"type": "contains", "value": "Paris", "weight": 0}).check("Lyon")
+    assert result.passed and result.score is None and result.value == 1.0
+    assert result.detail == "weight 0, counted as passed: output does not contain 'Paris'"
+    assert row_score([result, parse_assert("contains:Lyon").check("Lyon")]) == 1.0
+
+
+@pytest.mark.parametrize("output", ["NaN", '{"a": Infinity}', "-Infinity"])
+def test_is_json_refuses_pythons_nan_and_infinity_which_json_has_not(output):
+    result = parse_assert("is-json").check(output)
+    assert not result.passed and "is not JSON" in result.detail
+    assert not parse_assert("contains-json").check(f"x {output} y").passed
+
+
+def test_python_scores_and_thresholds_as_promptfoo_reads_them(tmp_path):
+    path = tmp_path / "scores.py"
+    path.write_text("def low(output, context):\n    return 0.2\n\ndef zero(output, context):\n    return 0\n\n"
+                    "def graded(output, context):\n    return {'pass': True, 'score': 0.6, 'reason': 'fine'}\n\n"
+                    "def text(output, context):\n    return output\n")
+    low = parse_assert(f"python:{path}:low").check("x")
+    assert low.passed and low.score == pytest.approx(0.2) and "needs more than 0" in low.detail  # no threshold: > 0
+    assert not parse_assert(f"python:{path}:zero").check("x").passed
+    assert not parse_assert({"type": "python", "value": f"{path}:low", "threshold": 0.5}).check("x").passed
+    assert parse_assert({"type": "python", "value": f"{path}:graded"}).check("x").passed
+    graded = parse_assert({"type": "python", "value": f"{path}:graded", "threshold": 0.7}).check("x")
+    assert not graded.passed and graded.detail == "fine (score 0.60, needs 0.7)"
+    assert parse_assert(f"python:{path}:text").check("TRUE").passed  # promptfoo reads "true"/"false" as bools
+    assert not parse_assert(f"python:{path}:text").check("false").passed

@@ -180,3 +180,39 @@ def test_a_var_that_uses_another_var_is_filled(tmp_path):
     config = "prompts: ['{{question}}']\ntests:\n  - vars: {city: Lima, question: 'Where is {{city}}?'}"
     _, (row,), _ = read_config(config, tmp_path)
     assert row.text == "Where is Lima?" and row.variables["question"] == "Where is Lima?"
+
+
+def test_an_asserts_value_gets_the_tests_vars_as_promptfoo_renders_it(tmp_path):
+    config = ("prompts: ['{{q}}']\ndefaultTest:\n  assert:\n    - {type: icontains, value: '{{city}}'}\n"
+              "tests:\n  - vars: {q: hi, city: Paris}\n    assert:\n"
+              "      - {type: contains-any, value: ['{{city}}', Lyon]}\n      - {type: contains, value: 'in {{q}}'}\n")
+    _, rows, _ = read_config(config, tmp_path)
+    assert [a.label for a in rows[0].asserts] == ["icontains:Paris", "contains-any:Paris,Lyon", "contains:in hi"]
+    with pytest.raises(BatchInputError, match=r"tests\[0\]\.assert\[0\].*no 'nowhere' variable"):
+        read_config("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n"
+                    "      - {type: contains, value: '{{nowhere}}'}\n", tmp_path)
+
+
+@pytest.mark.parametrize("kind, value, texts", [
+    ("contains-any", "Paris, Lyon", ("Paris", "Lyon")),
+    ("contains-any", '"Hello, world", Bye', ("Hello, world", "Bye")),  # promptfoo keeps a quoted item whole
+    ("not-contains-all", "Paris,France", ("Paris", "France")),
+    ("icontains-any", "yes , sure", ("yes", "sure")),
+    ("icontains-all", '"a, b"', ('"a', 'b"')),  # only contains-any reads quotes
+    ("contains-any", [15, 2.0, "x"], ("15", "2", "x")),  # numbers as JavaScript writes them
+])
+def test_a_list_kinds_text_value_is_split_on_commas_as_promptfoo_does(kind, value, texts, tmp_path):
+    config = {"prompts": ["{{q}}"], "tests": [{"vars": {"q": "hi"}, "assert": [{"type": kind, "value": value}]}]}
+    _, rows, _ = read_config(json.dumps(config), tmp_path)
+    assert rows[0].asserts[0].value == texts and rows[0].asserts[0].negate == kind.startswith("not-")
+
+
+def test_a_schema_written_as_text_is_read_as_yaml_as_promptfoo_reads_it(tmp_path):
+    config = ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n"
+              "      - {type: is-json, value: \"type: object\\nrequired: [a]\"}\n"
+              "      - {type: contains-json, value: '{\"type\": \"object\"}'}\n")
+    _, rows, _ = read_config(config, tmp_path)
+    assert [a.value for a in rows[0].asserts] == ['{"type":"object","required":["a"]}', '{"type":"object"}']
+    assert rows[0].asserts[0].check('{"a": 1}').passed and not rows[0].asserts[0].check('{"b": 1}').passed
+    with pytest.raises(BatchInputError, match="is-json: the schema is neither JSON nor YAML"):
+        read_config(config.replace("type: object\\nrequired: [a]", "type: [unclosed"), tmp_path)

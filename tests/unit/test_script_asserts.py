@@ -76,9 +76,11 @@ def test_javascript_from_a_file_and_in_a_prompt_file_and_the_cli_help(tmp_path, 
 def test_inline_python_an_expression_or_a_body_with_return():
     item = parse_assert("python:output.lower().startswith('i like')")
     assert item.check(SEEN).passed and not item.check("No.").passed
-    body = "words = output.split()\nif context['vars']['topic'] in words:\n    return 1.0\nreturn 0.2"
-    scored = parse_assert({"type": "python", "value": body})
+    body = "words = output.split()\nif context['vars']['topic'] in words:\n    return 1.0\nreturn 0.0"
+    scored = parse_assert({"type": "python", "value": body})  # as promptfoo: a bare score passes above 0
     assert scored.check(SEEN).score == 1.0 and not scored.check(Observed("x", variables={"topic": "y"})).passed
+    at = parse_assert({"type": "python", "value": body.replace("0.0", "0.2"), "threshold": 0.5})
+    assert not at.check(Observed("x", variables={"topic": "y"})).passed
     broken = parse_assert({"type": "python", "value": "x = 1\nreturn output[x + 100]"}).check("abc")
     assert not broken.passed and broken.detail.startswith(
         "inline python failed: IndexError: string index out of range (line 2)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -70,12 +71,43 @@ def _promptfoo_threshold(item: Mapping[str, Any]) -> dict[str, Any]:
     return {"threshold": item["threshold"]} if item.get("threshold") is not None else {}
 
 
+_QUOTED_ITEM = re.compile(r'(".*?"|[^,]+)(?=\s*,|\s*$)')
+"""promptfoo's contains-any items in a text: comma-separated, a "quoted, item" kept whole."""
+
+
+def _promptfoo_list(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """A list kind's value as promptfoo reads it: a text is split on commas (contains-any keeps "quoted, items"
+    whole), numbers in a list are texts."""
+    value = item.get("value")
+    if isinstance(value, str) and str(item.get("type")).removeprefix("not-") == "contains-any":
+        value = [re.sub(r'^"|"$', "", v.strip()) for v in _QUOTED_ITEM.findall(value)]
+    elif isinstance(value, str):
+        value = [v.strip() for v in value.split(",")]
+    elif isinstance(value, list):
+        value = [_js_text(v) for v in value]
+    return {"value": value, **_promptfoo_threshold(item)}
+
+
+def _js_text(value: Any) -> Any:
+    """A number as JavaScript's String() writes it (15, 1.5; 2.0 as 2); anything else as given."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
 def _promptfoo_latency(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
     return {"value": item.get("threshold")}  # promptfoo's latency (ms) and cost limits are its threshold
 
 
 def _promptfoo_schema(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    schema = {"schema": item["value"]} if item.get("value") is not None else {}
+    """promptfoo reads a schema written as text with YAML (JSON being YAML too)."""
+    value = item.get("value")
+    if isinstance(value, str) and not value.startswith("file://"):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise BatchInputError(f"{item.get('type')}: the schema is neither JSON nor YAML ({exc})") from None
+    schema = {"schema": value} if value is not None else {}
     return {**schema, **_promptfoo_threshold(item)}
 
 
@@ -198,11 +230,17 @@ def _contains_list(every: bool, fold: bool) -> Callable[[Assert, Observed], Outc
     return check
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _is_json(a: Assert, seen: Observed) -> Outcome:
     try:
-        data = json.loads(seen.output.strip())
+        data = json.loads(seen.output.strip(), parse_constant=_not_json)  # NaN, Infinity: Python's, not JSON
     except json.JSONDecodeError as exc:
         return Outcome(False, f"output is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
+    except ValueError as exc:
+        return Outcome(False, f"output is not valid JSON ({exc})")
     if a.value is None:
         return Outcome(True, "")
     error = jsonschema.exceptions.best_match(schema_validator(str(a.value)).iter_errors(data))
@@ -216,11 +254,11 @@ def _is_json(a: Assert, seen: Observed) -> Outcome:
 def _contains_json(a: Assert, seen: Observed) -> Outcome:
     """promptfoo's contains-json: some JSON object in the output (each ``{`` tried as a start) parses, and matches
     the schema when one is given."""
-    decoder, out, found = json.JSONDecoder(), seen.output, []
+    decoder, out, found = json.JSONDecoder(parse_constant=_not_json), seen.output, []
     for start in (i for i, ch in enumerate(out) if ch == "{"):
         try:
             found.append(decoder.raw_decode(out, start)[0])
-        except json.JSONDecodeError:
+        except ValueError:
             continue
     if not found:
         return Outcome(False, "output contains no valid JSON object")
@@ -377,12 +415,25 @@ def script_context(a: Assert, seen: Observed) -> dict[str, Any]:
 
 def _python(a: Assert, seen: Observed) -> Outcome:
     timeout = float(a.options.get("timeout", PYTHON_TIMEOUT))
-    return Outcome(*run_python(str(a.value), timeout, seen.output, script_context(a, seen)))
+    return _scored_as_promptfoo(a, Outcome(*run_python(str(a.value), timeout, seen.output, script_context(a, seen))))
 
 
 def _javascript(a: Assert, seen: Observed) -> Outcome:
     timeout = float(a.options.get("timeout", JS_TIMEOUT))
-    return Outcome(*run_javascript(str(a.value), timeout, seen.output, script_context(a, seen)))
+    return _scored_as_promptfoo(a, Outcome(*run_javascript(str(a.value), timeout, seen.output,
+                                                           script_context(a, seen))))
+
+
+def _scored_as_promptfoo(a: Assert, outcome: Outcome) -> Outcome:
+    """A script's outcome as promptfoo reads it: a bare score passes above 0, or at the threshold when one is set;
+    a threshold also fails a {pass, score} result whose score is below it."""
+    if outcome.by_score and a.threshold is None and outcome.score is not None:
+        return outcome._replace(passed=outcome.score > 0, why=f"{outcome.why} (score {outcome.score:.2f}, "
+                                "needs more than 0)", by_score=False)
+    if not outcome.by_score and a.threshold is not None and outcome.score is not None \
+            and outcome.score < a.threshold:
+        return outcome._replace(passed=False, why=f"{outcome.why} (score {outcome.score:.2f}, needs {a.threshold:g})")
+    return outcome
 
 
 def _llm_rubric(a: Assert, seen: Observed) -> Outcome:
@@ -444,10 +495,14 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
                note=f"score ≥ {SIMILAR_THRESHOLD:g}", scored=True, threshold=SIMILAR_THRESHOLD),
     AssertKind("llm-rubric", TEXT, _llm_rubric, "The answer is polite and names a city",
                usage="llm-rubric:text", note="judged by a loaded model or a server", scored=True),
-    AssertKind("contains-any", LIST, _contains_list(every=False, fold=False), "Paris,Lyon", usage="contains-any:a,b"),
-    AssertKind("contains-all", LIST, _contains_list(every=True, fold=False), "Paris,France", usage="contains-all:a,b"),
-    AssertKind("icontains-any", LIST, _contains_list(every=False, fold=True), "paris,lyon", usage="icontains-any:a,b"),
-    AssertKind("icontains-all", LIST, _contains_list(every=True, fold=True), "paris,france", usage="icontains-all:a,b"),
+    AssertKind("contains-any", LIST, _contains_list(every=False, fold=False), "Paris,Lyon", usage="contains-any:a,b",
+               promptfoo=_promptfoo_list),
+    AssertKind("contains-all", LIST, _contains_list(every=True, fold=False), "Paris,France", usage="contains-all:a,b",
+               promptfoo=_promptfoo_list),
+    AssertKind("icontains-any", LIST, _contains_list(every=False, fold=True), "paris,lyon", usage="icontains-any:a,b",
+               promptfoo=_promptfoo_list),
+    AssertKind("icontains-all", LIST, _contains_list(every=True, fold=True), "paris,france", usage="icontains-all:a,b",
+               promptfoo=_promptfoo_list),
     AssertKind("is-json", SCHEMA, _is_json, '{"type":"object"}', usage="is-json[:schema]", promptfoo=_promptfoo_schema),
     AssertKind("contains-json", SCHEMA, _contains_json, '{"type":"object"}', usage="contains-json[:schema]",
                promptfoo=_promptfoo_schema),

@@ -14,7 +14,8 @@ with ``^``/``$`` to match the whole output.
 Every assert has a score in [0, 1] (1 or 0 for yes/no checks; ``similar`` and
 ``python`` may give any score), a ``weight`` (default 1) and, for scored kinds,
 a ``threshold`` the score must reach. ``not-`` before any kind inverts it (its
-score becomes 1 - score). A row's score is the weighted mean of its asserts'.
+score becomes 1 - score). A row's score is the weighted mean of its asserts'. An assert of
+weight 0 only measures: it is counted as passed, as promptfoo counts it.
 
 ``similar:<reference>`` compares the output with a reference by the cosine of
 their character-trigram counts (case and runs of spaces ignored): no model and
@@ -221,7 +222,10 @@ class Assert:
             if not passed and not spec.scored:
                 detail = spec.negated_why(self, seen) if spec.negated_why else \
                     f"the output passes {assert_label(self)[4:]}"
-        shown = detail if (not passed or spec.scored) else ""
+        forced = self.weight == 0 and not passed  # as promptfoo: weight 0 only measures, it never fails a row
+        if forced:
+            passed, detail = True, f"weight 0, counted as passed: {detail}"
+        shown = detail if (not passed or spec.scored or forced) else ""
         return AssertResult(passed, shown, self.label, score, self.weight)
 
 

@@ -145,6 +145,8 @@ def run_python(value: str, timeout: float, output: str, context: dict[str, Any]
 def script_result(name: str, result: Any) -> tuple[bool, str, float | None, bool]:
     """A python or javascript assert's return value: a bool, a score (held against the threshold), or {"pass",
     "score", "reason"} (its pass decides); (passed, why, score, whether the score against the threshold decides)."""
+    if isinstance(result, str) and result.lower() in ("true", "false"):  # promptfoo reads these texts as bools
+        result = result.lower() == "true"
     if isinstance(result, bool):
         return result, f"{name} returned {str(result).lower()}", float(result), False
     if isinstance(result, (int, float)) and math.isfinite(result):

@@ -1,0 +1,148 @@
+"""Our promptfoo reader and asserts against promptfoo 0.115 itself, on the same outputs (issue #32).
+
+Every case in tests/data/promptfoo/agreement/cases.yaml (an output and an assert in promptfoo's dict form)
+becomes one test of ONE promptfoo config whose provider is promptfoo's ``echo`` and whose prompt is
+``{{output}}``, so the output is fixed and no model's randomness enters. promptfoo runs it once (Node, offline,
+see tests/e2e/promptfoo_cli.py); our side reads each case's test with ``read_config`` and checks its asserts
+on the very text promptfoo's echo gave back. Each assert's pass/fail, and the test's (weighted) score, must be
+the same, except where a case says why the two knowingly differ. Cases of kinds we do not read yet are counted
+and named, not compared.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.e2e.promptfoo_cli import promptfoo, promptfoo_eval
+from webui import bootstrap
+from webui.batch.asserts import AssertResult, Observed, row_score
+from webui.batch.errors import BatchInputError
+from webui.batch.promptfoo import read_config, supported
+
+pytestmark = pytest.mark.node
+
+DATA = ROOT / "tests" / "data" / "promptfoo" / "agreement"
+FEATURES = {"python context (vars)": lambda: "vars" in {f.name for f in fields(Observed)}}
+"""Features a case may wait for (its ``pending``), each with how to tell it has landed."""
+
+
+def _cases() -> list[dict[str, Any]]:
+    cases = yaml.safe_load((DATA / "cases.yaml").read_text(encoding="utf-8"))
+    ids = [c["id"] for c in cases]
+    assert len(ids) == len(set(ids)), "case ids must be unique"
+    return cases
+
+
+def _asserts(case: dict[str, Any]) -> list[dict[str, Any]]:
+    given = case["assert"]
+    return given if isinstance(given, list) else [given]
+
+
+def _test(case: dict[str, Any]) -> dict[str, Any]:
+    return {"description": case["id"], "vars": {"output": case["output"], **case.get("vars", {})},
+            "assert": _asserts(case)}
+
+
+def _config(tests: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump({"description": "promptfoo agreement", "prompts": ["{{output}}"], "providers": ["echo"],
+                           "tests": tests}, allow_unicode=True, sort_keys=False)
+
+
+def _promptfoo_verdicts(results: dict[str, Any], cases: list[dict[str, Any]]
+                        ) -> dict[str, tuple[str, list[Any], float | None]]:
+    """Case id -> (the output promptfoo's echo gave back, each assert's (pass, reason) or ("error", why) for all,
+    the test's score)."""
+    out = {}
+    for r in results["results"]["results"]:
+        case = cases[r["testIdx"]]
+        components = (r.get("gradingResult") or {}).get("componentResults") or []
+        if len(components) == len(_asserts(case)):
+            verdicts: list[Any] = [(c["pass"], c.get("reason", "")) for c in components]
+        else:
+            verdicts = [("error", r.get("error") or "no result")] * len(_asserts(case))
+        out[case["id"]] = ((r.get("response") or {}).get("output", case["output"]), verdicts, r.get("score"))
+    return out
+
+
+def _our_verdicts(case: dict[str, Any], output: str, base: Path) -> list[AssertResult] | str:
+    """Each assert's result as our reader and asserts judge ``output``; the refusal's text if our reader refuses
+    the case's test."""
+    try:
+        _, rows, _ = read_config(_config([_test(case)]), base)
+    except BatchInputError as exc:
+        return str(exc)
+    assert len(rows) == 1
+    extra = {"vars": dict(rows[0].variables)} if FEATURES["python context (vars)"]() else {}
+    seen = Observed(output, **extra)
+    return [a.check(seen) for a in rows[0].asserts]
+
+
+def _lacked_kind(case: dict[str, Any]) -> str | None:
+    kinds = {str(a["type"]).removeprefix("not-") for a in _asserts(case)}
+    return next((k for k in sorted(kinds) if k not in supported()), None)
+
+
+def test_promptfoo_itself_is_installed_at_the_pinned_version(tmp_path):
+    done = promptfoo("--version", home=tmp_path / "home", cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == bootstrap.PROMPTFOO_VERSION == "0.115.0"
+    assert bootstrap.ensure_promptfoo() == bootstrap.promptfoo_bin()  # a second call: already there, no npm
+
+
+def test_our_asserts_agree_with_promptfoo_on_the_same_outputs(tmp_path):
+    cases = _cases()
+    for source in DATA.glob("*.py"):
+        shutil.copy(source, tmp_path / source.name)
+    config = tmp_path / "promptfooconfig.yaml"
+    config.write_text(_config([_test(c) for c in cases]), encoding="utf-8")
+    theirs = _promptfoo_verdicts(promptfoo_eval(config, tmp_path / "home"), cases)
+    assert set(theirs) == {c["id"] for c in cases}, "promptfoo gave no result for some cases"
+
+    agree, compared, known, lacked, pending = 0, 0, [], {}, []
+    problems, kinds = [], {}
+    for case in cases:
+        output, their, their_score = theirs[case["id"]]
+        lacking = _lacked_kind(case)
+        if case.get("pending") and not FEATURES[case["pending"]]():
+            pending.append(case["id"])
+            continue
+        results = _our_verdicts(case, output, tmp_path)
+        if isinstance(results, str):  # our reader refused the case's test
+            if lacking:
+                lacked.setdefault(lacking, []).append(case["id"])
+                continue
+            ours: list[Any] = [("refused", results)] * len(their)
+        else:
+            ours = [(r.passed, r.detail) for r in results]
+            score = row_score(results)  # None where every weight is 0 (promptfoo says 0 there)
+            if score is not None and not case.get("differs") and score != pytest.approx(their_score):
+                problems.append(f"{case['id']}: the test's score is {their_score} in promptfoo, {score} ours")
+        for i, ((mine, my_why), (pf, pf_why)) in enumerate(zip(ours, their)):
+            compared += 1
+            kinds.setdefault(str(_asserts(case)[i]["type"]).removeprefix("not-"), set()).add(pf)
+            same = mine == pf or (mine == "refused" and pf in ("error", False))  # we refuse what promptfoo fails
+            if same and case.get("differs"):
+                problems.append(f"{case['id']}: marked as differing ({case['differs']}) but both say {pf}; "
+                                "drop its differs note")
+            elif not same and case.get("differs"):
+                known.append(f"{case['id']}: promptfoo {pf}, ours {mine}: {' '.join(case['differs'].split())}")
+            elif same:
+                agree += 1
+            else:
+                problems.append(f"{case['id']} (assert {i + 1}, output {output!r}): promptfoo says {pf} "
+                                f"({pf_why}), ours {mine} ({my_why})")
+    summary = (f"{agree} of {compared} asserts agree ({len(kinds)} kinds: {', '.join(sorted(kinds))}; "
+               f"{len(known)} known differences; kinds we lack: "
+               f"{', '.join(f'{k} ({len(v)} cases)' for k, v in sorted(lacked.items())) or 'none'}; "
+               f"waiting for a feature: {', '.join(pending) or 'none'})")
+    print(summary, *("known: " + k for k in known), sep="\n")
+    assert not problems, summary + "\n" + "\n".join(problems)
+    assert agree + len(known) == compared and compared >= 100
+    assert all({True, False} <= verdicts for verdicts in kinds.values()), kinds  # each kind passes and fails
