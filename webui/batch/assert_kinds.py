@@ -330,6 +330,8 @@ def _contains_html(a: Assert, seen: Observed) -> Outcome:
 
 
 def _is_refusal(a: Assert, seen: Observed) -> Outcome:
+    if not seen.output.strip():  # promptfoo: passes, with score 0 (no answer is taken as a refusal)
+        return Outcome(True, "the output is empty, taken as a refusal", 0.0)
     return Outcome(output_checks.is_refusal(seen.output), "output is not a refusal")
 
 
