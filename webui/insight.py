@@ -135,6 +135,37 @@ def prompt_logprobs(engine: Engine, ids: list[int], top: int, loras: tuple = ()
     return out
 
 
+def reply_logprobs(engine: Engine, prompt_ids: list[int], reply_ids: list[int], params: SamplingParams, top: int,
+                   loras: tuple = ()) -> list[TokenLogprob]:
+    """Each reply token with its probability under the model and under what ``params`` sampled it from (the
+    processors replayed over the reply as generation ran them, each token observed after its step), with the
+    ``top`` raw alternatives and theirs after the processors. CFG's negative prompt is not replayed: a request with
+    guidance gets its raw probabilities only. Run between engine steps."""
+    model = _local(engine.model)
+    if not reply_ids:
+        return []
+    ids = [*prompt_ids, *reply_ids]
+    logits = engine.call_between_steps(lambda: model.logits(ids[:-1], last_only=False, loras=loras)).float()
+    logits = logits[len(prompt_ids) - 1:]
+    sampler = None if params.guidance_scale != 1.0 else \
+        Sampler(params, sorted(model.tokenizer.eos_token_ids), len(prompt_ids), params.seed or 0, model.tokenizer)
+    strings = model.tokenizer.token_strings(reply_ids)
+    out = []
+    for i, token in enumerate(reply_ids):
+        logp = torch.log_softmax(logits[i], -1)
+        values, top_ids = torch.topk(logp, top) if top else (logp[:0], torch.zeros(0, dtype=torch.long))
+        after: torch.Tensor | None = None
+        if sampler is not None:
+            after = sampler.distribution(sampler.process(ids[:len(prompt_ids) + i], logits[i]))
+            for observer in sampler.observers:  # mirostat, adaptive-p and grammars move on with the chosen token
+                observer.observe(token)
+        out.append(TokenLogprob(
+            token, strings[i], float(logp[token]),
+            list(zip(top_ids.tolist(), model.tokenizer.token_strings(top_ids.tolist()), values.tolist())),
+            None if after is None else float(after[token]), [] if after is None else after[top_ids].tolist()))
+    return out
+
+
 @dataclass(frozen=True)
 class Perplexity:
     tokens: int  # tokens scored

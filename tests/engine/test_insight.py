@@ -82,3 +82,23 @@ def test_perplexity_matches_a_direct_computation_in_one_window_and_in_several(ti
     assert windowed.ppl == pytest.approx(math.exp(windowed.nll))
     with pytest.raises(InsightUnavailable, match="too short"):
         perplexity(tiny_engine, "", window=16)
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(temperature=0.8, top_k=8, top_p=0.9, repetition_penalty=1.3, seed=3),
+    SamplingParams(mirostat_mode=2, mirostat_tau=3.0, seed=5),
+    SamplingParams(temperature=0),
+], ids=["history-dependent", "mirostat-state", "greedy"])
+def test_a_replies_probabilities_after_the_samplers_are_what_generation_drew_from(tiny_engine, tiny_model, params):
+    """#33: the Requests tab's token view replays the processors over a kept reply; what it shows is what the engine
+    reported while generating (repetition penalty reads the history, mirostat carries state from token to token)."""
+    from webui.insight import reply_logprobs
+
+    params = params.replace(max_new_tokens=12, ban_eos=True)
+    made = tiny_engine.generate(GenerationRequest("Once upon a time", params, logprobs=5))
+    prompt_ids = tiny_model.tokenizer.encode("Once upon a time")
+    again = reply_logprobs(tiny_engine, prompt_ids, list(made.token_ids), params, 5)
+    assert [t.token_id for t in again] == list(made.token_ids)
+    assert [t.logprob for t in again] == pytest.approx([t.logprob for t in made.logprobs], abs=1e-4)
+    assert [t.logprob_after for t in again] == pytest.approx([t.logprob_after for t in made.logprobs], abs=1e-4)
+    assert [t.top_after for t in again] == [pytest.approx(t.top_after, abs=1e-4) for t in made.logprobs]

@@ -77,6 +77,8 @@ def test_an_apps_requests_appear_show_replay_and_go(server, browser):
     shown = page.evaluate("() => Array.from(document.querySelectorAll('#requests-tokens .tv-tok'))"
                           ".map(t => t.firstChild.textContent).join('')")
     assert shown.replace("↵", "\n").startswith(reply[:10])  # the reply's own tokens, each with its probability
+    first = page.evaluate("() => document.querySelector('#requests-tokens .tv-tok').getAttribute('aria-label')")
+    assert first.endswith("after processors 100.0%")  # temperature 0: drawn from all mass on the chosen token
     page.locator("#requests-replay").click()
     wait_text(page, "#requests-replay-summary", "the same reply as the original", 120_000)
     assert page.locator("#requests-replayed textarea").input_value() == reply

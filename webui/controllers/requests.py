@@ -268,9 +268,11 @@ class RequestsController:
 
     def tokens(self, request_id: str | None, user: str | None, top: int = 5) -> str:
         """The reply's tokens as the token view shows them: each shaded by the probability the model gave it, with
-        the ``top`` most likely there (recomputed now over the prompt and the reply on the model that answered)."""
+        the ``top`` most likely there, raw and after the request's samplers (recomputed now over the prompt and the
+        reply on the model that answered, the processors replayed with the parameters as resolved)."""
         from loaders.base import ModelLoadError
-        from webui.insight import InsightUnavailable, prompt_logprobs
+        from webui.engine import SamplingParams
+        from webui.insight import InsightUnavailable, reply_logprobs
         from webui.token_view import render, token_rows
 
         item = self.get(request_id, user)
@@ -278,13 +280,14 @@ class RequestsController:
         if not isinstance(prompt, str) or not replies or not replies[0]:
             raise UserError(f"{item.id} has no reply tokens kept (refused, or kept before tokens were)")
         try:
+            params = SamplingParams.from_dict(item.details.get("params") or {}, source=f"{item.id}'s parameters")
             slot = self.services.models.slot(item.model)
             ids = slot.model.tokenizer.encode(prompt, add_special_tokens=item.endpoint == "/v1/completions")
-            scored = prompt_logprobs(slot.engine, [*ids, *replies[0]], top,
-                                     tuple((n, float(w)) for n, w in item.details.get("loras") or []))
-        except (ModelLoadError, InsightUnavailable) as exc:
+            scored = reply_logprobs(slot.engine, ids, list(replies[0]), params, top,
+                                    tuple((n, float(w)) for n, w in item.details.get("loras") or []))
+        except (ModelLoadError, InsightUnavailable, ValueError) as exc:
             raise UserError(f"The tokens are recomputed on the model that answered ({item.model}): {exc}") from None
-        return render(token_rows([lp for _, lp in scored[len(ids):] if lp is not None]), branchable=False)
+        return render(token_rows(scored), branchable=False)
 
     def delete(self, request_id: str | None, user: str | None) -> str:
         item = self.get(request_id, user)

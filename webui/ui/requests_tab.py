@@ -104,8 +104,8 @@ def create_requests_tab(services: Services) -> RequestsTab:
         to_promptfoo = gr.Button("Export the requests listed as a promptfoo suite", size="sm",
                                  elem_id="requests-to-promptfoo")
     suite_file = gr.File(label="promptfoo suite", visible=False, interactive=False, elem_id="requests-suite-file")
-    with gr.Accordion("Tokens of the reply (the model's probabilities, recomputed on the model that answered)",
-                      open=False):
+    with gr.Accordion("Tokens of the reply (the model's probabilities and those after the request's samplers, "
+                      "recomputed on the model that answered)", open=False):
         show_tokens = gr.Button("Show the reply's tokens", size="sm", elem_id="requests-show-tokens")
         tokens = gr.HTML("", elem_id="requests-tokens")
     params = gr.Code(label="Parameters as resolved (those not at their neutral value)", language="json",
