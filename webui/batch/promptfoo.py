@@ -15,7 +15,8 @@ tab; ``launch.py batch`` loads it); any other id runs on the model in use.
 Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python and javascript (inline or ``file://``, with ``config``), latency,
-llm-rubric (judged by the loaded model), their ``not-`` forms, ``weight``,
+llm-rubric and the other model-graded kinds (judged by the run's judge, with ``rubricPrompt``;
+webui.batch.graded), their ``not-`` forms, ``weight``,
 ``threshold``, ``metric`` and ``transform``; values filled from the test's vars);
 any other type (levenshtein...) is an error that names it, never skipped. Every
 problem of a suite is reported at once. Transforms: webui.batch.transform.
@@ -316,7 +317,7 @@ def _assert(item: dict[str, Any], base: Path) -> Assert:
         raise BatchInputError(f"the assert type '{kind}' is not supported here "
                               f"(supported: {', '.join(supported())}, and not- before each)")
     unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider", "transform",
-                           *(("config",) if "config" in spec.value.keys else ())}
+                           *(key for key in ("config", "rubricPrompt", "contextTransform") if key in spec.value.keys)}
     if unknown:
         raise BatchInputError(f"unknown key(s) {', '.join(sorted(unknown))}")
     extra = {key: item[key] for key in ("weight", "metric") if item.get(key) is not None}
