@@ -127,6 +127,10 @@ def test_a_custom_rubric_prompt_replaces_the_grading_prompt_and_keeps_the_answer
     result, judge, _ = judged(spec, "Lyon", {"reason": "no", "choice": "D"}, variables={"topic": "geo"})
     assert judge.asked[0][0] == ("Is Lyon what Paris says? Topic geo.\n\n" + GRADED["factuality"].steps[0].answer)
     assert not result.passed
+    item = parse_assert(spec)
+    assert item.to_dict()["rubricPrompt"] == spec["rubricPrompt"] and parse_assert(item.to_dict()) == item
+    steps = parse_assert({"type": "g-eval", "value": "x", "rubricPrompt": ["a {{criteria}}", "b {{steps}}"]})
+    assert steps.to_dict()["rubricPrompt"] == ["a {{criteria}}", "b {{steps}}"] and steps.label == "g-eval:x"
     chat = {"type": "llm-rubric", "value": "polite", "rubricPrompt": [
         {"role": "system", "content": "Grade strictly."}, {"role": "user", "content": "{{output}} vs {{rubric}}"}]}
     _, judge, verdict = judged(chat, "Hi!", {"reason": "ok", "pass": True, "score": 1})

@@ -438,7 +438,8 @@ class GradedValue(ValueForm):
     def write_dict(self, item: Assert) -> dict[str, Any]:
         value = {} if item.value is None else {"value": item.value}
         custom = item.options.get("rubricPrompt")
-        return {**value, **({"rubricPrompt": list(custom)} if custom else {})}
+        written = (custom[0] if len(custom) == 1 else list(custom)) if custom else None  # as promptfoo writes it
+        return {**value, **({"rubricPrompt": written} if written else {})}
 
 
 GRADED_VALUE = GradedValue()
