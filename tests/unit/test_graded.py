@@ -210,3 +210,22 @@ def test_the_judge_request_is_greedy_and_held_to_the_steps_schema():
 def test_what_cannot_be_graded_is_refused_by_name(spec, message):
     with pytest.raises(BatchInputError, match=message.replace("(", r"\(")):
         parse_assert(spec)
+
+
+def test_a_promptfoo_suite_reads_graded_asserts_with_their_rubric_prompts_and_refuses_a_grading_provider(tmp_path):
+    from webui.batch.promptfoo import read_config
+
+    head = ("prompts: ['{{q}}']\nproviders: [{id: a}, {id: b}]\ntests:\n  - vars: {q: hi, query: hi, context: c}\n"
+            "    assert:\n")
+    _, rows, _ = read_config(head + "      - {type: context-faithfulness, threshold: 0.5}\n"
+                             "      - {type: g-eval, value: fair, rubricPrompt: ['{{criteria}}', '{{steps}}']}\n"
+                             "      - {type: not-select-best, value: short, weight: 2}\n", tmp_path)
+    assert [a.to_dict() for a in rows[0].asserts] == [
+        {"type": "context-faithfulness", "threshold": 0.5},
+        {"type": "g-eval", "value": "fair", "rubricPrompt": ["{{criteria}}", "{{steps}}"]},
+        {"type": "not-select-best", "value": "short", "weight": 2}]
+    with pytest.raises(BatchInputError, match=r"tests\[0\].assert\[0\]: factuality: an assert's own grading "
+                                              r"provider is not used here; the judge is the run's"):
+        read_config(head + "      - {type: factuality, value: x, provider: 'openai:gpt-4o'}\n", tmp_path)
+    with pytest.raises(BatchInputError, match=r"tests\[0\].assert\[0\]: context-recall: contextTransform is not"):
+        read_config(head + "      - {type: context-recall, value: x, contextTransform: 'output'}\n", tmp_path)
