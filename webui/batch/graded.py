@@ -69,7 +69,8 @@ class GradedKind:
 
     name: str
     steps: tuple[Step, ...]
-    read: Callable[[list[dict[str, Any]], Mapping[str, str]], Grade]
+    read: Callable[[list[dict[str, Any]], Mapping[str, str]], Grade] | None
+    """(the steps' answers, the inputs) -> the grade; None: judged over a test's outputs (select-best)."""
     example: str = ""
     """A value for error messages and the help ("": the kind takes no value)."""
     note: str = ""
@@ -370,8 +371,7 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
             "items": _schema(reason=_text(100), supported={"type": "boolean"})}), 768)), _faithfulness, "",
         "the output's statements supported by the context var", threshold=0.0, by_score=True,
         needs=("query", "context")),
-    GradedKind("select-best", (Step(SELECT_PROMPT, SELECT_ANSWER, select_schema(2)),), lambda a, i: Grade(
-        False, 0.0, "select-best is judged over all outputs of a test"), "The most concise answer",
+    GradedKind("select-best", (Step(SELECT_PROMPT, SELECT_ANSWER, select_schema(2)),), None, "The most concise answer",
                "the best of a test's outputs across settings"),
 )}
 """Every graded kind by name (llm-rubric first)."""

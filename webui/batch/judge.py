@@ -33,7 +33,7 @@ from webui.batch.prompts import render, template_variables
 from webui.engine import EngineError, GenerationRequest, SamplingParams
 
 __all__ = ["JUDGE_PROMPT", "KEY_VARIABLE", "VERDICT_SCHEMA", "JudgeError", "RemoteJudge", "check_judge_prompt",
-           "grade", "graded", "inputs_for", "judge_request", "read_answer", "read_verdict", "rubrics", "select_best",
+           "grade", "graded", "inputs_for", "judge_request", "read_answer", "rubrics", "select_best",
            "step_text"]
 
 KEY_VARIABLE = "WORKBENCH_JUDGE_API_KEY"
@@ -52,9 +52,6 @@ def judge_params(schema: Mapping[str, Any], max_tokens: int) -> SamplingParams:
     # from_dict: structured_outputs is given as vLLM's {form: value}, which the check turns into (form, text)
     return SamplingParams.from_dict({"temperature": 0.0, "max_new_tokens": max_tokens,
                                      "structured_outputs": {"json": dict(schema)}})
-
-
-JUDGE_PARAMS = judge_params(VERDICT_SCHEMA, 256)
 
 
 @dataclass(frozen=True)
@@ -158,12 +155,6 @@ def read_answer(text: str, schema: Mapping[str, Any]) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def read_verdict(text: str) -> Verdict | None:
-    """An llm-rubric answer as a Verdict; None when it cannot be read."""
-    data = read_answer(text, VERDICT_SCHEMA)
-    return None if data is None else Verdict(*GRADED["llm-rubric"].read([data], {}))
-
-
 async def _answer(ask: Ask, text: str, schema: Mapping[str, Any], tokens: int) -> dict[str, Any]:
     try:
         said = await ask(text, schema, tokens)
@@ -179,6 +170,8 @@ async def grade(item: Assert, inputs: Mapping[str, str], ask: Ask, default: str 
     """The judge's verdict on one graded assert (not select-best), its steps asked in order; a failing verdict
     saying why when the judge cannot answer or a custom prompt cannot be filled in."""
     kind, custom = GRADED[item.kind], tuple(item.options.get("rubricPrompt", ()))
+    if kind.read is None:
+        raise ValueError(f"{item.kind} is judged over a test's outputs (select_best), not one output")
     filled, answers = dict(inputs), []
     try:
         for index, step in enumerate(kind.steps):
