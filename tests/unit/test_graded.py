@@ -229,3 +229,20 @@ def test_a_promptfoo_suite_reads_graded_asserts_with_their_rubric_prompts_and_re
         read_config(head + "      - {type: factuality, value: x, provider: 'openai:gpt-4o'}\n", tmp_path)
     with pytest.raises(BatchInputError, match=r"tests\[0\].assert\[0\]: context-recall: contextTransform is not"):
         read_config(head + "      - {type: context-recall, value: x, contextTransform: 'output'}\n", tmp_path)
+
+
+def test_a_tests_options_rubric_prompt_grades_its_graded_asserts_and_may_be_a_file(tmp_path):
+    from webui.batch.promptfoo import read_config
+
+    (tmp_path / "grade.txt").write_text("Does {{output}} meet {{criteria}}?")
+    config = ("prompts: ['{{q}}']\ndefaultTest:\n  options:\n    rubricPrompt: 'Judge {{output}} by {{rubric}}'\n"
+              "tests:\n  - vars: {q: hi}\n    assert:\n      - {type: llm-rubric, value: kind}\n"
+              "      - {type: model-graded-closedqa, value: short, rubricPrompt: 'file://grade.txt'}\n"
+              "      - {type: contains, value: h}\n")
+    _, rows, _ = read_config(config, tmp_path)
+    rubric, closedqa, contains = rows[0].asserts
+    assert rubric.options["rubricPrompt"] == ("Judge {{output}} by {{rubric}}",)  # the test's options
+    assert closedqa.options["rubricPrompt"] == ("Does {{output}} meet {{criteria}}?",)  # its own, from the file
+    assert contains.to_dict() == {"type": "contains", "value": "h"}
+    with pytest.raises(BatchInputError, match=r"tests\[0\].assert\[1\]: cannot read the rubricPrompt file"):
+        read_config(config.replace("grade.txt", "none.txt"), tmp_path)

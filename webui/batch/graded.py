@@ -453,7 +453,23 @@ def promptfoo_graded(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
                               "the run's (the Batch tab's judge settings, or launch.py batch --judge-url / "
                               "--judge-model): remove provider")
     keys = ("value", "threshold", "rubricPrompt", "contextTransform")
-    return {key: item[key] for key in keys if item.get(key) is not None}
+    out = {key: item[key] for key in keys if item.get(key) is not None}
+    if "rubricPrompt" in out:
+        given = out["rubricPrompt"]
+        out["rubricPrompt"] = [_file_text(p, base) for p in given] if isinstance(given, list) else \
+            _file_text(given, base)
+    return out
+
+
+def _file_text(given: Any, base: Path) -> Any:
+    """A ``file://`` rubricPrompt's text (relative to the config's folder); anything else as given."""
+    if not isinstance(given, str) or not given.strip().startswith("file://"):
+        return given
+    path = Path(given.strip().removeprefix("file://")).expanduser()
+    try:
+        return (path if path.is_absolute() else base / path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BatchInputError(f"cannot read the rubricPrompt file {path}: {exc.strerror or exc}") from None
 
 
 def verdict_key(item: Assert) -> str:

@@ -287,7 +287,7 @@ def _asserts(case: Case, base: Path, problems: Problems) -> list[Assert]:
     out = []
     for where, item in case.asserts:
         with problems.collect(where):
-            out.append(_assert(_filled(item, case.variables, where), base))
+            out.append(_assert(_filled(item, case.variables, where), base, case.options.get("rubricPrompt")))
     return out
 
 
@@ -310,12 +310,15 @@ def _filled(item: dict[str, Any], variables: Mapping[str, str], where: str) -> d
     return item
 
 
-def _assert(item: dict[str, Any], base: Path) -> Assert:
+def _assert(item: dict[str, Any], base: Path, rubric_prompt: Any = None) -> Assert:
+    """One assert; ``rubric_prompt``: the test's options.rubricPrompt, for graded kinds without their own."""
     kind = item["type"]
     spec = ASSERT_KINDS.get(kind.removeprefix("not-"))
     if spec is None or spec.promptfoo is None:
         raise BatchInputError(f"the assert type '{kind}' is not supported here "
                               f"(supported: {', '.join(supported())}, and not- before each)")
+    if rubric_prompt is not None and "rubricPrompt" in spec.value.keys:
+        item = {"rubricPrompt": rubric_prompt, **item}
     unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider", "transform",
                            *(key for key in ("config", "rubricPrompt", "contextTransform") if key in spec.value.keys)}
     if unknown:
