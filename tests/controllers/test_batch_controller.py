@@ -137,8 +137,8 @@ def test_an_uploaded_promptfoo_suite_runs_its_providers_as_settings(controller, 
     shaped = json.loads(controller.export(done.run_id, "json").read_text())
     assert [r["provider"]["label"] for r in shaped["results"]["results"]] == ["a", "b"]
     bad = tmp_path / "bad.yaml"
-    bad.write_text("prompts: ['x']\ntests:\n  - assert:\n      - type: g-eval\n        value: fair\n")
-    with pytest.raises(UserError, match="the assert type 'g-eval' is not supported here"):
+    bad.write_text("prompts: ['x']\ntests:\n  - assert:\n      - type: moderation\n        value: fair\n")
+    with pytest.raises(UserError, match="the assert type 'moderation' is not supported here"):
         controller.upload(bad)
 
 

@@ -84,10 +84,10 @@ def test_a_promptfoo_suite_runs_and_writes_promptfoos_output(tmp_path, user_data
     assert [c["assertion"]["type"] for c in components] == ["not-is-json", "latency", "icontains", "similar"]
     assert "stored as batch run" in done.stdout and "greedy" in done.stdout
     bad = tmp_path / "bad.yaml"
-    bad.write_text("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: factuality\n"
+    bad.write_text("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: moderation\n"
                    "        value: 'hi'\n")
     refused = batch(user_data, str(bad))
-    assert refused.returncode == 2 and "the assert type 'factuality' is not supported here" in refused.stderr
+    assert refused.returncode == 2 and "the assert type 'moderation' is not supported here" in refused.stderr
 
 
 def test_a_promptfoo_chat_suite_runs_its_chats_with_the_providers_seed(tmp_path, user_data):

@@ -265,3 +265,35 @@ def test_perplexity_asserts_get_the_chosen_tokens_logprobs_and_skip_the_cache(se
     again = run(services, BatchJob("again", rows, GridSpec([], {"max_new_tokens": [4]}), raw=True)).rows()[0]
     assert not again.from_cache and again.asserts[0].score == pytest.approx(score.score)  # greedy: same tokens
     assert perplexity([-1.0, -1.0]) == pytest.approx(2.718281828)
+
+
+def test_graded_kinds_run_end_to_end_on_the_tiny_model(services):
+    """The tiny random model judges factuality and model-graded-closedqa on each output, and select-best once the
+    test's two settings have answered: its verdicts are arbitrary, the plumbing is not (each verdict is stored
+    with a reason, the structured answer is always read)."""
+    from webui.batch import parse_assert
+
+    short = {"factuality": "{{completion}} vs {{ideal}}", "model-graded-closedqa": "{{completion}}: {{criteria}}?",
+             "select-best": "{{criteria}}: {{outputs}}"}  # the tiny model reads 256 tokens: short grading prompts
+    row = replace(parse_lines("Hello")[0], variables={"context": "Hello is a greeting."}, asserts=[
+        parse_assert({"type": kind, "value": value, "rubricPrompt": short[kind]}) for kind, value in (
+            ("factuality", "Hello to you"), ("model-graded-closedqa", "is a greeting"),
+            ("select-best", "the friendliest"))])
+    graded = BatchJob("graded", [row], GridSpec([], {"max_new_tokens": [3], "temperature": [0, 1.0]}), raw=True)
+    handle = run(services, graded)
+    rows = handle.rows()
+    assert handle.status == "done" and len(rows) == 2
+    for result in rows:
+        factuality, closedqa, best = result.asserts
+        assert factuality.detail.startswith("judge: (") and factuality.score in (0.0, 1.0)  # a category, read
+        assert closedqa.detail.startswith("judge: The submission ") and closedqa.score in (0.0, 1.0)
+        assert best.detail.startswith("judge: ") and "could not" not in best.detail
+    assert sorted(r.asserts[2].score for r in rows) == [0.0, 1.0]  # the judge picked exactly one
+    stored = services.batches.results(handle.run_id)
+    assert [[a["detail"] for a in s["asserts"]] for s in stored] == [[a.detail for a in r.asserts] for r in rows]
+    with pytest.raises(BatchInputError, match=r"prompt 1: select-best compares the outputs of several settings"):
+        services.batch_runner.start(replace(graded, grid=GridSpec([], {"max_new_tokens": [3]})))
+    recall = replace(row, asserts=[parse_assert("context-faithfulness")])
+    with pytest.raises(BatchInputError, match=r"prompt 1: context-faithfulness reads the test's `query` var, which "
+                                              r"it does not have"):
+        services.batch_runner.start(replace(graded, rows=[recall]))

@@ -106,7 +106,9 @@ def test_label_shows_newlines_escaped():
                 r"is-json, contains-json, is-xml, contains-xml, word-count, max-length, python, javascript, latency, cost, ttft, "
                 r"tokens-per-second, levenshtein, rouge-n, bleu, gleu, meteor, is-sql, contains-sql, is-html, "
                 r"contains-html, is-refusal, finish-reason, is-valid-openai-tools-call, "
-                r"is-valid-openai-function-call, perplexity, perplexity-score, "
+                r"is-valid-openai-function-call, perplexity, perplexity-score, model-graded-closedqa, factuality, "
+                r"g-eval, context-recall, context-relevance, context-faithfulness, select-best, answer-relevance, "
+                r"classifier, "
                 r"or not- before one"),
     ("Paris", "unknown assert 'Paris'"),
     ("contains:", r"contains needs a value, e.g. contains:Paris"),
@@ -164,7 +166,9 @@ def test_check_all_and_kinds():
                           "contains-all", "icontains-any", "icontains-all", "llm-rubric", "levenshtein", "rouge-n",
                           "bleu", "gleu", "meteor", "is-sql", "contains-sql", "is-html", "contains-html", "is-refusal",
                           "finish-reason", "is-valid-openai-tools-call", "is-valid-openai-function-call",
-                          "perplexity", "perplexity-score"}
+                          "perplexity", "perplexity-score", "model-graded-closedqa", "factuality", "g-eval",
+                          "context-recall", "context-relevance", "context-faithfulness", "select-best",
+                          "answer-relevance", "classifier"}
 
 
 @given(st.text(min_size=1), st.text())

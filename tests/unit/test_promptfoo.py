@@ -34,8 +34,8 @@ def test_the_suite_becomes_prompts_times_tests_and_providers_become_settings():
 
 
 @pytest.mark.parametrize("config, said", [
-    ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: factuality\n        value: hi",
-     "the assert type 'factuality' is not supported here"),
+    ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: moderation\n        value: hi",
+     "the assert type 'moderation' is not supported here"),
     ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: moderation",
      "'moderation' is not supported"),
     ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: meteor\n        value: a cat",

@@ -76,13 +76,13 @@ def test_promptfoos_csv_shorthands(text, expected):
 
 def test_csv_problems_name_the_row_and_column(tmp_path):
     (tmp_path / "t.csv").write_text("q,__expected,__expected2,__threshold\n"
-                                    "a,contains: x,factuality: y,\nb,g-eval: output,,high\n")
+                                    "a,contains: x,moderation: y,\nb,webhook: output,,high\n")
     with pytest.raises(BatchInputError) as caught:
         read_config("prompts: ['{{q}}']\ntests: file://t.csv", tmp_path)
     said = str(caught.value)
     assert "3 problems" in said
-    assert "t.csv row 1 column __expected2: the assert type 'factuality' is not supported here" in said
-    assert "t.csv row 2 column __expected: the assert type 'g-eval' is not supported here" in said
+    assert "t.csv row 1 column __expected2: the assert type 'moderation' is not supported here" in said
+    assert "t.csv row 2 column __expected: the assert type 'webhook' is not supported here" in said
     assert "t.csv row 2 column __threshold: 'high' is not a number" in said
 
 
@@ -119,14 +119,14 @@ def test_a_var_file_is_read_as_text_and_json_or_yaml_as_its_data(tmp_path):
 
 
 def test_every_problem_of_a_suite_at_once_capped(tmp_path):
-    tests = "".join(f"  - vars: {{q: a}}\n    assert: [{{type: g-eval, value: x{i}}}]\n" for i in range(25))
+    tests = "".join(f"  - vars: {{q: a}}\n    assert: [{{type: moderation, value: x{i}}}]\n" for i in range(25))
     with pytest.raises(BatchInputError) as caught:
         read_config(f"promts: x\nprompts: ['{{{{q}}}}']\nproviders: [{{id: a, config: {{mystery: 1}}}}]\n"
                     f"tests:\n{tests}", tmp_path)
     said = str(caught.value)
     assert said.startswith("promptfoo config: 27 problems:\n- unknown key(s) promts\n")
     assert "providers[0] (a).config: unknown setting(s) mystery" in said
-    assert "tests[17].assert[0]: the assert type 'g-eval'" in said and "tests[18]" not in said
+    assert "tests[17].assert[0]: the assert type 'moderation'" in said and "tests[18]" not in said
     assert said.endswith("- and 7 more")
 
 
@@ -194,8 +194,8 @@ def test_a_scenario_without_tests_is_its_config_entries(tmp_path):
     ("scenarios:\n  - config: [[1]]\n    tests: [{vars: {q: b}}]", "scenarios[0].config[0]: must be a mapping"),
     ("tests:\n  - vars: {q: a}\n    assert:\n      - type: assert-set\n        threshold: 0.5\n        assert: []",
      "tests[0].assert[0]: threshold not supported on an assert-set here"),
-    ("tests:\n  - vars: {q: a}\n    assert:\n      - type: assert-set\n        assert:\n          - type: factuality",
-     "tests[0].assert[0].assert[0]: the assert type 'factuality' is not supported here"),
+    ("tests:\n  - vars: {q: a}\n    assert:\n      - type: assert-set\n        assert:\n          - type: moderation",
+     "tests[0].assert[0].assert[0]: the assert type 'moderation' is not supported here"),
     ("tests:\n  - vars: {q: a}\n    assert:\n      - type: equals\n        value: a\n        metric: 3",
      "tests[0].assert[0]: assert {"),
     ("defaultTest: [1]", "defaultTest: must be a mapping"),

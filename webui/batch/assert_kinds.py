@@ -35,6 +35,7 @@ from webui.batch.assert_values import (
     JsonValue, ValueForm, compiled, excerpt, schema_validator,
 )
 from webui.batch.errors import BatchInputError
+from webui.batch.graded import GRADED, GRADED_VALUE, REFUSED, promptfoo_graded, verdict_key
 from webui.batch.js import JS_TIMEOUT, run_javascript
 from webui.batch.python_assert import PYTHON_TIMEOUT, run_python
 from webui.batch.xml_checks import xml_inside, xml_problem
@@ -438,11 +439,24 @@ def _scored_as_promptfoo(a: Assert, outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _llm_rubric(a: Assert, seen: Observed) -> Outcome:
-    verdict = seen.judged.get(str(a.value))
+def _graded(a: Assert, seen: Observed) -> Outcome:
+    """A model-graded kind: the judge's verdict (the runner asks it, webui.batch.judge)."""
+    verdict = seen.judged.get(verdict_key(a))
     if verdict is None:
         return Outcome(False, "no judge verdict (the judge did not run or its answer could not be read)", 0.0)
-    return Outcome(verdict.passed, f"judge: {verdict.reason}", verdict.score, a.threshold is not None)
+    by_score = GRADED[a.kind].by_score or a.threshold is not None
+    return Outcome(verdict.passed, f"judge: {verdict.reason}", verdict.score, by_score)
+
+
+def _graded_kind(name: str) -> AssertKind:
+    kind = GRADED[name]
+    usage = f"{name}:text" if kind.example else name
+    return AssertKind(name, GRADED_VALUE, _graded, kind.example, usage=usage, note=kind.note, scored=True,
+                      threshold=kind.threshold, promptfoo=promptfoo_graded)
+
+
+def _refused_graded(name: str) -> AssertKind:
+    return AssertKind(name, NONE, _refused, "", refused=REFUSED[name])
 
 
 def _untimed(a: Assert) -> Outcome:
@@ -495,8 +509,7 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     AssertKind("starts-with", TEXT, _starts_with, "The"),
     AssertKind("similar", TEXT, _similar, "The capital of France is Paris", usage="similar:text",
                note=f"score ≥ {SIMILAR_THRESHOLD:g}", scored=True, threshold=SIMILAR_THRESHOLD),
-    AssertKind("llm-rubric", TEXT, _llm_rubric, "The answer is polite and names a city",
-               usage="llm-rubric:text", note="judged by a loaded model or a server", scored=True),
+    _graded_kind("llm-rubric"),
     AssertKind("contains-any", LIST, _contains_list(every=False, fold=False), "Paris,Lyon", usage="contains-any:a,b",
                promptfoo=_promptfoo_list),
     AssertKind("contains-all", LIST, _contains_list(every=True, fold=False), "Paris,France", usage="contains-all:a,b",
@@ -553,6 +566,7 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
                threshold=0.0, threshold_unit="perplexity", needs_logprobs=True),
     AssertKind("perplexity-score", NONE, _perplexity_score, "", usage="perplexity-score",
                note="1/(1+perplexity) ≥ threshold", scored=True, threshold=0.0, needs_logprobs=True),
+    *(_graded_kind(name) for name in GRADED if name != "llm-rubric"), *map(_refused_graded, REFUSED),
 )}
 """Every assert kind by name, in the order the help and error messages list them."""
 

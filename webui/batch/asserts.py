@@ -28,8 +28,10 @@ a body with ``return``); it returns a bool, a score, or ``{"pass", "score",
 do the same in JavaScript (webui.batch.js). Both get promptfoo's ``context``
 (prompt, vars, test, config). An assert's ``transform`` (dict form) rewrites the
 output before it is checked (webui.batch.transform). ``latency:<ms>``, ``ttft:<ms>`` and ``tokens-per-second:<n>`` check
-the row's timing. ``llm-rubric:<rubric>`` is judged by a model (the batch runner
-asks it, see webui.batch.judge); the verdict and its reason are the result.
+the row's timing. ``llm-rubric:<rubric>`` and promptfoo's other model-graded kinds
+(factuality, g-eval, context-*, select-best...: webui.batch.graded) are judged by
+a model (the batch runner asks it, see webui.batch.judge); the verdict and its
+reason are the result.
 
 promptfoo's deterministic kinds run as promptfoo 0.115 runs them: ``levenshtein``,
 ``rouge-n``, ``bleu``, ``gleu`` (webui.batch.text_metrics), ``is-sql``,
@@ -103,7 +105,8 @@ class Observed:
     tokens_per_second: float | None = None
     prompt: str = ""
     judged: Mapping[str, "Verdict"] = field(default_factory=dict)
-    """llm-rubric verdicts by rubric: what the judge model said of this output."""
+    """The graded asserts' verdicts (by :func:`webui.batch.graded.verdict_key`): what the judge said of this
+    output."""
     variables: Mapping[str, str] = field(default_factory=dict)
     """The row's variables (a promptfoo test's vars), which scripts see as ``context.vars``."""
     description: str = ""

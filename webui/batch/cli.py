@@ -48,9 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-prompt", type=Path, metavar="FILE",
                    help="what the judge model is asked for llm-rubric asserts ({{output}}, {{rubric}}); "
                         "default: the built-in prompt")
-    p.add_argument("--judge-url", metavar="URL", help="an OpenAI-compatible server (its /v1 URL) that judges llm-rubric "
-                                                    "asserts instead of the loaded model; its key: the environment "
-                                                    "variable WORKBENCH_JUDGE_API_KEY")
+    p.add_argument("--judge-url", metavar="URL", help="an OpenAI-compatible server (its /v1 URL) that judges the "
+                                                    "model-graded asserts (llm-rubric, factuality, g-eval...) instead "
+                                                    "of the loaded model; its key: the environment variable "
+                                                    "WORKBENCH_JUDGE_API_KEY")
     p.add_argument("--judge-model", default="", help="with --judge-url: the model name to ask the judge server for; "
                                                      "without: a model to load beside the tested ones that judges "
                                                      "(NAME or NAME@loader; default: the model in use)")

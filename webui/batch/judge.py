@@ -1,10 +1,12 @@
-"""llm-rubric: a model judges an output against a rubric.
+"""The judge: a model asked about an output for the model-graded asserts (webui.batch.graded).
 
-The judge is the loaded model, asked through the run's chat template with the judge
-prompt (shown and editable in the Batch tab; ``{{output}}`` and ``{{rubric}}`` are
-filled in), greedily, and constrained to answer JSON ``{"reason", "pass", "score"}``
-(structured output), so its answer can always be read. A small model is a weak
-judge: the verdict and its reason are stored with the row to be checked by eye.
+The judge is the loaded model, asked through the run's chat template with each
+graded kind's grading prompt (llm-rubric's is shown and editable in the Batch
+tab; ``{{output}}`` and ``{{rubric}}`` are filled in; an assert's
+``rubricPrompt`` replaces its kind's), greedily, and constrained to answer the
+kind's JSON (structured output), so its answer can always be read. A small model
+is a weak judge: the verdict and its reason are stored with the row to be
+checked by eye.
 
 Or the judge is a remote OpenAI-compatible server (``/chat/completions``, with the
 same JSON schema as ``response_format``); its API key comes from the environment
@@ -16,40 +18,40 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import httpx
+import jsonschema
 
 from webui.batch.asserts import Assert, Verdict
 from webui.batch.errors import BatchInputError
+from webui.batch.graded import (
+    GRADED, JUDGE_PROMPT, VERDICT_SCHEMA, GradedKind, numbered_outputs, select_grades, select_schema,
+    verdict_key,
+)
 from webui.batch.prompts import render, template_variables
-from webui.engine import GenerationRequest, SamplingParams
+from webui.engine import EngineError, GenerationRequest, SamplingParams
 
-JUDGE_PROMPT = """You are grading an output against a rubric. Read the output, then decide whether the rubric is \
-true of it.
-
-<Output>
-{{output}}
-</Output>
-
-<Rubric>
-{{rubric}}
-</Rubric>
-
-Answer with JSON only: {"reason": a short reason, "pass": true if the rubric holds and false if not, \
-"score": a number from 0 (fails completely) to 1 (holds completely)}."""
-
-# compact JSON (no free whitespace) and a short reason, so the answer always fits the judge's token budget
-VERDICT_SCHEMA = {"x-guidance": {"whitespace_flexible": False}, "type": "object", "additionalProperties": False,
-                  "required": ["reason", "pass", "score"],
-                  "properties": {"reason": {"type": "string", "maxLength": 200}, "pass": {"type": "boolean"},
-                                 "score": {"type": "number", "minimum": 0, "maximum": 1}}}
-# from_dict: structured_outputs is given as vLLM's {form: value}, which the check turns into (form, text)
-JUDGE_PARAMS = SamplingParams.from_dict({"temperature": 0.0, "max_new_tokens": 256,
-                                         "structured_outputs": {"json": VERDICT_SCHEMA}})
-
+__all__ = ["JUDGE_PROMPT", "KEY_VARIABLE", "VERDICT_SCHEMA", "JudgeError", "RemoteJudge", "check_judge_prompt",
+           "grade", "graded", "inputs_for", "judge_request", "read_answer", "rubrics", "select_best",
+           "step_text"]
 
 KEY_VARIABLE = "WORKBENCH_JUDGE_API_KEY"
+
+Ask = Callable[[str, Mapping[str, Any], int], Awaitable[str]]
+"""(the question, the JSON schema its answer follows, the token budget) -> the judge's answer; JudgeError when
+the judge cannot answer."""
+
+
+class JudgeError(Exception):
+    """The judge could not answer; the message says why."""
+
+
+def judge_params(schema: Mapping[str, Any], max_tokens: int) -> SamplingParams:
+    """Greedy, at most ``max_tokens``, the answer constrained to ``schema``."""
+    # from_dict: structured_outputs is given as vLLM's {form: value}, which the check turns into (form, text)
+    return SamplingParams.from_dict({"temperature": 0.0, "max_new_tokens": max_tokens,
+                                     "structured_outputs": {"json": dict(schema)}})
 
 
 @dataclass(frozen=True)
@@ -60,12 +62,13 @@ class RemoteJudge:
     model: str = ""
     key: str = ""
 
-    def verdict(self, text: str, timeout: float = 120.0) -> Verdict:
-        """Ask the server; a server that fails gives a failing verdict that says why."""
-        schema = {k: v for k, v in VERDICT_SCHEMA.items() if k != "x-guidance"}
-        body: dict[str, Any] = {"messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": 256,
+    def ask(self, text: str, schema: Mapping[str, Any], max_tokens: int = 256, timeout: float = 120.0) -> str:
+        """The server's answer to ``text``, asked for JSON following ``schema``; JudgeError saying why not."""
+        plain = {k: v for k, v in schema.items() if k != "x-guidance"}
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": text}], "temperature": 0,
+                                "max_tokens": max_tokens,
                                 "response_format": {"type": "json_schema",
-                                                    "json_schema": {"name": "verdict", "schema": schema}}}
+                                                    "json_schema": {"name": "verdict", "schema": plain}}}
         if self.model:
             body["model"] = self.model
         key = self.key or os.environ.get(KEY_VARIABLE, "")
@@ -74,15 +77,13 @@ class RemoteJudge:
             answer = httpx.post(self.url.rstrip("/") + "/chat/completions", json=body, headers=headers,
                                 timeout=timeout)
         except httpx.HTTPError as exc:
-            return Verdict(False, 0.0, f"the judge server {self.url} could not be reached: {exc}")
+            raise JudgeError(f"the judge server {self.url} could not be reached: {exc}") from None
         if answer.status_code != 200:
-            return Verdict(False, 0.0, f"the judge server answered {answer.status_code}: {answer.text[:200]}")
+            raise JudgeError(f"the judge server answered {answer.status_code}: {answer.text[:200]}")
         try:
-            content = answer.json()["choices"][0]["message"]["content"] or ""
+            return str(answer.json()["choices"][0]["message"]["content"] or "")
         except (ValueError, KeyError, IndexError, TypeError):
-            return Verdict(False, 0.0, "the judge server's answer is not a chat completion")
-        return read_verdict(content) or Verdict(False, 0.0, f"the judge's answer is not the verdict JSON: "
-                                                            f"{content[:120]!r}")
+            raise JudgeError("the judge server's answer is not a chat completion") from None
 
     def to_dict(self) -> dict[str, str]:
         return {"url": self.url, "model": self.model}  # never the key
@@ -97,24 +98,100 @@ def check_judge_prompt(text: str) -> str:
     return text
 
 
+def graded(asserts: Sequence[Assert], select: bool = False) -> list[Assert]:
+    """The graded asserts (one per verdict key): those judged per output, or (``select``) the select-best ones,
+    judged over a test's outputs."""
+    found = {verdict_key(a): a for a in asserts if a.kind in GRADED and (a.kind == "select-best") == select}
+    return list(found.values())
+
+
 def rubrics(asserts: list[Assert]) -> list[str]:
-    return list(dict.fromkeys(str(a.value) for a in asserts if a.kind == "llm-rubric"))
+    """The rubrics of the llm-rubric asserts the run's judge prompt asks about (no rubricPrompt of their own)."""
+    return [str(a.value) for a in graded(asserts) if a.kind == "llm-rubric" and "rubricPrompt" not in a.options]
 
 
-def judge_request(render_chat: Callable[[str], str], judge_prompt: str, output: str, rubric: str) -> GenerationRequest:
-    """The request asking the judge about ``output`` (``render_chat`` writes a user message as the model reads it)."""
-    text = render(judge_prompt, {"output": output, "rubric": rubric})
-    return GenerationRequest(render_chat(text), JUDGE_PARAMS, add_special_tokens=False)
+def inputs_for(item: Assert, output: str, prompt: str, variables: Mapping[str, str]) -> dict[str, str]:
+    """What a grading prompt may name: the test's vars, then the names promptfoo's grading prompts use."""
+    value = "" if item.value is None else str(item.value)
+    query = str(variables.get("query") or prompt)
+    return {**{k: str(v) for k, v in variables.items()}, "output": output, "completion": output, "answer": output,
+            "rubric": value, "criteria": value, "ideal": value, "groundTruth": value, "input": prompt,
+            "question": query, "query": query, "context": str(variables.get("context", ""))}
 
 
-def read_verdict(text: str) -> Verdict | None:
-    """The judge's answer as a Verdict; None when it cannot be read (cut off by the token limit, say)."""
+def step_text(kind: GradedKind, index: int, inputs: Mapping[str, str], custom: Sequence[str] = (),
+              default: str | None = None) -> str:
+    """Step ``index``'s question: its custom prompt (a rubricPrompt; its answer instruction appended), else
+    ``default`` (the run's judge prompt, for llm-rubric), else the kind's prompt; BatchInputError when a custom
+    prompt names what is not there."""
+    step = kind.steps[index]
+    if index < len(custom):
+        text = custom[index]
+        try:
+            messages = json.loads(text)
+        except ValueError:
+            messages = None
+        if isinstance(messages, list) and all(isinstance(m, dict) and "content" in m for m in messages):
+            text = "\n\n".join(str(m["content"]) for m in messages)  # a chat prompt: its messages, as one
+        where = f"{kind.name} rubricPrompt"
+        return render(text, inputs, where=where, noun="input") + "\n\n" + step.answer
+    return render(default if default is not None and index == 0 else step.prompt, inputs, noun="input")
+
+
+def judge_request(render_chat: Callable[[str], str], text: str, schema: Mapping[str, Any] = VERDICT_SCHEMA,
+                  max_tokens: int = 256) -> GenerationRequest:
+    """The request asking the judge ``text`` (``render_chat`` writes a user message as the model reads it)."""
+    return GenerationRequest(render_chat(text), judge_params(schema, max_tokens), add_special_tokens=False)
+
+
+def read_answer(text: str, schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The judge's answer, when it is JSON following ``schema``; None when it is not (cut off by the token
+    limit, say)."""
     try:
         data: Any = json.loads(text)
-    except ValueError:
+        jsonschema.validate(data, {k: v for k, v in schema.items() if k != "x-guidance"})
+    except (ValueError, jsonschema.ValidationError):
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("pass"), bool):
-        return None
-    score = data.get("score")
-    score = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else float(data["pass"])
-    return Verdict(data["pass"], max(0.0, min(1.0, score)), str(data.get("reason", "")))
+    return data if isinstance(data, dict) else None
+
+
+async def _answer(ask: Ask, text: str, schema: Mapping[str, Any], tokens: int) -> dict[str, Any]:
+    try:
+        said = await ask(text, schema, tokens)
+    except (JudgeError, EngineError, ValueError) as exc:
+        raise JudgeError(f"the judge could not answer: {exc}") from None
+    data = read_answer(said, schema)
+    if data is None:
+        raise JudgeError(f"the judge's answer is not the JSON asked for (cut off?): {said[:120]!r}")
+    return data
+
+
+async def grade(item: Assert, inputs: Mapping[str, str], ask: Ask, default: str | None = None) -> Verdict:
+    """The judge's verdict on one graded assert (not select-best), its steps asked in order; a failing verdict
+    saying why when the judge cannot answer or a custom prompt cannot be filled in."""
+    kind, custom = GRADED[item.kind], tuple(item.options.get("rubricPrompt", ()))
+    if kind.read is None:
+        raise ValueError(f"{item.kind} is judged over a test's outputs (select_best), not one output")
+    filled, answers = dict(inputs), []
+    try:
+        for index, step in enumerate(kind.steps):
+            text = step_text(kind, index, filled, custom, default)
+            answers.append(await _answer(ask, text, step.schema, step.max_tokens))
+            filled.update(step.carry(answers[-1]) if step.carry else {})
+    except (JudgeError, BatchInputError) as exc:
+        return Verdict(False, 0.0, str(exc))
+    return Verdict(*kind.read(answers, filled))
+
+
+async def select_best(item: Assert, outputs: list[str], inputs: Mapping[str, str], ask: Ask) -> list[Verdict]:
+    """The judge's pick among a test's ``outputs`` (one per setting): a verdict for each."""
+    if len(outputs) < 2:
+        return [Verdict(False, 0.0, "select-best needs at least two outputs of the test to compare")] * len(outputs)
+    kind, custom = GRADED["select-best"], tuple(item.options.get("rubricPrompt", ()))
+    filled = {**inputs, "outputs": numbered_outputs(outputs)}
+    schema = select_schema(len(outputs))
+    try:
+        answer = await _answer(ask, step_text(kind, 0, filled, custom), schema, 256)
+    except (JudgeError, BatchInputError) as exc:
+        return [Verdict(False, 0.0, str(exc))] * len(outputs)
+    return [Verdict(*g) for g in select_grades(answer, len(outputs), str(item.value))]

@@ -15,7 +15,8 @@ tab; ``launch.py batch`` loads it); any other id runs on the model in use.
 Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python and javascript (inline or ``file://``, with ``config``), latency,
-llm-rubric (judged by the loaded model), their ``not-`` forms, ``weight``,
+llm-rubric and the other model-graded kinds (judged by the run's judge, with ``rubricPrompt``;
+webui.batch.graded), their ``not-`` forms, ``weight``,
 ``threshold``, ``metric`` and ``transform``; values filled from the test's vars);
 any other type (levenshtein...) is an error that names it, never skipped. Every
 problem of a suite is reported at once. Transforms: webui.batch.transform.
@@ -286,7 +287,7 @@ def _asserts(case: Case, base: Path, problems: Problems) -> list[Assert]:
     out = []
     for where, item in case.asserts:
         with problems.collect(where):
-            out.append(_assert(_filled(item, case.variables, where), base))
+            out.append(_assert(_filled(item, case.variables, where), base, case.options.get("rubricPrompt")))
     return out
 
 
@@ -309,14 +310,17 @@ def _filled(item: dict[str, Any], variables: Mapping[str, str], where: str) -> d
     return item
 
 
-def _assert(item: dict[str, Any], base: Path) -> Assert:
+def _assert(item: dict[str, Any], base: Path, rubric_prompt: Any = None) -> Assert:
+    """One assert; ``rubric_prompt``: the test's options.rubricPrompt, for graded kinds without their own."""
     kind = item["type"]
     spec = ASSERT_KINDS.get(kind.removeprefix("not-"))
     if spec is None or spec.promptfoo is None:
         raise BatchInputError(f"the assert type '{kind}' is not supported here "
                               f"(supported: {', '.join(supported())}, and not- before each)")
+    if rubric_prompt is not None and "rubricPrompt" in spec.value.keys:
+        item = {"rubricPrompt": rubric_prompt, **item}
     unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider", "transform",
-                           *(("config",) if "config" in spec.value.keys else ())}
+                           *(key for key in ("config", "rubricPrompt", "contextTransform") if key in spec.value.keys)}
     if unknown:
         raise BatchInputError(f"unknown key(s) {', '.join(sorted(unknown))}")
     extra = {key: item[key] for key in ("weight", "metric") if item.get(key) is not None}

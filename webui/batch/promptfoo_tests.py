@@ -39,7 +39,7 @@ from webui.batch.prompts import render
 MAX_SHOWN = 20
 """Problems listed in one error; the rest are counted."""
 TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata")
-OPTION_KEYS = ("prefix", "suffix", "transform")
+OPTION_KEYS = ("prefix", "suffix", "transform", "rubricPrompt")
 """A test's options the workbench applies; any other (a grading provider...) is refused by name."""
 SCRIPT_SUFFIXES = (".py", ".js", ".ts", ".mjs", ".cjs")
 PROMPTFOO_ASSERT_TYPES = frozenset((
@@ -101,7 +101,7 @@ class Case:
     """(where, promptfoo's assert dict) each; values are filled from the vars when the rows are made."""
     threshold: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ def _cases(index: int, test: _Test, default: dict[str, Any], base: Path, problem
     for combination in expand_vars(variables, base, where, problems):
         out.append(Case(where, index, None if description is None else str(description), combination, items,
                         threshold if isinstance(threshold, (int, float)) else None, metadata,
-                        {k: str(v) for k, v in options.items() if k in OPTION_KEYS}))
+                        {k: v if k == "rubricPrompt" else str(v) for k, v in options.items() if k in OPTION_KEYS}))
     return out
 
 

@@ -139,13 +139,7 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
                     cell.row.variables, str((cell.row.origin or {}).get("description") or ""), finish_reason,
                     tuple(logprobs))
     asserts = [] if error else [a.check(seen) for a in cell.row.asserts]
-    score = (0.0 if error else row_score(asserts)) if cell.row.asserts else None
-    if not cell.row.asserts:
-        passed = None
-    elif cell.row.threshold is not None:  # promptfoo's test threshold: the weighted score decides
-        passed = error is None and (score if score is not None else 0.0) >= cell.row.threshold
-    else:
-        passed = error is None and all(a.passed for a in asserts)
+    score, passed = _outcome(cell, asserts, error)
     return ResultRow(
         prompt_index=cell.row.index, prompt_id=cell.row.id, prompt=cell.row.text, setting=cell.setting.label,
         params=cell.params.to_dict(), sample=cell.sample, seed=cell.seed, output=output,
@@ -153,6 +147,29 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
         ttft=ttft, tokens_per_second=tokens_per_second, cached_tokens=cached_tokens, asserts=asserts, passed=passed,
         error=error, score=score, from_cache=from_cache, model=model, loader=loader,
         load_options=None if load_options is None else dict(load_options))
+
+
+def _outcome(cell: Cell, asserts: list[AssertResult], error: str | None) -> tuple[float | None, bool | None]:
+    """A row's (score, passed) from its asserts' results."""
+    score = (0.0 if error else row_score(asserts)) if cell.row.asserts else None
+    if not cell.row.asserts:
+        return score, None
+    if cell.row.threshold is not None:  # promptfoo's test threshold: the weighted score decides
+        return score, error is None and (score if score is not None else 0.0) >= cell.row.threshold
+    return score, error is None and all(a.passed for a in asserts)
+
+
+def rejudged(row: ResultRow, cell: Cell, judged: Mapping[str, Any]) -> ResultRow:
+    """``row`` with its select-best asserts checked again with the judge's verdicts ``judged`` (given once every
+    output of the test is known), and its score and pass with them."""
+    if row.error:
+        return row
+    seen = Observed(row.output, row.completion_tokens, row.ttft, row.tokens_per_second, cell.row.text, judged,
+                    cell.row.variables, str((cell.row.origin or {}).get("description") or ""), row.finish_reason)
+    asserts = [a.check(seen) if a.kind == "select-best" else result
+               for a, result in zip(cell.row.asserts, row.asserts)]
+    score, passed = _outcome(cell, asserts, None)
+    return dataclasses.replace(row, asserts=asserts, score=score, passed=passed)
 
 
 # -- summaries -----------------------------------------------------------------------

@@ -18,10 +18,13 @@ from webui.batch.cache import ResponseCache, cache_key
 from webui.batch.errors import BatchInputError
 from webui.batch.asserts import Verdict
 from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
-from webui.batch.judge import JUDGE_PROMPT, RemoteJudge, check_judge_prompt, judge_request, read_verdict, rubrics
-from webui.batch.prompts import PromptRow, render
+from webui.batch.graded import missing_vars, verdict_key
+from webui.batch.judge import (
+    JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_request, rubrics, select_best,
+)
+from webui.batch.prompts import PromptRow
 from webui.batch.rerun import RanOn, ran_on, stored_ran_on
-from webui.batch.results import ResultRow, result_for
+from webui.batch.results import ResultRow, rejudged, result_for
 from webui.batch.store import BatchRun, BatchStore
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore
@@ -225,6 +228,7 @@ class BatchRunner:
         settings, cells = self.plan(job, {name: t.stops for name, t in templates.items() if t})
         if any(rubrics(row.asserts) for row in job.rows):
             check_judge_prompt(job.judge_prompt)
+        self._check_graded(job, settings)
         for setting in settings:
             slot = slots[setting.model]
             attached = attached_loras(slot.model)
@@ -270,6 +274,23 @@ class BatchRunner:
         thread.start()
         return handle
 
+    @staticmethod
+    def _check_graded(job: BatchJob, settings: list[Setting]) -> None:
+        """A graded assert whose test lacks a var it reads, or a select-best with nothing to compare, is refused
+        before the run."""
+        for row in job.rows:
+            for item in graded(row.asserts) + graded(row.asserts, select=True):
+                missing = missing_vars(item, row.variables)
+                if missing:
+                    raise BatchInputError(f"prompt {row.id}: {item.kind} reads the test's "
+                                          f"{' and '.join(f'`{m}`' for m in missing)} var, which it does not have; "
+                                          f"add it to the test's vars")
+            runs_on = [s for s in settings if row.settings is None or s.label in row.settings]
+            if graded(row.asserts, select=True) and len(runs_on) < 2:
+                raise BatchInputError(f"prompt {row.id}: select-best compares the outputs of several settings "
+                                      "(providers) for the same test, and this one runs on one; add a setting or "
+                                      "use llm-rubric")
+
     def _judge_slot(self, job: BatchJob, slots: dict[str | None, Slot], owner: str) -> Slot | None:
         """The loaded model that judges llm-rubric asserts (None when a remote server does)."""
         if job.remote_judge is not None:
@@ -308,6 +329,7 @@ class BatchRunner:
             await asyncio.gather(*(self._cell(handle, i, cell, prompts[cell.row.index, cell.setting.model], raw,
                                               windows[cell.setting.model])
                                    for i, cell in enumerate(handle.cells)))
+            await self._select_best(handle)
             handle.status = "cancelled" if handle.cancelled else "done"
         except BaseException:
             handle.status = "failed"
@@ -373,26 +395,48 @@ class BatchRunner:
                 self.cache.put(handle.keys[index], row.to_dict())
             self._keep(handle, index, row)
 
+    def _ask(self, handle: RunHandle) -> Ask:
+        """How this run asks its judge (a loaded model, or a server)."""
+        async def ask(text: str, schema: Mapping[str, Any], max_tokens: int) -> str:
+            if handle.remote_judge is not None:
+                return await asyncio.to_thread(handle.remote_judge.ask, text, schema, max_tokens)
+            engine, render_chat = handle.judge
+            stream = engine.submit(judge_request(render_chat, text, schema, max_tokens))
+            return "".join([event.text async for event in stream])
+        return ask
+
     async def _judge(self, handle: RunHandle, cell: Cell, output: str) -> dict[str, Verdict]:
-        """The judge model's verdict on ``output`` for each llm-rubric assert of the cell's prompt."""
+        """The judge's verdict on ``output`` for each graded assert of the cell's prompt (select-best waits for
+        the test's other outputs, :meth:`_select_best`)."""
         verdicts: dict[str, Verdict] = {}
-        for rubric in rubrics(cell.row.asserts):
+        for item in graded(cell.row.asserts):
             if handle.cancelled:
                 break
-            if handle.remote_judge is not None:
-                text = render(handle.judge_prompt, {"output": output, "rubric": rubric})
-                verdicts[rubric] = await asyncio.to_thread(handle.remote_judge.verdict, text)
-                continue
-            try:
-                engine, render_chat = handle.judge
-                stream = engine.submit(judge_request(render_chat, handle.judge_prompt, output, rubric))
-                text = "".join([event.text async for event in stream])
-            except (EngineError, ValueError):
-                continue  # the assert then says that no verdict could be had
-            verdict = read_verdict(text)
-            if verdict is not None:
-                verdicts[rubric] = verdict
+            inputs = inputs_for(item, output, cell.row.text, cell.row.variables)
+            default = handle.judge_prompt if item.kind == "llm-rubric" else None
+            verdicts[verdict_key(item)] = await grade(item, inputs, self._ask(handle), default)
         return verdicts
+
+    async def _select_best(self, handle: RunHandle) -> None:
+        """select-best: once every cell has run, the judge picks the best output of each test (a prompt and
+        sample, across settings) and those rows are checked again with its verdicts."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for index, cell in enumerate(handle.cells):
+            row = handle.results.get(index)
+            if graded(cell.row.asserts, select=True) and row is not None and not row.error:
+                groups.setdefault((cell.row.index, cell.sample), []).append(index)
+        for indexes in groups.values():
+            if handle.cancelled:
+                return
+            cell = handle.cells[indexes[0]]
+            outputs = [handle.results[i].output for i in indexes]
+            verdicts: list[dict[str, Verdict]] = [{} for _ in indexes]
+            for item in graded(cell.row.asserts, select=True):
+                inputs = inputs_for(item, "", cell.row.text, cell.row.variables)
+                for held, verdict in zip(verdicts, await select_best(item, outputs, inputs, self._ask(handle))):
+                    held[verdict_key(item)] = verdict
+            for index, judged in zip(indexes, verdicts):
+                self._keep(handle, index, rejudged(handle.results[index], handle.cells[index], judged))
 
     def _keep(self, handle: RunHandle, index: int, row: ResultRow) -> None:
         self.store.add_result(handle.run_id, index, row.to_dict())

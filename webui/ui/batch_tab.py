@@ -125,7 +125,8 @@ def _form_column(services: Services) -> dict:
                                          "similar:The capital of France is Paris\npython:checks.py\nttft:500",
                              info=f"Kinds: {kinds_help()}; not- before any. Weights and "
                                   "thresholds: JSONL asserts {\"type\", \"value\", \"weight\", \"threshold\"}.")
-        with gr.Accordion("Judge prompt (llm-rubric asserts)", open=False, elem_id="batch-judge-panel"):
+        with gr.Accordion("Judge (model-graded asserts: llm-rubric, factuality, g-eval...; the prompt is "
+                          "llm-rubric's)", open=False, elem_id="batch-judge-panel"):
             judge_prompt = gr.Textbox(value=JUDGE_PROMPT, lines=8, max_lines=30, elem_id="batch-judge-prompt",
                                       label="What the judge is asked ({{output}} and {{rubric}} are filled in; "
                                             "it answers JSON: reason, pass, score)")

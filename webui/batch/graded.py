@@ -1,0 +1,486 @@
+"""The model-graded assert kinds: one :class:`GradedKind` each, in one table, :data:`GRADED`.
+
+A graded kind is asked of a judge (webui.batch.judge runs it): its steps, each a
+grading prompt (``{{ name }}`` placeholders filled from the inputs below) and
+the JSON its answer is constrained to (structured output, so the answer can
+always be read when it fits the step's token budget), and how the answers
+become a verdict (passed, a score in [0, 1], a reason). A later step sees what
+earlier steps answered (g-eval's evaluation steps, context-faithfulness's
+statements).
+
+The inputs every step may use, named as promptfoo's grading prompts name them,
+so a promptfoo ``rubricPrompt`` reads the same: the test's vars, then
+``output`` (also ``completion`` and ``answer``), the assert's value (also
+``rubric``, ``criteria``, ``ideal`` and ``groundTruth``), the prompt (``input``;
+``question`` and ``query`` are the ``query`` var, else the prompt) and
+``context`` (the ``context`` var).
+
+The prompts carry the meaning of promptfoo 0.115's default grading prompts
+(src/prompts/grading.ts and src/prompts/external/ragas.ts, MIT; the context
+prompts there are ported from RAGAS, Apache-2.0) and the verdicts its matchers'
+(src/matchers.ts), with the answer asked as JSON instead of free text. A
+``rubricPrompt`` replaces a step's prompt (a list: one per step); the JSON the
+answer must be is still appended to it.
+
+answer-relevance (needs an embedding model), classifier (needs a classifier
+model) and any use of ``contextTransform`` are refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
+
+from webui.batch.assert_values import ValueForm, _needed, _needed_in_dict, _one_line
+from webui.batch.errors import BatchInputError
+
+if TYPE_CHECKING:
+    from webui.batch.assert_kinds import AssertKind
+    from webui.batch.asserts import Assert
+
+
+class Grade(NamedTuple):
+    """A graded kind's verdict: passed (before a threshold given with the assert), score in [0, 1], reason."""
+
+    passed: bool
+    score: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One question to the judge: its default prompt (with the answer instruction), the instruction alone
+    (appended to a custom prompt), the JSON schema its answer follows, its token budget, and what its answer
+    adds to the inputs of the next step."""
+
+    prompt: str
+    answer: str
+    schema: dict[str, Any]
+    max_tokens: int = 256
+    carry: Callable[[dict[str, Any]], dict[str, str]] | None = None
+
+
+@dataclass(frozen=True)
+class GradedKind:
+    """A model-graded kind: its steps and how their answers (and the inputs) become a :class:`Grade`."""
+
+    name: str
+    steps: tuple[Step, ...]
+    read: Callable[[list[dict[str, Any]], Mapping[str, str]], Grade] | None
+    """(the steps' answers, the inputs) -> the grade; None: judged over a test's outputs (select-best)."""
+    example: str = ""
+    """A value for error messages and the help ("": the kind takes no value)."""
+    note: str = ""
+    threshold: float = 0.5
+    by_score: bool = False
+    """Whether the score against the threshold decides (g-eval, context-*); else the judge's pass does, and a
+    threshold given with the assert then also must be reached."""
+    needs: tuple[str, ...] = ()
+    """The test vars it reads; a row without one is refused before the run."""
+
+
+def _schema(**properties: Any) -> dict[str, Any]:
+    """A closed JSON object schema of these required properties, compact (no free whitespace)."""
+    return {"x-guidance": {"whitespace_flexible": False}, "type": "object", "additionalProperties": False,
+            "required": list(properties), "properties": properties}
+
+
+def _text(limit: int) -> dict[str, Any]:
+    return {"type": "string", "maxLength": limit}
+
+
+def _texts(limit: int, most: int) -> dict[str, Any]:
+    return {"type": "array", "items": _text(limit), "maxItems": most}
+
+
+# -- llm-rubric (promptfoo's DEFAULT_GRADING_PROMPT) --------------------------------------------------------
+
+RUBRIC_ANSWER = ('Answer with JSON only: {"reason": a short reason, "pass": true if the rubric holds and false if '
+                 'not, "score": a number from 0 (fails completely) to 1 (holds completely)}.')
+JUDGE_PROMPT = f"""You are grading an output against a rubric. Read the output, then decide whether the rubric is \
+true of it.
+
+<Output>
+{{{{output}}}}
+</Output>
+
+<Rubric>
+{{{{rubric}}}}
+</Rubric>
+
+{RUBRIC_ANSWER}"""
+"""The llm-rubric prompt (the Batch tab shows it, editable: it must hold {{output}} and {{rubric}})."""
+VERDICT_SCHEMA = _schema(reason=_text(200), **{"pass": {"type": "boolean"}},
+                         score={"type": "number", "minimum": 0, "maximum": 1})
+
+
+def _rubric(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+    data = answers[0]
+    score = data.get("score")
+    score = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else float(data["pass"])
+    return Grade(bool(data["pass"]), max(0.0, min(1.0, score)), str(data.get("reason", "")))
+
+
+# -- model-graded-closedqa (promptfoo's OPENAI_CLOSED_QA_PROMPT, from OpenAI evals) -------------------------
+
+CLOSEDQA_ANSWER = ('Answer with JSON only: {"reason": your reasoning about the criterion, step by step and short, '
+                   '"answer": "Y" if the submission meets the criterion, "N" if not}.')
+CLOSEDQA_PROMPT = f"""You are assessing a submitted answer on a given task based on a criterion. Here is the data:
+[BEGIN DATA]
+***
+[Task]: {{{{input}}}}
+***
+[Submission]: {{{{completion}}}}
+***
+[Criterion]: {{{{criteria}}}}
+***
+[END DATA]
+Does the submission meet the criterion? Reason about the criterion first, so that your conclusion is correct; \
+do not state the answer at the outset.
+
+{CLOSEDQA_ANSWER}"""
+
+
+def _closedqa(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+    passed, reason = answers[0]["answer"] == "Y", str(answers[0].get("reason", ""))
+    said = "The submission meets the criterion" if passed else "The submission does not meet the criterion"
+    return Grade(passed, float(passed), f"{said}: {reason}" if reason else said)
+
+
+# -- factuality (promptfoo's OPENAI_FACTUALITY_PROMPT, from OpenAI evals' fact.yaml) --------------------------
+
+FACTUALITY_CHOICES = {
+    "A": "The submitted answer is a subset of the expert answer and is fully consistent with it.",
+    "B": "The submitted answer is a superset of the expert answer and is fully consistent with it.",
+    "C": "The submitted answer contains all the same details as the expert answer.",
+    "D": "There is a disagreement between the submitted answer and the expert answer.",
+    "E": "The answers differ, but these differences don't matter from the perspective of factuality."}
+FACTUALITY_SCORES = {"A": 1.0, "B": 1.0, "C": 1.0, "D": 0.0, "E": 1.0}
+"""promptfoo's default score of each category; a category scoring above 0 passes."""
+FACTUALITY_ANSWER = ('Answer with JSON only: {"reason": a short reason, "choice": the letter of the option that '
+                     'applies, one of "A", "B", "C", "D", "E"}.')
+FACTUALITY_PROMPT = """You are comparing a submitted answer to an expert answer on a given question. Here is the data:
+[BEGIN DATA]
+************
+[Question]: {{input}}
+************
+[Expert]: {{ideal}}
+************
+[Submission]: {{completion}}
+************
+[END DATA]
+
+Compare the factual content of the submitted answer with the expert answer. Ignore any differences in style, \
+grammar, or punctuation.
+The submitted answer may either be a subset or superset of the expert answer, or it may conflict with it. \
+Determine which case applies. Answer the question by selecting one of the following options:
+""" + "\n".join(f"({letter}) {text}" for letter, text in FACTUALITY_CHOICES.items()) + "\n\n" + FACTUALITY_ANSWER
+
+
+def _factuality(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+    choice = answers[0]["choice"]
+    score = FACTUALITY_SCORES[choice]
+    reason = str(answers[0].get("reason", ""))
+    return Grade(score > 0, score, f"({choice}) {FACTUALITY_CHOICES[choice]}" + (f" {reason}" if reason else ""))
+
+
+# -- g-eval (promptfoo's matchesGEval: evaluation steps from the criteria, then a score 0-10) ---------------
+
+GEVAL_MAX = 10
+GEVAL_STEPS_ANSWER = 'Answer with JSON only: {"steps": a list of 3 or 4 short evaluation steps}.'
+GEVAL_STEPS_PROMPT = f"""Given an evaluation criteria which outlines how you should judge some text, generate 3-4 \
+concise evaluation steps for any text based on the criteria below.
+
+Evaluation Criteria:
+{{{{criteria}}}}
+
+{GEVAL_STEPS_ANSWER}"""
+GEVAL_ANSWER = (f'Answer with JSON only: {{"score": a whole number from 0 to {GEVAL_MAX}, {GEVAL_MAX} being that '
+                'the reply follows the evaluation criteria and 0 that it does not, "reason": a short reason for '
+                'the score that names specific information from the source text and the reply but does not quote '
+                'the score}.')
+GEVAL_PROMPT = f"""You will be given one Reply for a Source Text below. Your task is to rate the Reply on one metric.
+Please make sure you read and understand these instructions carefully.
+
+Evaluation Criteria:
+{{{{criteria}}}}
+
+Evaluation Steps:
+{{{{steps}}}}
+
+Source Text:
+{{{{input}}}}
+
+Reply:
+{{{{output}}}}
+
+{GEVAL_ANSWER}"""
+
+
+def _geval(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+    score = int(answers[1]["score"]) / GEVAL_MAX
+    return Grade(score >= 0.7, score, str(answers[1].get("reason", "")))
+
+
+# -- context-recall, context-relevance, context-faithfulness (promptfoo's RAGAS ports) --------------------------
+
+RECALL_ANSWER = ('Answer with JSON only: {"sentences": each sentence of the answer, as {"sentence": the sentence, '
+                 '"attributed": true if the context supports it, false if not}}.')
+RECALL_PROMPT = f"""Given a context, and an answer, analyze each sentence in the answer and classify if the \
+sentence can be attributed to the given context or not.
+
+context: {{{{context}}}}
+answer: {{{{groundTruth}}}}
+
+{RECALL_ANSWER}"""
+
+
+def _recall(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+    sentences = answers[0]["sentences"]
+    found = sum(bool(s["attributed"]) for s in sentences)
+    score = found / len(sentences) if sentences else 0.0
+    return Grade(True, score, f"recall {score:.2f}: {found} of {len(sentences)} sentences of the reference are "
+                              "attributed to the context")
+
+
+RELEVANCE_ANSWER = ('Answer with JSON only: {"sentences": the sentences of the context needed to answer the query, '
+                    'copied unchanged; an empty list if there are none or the query cannot be answered from the '
+                    'context}.')
+RELEVANCE_PROMPT = f"""Please extract relevant sentences from the provided context that are absolutely required \
+to answer the following query. While extracting candidate sentences you're not allowed to make any changes to \
+sentences from the given context.
+
+query: {{{{query}}}}
+context: {{{{context}}}}
+
+{RELEVANCE_ANSWER}"""
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def sentences_of(text: str) -> list[str]:
+    """A text's sentences (split after . ! or ? and a space), empty ones dropped."""
+    return [s for s in (part.strip() for part in _SENTENCE_END.split(text)) if s]
+
+
+def _relevance(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+    """The share of the context's sentences needed for the query (RAGAS's context relevance)."""
+    picked, total = len(answers[0]["sentences"]), max(1, len(sentences_of(inputs["context"])))
+    score = min(1.0, picked / total)
+    return Grade(True, score, f"relevance {score:.2f}: {picked} of {total} context sentences are needed for the "
+                              "query" if picked else "the context holds nothing needed for the query (score 0)")
+
+
+STATEMENTS_ANSWER = 'Answer with JSON only: {"statements": the statements, each one short sentence}.'
+STATEMENTS_PROMPT = f"""Given a question and answer, create one or more statements from each sentence in the \
+given answer. Each statement stands alone: it names what it is about instead of saying "he" or "it".
+
+question: {{{{question}}}}
+answer: {{{{answer}}}}
+
+{STATEMENTS_ANSWER}"""
+VERDICTS_ANSWER = ('Answer with JSON only: {"verdicts": one per statement, in order, as {"reason": a brief '
+                   'explanation, "supported": true if the context supports the statement, false if not}}.')
+VERDICTS_PROMPT = f"""Natural language inference. Consider the given context and the following statements, then \
+determine whether each is supported by the information present in the context. Give a brief explanation for each \
+statement before the verdict.
+
+context: {{{{context}}}}
+statements:
+{{{{statements}}}}
+
+{VERDICTS_ANSWER}"""
+_MOST_STATEMENTS = 8
+
+
+def _statements(answer: dict[str, Any]) -> dict[str, str]:
+    listed = [s for s in answer["statements"] if s.strip()]
+    return {"statements": "\n".join(f"{i}. {s}" for i, s in enumerate(listed, 1)), "statement_count": str(len(listed))}
+
+
+def _faithfulness(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+    """promptfoo's score: 1 - (statements the judge found unsupported) / (statements)."""
+    count = int(inputs.get("statement_count", "0"))
+    if not count:
+        return Grade(False, 0.0, "the judge found no statements in the output")
+    unsupported = sum(not v["supported"] for v in answers[1]["verdicts"][:count])
+    score = 1 - unsupported / count
+    return Grade(True, score, f"faithfulness {score:.2f}: {count - unsupported} of {count} statements of the "
+                              "output are supported by the context")
+
+
+# -- select-best (promptfoo's SELECT_BEST_PROMPT): one question for all outputs of a test ------------------
+
+SELECT_ANSWER = 'Answer with JSON only: {"reason": a short reason, "best": the index of the text that fits best}.'
+SELECT_PROMPT = f"""You are comparing multiple pieces of text to see which best fits the following criteria: \
+{{{{criteria}}}}
+
+Here are the pieces of text:
+{{{{outputs}}}}
+
+{SELECT_ANSWER}"""
+
+
+def select_schema(count: int) -> dict[str, Any]:
+    return _schema(reason=_text(200), best={"type": "integer", "minimum": 0, "maximum": count - 1})
+
+
+def numbered_outputs(outputs: list[str]) -> str:
+    """The outputs as promptfoo's select-best prompt lists them: ``<Text index="0">...</Text>``."""
+    return "\n".join(f'<Text index="{i}">\n{text}\n</Text>' for i, text in enumerate(outputs))
+
+
+def select_grades(answer: dict[str, Any], count: int, criteria: str) -> list[Grade]:
+    """The verdict on each of ``count`` outputs: the chosen one passes with score 1, the others fail with 0."""
+    best, reason = int(answer["best"]), str(answer.get("reason", ""))
+    why = f" ({reason})" if reason else ""
+    return [Grade(True, 1.0, f"selected as the best for: {criteria}{why}") if i == best else
+            Grade(False, 0.0, f"not selected (output {best} was): {criteria}{why}") for i in range(count)]
+
+
+# -- the table -----------------------------------------------------------------------------------------
+
+GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
+    GradedKind("llm-rubric", (Step(JUDGE_PROMPT, RUBRIC_ANSWER, VERDICT_SCHEMA),), _rubric,
+               "The answer is polite and names a city", "judged by a loaded model or a server"),
+    GradedKind("model-graded-closedqa", (Step(CLOSEDQA_PROMPT, CLOSEDQA_ANSWER, _schema(
+        reason=_text(300), answer={"enum": ["Y", "N"]}), 320),), _closedqa, "The answer names a city",
+               "criterion judged Y/N"),
+    GradedKind("factuality", (Step(FACTUALITY_PROMPT, FACTUALITY_ANSWER, _schema(
+        reason=_text(200), choice={"enum": list(FACTUALITY_CHOICES)})),), _factuality, "Paris is the capital",
+               "against a reference answer; D fails"),
+    GradedKind("g-eval", (Step(GEVAL_STEPS_PROMPT, GEVAL_STEPS_ANSWER, _schema(steps={
+        **_texts(150, 4), "minItems": 1}), 512, lambda a: {"steps": "\n".join(f"- {s}" for s in a["steps"])}),
+        Step(GEVAL_PROMPT, GEVAL_ANSWER, _schema(score={"type": "integer", "minimum": 0, "maximum": GEVAL_MAX},
+                                                 reason=_text(200)))), _geval,
+               "The reply is coherent", "score/10 ≥ 0.7", threshold=0.7, by_score=True),
+    GradedKind("context-recall", (Step(RECALL_PROMPT, RECALL_ANSWER, _schema(sentences={
+        "type": "array", "minItems": 1, "maxItems": 8, "items": _schema(sentence=_text(150), attributed={
+            "type": "boolean"})}), 768),), _recall, "Paris is the capital of France",
+               "the reference's sentences found in the context var", threshold=0.0, by_score=True, needs=("context",)),
+    GradedKind("context-relevance", (Step(RELEVANCE_PROMPT, RELEVANCE_ANSWER, _schema(sentences=_texts(200, 8)),
+                                          768),), _relevance, "", "the context var's share needed for the query var",
+               threshold=0.0, by_score=True, needs=("query", "context")),
+    GradedKind("context-faithfulness", (
+        Step(STATEMENTS_PROMPT, STATEMENTS_ANSWER, _schema(statements={**_texts(150, _MOST_STATEMENTS),
+                                                                       "minItems": 1}), 512, _statements),
+        Step(VERDICTS_PROMPT, VERDICTS_ANSWER, _schema(verdicts={
+            "type": "array", "maxItems": _MOST_STATEMENTS,
+            "items": _schema(reason=_text(100), supported={"type": "boolean"})}), 768)), _faithfulness, "",
+        "the output's statements supported by the context var", threshold=0.0, by_score=True,
+        needs=("query", "context")),
+    GradedKind("select-best", (Step(SELECT_PROMPT, SELECT_ANSWER, select_schema(2)),), None, "The most concise answer",
+               "the best of a test's outputs across settings"),
+)}
+"""Every graded kind by name (llm-rubric first)."""
+
+REFUSED = {
+    "answer-relevance": "answer-relevance is not supported here: it compares embeddings of the prompt and of "
+                        "questions generated from the output, and the workbench has no embedding model to ask; "
+                        "use context-relevance, g-eval or llm-rubric instead",
+    "classifier": "classifier is not supported here: it needs a text-classification model (promptfoo asks a "
+                  "HuggingFace classifier), which the workbench does not load; use llm-rubric with the class "
+                  "as its rubric instead",
+}
+"""Graded kinds promptfoo has that cannot run here, and why."""
+CONTEXT_TRANSFORM_REFUSED = ("contextTransform is not supported here: give the test a `context` var holding the "
+                             "context (and a `query` var for context-faithfulness and context-relevance)")
+
+
+def custom_prompts(given: Any, kind: str) -> tuple[str, ...]:
+    """A ``rubricPrompt`` as held: one text per step (a text: the first step's; a JSON list of chat messages
+    stays one text, which the judge reads as its messages' contents)."""
+    steps = len(GRADED[kind].steps)
+    items = [given] if isinstance(given, str) else list(given) if isinstance(given, (list, tuple)) else None
+    if items is not None and items and all(isinstance(i, dict) and "content" in i for i in items):
+        items = [json.dumps(items, ensure_ascii=False)]  # promptfoo's chat form of a prompt: one prompt
+    if not items or len(items) > steps or not all(isinstance(i, str) and i.strip() for i in items):
+        raise BatchInputError(f"{kind}: rubricPrompt must be a non-empty text" + (
+            f" or a list of up to {steps} texts (one per step)" if steps > 1 else "") + f", got {given!r}")
+    return tuple(items)
+
+
+class GradedValue(ValueForm):
+    """A graded kind's value (a text: its rubric, criteria or reference; none for context-faithfulness and
+    context-relevance), and in the dict form promptfoo's ``rubricPrompt`` (a custom grading prompt)."""
+
+    name = "graded"
+    options = frozenset({"rubricPrompt"})
+    keys = ("rubricPrompt", "contextTransform")
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        if "rubricPrompt" in options:
+            options = {**options, "rubricPrompt": custom_prompts(options["rubricPrompt"], kind.name)}
+        if not GRADED[kind.name].example:
+            if value is not None:
+                raise BatchInputError(f"{kind.name} takes no value: it reads the test's "
+                                      f"{' and '.join(GRADED[kind.name].needs)} vars; got {value!r}")
+            return None, options
+        return super().hold(kind, value, options)
+
+    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+        return (_needed(kind, text) if GRADED[kind.name].example else text or None), {}
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        if given.get("contextTransform") is not None:
+            raise BatchInputError(f"{kind.name}: {CONTEXT_TRANSFORM_REFUSED}")
+        options = {"rubricPrompt": given["rubricPrompt"]} if given.get("rubricPrompt") is not None else {}
+        if not GRADED[kind.name].example:
+            return (None if value == "" else value), options
+        value = _needed_in_dict(kind, value)
+        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), options
+
+    def write(self, item: Assert) -> str | None:
+        return None if item.value is None else _one_line(str(item.value))
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        value = {} if item.value is None else {"value": item.value}
+        custom = item.options.get("rubricPrompt")
+        written = (custom[0] if len(custom) == 1 else list(custom)) if custom else None  # as promptfoo writes it
+        return {**value, **({"rubricPrompt": written} if written else {})}
+
+
+GRADED_VALUE = GradedValue()
+
+
+def promptfoo_graded(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """A graded assert as promptfoo writes it: its value, threshold and rubricPrompt (and contextTransform, which
+    the value form refuses by name); its own grading ``provider`` is refused (the run has one judge)."""
+    if item.get("provider") is not None:
+        raise BatchInputError(f"{item['type']}: an assert's own grading provider is not used here; the judge is "
+                              "the run's (the Batch tab's judge settings, or launch.py batch --judge-url / "
+                              "--judge-model): remove provider")
+    keys = ("value", "threshold", "rubricPrompt", "contextTransform")
+    out = {key: item[key] for key in keys if item.get(key) is not None}
+    if "rubricPrompt" in out:
+        given = out["rubricPrompt"]
+        out["rubricPrompt"] = [_file_text(p, base) for p in given] if isinstance(given, list) else \
+            _file_text(given, base)
+    return out
+
+
+def _file_text(given: Any, base: Path) -> Any:
+    """A ``file://`` rubricPrompt's text (relative to the config's folder); anything else as given."""
+    if not isinstance(given, str) or not given.strip().startswith("file://"):
+        return given
+    path = Path(given.strip().removeprefix("file://")).expanduser()
+    try:
+        return (path if path.is_absolute() else base / path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BatchInputError(f"cannot read the rubricPrompt file {path}: {exc.strerror or exc}") from None
+
+
+def verdict_key(item: Assert) -> str:
+    """The key of an assert's verdict in ``Observed.judged``: an llm-rubric with the run's judge prompt is keyed
+    by its rubric, any other by its kind, value and custom prompt."""
+    custom = item.options.get("rubricPrompt")
+    if item.kind == "llm-rubric" and not custom:
+        return str(item.value)
+    return json.dumps([item.kind, item.value, list(custom or ())], ensure_ascii=False)
+
+
+def missing_vars(item: Assert, variables: Mapping[str, str]) -> list[str]:
+    """The test vars a graded assert needs that ``variables`` lacks."""
+    return [name for name in GRADED[item.kind].needs if not str(variables.get(name, "")).strip()]
