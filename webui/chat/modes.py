@@ -73,8 +73,8 @@ class ChatMode:
     def __post_init__(self) -> None:
         if self.name not in MODES:
             raise ModeError(f"mode must be one of {', '.join(MODES)}, got {self.name!r}")
-        if not isinstance(self.user_name, str) or not isinstance(self.command, str) or \
-                not isinstance(self.chat_template, str) or not (self.user_bio is None or isinstance(self.user_bio, str)):
+        texts = (self.user_name, self.command, self.chat_template, "" if self.user_bio is None else self.user_bio)
+        if not all(isinstance(t, str) for t in texts):
             raise ModeError("user_name, user_bio, command and chat_template must be text")
         if self.name == CHAT_INSTRUCT and "<|prompt|>" not in self.command:
             raise ModeError("the chat-instruct command must contain <|prompt|> (where the chat goes)")
