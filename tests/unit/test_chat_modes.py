@@ -124,3 +124,10 @@ def test_record_keeps_the_character_by_content_and_only_what_differs() -> None:
         ChatMode.from_record({"mode": "chat", "colour": 1})
     with pytest.raises(ModeError, match="chat_mode.character: character field 'context' must be text"):
         ChatMode.from_record({"mode": "chat", "character": {"name": "A", "context": 1}})
+
+
+def test_impersonate_prompts_end_with_the_users_name() -> None:
+    msgs = [{"role": "system", "content": "sys"}, *TURNS, {"role": "assistant", "content": "North."}]
+    assert ChatMode("chat", ANN).user_turn_prompt(TOK, msgs, CHATML).endswith("Zed: Where to?\nAnn: North.\nZed:")
+    prompt = ChatMode("chat-instruct", ANN).user_turn_prompt(TOK, msgs, CHATML)
+    assert 'for the character "Zed"' in prompt and prompt.endswith("<|im_start|>assistant\nZed:")

@@ -111,27 +111,37 @@ class ChatMode:
                continue_last: bool = False) -> str:
         """The prompt of a chat mode (``messages``: the system prompt, if any, first; the last one a partial reply
         when ``continue_last``). TemplateError says what cannot be rendered."""
-        if not self.chat_like:
-            raise ModeError("instruct prompts are rendered by render_chat_prompt")
-        system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
         turns = [m for m in messages if m["role"] != "system"]
         partial = turns.pop()["content"] if continue_last else None
+        return self._render(tokenizer, messages, turns, template, partial, "assistant")
+
+    def user_turn_prompt(self, tokenizer: Any, messages: list[dict[str, str]], template: ChatTemplate) -> str:
+        """The prompt for the model to write the user's next message (Impersonate): it ends with "You:"."""
+        return self._render(tokenizer, messages, [m for m in messages if m["role"] != "system"], template, None,
+                            "user")
+
+    def _render(self, tokenizer: Any, messages: list[dict[str, str]], turns: list[dict[str, str]],
+                template: ChatTemplate, partial: str | None, role: str) -> str:
+        if not self.chat_like:
+            raise ModeError("instruct prompts are rendered by render_chat_prompt")
+        user, char = self.names
+        system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
         context = self.character.context if self.character else ""
         if self.name == CHAT:  # the chat's own system prompt follows the character's context
             context = "\n\n".join(p for p in (context.strip(), system.strip()) if p)
-        head = [{"role": "system", "content": fill_names(context, *self.names)}] \
+        head = [{"role": "system", "content": fill_names(context, user, char)}] \
             if context.strip() or self.bio.strip() else []
-        if self.name == CHAT:
-            if partial is None:
-                return self._transcript([*head, *turns], True)
-            return self._transcript([*head, *turns, {"role": "assistant", "content": _MARK}]).split(_MARK)[0] \
-                + partial
         transcript = self._transcript([*head, *turns])
-        opening = self._transcript([*head, *turns], True)[len(transcript):].rstrip(" ") if partial is None else \
-            self._transcript([*head, *turns, {"role": "assistant", "content": _MARK}])[len(transcript):] \
-            .split(_MARK)[0] + partial
-        user, char = self.names
-        command = fill_names(self.command.replace("<|character|>", char).replace("<|prompt|>", transcript), user, char)
+        if partial is None and role == "assistant":  # the chat template's own generation prompt: "Char:"
+            opening = self._transcript([*head, *turns], True)[len(transcript):].rstrip(" ")
+        else:  # the start of the turn as the template writes it, and the reply so far
+            opening = self._transcript([*head, *turns, {"role": role, "content": _MARK}])[len(transcript):]
+            opening = opening.split(_MARK)[0] + partial if partial is not None else opening.split(_MARK)[0].rstrip(" ")
+        if self.name == CHAT:
+            return transcript + opening
+        speaker = user if role == "user" else char
+        command = fill_names(self.command.replace("<|character|>", speaker).replace("<|prompt|>", transcript),
+                             user, char)
         outer = [{"role": "system", "content": system}] if system.strip() else []
         outer += [{"role": "user", "content": command}, {"role": "assistant", "content": opening + _MARK}]
         rendered = template.render(tokenizer, outer, add_generation_prompt=False)
