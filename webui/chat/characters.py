@@ -41,6 +41,10 @@ class CharacterError(ValueError):
     """A character that cannot be read, saved or found; the message says what is wrong and what to do."""
 
 
+class CharacterNotFound(CharacterError):
+    """No character of that name in the folder (the message names the folder and the characters there)."""
+
+
 @dataclass(frozen=True)
 class Character:
     """Who the model plays in a chat, and who the user is there."""
@@ -242,7 +246,7 @@ class CharacterStore:
         path = self._path(name)
         if not path.is_file():
             listed = ", ".join(self.names()) or "none yet"
-            raise CharacterError(f"there is no character '{name}' in {self.directory} (characters: {listed})")
+            raise CharacterNotFound(f"there is no character '{name}' in {self.directory} (characters: {listed})")
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
