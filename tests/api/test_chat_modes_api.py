@@ -108,3 +108,8 @@ def test_a_reproduce_records_body_is_the_chat_replys_prompt(app, services):
     extra = {k: body[k] for k in ("mode", "character")}
     _, seen = call(app, **extra)
     assert seen["prompt"] == render_chat_prompt(services.loaded.tokenizer, MESSAGES, mode=mode)
+
+
+def test_a_chat_template_str_that_fails_as_it_renders_is_a_400(app):
+    caught = error(app, mode="chat", chat_template_str="{{ name1 + 1 }}")
+    assert caught.status_code == 400 and caught.response.json()["error"]["param"] == "chat_template_str"

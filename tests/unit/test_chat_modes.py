@@ -131,3 +131,8 @@ def test_impersonate_prompts_end_with_the_users_name() -> None:
     assert ChatMode("chat", ANN).user_turn_prompt(TOK, msgs, CHATML).endswith("Zed: Where to?\nAnn: North.\nZed:")
     prompt = ChatMode("chat-instruct", ANN).user_turn_prompt(TOK, msgs, CHATML)
     assert 'for the character "Zed"' in prompt and prompt.endswith("<|im_start|>assistant\nZed:")
+
+
+def test_a_chat_template_with_a_type_error_is_a_prompt_error_not_a_crash() -> None:
+    with pytest.raises(ChatPromptError, match="could not be rendered: TypeError"):
+        render_chat_prompt(TOK, TURNS, mode=ChatMode("chat", chat_template="{{ 1 + 'a' }}"))
