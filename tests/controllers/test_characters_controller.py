@@ -139,3 +139,31 @@ def test_import_a_png_card_and_export_both_ways(characters, tmp_path):
         characters.import_file(bad)
     with pytest.raises(UserError, match="Export as one of yaml, card"):
         characters.export("Seraphina", "pdf")
+
+
+def test_branch_and_impersonate_in_a_chat_mode(session, characters):
+    view = characters.start_chat("chat", "Ann")
+    done = last(session.send(view.chat_id, "Where to?", "", GREEDY, KEY))
+    rows, branchable = session.last_tokens(done.chat_id)
+    assert branchable and len(rows) >= 2
+    alternative = next(a[0] for a in rows[1]["alts"] if a[0] != rows[1]["id"])
+    characters.set_chat_mode(done.chat_id, "instruct", None)
+    last(session.branch(done.chat_id, 1, alternative, GREEDY, KEY))
+    reply = session.chats.messages(done.chat_id)[-1]
+    assert reply.stats["token_ids"][:2] == [rows[0]["id"], alternative]
+    assert reply.record.chat_mode["mode"] == "chat"  # branched in the mode the reply was written in
+    characters.set_chat_mode(done.chat_id, "chat", "Ann")
+    draft = last(session.impersonate(done.chat_id, "", GREEDY, KEY))
+    assert isinstance(draft, str)
+
+
+def test_a_chat_whose_character_was_deleted_says_what_to_do(session, characters):
+    view = characters.start_chat("chat", "Ann")
+    characters.delete("Ann", confirmed=True)
+    with pytest.raises(UserError, match="This chat's character: there is no character 'Ann'.*choose another "
+                                        "character \\(or none\\)"):
+        last(session.send(view.chat_id, "Hi", "", GREEDY, KEY))
+    assert [m["content"] for m in session.library.view(view.chat_id).messages] == ["Ahoy, Zed!"]
+    characters.set_chat_mode(view.chat_id, "chat", None)
+    done = last(session.send(view.chat_id, "Hi", "", GREEDY, KEY))
+    assert len(done.messages) == 3

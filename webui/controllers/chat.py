@@ -391,7 +391,11 @@ class ChatSession:
         if chat_id is None:
             return ChatMode()
         chat = self.chats.get(chat_id)
-        return self.mode_of(chat.mode, chat.character)
+        try:
+            return self.mode_of(chat.mode, chat.character)
+        except UserError as exc:
+            raise UserError(f"This chat's character: {exc}; choose another character (or none) for this chat, or "
+                            "import it again") from exc
 
     def mode_of(self, mode: str, character: str | None) -> ChatMode:
         """``mode`` with the character named ``character`` (None: none); UserError for a wrong one."""
