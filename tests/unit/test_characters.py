@@ -160,3 +160,8 @@ def test_record_by_content_round_trips_and_checks_fields() -> None:
         Character.from_record({"name": "A", "greeting": 3})
     with pytest.raises(CharacterError, match='at least "name"'):
         Character.from_record({"greeting": "x"})
+
+
+def test_tgwui_names_under_its_other_keys() -> None:
+    c = parse_character(b"bot: Rex\nyour_name: Kim\ncontext: '{{char}} barks.'\n", "rex.yaml")
+    assert (c.name, c.user_name, c.fill(c.context)) == ("Rex", "Kim", "Rex barks.")

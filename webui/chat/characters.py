@@ -105,7 +105,7 @@ def from_tgwui(data: Any, source: str = "the file") -> Character:
     older Pygmalion-style keys, built into a context as text-generation-webui builds it."""
     if not isinstance(data, dict):
         raise CharacterError(f"{source} is not a character: expected keys such as name, greeting, context")
-    name = data.get("name", data.get("char_name"))
+    name = next((data[k] for k in ("name", "bot", "char_name") if data.get(k)), None)  # as tgwui looks for it
     if not isinstance(name, str) or not name.strip():
         raise CharacterError(f"{source} has no character name: it needs a 'name' (or 'char_name') text field")
     texts = {k: v for k, v in data.items() if isinstance(v, str)}
@@ -122,8 +122,8 @@ def from_tgwui(data: Any, source: str = "the file") -> Character:
     if texts.get("example_dialogue", "").strip():
         context = f"{context}\n{texts['example_dialogue'].strip()}".strip()
     greeting = texts.get("greeting", texts.get("char_greeting", ""))
-    return Character(name.strip(), greeting, context, texts.get("user_name") or DEFAULT_USER,
-                     texts.get("user_bio", ""))
+    user = next((texts[k] for k in ("user_name", "your_name", "user") if texts.get(k, "").strip()), DEFAULT_USER)
+    return Character(name.strip(), greeting, context, user.strip(), texts.get("user_bio", ""))
 
 
 def from_card(card: Any, source: str = "the card") -> Character:
