@@ -152,6 +152,7 @@ def test_branch_and_impersonate_in_a_chat_mode(session, characters):
     reply = session.chats.messages(done.chat_id)[-1]
     assert reply.stats["token_ids"][:2] == [rows[0]["id"], alternative]
     assert reply.record.chat_mode["mode"] == "chat"  # branched in the mode the reply was written in
+    assert {"\nZed:", "\nAnn:"} <= set(reply.record.run.params["stop"])
     characters.set_chat_mode(done.chat_id, "chat", "Ann")
     draft = last(session.impersonate(done.chat_id, "", GREEDY, KEY))
     assert isinstance(draft, str)

@@ -200,6 +200,8 @@ class ChatSession:
             sent = kept_messages(chat_messages(turns_of(self.chats.messages(cid)[:-1]),
                                                self.chats.get(cid).system_prompt), made.dropped)
             prompt = render_chat_prompt(model.tokenizer, sent, template=template, mode=chat_mode)
+            if chat_mode.chat_like:  # the branch ends where the next "Name:" turn would begin, as the reply did
+                sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *chat_mode.stops(template)))))
             req = branch_request(model.tokenizer.encode(prompt, add_special_tokens=False), ids, position, token_id,
                                  sampling, loras=slot.active_loras, logprobs=VIEW_TOP)
             prefix_ids = ids[:position] + [token_id]
