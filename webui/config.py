@@ -84,6 +84,11 @@ class AppConfig:
         return self.user_data_dir / "templates"
 
     @property
+    def characters_dir(self) -> Path:
+        """Characters for chats: <name>.yaml, with a picture beside it (webui/chat/characters.py)."""
+        return self.user_data_dir / "characters"
+
+    @property
     def converted_dir(self) -> Path:
         """Safetensors folders made once from .gguf files, so later loads take seconds."""
         return self.user_data_dir / "converted"

@@ -15,6 +15,8 @@ import torch
 
 from loaders.base import LoadedModel, SteppedModel, is_stepped
 from webui.chat import chat_messages, render_chat_prompt
+from webui.chat.modes import ChatMode
+from webui.chat.templates import ChatTemplate
 from webui.engine import Engine, EngineError, SamplingParams
 from webui.engine.sampling import Sampler
 from webui.engine.sequence import guide_prompt
@@ -64,15 +66,21 @@ def _tokenizing(model: LoadedModel | None) -> LoadedModel:
     return model
 
 
-def prompt_text(model: LoadedModel, text: str, chat: bool, system_prompt: str = "") -> str:
+def prompt_text(model: LoadedModel, text: str, chat: bool, system_prompt: str = "",
+                mode: ChatMode | None = None, template: ChatTemplate | None = None) -> str:
+    """``text`` as the model reads it: as it is, or (``chat``) as a user message in ``mode`` (None: instruct) with
+    ``template`` (None: the model's own)."""
     if not chat:
         return text
-    return render_chat_prompt(model.tokenizer, chat_messages([{"role": "user", "content": text}], system_prompt))
+    return render_chat_prompt(model.tokenizer, chat_messages([{"role": "user", "content": text}], system_prompt),
+                              template=template, mode=mode)
 
 
-def inspect_prompt(model: LoadedModel | None, text: str, chat: bool, system_prompt: str = "") -> PromptInspection:
+def inspect_prompt(model: LoadedModel | None, text: str, chat: bool, system_prompt: str = "",
+                   mode: ChatMode | None = None, template: ChatTemplate | None = None) -> PromptInspection:
     model = _tokenizing(model)
-    return inspect_rendered(model, prompt_text(model, text, chat, system_prompt), add_special_tokens=not chat)
+    return inspect_rendered(model, prompt_text(model, text, chat, system_prompt, mode, template),
+                            add_special_tokens=not chat)
 
 
 def inspect_rendered(model: LoadedModel | None, rendered: str, add_special_tokens: bool) -> PromptInspection:

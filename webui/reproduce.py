@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loaders.base import Tokenizer
+from webui.chat.modes import CHAT_TEMPLATE, DEFAULT_COMMAND, ChatMode, ModeError
 from webui.chat.reply import ReplyRecord
 from webui.engine import GenerationRequest, InvalidParameter, SamplingParams
 from webui.engine.params import specs
@@ -46,6 +47,9 @@ class ReproduceRecord:
     """The loader's own options the model was loaded with (n_ctx, cache_type, attention...: loaders/options.py)."""
     draw: int = DRAW
     """How sampled tokens were drawn (webui.engine.sampling.DRAW); records without it were made with draw 1."""
+    chat_mode: dict[str, Any] | None = None
+    """The chat mode (webui.chat.modes.ChatMode.to_record(): the mode, the character by content, names, command,
+    chat template); None: instruct, as records without it were made."""
 
     @property
     def other_draw(self) -> bool:
@@ -53,7 +57,10 @@ class ReproduceRecord:
         return self.draw != DRAW and not self.sampling().greedy
 
     def to_json(self) -> str:
-        return _dumps({"format": FORMAT, "version": 1, **asdict(self)})
+        data = asdict(self)
+        if data["chat_mode"] is None:  # an instruct record is written as records always were
+            del data["chat_mode"]
+        return _dumps({"format": FORMAT, "version": 1, **data})
 
     def sampling(self) -> SamplingParams:
         try:
@@ -67,7 +74,7 @@ class ReproduceRecord:
 
         loras = tuple((str(n), float(w)) for n, w in self.loras)
         if self.messages is not None:
-            text = render_chat_prompt(tokenizer, self.messages, template=self.template())
+            text = render_chat_prompt(tokenizer, self.messages, template=self.template(), mode=self.mode())
             given = self._given()
             prompt: str | list[int] = text
             if given.get("token_ids"):
@@ -106,6 +113,13 @@ class ReproduceRecord:
             raise RecordError(f"chat_template: {exc}") from exc
         return template
 
+    def mode(self) -> ChatMode:
+        """The record's chat mode (instruct when it has none); RecordError when it is not one."""
+        try:
+            return ChatMode.from_record(self.chat_mode)
+        except ModeError as exc:
+            raise RecordError(f"chat_mode: {exc}") from exc
+
     def api_body(self) -> tuple[str, dict[str, Any]]:
         """(route, JSON body) of the equivalent OpenAI API request."""
         body = {"model": self.model, **self.sampling().api_body()}
@@ -113,6 +127,7 @@ class ReproduceRecord:
             body["loras"] = [[str(n), float(w)] for n, w in self.loras]
         if self.messages is not None:
             template = {"chat_template": self.chat_template["source"]} if self.chat_template else {}
+            template.update(mode_body(self.mode()))
             given = self._given().get("text")
             if given:  # vLLM's way to continue a reply: the API gets the text (its tokens may differ)
                 return "/chat/completions", {**body, "messages": [*self.messages, {"role": "assistant",
@@ -139,7 +154,27 @@ class ReproduceRecord:
                 f"reply = {call}(\n    {args},\n)\n")
 
 
-_EXTRAS = {"loras", "chat_template", "continue_final_message", "add_generation_prompt",
+def mode_body(mode: ChatMode) -> dict[str, Any]:
+    """The API's text-generation-webui fields for a chat mode ({} for instruct without a character): the character
+    by content, so the request reproduces whatever the character file says now."""
+    if mode.to_record() is None:
+        return {}
+    body: dict[str, Any] = {"mode": mode.name}
+    if mode.character is not None:
+        body["character"] = mode.character.to_record()
+    if mode.user_name:
+        body["user_name"] = mode.user_name
+    if mode.user_bio is not None:
+        body["user_bio"] = mode.user_bio
+    if mode.command != DEFAULT_COMMAND:
+        body["chat_instruct_command"] = mode.command
+    if mode.chat_template != CHAT_TEMPLATE:
+        body["chat_template_str"] = mode.chat_template
+    return body
+
+
+_EXTRAS = {"loras", "chat_template", "continue_final_message", "add_generation_prompt", "mode", "character",
+           "user_name", "user_bio", "chat_instruct_command", "chat_template_str",
            *(spec.api_name or name for name, spec in specs().items() if not spec.openai)}
 
 
@@ -164,9 +199,10 @@ def parse_record(text: str) -> ReproduceRecord:
     record = ReproduceRecord(data["model"], data["params"], data.get("messages"), data.get("prompt"),
                              data.get("loader", "transformers"), data.get("loras") or [], data.get("chat_template"),
                              data.get("continue_from"), load_options=data.get("load_options") or {},
-                             draw=draw)
+                             draw=draw, chat_mode=data.get("chat_mode"))
     record.sampling()  # validates the parameters now
     record.template()
+    record.mode()
     record._given()
     return record
 
@@ -185,7 +221,8 @@ def record_for_reply(history: list[dict[str, str]], system_prompt: str, reply: R
                            loader=reply.loader or "transformers", loras=[list(x) for x in reply.loras],
                            load_options=reply.load_options if reply.load_options is not None else {},
                            chat_template=reply.chat_template,
-                           continue_from=reply.given.to_json() if reply.given is not None else None)
+                           continue_from=reply.given.to_json() if reply.given is not None else None,
+                           chat_mode=reply.chat_mode)
 
 
 def record_for_batch_row(model: str, spec: dict[str, Any], row: ResultRow,

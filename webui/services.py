@@ -8,6 +8,7 @@ from loaders.registry import LoaderRegistry
 from webui.batch.cache import ResponseCache
 from webui.batch.runner import BatchRunner
 from webui.batch.store import BatchStore
+from webui.chat.characters import CharacterStore
 from webui.chat.templates import TemplateStore
 from webui.config import AppConfig
 from webui.jobs import JobRunner
@@ -38,6 +39,7 @@ class Services:
     perplexity: PerplexityStore
     jobs: JobRunner
     requests: RequestStore
+    characters: CharacterStore
 
     # -- the edge: who is calling is read here, once per use, and passed down to the ModelManager --------------
     @property
@@ -92,7 +94,8 @@ class Services:
         return cls(config, registry, models, presets, templates, settings, db, ChatStore(db), NotebookStore(db),
                    batches, runner, PerplexityStore(db), JobRunner(),
                    RequestStore(db, Retention(config.capture_max_requests, int(config.capture_max_mb * 2**20)),
-                                capture_all=config.capture_requests))
+                                capture_all=config.capture_requests),
+                   characters=CharacterStore(config.characters_dir))
 
     def close(self) -> None:
         """Unload the model, stop the engine, close the database; a second call does nothing."""

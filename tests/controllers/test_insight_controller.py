@@ -71,3 +71,17 @@ def test_the_next_tokens_the_output_constraint_masks_are_named(controller):
     assert 0 < masked < 20 and f"({masked} masked by the output constraint)" in found.summary
     assert {row[4] for row in found.rows()} == {"masked by the constraint", "kept"}
     assert found.steps == ["structured_outputs"]
+
+
+def test_the_prompt_inspector_shows_a_chat_modes_prompt(controller, services):
+    from webui.chat.characters import Character
+
+    services.characters.create(Character("Ann", "Ahoy!", "{{char}} is a pirate.", "Zed"))
+    chat = controller.inspect("Where to?", True, "", "chat", "Ann")
+    assert chat.text == "Ann is a pirate.\n\nZed: Where to?\nAnn:"
+    both = controller.inspect("Where to?", True, "", "chat-instruct", "Ann")
+    assert 'for the character "Ann"' in both.text and both.text.endswith("<|im_start|>assistant\nAnn:")
+    with pytest.raises(UserError, match="no character 'Bob'"):
+        controller.inspect("Hi", True, "", "chat", "Bob")
+    with pytest.raises(UserError, match="mode must be one of"):
+        controller.inspect("Hi", True, "", "novel")

@@ -76,3 +76,15 @@ def test_the_store_writes_a_record_as_its_json_and_reads_it_back(tmp_path):
     assert chats.messages(chat.id)[0].record == ReplyRecord()  # a message without stats: an empty record
     done = chats.update(reply.id, stats=ReplyRecord(edited=True))
     assert done.stats == EDITED and json.loads(chats.export_json(chat.id))["messages"][1]["stats"] == EDITED
+
+
+def test_a_reply_in_a_chat_mode_keeps_the_mode_and_character_and_old_records_read_as_instruct():
+    mode = {"mode": "chat", "character": {"name": "Ann", "greeting": "Hi", "context": "A pirate.",
+                                          "user_name": "Zed", "user_bio": ""}}
+    stored = {**STORED, "chat_mode": mode}
+    record = ReplyRecord.from_json(json.loads(dumped(stored)))
+    assert record.chat_mode == mode and "chat_mode" not in record.extra
+    assert dumped(record.to_json()) == dumped(stored)
+    assert ReplyRecord.from_json(STORED).chat_mode is None
+    assert "chat_mode" not in ReplyRecord.from_json(STORED).to_json()
+    assert ReplyRecord.from_json({**STORED, "chat_mode": "chat"}).chat_mode is None  # a wrong type: the default

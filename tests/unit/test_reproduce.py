@@ -90,3 +90,33 @@ def test_a_record_says_which_draw_picked_its_sampled_tokens():
     sampled, plain = SamplingParams(temperature=0.7, seed=1).to_dict(), SamplingParams(temperature=0).to_dict()
     assert cache_key(model, [], "p", False, sampled) != key_before(sampled)  # not served from the old draw
     assert cache_key(model, [], "p", False, plain) == key_before(plain)  # greedy cells made before stay cached
+
+
+CHAT_MODE = {"mode": "chat-instruct", "character": {"name": "Ann", "greeting": "Hi {{user}}",
+                                                    "context": "{{char}} is a pirate.", "user_name": "Zed",
+                                                    "user_bio": ""},
+             "command": "Be {{char}}.\n<|prompt|>"}
+
+
+def test_a_record_keeps_the_chat_mode_and_the_character_by_content():
+    r = record(chat_mode=CHAT_MODE)
+    assert parse_record(r.to_json()) == r
+    assert '"chat_mode"' not in record().to_json()  # instruct records are written as they always were
+    assert parse_record(record().to_json()).chat_mode is None
+    route, body = r.api_body()
+    assert body["mode"] == "chat-instruct" and body["character"]["context"] == "{{char}} is a pirate."
+    assert body["chat_instruct_command"] == "Be {{char}}.\n<|prompt|>" and "user_name" not in body
+    assert "extra_body" in r.openai_snippet() and "'mode': 'chat-instruct'" in r.openai_snippet()
+    tokenizer = SimpleNamespace(chat_template=None, encode=lambda text, add_special_tokens=False: [1])
+    chat = parse_record(record(chat_mode={"mode": "chat", "character": CHAT_MODE["character"]}).to_json())
+    assert chat.request(tokenizer).prompt == "Ann is a pirate.\n\nZed: Hi 'there'\nAnn:"
+
+
+def test_a_record_with_a_bad_chat_mode_says_what_is_wrong():
+    for bad, message in (({"mode": "rp"}, "chat_mode: mode must be one of"),
+                         ({"mode": "chat", "character": {"greeting": "x"}}, 'chat_mode: chat_mode.character: a '
+                                                                            'character must be an object'),
+                         ("chat", "chat_mode must be an object")):
+        data = json.loads(record().to_json())
+        with pytest.raises(RecordError, match=message):
+            parse_record(json.dumps({**data, "chat_mode": bad}))

@@ -194,3 +194,52 @@ def test_search_treats_like_wildcards_literally(chats: ChatStore) -> None:
     msg_chat = chats.create("other")
     chats.append(msg_chat.id, "assistant", "50%_off")
     assert [c.id for c in chats.list("%_")] == [msg_chat.id]
+
+
+def test_a_chat_keeps_its_mode_and_character(chats: ChatStore) -> None:
+    plain = chats.create("Plain")
+    assert plain.mode == "instruct" and plain.character is None
+    chat = chats.create("Ahoy", mode="chat", character="Ann")
+    assert chats.get(chat.id).mode == "chat" and chats.get(chat.id).character == "Ann"
+    chats.append(chat.id, "assistant", "Hi Zed!")
+    changed = chats.set_mode(chat.id, "chat-instruct", None)
+    assert (changed.mode, changed.character) == ("chat-instruct", None)
+    assert [m.content for m in chats.messages(chat.id)] == ["Hi Zed!"]
+    chats.set_mode(chat.id, "chat", "Ann")
+    branched = chats.branch(chats.messages(chat.id)[0].id, "Branch")
+    assert (branched.mode, branched.character) == ("chat", "Ann")
+
+
+def test_bad_modes_and_characters_are_refused(chats: ChatStore) -> None:
+    with pytest.raises(StoreError, match="mode must be one of instruct, chat, chat-instruct, got 'rp'"):
+        chats.create(mode="rp")
+    chat = chats.create()
+    with pytest.raises(StoreError, match="character must be a character's name or None"):
+        chats.set_mode(chat.id, "chat", " ")
+    assert chats.get(chat.id).mode == "instruct"
+
+
+def test_mode_and_character_travel_in_exports(chats: ChatStore) -> None:
+    chat = chats.create("Ahoy", mode="chat-instruct", character="Ann")
+    chats.append(chat.id, "assistant", "Hi!")
+    copy = chats.import_json(chats.export_json(chat.id))
+    assert (copy.mode, copy.character) == ("chat-instruct", "Ann")
+    plain = chats.create("Plain")
+    assert '"mode"' not in chats.export_json(plain.id)  # exports of instruct chats are as they were
+    text = chats.export_json(chat.id).replace('"chat-instruct"', '"roleplay"')
+    with pytest.raises(StoreError, match="mode must be one of"):
+        chats.import_json(text)
+    with pytest.raises(StoreError, match="character must be a character's name or null, got a number"):
+        chats.import_json(chats.export_json(chat.id).replace('"Ann"', "3"))
+
+
+def test_chats_made_before_modes_open_as_instruct_chats(tmp_path: Path) -> None:
+    from webui.store.schema import MIGRATIONS
+
+    path = tmp_path / "old.sqlite3"
+    with Database(path, migrations=MIGRATIONS[:7]) as db:
+        with db.transaction() as conn:
+            conn.execute("INSERT INTO chats (title, system_prompt, created, updated) VALUES ('Old', '', 1, 1)")
+    with Database(path) as db:
+        old = ChatStore(db).list()[0]
+        assert (old.title, old.mode, old.character) == ("Old", "instruct", None)

@@ -244,6 +244,14 @@ class ChatCompletionRequest(SamplingRequest):
     add_generation_prompt: bool | None = None
     store: bool | None = None  # OpenAI's: keep it for GET /v1/chat/completions (webui/api/stored.py)
     metadata: dict[str, str] | None = None  # OpenAI's: tags for the stored completion, to filter the list by
+    # text-generation-webui's chat extras (webui/api/modes.py, webui/chat/modes.py)
+    mode: str | None = None  # instruct (default), chat or chat-instruct
+    character: str | dict[str, Any] | None = None  # a character's name in <user data>/characters, or its fields
+    user_name: str | None = None  # the user's name in the chat modes (default: the character's, else "You")
+    user_bio: str | None = None  # the user's persona (default: the character's)
+    instruction_template: str | None = None  # a built-in or saved instruction template's name
+    chat_template_str: str | None = None  # Jinja writing the chat modes' transcript (name1, name2, user_bio)
+    chat_instruct_command: str | None = None  # chat-instruct's command (<|character|>, <|prompt|>)
 
     @field_validator("metadata")
     @classmethod

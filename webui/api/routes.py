@@ -10,12 +10,14 @@ from fastapi.responses import StreamingResponse
 
 from loaders.base import LoadedModel, ModelLoadError, Tokenizer
 from webui.api.errors import APIError
+from webui.api.modes import instruction_template, needs_template, request_mode
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
 from webui.api.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, reply_calls, template_messages,
                              template_takes_tools)
 from webui.api.serving import (DONE, FINISH_REASONS, Choice, Serving, collect, error_chunk, finished, new_id, note_usage,
                                now, sse, usage)
 from webui.chat import ChatPromptError, render_chat_prompt
+from webui.chat.modes import ChatMode
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
 from webui.engine import Interleaved, InvalidParameter, RequestStream
 from webui.engine.params import SamplingParams
@@ -110,7 +112,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
                                                   "structured_outputs", body.tool_choice)
         params = params.replace(structured_outputs=calls_only)
     messages = body.chat_messages()
-    template = request_template(s.services.templates, body.chat_template, model)
+    chat_mode = request_mode(body, s.services.characters, model)  # text-generation-webui's extras
+    template = instruction_template(body, s.services.templates, model) or (
+        request_template(s.services.templates, body.chat_template, model)
+        if needs_template(chat_mode) or body.chat_template is not None else None)
+    if chat_mode is not None and (stops := chat_mode.stops(template or ChatTemplate(""))):
+        params = params.replace(stop=tuple(dict.fromkeys((*params.stop, *stops))))
     if body.add_generation_prompt is False and not body.continue_final_message:
         raise APIError(400, "add_generation_prompt false is only taken with continue_final_message true (the reply "
                             "continues the last assistant message)", param="add_generation_prompt")
@@ -118,7 +125,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
         raise APIError(400, "continue_final_message needs the last message to be the assistant's start of the reply "
                             "(and no tools)", param="continue_final_message")
     try:
-        prompt = render_messages(model.tokenizer, messages, plan, template, body.continue_final_message)
+        prompt = render_messages(model.tokenizer, messages, plan, template, body.continue_final_message, chat_mode)
     except (ChatPromptError, ModelLoadError) as exc:
         raise APIError(400, str(exc), param="messages") from exc
     _log_prompt(request, messages)
@@ -221,12 +228,13 @@ def request_template(templates: TemplateStore, given: str | None, model: LoadedM
 
 
 def render_messages(tokenizer: Tokenizer, messages: list[dict], plan: ToolPlan | None,
-                    template: ChatTemplate | None = None, continue_last: bool = False) -> str:
+                    template: ChatTemplate | None = None, continue_last: bool = False,
+                    mode: ChatMode | None = None) -> str:
     """The chat prompt (``template`` None: the model's own; ``continue_last``: the last message is the start of
-    the reply); with tools (offered now or in the history) through the template's own tool support, or the
-    fallback written into the messages."""
+    the reply; ``mode``: a chat mode, None: instruct); with tools (offered now or in the history) through the
+    template's own tool support, or the fallback written into the messages."""
     if plan is None and not any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
-        return render_chat_prompt(tokenizer, messages, template=template, continue_last=continue_last)
+        return render_chat_prompt(tokenizer, messages, template=template, continue_last=continue_last, mode=mode)
     template = template or ChatTemplate("")
     native = template_takes_tools(template.source if template.source is not None else tokenizer.chat_template)
     shaped = template_messages(messages, plan, native)

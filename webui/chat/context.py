@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from webui.chat.modes import ChatMode
 from webui.chat.prompt import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.templates import ChatTemplate
 
@@ -45,17 +46,18 @@ def kept_messages(messages: list[dict[str, str]], dropped: int) -> list[dict[str
 
 def fit_chat(tokenizer: Any, turns: Iterable[Mapping[str, str]], system_prompt: str, budget: int,
              template: ChatTemplate | None = None, continue_last: bool = False,
-             policy: str = DROP_OLDEST) -> FittedChat:
+             policy: str = DROP_OLDEST, mode: ChatMode | None = None) -> FittedChat:
     """The chat rendered within ``budget`` prompt tokens. With DROP_OLDEST the oldest turns go first (a turn: a
     message and the replies after it, so the chat still starts with a user message); ChatPromptError when even
-    the system prompt and the last user message (and what follows it) do not fit, or when the policy is REFUSE."""
+    the system prompt and the last user message (and what follows it) do not fit, or when the policy is REFUSE.
+    ``mode``: the chat mode that writes the prompt (None: instruct)."""
     messages = chat_messages(turns, system_prompt)
     head = 1 if messages and messages[0]["role"] == "system" else 0
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=len(messages) - 1)
     dropped = 0
     while True:
         kept = kept_messages(messages, dropped)
-        prompt = render_chat_prompt(tokenizer, kept, continue_last=continue_last, template=template)
+        prompt = render_chat_prompt(tokenizer, kept, continue_last=continue_last, template=template, mode=mode)
         size = len(tokenizer.encode(prompt, add_special_tokens=False))
         if size <= budget:
             return FittedChat(prompt, kept, dropped)

@@ -21,7 +21,7 @@ BRANCHED_AT_END = "branched at the last token"
 _KNOWN = frozenset({
     "edited", "model", "loader", "load_options", "chat_template", "loras", "completion_tokens", "prompt_tokens",
     "cached_tokens", "guidance_tokens", "time_to_first_token", "tokens_per_second", "finish_reason", "stop_string",
-    "seed", "params", "summary", "token_ids", "tokens", "continue_from", "dropped", "dropped_over"})
+    "seed", "params", "summary", "token_ids", "tokens", "continue_from", "dropped", "dropped_over", "chat_mode"})
 
 
 def written_by(name: str, loader: str) -> str:
@@ -125,6 +125,9 @@ class ReplyRecord:
     dropped_over: int = 0
     """The truncation_length that left them out (0: the model's context did)."""
     edited: bool = False
+    chat_mode: dict[str, Any] | None = None
+    """The chat mode the reply was written in, its character by content (ChatMode.to_record()); None: instruct
+    (also every reply stored before chat modes)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Stored keys this version does not know, written back as they were."""
 
@@ -151,6 +154,8 @@ class ReplyRecord:
             out["dropped"] = self.dropped
             if self.dropped_over:
                 out["dropped_over"] = self.dropped_over
+        if self.chat_mode is not None:
+            out["chat_mode"] = self.chat_mode
         return {**out, **{k: v for k, v in self.extra.items() if k not in out}}
 
     @classmethod
@@ -173,6 +178,7 @@ class ReplyRecord:
                    tokens=tuple(r for r in rows if isinstance(r, dict)) if isinstance(rows, list) else (),
                    given=GivenStart.from_json(data.get("continue_from")), dropped=_int(data.get("dropped")),
                    dropped_over=_int(data.get("dropped_over")), edited=edited,
+                   chat_mode=mode if isinstance(mode := data.get("chat_mode"), dict) else None,
                    extra={k: v for k, v in data.items() if k not in known})
 
 

@@ -138,6 +138,8 @@ def render_source(source: str, messages: list[dict], add_generation_prompt: bool
         rendered, _ = result
     except JinjaError as exc:
         raise TemplateError(f"the chat template could not be rendered: {exc}") from None
+    except (TypeError, ArithmeticError, LookupError, AttributeError) as exc:  # the template's own mistake
+        raise TemplateError(f"the chat template could not be rendered: {type(exc).__name__}: {exc}") from None
     return rendered[0]
 
 

@@ -17,6 +17,8 @@ from typing import Any, Iterator
 from loaders.base import LoadedModel
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.context import FittedChat, fit_chat, kept_messages, left_out
+from webui.chat.characters import CharacterError
+from webui.chat.modes import INSTRUCT, ChatMode, ModeError
 from webui.chat.reply import ReplyRecord, written_by
 from webui.chat.templates import ChatTemplate, TemplateError, from_record
 from webui.controllers.chat_library import ChatLibrary, ChatView, require_chat, to_chatbot
@@ -53,6 +55,11 @@ def turns_of(messages: list[Message]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
+def greeting_turns(mode: ChatMode) -> list[dict[str, str]]:
+    """A new chat's first message: the character's greeting (none without one)."""
+    return [{"role": "assistant", "content": greeting}] if (greeting := mode.greeting()) else []
+
+
 def reply_key(key: Key, chat_id: int | None) -> Key:
     """The running reply's key: one per browser tab and chat, so a reply goes on in its chat while the tab shows
     another one (where another reply can be written meanwhile)."""
@@ -69,16 +76,18 @@ class ChatSession:
 
     # -- generating -------------------------------------------------------------------------------------
     def send(self, chat_id: int | None, text: str, system_prompt: str, sampling: SamplingParams,
-             key: Key, start: str = "") -> Iterator[ChatView]:
-        """Store the user's message (a new chat when ``chat_id`` is None), then stream the reply."""
+             key: Key, start: str = "", mode: str = INSTRUCT, character: str | None = None) -> Iterator[ChatView]:
+        """Store the user's message (a new chat when ``chat_id`` is None: in ``mode``, with ``character``, whose
+        greeting comes first), then stream the reply."""
         if not text.strip():
             raise UserError("Type a message first.")
         self._check_ready(key, chat_id)
-        history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else []
+        chat_mode = self.mode(chat_id) if chat_id is not None else self.mode_of(mode, character)
+        history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else greeting_turns(chat_mode)
         system = self.chats.get(chat_id).system_prompt if chat_id is not None else system_prompt
-        self._check_fits([*history, {"role": "user", "content": text}], system, sampling)
+        self._check_fits([*history, {"role": "user", "content": text}], system, sampling, chat_mode)
         if chat_id is None:
-            chat_id = self.chats.create(title=" ".join(text.split())[:TITLE_LENGTH], system_prompt=system_prompt).id
+            chat_id = self.new_chat(" ".join(text.split())[:TITLE_LENGTH], system_prompt, mode, character)
         self.chats.append(chat_id, "user", text)
         yield replace(self.library.view(chat_id), stats="…")
         yield from self._reply(chat_id, sampling, key, start=start)
@@ -90,7 +99,7 @@ class ChatSession:
         self._check_ready(key, cid)
         history = self.chats.messages(cid)
         if history and history[-1].role == "assistant":
-            self._check_fits(turns_of(history[:-1]), self.chats.get(cid).system_prompt, sampling)
+            self._check_fits(turns_of(history[:-1]), self.chats.get(cid).system_prompt, sampling, self.mode(cid))
             self.chats.rewind(cid, history[-1].position)
         yield from self._reply(cid, sampling, key, start=start)
 
@@ -117,7 +126,7 @@ class ChatSession:
             return
         self._check_ready(key, cid)
         self._check_fits([*turns_of(history[:index]), {"role": "user", "content": text}],
-                         self.chats.get(cid).system_prompt, sampling)
+                         self.chats.get(cid).system_prompt, sampling, self.mode(cid))
         self.chats.rewind(cid, index)
         self.chats.append(cid, "user", text)
         yield replace(self.library.view(cid), stats="…")
@@ -133,13 +142,15 @@ class ChatSession:
             raise UserError("Impersonate needs a local model: a remote server only writes the assistant's turn.")
         history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else []
         system = self.chats.get(chat_id).system_prompt if chat_id is not None else system_prompt
-        template = self.template(model)
+        template, chat_mode = self.template(model), self.mode(chat_id)
         try:
-            prompt = template.user_turn_prompt(model.tokenizer, chat_messages(history, system))
-        except (TemplateError, ChatPromptError) as exc:
+            prompt = chat_mode.user_turn_prompt(model.tokenizer, chat_messages(history, system), template) \
+                if chat_mode.chat_like else template.user_turn_prompt(model.tokenizer, chat_messages(history, system))
+        except (TemplateError, ChatPromptError, ModeError) as exc:
             raise UserError(f"Impersonate: {exc}") from exc
-        if template.user_stops:
-            sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.user_stops))))
+        stops = chat_mode.stops(template) if chat_mode.chat_like else template.user_stops
+        if stops:
+            sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *stops))))
         sampling = sampling.replace(structured_outputs={})  # a constraint is on the model's replies, not your side
         for text, _ in stream_text(slot, self.active, key, prompt, sampling, False):
             yield text.strip()
@@ -155,7 +166,7 @@ class ChatSession:
         try:
             return render_chat_prompt(model.tokenizer, turns_of(history), self.chats.get(cid).system_prompt,
                                       continue_last=bool(history) and history[-1].role == "assistant",
-                                      template=self.template(model))
+                                      template=self.template(model), mode=self.mode(cid))
         except ChatPromptError as exc:
             raise UserError(str(exc)) from exc
 
@@ -185,10 +196,12 @@ class ChatSession:
             ids, rows = list(made.token_ids), list(made.tokens)
             if last is None or not ids or not rows or len(ids) != len(rows):
                 raise BranchError("the last reply has no token record to branch from; regenerate it first")
-            template = self._template(model, made)
+            template, chat_mode = self._template(model, made), self._mode(cid, made)
             sent = kept_messages(chat_messages(turns_of(self.chats.messages(cid)[:-1]),
                                                self.chats.get(cid).system_prompt), made.dropped)
-            prompt = render_chat_prompt(model.tokenizer, sent, template=template)
+            prompt = render_chat_prompt(model.tokenizer, sent, template=template, mode=chat_mode)
+            if chat_mode.chat_like:  # the branch ends where the next "Name:" turn would begin, as the reply did
+                sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *chat_mode.stops(template)))))
             req = branch_request(model.tokenizer.encode(prompt, add_special_tokens=False), ids, position, token_id,
                                  sampling, loras=slot.active_loras, logprobs=VIEW_TOP)
             prefix_ids = ids[:position] + [token_id]
@@ -202,12 +215,13 @@ class ChatSession:
         yield replace(self.library.view(cid), stats="…")
         if req is None:  # the alternative was the reply's last allowed token: nothing was generated (no run)
             self.chats.update(target.id, stats=ReplyRecord(made.model, made.loader, made.chat_template, made.loras,
-                                                           token_ids=tuple(prefix_ids), tokens=tuple(prefix_rows)))
+                                                           token_ids=tuple(prefix_ids), tokens=tuple(prefix_rows),
+                                                           chat_mode=made.chat_mode))
             yield replace(self.library.view(cid), stats="finish: length (branched at the last token)")
             return
         events = stream_request(slot, self.active, reply_key(key, cid), req)
         yield from self._store_reply(cid, target, ReplyStart(prefix, tuple(prefix_ids), tuple(prefix_rows)), events,
-                                     req, model, template)
+                                     req, model, template, mode=chat_mode)
 
     # -- looking at a message ---------------------------------------------------------------------------
     def inspect(self, chat_id: int | None, index: int | None = None) -> MessageInspection:
@@ -234,9 +248,10 @@ class ChatSession:
         if model is None or not model.capabilities.tokenizes:
             return MessageInspection(which, None, "Tokens need a local model loaded in the Model tab.", record)
         try:
-            template = self._template(model, made if reply else None)
+            template, chat_mode = self._template(model, made if reply else None), self._mode(chat_id, made)
             sent = kept_messages(chat_messages(turns, system_prompt), made.dropped)
-            seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, sent, template=template), False)
+            seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, sent, template=template,
+                                                              mode=chat_mode), False)
         except (InsightUnavailable, ChatPromptError, UserError) as exc:
             return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
         notes = [n for n in (also, left_out(made.dropped, made.dropped_over)) if n]
@@ -285,51 +300,59 @@ class ChatSession:
         target = history[-1] if continue_last else None
         made = target.record if target else ReplyRecord()
         template = self._template(model, made if continue_last else None)
+        chat_mode = self._mode(cid, made if continue_last else None)
         given = list(made.token_ids) if target is not None and model.capabilities.tokenizes else None
         if given and target is not None and model.tokenizer.decode(given) != target.content:
             given = None  # edited since: continue from its text
         if given:  # continue from the reply's own tokens (its text could tokenize differently)
-            fitted = self._fitted(model, turns_of(history[:-1]), system_prompt, sampling, template, reserve=len(given))
+            fitted = self._fitted(model, turns_of(history[:-1]), system_prompt, sampling, template, chat_mode,
+                                  reserve=len(given))
             prompt: str | list[int] = [*model.tokenizer.encode(fitted.prompt, add_special_tokens=False), *given]
         elif start and not continue_last:
             if model.capabilities.renders_chats:
                 raise UserError("'Start reply with' needs a local model: a remote server starts its replies itself.")
             reserve = len(model.tokenizer.encode(start, add_special_tokens=False))
-            fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, reserve=reserve)
+            fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, chat_mode,
+                                  reserve=reserve)
             prompt = fitted.prompt + start
         else:
-            fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, continue_last)
+            fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, chat_mode,
+                                  continue_last)
             prompt = fitted.prompt
-        if template.stops:  # a turn with no end token of its own ends where the next turn would begin
-            sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *template.stops))))
+        if stops := chat_mode.stops(template):  # a turn with no end token of its own ends where the next begins
+            sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *stops))))
         before = ReplyStart(target.content if target else start, tuple(given or ()), made.tokens if given else ())
         logprobs = VIEW_TOP if model.capabilities.stepped else None  # the token views under a reply
         request = new_request(slot, prompt, sampling, False, fitted.messages, logprobs)
         events = stream_request(slot, self.active, reply_key(key, cid), request)
-        yield from self._store_reply(cid, target, before, events, request, model, template, fitted)
+        yield from self._store_reply(cid, target, before, events, request, model, template, fitted, chat_mode)
 
     def _fitted(self, model: LoadedModel, turns: list[dict[str, str]], system_prompt: str, sampling: SamplingParams,
-                template: ChatTemplate, continue_last: bool = False, reserve: int = 0) -> FittedChat:
-        """The chat as it will be sent: rendered, and within the context less ``reserve`` tokens (a reply's given
-        start); UserError says why it cannot be."""
+                template: ChatTemplate, mode: ChatMode, continue_last: bool = False, reserve: int = 0) -> FittedChat:
+        """The chat as it will be sent (in ``mode``): rendered, and within the context less ``reserve`` tokens (a
+        reply's given start); UserError says why it cannot be."""
         try:
             if model.capabilities.renders_chats:  # the server renders and fits the chat itself
+                if mode.chat_like:
+                    raise UserError(f"The {mode.name} mode needs a local model: a remote server writes chats with "
+                                    "its own template; choose the instruct mode")
                 return FittedChat(render_chat_prompt(model.tokenizer, turns, system_prompt,
                                                      continue_last=continue_last, template=template),
                                   chat_messages(turns, system_prompt))
             fitted = fit_chat(model.tokenizer, turns, system_prompt,
                               max(1, token_budget(model, sampling) - sampling.max_new_tokens - reserve), template,
-                              continue_last, self.services.settings.get().context_policy)
+                              continue_last, self.services.settings.get().context_policy, mode)
             limit = sampling.truncation_length
             return replace(fitted, truncation_length=limit if 0 < limit < model.context_length else 0)
         except ChatPromptError as exc:
             raise UserError(str(exc)) from exc
 
-    def _check_fits(self, turns: list[dict[str, str]], system_prompt: str, sampling: SamplingParams) -> None:
+    def _check_fits(self, turns: list[dict[str, str]], system_prompt: str, sampling: SamplingParams,
+                    mode: ChatMode) -> None:
         """Before anything is stored or removed: the chat as it would be sent can be (UserError otherwise)."""
         model = self.services.loaded
         if model is not None:
-            self._fitted(model, turns, system_prompt, sampling, self.template(model))
+            self._fitted(model, turns, system_prompt, sampling, self.template(model), mode)
 
     def template(self, model: LoadedModel | None = None) -> ChatTemplate:
         """The instruction template chats use now (the Chat tab's choice; the model's own by default)."""
@@ -354,10 +377,49 @@ class ChatSession:
                 raise UserError(str(exc)) from exc
         return self.template(model)
 
+    # -- modes and characters -----------------------------------------------------------------------------
+    def new_chat(self, title: str, system_prompt: str = "", mode: str = INSTRUCT, character: str | None = None) -> int:
+        """A new chat in ``mode`` with ``character`` (checked first), its greeting (names filled) the first
+        message; the chat's id."""
+        chat_mode = self.mode_of(mode, character)
+        cid = self.chats.create(title, system_prompt, mode, chat_mode.character.name if chat_mode.character
+                                else None).id
+        if greeting := chat_mode.greeting():
+            self.chats.append(cid, "assistant", greeting)
+        return cid
+
+    def mode(self, chat_id: int | None) -> ChatMode:
+        """Chat ``chat_id``'s mode now, its character as its file says now (None: instruct)."""
+        if chat_id is None:
+            return ChatMode()
+        chat = self.chats.get(chat_id)
+        try:
+            return self.mode_of(chat.mode, chat.character)
+        except UserError as exc:
+            raise UserError(f"This chat's character: {exc}; choose another character (or none) for this chat, or "
+                            "import it again") from exc
+
+    def mode_of(self, mode: str, character: str | None) -> ChatMode:
+        """``mode`` with the character named ``character`` (None: none); UserError for a wrong one."""
+        try:
+            return ChatMode(mode, self.services.characters.get(character) if character else None)
+        except (ModeError, CharacterError) as exc:
+            raise UserError(f"{exc}") from exc
+
+    def _mode(self, chat_id: int | None, made: ReplyRecord | None) -> ChatMode:
+        """The mode a stored reply was written in, its character as it was then (to continue, branch or inspect
+        it), else the chat's now."""
+        if made is not None and made.model is not None:
+            try:
+                return ChatMode.from_record(made.chat_mode)
+            except ModeError as exc:
+                raise UserError(f"this reply's record: {exc}") from exc
+        return self.mode(chat_id)
+
     def _store_reply(self, cid: int, target: Message | None, before: ReplyStart,
                      events: Streamed, request: GenerationRequest, model: LoadedModel,
-                     template: ChatTemplate | None = None,
-                     fitted: FittedChat | None = None) -> Iterator[ChatView]:
+                     template: ChatTemplate | None = None, fitted: FittedChat | None = None,
+                     mode: ChatMode | None = None) -> Iterator[ChatView]:
         """Store the streamed reply as it grows (after ``before``)."""
         base, ids, rows = before.text, list(before.token_ids), list(before.rows)
         head = self.library.view(cid)  # title and system prompt stay while it streams: one query per token, not two
@@ -369,7 +431,7 @@ class ChatSession:
             if not (event.text or event.finish_reason):
                 return None
             content, final = base + text, event.finish_reason is not None
-            stat = final_stats(event, request, model, template, before, ids, rows, fitted) if final else None
+            stat = final_stats(event, request, model, template, before, ids, rows, fitted, mode) if final else None
             if target is None and (content or final):
                 target = self.chats.append(cid, "assistant", content, stats=stat)
             elif target is not None:

@@ -13,7 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from webui.chat.templates import STOPS
+from webui.chat.modes import INSTRUCT, ChatMode, ModeError
+from webui.chat.templates import STOPS, ChatTemplate
 from webui.controllers.errors import UserError
 from webui.engine import SamplingParams
 from webui.services import Services
@@ -34,6 +35,10 @@ class ChatView:
     """Chatbot messages: {"role", "content"}, the stored text only."""
     stats: str = ""
     """The last reply's stats line ("generating…" while one streams)."""
+    mode: str = INSTRUCT
+    """The chat's mode (webui.chat.modes.MODES)."""
+    character: str | None = None
+    """The name of the chat's character (None: none)."""
 
 
 def to_chatbot(messages: list[Message]) -> list[dict[str, str]]:
@@ -75,7 +80,7 @@ class ChatLibrary:
             raise UserError(f"{exc}; it may have been deleted in another tab") from exc
         last = history[-1] if history and history[-1].role == "assistant" else None
         return ChatView(chat.id, chat.title, chat.system_prompt, to_chatbot(history),
-                        last.record.summary if last else "")
+                        last.record.summary if last else "", chat.mode, chat.character)
 
     def latest(self) -> ChatView:
         """The most recently used chat (what a reloaded page opens), or a new one."""
@@ -130,12 +135,17 @@ class ChatLibrary:
         return self.view(chat.id)
 
     def chat_params(self, chat_id: int | None) -> SamplingParams:
-        """The parameters the chat's last reply was made with (without the stop strings its template added)."""
+        """The parameters the chat's last reply was made with (without the stop strings its template and mode
+        added)."""
         cid = require_chat(chat_id)
         made = next((r for r in (m.record for m in reversed(self.chats.messages(cid))) if r.run is not None), None)
         if made is None or made.run is None:
             raise UserError("This chat has no reply made here yet, so it has no parameters to use.")
-        template_stops = STOPS.get((made.chat_template or {}).get("name", ""), ())
+        try:  # the chat modes' "\nYou:" / "\nChar:" too
+            mode_stops = ChatMode.from_record(made.chat_mode).stops(ChatTemplate(""))
+        except ModeError:
+            mode_stops = ()
+        template_stops = (*STOPS.get((made.chat_template or {}).get("name", ""), ()), *mode_stops)
         params = dict(made.run.params)
         params["stop"] = [s for s in params.get("stop", []) if s not in template_stops]
         try:

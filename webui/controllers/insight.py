@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loaders.base import Progress
+from webui.chat.modes import ChatMode
 from webui.controllers.errors import UserError
 from webui.engine import EngineError, SamplingParams
 from webui.engine.sampling import active_samplers
@@ -59,9 +60,17 @@ class InsightController:
     def __init__(self, services: Services) -> None:
         self.services = services
 
-    def inspect(self, text: str, chat: bool, system_prompt: str) -> PromptInspection:
+    def inspect(self, text: str, chat: bool, system_prompt: str, mode: str = "instruct",
+                character: str | None = None) -> PromptInspection:
+        """The prompt as the model reads it: ``text`` as it is, or (``chat``) as a message in ``mode`` (as
+        ``character``) with the Chat tab's instruction template."""
         try:
-            return inspect_prompt(self.services.loaded, text, chat, system_prompt)
+            chat_mode = ChatMode(mode, self.services.characters.get(character) if character else None)
+            model = self.services.loaded
+            template = None
+            if chat and chat_mode.chat_like and model is not None and not model.capabilities.renders_chats:
+                template = self.services.templates.resolve(self.services.settings.get().chat_template, model.tokenizer)
+            return inspect_prompt(model, text, chat, system_prompt, chat_mode, template)
         except (InsightUnavailable, ValueError) as exc:
             raise UserError(str(exc)) from exc
 

@@ -12,8 +12,11 @@
          "stats": {"tokens": 12},           optional object or null (tokens, ttft, seed...)
          "parent": null}                    version 2: the index of the message it follows (null: a
       ],                                    first message); versions of a message share a parent
-      "current": 1                          version 2, optional: the index of the shown path's last
-    }                                       message (default: the last message)
+      "current": 1,                         version 2, optional: the index of the shown path's last
+                                            message (default: the last message)
+      "mode": "chat",                       version 2, optional: instruct (default), chat or chat-instruct
+      "character": "Ann"                    version 2, optional: the chat's character's name, or null
+    }
 
 Version 1 (no "parent", no "current") is one linear conversation. Unknown keys are
 ignored. NaN and Infinity are not JSON and are refused.
@@ -33,6 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from webui.chat.modes import MODES
 from webui.store.errors import StoreError
 
 FORMAT = "llm-workbench.chat"
@@ -70,6 +74,10 @@ class ChatExport:
     """Each message's parent, as an index into ``messages`` (None: a first message); None: a linear chat."""
     current: int | None = None
     """The index of the shown path's last message."""
+    mode: str = "instruct"
+    """The chat's mode (webui.chat.modes.MODES)."""
+    character: str | None = None
+    """The name of the chat's character (None: none)."""
 
     def __post_init__(self) -> None:
         if self.parents is None:  # one linear conversation
@@ -90,6 +98,8 @@ def export_chat(chat: ChatExport) -> str:
                      for (role, content, stats), parent in zip(chat.messages, chat.parents or [])],
         "current": chat.current,
     }
+    if chat.mode != "instruct" or chat.character is not None:  # written where they say something
+        document.update(mode=chat.mode, character=chat.character)
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
 
 
@@ -131,8 +141,14 @@ def parse_chat(text: str | bytes) -> ChatExport:
     if current is not None and (isinstance(current, bool) or not isinstance(current, int)
                                 or not 0 <= current < len(messages)):
         raise _error(f"current must be the index of a message (0 to {len(messages) - 1}) or null, got {current!r}")
+    mode = _field(data, "mode", str, "a string", default="instruct")
+    if mode not in MODES:
+        raise _error(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    character = data.get("character")
+    if character is not None and not isinstance(character, str):
+        raise _error(f"character must be a character's name or null, got {_kind(character)}")
     return ChatExport(title=title, system_prompt=system_prompt, created=float(created), messages=messages,
-                      parents=parents, current=current)
+                      parents=parents, current=current, mode=mode, character=character)
 
 
 TGWUI_GREETING = "<|BEGIN-VISIBLE-CHAT|>"

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from webui.chat.modes import INSTRUCT, MODES
 from webui.chat.reply import ReplyRecord
 from webui.owner import current as current_owner
 from webui.store.chat_format import ROLES, ChatExport, check_title, export_chat, export_tgwui, parse_chat
@@ -32,6 +33,10 @@ class Chat:
     """Seconds since the epoch."""
     updated: float
     """Seconds since the epoch of the last write to the chat or any of its messages."""
+    mode: str = "instruct"
+    """How the chat is written for the model (webui.chat.modes.MODES)."""
+    character: str | None = None
+    """The name of its character (<user data>/characters); None: none."""
 
 
 @dataclass(frozen=True)
@@ -66,15 +71,17 @@ class ChatStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def create(self, title: str = "New chat", system_prompt: str = "") -> Chat:
-        """Create an empty chat."""
+    def create(self, title: str = "New chat", system_prompt: str = "", mode: str = INSTRUCT,
+               character: str | None = None) -> Chat:
+        """Create an empty chat (in ``mode``, with ``character``)."""
         title = check_title(title)
         _check_str("system_prompt", system_prompt)
+        _check_mode(mode, character)
         now = time.time()
         with self._db.transaction() as conn:
             cur = conn.execute(
-                "INSERT INTO chats (title, system_prompt, created, updated, owner) VALUES (?, ?, ?, ?, ?)",
-                (title, system_prompt, now, now, current_owner()))
+                "INSERT INTO chats (title, system_prompt, created, updated, owner, mode, character) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", (title, system_prompt, now, now, current_owner(), mode, character))
             return self._get(conn, cur.lastrowid)
 
     def get(self, chat_id: int) -> Chat:
@@ -118,6 +125,13 @@ class ChatStore:
         _check_str("system_prompt", text)
         with self._db.transaction() as conn:
             self._touch(conn, chat_id, "system_prompt = ?", (text,))
+            return self._get(conn, chat_id)
+
+    def set_mode(self, chat_id: int, mode: str, character: str | None) -> Chat:
+        """Set the chat's mode and character (None: none); its messages stay as they are."""
+        _check_mode(mode, character)
+        with self._db.transaction() as conn:
+            self._touch(conn, chat_id, "mode = ?, character = ?", (mode, character))
             return self._get(conn, chat_id)
 
     def delete(self, chat_id: int) -> None:
@@ -199,8 +213,9 @@ class ChatStore:
             source = self._get(conn, row["chat_id"])
             now = time.time()
             chat_id = conn.execute(
-                "INSERT INTO chats (title, system_prompt, created, updated, owner) VALUES (?, ?, ?, ?, ?)",
-                (title, source.system_prompt, now, now, current_owner())).lastrowid
+                "INSERT INTO chats (title, system_prompt, created, updated, owner, mode, character) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (title, source.system_prompt, now, now, current_owner(), source.mode, source.character)).lastrowid
             parent = None
             for m in self._path(conn, message_id):
                 parent = conn.execute(
@@ -255,7 +270,8 @@ class ChatStore:
         return export_chat(ChatExport(
             title=chat.title, system_prompt=chat.system_prompt, created=chat.created,
             messages=[(m.role, m.content, m.stats) for m in messages],
-            parents=[index.get(m.parent_id) for m in messages], current=index.get(leaf)))
+            parents=[index.get(m.parent_id) for m in messages], current=index.get(leaf), mode=chat.mode,
+            character=chat.character))
 
     def export_tgwui(self, chat_id: int) -> str:
         """The shown conversation as text-generation-webui saves a chat history."""
@@ -267,8 +283,9 @@ class ChatStore:
         now = time.time()
         with self._db.transaction() as conn:
             cur = conn.execute(
-                "INSERT INTO chats (title, system_prompt, created, updated, owner) VALUES (?, ?, ?, ?, ?)",
-                (data.title, data.system_prompt, data.created, now, current_owner()))
+                "INSERT INTO chats (title, system_prompt, created, updated, owner, mode, character) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (data.title, data.system_prompt, data.created, now, current_owner(), data.mode, data.character))
             chat_id = cur.lastrowid
             ids: builtins.list[int | None] = []
             depth: builtins.list[int] = []
@@ -334,6 +351,13 @@ def _check_str(field: str, value: object) -> None:
         raise StoreError(f"{field} must be a string, got {type(value).__name__}")
 
 
+def _check_mode(mode: object, character: object) -> None:
+    if mode not in MODES:
+        raise StoreError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if character is not None and (not isinstance(character, str) or not character.strip()):
+        raise StoreError(f"character must be a character's name or None, got {character!r}")
+
+
 def _check_position(position: object) -> None:
     if isinstance(position, bool) or not isinstance(position, int) or position < 0:
         raise StoreError(f"from_position must be an integer >= 0, got {position!r}")
@@ -368,7 +392,7 @@ def _not_found(chat_id: object) -> ChatNotFound:
 
 def _chat(row: sqlite3.Row) -> Chat:
     return Chat(id=row["id"], title=row["title"], system_prompt=row["system_prompt"],
-                created=row["created"], updated=row["updated"])
+                created=row["created"], updated=row["updated"], mode=row["mode"], character=row["character"])
 
 
 def _message(row: sqlite3.Row) -> Message:

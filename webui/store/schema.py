@@ -150,4 +150,10 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX api_requests_by_client ON api_requests (client, stored, seq);
     """,
+    # 8: a chat's mode (instruct, chat, chat-instruct: webui/chat/modes.py) and its character (a name in
+    # <user data>/characters; NULL: none). Chats made before are instruct chats without a character.
+    """
+    ALTER TABLE chats ADD COLUMN mode TEXT NOT NULL DEFAULT 'instruct';
+    ALTER TABLE chats ADD COLUMN character TEXT;
+    """,
 )
