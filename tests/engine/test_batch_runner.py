@@ -265,3 +265,17 @@ def test_perplexity_asserts_get_the_chosen_tokens_logprobs_and_skip_the_cache(se
     again = run(services, BatchJob("again", rows, GridSpec([], {"max_new_tokens": [4]}), raw=True)).rows()[0]
     assert not again.from_cache and again.asserts[0].score == pytest.approx(score.score)  # greedy: same tokens
     assert perplexity([-1.0, -1.0]) == pytest.approx(2.718281828)
+
+
+def test_a_raw_setting_reads_the_prompt_as_it_is_beside_one_through_the_chat_template(services):
+    from webui.batch.grid import Setting
+    from webui.engine import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_new_tokens=2)
+    settings = [Setting("completion", params, raw=True), Setting("chat", params)]
+    handle = run(services, BatchJob("raw and chat", parse_lines("Hello"), GridSpec([], {}), settings=settings))
+    completion, chat = sorted(handle.rows(), key=lambda r: r.setting != "completion")
+    assert completion.prompt_tokens < chat.prompt_tokens  # the template's turn markers, for the chat setting only
+    assert handle.keys[0] != handle.keys[1]
+    stored = services.batches.get(handle.run_id).spec["settings"]
+    assert [s.get("raw", False) for s in stored] == [True, False]

@@ -17,9 +17,8 @@ NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "promptfooconfig.yaml"
 NOT_YET = {
     "claude-vs-gpt": "prompt.yaml: a chat prompt is a non-empty list of {role, content} messages",  # Anthropic's
     # {messages: [{role, content: [{type: text, text}]}]} form; then javascript in defaultTest
-    "gemma-vs-llama": "unknown setting(s) max_new_tokens, prompt",  # Hugging Face provider keys in its config
+    "gemma-vs-llama": "unknown setting(s) prompt (a provider's prompt.prefix/suffix",  # per provider only
     "llama-cpp": "the assert type 'answer-relevance' is not supported here",
-    "mistral-json-mode": "unknown setting(s) response_format",
     "mistral-llama-comparison": "prompts[0] needs 'raw'",  # prompts as a {file: label} mapping, providers' prompts
     "simple-test": "unknown key(s) assertionTemplates",  # and $ref asserts, javascript, inline python after it
 }

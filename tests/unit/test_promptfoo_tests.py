@@ -237,8 +237,8 @@ def test_a_prompts_config_applies_to_its_rows_and_a_providers_prompts_filter_pic
 
 @pytest.mark.parametrize("config, said", [
     ("prompts:\n  - {raw: x, config: {seed: 3}}", "prompts[0] (prompt 1).config: seed not supported here"),
-    ("prompts:\n  - {raw: x, config: {response_format: {type: json_object}}}",
-     "prompts[0] (prompt 1).config: response_format not supported here"),
+    ("prompts:\n  - {raw: x, config: {response_format: {type: yaml}}}",
+     "prompts[0] (prompt 1).config.response_format: response_format: type must be text, json_object or json_schema"),
     ("prompts:\n  - {raw: x, config: {temperature: 9}}", "prompts[0] (prompt 1).config: temperature must be in"),
     ("prompts: [x]\nproviders:\n  - {id: a, prompts: nope}", "providers[0] (a).prompts must be a list of prompt"),
     ("prompts: [x]\nproviders:\n  - {id: a, prompts: [nope]}", "providers (a).prompts: 'nope' is no prompt's label"),

@@ -21,7 +21,7 @@ from webui.batch.export import to_csv, to_jsonl
 from webui.batch.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.prompts import load_prompts, unescape_newlines
-from webui.batch.promptfoo import is_config, load_config, to_promptfoo
+from webui.batch.promptfoo import is_config, load_suite, to_promptfoo
 from webui.batch.results import ResultRow, summarize
 from webui.batch.runner import BatchJob, RunHandle
 from webui.config import AppConfig, default_user_data_dir
@@ -83,7 +83,10 @@ def main(argv: list[str]) -> int:
             if args.preset or args.grid or args.template:
                 raise BatchInputError("a promptfoo config brings its own prompts and providers (settings); "
                                       "--preset, --grid and --template do not apply to it")
-            description, rows, settings = load_config(args.prompts)
+            suite = load_suite(args.prompts)
+            description, rows, settings = suite.description, suite.rows, suite.settings
+            for note in suite.notes:  # what the suite names that is not applied, each once
+                print(f"note: {note}", file=sys.stderr)
         else:
             rows = load_prompts(args.prompts, unescape_newlines(args.template) if args.template else None)
         grid = GridSpec(args.preset, dict(parse_axis(a) for a in args.grid), args.samples, args.seed)

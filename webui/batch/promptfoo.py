@@ -6,12 +6,10 @@ What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
 on lines of ``---`` as promptfoo splits them, .json/.yaml chats, .jsonl a chat a line),
 ``tests``, ``defaultTest`` and ``scenarios`` (read by
 :mod:`webui.batch.promptfoo_tests`: test files, CSV, vars, expansion, ``options``
-prefix/suffix/transform) and ``providers``. Each provider becomes one setting, labelled by its
-``label`` or ``id``, with its ``config`` (``temperature``, ``max_tokens``,
-``top_p``, ``seed``, ``stop``... as the OpenAI API names them) as that setting's
-parameters. ``workbench:NAME`` runs on the loaded model NAME (any loaded model:
-local, another loader's ``NAME@loader``, or a remote server connected in the Model
-tab; ``launch.py batch`` loads it); any other id runs on the model in use.
+prefix/suffix/transform) and ``providers`` (read by :mod:`webui.batch.promptfoo_providers`:
+each provider one setting, labelled by its ``label`` or ``id``, its ``config`` that
+setting's parameters; ``launch.py batch`` loads a ``workbench:NAME`` provider's model).
+What a suite names that cannot change an output is listed in the suite's notes.
 Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python and javascript (inline or ``file://``, with ``config``), latency,
@@ -25,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -35,6 +34,7 @@ from webui.batch.asserts import Assert, AssertResult, parse_assert, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
+from webui.batch.promptfoo_providers import provider_params, provider_setting
 from webui.batch.promptfoo_tests import Case, Problems, read_cases
 from webui.batch.python_assert import is_python_file
 from webui.batch.results import ResultRow
@@ -53,32 +53,55 @@ def is_config(name: str | Path) -> bool:
     return Path(name).suffix.lower() in CONFIG_SUFFIXES
 
 
-def load_config(path: Path) -> tuple[str, list[PromptRow], list[Setting]]:
-    """(description, prompt rows, settings) of a promptfoo config file."""
+@dataclass(frozen=True)
+class Suite:
+    """A promptfoo suite read for a batch run."""
+
+    description: str
+    rows: list[PromptRow]
+    settings: list[Setting]
+    notes: list[str] = field(default_factory=list)
+    """What the suite names that is not applied because it cannot change an output (an apiKey...), each once."""
+
+
+def load_suite(path: Path) -> Suite:
+    """The suite of a promptfoo config file."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BatchInputError(f"cannot read the promptfoo config '{path}': {exc}") from None
-    return read_config(text, Path(path).parent)
+    return read_suite(text, Path(path).parent)
+
+
+def load_config(path: Path) -> tuple[str, list[PromptRow], list[Setting]]:
+    """(description, prompt rows, settings) of a promptfoo config file (:func:`load_suite` without its notes)."""
+    suite = load_suite(path)
+    return suite.description, suite.rows, suite.settings
 
 
 def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setting]]:
-    """Like :func:`load_config` for config text; ``file://`` paths are relative to ``base``. Every problem found
-    is reported at once, each with where it is in the suite."""
+    """(description, prompt rows, settings) of config text (:func:`read_suite` without its notes)."""
+    suite = read_suite(text, base)
+    return suite.description, suite.rows, suite.settings
+
+
+def read_suite(text: str, base: Path) -> Suite:
+    """The suite of promptfoo config text; ``file://`` paths are relative to ``base``. Every problem found is
+    reported at once, each with where it is in the suite."""
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise BatchInputError(f"promptfoo config: not valid YAML ({exc})") from None
     if not isinstance(config, dict):
         raise BatchInputError("promptfoo config: expected a mapping with prompts, providers and tests")
-    problems = Problems()
+    problems, notes = Problems(), list[str]()
     unknown_top = set(config) - {"description", "prompts", "providers", "tests", "defaultTest", "outputPath",
                                  "sharing", "env", "evaluateOptions", "scenarios", "derivedMetrics", "nunjucksFilters"}
     if unknown_top:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
     _refuse_filters(config.get("nunjucksFilters"), problems)
-    prompts = _prompts(config.get("prompts"), base, problems)
-    settings, filters = _settings(config.get("providers"), problems)
+    prompts = _prompts(config.get("prompts"), base, problems, notes)
+    settings, filters = _settings(config.get("providers"), problems, notes)
     runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
     rows: list[PromptRow] = []
     for case in read_cases(config, base, problems):
@@ -94,7 +117,8 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
                            case.threshold, at)
                 rows.append(dataclasses.replace(row, params=params, settings=runs_with[p]))
     problems.raise_any()
-    return str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings
+    return Suite(str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings,
+                 list(dict.fromkeys(notes)))
 
 
 def _runs_with(labels: list[str], settings: list[Setting], filters: Mapping[str, list[str]],
@@ -171,7 +195,7 @@ PromptSpec = tuple[str, Prompt, dict[str, Any] | None]
 """A prompt's label, the prompt, and its own sampling parameters (None: its providers')."""
 
 
-def _prompts(given: Any, base: Path, problems: Problems) -> list[PromptSpec]:
+def _prompts(given: Any, base: Path, problems: Problems, notes: list[str]) -> list[PromptSpec]:
     """Each prompt; a prompt that cannot be read is a problem, the others are read on."""
     if given is None:
         problems.add("", "prompts is missing; list at least one prompt")
@@ -179,13 +203,13 @@ def _prompts(given: Any, base: Path, problems: Problems) -> list[PromptSpec]:
     out: list[PromptSpec] = []
     for i, item in enumerate(given if isinstance(given, list) else [given]):
         with problems.collect():
-            out += _prompt(item, i, base)
+            out += _prompt(item, i, base, notes)
     if not out and not problems.found:
         problems.add("", "prompts is empty; list at least one prompt")
     return out
 
 
-def _prompt(item: Any, i: int, base: Path) -> list[PromptSpec]:
+def _prompt(item: Any, i: int, base: Path, notes: list[str]) -> list[PromptSpec]:
     where = f"promptfoo config: prompts[{i}]"
     if isinstance(item, dict):
         raw = item.get("raw")
@@ -196,7 +220,7 @@ def _prompt(item: Any, i: int, base: Path) -> list[PromptSpec]:
             raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt takes "
                                   f"raw, label, id and config)")
         label = str(item.get("label") or item.get("id") or f"prompt {i + 1}")
-        return [(label, raw, _prompt_params(item.get("config"), f"{where} ({label}).config"))]
+        return [(label, raw, _prompt_params(item.get("config"), f"{where} ({label}).config", notes))]
     if isinstance(item, list):  # a chat written in YAML: a list of {role, content}
         return [(f"prompt {i + 1}", chat_messages_of(item, where), None)]
     if isinstance(item, str) and item.startswith("file://"):
@@ -207,25 +231,22 @@ def _prompt(item: Any, i: int, base: Path) -> list[PromptSpec]:
                           f"{{raw: ...}}")
 
 
-def _prompt_params(given: Any, where: str) -> dict[str, Any] | None:
+def _prompt_params(given: Any, where: str, notes: list[str]) -> dict[str, Any] | None:
     """A prompt's config: sampling parameters as the OpenAI API names them, applied over each provider's for this
     prompt's rows (as promptfoo merges a prompt's config over the provider's)."""
     if given is None:
         return None
     if not isinstance(given, dict):
         raise BatchInputError(f"{where} must be a mapping of parameters (temperature, max_tokens...)")
-    unknown = set(given) - _api_names()
-    if "seed" in given:
-        unknown.add("seed")  # a seed is the setting's: its samples count from it
-    if unknown:
-        raise BatchInputError(f"{where}: {', '.join(sorted(map(str, unknown)))} not supported here (a prompt's config "
-                              f"takes sampling parameters such as temperature, max_tokens, top_p, stop; set a seed in "
-                              f"a provider's config)")
+    if "seed" in given:  # a seed is the setting's: its samples count from it
+        raise BatchInputError(f"{where}: seed not supported here (a prompt's config takes sampling parameters such "
+                              f"as temperature, max_tokens, top_p, stop; set a seed in a provider's config)")
+    fields = provider_params(given, where, notes)
     try:
-        SamplingParams.from_api(given, SamplingParams())
+        SamplingParams.from_api(fields, SamplingParams())
     except (InvalidParameter, ValueError) as exc:
         raise BatchInputError(f"{where}: {exc}") from None
-    return dict(given) or None
+    return fields or None
 
 
 def _text_or_chat(text: str, where: str) -> Prompt:
@@ -324,59 +345,22 @@ def _assert(item: dict[str, Any], base: Path) -> Assert:
     return parse_assert({"type": kind, **spec.promptfoo(item, base), **extra, **transform})
 
 
-def _settings(given: Any, problems: Problems) -> tuple[list[Setting], dict[str, list[str]]]:
+def _settings(given: Any, problems: Problems, notes: list[str]) -> tuple[list[Setting], dict[str, list[str]]]:
     """The settings, and the prompts filter of each provider that has one (by setting label); a provider that
-    cannot be read is a problem, the others are read on."""
+    cannot be read is a problem, the others are read on; what a provider's config names that changes nothing is
+    added to ``notes``."""
     items = given if isinstance(given, list) else [given] if given else [{"id": "loaded model"}]
     out: list[Setting] = []
     filters: dict[str, list[str]] = {}
     for i, item in enumerate(items):
         with problems.collect():
-            setting, chosen = _setting({"id": item} if isinstance(item, str) else item, i)
+            setting, chosen = provider_setting({"id": item} if isinstance(item, str) else item, i, notes)
             if any(s.label == setting.label for s in out):
                 raise BatchInputError(f"two providers are labelled '{setting.label}'; give each a label")
             out.append(setting)
             if chosen is not None:
                 filters[setting.label] = chosen
     return out, filters
-
-
-def _setting(item: Any, i: int) -> tuple[Setting, list[str] | None]:
-    """One provider: its setting and its prompts filter (None: every prompt)."""
-    if not isinstance(item, dict) or not isinstance(item.get("id", ""), str):
-        raise BatchInputError(f"providers[{i}] must be an id or a mapping with id and config")
-    label = str(item.get("label") or item.get("id") or f"provider {i + 1}")
-    where = f"providers[{i}] ({label})"
-    ignored = set(item) - {"id", "label", "config", "prompts"}
-    if ignored:  # e.g. a provider's transform: named, never dropped unseen
-        raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a provider takes id, "
-                              "label, config and prompts)")
-    chosen = item.get("prompts")
-    if chosen is not None and (not isinstance(chosen, list) or not chosen
-                               or not all(isinstance(n, str) for n in chosen)):
-        raise BatchInputError(f"{where}.prompts must be a list of prompt labels")
-    config = item.get("config") or {}
-    if not isinstance(config, dict):
-        raise BatchInputError(f"{where}.config must be a mapping")
-    fields = {k: v for k, v in config.items() if k not in ("apiKey", "apiBaseUrl", "apiHost")}
-    try:
-        params = SamplingParams.from_api(fields, SamplingParams(temperature=0.0, max_new_tokens=256))
-    except (InvalidParameter, ValueError) as exc:
-        raise BatchInputError(f"{where}.config: {exc}") from None
-    unknown = set(fields) - set(_api_names())
-    if unknown:
-        raise BatchInputError(f"{where}.config: unknown setting(s) {', '.join(sorted(unknown))}")
-    provider, _, model = str(item.get("id", "")).partition(":")
-    if provider == "workbench" and not model.strip():
-        raise BatchInputError(f"providers[{i}]: workbench: needs a model name (workbench:SmolLM2-135M-Instruct)")
-    return Setting(label, params, None, dict(fields), model=model.strip() if provider == "workbench" else None,
-                   provider=str(item.get("id") or label)), chosen
-
-
-def _api_names() -> set[str]:
-    from webui.engine.params import api_names
-
-    return set(api_names().values())
 
 
 # -- results in promptfoo's output shape -------------------------------------------------------------------

@@ -13,10 +13,9 @@ from typing import Iterable, Iterator
 from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text, parse_axes, parse_lines, to_csv, \
     to_jsonl, with_asserts
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
-from webui.batch.promptfoo import is_config, read_config, to_promptfoo
+from webui.batch.promptfoo import Suite, is_config, read_suite, to_promptfoo
 from webui.batch.rerun import is_loaded, provide
 from webui.batch.runner import BatchJob, RunHandle
-from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow
 from webui.batch.store import BatchRun, RunNotFound
 from webui.controllers.batch_refill import form_values
@@ -92,14 +91,14 @@ class Progress:
     finished: bool
 
 
-def _read_suite(content: bytes) -> tuple[str, list[PromptRow], list[Setting]]:
-    """(description, rows, settings) of an uploaded promptfoo config; its file:// paths are read relative to the
-    folder the workbench runs in (an upload has no folder of its own)."""
+def _read_suite(content: bytes) -> Suite:
+    """An uploaded promptfoo config; its file:// paths are read relative to the folder the workbench runs in (an
+    upload has no folder of its own)."""
     try:
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BatchInputError(f"the promptfoo config is not UTF-8 text (byte {exc.start})") from None
-    return read_config(text, Path.cwd())
+    return read_suite(text, Path.cwd())
 
 
 def _cut(text: str, length: int) -> str:
@@ -136,7 +135,8 @@ class BatchController:
         """The job ``form`` describes; ``params`` (the Parameters tab's) is the base when no preset is chosen."""
         try:
             if form.upload and is_config(form.upload[0]):
-                name, rows, settings = _read_suite(form.upload[1])
+                suite = _read_suite(form.upload[1])
+                name, rows, settings = suite.description, suite.rows, suite.settings
                 rows = with_asserts(rows, form.asserts.splitlines())
                 grid = GridSpec([], {}, int(form.samples or 1), int(form.base_seed or 0), base=params)
                 return BatchJob(form.name.strip() or name, rows, grid, form.system, form.raw, settings=settings,
@@ -241,10 +241,11 @@ class BatchController:
         content = path.read_bytes()
         try:
             if is_config(path.name):
-                _, rows, settings = _read_suite(content)
+                suite = _read_suite(content)
+                notes = "".join(f"  \nNote: {_md(n)}" for n in suite.notes)
                 return (path.name, content), (
-                    f"Using the promptfoo suite **{path.name}**: {len(rows)} prompts × {len(settings)} providers "
-                    "(its providers are the settings: the presets and axes here are not used).")
+                    f"Using the promptfoo suite **{path.name}**: {len(suite.rows)} prompts × {len(suite.settings)} "
+                    f"providers (its providers are the settings: the presets and axes here are not used).{notes}")
             count = len(load_prompts_text(path.name, content))
         except BatchInputError as exc:
             raise UserError(str(exc)) from exc
