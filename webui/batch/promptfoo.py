@@ -3,7 +3,10 @@
 What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
 ``{role, content}`` messages written as text, or such a list in YAML;
 ``{id/label, raw}`` objects; ``file://`` files, globs too: .txt/.md texts split
-on lines of ``---`` as promptfoo splits them, .json/.yaml chats, .jsonl a chat a line),
+on lines of ``---`` as promptfoo splits them, .json/.yaml chats (Anthropic's
+``{system, messages}`` too), .jsonl a chat a line; ``{file://path: label}`` mappings
+and ``{id: file://path, label, config}`` objects; a message's ``[{type: text, text}]``
+content blocks joined; prompt functions (.py, .js) refused by name),
 ``tests``, ``defaultTest`` and ``scenarios`` (read by
 :mod:`webui.batch.promptfoo_tests`: test files, CSV, vars, expansion, ``options``
 prefix/suffix/transform) and ``providers`` (read by :mod:`webui.batch.promptfoo_providers`:
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -200,6 +204,8 @@ def _prompts(given: Any, base: Path, problems: Problems, notes: list[str]) -> li
     if given is None:
         problems.add("", "prompts is missing; list at least one prompt")
         return []
+    if isinstance(given, dict):  # {path or text: label}, promptfoo's mapping form
+        given = [{source: label} for source, label in given.items()]
     out: list[PromptSpec] = []
     for i, item in enumerate(given if isinstance(given, list) else [given]):
         with problems.collect():
@@ -211,6 +217,21 @@ def _prompts(given: Any, base: Path, problems: Problems, notes: list[str]) -> li
 
 def _prompt(item: Any, i: int, base: Path, notes: list[str]) -> list[PromptSpec]:
     where = f"promptfoo config: prompts[{i}]"
+    if isinstance(item, dict) and len(item) == 1 and not set(item) & {"raw", "id", "label", "config"}:
+        (source, label), = item.items()  # {file://path: label} (or {text: label}), as promptfoo reads a mapping
+        is_file = str(source).startswith("file://") or (base / str(source)).is_file()
+        item = {"id" if is_file else "raw": f"file://{str(source).removeprefix('file://')}" if is_file else source,
+                "label": label}
+    if isinstance(item, dict) and "raw" not in item and str(item.get("id", "")).startswith("file://"):
+        ignored = set(item) - {"label", "id", "config"}
+        if ignored:
+            raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt file takes "
+                                  f"id, label and config)")
+        found = _prompt_files(base, str(item["id"]).removeprefix("file://"), where)
+        label = item.get("label")
+        params = _prompt_params(item.get("config"), f"{where} ({label or item['id']}).config", notes)
+        return [((name if not label else str(label) if len(found) == 1 else f"{label} #{n + 1}"), prompt, params)
+                for n, (name, prompt) in enumerate(found)]
     if isinstance(item, dict):
         raw = item.get("raw")
         if not isinstance(raw, str):
@@ -266,6 +287,11 @@ def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Promp
     """Prompts from file(s) (a glob gives every file it matches, in name order): .txt/.md texts (several split by
     lines of ---), .json a chat (a list of messages) or a list of chats, .jsonl a chat per line, .yaml/.yml a chat
     or a list of prompts."""
+    function = re.search(r"\.(py|js|ts|mjs|cjs)(:[\w.]+)?$", pattern)
+    if function:
+        kind = "Python" if function.group(1) == "py" else "JavaScript"
+        raise BatchInputError(f"{where}: {pattern} is a {kind} prompt function, which the workbench does not run; "
+                              f"save the prompt it returns in a .txt, .json or .yaml file")
     paths = sorted(base.glob(pattern)) if any(c in pattern for c in "*?[") else [base / pattern]
     if not paths:
         raise BatchInputError(f"{where}: no file matches {pattern}")
@@ -284,6 +310,8 @@ def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Promp
                 data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
             except (ValueError, yaml.YAMLError) as exc:
                 raise BatchInputError(f"{where}: {path.name} is not valid {suffix[1:].upper()}: {exc}") from None
+            if isinstance(data, dict) and isinstance(data.get("messages"), list):  # Anthropic's {system, messages}
+                data = _anthropic_chat(data, f"{where}: {path.name}")
             chats = data if isinstance(data, list) and data and all(isinstance(c, list) for c in data) else [data]
             for n, chat in enumerate(chats):
                 label = path.name + (f" #{n + 1}" if len(chats) > 1 else "")
@@ -300,6 +328,18 @@ def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Promp
             raise BatchInputError(f"{where}: {path.name}: prompt files are read as .txt, .md, .json, .jsonl or "
                                   f".yaml; JavaScript/Python prompt functions are not")
     return out
+
+
+def _anthropic_chat(data: dict[str, Any], where: str) -> list[Any]:
+    """A ``{system, messages}`` prompt (Anthropic's request shape) as one list of messages."""
+    unknown = set(data) - {"system", "messages"}
+    if unknown:
+        raise BatchInputError(f"{where}: {', '.join(sorted(map(str, unknown)))} not supported here (a chat prompt "
+                              "object takes system and messages)")
+    system = data.get("system")
+    if system is None:
+        return list(data["messages"])
+    return [{"role": "system", "content": system}, *data["messages"]]
 
 
 def _asserts(case: Case, base: Path, problems: Problems) -> list[Assert]:

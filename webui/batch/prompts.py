@@ -95,18 +95,34 @@ class PromptRow:
 
 def chat_messages_of(value: Any, where: str) -> tuple[dict[str, str], ...]:
     """A chat prompt's messages checked: a non-empty list of {role, content} with a known role and text content
-    (OpenAI's "developer" is the system's)."""
+    (OpenAI's "developer" is the system's); content may be a list of text blocks (``{type: text, text}``, as
+    OpenAI's and Anthropic's APIs take them), joined into one text as the API joins them."""
     if not isinstance(value, (list, tuple)) or not value:
         raise BatchInputError(f"{where}: a chat prompt is a non-empty list of {{role, content}} messages")
     out = []
     for i, message in enumerate(value):
         role = message.get("role") if isinstance(message, dict) else None
         role = "system" if role == "developer" else role
-        if role not in ROLES or not isinstance(message.get("content"), str):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            content = _block_text(content, f"{where}: message {i}")
+        if role not in ROLES or not isinstance(content, str):
             raise BatchInputError(f"{where}: message {i} must be {{role: {'|'.join(ROLES)}, content: text}}, "
                                   f"got {json.dumps(message, ensure_ascii=False)[:80]}")
-        out.append({"role": str(role), "content": message["content"]})
+        out.append({"role": str(role), "content": content})
     return tuple(out)
+
+
+def _block_text(blocks: list[Any], where: str) -> str:
+    """The text of a message's content blocks; a block of another type (an image...) is refused by its type."""
+    texts = []
+    for n, block in enumerate(blocks):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind != "text" or not isinstance(block.get("text"), str):
+            raise BatchInputError(f"{where}: content block {n} is {json.dumps(kind or block)[:40]}; the workbench's "
+                                  "models read text, so a chat prompt's content blocks must be {type: text, text}")
+        texts.append(block["text"])  # cache_control and the like do not change what the model reads
+    return "".join(texts)
 
 
 # -- templating ----------------------------------------------------------------------
