@@ -17,7 +17,6 @@ NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "promptfooconfig.yaml"
 NOT_YET = {
     "gemma-vs-llama": "unknown setting(s) prompt (a provider's prompt.prefix/suffix",  # per provider only
     "llama-cpp": "the assert type 'answer-relevance' is not supported here",
-    "simple-test": "unknown key(s) assertionTemplates",  # and $ref asserts, javascript, inline python after it
 }
 """Examples our reader refuses today, with the start of its message; expected to shrink as features land."""
 

@@ -12,7 +12,9 @@ content blocks joined; prompt functions (.py, .js) refused by name),
 prefix/suffix/transform) and ``providers`` (read by :mod:`webui.batch.promptfoo_providers`:
 each provider one setting, labelled by its ``label`` or ``id``, its ``config`` that
 setting's parameters; ``launch.py batch`` loads a ``workbench:NAME`` provider's model).
-What a suite names that cannot change an output is listed in the suite's notes.
+What a suite names that cannot change an output is listed in the suite's notes. Run-wide keys
+(evaluateOptions, outputPath, env, sharing, derivedMetrics, ``$ref`` templates,
+defaultTest's grading options): :mod:`webui.batch.promptfoo_options`.
 Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python and javascript (inline or ``file://``, with ``config``), latency,
@@ -38,6 +40,7 @@ from webui.batch.asserts import Assert, AssertResult, parse_assert, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
+from webui.batch.promptfoo_options import SuiteOptions, evaluate_metric, metric_names, resolve_refs, suite_options
 from webui.batch.promptfoo_providers import provider_params, provider_setting
 from webui.batch.promptfoo_tests import Case, Problems, read_cases
 from webui.batch.python_assert import is_python_file
@@ -66,6 +69,8 @@ class Suite:
     settings: list[Setting]
     notes: list[str] = field(default_factory=list)
     """What the suite names that is not applied because it cannot change an output (an apiKey...), each once."""
+    options: SuiteOptions = field(default_factory=SuiteOptions)
+    """Its run-wide keys: samples (evaluateOptions.repeat), cache, outputPath, derivedMetrics, the judge."""
 
 
 def load_suite(path: Path) -> Suite:
@@ -99,8 +104,10 @@ def read_suite(text: str, base: Path) -> Suite:
     if not isinstance(config, dict):
         raise BatchInputError("promptfoo config: expected a mapping with prompts, providers and tests")
     problems, notes = Problems(), list[str]()
+    config = resolve_refs(config, problems)
     unknown_top = set(config) - {"description", "prompts", "providers", "tests", "defaultTest", "outputPath",
-                                 "sharing", "env", "evaluateOptions", "scenarios", "derivedMetrics", "nunjucksFilters"}
+                                 "sharing", "env", "evaluateOptions", "scenarios", "derivedMetrics", "nunjucksFilters",
+                                 "assertionTemplates"}
     if unknown_top:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
     _refuse_filters(config.get("nunjucksFilters"), problems)
@@ -120,9 +127,17 @@ def read_suite(text: str, base: Path) -> Suite:
                 row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id, origin,
                            case.threshold, at)
                 rows.append(dataclasses.replace(row, params=params, settings=runs_with[p]))
+    options = suite_options(config, problems, notes)
+    metrics = {a.metric for row in rows for a in row.asserts if a.metric}
+    for name, expression in options.derived_metrics.items():
+        unknown = [n for n in metric_names(expression) if n not in metrics]
+        if unknown:
+            problems.add(f"derivedMetrics ({name})", f"{', '.join(unknown)}: no assert's metric has that name "
+                                                     f"(metrics: {', '.join(sorted(metrics)) or 'none'})")
+        metrics.add(name)
     problems.raise_any()
     return Suite(str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings,
-                 list(dict.fromkeys(notes)))
+                 list(dict.fromkeys(notes)), options)
 
 
 def _runs_with(labels: list[str], settings: list[Setting], filters: Mapping[str, list[str]],
@@ -406,12 +421,14 @@ def _settings(given: Any, problems: Problems, notes: list[str]) -> tuple[list[Se
 # -- results in promptfoo's output shape -------------------------------------------------------------------
 
 def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequence[PromptRow] = (),
-                 providers: Mapping[str, str] | None = None) -> str:
+                 providers: Mapping[str, str] | None = None, derived: Mapping[str, str] | None = None) -> str:
     """Results as promptfoo writes ``--output results.json``: results.results[] with prompt (raw, label), vars,
     provider (id, label), response, success, score, testIdx/promptIdx, testCase (description, vars, assert) and
     gradingResult (one componentResult per assert, the assertion as promptfoo writes it), and results.stats.
     ``prompts`` (the run's rows, by index) and ``providers`` (setting label -> promptfoo provider id) give what
-    the result rows do not hold; without them the prompt's id is its label and the setting's label its id."""
+    the result rows do not hold; without them the prompt's id is its label and the setting's label its id.
+    results.prompts has each prompt and provider's metrics (pass and fail counts, summed named scores and the
+    ``derived`` metrics, name -> expression, computed over those as promptfoo does)."""
     by_index = {p.index: p for p in prompts}
     results = []
     for r in rows:
@@ -439,9 +456,32 @@ def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequ
             "error": r.error, "gradingResult": {"pass": r.passed is not False, "score": score, "reason": _reason(r),
                                                 "namedScores": named, "componentResults": components}})
     passed = sum(1 for r in results if r["success"])
-    return json.dumps({"results": {"version": 3, "results": results,
+    return json.dumps({"results": {"version": 3, "results": results, "prompts": _prompt_metrics(results, derived),
                                    "stats": {"successes": passed, "failures": len(results) - passed}},
                        "config": {"description": description}}, indent=2, ensure_ascii=False)
+
+
+def _prompt_metrics(results: list[dict[str, Any]], derived: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """promptfoo's results.prompts: per prompt and provider, its rows' counts and summed named scores, then each
+    derived metric evaluated over those sums (in order, so a later one may use an earlier one)."""
+    columns: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in results:
+        key = (r["promptIdx"], r["provider"]["label"])
+        column = columns.setdefault(key, {"raw": r["prompt"]["raw"], "label": r["prompt"]["label"],
+                                          "provider": r["provider"]["id"], "metrics": {
+                                              "score": 0.0, "testPassCount": 0, "testFailCount": 0,
+                                              "namedScores": {}, "namedScoresCount": {}}})
+        metrics = column["metrics"]
+        metrics["score"] += r["score"]
+        metrics["testPassCount" if r["success"] else "testFailCount"] += 1
+        for name, score in r["namedScores"].items():
+            metrics["namedScores"][name] = metrics["namedScores"].get(name, 0.0) + score
+            metrics["namedScoresCount"][name] = metrics["namedScoresCount"].get(name, 0) + 1
+    for column in columns.values():
+        scores = column["metrics"]["namedScores"]
+        for name, expression in (derived or {}).items():
+            scores[name] = evaluate_metric(expression, scores)
+    return list(columns.values())
 
 
 def promptfoo_assertion(a: Assert) -> dict[str, Any]:

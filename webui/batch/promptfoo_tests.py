@@ -41,6 +41,8 @@ MAX_SHOWN = 20
 TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata")
 OPTION_KEYS = ("prefix", "suffix", "transform")
 """A test's options the workbench applies; any other (a grading provider...) is refused by name."""
+GRADING_KEYS = ("provider", "rubricPrompt")
+"""defaultTest's options read by :mod:`webui.batch.promptfoo_options` (the run's judge: one for every test)."""
 SCRIPT_SUFFIXES = (".py", ".js", ".ts", ".mjs", ".cjs")
 PROMPTFOO_ASSERT_TYPES = frozenset((
     "answer-relevance", "bleu", "classifier", "contains", "contains-all", "contains-any", "contains-html",
@@ -184,8 +186,11 @@ def _check_test_keys(test: dict[str, Any], where: str, problems: Problems) -> No
     if options is not None and not isinstance(options, dict):
         problems.add(f"{where}.options", "must be a mapping")
     elif options:
-        for key in sorted(set(options) - set(OPTION_KEYS)):
-            problems.add(f"{where}.options.{key}", f"not supported here (options here: {', '.join(OPTION_KEYS)})")
+        grading = GRADING_KEYS if where == "defaultTest" else ()
+        for key in sorted(set(options) - set(OPTION_KEYS) - set(grading)):
+            why = " (the judge is the run's: set it in defaultTest.options)" if key in GRADING_KEYS else ""
+            problems.add(f"{where}.options.{key}", f"not supported here{why} (options here: {', '.join(OPTION_KEYS)}"
+                                                   f"; defaultTest's also {', '.join(GRADING_KEYS)})")
     threshold = test.get("threshold")
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                   or not 0 <= threshold <= 1):

@@ -45,6 +45,7 @@ class BatchJob:
     judge_prompt: str = JUDGE_PROMPT  # what the judge model is asked for llm-rubric asserts
     remote_judge: RemoteJudge | None = None  # a server that judges instead of a loaded model
     judge_model: str = ""  # the loaded model that judges llm-rubric asserts ("": the model in use)
+    derived_metrics: dict[str, str] = field(default_factory=dict)  # a promptfoo suite's: name -> expression
 
     def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
@@ -56,7 +57,8 @@ class BatchJob:
                 "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells,
                 "chat_template_name": self.chat_template, "use_cache": self.use_cache,
                 "judge_prompt": self.judge_prompt, "judge_model": self.judge_model,
-                "remote_judge": self.remote_judge.to_dict() if self.remote_judge else None}
+                "remote_judge": self.remote_judge.to_dict() if self.remote_judge else None,
+                **({"derived_metrics": dict(self.derived_metrics)} if self.derived_metrics else {})}
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
@@ -69,7 +71,7 @@ class BatchJob:
                    settings, spec.get("chat_template_name", ""), spec.get("use_cache", True),
                    spec.get("judge_prompt", JUDGE_PROMPT),
                    RemoteJudge(**spec["remote_judge"]) if spec.get("remote_judge") else None,
-                   spec.get("judge_model", ""))
+                   spec.get("judge_model", ""), dict(spec.get("derived_metrics", {})))
 
 
 @dataclass

@@ -136,13 +136,18 @@ class BatchController:
         try:
             if form.upload and is_config(form.upload[0]):
                 suite = _read_suite(form.upload[1])
-                name, rows, settings = suite.description, suite.rows, suite.settings
-                rows = with_asserts(rows, form.asserts.splitlines())
-                grid = GridSpec([], {}, int(form.samples or 1), int(form.base_seed or 0), base=params)
-                return BatchJob(form.name.strip() or name, rows, grid, form.system, form.raw, settings=settings,
-                                chat_template=self.services.settings.get().chat_template, use_cache=form.use_cache,
-                                judge_prompt=form.judge_prompt, remote_judge=form.remote_judge(),
-                                judge_model=form.local_judge())
+                rows, options = with_asserts(suite.rows, form.asserts.splitlines()), suite.options
+                samples = int(form.samples or 1)  # the form's when changed from 1, else the suite's repeat
+                grid = GridSpec([], {}, samples if samples != 1 else options.samples, int(form.base_seed or 0),
+                                base=params)
+                judge_prompt = form.judge_prompt if form.judge_prompt != JUDGE_PROMPT or not options.judge_prompt \
+                    else options.judge_prompt
+                return BatchJob(form.name.strip() or suite.description, rows, grid, form.system, form.raw,
+                                settings=suite.settings, chat_template=self.services.settings.get().chat_template,
+                                use_cache=form.use_cache and options.use_cache, judge_prompt=judge_prompt,
+                                remote_judge=form.remote_judge(),
+                                judge_model=form.local_judge() or options.judge_model,
+                                derived_metrics=options.derived_metrics)
             template = form.template.strip() or None
             rows = (load_prompts_text(form.upload[0], form.upload[1], template) if form.upload
                     else parse_lines(form.prompts, template))
@@ -324,7 +329,7 @@ class BatchController:
         run = self._get(run_id)
         prompts = [PromptRow.from_dict(r) for r in run.spec.get("rows", [])]
         providers = {s["label"]: s["provider"] for s in run.spec.get("settings", []) if s.get("provider")}
-        return to_promptfoo(rows, run.name, prompts, providers)
+        return to_promptfoo(rows, run.name, prompts, providers, run.spec.get("derived_metrics"))
 
     def inspect_row(self, run_id: int | None, row: ResultRow) -> MessageInspection:
         """What the model read for ``row`` of run ``run_id``, and the row's reproduce record."""
