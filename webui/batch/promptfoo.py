@@ -42,7 +42,7 @@ from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
 from webui.batch.promptfoo_options import SuiteOptions, evaluate_metric, metric_names, resolve_refs, suite_options
 from webui.batch.promptfoo_providers import provider_params, provider_setting
-from webui.batch.promptfoo_tests import Case, Problems, read_cases
+from webui.batch.promptfoo_tests import SET_KEY, Case, Problems, read_cases
 from webui.batch.python_assert import is_python_file
 from webui.batch.results import ResultRow
 from webui.batch.transform import check_transforms, resolved, with_transforms
@@ -117,7 +117,8 @@ def read_suite(text: str, base: Path) -> Suite:
     rows: list[PromptRow] = []
     for case in read_cases(config, base, problems):
         name = case.description or f"test {case.index + 1}"
-        asserts = with_transforms(_asserts(case, base, problems), _case_transform(case, base, problems))
+        own, sets = _asserts(case, base, problems)
+        asserts = with_transforms(own, _case_transform(case, base, problems))
         for p, (label, prompt, params) in enumerate(prompts):
             at = f"{case.where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
@@ -126,7 +127,7 @@ def read_suite(text: str, base: Path) -> Suite:
             with problems.collect():
                 row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id, origin,
                            case.threshold, at)
-                rows.append(dataclasses.replace(row, params=params, settings=runs_with[p]))
+                rows.append(dataclasses.replace(row, params=params, settings=runs_with[p], sets=sets))
     options = suite_options(config, problems, notes)
     metrics = {a.metric for row in rows for a in row.asserts if a.metric}
     for name, expression in options.derived_metrics.items():
@@ -357,13 +358,20 @@ def _anthropic_chat(data: dict[str, Any], where: str) -> list[Any]:
     return [{"role": "system", "content": system}, *data["messages"]]
 
 
-def _asserts(case: Case, base: Path, problems: Problems) -> list[Assert]:
-    """A case's asserts, their values filled from its vars as promptfoo renders them."""
-    out = []
+def _asserts(case: Case, base: Path, problems: Problems
+             ) -> tuple[list[Assert], tuple[tuple[tuple[int, ...], float], ...]]:
+    """A case's asserts, their values filled from its vars as promptfoo renders them, and its assert-sets with
+    a threshold (the indices of their asserts, the threshold)."""
+    out: list[Assert] = []
+    sets: dict[str, tuple[list[int], float]] = {}
     for where, item in case.asserts:
         with problems.collect(where):
-            out.append(_assert(_filled(item, case.variables, where), base))
-    return out
+            group = item.get(SET_KEY)
+            out.append(_assert(_filled({k: v for k, v in item.items() if k != SET_KEY}, case.variables, where),
+                               base))
+            if group is not None:
+                sets.setdefault(group[0], ([], group[1]))[0].append(len(out) - 1)
+    return out, tuple((tuple(members), limit) for members, limit in sets.values())
 
 
 def _case_transform(case: Case, base: Path, problems: Problems) -> tuple[str, ...]:

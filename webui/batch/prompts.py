@@ -64,6 +64,9 @@ class PromptRow:
     prompt's config); None: the setting's alone."""
     settings: tuple[str, ...] | None = field(default=None, hash=False)
     """The labels of the settings that run it (a promptfoo provider's prompts filter); None: every setting."""
+    sets: tuple[tuple[tuple[int, ...], float], ...] = field(default=(), hash=False)
+    """promptfoo's assert-sets with a threshold: (the indices of their asserts, the threshold): such a set passes
+    when its asserts' weighted score reaches the threshold, whatever each of them says."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "id": self.id, "text": self.text, "variables": dict(self.variables),
@@ -72,7 +75,8 @@ class PromptRow:
                 **({"origin": dict(self.origin)} if self.origin is not None else {}),
                 **({"threshold": self.threshold} if self.threshold is not None else {}),
                 **({"params": dict(self.params)} if self.params else {}),
-                **({"settings": list(self.settings)} if self.settings is not None else {})}
+                **({"settings": list(self.settings)} if self.settings is not None else {}),
+                **({"sets": [[list(members), limit] for members, limit in self.sets]} if self.sets else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PromptRow":
@@ -87,10 +91,11 @@ class PromptRow:
             threshold = None if data.get("threshold") is None else float(data["threshold"])
             params = dict(data["params"]) if data.get("params") else None
             settings = None if data.get("settings") is None else tuple(str(s) for s in data["settings"])
+            sets = tuple((tuple(int(i) for i in members), float(limit)) for members, limit in data.get("sets", []))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BatchInputError(f"{where}: not a stored prompt row ({type(exc).__name__}: {exc})") from None
         return cls(index, text, variables, parse_asserts(specs, where), row_id, messages, origin, threshold,
-                   params, settings)
+                   params, settings, sets)
 
 
 def chat_messages_of(value: Any, where: str) -> tuple[dict[str, str], ...]:
