@@ -175,6 +175,9 @@ class BatchController:
         took = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
         template = "raw prompts (no chat template)" if job.raw else (
             f"chat template: {job.chat_template or 'the model’s own'} (chosen in Chat)")
+        raw = [s.label for s in settings if s.raw]
+        if raw and not job.raw:
+            template += f"; raw prompts for {', '.join(_md(label) for label in raw)}"
         models = f" · models: {', '.join(s.name for s in slots.values())}" if len(slots) > 1 else ""
         return (f"**{len(job.rows)} prompts × {len(settings)} settings × {job.grid.samples} samples = "
                 f"{len(cells)} cells** · at most {budget:,} tokens · roughly {took} or less · {template}{models}")
