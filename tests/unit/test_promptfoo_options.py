@@ -1,5 +1,5 @@
 """A promptfoo suite's run-wide keys (#32): evaluateOptions, outputPath, env, sharing, derivedMetrics (computed in
-the export), $ref assertion templates and defaultTest's grading options."""
+the export), $ref assertion templates and defaultTest's grading provider."""
 
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ sharing: true
 defaultTest:
   options:
     provider: workbench:judge-model
-    rubricPrompt: 'Output {{output}} against {{rubric}}: JSON'
 """
 
 
@@ -46,7 +45,6 @@ def test_run_wide_keys_are_applied_or_named(tmp_path):
         ("contains", "x", "Tone"), ("icontains", "arrr", "Pirate")]
     o = suite.options
     assert (o.samples, o.use_cache, o.output_path, o.judge_model) == (3, False, "out.json", "judge-model")
-    assert o.judge_prompt == "Output {{output}} against {{rubric}}: JSON"
     assert o.derived_metrics == {"Double": "Tone * 2", "Mix": "(Double + Pirate) / 3 - -1"}
     said = "\n".join(suite.notes)
     for name in ("evaluateOptions.cache: false is applied", "evaluateOptions.maxConcurrency is not applied",
@@ -89,10 +87,8 @@ def test_the_evaluator_does_arithmetic_only():
     (("#/assertionTemplates/pirate", "#/assertionTemplates/parrot"), "$ref #/assertionTemplates/parrot: the "
                                                                      "config has nothing at 'parrot'"),
     (("workbench:judge-model", "openai:gpt-4o"), "defaultTest.options.provider: 'openai:gpt-4o' is no loaded model"),
-    (("against {{rubric}}", "against {{rubrik}}"),
-     "rubricPrompt: the judge prompt must hold {{output}} and {{rubric}}"),
-    (("    assert: [{type: contains, value: y, metric: Tone}]", "    options: {rubricPrompt: x}"),
-     "tests[1].options.rubricPrompt: not supported here (the judge is the run's: set it in defaultTest.options)"),
+    (("    assert: [{type: contains, value: y, metric: Tone}]", "    options: {provider: workbench:x}"),
+     "tests[1].options.provider: not supported here (the judge is the run's: set it in defaultTest.options)"),
     (("outputPath: out.json", "outputPath: [a]"), "outputPath: must be a file path"),
 ])
 def test_what_is_wrong_in_run_wide_keys_is_named(change, said, tmp_path):

@@ -90,8 +90,7 @@ def main(argv: list[str]) -> int:
                 print(f"note: {note}", file=sys.stderr)
         else:
             rows = load_prompts(args.prompts, unescape_newlines(args.template) if args.template else None)
-        judge_prompt = args.judge_prompt.read_text(encoding="utf-8") if args.judge_prompt else (
-            options.judge_prompt or JUDGE_PROMPT)
+        judge_prompt = args.judge_prompt.read_text(encoding="utf-8") if args.judge_prompt else JUDGE_PROMPT
         grid = GridSpec(args.preset, dict(parse_axis(a) for a in args.grid), args.samples or options.samples,
                         args.seed)
         out = args.out or (args.prompts.parent / options.output_path if options.output_path else None)

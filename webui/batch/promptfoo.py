@@ -117,8 +117,8 @@ def read_suite(text: str, base: Path) -> Suite:
     rows: list[PromptRow] = []
     for case in read_cases(config, base, problems):
         name = case.description or f"test {case.index + 1}"
-        own, sets = _asserts(case, base, problems)
-        asserts = with_transforms(own, _case_transform(case, base, problems))
+        sets = _sets(case)
+        asserts = with_transforms(_asserts(case, base, problems), _case_transform(case, base, problems))
         for p, (label, prompt, params) in enumerate(prompts):
             at = f"{case.where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
@@ -358,20 +358,22 @@ def _anthropic_chat(data: dict[str, Any], where: str) -> list[Any]:
     return [{"role": "system", "content": system}, *data["messages"]]
 
 
-def _asserts(case: Case, base: Path, problems: Problems
-             ) -> tuple[list[Assert], tuple[tuple[tuple[int, ...], float], ...]]:
-    """A case's asserts, their values filled from its vars as promptfoo renders them, and its assert-sets with
-    a threshold (the indices of their asserts, the threshold)."""
-    out: list[Assert] = []
-    sets: dict[str, tuple[list[int], float]] = {}
+def _asserts(case: Case, base: Path, problems: Problems) -> list[Assert]:
+    """A case's asserts, their values filled from its vars as promptfoo renders them."""
+    out = []
     for where, item in case.asserts:
         with problems.collect(where):
-            group = item.get(SET_KEY)
-            out.append(_assert(_filled({k: v for k, v in item.items() if k != SET_KEY}, case.variables, where),
-                               base))
-            if group is not None:
-                sets.setdefault(group[0], ([], group[1]))[0].append(len(out) - 1)
-    return out, tuple((tuple(members), limit) for members, limit in sets.values())
+            out.append(_assert(_filled(item, case.variables, where), base))
+    return out
+
+
+def _sets(case: Case) -> tuple[tuple[tuple[int, ...], float], ...]:
+    """A case's assert-sets with a threshold: (the indices of their asserts among the case's, the threshold)."""
+    sets: dict[str, tuple[list[int], float]] = {}
+    for i, (_, item) in enumerate(case.asserts):
+        if item.get(SET_KEY) is not None:
+            sets.setdefault(item[SET_KEY][0], ([], item[SET_KEY][1]))[0].append(i)
+    return tuple((tuple(members), limit) for members, limit in sets.values())
 
 
 def _case_transform(case: Case, base: Path, problems: Problems) -> tuple[str, ...]:
@@ -384,6 +386,7 @@ def _case_transform(case: Case, base: Path, problems: Problems) -> tuple[str, ..
 
 
 def _filled(item: dict[str, Any], variables: Mapping[str, str], where: str) -> dict[str, Any]:
+    item = {k: v for k, v in item.items() if k != SET_KEY}  # an assert-set's mark: read by _sets
     value = item.get("value")
     if isinstance(value, str) and ("{{" in value or "{%" in value):
         return {**item, "value": render(value, variables, where=f"{where}.value")}

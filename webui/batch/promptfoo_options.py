@@ -1,5 +1,5 @@
 """A promptfoo suite's run-wide keys: evaluateOptions, outputPath, env, sharing, derivedMetrics, $ref templates,
-and defaultTest.options' grading keys (provider, rubricPrompt).
+and defaultTest.options.provider (the judge model).
 
 ``evaluateOptions.repeat`` is the run's samples and ``cache: false`` turns the
 response cache off; ``maxConcurrency``, ``delay``, ``showProgressBar``,
@@ -10,7 +10,8 @@ and ``sharing`` are named in the notes as not applied. ``outputPath`` is where
 them (over each prompt's summed named scores), by a small arithmetic evaluator:
 numbers, metric names, + - * / and parentheses; anything else is refused by name.
 ``$ref: '#/assertionTemplates/NAME'`` (any JSON pointer into the config) is
-replaced by what it points at before the suite is read.
+replaced by what it points at before the suite is read. ``defaultTest.options.provider``
+``workbench:NAME`` is the loaded model that judges; another id is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from webui.batch.errors import BatchInputError
-from webui.batch.judge import check_judge_prompt
 from webui.batch.promptfoo_tests import Problems
 
 NOT_APPLIED = {
@@ -49,8 +49,6 @@ class SuiteOptions:
     """name -> expression over named scores, in the suite's order."""
     judge_model: str = ""
     """The loaded model that judges (defaultTest.options.provider); "": the run's choice."""
-    judge_prompt: str | None = None
-    """defaultTest.options.rubricPrompt: the llm-rubric judge prompt; None: the run's choice."""
 
 
 def resolve_refs(config: Any, problems: Problems) -> Any:
@@ -102,9 +100,8 @@ def suite_options(config: Mapping[str, Any], problems: Problems, notes: list[str
                      ("sharing", "results are not shared anywhere; export them from the Batch tab")):
         if config.get(key):
             notes.append(f"{key} is not applied ({why})")
-    judge_model, judge_prompt = _grading(config.get("defaultTest"), problems)
     return SuiteOptions(samples, use_cache, output, derived_metrics(config.get("derivedMetrics"), problems),
-                        judge_model, judge_prompt)
+                        _judge_model(config.get("defaultTest"), problems))
 
 
 def _evaluate_options(given: Any, problems: Problems, notes: list[str]) -> tuple[int, bool]:
@@ -132,12 +129,12 @@ def _evaluate_options(given: Any, problems: Problems, notes: list[str]) -> tuple
     return samples, use_cache
 
 
-def _grading(default: Any, problems: Problems) -> tuple[str, str | None]:
-    """(judge model, judge prompt) from defaultTest.options.provider and .rubricPrompt."""
+def _judge_model(default: Any, problems: Problems) -> str:
+    """The judge model defaultTest.options.provider names ("": none named)."""
     options = default.get("options") if isinstance(default, dict) else None
     if not isinstance(options, dict):
-        return "", None
-    judge, prompt = "", None
+        return ""
+    judge = ""
     provider = options.get("provider")
     if provider is not None:
         pid = provider.get("id") if isinstance(provider, dict) else provider
@@ -148,14 +145,7 @@ def _grading(default: Any, problems: Problems) -> tuple[str, str | None]:
                                                          "the model in use")
         else:
             judge = name
-    given = options.get("rubricPrompt")
-    if given is not None:
-        with problems.collect("defaultTest.options.rubricPrompt"):
-            if not isinstance(given, str):
-                raise BatchInputError("must be one text holding {{output}} and {{rubric}} (a list of messages is "
-                                      "not read here)")
-            prompt = check_judge_prompt(given)
-    return judge, prompt
+    return judge
 
 
 def derived_metrics(given: Any, problems: Problems) -> dict[str, str]:

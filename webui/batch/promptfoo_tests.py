@@ -42,7 +42,7 @@ MAX_SHOWN = 20
 TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata")
 OPTION_KEYS = ("prefix", "suffix", "transform")
 """A test's options the workbench applies; any other (a grading provider...) is refused by name."""
-GRADING_KEYS = ("provider", "rubricPrompt")
+GRADING_KEYS = ("provider",)
 """defaultTest's options read by :mod:`webui.batch.promptfoo_options` (the run's judge: one for every test)."""
 SCRIPT_SUFFIXES = (".py", ".js", ".ts", ".mjs", ".cjs")
 PROMPTFOO_ASSERT_TYPES = frozenset((

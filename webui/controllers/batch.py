@@ -140,11 +140,9 @@ class BatchController:
                 samples = int(form.samples or 1)  # the form's when changed from 1, else the suite's repeat
                 grid = GridSpec([], {}, samples if samples != 1 else options.samples, int(form.base_seed or 0),
                                 base=params)
-                judge_prompt = form.judge_prompt if form.judge_prompt != JUDGE_PROMPT or not options.judge_prompt \
-                    else options.judge_prompt
                 return BatchJob(form.name.strip() or suite.description, rows, grid, form.system, form.raw,
                                 settings=suite.settings, chat_template=self.services.settings.get().chat_template,
-                                use_cache=form.use_cache and options.use_cache, judge_prompt=judge_prompt,
+                                use_cache=form.use_cache and options.use_cache, judge_prompt=form.judge_prompt,
                                 remote_judge=form.remote_judge(),
                                 judge_model=form.local_judge() or options.judge_model,
                                 derived_metrics=options.derived_metrics)
