@@ -66,6 +66,9 @@ def test_derived_metrics_are_computed_over_each_prompts_summed_scores_in_the_exp
     scores = column["metrics"]["namedScores"]
     assert scores == {"Tone": 1.0, "Pirate": 1.0, "Double": 2.0, "Mix": 2.0}  # (2 + 1) / 3 + 1
     assert (column["metrics"]["testPassCount"], column["metrics"]["testFailCount"]) == (1, 1)
+    assert (column["metrics"]["assertPassCount"], column["metrics"]["assertFailCount"]) == (2, 1)
+    assert column["metrics"]["tokenUsage"] == {"prompt": 2, "completion": 3, "total": 5}
+    assert (column["label"], column["provider"]) == ("{{q}}", "a")
 
 
 def test_the_evaluator_does_arithmetic_only():

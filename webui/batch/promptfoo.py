@@ -481,10 +481,16 @@ def _prompt_metrics(results: list[dict[str, Any]], derived: Mapping[str, str] | 
         column = columns.setdefault(key, {"raw": r["prompt"]["raw"], "label": r["prompt"]["label"],
                                           "provider": r["provider"]["id"], "metrics": {
                                               "score": 0.0, "testPassCount": 0, "testFailCount": 0,
+                                              "assertPassCount": 0, "assertFailCount": 0,
+                                              "tokenUsage": {"prompt": 0, "completion": 0, "total": 0},
                                               "namedScores": {}, "namedScoresCount": {}}})
         metrics = column["metrics"]
         metrics["score"] += r["score"]
         metrics["testPassCount" if r["success"] else "testFailCount"] += 1
+        for component in r["gradingResult"]["componentResults"]:
+            metrics["assertPassCount" if component["pass"] else "assertFailCount"] += 1
+        for key in ("prompt", "completion", "total"):
+            metrics["tokenUsage"][key] += r["response"]["tokenUsage"][key]
         for name, score in r["namedScores"].items():
             metrics["namedScores"][name] = metrics["namedScores"].get(name, 0.0) + score
             metrics["namedScoresCount"][name] = metrics["namedScoresCount"].get(name, 0) + 1
