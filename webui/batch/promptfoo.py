@@ -489,8 +489,8 @@ def _prompt_metrics(results: list[dict[str, Any]], derived: Mapping[str, str] | 
         metrics["testPassCount" if r["success"] else "testFailCount"] += 1
         for component in r["gradingResult"]["componentResults"]:
             metrics["assertPassCount" if component["pass"] else "assertFailCount"] += 1
-        for key in ("prompt", "completion", "total"):
-            metrics["tokenUsage"][key] += r["response"]["tokenUsage"][key]
+        for part in ("prompt", "completion", "total"):
+            metrics["tokenUsage"][part] += r["response"]["tokenUsage"][part]
         for name, score in r["namedScores"].items():
             metrics["namedScores"][name] = metrics["namedScores"].get(name, 0.0) + score
             metrics["namedScoresCount"][name] = metrics["namedScoresCount"].get(name, 0) + 1
