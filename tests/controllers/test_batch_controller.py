@@ -142,6 +142,21 @@ def test_an_uploaded_promptfoo_suite_runs_its_providers_as_settings(controller, 
         controller.upload(bad)
 
 
+def test_a_completion_provider_is_planned_raw(controller, tmp_path):
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text("prompts: ['Q: hi\\nA:']\nproviders: ['openai:completion:x', 'openai:chat:y']\n")
+    upload, _ = controller.upload(suite)
+    said = controller.plan(controller.job(BatchForm(upload=upload), BASE))
+    assert "chat template: " in said and "; raw prompts for openai:completion:x" in said
+
+
+def test_an_uploaded_suite_names_what_it_does_not_apply(controller, tmp_path):
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text("prompts: ['x']\nproviders:\n  - id: openai:chat:gpt-4o\n    config: {apiKey: sk-1}\n")
+    _, note = controller.upload(suite)
+    assert "Note: providers\\[0\\] \\(openai:chat:gpt\\-4o\\)\\.config\\.apiKey is not applied" in note
+
+
 def test_a_person_reviews_rows_and_the_review_is_stored_counted_and_exported(controller):
     from webui.batch import summarize
 

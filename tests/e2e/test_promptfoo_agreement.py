@@ -5,8 +5,9 @@ becomes one test of ONE promptfoo config whose provider is promptfoo's ``echo`` 
 ``{{output}}``, so the output is fixed and no model's randomness enters. promptfoo runs it once (Node, offline,
 see tests/e2e/promptfoo_cli.py); our side reads each case's test with ``read_config`` and checks its asserts
 on the very text promptfoo's echo gave back. Each assert's pass/fail, and the test's (weighted) score, must be
-the same, except where a case says why the two knowingly differ. Cases of kinds we do not read yet are counted
-and named, not compared.
+the same, except where a case says why the two knowingly differ (a case with an assert-set is compared by the
+test's pass and score, since promptfoo lists the set's own result beside its asserts'). Cases of kinds we do
+not read yet are counted and named, not compared.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from webui import bootstrap
 from webui.batch.asserts import AssertResult, Observed, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.promptfoo import read_config, supported
+from webui.batch.results import asserts_pass
 
 pytestmark = pytest.mark.node
 
@@ -56,9 +58,9 @@ def _config(tests: list[dict[str, Any]]) -> str:
 
 
 def _promptfoo_verdicts(results: dict[str, Any], cases: list[dict[str, Any]]
-                        ) -> dict[str, tuple[str, list[Any], float | None]]:
+                        ) -> dict[str, tuple[str, list[Any], float | None, bool | None]]:
     """Case id -> (the output promptfoo's echo gave back, each assert's (pass, reason) or ("error", why) for all,
-    the test's score)."""
+    the test's score, the test's pass)."""
     out = {}
     for r in results["results"]["results"]:
         case = cases[r["testIdx"]]
@@ -67,7 +69,8 @@ def _promptfoo_verdicts(results: dict[str, Any], cases: list[dict[str, Any]]
             verdicts: list[Any] = [(c["pass"], c.get("reason", "")) for c in components]
         else:
             verdicts = [("error", r.get("error") or "no result")] * len(_asserts(case))
-        out[case["id"]] = ((r.get("response") or {}).get("output", case["output"]), verdicts, r.get("score"))
+        out[case["id"]] = ((r.get("response") or {}).get("output", case["output"]), verdicts, r.get("score"),
+                           r.get("success"))
     return out
 
 
@@ -82,6 +85,14 @@ def _our_verdicts(case: dict[str, Any], output: str, base: Path) -> list[AssertR
     extra = {"variables": dict(rows[0].variables)} if FEATURES["python context (vars)"]() else {}
     seen = Observed(output, **extra)
     return [a.check(seen) for a in rows[0].asserts]
+
+
+def _our_set_verdict(case: dict[str, Any], output: str, base: Path) -> tuple[bool, float | None]:
+    """(the test's pass, its score) as our reader and asserts judge ``output``: for cases with an assert-set,
+    whose own verdict promptfoo gives beside its asserts'."""
+    _, rows, _ = read_config(_config([_test(case)]), base)
+    results = [a.check(Observed(output, variables=dict(rows[0].variables))) for a in rows[0].asserts]
+    return asserts_pass(results, rows[0].sets), row_score(results)
 
 
 def _lacked_kind(case: dict[str, Any]) -> str | None:
@@ -108,7 +119,17 @@ def test_our_asserts_agree_with_promptfoo_on_the_same_outputs(tmp_path):
     agree, compared, known, lacked, pending = 0, 0, [], {}, []
     problems, kinds = [], {}
     for case in cases:
-        output, their, their_score = theirs[case["id"]]
+        output, their, their_score, their_pass = theirs[case["id"]]
+        if any(a["type"] == "assert-set" for a in _asserts(case)):  # compared by the test's verdict and score
+            compared += 1
+            mine, score = _our_set_verdict(case, output, tmp_path)
+            kinds.setdefault("assert-set", set()).add(their_pass)
+            if mine == their_pass and score == pytest.approx(their_score):
+                agree += 1
+            else:
+                problems.append(f"{case['id']}: promptfoo says {their_pass} (score {their_score}), ours {mine} "
+                                f"(score {score})")
+            continue
         lacking = _lacked_kind(case)
         if case.get("pending") and not FEATURES[case["pending"]]():
             pending.append(case["id"])

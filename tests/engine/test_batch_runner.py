@@ -297,3 +297,17 @@ def test_graded_kinds_run_end_to_end_on_the_tiny_model(services):
     with pytest.raises(BatchInputError, match=r"prompt 1: context-faithfulness reads the test's `query` var, which "
                                               r"it does not have"):
         services.batch_runner.start(replace(graded, rows=[recall]))
+
+
+def test_a_raw_setting_reads_the_prompt_as_it_is_beside_one_through_the_chat_template(services):
+    from webui.batch.grid import Setting
+    from webui.engine import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_new_tokens=2)
+    settings = [Setting("completion", params, raw=True), Setting("chat", params)]
+    handle = run(services, BatchJob("raw and chat", parse_lines("Hello"), GridSpec([], {}), settings=settings))
+    completion, chat = sorted(handle.rows(), key=lambda r: r.setting != "completion")
+    assert completion.prompt_tokens < chat.prompt_tokens  # the template's turn markers, for the chat setting only
+    assert handle.keys[0] != handle.keys[1]
+    stored = services.batches.get(handle.run_id).spec["settings"]
+    assert [s.get("raw", False) for s in stored] == [True, False]

@@ -126,7 +126,7 @@ def test_prompt_files_by_glob_and_chats_a_line(tmp_path):
     assert [r.messages[0]["content"] if r.messages else r.text for r in rows] == [
         "First hi", "Second hi", "Third hi", "Fourth hi", "Fifth hi"]
     for config, said in (("prompts: ['file://*.csv']", "no file matches *.csv"),
-                         ("prompts: ['file://b.jsonl', 'file://a.py']", "JavaScript/Python prompt functions"),
+                         ("prompts: ['file://b.jsonl', 'file://a.py']", "a.py is a Python prompt function, which"),
                          ("prompts: [[{role: robot, content: x}]]", "message 0 must be {role: system|user|assistant")):
         (tmp_path / "a.py").write_text("def f(): pass")
         with pytest.raises(BatchInputError, match=re.escape(said)):

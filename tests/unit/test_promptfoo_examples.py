@@ -15,13 +15,8 @@ from webui.batch.promptfoo import load_config
 EXAMPLES = ROOT / "tests" / "data" / "promptfoo" / "examples"
 NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "promptfooconfig.yaml").is_file())
 NOT_YET = {
-    "claude-vs-gpt": "prompt.yaml: a chat prompt is a non-empty list of {role, content} messages",  # Anthropic's
-    # {messages: [{role, content: [{type: text, text}]}]} form; then javascript in defaultTest
-    "gemma-vs-llama": "unknown setting(s) max_new_tokens, prompt",  # Hugging Face provider keys in its config
+    "gemma-vs-llama": "unknown setting(s) prompt (a provider's prompt.prefix/suffix",  # per provider only
     "llama-cpp": "answer-relevance is not supported here: it compares embeddings",
-    "mistral-json-mode": "unknown setting(s) response_format",
-    "mistral-llama-comparison": "prompts[0] needs 'raw'",  # prompts as a {file: label} mapping, providers' prompts
-    "simple-test": "unknown key(s) assertionTemplates",  # and $ref asserts, javascript, inline python after it
 }
 """Examples our reader refuses today, with the start of its message; expected to shrink as features land."""
 

@@ -192,8 +192,10 @@ def test_a_scenario_without_tests_is_its_config_entries(tmp_path):
     ("scenarios: {x: 1}", "scenarios: must be a list"),
     ("scenarios:\n  - config: [{vars: {q: a}}]\n    test: []", "scenarios[0]: unknown key(s) test"),
     ("scenarios:\n  - config: [[1]]\n    tests: [{vars: {q: b}}]", "scenarios[0].config[0]: must be a mapping"),
-    ("tests:\n  - vars: {q: a}\n    assert:\n      - type: assert-set\n        threshold: 0.5\n        assert: []",
-     "tests[0].assert[0]: threshold not supported on an assert-set here"),
+    ("tests:\n  - vars: {q: a}\n    assert:\n      - type: assert-set\n        threshold: 1.5\n        assert: []",
+     "tests[0].assert[0].threshold: must be a score between 0 and 1, got 1.5"),
+    ("tests:\n  - vars: {q: a}\n    assert:\n      - type: assert-set\n        assert: [{type: assert-set}]",
+     "tests[0].assert[0].assert: an assert-set inside an assert-set is not read here"),
     ("tests:\n  - vars: {q: a}\n    assert:\n      - type: assert-set\n        assert:\n          - type: moderation",
      "tests[0].assert[0].assert[0]: the assert type 'moderation' is not supported here"),
     ("tests:\n  - vars: {q: a}\n    assert:\n      - type: equals\n        value: a\n        metric: 3",
@@ -237,8 +239,8 @@ def test_a_prompts_config_applies_to_its_rows_and_a_providers_prompts_filter_pic
 
 @pytest.mark.parametrize("config, said", [
     ("prompts:\n  - {raw: x, config: {seed: 3}}", "prompts[0] (prompt 1).config: seed not supported here"),
-    ("prompts:\n  - {raw: x, config: {response_format: {type: json_object}}}",
-     "prompts[0] (prompt 1).config: response_format not supported here"),
+    ("prompts:\n  - {raw: x, config: {response_format: {type: yaml}}}",
+     "prompts[0] (prompt 1).config.response_format: response_format: type must be text, json_object or json_schema"),
     ("prompts:\n  - {raw: x, config: {temperature: 9}}", "prompts[0] (prompt 1).config: temperature must be in"),
     ("prompts: [x]\nproviders:\n  - {id: a, prompts: nope}", "providers[0] (a).prompts must be a list of prompt"),
     ("prompts: [x]\nproviders:\n  - {id: a, prompts: [nope]}", "providers (a).prompts: 'nope' is no prompt's label"),

@@ -21,7 +21,8 @@ from webui.batch.export import to_csv, to_jsonl
 from webui.batch.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.prompts import load_prompts, unescape_newlines
-from webui.batch.promptfoo import is_config, load_config, to_promptfoo
+from webui.batch.promptfoo import is_config, load_suite, to_promptfoo
+from webui.batch.promptfoo_options import SuiteOptions
 from webui.batch.results import ResultRow, summarize
 from webui.batch.runner import BatchJob, RunHandle
 from webui.config import AppConfig, default_user_data_dir
@@ -37,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", nargs="+", default=[], metavar="NAME", help="presets to compare (grid dimension)")
     p.add_argument("--grid", action="append", default=[], metavar="PARAM=V1,V2",
                    help="vary a sampling parameter, e.g. --grid temperature=0,0.7 (repeatable)")
-    p.add_argument("--samples", type=int, default=1, help="samples per prompt and setting (seeds base+0, base+1, ...)")
+    p.add_argument("--samples", type=int, help="samples per prompt and setting (seeds base+0, base+1, ...; default 1, "
+                                               "a promptfoo suite's evaluateOptions.repeat)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     p.add_argument("--template", help="prompt template with {{column}} variables (CSV/JSONL columns)")
     p.add_argument("--system-prompt", default="", help="system prompt for the chat template")
@@ -77,17 +79,24 @@ def main(argv: list[str]) -> int:
         return _fail(f"--out must end in .jsonl, .csv or .json (promptfoo's shape), got '{args.out}'")
     if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
         return _fail(f"--min-pass-rate must be between 0 and 1, got {args.min_pass_rate}")
-    settings, description = None, ""
+    settings, description, options = None, "", SuiteOptions()
     try:
-        judge_prompt = args.judge_prompt.read_text(encoding="utf-8") if args.judge_prompt else JUDGE_PROMPT
         if is_config(args.prompts):
             if args.preset or args.grid or args.template:
                 raise BatchInputError("a promptfoo config brings its own prompts and providers (settings); "
                                       "--preset, --grid and --template do not apply to it")
-            description, rows, settings = load_config(args.prompts)
+            suite = load_suite(args.prompts)
+            description, rows, settings, options = suite.description, suite.rows, suite.settings, suite.options
+            for note in suite.notes:  # what the suite names that is not applied, each once
+                print(f"note: {note}", file=sys.stderr)
         else:
             rows = load_prompts(args.prompts, unescape_newlines(args.template) if args.template else None)
-        grid = GridSpec(args.preset, dict(parse_axis(a) for a in args.grid), args.samples, args.seed)
+        judge_prompt = args.judge_prompt.read_text(encoding="utf-8") if args.judge_prompt else JUDGE_PROMPT
+        grid = GridSpec(args.preset, dict(parse_axis(a) for a in args.grid), args.samples or options.samples,
+                        args.seed)
+        out = args.out or (args.prompts.parent / options.output_path if options.output_path else None)
+        if out is not None and out.suffix not in (".jsonl", ".csv", ".json"):
+            raise BatchInputError(f"outputPath must end in .jsonl, .csv or .json (promptfoo's shape), got '{out}'")
     except (BatchInputError, OSError) as exc:
         return _fail(str(exc))
     from webui.startup import load_startup_model
@@ -98,12 +107,13 @@ def main(argv: list[str]) -> int:
     config.make_dirs()
     services = Services.create(config)
     try:
-        local_judge = args.judge_model if not args.judge_url else ""
+        local_judge = (args.judge_model or options.judge_model) if not args.judge_url else ""
         job = BatchJob(args.name or description or args.prompts.name, rows, grid, args.system_prompt, args.raw,
-                       args.max_cells, settings, chat_template=args.chat_template, use_cache=not args.no_cache,
+                       args.max_cells, settings, chat_template=args.chat_template,
+                       use_cache=not args.no_cache and options.use_cache,
                        judge_prompt=judge_prompt,
                        remote_judge=RemoteJudge(args.judge_url, args.judge_model) if args.judge_url else None,
-                       judge_model=local_judge)
+                       judge_model=local_judge, derived_metrics=options.derived_metrics)
         planned, _ = services.batch_runner.plan(job)  # bad grids fail before any model loads
         named = list(dict.fromkeys(s.model for s in planned if s.model))
         if args.model or any(s.model is None for s in planned):
@@ -116,11 +126,11 @@ def main(argv: list[str]) -> int:
             _progress(handle)
         _progress(handle, final=True)
         results = handle.rows()
-        if args.out:
-            written = {".csv": to_csv, ".jsonl": to_jsonl}.get(args.out.suffix, lambda r: to_promptfoo(
-                r, job.name, job.rows, {s.label: s.provider for s in planned if s.provider}))
-            args.out.write_text(written(results), encoding="utf-8")
-            print(f"wrote {len(results)} rows to {args.out}")
+        if out:
+            written = {".csv": to_csv, ".jsonl": to_jsonl}.get(out.suffix, lambda r: to_promptfoo(
+                r, job.name, job.rows, {s.label: s.provider for s in planned if s.provider}, job.derived_metrics))
+            out.write_text(written(results), encoding="utf-8")
+            print(f"wrote {len(results)} rows to {out}")
         return _report(results, args.min_pass_rate, handle.run_id)
     except (BatchInputError, LoaderError, InvalidName, StoreError, ValueError) as exc:
         return _fail(str(exc))

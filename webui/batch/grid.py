@@ -44,6 +44,7 @@ class Setting:
     loras: tuple[tuple[str, float], ...] = ()  # LoRA adapters this setting runs with (the "lora" axis)
     model: str | None = None  # the loaded model it runs on (the "model" axis); None: the model in use
     provider: str | None = None  # the promptfoo provider id it came from (its label is ``label``); None: not one
+    raw: bool = False  # True: its prompts go to the model as they are, without the chat template (a completion)
 
 
 @dataclass

@@ -3,15 +3,18 @@
 What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
 ``{role, content}`` messages written as text, or such a list in YAML;
 ``{id/label, raw}`` objects; ``file://`` files, globs too: .txt/.md texts split
-on lines of ``---`` as promptfoo splits them, .json/.yaml chats, .jsonl a chat a line),
+on lines of ``---`` as promptfoo splits them, .json/.yaml chats (Anthropic's
+``{system, messages}`` too), .jsonl a chat a line; ``{file://path: label}`` mappings
+and ``{id: file://path, label, config}`` objects; a message's ``[{type: text, text}]``
+content blocks joined; prompt functions (.py, .js) refused by name),
 ``tests``, ``defaultTest`` and ``scenarios`` (read by
 :mod:`webui.batch.promptfoo_tests`: test files, CSV, vars, expansion, ``options``
-prefix/suffix/transform) and ``providers``. Each provider becomes one setting, labelled by its
-``label`` or ``id``, with its ``config`` (``temperature``, ``max_tokens``,
-``top_p``, ``seed``, ``stop``... as the OpenAI API names them) as that setting's
-parameters. ``workbench:NAME`` runs on the loaded model NAME (any loaded model:
-local, another loader's ``NAME@loader``, or a remote server connected in the Model
-tab; ``launch.py batch`` loads it); any other id runs on the model in use.
+prefix/suffix/transform) and ``providers`` (read by :mod:`webui.batch.promptfoo_providers`:
+each provider one setting, labelled by its ``label`` or ``id``, its ``config`` that
+setting's parameters; ``launch.py batch`` loads a ``workbench:NAME`` provider's model).
+What a suite names that cannot change an output is listed in the suite's notes. Run-wide keys
+(evaluateOptions, outputPath, env, sharing, derivedMetrics, ``$ref`` templates,
+defaultTest's grading options): :mod:`webui.batch.promptfoo_options`.
 Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python and javascript (inline or ``file://``, with ``config``), latency,
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -36,7 +41,9 @@ from webui.batch.asserts import Assert, AssertResult, parse_assert, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
-from webui.batch.promptfoo_tests import Case, Problems, read_cases
+from webui.batch.promptfoo_options import SuiteOptions, evaluate_metric, metric_names, resolve_refs, suite_options
+from webui.batch.promptfoo_providers import provider_params, provider_setting
+from webui.batch.promptfoo_tests import SET_KEY, Case, Problems, read_cases
 from webui.batch.python_assert import is_python_file
 from webui.batch.results import ResultRow
 from webui.batch.transform import check_transforms, resolved, with_transforms
@@ -54,36 +61,64 @@ def is_config(name: str | Path) -> bool:
     return Path(name).suffix.lower() in CONFIG_SUFFIXES
 
 
-def load_config(path: Path) -> tuple[str, list[PromptRow], list[Setting]]:
-    """(description, prompt rows, settings) of a promptfoo config file."""
+@dataclass(frozen=True)
+class Suite:
+    """A promptfoo suite read for a batch run."""
+
+    description: str
+    rows: list[PromptRow]
+    settings: list[Setting]
+    notes: list[str] = field(default_factory=list)
+    """What the suite names that is not applied because it cannot change an output (an apiKey...), each once."""
+    options: SuiteOptions = field(default_factory=SuiteOptions)
+    """Its run-wide keys: samples (evaluateOptions.repeat), cache, outputPath, derivedMetrics, the judge."""
+
+
+def load_suite(path: Path) -> Suite:
+    """The suite of a promptfoo config file."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BatchInputError(f"cannot read the promptfoo config '{path}': {exc}") from None
-    return read_config(text, Path(path).parent)
+    return read_suite(text, Path(path).parent)
+
+
+def load_config(path: Path) -> tuple[str, list[PromptRow], list[Setting]]:
+    """(description, prompt rows, settings) of a promptfoo config file (:func:`load_suite` without its notes)."""
+    suite = load_suite(path)
+    return suite.description, suite.rows, suite.settings
 
 
 def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setting]]:
-    """Like :func:`load_config` for config text; ``file://`` paths are relative to ``base``. Every problem found
-    is reported at once, each with where it is in the suite."""
+    """(description, prompt rows, settings) of config text (:func:`read_suite` without its notes)."""
+    suite = read_suite(text, base)
+    return suite.description, suite.rows, suite.settings
+
+
+def read_suite(text: str, base: Path) -> Suite:
+    """The suite of promptfoo config text; ``file://`` paths are relative to ``base``. Every problem found is
+    reported at once, each with where it is in the suite."""
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise BatchInputError(f"promptfoo config: not valid YAML ({exc})") from None
     if not isinstance(config, dict):
         raise BatchInputError("promptfoo config: expected a mapping with prompts, providers and tests")
-    problems = Problems()
+    problems, notes = Problems(), list[str]()
+    config = resolve_refs(config, problems)
     unknown_top = set(config) - {"description", "prompts", "providers", "tests", "defaultTest", "outputPath",
-                                 "sharing", "env", "evaluateOptions", "scenarios", "derivedMetrics", "nunjucksFilters"}
+                                 "sharing", "env", "evaluateOptions", "scenarios", "derivedMetrics", "nunjucksFilters",
+                                 "assertionTemplates"}
     if unknown_top:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
     _refuse_filters(config.get("nunjucksFilters"), problems)
-    prompts = _prompts(config.get("prompts"), base, problems)
-    settings, filters = _settings(config.get("providers"), problems)
+    prompts = _prompts(config.get("prompts"), base, problems, notes)
+    settings, filters = _settings(config.get("providers"), problems, notes)
     runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
     rows: list[PromptRow] = []
     for case in read_cases(config, base, problems):
         name = case.description or f"test {case.index + 1}"
+        sets = _sets(case)
         asserts = with_transforms(_asserts(case, base, problems), _case_transform(case, base, problems))
         for p, (label, prompt, params) in enumerate(prompts):
             at = f"{case.where} with prompt '{label}'"
@@ -93,9 +128,18 @@ def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setti
             with problems.collect():
                 row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id, origin,
                            case.threshold, at)
-                rows.append(dataclasses.replace(row, params=params, settings=runs_with[p]))
+                rows.append(dataclasses.replace(row, params=params, settings=runs_with[p], sets=sets))
+    options = suite_options(config, problems, notes)
+    metrics = {a.metric for row in rows for a in row.asserts if a.metric}
+    for name, expression in options.derived_metrics.items():
+        unknown = [n for n in metric_names(expression) if n not in metrics]
+        if unknown:
+            problems.add(f"derivedMetrics ({name})", f"{', '.join(unknown)}: no assert's metric has that name "
+                                                     f"(metrics: {', '.join(sorted(metrics)) or 'none'})")
+        metrics.add(name)
     problems.raise_any()
-    return str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings
+    return Suite(str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings,
+                 list(dict.fromkeys(notes)), options)
 
 
 def _runs_with(labels: list[str], settings: list[Setting], filters: Mapping[str, list[str]],
@@ -172,22 +216,39 @@ PromptSpec = tuple[str, Prompt, dict[str, Any] | None]
 """A prompt's label, the prompt, and its own sampling parameters (None: its providers')."""
 
 
-def _prompts(given: Any, base: Path, problems: Problems) -> list[PromptSpec]:
+def _prompts(given: Any, base: Path, problems: Problems, notes: list[str]) -> list[PromptSpec]:
     """Each prompt; a prompt that cannot be read is a problem, the others are read on."""
     if given is None:
         problems.add("", "prompts is missing; list at least one prompt")
         return []
+    if isinstance(given, dict):  # {path or text: label}, promptfoo's mapping form
+        given = [{source: label} for source, label in given.items()]
     out: list[PromptSpec] = []
     for i, item in enumerate(given if isinstance(given, list) else [given]):
         with problems.collect():
-            out += _prompt(item, i, base)
+            out += _prompt(item, i, base, notes)
     if not out and not problems.found:
         problems.add("", "prompts is empty; list at least one prompt")
     return out
 
 
-def _prompt(item: Any, i: int, base: Path) -> list[PromptSpec]:
+def _prompt(item: Any, i: int, base: Path, notes: list[str]) -> list[PromptSpec]:
     where = f"promptfoo config: prompts[{i}]"
+    if isinstance(item, dict) and len(item) == 1 and not set(item) & {"raw", "id", "label", "config"}:
+        (source, label), = item.items()  # {file://path: label} (or {text: label}), as promptfoo reads a mapping
+        is_file = str(source).startswith("file://") or (base / str(source)).is_file()
+        item = {"id" if is_file else "raw": f"file://{str(source).removeprefix('file://')}" if is_file else source,
+                "label": label}
+    if isinstance(item, dict) and "raw" not in item and str(item.get("id", "")).startswith("file://"):
+        ignored = set(item) - {"label", "id", "config"}
+        if ignored:
+            raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt file takes "
+                                  f"id, label and config)")
+        found = _prompt_files(base, str(item["id"]).removeprefix("file://"), where)
+        label = item.get("label")
+        params = _prompt_params(item.get("config"), f"{where} ({label or item['id']}).config", notes)
+        return [((name if not label else str(label) if len(found) == 1 else f"{label} #{n + 1}"), prompt, params)
+                for n, (name, prompt) in enumerate(found)]
     if isinstance(item, dict):
         raw = item.get("raw")
         if not isinstance(raw, str):
@@ -197,7 +258,7 @@ def _prompt(item: Any, i: int, base: Path) -> list[PromptSpec]:
             raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt takes "
                                   f"raw, label, id and config)")
         label = str(item.get("label") or item.get("id") or f"prompt {i + 1}")
-        return [(label, raw, _prompt_params(item.get("config"), f"{where} ({label}).config"))]
+        return [(label, raw, _prompt_params(item.get("config"), f"{where} ({label}).config", notes))]
     if isinstance(item, list):  # a chat written in YAML: a list of {role, content}
         return [(f"prompt {i + 1}", chat_messages_of(item, where), None)]
     if isinstance(item, str) and item.startswith("file://"):
@@ -208,25 +269,22 @@ def _prompt(item: Any, i: int, base: Path) -> list[PromptSpec]:
                           f"{{raw: ...}}")
 
 
-def _prompt_params(given: Any, where: str) -> dict[str, Any] | None:
+def _prompt_params(given: Any, where: str, notes: list[str]) -> dict[str, Any] | None:
     """A prompt's config: sampling parameters as the OpenAI API names them, applied over each provider's for this
     prompt's rows (as promptfoo merges a prompt's config over the provider's)."""
     if given is None:
         return None
     if not isinstance(given, dict):
         raise BatchInputError(f"{where} must be a mapping of parameters (temperature, max_tokens...)")
-    unknown = set(given) - _api_names()
-    if "seed" in given:
-        unknown.add("seed")  # a seed is the setting's: its samples count from it
-    if unknown:
-        raise BatchInputError(f"{where}: {', '.join(sorted(map(str, unknown)))} not supported here (a prompt's config "
-                              f"takes sampling parameters such as temperature, max_tokens, top_p, stop; set a seed in "
-                              f"a provider's config)")
+    if "seed" in given:  # a seed is the setting's: its samples count from it
+        raise BatchInputError(f"{where}: seed not supported here (a prompt's config takes sampling parameters such "
+                              f"as temperature, max_tokens, top_p, stop; set a seed in a provider's config)")
+    fields = provider_params(given, where, notes)
     try:
-        SamplingParams.from_api(given, SamplingParams())
+        SamplingParams.from_api(fields, SamplingParams())
     except (InvalidParameter, ValueError) as exc:
         raise BatchInputError(f"{where}: {exc}") from None
-    return dict(given) or None
+    return fields or None
 
 
 def _text_or_chat(text: str, where: str) -> Prompt:
@@ -246,6 +304,11 @@ def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Promp
     """Prompts from file(s) (a glob gives every file it matches, in name order): .txt/.md texts (several split by
     lines of ---), .json a chat (a list of messages) or a list of chats, .jsonl a chat per line, .yaml/.yml a chat
     or a list of prompts."""
+    function = re.search(r"\.(py|js|ts|mjs|cjs)(:[\w.]+)?$", pattern)
+    if function:
+        kind = "Python" if function.group(1) == "py" else "JavaScript"
+        raise BatchInputError(f"{where}: {pattern} is a {kind} prompt function, which the workbench does not run; "
+                              f"save the prompt it returns in a .txt, .json or .yaml file")
     paths = sorted(base.glob(pattern)) if any(c in pattern for c in "*?[") else [base / pattern]
     if not paths:
         raise BatchInputError(f"{where}: no file matches {pattern}")
@@ -264,6 +327,8 @@ def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Promp
                 data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
             except (ValueError, yaml.YAMLError) as exc:
                 raise BatchInputError(f"{where}: {path.name} is not valid {suffix[1:].upper()}: {exc}") from None
+            if isinstance(data, dict) and isinstance(data.get("messages"), list):  # Anthropic's {system, messages}
+                data = _anthropic_chat(data, f"{where}: {path.name}")
             chats = data if isinstance(data, list) and data and all(isinstance(c, list) for c in data) else [data]
             for n, chat in enumerate(chats):
                 label = path.name + (f" #{n + 1}" if len(chats) > 1 else "")
@@ -282,6 +347,18 @@ def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Promp
     return out
 
 
+def _anthropic_chat(data: dict[str, Any], where: str) -> list[Any]:
+    """A ``{system, messages}`` prompt (Anthropic's request shape) as one list of messages."""
+    unknown = set(data) - {"system", "messages"}
+    if unknown:
+        raise BatchInputError(f"{where}: {', '.join(sorted(map(str, unknown)))} not supported here (a chat prompt "
+                              "object takes system and messages)")
+    system = data.get("system")
+    if system is None:
+        return list(data["messages"])
+    return [{"role": "system", "content": system}, *data["messages"]]
+
+
 def _asserts(case: Case, base: Path, problems: Problems) -> list[Assert]:
     """A case's asserts, their values filled from its vars as promptfoo renders them."""
     out = []
@@ -289,6 +366,15 @@ def _asserts(case: Case, base: Path, problems: Problems) -> list[Assert]:
         with problems.collect(where):
             out.append(_assert(_filled(item, case.variables, where), base, case.options.get("rubricPrompt")))
     return out
+
+
+def _sets(case: Case) -> tuple[tuple[tuple[int, ...], float], ...]:
+    """A case's assert-sets with a threshold: (the indices of their asserts among the case's, the threshold)."""
+    sets: dict[str, tuple[list[int], float]] = {}
+    for i, (_, item) in enumerate(case.asserts):
+        if item.get(SET_KEY) is not None:
+            sets.setdefault(item[SET_KEY][0], ([], item[SET_KEY][1]))[0].append(i)
+    return tuple((tuple(members), limit) for members, limit in sets.values())
 
 
 def _case_transform(case: Case, base: Path, problems: Problems) -> tuple[str, ...]:
@@ -301,6 +387,7 @@ def _case_transform(case: Case, base: Path, problems: Problems) -> tuple[str, ..
 
 
 def _filled(item: dict[str, Any], variables: Mapping[str, str], where: str) -> dict[str, Any]:
+    item = {k: v for k, v in item.items() if k != SET_KEY}  # an assert-set's mark: read by _sets
     value = item.get("value")
     if isinstance(value, str) and ("{{" in value or "{%" in value):
         return {**item, "value": render(value, variables, where=f"{where}.value")}
@@ -328,15 +415,16 @@ def _assert(item: dict[str, Any], base: Path, rubric_prompt: Any = None) -> Asse
     return parse_assert({"type": kind, **spec.promptfoo(item, base), **extra, **transform})
 
 
-def _settings(given: Any, problems: Problems) -> tuple[list[Setting], dict[str, list[str]]]:
+def _settings(given: Any, problems: Problems, notes: list[str]) -> tuple[list[Setting], dict[str, list[str]]]:
     """The settings, and the prompts filter of each provider that has one (by setting label); a provider that
-    cannot be read is a problem, the others are read on."""
+    cannot be read is a problem, the others are read on; what a provider's config names that changes nothing is
+    added to ``notes``."""
     items = given if isinstance(given, list) else [given] if given else [{"id": "loaded model"}]
     out: list[Setting] = []
     filters: dict[str, list[str]] = {}
     for i, item in enumerate(items):
         with problems.collect():
-            setting, chosen = _setting({"id": item} if isinstance(item, str) else item, i)
+            setting, chosen = provider_setting({"id": item} if isinstance(item, str) else item, i, notes)
             if any(s.label == setting.label for s in out):
                 raise BatchInputError(f"two providers are labelled '{setting.label}'; give each a label")
             out.append(setting)
@@ -345,53 +433,17 @@ def _settings(given: Any, problems: Problems) -> tuple[list[Setting], dict[str, 
     return out, filters
 
 
-def _setting(item: Any, i: int) -> tuple[Setting, list[str] | None]:
-    """One provider: its setting and its prompts filter (None: every prompt)."""
-    if not isinstance(item, dict) or not isinstance(item.get("id", ""), str):
-        raise BatchInputError(f"providers[{i}] must be an id or a mapping with id and config")
-    label = str(item.get("label") or item.get("id") or f"provider {i + 1}")
-    where = f"providers[{i}] ({label})"
-    ignored = set(item) - {"id", "label", "config", "prompts"}
-    if ignored:  # e.g. a provider's transform: named, never dropped unseen
-        raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a provider takes id, "
-                              "label, config and prompts)")
-    chosen = item.get("prompts")
-    if chosen is not None and (not isinstance(chosen, list) or not chosen
-                               or not all(isinstance(n, str) for n in chosen)):
-        raise BatchInputError(f"{where}.prompts must be a list of prompt labels")
-    config = item.get("config") or {}
-    if not isinstance(config, dict):
-        raise BatchInputError(f"{where}.config must be a mapping")
-    fields = {k: v for k, v in config.items() if k not in ("apiKey", "apiBaseUrl", "apiHost")}
-    try:
-        params = SamplingParams.from_api(fields, SamplingParams(temperature=0.0, max_new_tokens=256))
-    except (InvalidParameter, ValueError) as exc:
-        raise BatchInputError(f"{where}.config: {exc}") from None
-    unknown = set(fields) - set(_api_names())
-    if unknown:
-        raise BatchInputError(f"{where}.config: unknown setting(s) {', '.join(sorted(unknown))}")
-    provider, _, model = str(item.get("id", "")).partition(":")
-    if provider == "workbench" and not model.strip():
-        raise BatchInputError(f"providers[{i}]: workbench: needs a model name (workbench:SmolLM2-135M-Instruct)")
-    return Setting(label, params, None, dict(fields), model=model.strip() if provider == "workbench" else None,
-                   provider=str(item.get("id") or label)), chosen
-
-
-def _api_names() -> set[str]:
-    from webui.engine.params import api_names
-
-    return set(api_names().values())
-
-
 # -- results in promptfoo's output shape -------------------------------------------------------------------
 
 def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequence[PromptRow] = (),
-                 providers: Mapping[str, str] | None = None) -> str:
+                 providers: Mapping[str, str] | None = None, derived: Mapping[str, str] | None = None) -> str:
     """Results as promptfoo writes ``--output results.json``: results.results[] with prompt (raw, label), vars,
     provider (id, label), response, success, score, testIdx/promptIdx, testCase (description, vars, assert) and
     gradingResult (one componentResult per assert, the assertion as promptfoo writes it), and results.stats.
     ``prompts`` (the run's rows, by index) and ``providers`` (setting label -> promptfoo provider id) give what
-    the result rows do not hold; without them the prompt's id is its label and the setting's label its id."""
+    the result rows do not hold; without them the prompt's id is its label and the setting's label its id.
+    results.prompts has each prompt and provider's metrics (pass and fail counts, summed named scores and the
+    ``derived`` metrics, name -> expression, computed over those as promptfoo does)."""
     by_index = {p.index: p for p in prompts}
     results = []
     for r in rows:
@@ -419,9 +471,38 @@ def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequ
             "error": r.error, "gradingResult": {"pass": r.passed is not False, "score": score, "reason": _reason(r),
                                                 "namedScores": named, "componentResults": components}})
     passed = sum(1 for r in results if r["success"])
-    return json.dumps({"results": {"version": 3, "results": results,
+    return json.dumps({"results": {"version": 3, "results": results, "prompts": _prompt_metrics(results, derived),
                                    "stats": {"successes": passed, "failures": len(results) - passed}},
                        "config": {"description": description}}, indent=2, ensure_ascii=False)
+
+
+def _prompt_metrics(results: list[dict[str, Any]], derived: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """promptfoo's results.prompts: per prompt and provider, its rows' counts and summed named scores, then each
+    derived metric evaluated over those sums (in order, so a later one may use an earlier one)."""
+    columns: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in results:
+        key = (r["promptIdx"], r["provider"]["label"])
+        column = columns.setdefault(key, {"raw": r["prompt"]["raw"], "label": r["prompt"]["label"],
+                                          "provider": r["provider"]["id"], "metrics": {
+                                              "score": 0.0, "testPassCount": 0, "testFailCount": 0,
+                                              "assertPassCount": 0, "assertFailCount": 0,
+                                              "tokenUsage": {"prompt": 0, "completion": 0, "total": 0},
+                                              "namedScores": {}, "namedScoresCount": {}}})
+        metrics = column["metrics"]
+        metrics["score"] += r["score"]
+        metrics["testPassCount" if r["success"] else "testFailCount"] += 1
+        for component in r["gradingResult"]["componentResults"]:
+            metrics["assertPassCount" if component["pass"] else "assertFailCount"] += 1
+        for part in ("prompt", "completion", "total"):
+            metrics["tokenUsage"][part] += r["response"]["tokenUsage"][part]
+        for name, score in r["namedScores"].items():
+            metrics["namedScores"][name] = metrics["namedScores"].get(name, 0.0) + score
+            metrics["namedScoresCount"][name] = metrics["namedScoresCount"].get(name, 0) + 1
+    for column in columns.values():
+        scores = column["metrics"]["namedScores"]
+        for name, expression in (derived or {}).items():
+            scores[name] = evaluate_metric(expression, scores)
+    return list(columns.values())
 
 
 def promptfoo_assertion(a: Assert) -> dict[str, Any]:

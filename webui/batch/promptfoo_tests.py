@@ -12,7 +12,8 @@ each of its ``tests``, as promptfoo expands them); ``vars`` inline or as a
 glob gives a case per file), a list of texts a case per element (the cartesian
 product over several lists, first var slowest), values that use other vars
 filled from them. An ``assert-set`` is its asserts with its weight shared among
-them by their weights, so the row's score is promptfoo's.
+them by their weights, so the row's score is promptfoo's; one with a ``threshold``
+passes on its asserts' weighted score against it (PromptRow.sets), as promptfoo's does.
 
 Problems are collected (:class:`Problems`), each with where it is in the suite,
 so a reader reports them all at once.
@@ -41,6 +42,8 @@ MAX_SHOWN = 20
 TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata")
 OPTION_KEYS = ("prefix", "suffix", "transform", "rubricPrompt")
 """A test's options the workbench applies; any other (a grading provider...) is refused by name."""
+GRADING_KEYS = ("provider",)
+"""defaultTest's options read by :mod:`webui.batch.promptfoo_options` (the run's judge: one for every test)."""
 SCRIPT_SUFFIXES = (".py", ".js", ".ts", ".mjs", ".cjs")
 PROMPTFOO_ASSERT_TYPES = frozenset((
     "answer-relevance", "bleu", "classifier", "contains", "contains-all", "contains-any", "contains-html",
@@ -52,6 +55,8 @@ PROMPTFOO_ASSERT_TYPES = frozenset((
     "moderation", "perplexity", "perplexity-score", "python", "regex", "rouge-n", "ruby", "similar", "starts-with",
     "trace-error-spans", "trace-span-count", "trace-span-duration", "webhook", "word-count", *ASSERT_KINDS))
 """The types promptfoo 0.115's CSV shorthand recognises (``type:value``); other text is an ``equals`` value."""
+SET_KEY = "__assert_set"
+"""Marks an assert of an assert-set with a threshold: (the set's place, its threshold); the reader takes it off."""
 _THRESHOLD_DEFAULTS = {"similar": 0.8}
 """What promptfoo's CSV shorthand sets as the threshold when none is written in parentheses."""
 
@@ -184,8 +189,11 @@ def _check_test_keys(test: dict[str, Any], where: str, problems: Problems) -> No
     if options is not None and not isinstance(options, dict):
         problems.add(f"{where}.options", "must be a mapping")
     elif options:
-        for key in sorted(set(options) - set(OPTION_KEYS)):
-            problems.add(f"{where}.options.{key}", f"not supported here (options here: {', '.join(OPTION_KEYS)})")
+        grading = GRADING_KEYS if where == "defaultTest" else ()
+        for key in sorted(set(options) - set(OPTION_KEYS) - set(grading)):
+            why = " (the judge is the run's: set it in defaultTest.options)" if key in GRADING_KEYS else ""
+            problems.add(f"{where}.options.{key}", f"not supported here{why} (options here: {', '.join(OPTION_KEYS)}"
+                                                   f"; defaultTest's also {', '.join(GRADING_KEYS)})")
     threshold = test.get("threshold")
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                   or not 0 <= threshold <= 1):
@@ -239,11 +247,20 @@ def assert_items(given: Any, where: str, problems: Problems, placed: bool = Fals
 
 
 def _assert_set(item: dict[str, Any], where: str, problems: Problems) -> list[tuple[str, dict]]:
-    unknown = set(item) - {"type", "assert", "weight", "metric"}
-    if unknown:  # a set's own threshold passes it on a partial score, which its asserts alone cannot say
+    unknown = set(item) - {"type", "assert", "weight", "metric", "threshold"}
+    if unknown:
         problems.add(where, f"{', '.join(sorted(map(str, unknown)))} not supported on an assert-set here (it takes "
-                            "assert, weight and metric; put a threshold on the test)")
+                            "assert, weight, metric and threshold)")
+    if any(isinstance(a, dict) and a.get("type") == "assert-set" for a in _as_list(item.get("assert"))):
+        problems.add(f"{where}.assert", "an assert-set inside an assert-set is not read here; list its asserts in "
+                                        "the outer set")
+    limit = item.get("threshold")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 <= limit <= 1):
+        problems.add(f"{where}.threshold", f"must be a score between 0 and 1, got {limit!r}")
+        limit = None
     inner = assert_items(item.get("assert"), f"{where}.assert", problems)
+    if limit is not None:  # the set passes on its asserts' weighted score (promptfoo's), whatever each says
+        inner = [(at, {**a, SET_KEY: (where, float(limit))}) for at, a in inner]
     weights = [float(a.get("weight", 1)) if isinstance(a.get("weight", 1), (int, float)) else 1.0 for _, a in inner]
     total, share = sum(weights), item.get("weight", 1)
     if not isinstance(share, (int, float)) or isinstance(share, bool) or share < 0:

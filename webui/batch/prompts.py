@@ -64,6 +64,9 @@ class PromptRow:
     prompt's config); None: the setting's alone."""
     settings: tuple[str, ...] | None = field(default=None, hash=False)
     """The labels of the settings that run it (a promptfoo provider's prompts filter); None: every setting."""
+    sets: tuple[tuple[tuple[int, ...], float], ...] = field(default=(), hash=False)
+    """promptfoo's assert-sets with a threshold: (the indices of their asserts, the threshold): such a set passes
+    when its asserts' weighted score reaches the threshold, whatever each of them says."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "id": self.id, "text": self.text, "variables": dict(self.variables),
@@ -72,7 +75,8 @@ class PromptRow:
                 **({"origin": dict(self.origin)} if self.origin is not None else {}),
                 **({"threshold": self.threshold} if self.threshold is not None else {}),
                 **({"params": dict(self.params)} if self.params else {}),
-                **({"settings": list(self.settings)} if self.settings is not None else {})}
+                **({"settings": list(self.settings)} if self.settings is not None else {}),
+                **({"sets": [[list(members), limit] for members, limit in self.sets]} if self.sets else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PromptRow":
@@ -87,26 +91,43 @@ class PromptRow:
             threshold = None if data.get("threshold") is None else float(data["threshold"])
             params = dict(data["params"]) if data.get("params") else None
             settings = None if data.get("settings") is None else tuple(str(s) for s in data["settings"])
+            sets = tuple((tuple(int(i) for i in members), float(limit)) for members, limit in data.get("sets", []))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BatchInputError(f"{where}: not a stored prompt row ({type(exc).__name__}: {exc})") from None
         return cls(index, text, variables, parse_asserts(specs, where), row_id, messages, origin, threshold,
-                   params, settings)
+                   params, settings, sets)
 
 
 def chat_messages_of(value: Any, where: str) -> tuple[dict[str, str], ...]:
     """A chat prompt's messages checked: a non-empty list of {role, content} with a known role and text content
-    (OpenAI's "developer" is the system's)."""
+    (OpenAI's "developer" is the system's); content may be a list of text blocks (``{type: text, text}``, as
+    OpenAI's and Anthropic's APIs take them), joined into one text as the API joins them."""
     if not isinstance(value, (list, tuple)) or not value:
         raise BatchInputError(f"{where}: a chat prompt is a non-empty list of {{role, content}} messages")
     out = []
     for i, message in enumerate(value):
         role = message.get("role") if isinstance(message, dict) else None
         role = "system" if role == "developer" else role
-        if role not in ROLES or not isinstance(message.get("content"), str):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            content = _block_text(content, f"{where}: message {i}")
+        if role not in ROLES or not isinstance(content, str):
             raise BatchInputError(f"{where}: message {i} must be {{role: {'|'.join(ROLES)}, content: text}}, "
                                   f"got {json.dumps(message, ensure_ascii=False)[:80]}")
-        out.append({"role": str(role), "content": message["content"]})
+        out.append({"role": str(role), "content": content})
     return tuple(out)
+
+
+def _block_text(blocks: list[Any], where: str) -> str:
+    """The text of a message's content blocks; a block of another type (an image...) is refused by its type."""
+    texts = []
+    for n, block in enumerate(blocks):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind != "text" or not isinstance(block.get("text"), str):
+            raise BatchInputError(f"{where}: content block {n} is {json.dumps(kind or block)[:40]}; the workbench's "
+                                  "models read text, so a chat prompt's content blocks must be {type: text, text}")
+        texts.append(block["text"])  # cache_control and the like do not change what the model reads
+    return "".join(texts)
 
 
 # -- templating ----------------------------------------------------------------------

@@ -127,6 +127,14 @@ def _check_types(values: dict[str, Any], prefix: str) -> None:
             values[name] = float(values[name])
 
 
+def asserts_pass(results: Sequence[AssertResult], sets: Sequence[tuple[Sequence[int], float]] = ()) -> bool:
+    """Whether a row's asserts pass it: each one outside a set with a threshold, and each such set by its asserts'
+    weighted score against its threshold (promptfoo's assert-set ``threshold``)."""
+    grouped = {i for members, _ in sets for i in members}
+    return all(r.passed for i, r in enumerate(results) if i not in grouped) and all(
+        (row_score([results[i] for i in members]) or 0.0) >= limit for members, limit in sets)
+
+
 def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
                ttft: float | None = None, tokens_per_second: float | None = None, cached_tokens: int = 0,
                error: str | None = None, from_cache: bool = False,
@@ -156,7 +164,7 @@ def _outcome(cell: Cell, asserts: list[AssertResult], error: str | None) -> tupl
         return score, None
     if cell.row.threshold is not None:  # promptfoo's test threshold: the weighted score decides
         return score, error is None and (score if score is not None else 0.0) >= cell.row.threshold
-    return score, error is None and all(a.passed for a in asserts)
+    return score, error is None and asserts_pass(asserts, cell.row.sets)
 
 
 def rejudged(row: ResultRow, cell: Cell, judged: Mapping[str, Any]) -> ResultRow:

@@ -48,29 +48,33 @@ class BatchJob:
     judge_prompt: str = JUDGE_PROMPT  # what the judge model is asked for llm-rubric asserts
     remote_judge: RemoteJudge | None = None  # a server that judges instead of a loaded model
     judge_model: str = ""  # the loaded model that judges llm-rubric asserts ("": the model in use)
+    derived_metrics: dict[str, str] = field(default_factory=dict)  # a promptfoo suite's: name -> expression
 
     def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
                 "settings": [{"label": s.label, "params": s.params.to_dict(), "preset": s.preset,
                               "overrides": s.overrides, "loras": [list(x) for x in s.loras], "model": s.model,
-                              **({"provider": s.provider} if s.provider is not None else {})}
+                              **({"provider": s.provider} if s.provider is not None else {}),
+                              **({"raw": True} if s.raw else {})}
                              for s in settings],
                 "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells,
                 "chat_template_name": self.chat_template, "use_cache": self.use_cache,
                 "judge_prompt": self.judge_prompt, "judge_model": self.judge_model,
-                "remote_judge": self.remote_judge.to_dict() if self.remote_judge else None}
+                "remote_judge": self.remote_judge.to_dict() if self.remote_judge else None,
+                **({"derived_metrics": dict(self.derived_metrics)} if self.derived_metrics else {})}
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
         settings = [Setting(s["label"], SamplingParams.from_dict(s["params"]), s.get("preset"), s.get("overrides", {}),
-                            tuple((n, float(w)) for n, w in s.get("loras", [])), s.get("model"), s.get("provider"))
+                            tuple((n, float(w)) for n, w in s.get("loras", [])), s.get("model"), s.get("provider"),
+                            bool(s.get("raw", False)))
                     for s in spec["settings"]]
         return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
                    spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),
                    settings, spec.get("chat_template_name", ""), spec.get("use_cache", True),
                    spec.get("judge_prompt", JUDGE_PROMPT),
                    RemoteJudge(**spec["remote_judge"]) if spec.get("remote_judge") else None,
-                   spec.get("judge_model", ""))
+                   spec.get("judge_model", ""), dict(spec.get("derived_metrics", {})))
 
 
 @dataclass
@@ -183,8 +187,8 @@ class BatchRunner:
             raise BatchInputError("there are no prompts; paste some (one per line) or upload a file")
         settings = job.settings if job.settings is not None else expand(job.grid, self.presets)
         if stops:
-            settings = [replace(s, params=s.params.replace(stop=tuple(dict.fromkeys((*s.params.stop,
-                                                                                   *stops.get(s.model, ()))))))
+            settings = [s if s.raw else replace(s, params=s.params.replace(stop=tuple(dict.fromkeys((
+                *s.params.stop, *stops.get(s.model, ()))))))
                         for s in settings]
         return settings, plan(job.rows, settings, job.grid.samples, job.grid.base_seed, job.max_cells)
 
@@ -237,8 +241,10 @@ class BatchRunner:
                 raise BatchInputError(f"grid: LoRA adapter '{missing[0]}' is not attached to {slot.name}; attach it "
                                       f"in the Model tab (attached: {', '.join(attached) or 'none'})")
         judge = self._judge_slot(job, slots, owner)
-        prompts = {(row.index, name): self._prompt(job, row, slot.model, templates[name])
-                   for name, slot in slots.items() for row in job.rows}
+        ways = {(s.model, job.raw or s.raw) for s in settings}  # each model, with its template or raw
+        prompts = {(row.index, name, raw): self._prompt(replace(job, raw=raw), row, slots[name].model,
+                                                        None if raw else templates[name])
+                   for name, raw in ways for row in job.rows}
         names = list(dict.fromkeys(slot.name for slot in slots.values()))
         spec = {**job.to_spec(settings), "loader": slots[settings[0].model].model.loader,  # so each row's record
                 "loaders": {slot.name: slot.model.loader for slot in slots.values()},  # names it
@@ -261,14 +267,14 @@ class BatchRunner:
         handle.keys = []
         for cell in cells:
             model = slots[cell.setting.model].model
-            handle.keys.append(cache_key(model, cell.setting.loras,
-                                         prompts[cell.row.index, cell.setting.model][0], job.raw,
-                                         cell.params.to_dict()))
+            raw = job.raw or cell.setting.raw
+            handle.keys.append(cache_key(model, cell.setting.loras, prompts[cell.row.index, cell.setting.model, raw][0],
+                                         raw, cell.params.to_dict()))
         handle.use_cache = job.use_cache
 
         def drive() -> None:
             with as_owner(owner):  # the run's thread writes its rows as the user who started it
-                asyncio.run(self._drive(handle, prompts, job.raw))
+                asyncio.run(self._drive(handle, prompts, job.raw))  # raw for all, else each setting's own
 
         thread = threading.Thread(target=drive, name=f"batch-run-{run.id}", daemon=True)
         thread.start()
@@ -320,14 +326,15 @@ class BatchRunner:
         except (ChatPromptError, ValueError) as exc:
             raise BatchInputError(f"prompt {row.id}: {exc}") from exc
 
-    async def _drive(self, handle: RunHandle, prompts: dict[tuple[int, str | None], tuple[str, list | None]],
-                     raw: bool) -> None:
+    async def _drive(self, handle: RunHandle,
+                     prompts: dict[tuple[int, str | None, bool], tuple[str, list | None]], raw: bool) -> None:
         # per engine, enough in flight to fill its batch, not its whole queue; each model's engine runs its cells
         # while the others run theirs
         windows = {name: asyncio.Semaphore(slot.engine.config.max_running * 2) for name, slot in handle.slots.items()}
         try:
-            await asyncio.gather(*(self._cell(handle, i, cell, prompts[cell.row.index, cell.setting.model], raw,
-                                              windows[cell.setting.model])
+            await asyncio.gather(*(self._cell(handle, i, cell, prompts[cell.row.index, cell.setting.model,
+                                                                       raw or cell.setting.raw],
+                                              raw or cell.setting.raw, windows[cell.setting.model])
                                    for i, cell in enumerate(handle.cells)))
             await self._select_best(handle)
             handle.status = "cancelled" if handle.cancelled else "done"

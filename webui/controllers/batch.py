@@ -13,10 +13,9 @@ from typing import Iterable, Iterator
 from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text, parse_axes, parse_lines, to_csv, \
     to_jsonl, with_asserts
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
-from webui.batch.promptfoo import is_config, read_config, to_promptfoo
+from webui.batch.promptfoo import Suite, is_config, read_suite, to_promptfoo
 from webui.batch.rerun import is_loaded, provide
 from webui.batch.runner import BatchJob, RunHandle
-from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow
 from webui.batch.store import BatchRun, RunNotFound
 from webui.controllers.batch_refill import form_values
@@ -92,14 +91,14 @@ class Progress:
     finished: bool
 
 
-def _read_suite(content: bytes) -> tuple[str, list[PromptRow], list[Setting]]:
-    """(description, rows, settings) of an uploaded promptfoo config; its file:// paths are read relative to the
-    folder the workbench runs in (an upload has no folder of its own)."""
+def _read_suite(content: bytes) -> Suite:
+    """An uploaded promptfoo config; its file:// paths are read relative to the folder the workbench runs in (an
+    upload has no folder of its own)."""
     try:
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BatchInputError(f"the promptfoo config is not UTF-8 text (byte {exc.start})") from None
-    return read_config(text, Path.cwd())
+    return read_suite(text, Path.cwd())
 
 
 def _cut(text: str, length: int) -> str:
@@ -136,13 +135,17 @@ class BatchController:
         """The job ``form`` describes; ``params`` (the Parameters tab's) is the base when no preset is chosen."""
         try:
             if form.upload and is_config(form.upload[0]):
-                name, rows, settings = _read_suite(form.upload[1])
-                rows = with_asserts(rows, form.asserts.splitlines())
-                grid = GridSpec([], {}, int(form.samples or 1), int(form.base_seed or 0), base=params)
-                return BatchJob(form.name.strip() or name, rows, grid, form.system, form.raw, settings=settings,
-                                chat_template=self.services.settings.get().chat_template, use_cache=form.use_cache,
-                                judge_prompt=form.judge_prompt, remote_judge=form.remote_judge(),
-                                judge_model=form.local_judge())
+                suite = _read_suite(form.upload[1])
+                rows, options = with_asserts(suite.rows, form.asserts.splitlines()), suite.options
+                samples = int(form.samples or 1)  # the form's when changed from 1, else the suite's repeat
+                grid = GridSpec([], {}, samples if samples != 1 else options.samples, int(form.base_seed or 0),
+                                base=params)
+                return BatchJob(form.name.strip() or suite.description, rows, grid, form.system, form.raw,
+                                settings=suite.settings, chat_template=self.services.settings.get().chat_template,
+                                use_cache=form.use_cache and options.use_cache, judge_prompt=form.judge_prompt,
+                                remote_judge=form.remote_judge(),
+                                judge_model=form.local_judge() or options.judge_model,
+                                derived_metrics=options.derived_metrics)
             template = form.template.strip() or None
             rows = (load_prompts_text(form.upload[0], form.upload[1], template) if form.upload
                     else parse_lines(form.prompts, template))
@@ -170,6 +173,9 @@ class BatchController:
         took = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
         template = "raw prompts (no chat template)" if job.raw else (
             f"chat template: {job.chat_template or 'the model’s own'} (chosen in Chat)")
+        raw = [s.label for s in settings if s.raw]
+        if raw and not job.raw:
+            template += f"; raw prompts for {', '.join(_md(label) for label in raw)}"
         models = f" · models: {', '.join(s.name for s in slots.values())}" if len(slots) > 1 else ""
         return (f"**{len(job.rows)} prompts × {len(settings)} settings × {job.grid.samples} samples = "
                 f"{len(cells)} cells** · at most {budget:,} tokens · roughly {took} or less · {template}{models}")
@@ -241,10 +247,11 @@ class BatchController:
         content = path.read_bytes()
         try:
             if is_config(path.name):
-                _, rows, settings = _read_suite(content)
+                suite = _read_suite(content)
+                notes = "".join(f"  \nNote: {_md(n)}" for n in suite.notes)
                 return (path.name, content), (
-                    f"Using the promptfoo suite **{path.name}**: {len(rows)} prompts × {len(settings)} providers "
-                    "(its providers are the settings: the presets and axes here are not used).")
+                    f"Using the promptfoo suite **{path.name}**: {len(suite.rows)} prompts × {len(suite.settings)} "
+                    f"providers (its providers are the settings: the presets and axes here are not used).{notes}")
             count = len(load_prompts_text(path.name, content))
         except BatchInputError as exc:
             raise UserError(str(exc)) from exc
@@ -323,7 +330,7 @@ class BatchController:
         run = self._get(run_id)
         prompts = [PromptRow.from_dict(r) for r in run.spec.get("rows", [])]
         providers = {s["label"]: s["provider"] for s in run.spec.get("settings", []) if s.get("provider")}
-        return to_promptfoo(rows, run.name, prompts, providers)
+        return to_promptfoo(rows, run.name, prompts, providers, run.spec.get("derived_metrics"))
 
     def inspect_row(self, run_id: int | None, row: ResultRow) -> MessageInspection:
         """What the model read for ``row`` of run ``run_id``, and the row's reproduce record."""
