@@ -63,6 +63,8 @@ class Capabilities:
     """How prompt KV already computed is reused (webui/engine/prefix_reuse.py picks the strategy): "blocks" (the
     engine keeps copies: the model is a SupportsBlockPrefix), "native" (the backend keeps them in its own cache: a
     SupportsNativePrefix), or "" (every prompt is prefilled in full)."""
+    embeddings: bool = False
+    """It gives a vector per text (an EmbeddingModel): /v1/embeddings and the ``similar`` assert use it."""
 
     # What callers need, each in one place: today all three follow text_only; a backend that differs (a remote
     # server that tokenizes, say) changes them here, not at the callers.
@@ -250,6 +252,20 @@ class LoraModel(SteppedModel, Protocol):
     def remove_lora(self, name: str) -> None: ...
 
 
+class EmbeddingModel(LoadedModel, Protocol):
+    """A model that embeds texts (``capabilities.embeddings``): one L2-normalised vector per input."""
+
+    embedding_size: int
+    """The length of every vector it gives."""
+    embedding_source: str
+    """What the vectors are, as /v1/embeddings names them in its ``model`` field and the ``similar`` assert in its
+    detail: a sentence-embedding model's name, or "<name> (mean-pooled hidden states)" for an LLM."""
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        """One vector per input (token ids, each at most ``context_length`` long), computed together, no gradients.
+        Token ids rather than text: the API takes ids too, and counts the tokens it embedded."""
+
+
 class TextBackend(LoadedModel, Protocol):
     """A server that samples and batches by itself (``capabilities.stepped`` False): the engine relays its text."""
 
@@ -268,6 +284,11 @@ def is_stepped(model: LoadedModel) -> TypeGuard[SteppedModel]:
 def is_text_backend(model: LoadedModel) -> TypeGuard[TextBackend]:
     """Whether ``model`` generates whole requests itself (a remote server): the engine relays its text."""
     return not model.capabilities.stepped
+
+
+def is_embedding_model(model: LoadedModel) -> TypeGuard[EmbeddingModel]:
+    """Whether ``model`` embeds texts (``capabilities.embeddings``)."""
+    return model.capabilities.embeddings
 
 
 def is_lora_model(model: LoadedModel) -> TypeGuard[LoraModel]:

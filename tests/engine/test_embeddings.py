@@ -1,0 +1,68 @@
+"""Embeddings from the tiny model: mean-pooled last hidden states, batched as computed alone, between engine steps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from loaders.base import is_embedding_model
+from tests.engine.scripted import ScriptedModel
+from webui.embeddings import EmbeddingsUnavailable, TextEmbeddings, embed_texts, embedding_model
+from webui.engine import Engine, GenerationRequest, SamplingParams
+
+TEXTS = ["The capital of France is Paris.", "hi", "A much longer sentence about dragons who like green tea."]
+
+
+def test_a_vector_is_the_normalised_mean_of_the_last_hidden_states(tiny_model):
+    assert is_embedding_model(tiny_model)
+    assert tiny_model.embedding_source == f"{tiny_model.name} (mean-pooled hidden states)"
+    ids = tiny_model.tokenizer.encode(TEXTS[0])
+    with torch.inference_mode():
+        hidden = tiny_model.model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0]
+    mean = hidden.float().mean(0)
+    expected = (mean / mean.norm()).tolist()
+    (got,) = tiny_model.embed([ids])
+    assert len(got) == tiny_model.embedding_size
+    assert max(abs(a - b) for a, b in zip(got, expected)) < 1e-5
+    assert math.isclose(sum(x * x for x in got), 1.0, rel_tol=1e-5)
+
+
+def test_inputs_of_different_lengths_embed_together_as_they_do_alone(tiny_model):
+    inputs = [tiny_model.tokenizer.encode(t) for t in TEXTS] * 7  # more than one batch
+    together = tiny_model.embed(inputs)
+    alone = [tiny_model.embed([ids])[0] for ids in inputs[:3]]
+    for i, vector in enumerate(together):
+        assert max(abs(a - b) for a, b in zip(vector, alone[i % 3])) < 1e-5
+    with pytest.raises(ValueError, match="no tokens"):
+        tiny_model.embed([[]])
+
+
+def test_embedding_between_steps_leaves_a_running_reply_as_it_was(tiny_model):
+    engine = Engine(tiny_model)
+    try:
+        params = SamplingParams(temperature=0, max_new_tokens=30, ban_eos=True)
+        alone = engine.generate(GenerationRequest("Hello", params)).token_ids
+        stream = engine.submit(GenerationRequest("Hello", params))
+        events = iter(stream)
+        next(events)
+        found = embed_texts(engine, embedding_model(tiny_model), [*TEXTS, TEXTS[0], ""])
+        rest = [t for e in events for t in e.token_ids]
+        assert alone[-len(rest):] == rest
+    finally:
+        engine.close()
+    assert set(found.vectors) == {*TEXTS, ""} and found.vectors[""] is None
+    assert found.cosine(TEXTS[0], TEXTS[0]) == pytest.approx(1.0)
+    assert -1 <= found.cosine(TEXTS[0], TEXTS[1]) < 0.999  # type: ignore[operator]
+    assert found.cosine("", "") == 1.0 and found.cosine("", TEXTS[0]) == 0.0
+    assert found.cosine("never embedded", TEXTS[0]) is None
+
+
+def test_a_model_without_embeddings_is_named_with_what_to_load(tiny_model):
+    with pytest.raises(EmbeddingsUnavailable, match="no model is loaded"):
+        embedding_model(None)
+    with pytest.raises(EmbeddingsUnavailable, match="'scripted' gives no embeddings .* load a model through the "
+                                                    "transformers loader"):
+        embedding_model(ScriptedModel(tiny_model.tokenizer, [1]))
+    assert TextEmbeddings("x").cosine("a", "b") is None
