@@ -65,6 +65,9 @@ class Capabilities:
     SupportsNativePrefix), or "" (every prompt is prefilled in full)."""
     embeddings: bool = False
     """It gives a vector per text (an EmbeddingModel): /v1/embeddings and the ``similar`` assert use it."""
+    generates: bool = True
+    """It writes text. False: an embedding-only model (loaders/embedding_loader.py), which the engine refuses text
+    requests for and which is neither stepped nor a text backend."""
 
     # What callers need, each in one place: today all three follow text_only; a backend that differs (a remote
     # server that tokenizes, say) changes them here, not at the callers.
@@ -72,7 +75,7 @@ class Capabilities:
     def stepped(self) -> bool:
         """The engine steps the model itself (a SteppedModel): next-token logits, our samplers, token ids and
         alternatives per token (logprob views, branching, insight, scoring a prompt)."""
-        return not self.text_only
+        return not self.text_only and self.generates
 
     @property
     def tokenizes(self) -> bool:
@@ -154,7 +157,8 @@ class SupportsGuidance(Protocol):
 
 class LoadedModel(Protocol):
     """What every loaded model is: its facts. What it can do is one of the protocols below, told apart by
-    ``capabilities`` (``stepped``: a SteppedModel, else a TextBackend; ``lora``: also a LoraModel; ``prefix_cache``:
+    ``capabilities`` (``stepped``: a SteppedModel, else a TextBackend unless it does not ``generate`` (an
+    EmbeddingModel only); ``lora``: also a LoraModel; ``prefix_cache``:
     also a SupportsBlockPrefix or SupportsNativePrefix): :func:`is_stepped`, :func:`is_text_backend` and
     :func:`is_lora_model` narrow a model to what its capabilities promise, for callers and the type checker."""
 
@@ -283,7 +287,7 @@ def is_stepped(model: LoadedModel) -> TypeGuard[SteppedModel]:
 
 def is_text_backend(model: LoadedModel) -> TypeGuard[TextBackend]:
     """Whether ``model`` generates whole requests itself (a remote server): the engine relays its text."""
-    return not model.capabilities.stepped
+    return model.capabilities.text_only
 
 
 def is_embedding_model(model: LoadedModel) -> TypeGuard[EmbeddingModel]:

@@ -320,3 +320,17 @@ def test_similar_asserts_score_by_trigrams_when_no_model_gives_embeddings(servic
     (result,) = row.asserts
     assert result.detail.startswith("trigram overlap, no embedding model (score ")
     assert result.score == pytest.approx(similarity(row.output, "Paris is the capital of France"))
+
+
+def test_a_loaded_sentence_embedding_model_embeds_for_similar_asserts(services, tiny_model_dir, tmp_path):
+    from tests.engine.test_embeddings import sentence_folder
+    from webui.batch import parse_assert
+
+    sentence_folder(tiny_model_dir, services.config.models_dir / "mini-embed")
+    services.models.load("mini-embed", make_current=False)
+    assert services.models.slot("mini-embed").model.loader == "embedding"
+    rows = [replace(parse_lines("Hello")[0], asserts=[parse_assert("similar:Hello there")])]
+    row = run(services, BatchJob("dedicated", rows, GridSpec([], {"max_new_tokens": [4]}), raw=True)).rows()[0]
+    assert row.model == "tiny" and row.asserts[0].detail.startswith("cosine of embeddings from mini-embed (score ")
+    with pytest.raises(BatchInputError, match="is an embedding model and writes no text"):
+        run(services, job("Hello", axes={"model": ["mini-embed"], "max_new_tokens": [4]}))

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
-from loaders.base import is_embedding_model
+from loaders.base import LoadOptions, ModelLoadError, is_embedding_model, is_stepped, is_text_backend
+from loaders.registry import default_registry
 from tests.engine.scripted import ScriptedModel
 from webui.embeddings import EmbeddingsUnavailable, TextEmbeddings, embed_texts, embedding_model
 from webui.engine import Engine, GenerationRequest, SamplingParams
+from webui.engine.types import GeneratesNoText
 
 TEXTS = ["The capital of France is Paris.", "hi", "A much longer sentence about dragons who like green tea."]
 
@@ -66,3 +69,55 @@ def test_a_model_without_embeddings_is_named_with_what_to_load(tiny_model):
                                                     "transformers loader"):
         embedding_model(ScriptedModel(tiny_model.tokenizer, [1]))
     assert TextEmbeddings("x").cosine("a", "b") is None
+
+
+def sentence_folder(tiny_model_dir, out, pooling: str = "pooling_mode_mean_tokens", modules: list | None = None):
+    """The tiny model's files as a sentence-transformers folder: modules.json, 1_Pooling, sentence_bert_config."""
+    out.mkdir()
+    for item in tiny_model_dir.iterdir():
+        (out / item.name).symlink_to(item)
+    kinds = ["Transformer", "Pooling", "Normalize"]
+    (out / "modules.json").write_text(json.dumps(modules if modules is not None else [
+        {"idx": i, "name": str(i), "path": ["", "1_Pooling", "2_Normalize"][i],
+         "type": f"sentence_transformers.models.{kind}"} for i, kind in enumerate(kinds)]))
+    (out / "1_Pooling").mkdir()
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({pooling: True, "word_embedding_dimension": 64}))
+    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 32}))
+    return out
+
+
+def test_a_sentence_embedding_folder_loads_through_its_own_loader_and_pools_as_it_says(tiny_model, tiny_model_dir,
+                                                                                        tmp_path):
+    folder = sentence_folder(tiny_model_dir, tmp_path / "mini-embed")
+    registry = default_registry()
+    assert registry.for_path(folder).name == "embedding" and registry.for_path(tiny_model_dir).name == "transformers"
+    model = registry.get("embedding").load(folder, LoadOptions(device="cpu"))
+    assert is_embedding_model(model) and not is_stepped(model) and not is_text_backend(model)
+    assert model.embedding_source == "mini-embed" and model.context_length == 32  # its max_seq_length
+    inputs = [tiny_model.tokenizer.encode(t) for t in TEXTS]
+    # the same weights, read as the base model: the same mean-pooled vectors as the LLM's own
+    for a, b in zip(model.embed(inputs), tiny_model.embed(inputs)):
+        assert max(abs(x - y) for x, y in zip(a, b)) < 1e-5
+    cls = registry.get("embedding").load(sentence_folder(tiny_model_dir, tmp_path / "cls", "pooling_mode_cls_token"),
+                                         LoadOptions(device="cpu"))
+    with torch.inference_mode():
+        first = cls.model(input_ids=torch.tensor([inputs[0]])).last_hidden_state[0, 0]
+    assert max(abs(x - y) for x, y in zip(cls.embed(inputs[:1])[0], (first / first.norm()).tolist())) < 1e-5
+    engine = Engine(model)
+    try:
+        with pytest.raises(GeneratesNoText, match="'mini-embed' is an embedding model and writes no text"):
+            engine.submit(GenerationRequest("Hello", SamplingParams()))
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("pooling, modules, message", [
+    ("pooling_mode_max_tokens", None, "asks for pooling pooling_mode_max_tokens"),
+    ("pooling_mode_mean_tokens", [{"type": "sentence_transformers.models.Dense", "path": "2_Dense"}],
+     "modules this loader does not run: sentence_transformers.models.Dense"),
+])
+def test_a_folder_that_would_embed_otherwise_is_refused_naming_why(tiny_model_dir, tmp_path, pooling, modules,
+                                                                    message):
+    folder = sentence_folder(tiny_model_dir, tmp_path / "odd", pooling, modules)
+    with pytest.raises(ModelLoadError, match=message):
+        default_registry().get("embedding").load(folder, LoadOptions(device="cpu"))

@@ -28,6 +28,7 @@ from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore
 from webui.embeddings import TextEmbeddings, embed_texts
 from webui.engine import Engine, EngineError, GenerationRequest, SamplingParams
+from webui.engine.types import GeneratesNoText
 from webui.models import ModelManager, Slot
 from webui.owner import as_owner
 from webui.presets import PresetStore
@@ -232,6 +233,8 @@ class BatchRunner:
             check_judge_prompt(job.judge_prompt)
         for setting in settings:
             slot = slots[setting.model]
+            if not slot.model.capabilities.generates:
+                raise BatchInputError(f"grid: {GeneratesNoText(slot.name)}")
             attached = attached_loras(slot.model)
             missing = [n for n, _ in setting.loras if n not in attached]
             if missing:
@@ -289,9 +292,11 @@ class BatchRunner:
             raise BatchInputError(f"judge: {exc}") from None
 
     def _embedder(self, slots: dict[str | None, Slot], owner: str) -> tuple[Engine, EmbeddingModel] | None:
-        """What embeds for similar asserts, one model for the whole run so its scores compare: the model in use,
-        else the first of the run's models, that gives embeddings; None when none does."""
-        for slot in [self.manager.in_use(owner), *slots.values()]:
+        """What embeds for similar asserts, one model for the whole run so its scores compare: a loaded
+        sentence-embedding model, else the model in use, else the first of the run's models that gives embeddings;
+        None when none does."""
+        dedicated = [s for s in self.manager.slots() if not s.model.capabilities.generates]
+        for slot in [*dedicated, self.manager.in_use(owner), *slots.values()]:
             if slot is not None and is_embedding_model(slot.model):
                 return slot.engine, slot.model
         return None
