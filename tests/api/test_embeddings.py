@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 
+from tests.api.conftest import APIServer, start_api
 from tests.api.test_openai_client import MODEL, fresh
 
 pytestmark = pytest.mark.real_model
@@ -92,3 +93,29 @@ def test_an_unknown_model_is_not_found_and_a_wrong_key_is_refused(api):
     assert e.value.body["param"] == "model" and e.value.body["code"] == "model_not_found"
     with fresh(api, "not-the-key") as c, pytest.raises(openai.AuthenticationError):
         c.embeddings.create(model=MODEL, input="hello")
+
+
+@pytest.fixture(scope="module")
+def embed_api(tmp_path_factory, default_model_dir, tiny_model_dir):
+    """The default model in use, and a sentence-embedding folder (the tiny model's files) loaded beside it."""
+    from tests.engine.test_embeddings import sentence_folder
+
+    models = tmp_path_factory.mktemp("embed-models") / "models"
+    models.mkdir()
+    sentence_folder(tiny_model_dir, models / "mini-embed")
+    ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--models-dir", str(models), "--also-load",
+                               "mini-embed")
+    with ctx as server:
+        yield APIServer(base, key, server)
+
+
+def test_a_sentence_embedding_model_answers_under_its_own_name_and_writes_no_text(embed_api):
+    r = embed(embed_api, model="mini-embed", input=TEXTS, encoding_format="float")
+    assert r.model == "mini-embed" and len(r.data) == 3 and len(r.data[0].embedding) == 32  # the tiny model's size
+    assert embed(embed_api, input="hello").model == SOURCE  # the LLM in use, when it is named
+    with pytest.raises(openai.BadRequestError) as e:
+        embed(embed_api, model="mini-embed", input="x" * 400)  # more than its max_seq_length of 32 tokens
+    assert e.value.body["param"] == "input" and "more than the 32" in e.value.message
+    with fresh(embed_api) as c, pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="mini-embed", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert e.value.body["param"] == "model" and "is an embedding model and writes no text" in e.value.message

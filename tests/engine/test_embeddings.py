@@ -81,7 +81,8 @@ def sentence_folder(tiny_model_dir, out, pooling: str = "pooling_mode_mean_token
         {"idx": i, "name": str(i), "path": ["", "1_Pooling", "2_Normalize"][i],
          "type": f"sentence_transformers.models.{kind}"} for i, kind in enumerate(kinds)]))
     (out / "1_Pooling").mkdir()
-    (out / "1_Pooling" / "config.json").write_text(json.dumps({pooling: True, "word_embedding_dimension": 64}))
+    size = json.loads((tiny_model_dir / "config.json").read_text())["hidden_size"]
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({pooling: True, "word_embedding_dimension": size}))
     (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 32}))
     return out
 
