@@ -261,6 +261,8 @@ class EmbeddingModel(LoadedModel, Protocol):
 
     embedding_size: int
     """The length of every vector it gives."""
+    vocab_size: int
+    """Token ids it reads are below this."""
     embedding_source: str
     """What the vectors are, as /v1/embeddings names them in its ``model`` field and the ``similar`` assert in its
     detail: a sentence-embedding model's name, or "<name> (mean-pooled hidden states)" for an LLM."""

@@ -141,6 +141,7 @@ class SentenceEmbeddingModel:
         limit = int(getattr(model.config, "max_position_embeddings", 0) or 512)
         self.context_length = max_length(path, limit)
         self.embedding_size = int(model.config.hidden_size)
+        self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
         self.embedding_source = self.name
         self._pad = int(getattr(tokenizer, "pad_token_id", None) or 0)
 

@@ -116,6 +116,9 @@ def test_a_sentence_embedding_model_answers_under_its_own_name_and_writes_no_tex
     with pytest.raises(openai.BadRequestError) as e:
         embed(embed_api, model="mini-embed", input="x" * 400)  # more than its max_seq_length of 32 tokens
     assert e.value.body["param"] == "input" and "more than the 32" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        embed(embed_api, model="mini-embed", input=[1, 10**6])
+    assert e.value.body["param"] == "input" and "input[0]: 1000000 is not a token id of mini-embed" in e.value.message
     with fresh(embed_api) as c, pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model="mini-embed", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
     assert e.value.body["param"] == "model" and "is an embedding model and writes no text" in e.value.message

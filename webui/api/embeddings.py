@@ -13,7 +13,7 @@ import struct
 
 from fastapi import APIRouter, Request
 
-from loaders.base import EmbeddingModel, is_stepped
+from loaders.base import EmbeddingModel
 from webui.api.errors import APIError
 from webui.api.protocol import EmbeddingRequest
 from webui.api.routes import serving
@@ -25,7 +25,7 @@ router = APIRouter()
 def input_ids(model: EmbeddingModel, inputs: list[str | list[int]]) -> list[list[int]]:
     """Each input as token ids (texts with the tokenizer's special tokens), checked: every id is the model's and
     no input is longer than its context; a 400 naming the input otherwise."""
-    vocab = model.vocab_size if is_stepped(model) else None
+    vocab = model.vocab_size
     out = []
     for i, item in enumerate(inputs):
         ids = model.tokenizer.encode(item, add_special_tokens=True) if isinstance(item, str) else item
@@ -35,8 +35,8 @@ def input_ids(model: EmbeddingModel, inputs: list[str | list[int]]) -> list[list
             raise APIError(400, f"input[{i}] has {len(ids)} tokens, more than the {model.context_length} of "
                                 f"{model.name}'s context; shorten it or split it", param="input",
                            code="context_length_exceeded")
-        bad = next((t for t in ids if vocab is not None and not 0 <= t < vocab), None)
-        if bad is not None and vocab is not None:
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
             raise APIError(400, f"input[{i}]: {bad} is not a token id of {model.name} (0 to {vocab - 1})",
                            param="input")
         out.append(list(ids))
