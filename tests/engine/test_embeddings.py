@@ -122,3 +122,13 @@ def test_a_folder_that_would_embed_otherwise_is_refused_naming_why(tiny_model_di
     folder = sentence_folder(tiny_model_dir, tmp_path / "odd", pooling, modules)
     with pytest.raises(ModelLoadError, match=message):
         default_registry().get("embedding").load(folder, LoadOptions(device="cpu"))
+
+
+def test_pooling_takes_the_mean_of_kept_tokens_the_first_or_the_last_kept_one():
+    from loaders.embedding import pool
+
+    hidden = torch.arange(12, dtype=torch.float).reshape(2, 3, 2)  # row 0 has one pad token at the end
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    assert pool(hidden, mask, "mean").tolist() == [[1.0, 2.0], [8.0, 9.0]]
+    assert pool(hidden, mask, "cls").tolist() == [[0.0, 1.0], [6.0, 7.0]]
+    assert pool(hidden, mask, "last").tolist() == [[2.0, 3.0], [10.0, 11.0]]
