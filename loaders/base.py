@@ -63,6 +63,11 @@ class Capabilities:
     """How prompt KV already computed is reused (webui/engine/prefix_reuse.py picks the strategy): "blocks" (the
     engine keeps copies: the model is a SupportsBlockPrefix), "native" (the backend keeps them in its own cache: a
     SupportsNativePrefix), or "" (every prompt is prefilled in full)."""
+    embeddings: bool = False
+    """It gives a vector per text (an EmbeddingModel): /v1/embeddings and the ``similar`` assert use it."""
+    generates: bool = True
+    """It writes text. False: an embedding-only model (loaders/embedding_loader.py), which the engine refuses text
+    requests for and which is neither stepped nor a text backend."""
 
     # What callers need, each in one place: today all three follow text_only; a backend that differs (a remote
     # server that tokenizes, say) changes them here, not at the callers.
@@ -70,7 +75,7 @@ class Capabilities:
     def stepped(self) -> bool:
         """The engine steps the model itself (a SteppedModel): next-token logits, our samplers, token ids and
         alternatives per token (logprob views, branching, insight, scoring a prompt)."""
-        return not self.text_only
+        return not self.text_only and self.generates
 
     @property
     def tokenizes(self) -> bool:
@@ -152,7 +157,8 @@ class SupportsGuidance(Protocol):
 
 class LoadedModel(Protocol):
     """What every loaded model is: its facts. What it can do is one of the protocols below, told apart by
-    ``capabilities`` (``stepped``: a SteppedModel, else a TextBackend; ``lora``: also a LoraModel; ``prefix_cache``:
+    ``capabilities`` (``stepped``: a SteppedModel, else a TextBackend unless it does not ``generate`` (an
+    EmbeddingModel only); ``lora``: also a LoraModel; ``prefix_cache``:
     also a SupportsBlockPrefix or SupportsNativePrefix): :func:`is_stepped`, :func:`is_text_backend` and
     :func:`is_lora_model` narrow a model to what its capabilities promise, for callers and the type checker."""
 
@@ -250,6 +256,22 @@ class LoraModel(SteppedModel, Protocol):
     def remove_lora(self, name: str) -> None: ...
 
 
+class EmbeddingModel(LoadedModel, Protocol):
+    """A model that embeds texts (``capabilities.embeddings``): one L2-normalised vector per input."""
+
+    embedding_size: int
+    """The length of every vector it gives."""
+    vocab_size: int
+    """Token ids it reads are below this."""
+    embedding_source: str
+    """What the vectors are, as /v1/embeddings names them in its ``model`` field and the ``similar`` assert in its
+    detail: a sentence-embedding model's name, or "<name> (mean-pooled hidden states)" for an LLM."""
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        """One vector per input (token ids, each at most ``context_length`` long), computed together, no gradients.
+        Token ids rather than text: the API takes ids too, and counts the tokens it embedded."""
+
+
 class TextBackend(LoadedModel, Protocol):
     """A server that samples and batches by itself (``capabilities.stepped`` False): the engine relays its text."""
 
@@ -267,7 +289,12 @@ def is_stepped(model: LoadedModel) -> TypeGuard[SteppedModel]:
 
 def is_text_backend(model: LoadedModel) -> TypeGuard[TextBackend]:
     """Whether ``model`` generates whole requests itself (a remote server): the engine relays its text."""
-    return not model.capabilities.stepped
+    return model.capabilities.text_only
+
+
+def is_embedding_model(model: LoadedModel) -> TypeGuard[EmbeddingModel]:
+    """Whether ``model`` embeds texts (``capabilities.embeddings``)."""
+    return model.capabilities.embeddings
 
 
 def is_lora_model(model: LoadedModel) -> TypeGuard[LoraModel]:

@@ -22,7 +22,7 @@ OPTIONAL_PARTS = ("options", "takes_dtype", "smaller_load", "unavailable_reason"
 ENTRY_POINT_GROUP = "llm_workbench.loaders"
 BUILTIN_HOOKS = ("loaders.transformers_loader:register_loaders", "loaders.llamacpp_loader:register_loaders",
                  "loaders.gptq_loader:register_loaders", "loaders.exllamav2_loader:register_loaders",
-                 "loaders.remote_loader:register_loaders")
+                 "loaders.remote_loader:register_loaders", "loaders.embedding_loader:register_loaders")
 
 RegisterHook = Callable[[Callable[[Loader], None]], None]
 

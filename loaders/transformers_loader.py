@@ -12,11 +12,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from loaders.base import (CONVERTS, NATIVE, BaseLoader, Capabilities, LoadedModel, LoaderUnavailable, LoadOptions,
-                          LoraModel, Progress, SupportsBlockPrefix, SupportsGuidance, missing_module, require_backend)
+from loaders.base import (CONVERTS, NATIVE, BaseLoader, Capabilities, EmbeddingModel, LoadedModel, LoaderUnavailable,
+                          LoadOptions, LoraModel, Progress, SupportsBlockPrefix, SupportsGuidance, missing_module,
+                          require_backend)
 from loaders.hf import (DTYPE_BYTES, HF_INSTALL, HF_OPTIONS, HF_REQUIRES, HFTokenizer, check_model_path, cuda_note,
                         ensure_converted, eos_ids, from_pretrained, hf_load_kwargs, is_hf_folder, loaded_bytes,
                         quant_method, resolve_device, resolve_dtype)
+from loaders.embedding_loader import is_sentence_folder
 from loaders.gguf_header import read_header
 from loaders.options import check_options, refuse_off_device
 from loaders.lora import Adapters, Selection, check_fits
@@ -33,7 +35,8 @@ class TransformersLoader(BaseLoader):
     name = "transformers"
     description = "Hugging Face transformers: safetensors model folders and .gguf files (dequantized on load)"
     capabilities = Capabilities(batched_forward=True, lora=True, logprobs=True,
-                                devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"), prefix_cache="blocks")
+                                devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"), prefix_cache="blocks",
+                                embeddings=True)
     requires = HF_REQUIRES
     install_hint = HF_INSTALL
     options = HF_OPTIONS
@@ -42,8 +45,8 @@ class TransformersLoader(BaseLoader):
     def match(self, path: Path) -> int:
         """A Hugging Face folder of plain weights is its own format; a .gguf it reads by converting it.
         Folders that declare a quantization (GPTQ, EXL2, ...) are left to the loaders that read them."""
-        if is_hf_folder(path):
-            return NATIVE if quant_method(path) is None else 0
+        if is_hf_folder(path):  # (a sentence-embedding folder is the embedding loader's)
+            return NATIVE if quant_method(path) is None and not is_sentence_folder(path) else 0
         return CONVERTS if path.is_file() and path.suffix == ".gguf" else 0
 
     def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
@@ -98,6 +101,8 @@ class TransformersModel:
         self.tokenizer = HFTokenizer(tokenizer, eos_ids(getattr(model, "generation_config", None), tokenizer))
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.embedding_size = int(model.get_input_embeddings().weight.shape[1])
+        self.embedding_source = f"{self.name} (mean-pooled hidden states)"
         attention = getattr(model.config, "_attn_implementation", None) or "sdpa"
         batched = _plain_dynamic_cache(self._empty_cache()) and attention in ("sdpa", "eager")
         # Sliding-window layers keep only their last W tokens, so their KV cannot be paged into reusable
@@ -137,6 +142,21 @@ class TransformersModel:
                                       cache=self._empty_cache(), use_cache=True,
                                       logits_to_keep=1 if last_only else 0, **extra)
         return out.logits[0, -1] if last_only else out.logits[0]
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        """The base model's last hidden states (adapters off), mean-pooled over each input's tokens, L2-normalised;
+        run it between engine steps (webui/embeddings.py does)."""
+        from loaders.embedding import embed_batched
+
+        def hidden(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            out = self.adapters.base(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False,
+                                     logits_to_keep=1)
+            return out.hidden_states[-1]
+
+        if self.adapters.peft is None:
+            return embed_batched(hidden, inputs, 0, self.device, "mean")
+        with self.adapters.peft.disable_adapter():  # the adapters' layers sit inside the base model
+            return embed_batched(hidden, inputs, 0, self.device, "mean")
 
     # -- LoRA -------------------------------------------------------------------------
     def check_lora(self, path: Path) -> None:
@@ -227,5 +247,6 @@ def _plain_dynamic_cache(cache: Any) -> bool:
 
 
 if TYPE_CHECKING:  # the type checker holds the model to what its capabilities promise
-    def _promises(model: TransformersModel) -> tuple[LoraModel, SupportsBlockPrefix, SupportsGuidance]:
-        return model, model, model.tokenizer
+    def _promises(model: TransformersModel) -> tuple[LoraModel, SupportsBlockPrefix, SupportsGuidance,
+                                                     EmbeddingModel]:
+        return model, model, model.tokenizer, model

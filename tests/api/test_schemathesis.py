@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.timeout(300)]
 
 MAX_EXAMPLES = 25
 OPERATIONS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/tokenize", "/detokenize",
-              "/v1/internal/logits", "/v1/internal/model/load")
+              "/v1/internal/logits", "/v1/internal/model/load", "/v1/embeddings")
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +91,7 @@ CASES = [("POST", "/v1/chat/completions", "positive"), ("POST", "/v1/chat/comple
          ("POST", "/tokenize", "positive"), ("POST", "/tokenize", "negative"),
          ("POST", "/detokenize", "positive"), ("POST", "/detokenize", "negative"),
          ("POST", "/v1/internal/logits", "positive"), ("POST", "/v1/internal/logits", "negative"),
+         ("POST", "/v1/embeddings", "positive"), ("POST", "/v1/embeddings", "negative"),
          ("POST", "/v1/internal/model/load", "positive")]  # no admin key here: always a 403
 
 

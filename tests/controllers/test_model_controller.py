@@ -54,6 +54,8 @@ def test_attach_and_detach_an_adapter(controller, services):
 def test_capabilities_and_the_prefix_cache_line(controller):
     table = controller.capability_table()
     assert "| transformers | yes |" in table and "| remote |" in table
+    assert "| embedding | yes | sentence-transformers | cpu, cuda, mps | no | no | no | no | none: embeddings only |" \
+        in table
     assert "Prefix cache" in controller.clear_prefix_cache()
 
 

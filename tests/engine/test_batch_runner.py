@@ -311,3 +311,72 @@ def test_a_raw_setting_reads_the_prompt_as_it_is_beside_one_through_the_chat_tem
     assert handle.keys[0] != handle.keys[1]
     stored = services.batches.get(handle.run_id).spec["settings"]
     assert [s.get("raw", False) for s in stored] == [True, False]
+
+
+def test_similar_asserts_score_by_the_run_models_embeddings_and_say_so(services):
+    """The runner embeds the output, its transformed form and the references between engine steps; the check
+    takes the cosine (the trigram score only without an embedding model)."""
+    from webui.batch import parse_assert
+    from webui.batch.assert_kinds import similarity
+    from webui.embeddings import embed_texts
+
+    reference = "The capital of France is Paris"
+    rows = [replace(parse_lines("Hello")[0], asserts=[
+        parse_assert(f"similar:{reference}"),
+        parse_assert({"type": "similar", "value": reference, "transform": "output.toUpperCase()", "threshold": 0})])]
+    batch_job = BatchJob("similar", rows, GridSpec([], {"max_new_tokens": [6]}), raw=True)
+    row = run(services, batch_job).rows()[0]
+    slot = services.models.slot("tiny")
+    upper = row.output.upper()
+    found = embed_texts(slot.engine, slot.model, [row.output, upper, reference])
+    plain, transformed = row.asserts
+    assert plain.detail.startswith("cosine of embeddings from tiny (mean-pooled hidden states) (score ")
+    assert plain.score == pytest.approx(max(0.0, found.cosine(row.output, reference)), abs=1e-5)
+    assert plain.passed is (plain.score >= 0.75)
+    assert transformed.score == pytest.approx(max(0.0, found.cosine(upper, reference)), abs=1e-5)
+    assert transformed.passed and plain.score != pytest.approx(similarity(row.output, reference))
+    cached = run(services, batch_job).rows()[0]  # a cell from the response cache is embedded as well
+    assert cached.from_cache and cached.asserts == row.asserts
+
+
+def test_similar_asserts_score_by_trigrams_when_no_model_gives_embeddings(services, tmp_path):
+    from webui.batch import parse_assert
+    from webui.batch.assert_kinds import similarity
+
+    tok = services.loaded.tokenizer
+
+    class ScriptedLoader(BaseLoader):
+        name, description, requires, install_hint = "scripted", "a scripted model", (), ""
+        capabilities = ScriptedModel.capabilities
+
+        def match(self, path):
+            return 0
+
+        def prepare(self, path, workdir, progress=None):
+            return path
+
+        def load(self, path, options, progress=None):
+            return ScriptedModel(tok, tok.encode(" Paris is the capital", add_special_tokens=False), name="plain")
+
+    services.registry.register(ScriptedLoader())
+    services.models.load(services.models.catalog.entry_for_path(tmp_path), loader="scripted")
+    services.models.unload("tiny")
+    rows = [replace(parse_lines("Hello")[0], asserts=[parse_assert("similar:Paris is the capital of France")])]
+    row = run(services, BatchJob("trigrams", rows, GridSpec([], {"max_new_tokens": [4]}), raw=True)).rows()[0]
+    (result,) = row.asserts
+    assert result.detail.startswith("trigram overlap, no embedding model (score ")
+    assert result.score == pytest.approx(similarity(row.output, "Paris is the capital of France"))
+
+
+def test_a_loaded_sentence_embedding_model_embeds_for_similar_asserts(services, tiny_model_dir, tmp_path):
+    from tests.engine.test_embeddings import sentence_folder
+    from webui.batch import parse_assert
+
+    sentence_folder(tiny_model_dir, services.config.models_dir / "mini-embed")
+    services.models.load("mini-embed", make_current=False)
+    assert services.models.slot("mini-embed").model.loader == "embedding"
+    rows = [replace(parse_lines("Hello")[0], asserts=[parse_assert("similar:Hello there")])]
+    row = run(services, BatchJob("dedicated", rows, GridSpec([], {"max_new_tokens": [4]}), raw=True)).rows()[0]
+    assert row.model == "tiny" and row.asserts[0].detail.startswith("cosine of embeddings from mini-embed (score ")
+    with pytest.raises(BatchInputError, match="is an embedding model and writes no text"):
+        run(services, job("Hello", axes={"model": ["mini-embed"], "max_new_tokens": [4]}))

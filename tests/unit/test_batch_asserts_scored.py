@@ -9,6 +9,7 @@ import pytest
 from webui.batch import BatchInputError, parse_assert
 from webui.batch.asserts import AssertResult, Observed, row_score, similarity
 from webui.batch.results import wilson
+from webui.embeddings import TextEmbeddings
 
 
 def test_similarity_is_a_cosine_of_character_trigrams():
@@ -21,7 +22,7 @@ def test_similarity_is_a_cosine_of_character_trigrams():
 def test_similar_passes_at_its_threshold_and_not_inverts_it():
     item = parse_assert("similar:The capital of France is Paris.")
     good = item.check("The capital of France is Paris!")
-    assert good.passed and good.score > 0.9 and "similarity" in good.detail
+    assert good.passed and good.score > 0.9 and good.detail.startswith("trigram overlap, no embedding model")
     bad = item.check("I like trains.")
     assert not bad.passed and "needs 0.75" in bad.detail
     strict = parse_assert({"type": "similar", "value": "Paris", "threshold": 0.99})
@@ -29,6 +30,21 @@ def test_similar_passes_at_its_threshold_and_not_inverts_it():
     negated = parse_assert("not-similar:The capital of France is Paris.")
     assert negated.check("I like trains.").passed and not negated.check("The capital of France is Paris").passed
     assert negated.check("I like trains.").score == pytest.approx(1 - bad.score)
+
+
+def test_similar_takes_the_cosine_of_the_embeddings_the_runner_handed_in():
+    reference, output = "The capital of France is Paris.", "Paris is France's capital."
+    vectors = TextEmbeddings("emb-model", {output: (0.6, 0.8), reference: (1.0, 0.0), "far": (-1.0, 0.0)})
+    item = parse_assert(f"similar:{reference}")
+    near = item.check(Observed(output, embeddings=vectors))
+    assert near.score == pytest.approx(0.6) and not near.passed  # promptfoo's default threshold: 0.75
+    assert near.detail == "cosine of embeddings from emb-model (score 0.60, needs 0.75)"
+    assert parse_assert({"type": "similar", "value": reference, "threshold": 0.5}).check(
+        Observed(output, embeddings=vectors)).passed
+    assert item.check(Observed("far", embeddings=vectors)).score == 0.0  # a negative cosine scores 0
+    missing = item.check(Observed("never embedded", embeddings=vectors))
+    assert missing.detail.startswith("trigram overlap (emb-model did not embed this text)")
+    assert missing.score == pytest.approx(similarity("never embedded", reference))
 
 
 @pytest.mark.parametrize("spec, output, passed", [

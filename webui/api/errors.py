@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from webui.engine import EngineError, InvalidParameter, NoModelLoaded, PromptTooLong, QueueFull
+from webui.engine.types import GeneratesNoText
 from webui.names import InvalidName
 from webui.presets import PresetError
 
@@ -42,6 +43,8 @@ def to_api_error(exc: Exception) -> APIError:
         return exc
     if isinstance(exc, InvalidParameter):
         return APIError(400, str(exc), param=exc.param)
+    if isinstance(exc, GeneratesNoText):
+        return APIError(400, str(exc), param="model")
     if isinstance(exc, PromptTooLong):
         return APIError(400, str(exc), param="messages", code="context_length_exceeded")
     if isinstance(exc, (PresetError, InvalidName)):

@@ -323,3 +323,42 @@ class CompletionRequest(SamplingRequest):
 def _token_ids(prompt: list[str] | list[int] | list[list[int]]) -> TypeIs[list[int]]:
     """Whether a completions prompt list is one prompt's token ids (else: several prompts)."""
     return all(isinstance(x, int) for x in prompt)
+
+
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit on the inputs of one /v1/embeddings request
+
+
+class EmbeddingRequest(TextRequest):
+    """OpenAI's /v1/embeddings body: ``input`` a text, texts, one input's token ids, or several inputs' ids."""
+
+    model: str | None = None
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)  # only the model's own size is taken (no model here shortens)
+    user: str | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _inputs(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value:
+            raise ValueError("must not be an empty string; send the text to embed")
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("must not be an empty list; send a text, a list of texts or of token ids")
+            if not _token_ids(value) and len(value) > MAX_EMBEDDING_INPUTS:  # (one input's ids: its context)
+                raise ValueError(f"holds {len(value)} inputs; at most {MAX_EMBEDDING_INPUTS} go in one request: "
+                                 f"send them in several")
+            empty = next((i for i, item in enumerate(value) if isinstance(item, (str, list)) and not item), None)
+            if empty is not None:
+                raise PydanticCustomError("empty_input", "input[{index}] is empty; every input needs text or "
+                                          "token ids", {"param": "input", "index": empty})
+        return value
+
+    def inputs(self) -> list[str | list[int]]:
+        """Each input: a text, or one input's token ids."""
+        given = self.input
+        if isinstance(given, str):
+            return [given]
+        if _token_ids(given):
+            return [list(given)]
+        return [x for x in given]

@@ -404,7 +404,15 @@ def _max_length(a: Assert, seen: Observed) -> Outcome:
 
 
 def _similar(a: Assert, seen: Observed) -> Outcome:
-    return Outcome(True, "similarity to the reference", similarity(seen.output, str(a.value)), True)
+    """The cosine of the output's and the reference's embeddings when the runner computed them, else of their
+    trigram counts; the detail names which."""
+    reference, vectors = str(a.value), seen.embeddings
+    cosine = vectors.cosine(seen.output, reference) if vectors is not None else None
+    if vectors is not None and cosine is not None:
+        return Outcome(True, f"cosine of embeddings from {vectors.source}", min(1.0, max(0.0, cosine)), True)
+    why = "trigram overlap, no embedding model" if vectors is None else \
+        f"trigram overlap ({vectors.source} did not embed this text)"
+    return Outcome(True, why, similarity(seen.output, reference), True)
 
 
 def script_context(a: Assert, seen: Observed) -> dict[str, Any]:

@@ -18,11 +18,14 @@ score becomes 1 - score). A row's score is the weighted mean of its asserts'. An
 weight 0 only measures: it is counted as passed, as promptfoo counts it.
 
 ``similar:<reference>`` compares the output with a reference by the cosine of
-their character-trigram counts (case and runs of spaces ignored): no model and
-no download, good at "says the same words", blind to paraphrase (default
-threshold 0.75). ``python:<file.py>[:function]`` calls ``function(output,
-context)`` (default ``get_assert``, as promptfoo names it) in a separate Python
-process with a time limit; ``python:<code>`` runs inline code (an expression, or
+their embeddings when the run has a model that gives them (the runner computes
+them before the asserts run and hands them in ``Observed.embeddings``), else by
+the cosine of their character-trigram counts (case and runs of spaces ignored):
+no model and no download, good at "says the same words", blind to paraphrase.
+The detail says which was used; the default threshold is promptfoo's 0.75.
+``python:<file.py>[:function]`` calls ``function(output, context)`` (default
+``get_assert``, as promptfoo names it) in a separate Python process with a time
+limit; ``python:<code>`` runs inline code (an expression, or
 a body with ``return``); it returns a bool, a score, or ``{"pass", "score",
 "reason"}``. ``javascript:<code>`` and ``javascript:file://<file.js>[:function]``
 do the same in JavaScript (webui.batch.js). Both get promptfoo's ``context``
@@ -50,12 +53,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, similarity
 from webui.batch.assert_values import excerpt
 from webui.batch.errors import BatchInputError, ScriptError
 from webui.batch.transform import check_transforms, transformed
+
+if TYPE_CHECKING:
+    from webui.embeddings import TextEmbeddings
 
 __all__ = ["KINDS", "Assert", "AssertResult", "Observed", "Verdict", "assert_label", "check_all", "parse_assert",
            "parse_asserts", "row_score", "similarity"]
@@ -115,6 +121,9 @@ class Observed:
     """Why generation stopped (stop, length, ...); "": not known."""
     logprobs: Sequence[float] = ()
     """The chosen tokens' logprobs under the model (perplexity asserts ask the runner for them); (): none."""
+    embeddings: TextEmbeddings | None = None
+    """Vectors of the output (and of it as each assert's transform rewrites it) and of the ``similar`` references,
+    from the run's embedding model; None: no model gives them (``similar`` then scores by trigrams)."""
 
 
 @dataclass(frozen=True)

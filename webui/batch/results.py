@@ -10,11 +10,14 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from statistics import fmean
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
 from webui.batch.asserts import AssertResult, Observed, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Cell
+
+if TYPE_CHECKING:
+    from webui.embeddings import TextEmbeddings
 
 SAMPLE_SEPARATOR = "\n\n---\n\n"
 PROMPT_LABEL_LENGTH = 60
@@ -139,13 +142,15 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
                ttft: float | None = None, tokens_per_second: float | None = None, cached_tokens: int = 0,
                error: str | None = None, from_cache: bool = False,
                judged: Mapping[str, Any] | None = None, model: str | None = None, loader: str | None = None,
-               load_options: Mapping[str, Any] | None = None, logprobs: Sequence[float] = ()) -> ResultRow:
+               load_options: Mapping[str, Any] | None = None, logprobs: Sequence[float] = (),
+               embeddings: TextEmbeddings | None = None) -> ResultRow:
     """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error).
-    ``logprobs``: the chosen tokens' logprobs, for perplexity asserts (they are not stored in the row)."""
+    ``logprobs``: the chosen tokens' logprobs, for perplexity asserts (they are not stored in the row);
+    ``embeddings``: the output's and the references' vectors, for similar asserts."""
     error = error or None
     seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text, judged or {},
                     cell.row.variables, str((cell.row.origin or {}).get("description") or ""), finish_reason,
-                    tuple(logprobs))
+                    tuple(logprobs), embeddings)
     asserts = [] if error else [a.check(seen) for a in cell.row.asserts]
     score, passed = _outcome(cell, asserts, error)
     return ResultRow(

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from loaders.base import LoadedModel, ModelLoadError, attached_loras
+from loaders.base import EmbeddingModel, LoadedModel, ModelLoadError, attached_loras, is_embedding_model
 from webui.batch.cache import ResponseCache, cache_key
-from webui.batch.errors import BatchInputError
-from webui.batch.asserts import Verdict
+from webui.batch.errors import BatchInputError, ScriptError
+from webui.batch.asserts import Observed, Verdict
 from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
 from webui.batch.graded import missing_vars, verdict_key
 from webui.batch.judge import (
@@ -26,9 +26,12 @@ from webui.batch.prompts import PromptRow
 from webui.batch.rerun import RanOn, ran_on, stored_ran_on
 from webui.batch.results import ResultRow, rejudged, result_for
 from webui.batch.store import BatchRun, BatchStore
+from webui.batch.transform import transformed
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore
-from webui.engine import EngineError, GenerationRequest, SamplingParams
+from webui.embeddings import TextEmbeddings, embed_texts
+from webui.engine import Engine, EngineError, GenerationRequest, SamplingParams
+from webui.engine.types import GeneratesNoText
 from webui.models import ModelManager, Slot
 from webui.owner import as_owner
 from webui.presets import PresetStore
@@ -99,6 +102,9 @@ class RunHandle:
     remote_judge: RemoteJudge | None = None
     slots: dict = field(default_factory=dict)
     """The loaded model (a Slot) each setting's model names runs on."""
+    embedder: tuple[Engine, EmbeddingModel] | None = None
+    """(its engine, the model) that embeds outputs and references for similar asserts (None: none, or no model
+    gives embeddings: they score by trigrams)."""
     streaming: dict[int, int] = field(default_factory=dict)
     """Tokens each cell still generating has made so far (by cell index), so progress moves before cells end."""
 
@@ -235,6 +241,8 @@ class BatchRunner:
         self._check_graded(job, settings)
         for setting in settings:
             slot = slots[setting.model]
+            if not slot.model.capabilities.generates:
+                raise BatchInputError(f"grid: {GeneratesNoText(slot.name)}")
             attached = attached_loras(slot.model)
             missing = [n for n, _ in setting.loras if n not in attached]
             if missing:
@@ -264,6 +272,8 @@ class BatchRunner:
             handle.judge = (judge.engine, lambda text: render_chat_prompt(
                 judge.model.tokenizer, [{"role": "user", "content": text}], template=template))
         handle.judge_prompt = job.judge_prompt
+        if any(a.kind == "similar" for row in job.rows for a in row.asserts):
+            handle.embedder = self._embedder(slots, owner)
         handle.keys = []
         for cell in cells:
             model = slots[cell.setting.model].model
@@ -307,6 +317,16 @@ class BatchRunner:
             return self.manager.slot(job.judge_model)
         except ModelLoadError as exc:
             raise BatchInputError(f"judge: {exc}") from None
+
+    def _embedder(self, slots: dict[str | None, Slot], owner: str) -> tuple[Engine, EmbeddingModel] | None:
+        """What embeds for similar asserts, one model for the whole run so its scores compare: a loaded
+        sentence-embedding model, else the model in use, else the first of the run's models that gives embeddings;
+        None when none does."""
+        dedicated = [s for s in self.manager.slots() if not s.model.capabilities.generates]
+        for slot in [*dedicated, self.manager.in_use(owner), *slots.values()]:
+            if slot is not None and is_embedding_model(slot.model):
+                return slot.engine, slot.model
+        return None
 
     @staticmethod
     def _prompt(job: BatchJob, row: PromptRow, model: LoadedModel, template: ChatTemplate | None
@@ -353,8 +373,9 @@ class BatchRunner:
         cached = self.cache.get(handle.keys[index]) if handle.use_cache and not logprobs else None
         if cached is not None:  # the very same request ran before: its response, with this run's asserts
             judged = await self._judge(handle, cell, cached["output"])
+            embedded = await self._embed(handle, cell, cached["output"])
             cached = {**cached, **ran_on(handle.slots[cell.setting.model]).row_fields()}
-            self._keep(handle, index, result_for(cell, **cached, from_cache=True, judged=judged))
+            self._keep(handle, index, result_for(cell, **cached, from_cache=True, judged=judged, embeddings=embedded))
             return
         async with slots:
             if handle.cancelled:
@@ -390,7 +411,9 @@ class BatchRunner:
                 return  # cut by Cancel: not a result
             usage, timings = (last.usage, last.timings) if last is not None else (None, None)
             judged = await self._judge(handle, cell, text) if error is None else {}
-            row = result_for(cell, output=text, judged=judged, **ran_on(handle.slots[cell.setting.model]).row_fields(),
+            embedded = await self._embed(handle, cell, text) if error is None else None
+            row = result_for(cell, output=text, judged=judged, embeddings=embedded,
+                             **ran_on(handle.slots[cell.setting.model]).row_fields(),
                              finish_reason=last.finish_reason if last else "error",
                              prompt_tokens=usage.prompt_tokens if usage else 0,
                              completion_tokens=usage.completion_tokens if usage else 0,
@@ -444,6 +467,26 @@ class BatchRunner:
                     held[verdict_key(item)] = verdict
             for index, judged in zip(indexes, verdicts):
                 self._keep(handle, index, rejudged(handle.results[index], handle.cells[index], judged))
+
+    async def _embed(self, handle: RunHandle, cell: Cell, output: str) -> TextEmbeddings | None:
+        """The vectors a cell's similar asserts compare: the output (also as each assert's transform rewrites it)
+        and the references; None without such asserts or an embedding model."""
+        similar = [a for a in cell.row.asserts if a.kind == "similar"]
+        if not similar or handle.embedder is None or handle.cancelled:
+            return None
+        texts = [output, *(str(a.value) for a in similar)]
+        seen = Observed(output, prompt=cell.row.text, variables=cell.row.variables)
+        for a in similar:
+            if a.transform:
+                try:
+                    texts.append(transformed(a.transform, seen).output)
+                except ScriptError:
+                    pass  # the assert fails on it, with the transform's error
+        engine, model = handle.embedder
+        try:
+            return await asyncio.to_thread(embed_texts, engine, model, texts)
+        except EngineError:
+            return None  # the model went away: the asserts then say they scored by trigrams
 
     def _keep(self, handle: RunHandle, index: int, row: ResultRow) -> None:
         self.store.add_result(handle.run_id, index, row.to_dict())

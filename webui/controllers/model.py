@@ -84,7 +84,8 @@ class ModelController:
         for s in self.services.registry.status():
             c = s.capabilities
             available = "yes" if s.available else f"no: {s.reason}"
-            samplers = "all (our pipeline on its logits)" if c.stepped else REMOTE_SAMPLERS
+            samplers = "none: embeddings only" if not c.generates else \
+                "all (our pipeline on its logits)" if c.stepped else REMOTE_SAMPLERS
             rows.append(f"| {s.name} | {available} | {', '.join(c.formats) or '-'} | {', '.join(c.devices)} | "
                         f"{'yes' if c.batched_forward else 'no'} | {'yes' if c.lora else 'no'} | "
                         f"{'yes' if c.logprobs else 'no'} | {PREFIX_CACHE[c.prefix_cache]} | {samplers} |")

@@ -28,8 +28,8 @@ from webui.engine.relay import RelayRunner
 from webui.engine.sampling import sample_rows
 from webui.engine.sequence import Sequence, check_loras, tokenize_prompt
 from webui.engine.stream import RequestStream
-from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, GenerationResult, NoModelLoaded,
-                                FinishReason, now)
+from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, GeneratesNoText, GenerationResult,
+                                NoModelLoaded, FinishReason, now)
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,8 @@ class Engine:
             model = self._model
             if model is None:
                 raise NoModelLoaded()
+            if not model.capabilities.generates:
+                raise GeneratesNoText(model.name)
             if len(self._waiting) >= self.config.max_waiting:
                 raise QueueFull(self.config.max_waiting)
         check_loras(model, request)

@@ -27,6 +27,14 @@ class NoModelLoaded(EngineError):
         super().__init__("no model is loaded; load one in the Model tab or start with --model NAME")
 
 
+class GeneratesNoText(EngineError):
+    """The model is an embedding model: it writes no text."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"'{name}' is an embedding model and writes no text; use it through /v1/embeddings or the "
+                         f"similar assert, and load a language model for chats and completions")
+
+
 class PromptTooLong(EngineError):
     def __init__(self, prompt_tokens: int, max_new_tokens: int, context_length: int):
         super().__init__(
