@@ -12,7 +12,7 @@ def test_defaults_and_text_values_are_read_through_the_table():
     assert parse_settings({}) == TrainingSettings()
     s = parse_settings({"rank": "16", "alpha": "32", "learning_rate": "1e-3", "scheduler": "cosine",
                         "train_on_all_turns": "yes", "target_modules": "q_proj, v_proj"})
-    assert (s.rank, s.alpha, s.learning_rate, s.scheduler, s.train_on_all_turns) == (16, 32.0, 1e-3, "cosine", True)
+    assert (s.rank, s.alpha, s.learning_rate, s.scheduler, s.train_on_all_turns) == (16, 32, 1e-3, "cosine", True)
     assert s.modules() == ["q_proj", "v_proj"]
     assert parse_settings({"target_modules": "attention"}).modules() == ["q_proj", "k_proj", "v_proj", "o_proj"]
     assert parse_settings({"target_modules": "all-linear"}).modules() == "all-linear"
@@ -21,8 +21,8 @@ def test_defaults_and_text_values_are_read_through_the_table():
 
 @pytest.mark.parametrize("values, message", [
     ({"rank": 0}, "training setting 'rank' takes an integer from 1 to 1024; got 0"),
-    ({"alpha": 0}, "training setting 'alpha' takes a number > 0; got 0"),
-    ({"alpha": "-2"}, "'alpha' takes a number > 0"),
+    ({"alpha": 0}, "training setting 'alpha' takes an integer > 0; got 0"),
+    ({"alpha": "-2"}, "'alpha' takes an integer > 0"),
     ({"learning_rate": "fast"}, "'learning_rate' takes a number above 0, at most 1; got 'fast'"),
     ({"scheduler": "step"}, "'scheduler' takes one of constant, linear, cosine; got 'step'"),
     ({"micro_batch_size": 2.5}, "'micro_batch_size' takes an integer"),

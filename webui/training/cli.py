@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from loaders.base import LoaderError
 from webui.config import AppConfig, default_user_data_dir
@@ -50,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user-data-dir", type=Path)
     group = p.add_argument_group("training settings")
     for spec in SETTINGS:
-        extra = {"nargs": "?", "const": "true"} if spec.kind is bool else {}
+        extra: dict[str, Any] = {"nargs": "?", "const": "true"} if spec.kind is bool else {}
         group.add_argument(option(spec.name), dest=spec.name, metavar="VALUE" if spec.kind is not bool else "BOOL",
                            help=f"{spec.help} ({spec.describe()}; default {spec.default!r})", **extra)
     return p

@@ -48,7 +48,7 @@ class TrainSetting(LoadOption):
 SETTINGS: tuple[TrainSetting, ...] = (
     TrainSetting("rank", int, 8, "LoRA rank r: the adapter's width (more learns more, trains slower)",
                  minimum=1, maximum=1024),
-    TrainSetting("alpha", float, 16.0, "LoRA alpha: the adapter's output is scaled by alpha / rank",
+    TrainSetting("alpha", int, 16, "LoRA alpha: the adapter's output is scaled by alpha / rank",
                  minimum=0, positive=True),
     TrainSetting("dropout", float, 0.05, "dropout on the adapter's input while training", minimum=0, maximum=0.9),
     TrainSetting("target_modules", str, "attention",
@@ -86,7 +86,7 @@ BY_NAME = {s.name: s for s in SETTINGS}
 @dataclass(frozen=True)
 class TrainingSettings:
     rank: int = 8
-    alpha: float = 16.0
+    alpha: int = 16
     dropout: float = 0.05
     target_modules: str = "attention"
     learning_rate: float = 3e-4
