@@ -127,6 +127,8 @@ def main(argv: list[str]) -> int:
         return _fail(str(exc))
     except (RuntimeError, OSError) as exc:  # out of memory, a full disk: the last checkpoint stays
         return _fail(f"training failed: {exc}; the last checkpoint (if any) is kept in {job.checkpoint}", 1)
+    except KeyboardInterrupt:  # a second Ctrl-C: quit without waiting for the step to end
+        return _fail(f"interrupted; the last checkpoint (if any) is kept in {job.checkpoint}", 1)
     finally:
         signal.signal(signal.SIGINT, previous)
     if result.stopped:
