@@ -156,9 +156,10 @@ def token_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
     import torch
 
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    targets = batch["labels"][:, 1:]
-    loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(),
-                                             ignore_index=IGNORE, reduction="sum")
+    # shift the labels, not the logits: slicing [batch, length, vocab] logits would copy them
+    targets = torch.nn.functional.pad(batch["labels"][:, 1:], (0, 1), value=IGNORE)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE,
+                                             reduction="sum")
     return loss, int((targets != IGNORE).sum())
 
 
