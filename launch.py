@@ -8,6 +8,7 @@ default model once; later runs start in seconds. Other commands:
     python launch.py requests list|show|replay|export|delete   the API requests kept (see `requests --help`)
     python launch.py install llamacpp|gptq|exllamav2  add an optional loader backend to .venv
     python launch.py quantize gptq|exl2 MODEL --bits 4    make a GPTQ (or EXL2, CUDA only) model folder
+    python launch.py train --data FILE --name NAME [settings]   train a LoRA adapter (see `train --help`)
     python launch.py hash-password                   print a hashed password for --ui-auth-file
 """
 
@@ -19,7 +20,8 @@ from webui import bootstrap
 def main(argv: list[str]) -> None:
     from webui.config import build_parser
 
-    command = argv[0] if argv and argv[0] in ("batch", "requests", "install", "quantize", "hash-password") else None
+    command = argv[0] if argv and argv[0] in ("batch", "requests", "install", "quantize", "train",
+                                                   "hash-password") else None
     if command == "install":
         sys.exit(bootstrap.install_extras(argv[1:]))
     if command == "hash-password":
@@ -45,6 +47,10 @@ def main(argv: list[str]) -> None:
         from webui.quantize import main as quantize_main
 
         sys.exit(quantize_main(argv[1:]))
+    if command == "train":
+        from webui.training.cli import main as train_main
+
+        sys.exit(train_main(argv[1:]))
     from webui.app import run
 
     run(argv)

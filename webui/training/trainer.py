@@ -1,0 +1,331 @@
+"""The LoRA training loop: plain PyTorch over peft, so progress, stopping and resuming stay simple.
+
+:func:`prepare` does everything that can fail on bad input (settings, the adapter name, the dataset, the base
+model's format) before any weights load; :func:`train` then loads the base model with transformers in float32
+(on CUDA when asked and present), wraps it with a peft LoRA and runs micro-batches with gradient accumulation,
+AdamW and transformers' warm-up schedules. Each optimizer step calls ``progress`` (step, total, loss, eval loss,
+tokens/s, ETA) and checks ``stop``; a stop, and every ``save_every`` steps, save a checkpoint (the adapter, the
+optimizer, the scheduler, the RNG states, the step) that ``resume=True`` continues from, to the same result as a
+run that never stopped. The finished adapter is written atomically to ``<loras_dir>/NAME`` with ``training.json``
+inside it: the base model and its fingerprint, the dataset and its SHA-256, every setting, the loss curve, time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from loaders.base import ModelLoadError, atomic_folder
+from loaders.hf import content_key, folder_tokenizer, from_pretrained, quant_method, resolve_device
+from webui.catalog import Catalog
+from webui.names import InvalidName, check_name
+from webui.training.data import IGNORE, Dataset, Example, load_dataset
+from webui.training.settings import TrainingError, TrainingSettings
+
+RECORD = "training.json"
+STATE = "trainer_state.pt"
+SCHEDULER_NAMES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+
+
+@dataclass(frozen=True)
+class TrainProgress:
+    step: int
+    total: int
+    loss: float
+    eval_loss: float | None
+    tokens_per_s: float
+    eta_s: float
+
+
+@dataclass
+class TrainJob:
+    """What to train: validated by :func:`prepare`."""
+    name: str
+    model_name: str
+    model_dir: Path
+    """A Hugging Face folder of plain weights (a .gguf already converted, see :func:`base_model_folder`)."""
+    data: Path
+    settings: TrainingSettings
+    out: Path
+    """The adapter folder to write (``<loras_dir>/NAME``)."""
+    checkpoint: Path
+    format_name: str | None = None
+    device: str = "cpu"
+    dataset: Dataset | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    out: Path | None
+    """The adapter folder; None when stopped (the checkpoint is kept)."""
+    step: int
+    total: int
+    stopped: bool
+    record: dict
+
+
+def base_model_folder(catalog: Catalog, model: str) -> tuple[str, Path]:
+    """The name and Hugging Face folder of ``model`` (a catalog name, the default model too, or a path).
+
+    Training always reads the weights with transformers: a .gguf is converted once (the folder the transformers
+    loader makes for it); a model only another loader reads (GPTQ, EXL2, a remote server) is refused.
+    """
+    path = Path(model).expanduser()
+    entry = catalog.entry_for_path(path) if path.exists() else catalog.resolve(model)
+    transformers = catalog.registry.get("transformers")
+    if transformers.match(entry.path) <= 0:
+        method = quant_method(entry.path)
+        what = f"a {method} model" if method else f"'{entry.path.name}'"
+        raise ModelLoadError(f"cannot train on {what}: training loads a model's plain weights with transformers, "
+                             "which cannot read it; train on the original (unquantized) Hugging Face folder or "
+                             ".gguf file")
+    folder = transformers.prepare(entry.path, catalog.workdir(entry), lambda f, m: print(m, flush=True))
+    return entry.model_name, Path(folder)
+
+
+def model_fingerprint(folder: Path) -> str:
+    """SHA-256 over each weight file's name, size and first MiB: tells base models apart without reading GBs."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".gguf"))
+    for path in files:
+        digest.update(f"{path.name}:{path.stat().st_size}:".encode())
+        with path.open("rb") as f:
+            digest.update(f.read(2**20))
+    return digest.hexdigest()
+
+
+def prepare(job: TrainJob, force: bool = False, resume: bool = False) -> TrainJob:
+    """Check everything a user can get wrong, before any weights load; returns the job with its dataset read."""
+    try:
+        check_name("LoRA adapter", job.name)
+    except InvalidName as exc:
+        raise TrainingError(str(exc)) from None
+    if job.out.exists() and not force:
+        raise TrainingError(f"an adapter named '{job.name}' exists ({job.out}); choose another --name or pass "
+                            "--force to replace it")
+    if resume and not (job.checkpoint / STATE).is_file():
+        raise TrainingError(f"there is no checkpoint of '{job.name}' to resume ({job.checkpoint}); start without "
+                            "--resume")
+    if not resume and (job.checkpoint / STATE).is_file() and not force:
+        raise TrainingError(f"'{job.name}' has a checkpoint from a stopped run; pass --resume to continue it or "
+                            "--force to start over")
+    tokenizer = folder_tokenizer(job.model_dir)
+    dataset = load_dataset(job.data, tokenizer, job.settings, job.format_name)
+    job.dataset = dataset
+    job.device = resolve_device(job.device)
+    return job
+
+
+def total_steps(settings: TrainingSettings, examples: int) -> int:
+    if settings.max_steps:
+        return settings.max_steps
+    per_epoch = math.ceil(examples / settings.micro_batch_size)
+    return max(1, math.floor(settings.epochs * per_epoch / settings.grad_accum))
+
+
+def micro_batch(settings: TrainingSettings, examples: int, index: int) -> list[int]:
+    """The example indices of micro-batch ``index`` (each epoch in its own seeded order: resumable by index)."""
+    per_epoch = math.ceil(examples / settings.micro_batch_size)
+    epoch, slot = divmod(index, per_epoch)
+    order = list(range(examples))
+    random.Random(settings.seed * 100_003 + epoch).shuffle(order)
+    return order[slot * settings.micro_batch_size:(slot + 1) * settings.micro_batch_size]
+
+
+def collate(examples: list[Example], pad_id: int, device: str) -> dict[str, Any]:
+    """Right-padded input ids, attention mask and labels (-100 on padding)."""
+    import torch
+
+    width = max(len(e.input_ids) for e in examples)
+    ids = [e.input_ids + [pad_id] * (width - len(e.input_ids)) for e in examples]
+    mask = [[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in examples]
+    labels = [e.labels + [IGNORE] * (width - len(e.labels)) for e in examples]
+    return {"input_ids": torch.tensor(ids, device=device), "attention_mask": torch.tensor(mask, device=device),
+            "labels": torch.tensor(labels, device=device)}
+
+
+def token_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
+    """The summed next-token loss over labelled tokens, and how many there were."""
+    import torch
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    # shift the labels, not the logits: slicing [batch, length, vocab] logits would copy them
+    targets = torch.nn.functional.pad(batch["labels"][:, 1:], (0, 1), value=IGNORE)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE,
+                                             reduction="sum")
+    return loss, int((targets != IGNORE).sum())
+
+
+def eval_loss(model: Any, examples: list[Example], settings: TrainingSettings, pad_id: int, device: str) -> float:
+    import torch
+
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(examples), settings.micro_batch_size):
+            loss, n = token_loss_sum(model, collate(examples[start:start + settings.micro_batch_size], pad_id,
+                                                    device))
+            total, count = total + float(loss), count + n
+    model.train()
+    return total / max(count, 1)
+
+
+def build_model(job: TrainJob) -> Any:
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = from_pretrained(job.model_dir, job.device, "float32")
+    s = job.settings
+    torch.manual_seed(s.seed)  # the adapter's initial weights
+    config = LoraConfig(r=s.rank, lora_alpha=s.alpha, lora_dropout=s.dropout, target_modules=s.modules(),
+                        task_type="CAUSAL_LM")
+    try:
+        peft_model = get_peft_model(model, config)
+    except ValueError as exc:  # peft: "Target modules {...} not found in the base model"
+        raise TrainingError(f"target_modules '{s.target_modules}' does not fit this model: {exc}") from exc
+    peft_model.train()
+    return peft_model
+
+
+def _pad_id(job: TrainJob) -> int:
+    config = json.loads((job.model_dir / "config.json").read_text())
+    for key in ("pad_token_id", "eos_token_id"):
+        value = config.get(key)
+        value = value[0] if isinstance(value, list) and value else value
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def _state_of(job: TrainJob) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: the same settings, dataset and base model."""
+    return {"settings": job.settings.as_dict(), "data_sha256": content_key(job.data)["sha256"],
+            "format": job.format_name, "model": model_fingerprint(job.model_dir)}
+
+
+def save_checkpoint(job: TrainJob, model: Any, optimizer: Any, scheduler: Any, step: int, run: dict) -> None:
+    import torch
+
+    with atomic_folder(job.checkpoint) as tmp:
+        model.save_pretrained(tmp)
+        torch.save({**_state_of(job), "step": step, "run": run, "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+                   tmp / STATE)
+
+
+def load_checkpoint(job: TrainJob, model: Any, optimizer: Any, scheduler: Any) -> tuple[int, dict]:
+    import torch
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    state = torch.load(job.checkpoint / STATE, weights_only=False, map_location=job.device)
+    for key, value in _state_of(job).items():
+        if state.get(key) != value:
+            raise TrainingError(f"the checkpoint of '{job.name}' was made with another {key.replace('_', ' ')}; "
+                                "resume with the same dataset, model and settings, or pass --force to start over")
+    set_peft_model_state_dict(model, load_file(job.checkpoint / "adapter_model.safetensors", device=job.device))
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng"])
+    if state["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    return int(state["step"]), dict(state["run"])
+
+
+def train(job: TrainJob, progress: Callable[[TrainProgress], None] | None = None,
+          stop: Callable[[], bool] | None = None, resume: bool = False) -> TrainResult:
+    """Train the prepared ``job`` to its end or until ``stop()`` is true (then a checkpoint is saved)."""
+    import torch
+    from transformers import get_scheduler
+
+    if job.dataset is None:
+        raise TrainingError("prepare(job) reads and checks the dataset first")
+    s, data = job.settings, job.dataset
+    total = total_steps(s, len(data.train))
+    model = build_model(job)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=s.learning_rate)
+    scheduler = get_scheduler(SCHEDULER_NAMES[s.scheduler], optimizer, num_warmup_steps=s.warmup_steps,
+                              num_training_steps=total)
+    run: dict = {"curve": [], "eval_curve": [], "seconds": 0.0, "tokens": 0}
+    step = 0
+    if resume:
+        step, run = load_checkpoint(job, model, optimizer, scheduler)
+    else:
+        torch.manual_seed(s.seed + 1)  # dropout's stream, the same whether or not a run is resumed
+    pad_id, started, start_step, tokens_now = _pad_id(job), time.monotonic(), step, 0
+    last_eval: float | None = run["eval_curve"][-1][1] if run["eval_curve"] else None
+    while step < total:
+        step_loss, step_tokens = 0.0, 0
+        micro = [collate([data.train[i] for i in micro_batch(s, len(data.train), step * s.grad_accum + k)],
+                         pad_id, job.device) for k in range(s.grad_accum)]
+        labelled = sum(int((b["labels"][:, 1:] != IGNORE).sum()) for b in micro)
+        for batch in micro:
+            loss, _ = token_loss_sum(model, batch)
+            (loss / max(labelled, 1)).backward()
+            step_loss += float(loss.detach())
+            step_tokens += int(batch["attention_mask"].sum())
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        tokens_now += step_tokens
+        run["curve"].append([step, step_loss / max(labelled, 1)])
+        if data.eval and (step % s.eval_every == 0 or step == total):
+            last_eval = eval_loss(model, data.eval, s, pad_id, job.device)
+            run["eval_curve"].append([step, last_eval])
+        spent = time.monotonic() - started
+        if progress is not None:
+            done = step - start_step
+            progress(TrainProgress(step, total, run["curve"][-1][1], last_eval, tokens_now / max(spent, 1e-9),
+                                   spent / done * (total - step)))
+        stopping = stop is not None and stop() and step < total
+        if stopping or (s.save_every and step % s.save_every == 0 and step < total):
+            save_checkpoint(job, model, optimizer, scheduler, step, _run_totals(run, spent, tokens_now))
+        if stopping:
+            return TrainResult(None, step, total, True, _run_totals(run, spent, tokens_now))
+    record = training_record(job, total, _run_totals(run, time.monotonic() - started, tokens_now))
+    with atomic_folder(job.out) as tmp:
+        model.save_pretrained(tmp)
+        (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    shutil.rmtree(job.checkpoint, ignore_errors=True)
+    return TrainResult(job.out, step, total, False, record)
+
+
+def _run_totals(run: dict, seconds: float, tokens: int) -> dict:
+    """``run`` with this stretch's time and tokens added (a resumed run adds up its stretches)."""
+    return {**run, "seconds": run["seconds"] + seconds, "tokens": run["tokens"] + tokens}
+
+
+def training_record(job: TrainJob, total: int, run: dict) -> dict:
+    """What training.json says: enough to know what the adapter is and to train it again."""
+    import peft
+    import torch
+    import transformers
+
+    assert job.dataset is not None, "prepared"
+    data = content_key(job.data)
+    return {
+        "name": job.name,
+        "base_model": {"name": job.model_name, "path": str(job.model_dir),
+                       "fingerprint": model_fingerprint(job.model_dir)},
+        "dataset": {"name": job.data.name, "sha256": data["sha256"], "size": data["size"], "kind": job.dataset.kind,
+                    "format": job.format_name, "train_examples": len(job.dataset.train),
+                    "eval_examples": len(job.dataset.eval), "cut_by_cutoff": job.dataset.cut},
+        "settings": job.settings.as_dict(),
+        "steps": total,
+        "loss_curve": run["curve"],
+        "eval_loss_curve": run["eval_curve"],
+        "seconds": round(run["seconds"], 3),
+        "tokens_per_s": round(run["tokens"] / max(run["seconds"], 1e-9), 1),
+        "device": job.device,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__},
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
