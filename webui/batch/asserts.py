@@ -133,6 +133,8 @@ class Verdict:
     passed: bool
     score: float
     reason: str
+    unscored: bool = False
+    """True: no score could be computed (answer-relevance without embeddings): it fails whatever the threshold."""
 
 
 def row_score(results: list[AssertResult]) -> float | None:
