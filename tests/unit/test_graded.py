@@ -151,6 +151,11 @@ def test_an_answer_that_is_not_the_json_asked_for_fails_the_assert_saying_so():
     assert not silent.passed and "could not answer" in silent.reason
     assert read_answer('{"pass": true, "reason": "r", "score": 0.5}', GRADED["llm-rubric"].steps[0].schema)
     assert not parse_assert("factuality:x").check(Observed("out")).passed  # no verdict at all
+    # an unanswered judge fails a by-score kind at threshold 0, and its not- form too (no score to invert)
+    relevance, _, _ = judged("context-relevance", "out", '{"sentences": [')
+    assert not relevance.passed and "not the JSON asked for" in relevance.detail and "score" not in relevance.detail
+    negated, _, _ = judged("not-llm-rubric:polite", "out", "no JSON")
+    assert not negated.passed and negated.score == 0.0
 
 
 def test_select_best_picks_one_of_the_tests_outputs():
@@ -307,6 +312,8 @@ def test_answer_relevance_without_an_embedding_model_fails_saying_so_whatever_th
     assert not result.passed and judge.asked == []  # the judge is not asked for questions nothing can embed
     assert "no model of this run gives them; load a sentence-embedding model" in result.detail
     assert "score" not in result.detail  # no score was computed
+    negated, _ = relevance("not-answer-relevance", None, QUESTIONS)
+    assert not negated.passed and negated.score == 0.0 and "no model of this run gives them" in negated.detail
     gone, _ = relevance("answer-relevance", vectors_for({}), {"questions": ["", " ", ""]})
     assert not gone.passed and "the judge generated no question from the output" in gone.detail
 
@@ -317,3 +324,6 @@ def test_answer_relevance_reads_promptfoos_dict_and_compact_forms():
     assert (item.kind, item.negate, item.threshold, item.weight) == ("answer-relevance", True, 0.7, 2)
     assert item.options["rubricPrompt"] == ("Question for {{answer}}",)
     assert parse_assert("answer-relevance").value is None and GRADED["answer-relevance"].threshold == 0.0
+    assert item.label == "not-answer-relevance" and item.to_dict() == {
+        "type": "not-answer-relevance", "threshold": 0.7, "weight": 2, "rubricPrompt": "Question for {{answer}}"}
+    assert parse_assert(item.to_dict()) == item

@@ -183,7 +183,7 @@ async def grade(item: Assert, inputs: Mapping[str, str], ask: Ask, default: str 
             answers.append(await _answer(ask, text, step.schema, step.max_tokens))
             filled.update(step.carry(answers[-1]) if step.carry else {})
     except (JudgeError, BatchInputError) as exc:
-        return Verdict(False, 0.0, str(exc))
+        return Verdict(False, 0.0, str(exc), unscored=True)
     if kind.scored is not None and embed is not None:
         return Verdict(*await kind.scored(answers, filled, embed))
     return Verdict(*kind.read(answers, filled))
@@ -199,5 +199,5 @@ async def select_best(item: Assert, outputs: list[str], inputs: Mapping[str, str
     try:
         answer = await _answer(ask, step_text(kind, 0, filled, custom), schema, 256)
     except (JudgeError, BatchInputError) as exc:
-        return [Verdict(False, 0.0, str(exc))] * len(outputs)
+        return [Verdict(False, 0.0, str(exc), unscored=True)] * len(outputs)
     return [Verdict(*g) for g in select_grades(answer, len(outputs), str(item.value))]
