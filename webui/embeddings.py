@@ -3,7 +3,7 @@
 The model computes the vectors (loaders/base.py ``EmbeddingModel``); this module runs it on the scheduler
 thread of the engine that serves it (``Engine.call_between_steps``), a few batches at a time, so a forward
 never races a running batch and generation goes on between the calls. /v1/embeddings
-(webui/api/embeddings.py) and the batch runner's ``similar`` asserts use it.
+(webui/api/embeddings.py) and the batch runner's ``similar`` and ``answer-relevance`` asserts use it.
 """
 
 from __future__ import annotations

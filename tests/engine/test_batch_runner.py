@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from dataclasses import replace
@@ -337,6 +338,30 @@ def test_similar_asserts_score_by_the_run_models_embeddings_and_say_so(services)
     assert transformed.passed and plain.score != pytest.approx(similarity(row.output, reference))
     cached = run(services, batch_job).rows()[0]  # a cell from the response cache is embedded as well
     assert cached.from_cache and cached.asserts == row.asserts
+
+
+def test_answer_relevance_is_the_mean_cosine_of_the_run_models_embeddings_of_the_judges_questions(services):
+    """The tiny model generates the questions (structured output, so they are read) and the run's embedder embeds
+    them and the query var: the score is the mean cosine of those vectors (the model is random: the plumbing)."""
+    from webui.batch import parse_assert
+    from webui.embeddings import embed_texts
+
+    query = "How do people greet?"
+    row = replace(parse_lines("Hello")[0], variables={"query": query}, asserts=[
+        parse_assert({"type": "answer-relevance", "rubricPrompt": "Q: {{answer}}"})])  # the tiny model reads 256
+    handle = run(services, BatchJob("relevance", [row], GridSpec([], {"max_new_tokens": [3]}), raw=True))
+    (result,) = handle.rows()[0].asserts
+    assert result.detail.startswith("judge: relevance "), result.detail
+    assert "embeddings from tiny (mean-pooled hidden states)" in result.detail
+    said = re.findall(r'("(?:[^"\\]|\\.)*") \((-?\d+\.\d\d)\)', result.detail)
+    questions = [json.loads(q) for q, _ in said]
+    assert 1 <= len(questions) <= 3
+    slot = services.models.slot("tiny")
+    found = embed_texts(slot.engine, slot.model, [query, *questions])
+    cosines = [found.cosine(query, q) for q in questions]
+    assert [c for _, c in said] == [f"{c:.2f}" for c in cosines]
+    assert result.score == pytest.approx(min(1.0, max(0.0, sum(cosines) / len(cosines))), abs=1e-5)
+    assert result.passed is (result.score >= 0)  # promptfoo's default threshold, 0
 
 
 def test_similar_asserts_score_by_trigrams_when_no_model_gives_embeddings(services, tmp_path):

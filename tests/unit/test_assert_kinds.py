@@ -44,13 +44,14 @@ def test_every_kind_round_trips_through_the_compact_and_the_dict_form(spec, chec
 
 def test_every_kind_has_an_example_and_a_check_and_scored_kinds_a_threshold():
     for name, kind in ASSERT_KINDS.items():
-        valueless = kind.value is NONE or name in ("context-faithfulness", "context-relevance")
+        valueless = kind.value is NONE or name in ("context-faithfulness", "context-relevance",
+                                                   "answer-relevance")
         assert kind.name == name and (kind.example or valueless) and callable(kind.check), name
         assert kind.threshold_unit or 0 <= kind.threshold <= 1, name
     assert {name for name, kind in ASSERT_KINDS.items() if kind.scored} == {
         "similar", "python", "javascript", "llm-rubric", "rouge-n", "bleu", "gleu", "perplexity-score",
         "model-graded-closedqa", "factuality", "g-eval", "context-recall", "context-relevance", "context-faithfulness",
-        "select-best"}
+        "select-best", "answer-relevance"}
 
 
 def test_not_contains_is_contains_negated_whichever_way_it_is_written():

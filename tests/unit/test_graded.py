@@ -151,6 +151,11 @@ def test_an_answer_that_is_not_the_json_asked_for_fails_the_assert_saying_so():
     assert not silent.passed and "could not answer" in silent.reason
     assert read_answer('{"pass": true, "reason": "r", "score": 0.5}', GRADED["llm-rubric"].steps[0].schema)
     assert not parse_assert("factuality:x").check(Observed("out")).passed  # no verdict at all
+    # an unanswered judge fails a by-score kind at threshold 0, and its not- form too (no score to invert)
+    relevance, _, _ = judged("context-relevance", "out", '{"sentences": [')
+    assert not relevance.passed and "not the JSON asked for" in relevance.detail and "score" not in relevance.detail
+    negated, _, _ = judged("not-llm-rubric:polite", "out", "no JSON")
+    assert not negated.passed and negated.score == 0.0
 
 
 def test_select_best_picks_one_of_the_tests_outputs():
@@ -199,7 +204,8 @@ def test_the_judge_request_is_greedy_and_held_to_the_steps_schema():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("answer-relevance", "answer-relevance is not supported here: it compares embeddings"),
+    ("answer-relevance:x", "answer-relevance takes no value: it reads the output and the prompt"),
+    ({"type": "answer-relevance", "threshold": 1.5}, "answer-relevance: threshold must be a score between 0 and 1"),
     ("classifier", "classifier is not supported here: it needs a text-classification model"),
     ({"type": "context-recall", "value": "x", "contextTransform": "output"},
      "context-recall: contextTransform is not supported here: give the test a `context` var"),
@@ -246,3 +252,78 @@ def test_a_tests_options_rubric_prompt_grades_its_graded_asserts_and_may_be_a_fi
     assert contains.to_dict() == {"type": "contains", "value": "h"}
     with pytest.raises(BatchInputError, match=r"tests\[0\].assert\[1\]: cannot read the rubricPrompt file"):
         read_config(config.replace("grade.txt", "none.txt"), tmp_path)
+
+
+def vectors_for(given: Mapping[str, tuple[float, ...]]) -> Any:
+    """An embedding model that gives these vectors (and keeps what it was asked to embed)."""
+    from webui.embeddings import TextEmbeddings
+
+    asked: list[list[str]] = []
+
+    async def embed(texts: list[str]) -> TextEmbeddings:
+        asked.append(texts)
+        return TextEmbeddings("given", {t: given[t] for t in texts})
+    embed.asked = asked  # type: ignore[attr-defined]
+    return embed
+
+
+QUESTIONS = {"questions": ["What is the capital of France?", "Which city is French?", "Where is Paris?"]}
+GIVEN = {"What is the capital of France?": (1.0, 0.0), "Which city is French?": (0.6, 0.8),
+         "Where is Paris?": (0.0, 1.0), "Name the capital of France.": (0.8, 0.6)}
+
+
+def relevance(spec: Any, embed: Any, *answers: Any, variables: Mapping[str, str] = VARS) -> tuple[Any, Judge]:
+    item, judge = parse_assert(spec), Judge(*answers)
+    inputs = inputs_for(item, "Paris is the capital of France.", "Name the capital of France.", variables)
+    verdict = asyncio.run(grade(item, inputs, judge, embed=embed))
+    seen = Observed("Paris is the capital of France.", judged={verdict_key(item): verdict}, variables=variables)
+    return item.check(seen), judge
+
+
+def test_answer_relevance_is_the_mean_cosine_of_the_generated_questions_and_the_query():
+    embed = vectors_for({**GIVEN, VARS["query"]: (1.0, 0.0)})
+    result, judge = relevance("answer-relevance", embed, QUESTIONS)
+    (text, schema, _), = judge.asked
+    assert "Answer: Paris is the capital of France.\n" in text and text.endswith(GRADED["answer-relevance"]
+                                                                                   .steps[0].answer)
+    assert schema["properties"]["questions"]["minItems"] == 3 == schema["properties"]["questions"]["maxItems"]
+    assert embed.asked == [[VARS["query"], *QUESTIONS["questions"]]]  # the query var, not the prompt
+    assert result.passed and result.score == pytest.approx((1.0 + 0.6 + 0.0) / 3)
+    assert "relevance 0.53: mean cosine of the query and the questions generated from the output: " in result.detail
+    assert '"Which city is French?" (0.60)' in result.detail and "embeddings from given" in result.detail
+    strict, _ = relevance({"type": "answer-relevance", "threshold": 0.6}, embed, QUESTIONS)
+    assert not strict.passed and "needs 0.6" in strict.detail
+    negated, _ = relevance({"type": "not-answer-relevance", "threshold": 0.6}, embed, QUESTIONS)
+    assert negated.passed and negated.score == pytest.approx(1 - 1.6 / 3)
+
+
+def test_answer_relevance_embeds_the_prompt_without_a_query_var_and_reads_a_custom_generation_prompt():
+    embed = vectors_for(GIVEN)
+    result, judge = relevance({"type": "answer-relevance", "rubricPrompt": "Q for: {{answer}}"}, embed, QUESTIONS,
+                              variables={})
+    (text, _, _), = judge.asked
+    assert text == "Q for: Paris is the capital of France.\n\n" + GRADED["answer-relevance"].steps[0].answer
+    assert embed.asked == [["Name the capital of France.", *QUESTIONS["questions"]]]
+    assert result.score == pytest.approx((0.8 + 0.96 + 0.6) / 3)
+
+
+def test_answer_relevance_without_an_embedding_model_fails_saying_so_whatever_the_threshold():
+    result, judge = relevance({"type": "answer-relevance", "threshold": 0}, None, QUESTIONS)
+    assert not result.passed and judge.asked == []  # the judge is not asked for questions nothing can embed
+    assert "no model of this run gives them; load a sentence-embedding model" in result.detail
+    assert "score" not in result.detail  # no score was computed
+    negated, _ = relevance("not-answer-relevance", None, QUESTIONS)
+    assert not negated.passed and negated.score == 0.0 and "no model of this run gives them" in negated.detail
+    gone, _ = relevance("answer-relevance", vectors_for({}), {"questions": ["", " ", ""]})
+    assert not gone.passed and "the judge generated no question from the output" in gone.detail
+
+
+def test_answer_relevance_reads_promptfoos_dict_and_compact_forms():
+    item = parse_assert({"type": "not-answer-relevance", "threshold": 0.7, "weight": 2,
+                         "rubricPrompt": "Question for {{answer}}"})
+    assert (item.kind, item.negate, item.threshold, item.weight) == ("answer-relevance", True, 0.7, 2)
+    assert item.options["rubricPrompt"] == ("Question for {{answer}}",)
+    assert parse_assert("answer-relevance").value is None and GRADED["answer-relevance"].threshold == 0.0
+    assert item.label == "not-answer-relevance" and item.to_dict() == {
+        "type": "not-answer-relevance", "threshold": 0.7, "weight": 2, "rubricPrompt": "Question for {{answer}}"}
+    assert parse_assert(item.to_dict()) == item

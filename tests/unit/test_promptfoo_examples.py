@@ -16,7 +16,6 @@ EXAMPLES = ROOT / "tests" / "data" / "promptfoo" / "examples"
 NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "promptfooconfig.yaml").is_file())
 NOT_YET = {
     "gemma-vs-llama": "unknown setting(s) prompt (a provider's prompt.prefix/suffix",  # per provider only
-    "llama-cpp": "answer-relevance is not supported here: it compares embeddings",
 }
 """Examples our reader refuses today, with the start of its message; expected to shrink as features land."""
 

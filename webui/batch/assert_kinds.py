@@ -452,7 +452,7 @@ def _graded(a: Assert, seen: Observed) -> Outcome:
     verdict = seen.judged.get(verdict_key(a))
     if verdict is None:
         return Outcome(False, "no judge verdict (the judge did not run or its answer could not be read)", 0.0)
-    by_score = GRADED[a.kind].by_score or a.threshold is not None
+    by_score = (GRADED[a.kind].by_score or a.threshold is not None) and not verdict.unscored
     return Outcome(verdict.passed, f"judge: {verdict.reason}", verdict.score, by_score)
 
 

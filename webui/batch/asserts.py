@@ -32,9 +32,10 @@ do the same in JavaScript (webui.batch.js). Both get promptfoo's ``context``
 (prompt, vars, test, config). An assert's ``transform`` (dict form) rewrites the
 output before it is checked (webui.batch.transform). ``latency:<ms>``, ``ttft:<ms>`` and ``tokens-per-second:<n>`` check
 the row's timing. ``llm-rubric:<rubric>`` and promptfoo's other model-graded kinds
-(factuality, g-eval, context-*, select-best...: webui.batch.graded) are judged by
-a model (the batch runner asks it, see webui.batch.judge); the verdict and its
-reason are the result.
+(factuality, g-eval, context-*, select-best, answer-relevance...:
+webui.batch.graded) are judged by a model (the batch runner asks it, see
+webui.batch.judge); the verdict and its reason are the result, and one the judge
+could not give fails, negated or not.
 
 promptfoo's deterministic kinds run as promptfoo 0.115 runs them: ``levenshtein``,
 ``rouge-n``, ``bleu``, ``gleu`` (webui.batch.text_metrics), ``is-sql``,
@@ -58,6 +59,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, similarity
 from webui.batch.assert_values import excerpt
 from webui.batch.errors import BatchInputError, ScriptError
+from webui.batch.graded import GRADED, verdict_key
 from webui.batch.transform import check_transforms, transformed
 
 if TYPE_CHECKING:
@@ -133,6 +135,9 @@ class Verdict:
     passed: bool
     score: float
     reason: str
+    unscored: bool = False
+    """True: no score could be computed (the judge could not answer, answer-relevance had no embeddings): the
+    assert fails whatever its threshold, negated or not."""
 
 
 def row_score(results: list[AssertResult]) -> float | None:
@@ -213,6 +218,12 @@ class Assert:
     def pass_at(self) -> float:
         return self.threshold if self.threshold is not None else self.spec.threshold
 
+    def _unscored(self, seen: Observed) -> bool:
+        """Whether this is a graded assert the judge could not score (it could not answer, or answer-relevance
+        had no embeddings): it fails, negated or not, whatever the threshold."""
+        verdict = seen.judged.get(verdict_key(self)) if self.kind in GRADED else None
+        return verdict is not None and verdict.unscored
+
     def check(self, seen: Observed | str, completion_tokens: int = 0) -> AssertResult:
         """Run the check (an output alone, or what was observed of it: tokens, timing)."""
         if isinstance(seen, str):
@@ -228,7 +239,7 @@ class Assert:
         if by_score and score is not None:
             passed = score >= self.pass_at
             detail = f"{detail} (score {score:.2f}, needs {self.pass_at:g})".strip()
-        if self.negate:
+        if self.negate and not self._unscored(seen):
             passed = not passed
             score = None if score is None else 1.0 - score
             if not passed and not spec.scored:

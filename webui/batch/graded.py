@@ -22,8 +22,11 @@ prompts there are ported from RAGAS, Apache-2.0) and the verdicts its matchers'
 ``rubricPrompt`` replaces a step's prompt (a list: one per step); the JSON the
 answer must be is still appended to it.
 
-answer-relevance (needs an embedding model), classifier (needs a classifier
-model) and any use of ``contextTransform`` are refused by name.
+answer-relevance asks the judge for questions the output could answer (its one
+step), then compares them by embeddings with the query (the ``query`` var, else
+the prompt): its :attr:`GradedKind.scored` gets the run's embedding model (the
+runner's), and without one the assert fails saying so. classifier (needs a
+classifier model) and any use of ``contextTransform`` are refused by name.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, NamedTuple
 
 from webui.batch.assert_values import ValueForm, _needed, _needed_in_dict, _one_line
 from webui.batch.errors import BatchInputError
@@ -40,14 +43,20 @@ from webui.batch.errors import BatchInputError
 if TYPE_CHECKING:
     from webui.batch.assert_kinds import AssertKind
     from webui.batch.asserts import Assert
+    from webui.embeddings import TextEmbeddings
+
+Embed = Callable[[list[str]], Awaitable["TextEmbeddings | None"]]
+"""Texts -> their vectors from the run's embedding model (None: the model could not embed them)."""
 
 
 class Grade(NamedTuple):
-    """A graded kind's verdict: passed (before a threshold given with the assert), score in [0, 1], reason."""
+    """A graded kind's verdict: passed (before a threshold given with the assert), score in [0, 1], reason, and
+    whether no score could be computed (the verdict then fails whatever the threshold)."""
 
     passed: bool
     score: float
     reason: str
+    unscored: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,9 @@ class GradedKind:
     threshold given with the assert then also must be reached."""
     needs: tuple[str, ...] = ()
     """The test vars it reads; a row without one is refused before the run."""
+    scored: Callable[[list[dict[str, Any]], Mapping[str, str], Embed], Awaitable[Grade]] | None = None
+    """(the steps' answers, the inputs, the run's embedding model) -> the grade, for a kind scored by embeddings;
+    its ``read`` is then the grade when the run has no embedding model (asked before the judge is)."""
 
 
 def _schema(**properties: Any) -> dict[str, Any]:
@@ -311,6 +323,49 @@ def _faithfulness(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> G
                               "output are supported by the context")
 
 
+# -- answer-relevance (promptfoo's matchesAnswerRelevance, RAGAS's answer relevancy) -------------------------
+
+RELEVANCE_QUESTIONS = 3
+"""The questions the judge generates from the output (promptfoo asks for one, three times)."""
+QUESTIONS_ANSWER = (f'Answer with JSON only: {{"questions": {RELEVANCE_QUESTIONS} different questions the answer '
+                    'could be the answer to, each one short question}.')
+QUESTIONS_PROMPT = f"""Generate question for the given answer.
+Answer:
+The PSLV-C56 mission is scheduled to be launched on Sunday, 30 July 2023 at 06:30 IST / 01:00 UTC. It will be \
+launched from the Satish Dhawan Space Centre, Sriharikota, Andhra Pradesh, India
+Question: When is the scheduled launch date and time for the PSLV-C56 mission, and where will it be launched from?
+
+Answer: {{{{answer}}}}
+
+{QUESTIONS_ANSWER}"""
+NO_EMBEDDINGS = ("answer-relevance compares embeddings, and no model of this run gives them; load a sentence-"
+                 "embedding model (or a model through the transformers loader) in the Model tab, or use "
+                 "llm-rubric or g-eval instead")
+
+
+def _no_embeddings(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+    return Grade(False, 0.0, NO_EMBEDDINGS, unscored=True)
+
+
+async def _answer_relevance(answers: list[dict[str, Any]], inputs: Mapping[str, str], embed: Embed) -> Grade:
+    """The mean cosine of the query's and each generated question's embeddings (in [0, 1]: a negative mean is 0;
+    promptfoo passes at ``score >= threshold``, 0 by default)."""
+    questions = list(dict.fromkeys(q.strip() for q in answers[0]["questions"] if q.strip()))
+    if not questions:
+        return Grade(False, 0.0, "the judge generated no question from the output", unscored=True)
+    query = inputs["query"]
+    vectors = await embed([query, *questions])
+    cosines = [vectors.cosine(query, q) for q in questions] if vectors is not None else [None]
+    if vectors is None or any(c is None for c in cosines):
+        return Grade(False, 0.0, "the embedding model could not embed the query and the generated questions",
+                     unscored=True)
+    mean = sum(c for c in cosines if c is not None) / len(cosines)
+    score = min(1.0, max(0.0, mean))
+    asked = "; ".join(f"{json.dumps(q, ensure_ascii=False)} ({c:.2f})" for q, c in zip(questions, cosines))
+    return Grade(True, score, f"relevance {mean:.2f}: mean cosine of the query and the questions generated from "
+                              f"the output: {asked}; embeddings from {vectors.source}")
+
+
 # -- select-best (promptfoo's SELECT_BEST_PROMPT): one question for all outputs of a test ------------------
 
 SELECT_ANSWER = 'Answer with JSON only: {"reason": a short reason, "best": the index of the text that fits best}.'
@@ -373,13 +428,14 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
         needs=("query", "context")),
     GradedKind("select-best", (Step(SELECT_PROMPT, SELECT_ANSWER, select_schema(2)),), None, "The most concise answer",
                "the best of a test's outputs across settings"),
+    GradedKind("answer-relevance", (Step(QUESTIONS_PROMPT, QUESTIONS_ANSWER, _schema(questions={
+        **_texts(200, RELEVANCE_QUESTIONS), "minItems": RELEVANCE_QUESTIONS}), 384),), _no_embeddings, "",
+               "mean cosine of the query var (else the prompt) and questions the judge makes from the output; "
+               "needs an embedding model", threshold=0.0, by_score=True, scored=_answer_relevance),
 )}
 """Every graded kind by name (llm-rubric first)."""
 
 REFUSED = {
-    "answer-relevance": "answer-relevance is not supported here: it compares embeddings of the prompt and of "
-                        "questions generated from the output, and the workbench has no embedding model to ask; "
-                        "use context-relevance, g-eval or llm-rubric instead",
     "classifier": "classifier is not supported here: it needs a text-classification model (promptfoo asks a "
                   "HuggingFace classifier), which the workbench does not load; use llm-rubric with the class "
                   "as its rubric instead",
@@ -415,8 +471,9 @@ class GradedValue(ValueForm):
             options = {**options, "rubricPrompt": custom_prompts(options["rubricPrompt"], kind.name)}
         if not GRADED[kind.name].example:
             if value is not None:
-                raise BatchInputError(f"{kind.name} takes no value: it reads the test's "
-                                      f"{' and '.join(GRADED[kind.name].needs)} vars; got {value!r}")
+                needs = GRADED[kind.name].needs
+                reads = f"the test's {' and '.join(needs)} vars" if needs else "the output and the prompt"
+                raise BatchInputError(f"{kind.name} takes no value: it reads {reads}; got {value!r}")
             return None, options
         return super().hold(kind, value, options)
 

@@ -26,7 +26,7 @@ import jsonschema
 from webui.batch.asserts import Assert, Verdict
 from webui.batch.errors import BatchInputError
 from webui.batch.graded import (
-    GRADED, JUDGE_PROMPT, VERDICT_SCHEMA, GradedKind, numbered_outputs, select_grades, select_schema,
+    GRADED, JUDGE_PROMPT, VERDICT_SCHEMA, Embed, GradedKind, numbered_outputs, select_grades, select_schema,
     verdict_key,
 )
 from webui.batch.prompts import render, template_variables
@@ -166,12 +166,16 @@ async def _answer(ask: Ask, text: str, schema: Mapping[str, Any], tokens: int) -
     return data
 
 
-async def grade(item: Assert, inputs: Mapping[str, str], ask: Ask, default: str | None = None) -> Verdict:
+async def grade(item: Assert, inputs: Mapping[str, str], ask: Ask, default: str | None = None,
+                embed: Embed | None = None) -> Verdict:
     """The judge's verdict on one graded assert (not select-best), its steps asked in order; a failing verdict
-    saying why when the judge cannot answer or a custom prompt cannot be filled in."""
+    saying why when the judge cannot answer or a custom prompt cannot be filled in. ``embed``: the run's
+    embedding model, for a kind scored by embeddings (None: the run has none, and such a kind fails saying so)."""
     kind, custom = GRADED[item.kind], tuple(item.options.get("rubricPrompt", ()))
     if kind.read is None:
         raise ValueError(f"{item.kind} is judged over a test's outputs (select_best), not one output")
+    if kind.scored is not None and embed is None:
+        return Verdict(*kind.read([], inputs))
     filled, answers = dict(inputs), []
     try:
         for index, step in enumerate(kind.steps):
@@ -179,7 +183,9 @@ async def grade(item: Assert, inputs: Mapping[str, str], ask: Ask, default: str 
             answers.append(await _answer(ask, text, step.schema, step.max_tokens))
             filled.update(step.carry(answers[-1]) if step.carry else {})
     except (JudgeError, BatchInputError) as exc:
-        return Verdict(False, 0.0, str(exc))
+        return Verdict(False, 0.0, str(exc), unscored=True)
+    if kind.scored is not None and embed is not None:
+        return Verdict(*await kind.scored(answers, filled, embed))
     return Verdict(*kind.read(answers, filled))
 
 
@@ -193,5 +199,5 @@ async def select_best(item: Assert, outputs: list[str], inputs: Mapping[str, str
     try:
         answer = await _answer(ask, step_text(kind, 0, filled, custom), schema, 256)
     except (JudgeError, BatchInputError) as exc:
-        return [Verdict(False, 0.0, str(exc))] * len(outputs)
+        return [Verdict(False, 0.0, str(exc), unscored=True)] * len(outputs)
     return [Verdict(*g) for g in select_grades(answer, len(outputs), str(item.value))]

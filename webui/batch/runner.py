@@ -18,7 +18,7 @@ from webui.batch.cache import ResponseCache, cache_key
 from webui.batch.errors import BatchInputError, ScriptError
 from webui.batch.asserts import Observed, Verdict
 from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
-from webui.batch.graded import missing_vars, verdict_key
+from webui.batch.graded import Embed, missing_vars, verdict_key
 from webui.batch.judge import (
     JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_request, rubrics, select_best,
 )
@@ -103,8 +103,9 @@ class RunHandle:
     slots: dict = field(default_factory=dict)
     """The loaded model (a Slot) each setting's model names runs on."""
     embedder: tuple[Engine, EmbeddingModel] | None = None
-    """(its engine, the model) that embeds outputs and references for similar asserts (None: none, or no model
-    gives embeddings: they score by trigrams)."""
+    """(its engine, the model) that embeds outputs and references for similar asserts, and queries and generated
+    questions for answer-relevance (None: none, or no model gives embeddings: similar scores by trigrams,
+    answer-relevance fails saying so)."""
     streaming: dict[int, int] = field(default_factory=dict)
     """Tokens each cell still generating has made so far (by cell index), so progress moves before cells end."""
 
@@ -272,7 +273,7 @@ class BatchRunner:
             handle.judge = (judge.engine, lambda text: render_chat_prompt(
                 judge.model.tokenizer, [{"role": "user", "content": text}], template=template))
         handle.judge_prompt = job.judge_prompt
-        if any(a.kind == "similar" for row in job.rows for a in row.asserts):
+        if any(a.kind in ("similar", "answer-relevance") for row in job.rows for a in row.asserts):
             handle.embedder = self._embedder(slots, owner)
         handle.keys = []
         for cell in cells:
@@ -444,7 +445,8 @@ class BatchRunner:
                 break
             inputs = inputs_for(item, output, cell.row.text, cell.row.variables)
             default = handle.judge_prompt if item.kind == "llm-rubric" else None
-            verdicts[verdict_key(item)] = await grade(item, inputs, self._ask(handle), default)
+            verdicts[verdict_key(item)] = await grade(item, inputs, self._ask(handle), default,
+                                                      self._embedding(handle))
         return verdicts
 
     async def _select_best(self, handle: RunHandle) -> None:
@@ -472,7 +474,8 @@ class BatchRunner:
         """The vectors a cell's similar asserts compare: the output (also as each assert's transform rewrites it)
         and the references; None without such asserts or an embedding model."""
         similar = [a for a in cell.row.asserts if a.kind == "similar"]
-        if not similar or handle.embedder is None or handle.cancelled:
+        embed = self._embedding(handle)
+        if not similar or embed is None or handle.cancelled:
             return None
         texts = [output, *(str(a.value) for a in similar)]
         seen = Observed(output, prompt=cell.row.text, variables=cell.row.variables)
@@ -482,11 +485,21 @@ class BatchRunner:
                     texts.append(transformed(a.transform, seen).output)
                 except ScriptError:
                     pass  # the assert fails on it, with the transform's error
+        return await embed(texts)  # None when the model went away: the asserts then say they scored by trigrams
+
+    @staticmethod
+    def _embedding(handle: RunHandle) -> Embed | None:
+        """How this run embeds texts (None: no model of it gives embeddings)."""
+        if handle.embedder is None:
+            return None
         engine, model = handle.embedder
-        try:
-            return await asyncio.to_thread(embed_texts, engine, model, texts)
-        except EngineError:
-            return None  # the model went away: the asserts then say they scored by trigrams
+
+        async def embed(texts: list[str]) -> TextEmbeddings | None:
+            try:
+                return await asyncio.to_thread(embed_texts, engine, model, texts)
+            except EngineError:
+                return None  # the model went away
+        return embed
 
     def _keep(self, handle: RunHandle, index: int, row: ResultRow) -> None:
         self.store.add_result(handle.run_id, index, row.to_dict())
