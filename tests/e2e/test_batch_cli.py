@@ -101,6 +101,8 @@ def test_a_promptfoo_chat_suite_runs_its_chats_with_the_providers_seed(tmp_path,
     france = next(r for r in rows if r["setting"] == "greedy" and "France" in r["prompt"] and "system" in r["prompt"])
     assert "paris" in france["output"].lower() and france["passed"] is True, france
     assert france["prompt_tokens"] < 60  # the chat as messages through the template, not its JSON as one message
+    kinds = {a["label"].split(":")[0] for r in rows for a in r["asserts"]}
+    assert {"javascript", "levenshtein"} <= kinds and all(r["passed"] for r in rows if "Japan" in r["prompt"])
 
 
 def test_a_promptfoo_suite_with_csv_tests_a_prompts_config_and_a_providers_prompts(tmp_path, user_data):

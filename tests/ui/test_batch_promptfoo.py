@@ -1,0 +1,41 @@
+"""#32 in the Batch tab: promptfoo's small suite (a chat prompt file, an inline chat, two providers one with a
+seed, javascript and levenshtein asserts) uploaded as it is, run, and exported in promptfoo's results shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.ui.pages import export_file, open_page, tab, upload_file, wait_text
+
+pytestmark = [pytest.mark.real_model, pytest.mark.browser]
+
+SUITE = ROOT / "tests" / "data" / "promptfoo" / "chat"
+
+
+def test_a_promptfoo_suite_uploaded_runs_and_exports_promptfoos_shape(server, browser, tmp_path):
+    # an uploaded config's file:// paths are read from where the workbench runs: point the one file at its place
+    config = (SUITE / "promptfooconfig.yaml").read_text().replace("file://prompt_chat.json",
+                                                                   f"file://{SUITE / 'prompt_chat.json'}")
+    upload = tmp_path / "promptfooconfig.yaml"
+    upload.write_text(config)
+    page = open_page(browser, server.url)
+    tab(page, "Batch")
+    upload_file(page, "batch-upload", upload)
+    wait_text(page, "#batch-upload-note", "8 prompts × 2 providers", 30_000)
+    page.locator("#batch-check").click()
+    wait_text(page, "#batch-plan", "16 cells", 30_000)
+    page.locator("#batch-run").click()
+    wait_text(page, "#batch-progress", "Finished: 16/16", 240_000)
+    table = page.locator("#batch-results").inner_text()
+    assert "greedy" in table and "seeded" in table and "levenshtein" in table
+    page.get_by_role("tab", name="Runs").click()
+    saved = export_file(page, "batch-export-promptfoo", "batch-export-file", tmp_path / "results.json")
+    results = json.loads(saved.read_text())["results"]["results"]
+    assert len(results) == 16 and {r["provider"]["label"] for r in results} == {"greedy", "seeded"}
+    assert {r["vars"]["country"] for r in results} == {"France", "Japan", "Italy", "Spain"}
+    italy = next(r for r in results if r["vars"]["country"] == "Italy")
+    assert [c["assertion"]["type"] for c in italy["gradingResult"]["componentResults"]] == ["levenshtein"]
+    page.close()
