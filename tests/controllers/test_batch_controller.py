@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -140,6 +141,20 @@ def test_an_uploaded_promptfoo_suite_runs_its_providers_as_settings(controller, 
     bad.write_text("prompts: ['x']\ntests:\n  - assert:\n      - type: moderation\n        value: fair\n")
     with pytest.raises(UserError, match="the assert type 'moderation' is not supported here"):
         controller.upload(bad)
+
+
+def test_a_suite_uploaded_with_the_files_it_reads_finds_them(controller, tmp_path):
+    """#32: a promptfoo config is uploaded unchanged with its file:// files; they are read from beside it."""
+    (tmp_path / "chat.json").write_text('[{"role": "user", "content": "Say {{word}}"}]')
+    (tmp_path / "promptfooconfig.yaml").write_text("prompts: [file://chat.json]\ntests:\n  - vars: {word: hi}\n")
+    upload, note = controller.upload_files([str(tmp_path / "promptfooconfig.yaml"), str(tmp_path / "chat.json")])
+    assert "**promptfooconfig.yaml**: 1 prompts × 1 providers" in note and Path(upload[0]).parent != tmp_path
+    job = controller.job(BatchForm(upload=upload), BASE)
+    assert job.rows[0].messages == ({"role": "user", "content": "Say hi"},)
+    with pytest.raises(UserError, match="choose one promptfooconfig.yaml and the files it reads"):
+        controller.upload_files([str(tmp_path / "chat.json"), str(tmp_path / "chat.json")])
+    with pytest.raises(UserError, match="cannot read .*chat.json.*choose the config and those files together"):  # alone, its file is not found
+        controller.upload(tmp_path / "promptfooconfig.yaml")
 
 
 def test_a_completion_provider_is_planned_raw(controller, tmp_path):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.conftest import ROOT
-from tests.ui.pages import export_file, open_page, tab, upload_file, wait_text
+from tests.ui.pages import export_file, open_page, tab, wait_text
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -16,14 +16,12 @@ SUITE = ROOT / "tests" / "data" / "promptfoo" / "chat"
 
 
 def test_a_promptfoo_suite_uploaded_runs_and_exports_promptfoos_shape(server, browser, tmp_path):
-    # an uploaded config's file:// paths are read from where the workbench runs: point the one file at its place
-    config = (SUITE / "promptfooconfig.yaml").read_text().replace("file://prompt_chat.json",
-                                                                   f"file://{SUITE / 'prompt_chat.json'}")
-    upload = tmp_path / "promptfooconfig.yaml"
-    upload.write_text(config)
+    """Uploaded unchanged, with the chat prompt file its file:// names beside it (both files chosen at once)."""
     page = open_page(browser, server.url)
     tab(page, "Batch")
-    upload_file(page, "batch-upload", upload)
+    with page.expect_file_chooser() as chooser:
+        page.locator("#batch-upload").click()
+    chooser.value.set_files([str(SUITE / "promptfooconfig.yaml"), str(SUITE / "prompt_chat.json")])
     wait_text(page, "#batch-upload-note", "8 prompts × 2 providers", 30_000)
     page.locator("#batch-check").click()
     wait_text(page, "#batch-plan", "16 cells", 30_000)

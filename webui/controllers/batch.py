@@ -4,6 +4,7 @@ followed, cancelled, renamed, deleted and exported, and one row is looked at wit
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -91,14 +92,15 @@ class Progress:
     finished: bool
 
 
-def _read_suite(content: bytes) -> Suite:
-    """An uploaded promptfoo config; its file:// paths are read relative to the folder the workbench runs in (an
-    upload has no folder of its own)."""
+def _read_suite(name: str, content: bytes) -> Suite:
+    """An uploaded promptfoo config; its file:// paths are read from the folder it was uploaded into with the files
+    uploaded beside it (``name`` is its path there), else from the folder the workbench runs in."""
     try:
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BatchInputError(f"the promptfoo config is not UTF-8 text (byte {exc.start})") from None
-    return read_suite(text, Path.cwd())
+    folder = Path(name).parent
+    return read_suite(text, folder if folder.is_absolute() and folder.is_dir() else Path.cwd())
 
 
 def _cut(text: str, length: int) -> str:
@@ -135,7 +137,7 @@ class BatchController:
         """The job ``form`` describes; ``params`` (the Parameters tab's) is the base when no preset is chosen."""
         try:
             if form.upload and is_config(form.upload[0]):
-                suite = _read_suite(form.upload[1])
+                suite = _read_suite(*form.upload)
                 rows, options = with_asserts(suite.rows, form.asserts.splitlines()), suite.options
                 samples = int(form.samples or 1)  # the form's when changed from 1, else the suite's repeat
                 grid = GridSpec([], {}, samples if samples != 1 else options.samples, int(form.base_seed or 0),
@@ -241,20 +243,38 @@ class BatchController:
                 "whole run (each row's tok/s is its own share)")
 
     # -- stored runs ----------------------------------------------------------------------------------------
-    def upload(self, path: str | Path) -> tuple[tuple[str, bytes], str]:
-        """((file name, content), note) for a prompt file; UserError says what is wrong with it."""
+    def upload_files(self, paths: list[str]) -> tuple[tuple[str, bytes], str]:
+        """What :meth:`upload` gives for one file; for several, a promptfoo config and the files it reads, copied
+        into a folder of their own so its ``file://`` paths find them (the config is named by its path there)."""
+        if len(paths) == 1:
+            return self.upload(paths[0])
+        configs = [p for p in paths if is_config(p)]
+        if len(configs) != 1:
+            raise UserError(f"Several files were uploaded: choose one promptfooconfig.yaml and the files it reads "
+                            f"({len(configs)} .yaml files among them), or a single prompt file.")
+        folder = Path(tempfile.mkdtemp(prefix="batch-suite-"))
+        for p in paths:
+            shutil.copyfile(p, folder / Path(p).name)
+        return self.upload(folder / Path(configs[0]).name, keep_path=True)
+
+    def upload(self, path: str | Path, keep_path: bool = False) -> tuple[tuple[str, bytes], str]:
+        """((file name, content), note) for a prompt file (``keep_path``: named by its whole path, a config among
+        the files it reads); UserError says what is wrong with it."""
         path = Path(path)
         content = path.read_bytes()
         try:
             if is_config(path.name):
-                suite = _read_suite(content)
+                suite = _read_suite(str(path) if keep_path else path.name, content)
                 notes = "".join(f"  \nNote: {_md(n)}" for n in suite.notes)
-                return (path.name, content), (
+                return (str(path) if keep_path else path.name, content), (
                     f"Using the promptfoo suite **{path.name}**: {len(suite.rows)} prompts × {len(suite.settings)} "
                     f"providers (its providers are the settings: the presets and axes here are not used).{notes}")
             count = len(load_prompts_text(path.name, content))
         except BatchInputError as exc:
-            raise UserError(str(exc)) from exc
+            alone = is_config(path.name) and not keep_path and b"file://" in content
+            raise UserError(str(exc) + (" (a promptfoo config's file:// files are read from beside it: choose the "
+                                        "config and those files together in the upload dialog)" if alone else "")
+                            ) from exc
         return (path.name, content), f"Using **{path.name}**: {count} prompts (the text box is ignored)."
 
     def reviewed(self, run_id: int | None, key: tuple[int, str, int] | None) -> str:

@@ -113,9 +113,8 @@ def _form_column(services: Services) -> dict:
         prompts = gr.Textbox(label="Prompts, one per line", lines=6, elem_id="batch-prompts",
                              placeholder="What is the capital of France?\nWrite a haiku about rain.")
         with gr.Row():
-            upload_button = gr.UploadButton("Upload .txt / .csv / .jsonl / promptfooconfig.yaml",
-                                            file_types=[".txt", ".csv", ".jsonl", ".yaml", ".yml"],
-                                            size="sm", elem_id="batch-upload")
+            upload_button = gr.UploadButton("Upload .txt / .csv / .jsonl / promptfooconfig.yaml (with the files it "
+                                            "reads)", file_count="multiple", size="sm", elem_id="batch-upload")
             clear_upload = gr.Button("Use the text box instead", size="sm", elem_id="batch-clear-upload")
         upload_note = gr.Markdown("", elem_id="batch-upload-note")
         template = gr.Textbox(label="Template (optional): {{column}} from the file's columns", lines=1,
@@ -277,8 +276,9 @@ def _wire_running(tab: BatchTab, params: ParametersTab) -> None:
             yield plan, step.status, step.run_id, *view_updates(tab, step.run_id)
 
     @shows_errors
-    def upload(file: Any) -> tuple[tuple[str, bytes], str]:  # file: a path, or has .name
-        return c.upload(file if isinstance(file, str) else file.name)
+    def upload(files: Any) -> tuple[tuple[str, bytes], str]:  # paths, or things with .name
+        given = files if isinstance(files, list) else [files]
+        return c.upload_files([f if isinstance(f, str) else f.name for f in given])
 
     inputs = tab.form.inputs | set(params.inputs)
     tab.check.click(check, inputs, [tab.plan])
