@@ -1,0 +1,100 @@
+"""Browser tests of the Chat tab's "Character and mode" panel (#35): create, start a chat, modes, import, delete."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.ui.pages import bot_messages, choose, code_text, ready_page, reload, tab, upload_file, wait_text
+
+pytestmark = [pytest.mark.real_model, pytest.mark.browser]
+
+CARDS = ROOT / "tests" / "data" / "characters"
+
+
+def unfold(page) -> None:
+    tab(page, "Chat")
+    page.locator("#chat-character-panel").get_by_text("Character and mode").first.click()
+    page.locator("#chat-character-name textarea").wait_for(timeout=30_000)
+
+
+def type_into(page, elem_id: str, text: str) -> None:
+    """Type as a person does (a key at a time)."""
+    box = page.locator(f"#{elem_id} textarea")
+    box.click()
+    box.press("Control+a")
+    box.press("Backspace")
+    box.press_sequentially(text, delay=20)
+
+
+def preview_has(page, text: str, absent: str | None = None) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        shown = code_text(page, "chat-mode-preview")
+        if text in shown and (absent is None or absent not in shown):
+            return shown
+        time.sleep(0.2)
+    raise AssertionError(f"the preview never showed {text!r} (without {absent!r}): {shown!r}")
+
+
+def field(page, elem_id: str) -> str:
+    return page.locator(f"#{elem_id} textarea").input_value()
+
+
+def test_create_start_switch_modes_reload_and_delete_a_character(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=2)
+    unfold(page)
+    page.locator("#chat-character-new").click()
+    type_into(page, "chat-character-name", "Mira")
+    type_into(page, "chat-character-greeting", "Hello {{user}}, I am {{char}}.")
+    type_into(page, "chat-character-context", "{{char}} keeps the lighthouse.")
+    page.locator("#chat-character-save").click()
+    wait_text(page, "#chat-character-note", "Saved 'Mira'", 30_000)
+    assert (server.user_data / "characters" / "Mira.yaml").is_file()
+
+    page.locator("#chat-character-start").click()  # the greeting is the chat's first message
+    page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=bot]').length === 1",
+                           timeout=30_000)
+    assert bot_messages(page) == ["Hello You, I am Mira."]
+    preview_has(page, "<|im_start|>", absent="Mira: Hello You")  # instruct: the template's markup
+    page.get_by_role("radio", name="chat", exact=True).check()
+    wait_text(page, "#chat-character-note", "now in chat mode", 30_000)
+    shown = preview_has(page, "Mira: Hello You, I am Mira.", absent="<|im_start|>")  # a plain transcript
+    assert "Mira keeps the lighthouse." in shown
+
+    reload(page)  # the open chat's mode and character come back
+    unfold(page)
+    page.wait_for_function("() => document.querySelector('#chat-character input').value === 'Mira'",
+                           timeout=30_000)
+    assert page.get_by_role("radio", name="chat", exact=True).is_checked()
+    assert field(page, "chat-character-greeting") == "Hello {{user}}, I am {{char}}."
+    assert bot_messages(page) == ["Hello You, I am Mira."]
+    preview_has(page, "Mira: Hello You, I am Mira.", absent="<|im_start|>")
+
+    page.locator("#chat-character-delete").click()  # asks first
+    wait_text(page, "#chat-character-delete", "Confirm delete", 30_000)
+    assert (server.user_data / "characters" / "Mira.yaml").is_file()
+    page.locator("#chat-character-delete").click()
+    wait_text(page, "#chat-character-note", "Deleted 'Mira'", 30_000)
+    assert not (server.user_data / "characters" / "Mira.yaml").exists()
+    page.close()
+
+
+def test_import_a_png_card_and_start_a_chat_with_it(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=2)
+    unfold(page)
+    upload_file(page, "chat-character-import", CARDS / "Seraphina.png")
+    wait_text(page, "#chat-character-note", "Imported 'Seraphina'", 30_000)
+    assert field(page, "chat-character-name") == "Seraphina"
+    assert field(page, "chat-character-greeting").startswith("*You wake with a start")
+    page.get_by_role("radio", name="chat-instruct", exact=True).check()
+    preview_has(page, 'Write a single reply for the character "Seraphina"')
+    page.locator("#chat-character-start").click()
+    page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=bot]').length === 1",
+                           timeout=30_000)
+    assert "You wake with a start" in bot_messages(page)[0]
+    choose(page, "chat-character", "(no character)")
+    wait_text(page, "#chat-character-note", "now in chat-instruct mode", 30_000)
+    page.close()
