@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
 from tests.conftest import ROOT
-from tests.ui.pages import bot_messages, choose, code_text, ready_page, reload, tab, upload_file, wait_text
+from tests.ui.pages import (bot_messages, choose, code_text, ready_page, reload, tab, upload_file, wait_text,
+                            wait_until)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -97,4 +99,25 @@ def test_import_a_png_card_and_start_a_chat_with_it(server, browser):
     assert "You wake with a start" in bot_messages(page)[0]
     choose(page, "chat-character", "(no character)")
     wait_text(page, "#chat-character-note", "now in chat-instruct mode", 30_000)
+    page.close()
+
+
+def test_the_chat_instruct_command_is_saved_as_typed_and_shown_in_the_preview(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=2)
+    page.locator("#chat-message textarea").fill("Hello there")  # a new chat's preview: the message typed
+    unfold(page)
+    page.get_by_role("radio", name="chat-instruct", exact=True).check()
+    command = "Reply as <|character|>: <|prompt|>"
+    settings = server.user_data / "settings.json"
+    type_into(page, "chat-instruct-command", command)
+    wait_until(page, lambda: json.loads(settings.read_text()).get("chat_instruct_command") == command)
+    preview_has(page, "Reply as Assistant: You: Hello there", absent="Continue the chat dialogue")
+    type_into(page, "chat-instruct-command", "No place for the chat")  # named beside the box, kept as typed
+    wait_text(page, "#chat-instruct-command-note", "must contain <|prompt|>", 30_000)
+    wait_until(page, lambda: json.loads(settings.read_text()).get("chat_instruct_command") == "No place for the chat")
+    type_into(page, "chat-instruct-command", command)
+    wait_until(page, lambda: json.loads(settings.read_text()).get("chat_instruct_command") == command)
+    reload(page)
+    unfold(page)
+    assert page.locator("#chat-instruct-command textarea").input_value() == command
     page.close()

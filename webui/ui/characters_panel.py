@@ -12,11 +12,12 @@ from typing import Any
 
 import gradio as gr
 
-from webui.chat.modes import DEFAULT_COMMAND, INSTRUCT, MODES
+from webui.chat.modes import INSTRUCT, MODES
 from webui.controllers import UserError
 from webui.controllers.chat import ChatSession
 from webui.controllers.characters import CharactersController, CharacterView, ModePreview
 from webui.ui.feedback import Update, shows_errors
+from webui.ui.save_order import SaveOrder
 
 NO_CHARACTER = "(no character)"
 
@@ -42,6 +43,7 @@ class CharactersPanel:
     export_file: gr.File
     start: gr.Button
     command: gr.Textbox
+    command_note: gr.Markdown
     note: gr.Markdown
     preview: gr.Code
     stops: gr.Markdown
@@ -103,15 +105,17 @@ def create_characters_panel(session: ChatSession) -> CharactersPanel:
         export_file = gr.File(label="Exported character", visible=False, elem_id="chat-character-export-file")
         note = gr.Markdown("", elem_id="chat-character-note")
         start = gr.Button("New chat with this character", variant="primary", elem_id="chat-character-start")
-        command = gr.Textbox(value=DEFAULT_COMMAND, lines=3, max_lines=10, elem_id="chat-instruct-command",
+        command = gr.Textbox(value=controller.command(), lines=3, max_lines=10, elem_id="chat-instruct-command",
                              label="chat-instruct command (<|character|>: the character's name, <|prompt|>: the chat)",
-                             info="Shown in the preview below; replies use the default command.")
+                             info="Saved as typed; chat-instruct replies use it (empty: text-generation-webui's "
+                                  "default).")
+        command_note = gr.Markdown("", elem_id="chat-instruct-command-note")
         preview = gr.Code(language=None, interactive=False, elem_id="chat-mode-preview",
                           label="What the model would read in this mode (the open chat, your message)")
         stops = gr.Markdown("", elem_id="chat-mode-stops")
     return CharactersPanel(mode, character, name, greeting, context, user_name, user_bio, picture, new, save,
                            duplicate, delete, gr.State(False), import_, export_yaml, export_card, export_file, start,
-                           command, note, preview, stops, controller)
+                           command, command_note, note, preview, stops, controller)
 
 
 def preview_values(seen: ModePreview) -> tuple[str, str]:
@@ -180,6 +184,8 @@ def wire_characters_panel(panel: CharactersPanel, chat_id: gr.State, message: gr
     panel.picture.upload(shows_errors(lambda character, path: panel.show(c.set_picture(chosen(character), path))),
                          [panel.character, panel.picture], panel.editor)
     panel.command.input(**follows)
+    SaveOrder().wire(panel.command.input, lambda d: c.save_command(d[panel.command]), {panel.command},
+                     [panel.command_note])  # as typed: the last change made is the one kept
     chat_id.change(lambda cid: chat_values(panel, cid), [chat_id], [panel.mode, *panel.editor]).then(**follows)
 
 

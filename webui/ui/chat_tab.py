@@ -404,14 +404,14 @@ def on_load(tab: ChatTab) -> tuple[list, Any]:
     def load(request: gr.Request) -> tuple:
         view = tab.session.library.latest()
         held = dict(zip(specs(), values_from_params(tab.params.controller.saved()[0])))["structured_outputs"]
-        chars = chat_values(tab.characters, view.chat_id)
+        chars, command = chat_values(tab.characters, view.chat_id), tab.characters.controller.command()
         mode, character = (view.mode, view.character) if view.chat_id is not None else (INSTRUCT, None)
         try:
-            seen = preview_values(tab.characters.controller.preview(view.chat_id, mode, character))
+            seen = preview_values(tab.characters.controller.preview(view.chat_id, mode, character, command=command))
         except UserError as exc:
             seen = (f"(No preview: {exc})", "")
         return (*view_updates(tab.session, view, "", request), *constraint_updates(held),
-                *panel_updates(tab.session, view.chat_id), *template_values(), *chars, *seen)
+                *panel_updates(tab.session, view.chat_id), *template_values(), *chars, *seen, command)
     chars = tab.characters
     return [*tab.view, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs, chars.mode, *chars.editor,
-            chars.preview, chars.stops], load
+            chars.preview, chars.stops, chars.command], load
