@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import time
 
+import yaml
+
 import pytest
 
 from tests.conftest import ROOT
-from tests.ui.pages import (bot_messages, choose, code_text, ready_page, reload, tab, upload_file, wait_text,
-                            wait_until)
+from tests.ui.pages import (bot_messages, choose, code_text, export_file, ready_page, reload, rows, send, tab, toast,
+                            upload_file, wait_new_reply, wait_text, wait_until)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -120,4 +122,34 @@ def test_the_chat_instruct_command_is_saved_as_typed_and_shown_in_the_preview(se
     reload(page)
     unfold(page)
     assert page.locator("#chat-instruct-command textarea").input_value() == command
+    page.close()
+
+
+def test_duplicate_export_picture_a_wrong_name_and_the_next_new_chats_mode(server, browser, tmp_path):
+    page = ready_page(browser, server.url, max_new_tokens=2)
+    unfold(page)
+    page.locator("#chat-character-new").click()
+    type_into(page, "chat-character-name", "Bo")
+    page.locator("#chat-character-save").click()
+    wait_text(page, "#chat-character-note", "Saved 'Bo'", 30_000)
+    page.locator("#chat-character-new").click()
+    type_into(page, "chat-character-name", "Bo")
+    page.locator("#chat-character-save").click()
+    toast(page, "a character named 'Bo' exists")
+    assert field(page, "chat-character-name") == "Bo"  # what was typed stays
+    choose(page, "chat-character", "Bo")
+    page.locator("#chat-character-duplicate").click()
+    wait_text(page, "#chat-character-note", "Duplicated 'Bo' as 'Bo (copy)'", 30_000)
+    assert field(page, "chat-character-name") == "Bo (copy)"
+    exported = export_file(page, "chat-character-export-yaml", "chat-character-export-file", tmp_path / "bo.yaml")
+    assert yaml.safe_load(exported.read_text(encoding="utf-8"))["name"] == "Bo (copy)"
+    page.locator("#chat-character-picture input[type=file]").set_input_files(str(CARDS / "Seraphina.png"))
+    wait_text(page, "#chat-character-note", "Picture saved.", 30_000)
+    assert (server.user_data / "characters" / "Bo (copy).png").is_file()
+
+    page.get_by_role("radio", name="chat", exact=True).check()  # no chat open: the next new chat's mode
+    wait_text(page, "#chat-character-note", "next new chat starts in chat mode with Bo (copy)", 30_000)
+    send(page, "Hi Bo")
+    wait_new_reply(page, 0)
+    assert rows(server.user_data, "SELECT mode, character FROM chats WHERE title='Hi Bo'") == [("chat", "Bo (copy)")]
     page.close()

@@ -114,7 +114,6 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
                         placeholder="(empty: the model's own default)",
                         info="This chat's own. Typed in a new chat, it is the one new chats start with.")
     template = create_template_panel(services)
-    characters = create_characters_panel(session)
     # the log leaves room for the message box and Send below it, even in a short or narrow window
     chatbot = gr.Chatbot(elem_id="chat-log", height="min(460px, 42vh)", editable="all", buttons=["copy"],
                          sanitize_html=True)
@@ -145,6 +144,7 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
         impersonate = gr.Button("Impersonate", size="sm", scale=1, elem_id="chat-impersonate")
         to_notebook = gr.Button("Send to Notebook", size="sm", scale=1, elem_id="chat-to-notebook")
         use_params = gr.Button("Use this chat's parameters", size="sm", scale=1, elem_id="chat-use-params")
+    characters = create_characters_panel(session)  # below the box: the log and Send stay in view
     with gr.Accordion("Tokens of the reply (the last, or the one clicked)", open=False, elem_id="chat-tokens-panel"):
         token_view = create_token_view("chat-tokens")
     with gr.Accordion("Prompt and reproduce record (click a message; default: the last reply)",
