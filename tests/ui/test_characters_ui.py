@@ -117,6 +117,14 @@ def test_the_chat_instruct_command_is_saved_as_typed_and_shown_in_the_preview(se
     type_into(page, "chat-instruct-command", "No place for the chat")  # named beside the box, kept as typed
     wait_text(page, "#chat-instruct-command-note", "must contain <|prompt|>", 30_000)
     wait_until(page, lambda: json.loads(settings.read_text()).get("chat_instruct_command") == "No place for the chat")
+    page.get_by_role("radio", name="chat", exact=True).check()
+    wait_text(page, "#chat-character-note", "next new chat starts in chat mode", 30_000)
+    page.locator("#chat-character-start").click()  # a chat in chat mode, with no character
+    wait_text(page, "#chat-list", "New chat chat", 30_000)
+    page.get_by_role("radio", name="chat-instruct", exact=True).check()  # refused: the radio shows the chat's mode
+    wait_text(page, "#chat-character-note", "this chat stays in chat mode", 30_000)
+    assert page.get_by_role("radio", name="chat", exact=True).is_checked()
+    page.get_by_role("radio", name="chat-instruct", exact=True).check()
     type_into(page, "chat-instruct-command", command)
     wait_until(page, lambda: json.loads(settings.read_text()).get("chat_instruct_command") == command)
     reload(page)
@@ -147,6 +155,8 @@ def test_duplicate_export_picture_a_wrong_name_and_the_next_new_chats_mode(serve
     wait_text(page, "#chat-character-note", "Picture saved.", 30_000)
     assert (server.user_data / "characters" / "Bo (copy).png").is_file()
 
+    page.get_by_role("radio", name="instruct", exact=True).check()  # (the last chat's mode is shown until changed)
+    wait_text(page, "#chat-character-note", "next new chat starts in instruct mode", 30_000)
     page.get_by_role("radio", name="chat", exact=True).check()  # no chat open: the next new chat's mode
     wait_text(page, "#chat-character-note", "next new chat starts in chat mode with Bo (copy)", 30_000)
     send(page, "Hi Bo")

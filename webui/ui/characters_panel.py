@@ -16,7 +16,7 @@ from webui.chat.modes import INSTRUCT, MODES
 from webui.controllers import UserError
 from webui.controllers.chat import ChatSession
 from webui.controllers.characters import CharactersController, CharacterView, ModePreview
-from webui.ui.feedback import Update, shows_errors
+from webui.ui.feedback import shows_errors
 from webui.ui.save_order import SaveOrder
 
 NO_CHARACTER = "(no character)"
@@ -138,21 +138,25 @@ def wire_characters_panel(panel: CharactersPanel, chat_id: gr.State, message: gr
         fn=refreshed, inputs=[chat_id, panel.mode, panel.character, message, system, panel.command],
         outputs=[panel.preview, panel.stops], show_progress="hidden", trigger_mode="always_last")
 
-    @shows_errors
-    def apply(cid: int | None, mode: str, character: str | None) -> str | Update:
-        """The open chat's next replies in ``mode`` as ``character``; a new chat: the next one starts so."""
+    def apply(cid: int | None, mode: str, character: str | None) -> tuple[str, str, str]:
+        """(mode, character, note): the open chat's next replies in ``mode`` as ``character`` (a new chat: the next
+        one starts so); one that cannot be used leaves the chat as it was, and the panel shows that."""
         if cid is None:
-            return f"The next new chat starts in **{mode}** mode" + (
+            return mode, character or NO_CHARACTER, f"The next new chat starts in **{mode}** mode" + (
                 f" with **{chosen(character)}**." if chosen(character) else ".")
-        view = c.set_chat_mode(cid, mode, chosen(character))
-        return f"This chat is now in **{view.mode}** mode" + (f" with **{view.character}**." if view.character
-                                                                else ".")
+        try:
+            view, note = c.set_chat_mode(cid, mode, chosen(character)), "This chat is now in"
+        except UserError as exc:
+            gr.Warning(str(exc))
+            view, note = c.session.library.view(cid), f"Not changed ({exc}); this chat stays in"
+        with_character = f" with **{view.character}**." if view.character else "."
+        return view.mode, view.character or NO_CHARACTER, f"{note} **{view.mode}** mode{with_character}"
 
     @shows_errors
     def pick(cid: int | None, mode: str, character: str | None) -> tuple:
-        view = c.open(chosen(character))
-        note = apply(cid, mode, character)
-        return *panel.show(view)[1:7], note if isinstance(note, str) else view.note, False, gr.update(value="Delete")
+        c.open(chosen(character))  # one that is gone: said, and nothing changes
+        mode, character, note = apply(cid, mode, character)
+        return mode, *panel.show(c.open(chosen(character)))[:7], note, False, gr.update(value="Delete")
 
     @shows_errors
     def delete(character: str | None, confirmed: bool) -> tuple:
@@ -170,8 +174,9 @@ def wire_characters_panel(panel: CharactersPanel, chat_id: gr.State, message: gr
         return panel.show(c.import_file(file if isinstance(file, str) else file.name))
 
     fields = [panel.name, panel.greeting, panel.context, panel.user_name, panel.user_bio]
-    panel.mode.input(apply, [chat_id, panel.mode, panel.character], [panel.note]).then(**follows)
-    panel.character.input(pick, [chat_id, panel.mode, panel.character], panel.editor[1:]).then(**follows)
+    choice = [chat_id, panel.mode, panel.character]
+    panel.mode.input(apply, choice, [panel.mode, panel.character, panel.note]).then(**follows)
+    panel.character.input(pick, choice, [panel.mode, *panel.editor]).then(**follows)
     panel.new.click(lambda: panel.show(c.open(None)), None, panel.editor).then(**follows)
     panel.save.click(shows_errors(lambda original, *typed: panel.show(c.save(chosen(original), *typed))),
                      [panel.character, *fields], panel.editor).then(**follows)
