@@ -38,6 +38,7 @@ class Settings:
     context_policy: str = "drop oldest messages"  # or "refuse": a chat longer than the context
     notebook_text: str = ""  # the Notebook as last typed or generated, saved or not (a reload shows it again)
     notebook_name: str = ""  # the name in its box, saved or not
+    chat_instruct_command: str = ""  # chat-instruct's command as last typed; "": text-generation-webui's default
 
 
 SHARED = ("last_model", "last_loader", "load_options", "model_options")  # how the machine loads: one for everybody

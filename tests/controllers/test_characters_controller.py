@@ -11,6 +11,7 @@ import yaml
 
 from tests.conftest import last
 from webui.chat.characters import Character
+from webui.chat.modes import DEFAULT_COMMAND
 from webui.controllers import UserError
 from webui.controllers.characters import CharactersController
 from webui.controllers.chat import ChatSession
@@ -168,3 +169,21 @@ def test_a_chat_whose_character_was_deleted_says_what_to_do(session, characters)
     characters.set_chat_mode(view.chat_id, "chat", None)
     done = last(session.send(view.chat_id, "Hi", "", GREEDY, KEY))
     assert len(done.messages) == 3
+
+
+def test_the_chat_instruct_command_typed_is_saved_as_typed_and_used_by_replies(session, characters):
+    assert characters.command() == DEFAULT_COMMAND
+    assert characters.save_command("Play <|char") != ""  # a keystroke on the way: saved, and what is wrong said
+    assert session.services.settings.get().chat_instruct_command == "Play <|char"
+    with pytest.raises(UserError, match="must contain <|prompt|>"):
+        last(session.send(None, "Hi", "", GREEDY, KEY, mode="chat-instruct", character="Ann"))
+    assert characters.save_command("Play <|character|> here.\n<|prompt|>") == ""
+    assert characters.command() == "Play <|character|> here.\n<|prompt|>"
+    done = last(session.send(None, "Hi", "", GREEDY, KEY, mode="chat-instruct", character="Ann"))
+    reply = session.chats.messages(done.chat_id)[-1]
+    assert reply.record.chat_mode["command"] == "Play <|character|> here.\n<|prompt|>"
+    seen = session.inspect(done.chat_id).seen
+    assert seen is not None and "Play Ann here.\nAnn is a pirate captain." in seen.text
+    plain = last(session.send(None, "Hi", "", GREEDY, KEY, mode="chat", character="Ann"))
+    assert "command" not in session.chats.messages(plain.chat_id)[-1].record.chat_mode  # chat-instruct's only
+    assert characters.save_command("") == "" and characters.command() == DEFAULT_COMMAND  # empty: the default

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.characters import Character, CharacterError
-from webui.chat.modes import DEFAULT_COMMAND, MODES, ChatMode, ModeError
+from webui.chat.modes import CHAT_INSTRUCT, DEFAULT_COMMAND, MODES, ChatMode, ModeError
 from webui.controllers.chat import ChatSession, turns_of
 from webui.controllers.chat_library import ChatView
 from webui.controllers.errors import UserError
@@ -140,6 +140,21 @@ class CharactersController:
                                      chat_mode.character.name if chat_mode.character else None)
         return self.session.library.view(chat_id)
 
+    def command(self) -> str:
+        """chat-instruct's command as saved (text-generation-webui's default until one is typed)."""
+        return self.session.command()
+
+    def save_command(self, text: str) -> str:
+        """Save chat-instruct's command exactly as typed ("": the default); chat-instruct replies use it. The
+        answer: "", or what is wrong with it (a chat-instruct reply then says so and writes nothing)."""
+        if self.services.settings.get().chat_instruct_command != text:
+            self.services.settings.update(chat_instruct_command=text)
+        try:
+            ChatMode(CHAT_INSTRUCT, command=text or DEFAULT_COMMAND)
+        except ModeError as exc:
+            return f"Saved as typed, but chat-instruct replies cannot use it: {exc}."
+        return ""
+
     def preview(self, chat_id: int | None, mode: str, character: str | None, draft: str = "",
                 system_prompt: str = "", command: str = DEFAULT_COMMAND) -> ModePreview:
         """The prompt the model would read in ``mode`` (as ``character``, with chat-instruct's ``command``): the
@@ -147,7 +162,8 @@ class CharactersController:
         if mode not in MODES:
             raise UserError(f"Choose a mode: {', '.join(MODES)} (got {mode!r}).")
         try:
-            chat_mode = ChatMode(mode, self.session.mode_of(mode, character or None).character, command=command)
+            chat_mode = ChatMode(mode, self.session.mode_of(mode, character or None).character,
+                                 command=command or DEFAULT_COMMAND)
         except ModeError as exc:
             raise UserError(str(exc)) from exc
         if chat_id is not None:

@@ -18,7 +18,7 @@ from loaders.base import LoadedModel
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.context import FittedChat, fit_chat, kept_messages, left_out
 from webui.chat.characters import CharacterError
-from webui.chat.modes import INSTRUCT, ChatMode, ModeError
+from webui.chat.modes import CHAT_INSTRUCT, DEFAULT_COMMAND, INSTRUCT, ChatMode, ModeError
 from webui.chat.reply import ReplyRecord, written_by
 from webui.chat.templates import ChatTemplate, TemplateError, from_record
 from webui.controllers.chat_library import ChatLibrary, ChatView, require_chat, to_chatbot
@@ -400,11 +400,17 @@ class ChatSession:
                             "import it again") from exc
 
     def mode_of(self, mode: str, character: str | None) -> ChatMode:
-        """``mode`` with the character named ``character`` (None: none); UserError for a wrong one."""
+        """``mode`` with the character named ``character`` (None: none) and, in chat-instruct, the command saved
+        (``command``); UserError for a wrong one."""
         try:
-            return ChatMode(mode, self.services.characters.get(character) if character else None)
+            return ChatMode(mode, self.services.characters.get(character) if character else None,
+                            **({"command": self.command()} if mode == CHAT_INSTRUCT else {}))
         except (ModeError, CharacterError) as exc:
             raise UserError(f"{exc}") from exc
+
+    def command(self) -> str:
+        """chat-instruct's command as last typed in the Chat tab (text-generation-webui's default until then)."""
+        return self.services.settings.get().chat_instruct_command or DEFAULT_COMMAND
 
     def _mode(self, chat_id: int | None, made: ReplyRecord | None) -> ChatMode:
         """The mode a stored reply was written in, its character as it was then (to continue, branch or inspect

@@ -8,11 +8,14 @@ from typing import Any, Callable, Iterator
 import gradio as gr
 
 from webui.controllers import UserError
+from webui.chat.modes import INSTRUCT
 from webui.controllers.chat import ChatSession, ChatView
 from webui.controllers.parameters import constraint_note, pipeline_text, values_from_params
 from webui.engine.params import specs
 from webui.controllers.generation import ActiveRequests
 from webui.services import Services
+from webui.ui.characters_panel import CharactersPanel, chat_values, chosen, create_characters_panel
+from webui.ui.characters_panel import preview_values, start_values, wire_characters_panel
 from webui.ui.feedback import Update, session_key, shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
@@ -63,6 +66,7 @@ class ChatTab:
     token_view: gr.HTML
     inspector: InspectorPanel
     template: TemplatePanel
+    characters: CharactersPanel
     constraint_row: gr.Row
     constraint: gr.Markdown
     constraint_off: gr.Button
@@ -105,7 +109,7 @@ def _chat_list_column() -> dict:
                 export=export, export_tgwui=export_tgwui, import_=import_, export_file=export_file)
 
 
-def _conversation_column(services: Services) -> dict:
+def _conversation_column(services: Services, session: ChatSession) -> dict:
     system = gr.Textbox(label="System prompt", lines=1, max_lines=8, elem_id="chat-system",
                         placeholder="(empty: the model's own default)",
                         info="This chat's own. Typed in a new chat, it is the one new chats start with.")
@@ -140,6 +144,7 @@ def _conversation_column(services: Services) -> dict:
         impersonate = gr.Button("Impersonate", size="sm", scale=1, elem_id="chat-impersonate")
         to_notebook = gr.Button("Send to Notebook", size="sm", scale=1, elem_id="chat-to-notebook")
         use_params = gr.Button("Use this chat's parameters", size="sm", scale=1, elem_id="chat-use-params")
+    characters = create_characters_panel(session)  # below the box: the log and Send stay in view
     with gr.Accordion("Tokens of the reply (the last, or the one clicked)", open=False, elem_id="chat-tokens-panel"):
         token_view = create_token_view("chat-tokens")
     with gr.Accordion("Prompt and reproduce record (click a message; default: the last reply)",
@@ -149,23 +154,24 @@ def _conversation_column(services: Services) -> dict:
                 branch_new=branch_new, message=message, start=start, impersonate=impersonate,
                 to_notebook=to_notebook, use_params=use_params, send=send, stop=stop, regenerate=regenerate,
                 continue_=continue_, remove_last=remove_last, stats=stats, token_view=token_view,
-                inspector=inspector, template=template, constraint_row=constraint_row, constraint=constraint,
-                constraint_off=constraint_off)
+                inspector=inspector, template=template, characters=characters, constraint_row=constraint_row,
+                constraint=constraint, constraint_off=constraint_off)
 
 
 def create_chat_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> ChatTab:
+    session = ChatSession(services, active)
     with gr.Row():
         with gr.Column(scale=1, min_width=240):
             left = _chat_list_column()
         with gr.Column(scale=4):
-            right = _conversation_column(services)
-    session = ChatSession(services, active)
+            right = _conversation_column(services, session)
     tab = ChatTab(chat_id=gr.State(None), confirm=gr.State(False), selected=gr.State(None), session=session,
                   params=params, **left, **right)
     _wire_generation(tab, session, params)
     _wire_constraint(tab)
     _wire_chat_list(tab, session)
     wire_template_panel(tab.template, tab.chat_id, tab.message, tab.system)
+    wire_characters_panel(tab.characters, tab.chat_id, tab.message, tab.system)
     return tab
 
 
@@ -218,7 +224,8 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     @shows_errors
     def send(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
         views = session.send(data[tab.chat_id], data[tab.message], data[tab.system], params.params(data),
-                             session_key(request, PANEL), data[tab.start])
+                             session_key(request, PANEL), data[tab.start], data[tab.characters.mode],
+                             chosen(data[tab.characters.character]))  # a new chat: in the panel's mode
         first = next(views)  # the message is stored: clear the box
         yield *view_updates(session, first, data[tab.search], request), ""
         for view in views:
@@ -263,7 +270,8 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
         return *panel_updates(session, cid, index), index, version_text(session, cid, index)
 
     inputs, short = {tab.chat_id, tab.start, *params.inputs}, [tab.chatbot, tab.stats]
-    send_inputs: set[gr.blocks.Block] = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs}
+    send_inputs: set[gr.blocks.Block] = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs,
+                                         tab.characters.mode, tab.characters.character}
     tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message],
                           concurrency_limit=None)
 
@@ -373,6 +381,14 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
     tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)
 
+    @shows_errors
+    def start_with(mode: str, character: str | None, system: str, query: str, request: gr.Request) -> tuple:
+        view = start_values(tab.characters, mode, character, system)
+        return *view_updates(session, view, query, request), *disarmed()
+
+    chars = tab.characters
+    chars.start.click(start_with, [chars.mode, chars.character, tab.system, tab.search], with_confirm).then(**refresh)
+
 
 def wire_notebook(tab: ChatTab, notebook_text: gr.Textbox, tabs: gr.Tabs) -> None:
     """"Send to Notebook": the chat as the model reads it goes into the Notebook's text, and the Notebook opens."""
@@ -381,11 +397,21 @@ def wire_notebook(tab: ChatTab, notebook_text: gr.Textbox, tabs: gr.Tabs) -> Non
 
 
 def on_load(tab: ChatTab) -> tuple[list, Any]:
-    """(outputs, function): a page (re)load opens the most recent chat, with its system prompt."""
+    """(outputs, function): a page (re)load opens the most recent chat, with its system prompt, mode and character
+    (and that mode's prompt preview)."""
     template_outputs, template_values = template_on_load(tab.template)
 
     def load(request: gr.Request) -> tuple:
         view = tab.session.library.latest()
         held = dict(zip(specs(), values_from_params(tab.params.controller.saved()[0])))["structured_outputs"]
-        return *view_updates(tab.session, view, "", request), *constraint_updates(held), *panel_updates(tab.session, view.chat_id), *template_values()
-    return [*tab.view, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs], load
+        chars, command = chat_values(tab.characters, view.chat_id), tab.characters.controller.command()
+        mode, character = (view.mode, view.character) if view.chat_id is not None else (INSTRUCT, None)
+        try:
+            seen = preview_values(tab.characters.controller.preview(view.chat_id, mode, character, command=command))
+        except UserError as exc:
+            seen = (f"(No preview: {exc})", "")
+        return (*view_updates(tab.session, view, "", request), *constraint_updates(held),
+                *panel_updates(tab.session, view.chat_id), *template_values(), *chars, *seen, command)
+    chars = tab.characters
+    return [*tab.view, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs, chars.mode, *chars.editor,
+            chars.preview, chars.stops, chars.command], load
