@@ -153,7 +153,8 @@ def test_a_suite_uploaded_with_the_files_it_reads_finds_them(controller, tmp_pat
     assert job.rows[0].messages == ({"role": "user", "content": "Say hi"},)
     with pytest.raises(UserError, match="choose one promptfooconfig.yaml and the files it reads"):
         controller.upload_files([str(tmp_path / "chat.json"), str(tmp_path / "chat.json")])
-    with pytest.raises(UserError, match="cannot read .*chat.json.*choose the config and those files together"):  # alone, its file is not found
+    alone = "cannot read .*chat.json.*choose the config and those files together"  # uploaded alone: not found
+    with pytest.raises(UserError, match=alone):
         controller.upload(tmp_path / "promptfooconfig.yaml")
 
 

@@ -31,7 +31,8 @@ def test_send_stores_the_message_and_the_streamed_reply(session):
     assert roles(session, done.chat_id) == ["user", "assistant"]
     reply = session.chats.messages(done.chat_id)[-1]
     assert reply.stats["completion_tokens"] == 4 and len(reply.stats["token_ids"]) == 4
-    assert session.library.listed() == [("Hello there", done.chat_id)] and session.library.listed("nothing like it") == []
+    library = session.library
+    assert library.listed() == [("Hello there", done.chat_id)] and library.listed("nothing like it") == []
     assert session.library.view(done.chat_id) == done  # the stored chat is what was shown
 
 
@@ -83,7 +84,8 @@ def test_regenerate_adds_a_version_and_the_arrows_move_between_them(session):
     back = session.library.switch_version(done.chat_id, 1, -1)
     assert session.chats.messages(done.chat_id)[-1].id == before.id and back.messages[-1]["content"] == before.content
     assert session.library.describe(done.chat_id, 1) == f"Message 2: version 1 of 2 · {before.stats['summary']}"
-    assert session.library.describe(done.chat_id, 0) == "Message 1: version 1 of 1 (edit or regenerate it to add another)"
+    assert session.library.describe(done.chat_id, 0) == \
+        "Message 1: version 1 of 1 (edit or regenerate it to add another)"
     with pytest.raises(UserError, match="first version"):
         session.library.switch_version(done.chat_id, 1, -1)
     session.library.switch_version(done.chat_id, 1, +1)
@@ -104,12 +106,13 @@ def test_an_edit_is_a_new_branch_and_the_models_message_can_be_edited_too(sessio
     last(session.send(done.chat_id, "Second question", "", GREEDY, KEY))
     kept = last(session.edit(done.chat_id, 1, "A reply I wrote", GREEDY, KEY))
     assert [m["content"].split("\n\n")[0] for m in kept.messages] == ["First question", "A reply I wrote"]
-    assert session.chats.messages(done.chat_id)[-1].stats["edited"] and session.library.version_of(done.chat_id, 1) == (2, 2)
+    assert session.chats.messages(done.chat_id)[-1].stats["edited"]
+    assert session.library.version_of(done.chat_id, 1) == (2, 2)
     edited = last(session.edit(done.chat_id, 0, "Edited question", GREEDY, KEY))
     history = session.chats.messages(done.chat_id)
     assert [(m.role, m.content) for m in history][0] == ("user", "Edited question")
     assert roles(session, done.chat_id) == ["user", "assistant"] and "finish" in edited.stats
-    old = session.library.switch_version(done.chat_id, 0, -1)  # the first branch, with its own continuation, is all there
+    old = session.library.switch_version(done.chat_id, 0, -1)  # the first branch, its own continuation all there
     assert len(old.messages) == 2 and session.chats.messages(done.chat_id)[1].content == "A reply I wrote"
     session.library.switch_version(done.chat_id, 1, -1)
     assert [m.content for m in session.chats.messages(done.chat_id)][2] == "Second question"
@@ -167,9 +170,10 @@ def test_a_reloaded_page_opens_the_latest_chat_with_its_system_prompt(session):
     assert latest.chat_id == newer.chat_id and latest.system_prompt == "Prompt B" and "finish" in latest.stats
     session.library.save_system(older.chat_id, "Prompt C")  # touches the older chat: now it is the latest
     assert session.library.latest().system_prompt == "Prompt C"
-    assert session.library.view(None).system_prompt == ""  # a chat's own prompt is not the one new chats start with (#30)
+    assert session.library.view(None).system_prompt == ""  # a chat's own prompt is not new chats' (#30)
     session.library.save_system(None, "Prompt D")  # typed in a new chat: that is
-    assert session.library.view(None).system_prompt == "Prompt D" and session.library.view(older.chat_id).system_prompt == "Prompt C"
+    assert session.library.view(None).system_prompt == "Prompt D"
+    assert session.library.view(older.chat_id).system_prompt == "Prompt C"
 
 
 def test_export_then_import_and_a_bad_file_changes_nothing(session, tmp_path):

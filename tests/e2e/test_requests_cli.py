@@ -1,5 +1,6 @@
 """`python launch.py requests ...` over requests a real server kept (#33): list, show, export as OpenAI batch
-input and as a promptfoo suite (run again through launch.py batch), replay (the same tokens for a greedy request; with a change), delete, and clear errors for bad input."""
+input and as a promptfoo suite (run again through launch.py batch), replay (the same tokens for a greedy request;
+with a change), delete, and clear errors for bad input."""
 
 from __future__ import annotations
 

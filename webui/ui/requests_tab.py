@@ -111,9 +111,8 @@ def create_requests_tab(services: Services) -> RequestsTab:
     params = gr.Code(label="Parameters as resolved (those not at their neutral value)", language="json",
                      elem_id="requests-params", interactive=False, max_lines=24)
     sources = gr.Markdown("", elem_id="requests-sources")
-    tab = RequestsTab(note, capture, text, status, model, endpoint, client, table, selected, shown, timer, summary, sent, prompt, params,
-                      sources, reply,
-                      changes, replay, replayed, replay_summary, delete, to_chat, to_notebook, to_insight, to_batch,
+    tab = RequestsTab(note, capture, text, status, model, endpoint, client, table, selected, shown, timer, summary,
+                      sent, prompt, params, sources, reply, changes, replay, replayed, replay_summary, delete, to_chat, to_notebook, to_insight, to_batch,
                       to_promptfoo, suite_file, show_tokens, tokens, controller)
     _wire(tab)
     return tab
