@@ -4,6 +4,7 @@ rendered, and fixed judge answers turned into verdicts and assert results."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 from typing import Any, Mapping
 
@@ -24,6 +25,13 @@ VARS = {"query": "What is the capital of France?", "context": "Paris is the capi
         "people. Lyon is in the south."}
 
 
+def run(coroutine):
+    """The coroutine's result, run on a loop of its own in another thread: a browser test earlier in the session
+    (playwright's sync API) keeps a loop running in this one, where asyncio.run refuses to start."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 class Judge:
     """A scripted judge: answers its questions in order and keeps them."""
 
@@ -42,7 +50,7 @@ def judged(spec: Any, output: str, *answers: Any, prompt: str = "Name the capita
            variables: Mapping[str, str] = VARS) -> tuple[Any, Judge, Verdict]:
     """(the assert's result on ``output``, the judge, its verdict) with the judge answering ``answers``."""
     item, judge = parse_assert(spec), Judge(*answers)
-    verdict = asyncio.run(grade(item, inputs_for(item, output, prompt, variables), judge))
+    verdict = run(grade(item, inputs_for(item, output, prompt, variables), judge))
     seen = Observed(output, prompt=prompt, judged={verdict_key(item): verdict}, variables=variables)
     return item.check(seen), judge, verdict
 
@@ -161,7 +169,7 @@ def test_an_answer_that_is_not_the_json_asked_for_fails_the_assert_saying_so():
 def test_select_best_picks_one_of_the_tests_outputs():
     item = parse_assert("select-best:the shortest answer")
     judge = Judge({"reason": "shortest", "best": 1})
-    verdicts = asyncio.run(select_best(item, ["Paris is the capital.", "Paris"], inputs_for(item, "", "Q?", {}),
+    verdicts = run(select_best(item, ["Paris is the capital.", "Paris"], inputs_for(item, "", "Q?", {}),
                                        judge))
     text, schema, _ = judge.asked[0]
     assert "criteria: the shortest answer" in text
@@ -169,7 +177,7 @@ def test_select_best_picks_one_of_the_tests_outputs():
     assert schema["properties"]["best"] == {"type": "integer", "minimum": 0, "maximum": 1}
     assert [v.passed for v in verdicts] == [False, True] and [v.score for v in verdicts] == [0.0, 1.0]
     assert "not selected (output 1 was)" in verdicts[0].reason
-    alone = asyncio.run(select_best(item, ["only"], {}, Judge()))
+    alone = run(select_best(item, ["only"], {}, Judge()))
     assert not alone[0].passed and "at least two outputs" in alone[0].reason
 
 
@@ -275,7 +283,7 @@ GIVEN = {"What is the capital of France?": (1.0, 0.0), "Which city is French?": 
 def relevance(spec: Any, embed: Any, *answers: Any, variables: Mapping[str, str] = VARS) -> tuple[Any, Judge]:
     item, judge = parse_assert(spec), Judge(*answers)
     inputs = inputs_for(item, "Paris is the capital of France.", "Name the capital of France.", variables)
-    verdict = asyncio.run(grade(item, inputs, judge, embed=embed))
+    verdict = run(grade(item, inputs, judge, embed=embed))
     seen = Observed("Paris is the capital of France.", judged={verdict_key(item): verdict}, variables=variables)
     return item.check(seen), judge
 
