@@ -34,6 +34,7 @@ class AppConfig:
     threads: int | None = None
     loras: tuple[str, ...] = ()
     listen: bool = False
+    allow_python_asserts: bool = False  # with --listen: the Batch tab may run python asserts and transforms
     ui_users: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # (user, password or its hash): UI login
     ui_admins: tuple[str, ...] = ()  # with a login: the users who see the API's traffic (the Requests tab)
     port: int = 7860
@@ -190,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="listen on all interfaces instead of 127.0.0.1; without --ui-auth anyone who can reach the "
                         "port can read and delete every chat, notebook, batch run, preset and setting, load models "
                         "and run generations (it warns at start); the API needs a key to leave 127.0.0.1")
+    g.add_argument("--allow-python-asserts", action="store_true",
+                   help="with --listen, let the Batch tab run python asserts and transforms (inline code or uploaded "
+                        ".py files run with this server's rights: anyone who can use the UI can then run code here); "
+                        "on 127.0.0.1 they always run")
     g.add_argument("--port", type=_port, default=7860, help="UI port (default 7860)")
     g.add_argument("--ui-auth", action="append", default=[], metavar="USER:PASSWORD",
                    help="require a login in the UI (repeat it for several users); each user has their own "
@@ -269,7 +274,8 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         user_data_dir=args.user_data_dir or default_user_data_dir(), models_dir=args.models_dir,
         loras_dir=args.loras_dir,
         model=args.model, loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads,
-        loras=tuple(args.lora), listen=args.listen, ui_users=users, ui_admins=tuple(args.ui_admin), port=args.port, api=args.api, api_port=args.api_port,
+        loras=tuple(args.lora), listen=args.listen,
+        allow_python_asserts=args.allow_python_asserts, ui_users=users, ui_admins=tuple(args.ui_admin), port=args.port, api=args.api, api_port=args.api_port,
         api_keys=read_keys(args.api_key, args.api_key_file, "--api-key"),
         admin_keys=read_keys(args.admin_key, args.admin_key_file, "--admin-key"), served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts,

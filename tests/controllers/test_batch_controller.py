@@ -385,3 +385,23 @@ def test_the_review_panel_names_the_row_it_reviews(controller):
     assert said.startswith("**Reviewing row #3 of 4**: prompt 1 “Hello” · setting **temperature=0\\.5** · "
                            f"sample 0 · seed {row.seed} · model tiny") and "✓ not\\-contains:zzz" in said
     assert controller.reviewed(done.run_id, None) == NO_ROW == controller.reviewed(done.run_id, (9, "x", 0))
+
+
+def test_a_listening_server_runs_no_python_from_the_batch_tab_unless_allowed(services, tmp_path):
+    """Python asserts and transforms run with the server's rights: with --listen the Batch tab refuses them (and
+    says what to do) unless --allow-python-asserts; javascript (sandboxed) still runs."""
+    (tmp_path / "t.py").write_text("def get_transform(output, context):\n    return output\n")
+    form = BatchForm(prompts="Hello", asserts="python:len(output) < 9999\njavascript:output.length >= 0")
+    listening = BatchController(replace(services, config=replace(services.config, listen=True)))
+    with pytest.raises(UserError, match=r"does not run Python \(python:len\(output\) < 9999\).*"
+                                        "--allow-python-asserts"):
+        listening.job(form, BASE)
+    upload = tmp_path / "promptfooconfig.yaml"
+    upload.write_text(f"prompts: ['x']\ntests:\n  - assert:\n      - type: contains\n        value: x\n"
+                      f"        transform: file://{tmp_path / 't.py'}\n")
+    with pytest.raises(UserError, match="transform file://.*t.py"):
+        listening.job(BatchForm(upload=listening.upload(upload)[0]), BASE)
+    assert listening.job(BatchForm(prompts="Hello", asserts="javascript:output.length >= 0"), BASE).rows
+    allowed = BatchController(replace(services, config=replace(services.config, listen=True,
+                                                                allow_python_asserts=True)))
+    assert allowed.job(form, BASE).rows and BatchController(services).job(form, BASE).rows

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 TRANSFORM_TIMEOUT = JS_TIMEOUT  # seconds a transform may take
 
 
+def is_python_transform(value: str) -> bool:
+    """Whether a transform is Python (a .py file), which runs with the process's rights, unlike JavaScript."""
+    return _is_python(value)
+
+
 def _is_python(value: str) -> bool:
     return value.strip().startswith("file://") and python_target(value)[0].suffix.lower() == ".py"
 

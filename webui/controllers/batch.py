@@ -16,6 +16,7 @@ from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text,
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.promptfoo import Suite, is_config, read_suite, to_promptfoo
 from webui.batch.rerun import is_loaded, provide
+from webui.batch.transform import is_python_transform
 from webui.batch.runner import BatchJob, RunHandle
 from webui.batch.prompts import PromptRow
 from webui.batch.store import BatchRun, RunNotFound
@@ -92,6 +93,16 @@ class Progress:
     finished: bool
 
 
+def _python_scripts(job: BatchJob) -> list[str]:
+    """The python asserts and transforms of ``job``'s prompts, by label (each once)."""
+    found = []
+    for a in (a for row in job.rows for a in row.asserts):
+        if a.kind == "python":
+            found.append(a.label)
+        found += [f"transform {t}" for t in a.transform if is_python_transform(t)]
+    return list(dict.fromkeys(found))
+
+
 def _read_suite(name: str, content: bytes) -> Suite:
     """An uploaded promptfoo config; its file:// paths are read from the folder it was uploaded into with the files
     uploaded beside it (``name`` is its path there), else from the folder the workbench runs in."""
@@ -134,7 +145,21 @@ class BatchController:
 
     # -- planning and running -----------------------------------------------------------------------------
     def job(self, form: BatchForm, params: SamplingParams) -> BatchJob:
-        """The job ``form`` describes; ``params`` (the Parameters tab's) is the base when no preset is chosen."""
+        """The job ``form`` describes; ``params`` (the Parameters tab's) is the base when no preset is chosen. On a
+        server listening beyond this machine, python asserts and transforms (code run with the server's rights) are
+        refused unless it was started with --allow-python-asserts."""
+        job = self._job(form, params)
+        config = self.services.config
+        scripts = _python_scripts(job) if config.listen and not config.allow_python_asserts else []
+        if scripts:
+            raise UserError(f"This server listens beyond this machine, so the Batch tab does not run Python "
+                            f"({', '.join(scripts[:3])}{' ...' if len(scripts) > 3 else ''}): Python asserts and "
+                            "transforms run with the server's rights. Use javascript asserts (sandboxed), run the "
+                            "suite with `python launch.py batch` on the server, or restart it with "
+                            "--allow-python-asserts if everyone who can log in may run code there.")
+        return job
+
+    def _job(self, form: BatchForm, params: SamplingParams) -> BatchJob:
         try:
             if form.upload and is_config(form.upload[0]):
                 suite = _read_suite(*form.upload)
