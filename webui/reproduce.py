@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loaders.base import Tokenizer
-from webui.chat.modes import CHAT_TEMPLATE, DEFAULT_COMMAND, ChatMode, ModeError
+from webui.chat.modes import ChatMode, ModeError
 from webui.chat.reply import ReplyRecord
 from webui.engine import GenerationRequest, InvalidParameter, SamplingParams
 from webui.engine.params import specs
@@ -157,20 +157,12 @@ class ReproduceRecord:
 def mode_body(mode: ChatMode) -> dict[str, Any]:
     """The API's text-generation-webui fields for a chat mode ({} for instruct without a character): the character
     by content, so the request reproduces whatever the character file says now."""
-    if mode.to_record() is None:
-        return {}
-    body: dict[str, Any] = {"mode": mode.name}
-    if mode.character is not None:
-        body["character"] = mode.character.to_record()
-    if mode.user_name:
-        body["user_name"] = mode.user_name
-    if mode.user_bio is not None:
-        body["user_bio"] = mode.user_bio
-    if mode.command != DEFAULT_COMMAND:
-        body["chat_instruct_command"] = mode.command
-    if mode.chat_template != CHAT_TEMPLATE:
-        body["chat_template_str"] = mode.chat_template
-    return body
+    record = mode.to_record()
+    return {} if record is None else {_API_FIELDS.get(k, k): v for k, v in record.items()}
+
+
+_API_FIELDS = {"command": "chat_instruct_command", "chat_template": "chat_template_str"}
+"""The mode record's fields the API names otherwise (the rest are the same)."""
 
 
 _EXTRAS = {"loras", "chat_template", "continue_final_message", "add_generation_prompt", "mode", "character",
