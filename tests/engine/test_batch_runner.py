@@ -217,15 +217,10 @@ def test_a_model_axis_naming_a_model_not_loaded_is_refused(two_models):
         two_models.batch_runner.start(job("Hello", axes={"model": ["tiny", "nope"]}))
 
 
-def test_another_loaded_model_judges_llm_rubric(services, tmp_path):
-    """A scripted model loaded beside the tested one answers every judge request with the same verdict."""
-    from webui.batch import parse_assert
-
-    verdict = '{"reason":"short and kind","pass":true,"score":0.9}'
-    tok = services.loaded.tokenizer
-
+def scripted_loader(tok, text: str, model_name: str, about: str = "a scripted model") -> BaseLoader:
+    """A loader named "scripted" whose model, named ``model_name``, always answers ``text``."""
     class ScriptedLoader(BaseLoader):
-        name, description, requires, install_hint = "scripted", "a scripted judge", (), ""
+        name, description, requires, install_hint = "scripted", about, (), ""
         capabilities = ScriptedModel.capabilities
 
         def match(self, path):
@@ -235,9 +230,17 @@ def test_another_loaded_model_judges_llm_rubric(services, tmp_path):
             return path
 
         def load(self, path, options, progress=None):
-            return ScriptedModel(tok, tok.encode(verdict, add_special_tokens=False), name="judge")
+            return ScriptedModel(tok, tok.encode(text, add_special_tokens=False), name=model_name)
 
-    services.registry.register(ScriptedLoader())
+    return ScriptedLoader()
+
+
+def test_another_loaded_model_judges_llm_rubric(services, tmp_path):
+    """A scripted model loaded beside the tested one answers every judge request with the same verdict."""
+    from webui.batch import parse_assert
+
+    verdict = '{"reason":"short and kind","pass":true,"score":0.9}'
+    services.registry.register(scripted_loader(services.loaded.tokenizer, verdict, "judge", "a scripted judge"))
     services.models.load(services.models.catalog.entry_for_path(tmp_path), loader="scripted", make_current=False)
     row = parse_lines("Hello")[0]
     rubric = BatchJob("judged", [replace(row, asserts=[parse_assert("llm-rubric:The reply is kind")])],
@@ -368,22 +371,7 @@ def test_similar_asserts_score_by_trigrams_when_no_model_gives_embeddings(servic
     from webui.batch import parse_assert
     from webui.batch.assert_kinds import similarity
 
-    tok = services.loaded.tokenizer
-
-    class ScriptedLoader(BaseLoader):
-        name, description, requires, install_hint = "scripted", "a scripted model", (), ""
-        capabilities = ScriptedModel.capabilities
-
-        def match(self, path):
-            return 0
-
-        def prepare(self, path, workdir, progress=None):
-            return path
-
-        def load(self, path, options, progress=None):
-            return ScriptedModel(tok, tok.encode(" Paris is the capital", add_special_tokens=False), name="plain")
-
-    services.registry.register(ScriptedLoader())
+    services.registry.register(scripted_loader(services.loaded.tokenizer, " Paris is the capital", "plain"))
     services.models.load(services.models.catalog.entry_for_path(tmp_path), loader="scripted")
     services.models.unload("tiny")
     rows = [replace(parse_lines("Hello")[0], asserts=[parse_assert("similar:Paris is the capital of France")])]
