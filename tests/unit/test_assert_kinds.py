@@ -4,14 +4,17 @@ to the table alone is parsed, checked, labelled, read from promptfoo and listed 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from tests.conftest import ROOT
-from webui.batch import BatchInputError, assert_label, parse_assert
-from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, Outcome, kinds_help
+from webui.batch import Assert, BatchInputError, assert_label, parse_assert
+from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, kinds_help
+from webui.batch.assert_promptfoo import DIALECT
 from webui.batch.assert_values import NONE, NUMBER, TEXT
 from webui.batch.asserts import Observed
+from webui.batch.outcome import Outcome
 from webui.batch.cli import build_parser
 from webui.batch.prompts import load_prompts_text
 from webui.batch.promptfoo import read_config, supported
@@ -123,7 +126,7 @@ def test_a_kind_added_to_the_table_alone_works_everywhere(monkeypatch, tmp_path)
     assert "ends-with" in kinds_help() and "short" in kinds_help()
     config = "prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: not-ends-with\n        value: x"
     _, rows, _ = read_config(config, tmp_path)
-    assert rows[0].asserts == [parse_assert("not-ends-with:x")]
+    assert rows[0].asserts == [as_read_from_promptfoo("not-ends-with:x")]
     with pytest.raises(BatchInputError, match="the assert type 'short' is not supported here"):
         read_config(config.replace("not-ends-with", "short"), tmp_path)
     rows = load_prompts_text("q.csv", "prompt,expected\nhi,ends-with:there\n")
@@ -174,4 +177,9 @@ def test_cost_is_zero_for_a_local_model_and_reads_promptfoos_threshold(tmp_path)
     assert not parse_assert("not-cost:0.01").check("anything").passed
     config = "prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: cost\n        threshold: 0.002"
     _, rows, _ = read_config(config, tmp_path)
-    assert rows[0].asserts == [parse_assert("cost:0.002")]
+    assert rows[0].asserts == [as_read_from_promptfoo("cost:0.002")]
+
+
+def as_read_from_promptfoo(spec: str) -> Assert:
+    """The assert ``spec`` as the promptfoo reader makes it: checked as promptfoo checks it."""
+    return replace(parse_assert(spec), dialect=DIALECT)

@@ -235,9 +235,9 @@ def test_a_promptfoo_suite_reads_graded_asserts_with_their_rubric_prompts_and_re
                              "      - {type: g-eval, value: fair, rubricPrompt: ['{{criteria}}', '{{steps}}']}\n"
                              "      - {type: not-select-best, value: short, weight: 2}\n", tmp_path)
     assert [a.to_dict() for a in rows[0].asserts] == [
-        {"type": "context-faithfulness", "threshold": 0.5},
-        {"type": "g-eval", "value": "fair", "rubricPrompt": ["{{criteria}}", "{{steps}}"]},
-        {"type": "not-select-best", "value": "short", "weight": 2}]
+        {"type": "context-faithfulness", "threshold": 0.5, "dialect": "promptfoo"},
+        {"type": "g-eval", "value": "fair", "rubricPrompt": ["{{criteria}}", "{{steps}}"], "dialect": "promptfoo"},
+        {"type": "not-select-best", "value": "short", "weight": 2, "dialect": "promptfoo"}]
     with pytest.raises(BatchInputError, match=r"tests\[0\].assert\[0\]: factuality: an assert's own grading "
                                               r"provider is not used here; the judge is the run's"):
         read_config(head + "      - {type: factuality, value: x, provider: 'openai:gpt-4o'}\n", tmp_path)
@@ -257,7 +257,7 @@ def test_a_tests_options_rubric_prompt_grades_its_graded_asserts_and_may_be_a_fi
     rubric, closedqa, contains = rows[0].asserts
     assert rubric.options["rubricPrompt"] == ("Judge {{output}} by {{rubric}}",)  # the test's options
     assert closedqa.options["rubricPrompt"] == ("Does {{output}} meet {{criteria}}?",)  # its own, from the file
-    assert contains.to_dict() == {"type": "contains", "value": "h"}
+    assert contains.to_dict() == {"type": "contains", "value": "h", "dialect": "promptfoo"}
     with pytest.raises(BatchInputError, match=r"tests\[0\].assert\[1\]: cannot read the rubricPrompt file"):
         read_config(config.replace("grade.txt", "none.txt"), tmp_path)
 

@@ -20,23 +20,20 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-import jsonschema
-import yaml
-
+from webui.batch import assert_promptfoo as pf
 from webui.batch import output_checks, text_metrics
 from webui.batch.assert_values import (
-    CODE, JS_CODE, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, SCHEMA, TEXT, WORD_COUNT,
-    JsonValue, ValueForm, compiled, excerpt, schema_validator,
+    CODE, EQUALS, JS_CODE, JS_PATTERN, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, SCHEMA, TEXT,
+    WORD_COUNT, JsonValue, ValueForm, compiled, excerpt, same_json, schema_problem,
 )
-from webui.batch.errors import BatchInputError
 from webui.batch.graded import GRADED, GRADED_VALUE, REFUSED, promptfoo_graded, verdict_key
 from webui.batch.js import JS_TIMEOUT, run_javascript
+from webui.batch.outcome import Outcome
 from webui.batch.python_assert import PYTHON_TIMEOUT, run_python
 from webui.batch.xml_checks import xml_inside, xml_problem
 
@@ -49,104 +46,6 @@ ROUGE_THRESHOLD = 0.75
 METEOR_REFUSED = ("meteor is not supported: promptfoo's METEOR matches synonyms through WordNet (the npm package "
                   "natural and its WordNet data), which no package on PyPI ships without a separate download; use "
                   "bleu, gleu or rouge-n against the same references instead")
-
-
-class Outcome(NamedTuple):
-    """What a kind's check says of one output: passed, why it failed, a score (None: yes/no check), and whether
-    the score against the threshold decides."""
-
-    passed: bool
-    why: str
-    score: float | None = None
-    by_score: bool = False
-
-
-# -- promptfoo's dict form: fields for parse_assert besides type and weight --------------------------------
-
-
-def _promptfoo_value(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    return {"value": item.get("value"), **_promptfoo_threshold(item)}
-
-
-def _promptfoo_threshold(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {"threshold": item["threshold"]} if item.get("threshold") is not None else {}
-
-
-_QUOTED_ITEM = re.compile(r'(".*?"|[^,]+)(?=\s*,|\s*$)')
-"""promptfoo's contains-any items in a text: comma-separated, a "quoted, item" kept whole."""
-
-
-def _promptfoo_list(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    """A list kind's value as promptfoo reads it: a text is split on commas (contains-any keeps "quoted, items"
-    whole), numbers in a list are texts."""
-    value = item.get("value")
-    if isinstance(value, str) and str(item.get("type")).removeprefix("not-") == "contains-any":
-        value = [re.sub(r'^"|"$', "", v.strip()) for v in _QUOTED_ITEM.findall(value)]
-    elif isinstance(value, str):
-        value = [v.strip() for v in value.split(",")]
-    elif isinstance(value, list):
-        value = [_js_text(v) for v in value]
-    return {"value": value, **_promptfoo_threshold(item)}
-
-
-def _js_text(value: Any) -> Any:
-    """A number as JavaScript's String() writes it (15, 1.5; 2.0 as 2); anything else as given."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return value
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def _promptfoo_latency(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    return {"value": item.get("threshold")}  # promptfoo's latency (ms) and cost limits are its threshold
-
-
-def _promptfoo_schema(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    """promptfoo reads a schema written as text with YAML (JSON being YAML too)."""
-    value = item.get("value")
-    if isinstance(value, str) and not value.startswith("file://"):
-        try:
-            value = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise BatchInputError(f"{item.get('type')}: the schema is neither JSON nor YAML ({exc})") from None
-    schema = {"schema": value} if value is not None else {}
-    return {**schema, **_promptfoo_threshold(item)}
-
-
-def _promptfoo_script(file_prefix: str) -> Callable[[Mapping[str, Any], Path], dict[str, Any]]:
-    """promptfoo's python or javascript assert: inline code as it is, a ``file://`` path relative to the config's
-    folder (written after ``file_prefix``), and its ``config``."""
-    def read(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-        value = item.get("value")
-        if isinstance(value, str) and value.strip().startswith("file://"):
-            path = Path(value.strip().removeprefix("file://")).expanduser()
-            value = file_prefix + str(path if path.is_absolute() else base / path)
-        config = {"config": item["config"]} if item.get("config") is not None else {}
-        return {"value": value, **config, **_promptfoo_threshold(item)}
-    return read
-
-
-def _promptfoo_text(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    """levenshtein and rouge-n: promptfoo takes one reference text only (a list is an error there too)."""
-    if not isinstance(item.get("value"), str):
-        raise BatchInputError(f"{item['type']} needs one reference text as its value, got {item.get('value')!r}")
-    return _promptfoo_value(item, base)
-
-
-def _promptfoo_tools(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    """promptfoo takes the tools (functions) from the provider's config; here they are the assert's value: a
-    list, or ``file://tools.json`` (or .yaml) relative to the config."""
-    value, kind = item.get("value"), item["type"].removeprefix("not-")
-    if value is None:
-        key = "tools" if "tools" in kind else "functions"
-        raise BatchInputError(f"{kind} needs the {key} as its value here (promptfoo reads them from the "
-                              f"provider's config.{key}): write value: [...] or value: file://{key}.json")
-    if isinstance(value, str) and value.startswith("file://"):
-        path = base / value.removeprefix("file://")
-        try:
-            value = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise BatchInputError(f"{kind}: cannot read {path}: {exc}") from None
-    return {"value": value, **_promptfoo_threshold(item)}
 
 
 # -- the spec ------------------------------------------------------------------------------------------
@@ -174,7 +73,7 @@ class AssertKind:
     """The score that passes when the assert gives none."""
     negated_why: Callable[[Assert, Observed], str] | None = None
     """Why ``not-<kind>`` failed; None: "the output passes <kind>:<value>"."""
-    promptfoo: Callable[[Mapping[str, Any], Path], dict[str, Any]] | None = _promptfoo_value
+    promptfoo: Callable[[Mapping[str, Any], Path], dict[str, Any]] | None = pf.read_value
     """promptfoo's assert (a dict; ``file://`` paths relative to the folder) -> the dict form's fields besides
     type and weight; None: a type promptfoo has not, or not as we run it."""
     negation_of: str = ""
@@ -185,6 +84,17 @@ class AssertKind:
     """Why the kind cannot run here (an assert of it is a BatchInputError saying so); "": it can."""
     needs_logprobs: bool = False
     """Whether its check reads the output's token logprobs (the runner then asks the engine for them)."""
+    promptfoo_check: Callable[[Assert, Observed], Outcome] | None = None
+    """promptfoo 0.115's check where it differs from ours, for asserts read from a promptfoo file
+    (webui.batch.assert_promptfoo); None: the same check."""
+    promptfoo_form: ValueForm | None = None
+    """How such an assert's value is held where it differs (regex: a JavaScript RegExp); None: as ``value``."""
+
+    def check_of(self, dialect: str) -> Callable[[Assert, Observed], Outcome]:
+        return self.promptfoo_check if dialect == pf.DIALECT and self.promptfoo_check else self.check
+
+    def form_of(self, dialect: str) -> ValueForm:
+        return self.promptfoo_form if dialect == pf.DIALECT and self.promptfoo_form else self.value
 
 
 # -- checks -------------------------------------------------------------------------------------------
@@ -205,6 +115,11 @@ def _icontains(a: Assert, seen: Observed) -> Outcome:
 
 def _equals(a: Assert, seen: Observed) -> Outcome:
     out = seen.output.strip()
+    if a.options.get("json"):  # an object or list value: the output as JSON, deeply equal to it
+        try:
+            return Outcome(same_json(json.loads(out), json.loads(str(a.value))), f"output JSON is not {a.value}")
+        except ValueError:
+            return Outcome(False, f"output is not JSON, expected {a.value}")
     return Outcome(out == a.value, f"output is '{excerpt(out)}', expected '{a.value}'")
 
 
@@ -244,12 +159,8 @@ def _is_json(a: Assert, seen: Observed) -> Outcome:
         return Outcome(False, f"output is not valid JSON ({exc})")
     if a.value is None:
         return Outcome(True, "")
-    error = jsonschema.exceptions.best_match(schema_validator(str(a.value)).iter_errors(data))
-    if error is None:
-        return Outcome(True, "")
-    path = getattr(error, "json_path", "$")
-    return Outcome(False, f"output JSON does not match the schema: {error.message}"
-                   + (f" (at {path})" if path != "$" else ""))
+    why = schema_problem(str(a.value), data)
+    return Outcome(not why, f"output JSON does not match the schema: {why}")
 
 
 def _contains_json(a: Assert, seen: Observed) -> Outcome:
@@ -265,11 +176,8 @@ def _contains_json(a: Assert, seen: Observed) -> Outcome:
         return Outcome(False, "output contains no valid JSON object")
     if a.value is None:
         return Outcome(True, "")
-    validator = schema_validator(str(a.value))
-    errors = [jsonschema.exceptions.best_match(validator.iter_errors(data)) for data in found]
-    if any(error is None for error in errors):
-        return Outcome(True, "")
-    return Outcome(False, f"no JSON object in the output matches the schema: {errors[0].message if errors[0] else ''}")
+    whys = [schema_problem(str(a.value), data) for data in found]
+    return Outcome(any(not why for why in whys), f"no JSON object in the output matches the schema: {whys[0]}")
 
 
 def _word_count(a: Assert, seen: Observed) -> Outcome:
@@ -510,47 +418,49 @@ _CONTAINS = AssertKind("contains", TEXT, _contains, "Paris", negated_why=_contai
 
 ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     _CONTAINS,
-    AssertKind("icontains", TEXT, _icontains, "paris"),
+    AssertKind("icontains", TEXT, _icontains, "paris", promptfoo_check=pf.icontains),
     _spelling("not-contains", _CONTAINS, "London"),
-    AssertKind("equals", TEXT, _equals, "4"),
-    AssertKind("regex", PATTERN, _regex, "^\\d+$"),
-    AssertKind("starts-with", TEXT, _starts_with, "The"),
+    AssertKind("equals", EQUALS, _equals, "4", promptfoo_check=pf.equals),
+    AssertKind("regex", PATTERN, _regex, "^\\d+$", promptfoo_check=pf.regex, promptfoo_form=JS_PATTERN),
+    AssertKind("starts-with", TEXT, _starts_with, "The", promptfoo_check=pf.starts_with),
     AssertKind("similar", TEXT, _similar, "The capital of France is Paris", usage="similar:text",
                note=f"score ≥ {SIMILAR_THRESHOLD:g}", scored=True, threshold=SIMILAR_THRESHOLD),
     _graded_kind("llm-rubric"),
     AssertKind("contains-any", LIST, _contains_list(every=False, fold=False), "Paris,Lyon", usage="contains-any:a,b",
-               promptfoo=_promptfoo_list),
+               promptfoo=pf.read_list),
     AssertKind("contains-all", LIST, _contains_list(every=True, fold=False), "Paris,France", usage="contains-all:a,b",
-               promptfoo=_promptfoo_list),
+               promptfoo=pf.read_list),
     AssertKind("icontains-any", LIST, _contains_list(every=False, fold=True), "paris,lyon", usage="icontains-any:a,b",
-               promptfoo=_promptfoo_list),
+               promptfoo=pf.read_list, promptfoo_check=pf.icontains_list(every=False)),
     AssertKind("icontains-all", LIST, _contains_list(every=True, fold=True), "paris,france", usage="icontains-all:a,b",
-               promptfoo=_promptfoo_list),
-    AssertKind("is-json", SCHEMA, _is_json, '{"type":"object"}', usage="is-json[:schema]", promptfoo=_promptfoo_schema),
+               promptfoo=pf.read_list, promptfoo_check=pf.icontains_list(every=True)),
+    AssertKind("is-json", SCHEMA, _is_json, '{"type":"object"}', usage="is-json[:schema]", promptfoo=pf.read_schema),
     AssertKind("contains-json", SCHEMA, _contains_json, '{"type":"object"}', usage="contains-json[:schema]",
-               promptfoo=_promptfoo_schema),
-    AssertKind("is-xml", OPTIONAL_LIST, _is_xml, "analysis.summary", usage="is-xml[:root.element,...]"),
-    AssertKind("contains-xml", OPTIONAL_LIST, _contains_xml, "analysis", usage="contains-xml[:root.element,...]"),
+               promptfoo=pf.read_schema, promptfoo_check=pf.contains_json),
+    AssertKind("is-xml", OPTIONAL_LIST, _is_xml, "analysis.summary", usage="is-xml[:root.element,...]",
+               promptfoo_check=pf.is_xml),
+    AssertKind("contains-xml", OPTIONAL_LIST, _contains_xml, "analysis", usage="contains-xml[:root.element,...]",
+               promptfoo_check=pf.contains_xml),
     AssertKind("word-count", WORD_COUNT, _word_count, "5-20", usage="word-count:N|min-max", unit="words"),
     AssertKind("max-length", LENGTH, _max_length, "50 tokens", usage="max-length:N [tokens]", promptfoo=None),
     AssertKind("python", CODE, _python, "checks.py:get_assert", usage="python:file.py[:function] or python:code",
-               scored=True, promptfoo=_promptfoo_script("")),
+               scored=True, promptfoo=pf.read_script("")),
     AssertKind("javascript", JS_CODE, _javascript, "output.length < 100",
                usage="javascript:code or javascript:file://file.js[:function]", scored=True,
-               promptfoo=_promptfoo_script("file://")),
+               promptfoo=pf.read_script("file://")),
     AssertKind("latency", NUMBER, _latency, "5000", usage="latency:ms", unit="milliseconds",
-               promptfoo=_promptfoo_latency),
+               promptfoo=pf.read_limit),
     AssertKind("cost", NUMBER, _cost, "0.01", usage="cost:dollars", unit="dollars",
-               note="always 0 here: a local model is not billed", promptfoo=_promptfoo_latency),
+               note="always 0 here: a local model is not billed", promptfoo=pf.read_limit),
     AssertKind("ttft", NUMBER, _ttft, "500", usage="ttft:ms", unit="milliseconds", promptfoo=None),
     AssertKind("tokens-per-second", NUMBER, _tokens_per_second, "5", usage="tokens-per-second:N",
                unit="tokens per second", promptfoo=None),
     AssertKind("levenshtein", TEXT, _levenshtein, "The capital is Paris", usage="levenshtein:text",
                note=f"edit distance ≤ threshold, default {LEVENSHTEIN_THRESHOLD}", threshold=LEVENSHTEIN_THRESHOLD,
-               threshold_unit="characters of edit distance", promptfoo=_promptfoo_text),
+               threshold_unit="characters of edit distance", promptfoo=pf.read_one_text),
     AssertKind("rouge-n", TEXT, _reference_metric("ROUGE-1", _rouge), "The capital of France is Paris",
                usage="rouge-n:reference", note=f"score ≥ {ROUGE_THRESHOLD:g}", scored=True,
-               threshold=ROUGE_THRESHOLD, promptfoo=_promptfoo_text),
+               threshold=ROUGE_THRESHOLD, promptfoo=pf.read_one_text),
     AssertKind("bleu", REFERENCES, _reference_metric("BLEU", text_metrics.bleu), "The capital of France is Paris",
                usage="bleu:reference", note="score ≥ 0.5; a JSON list for several", scored=True),
     AssertKind("gleu", REFERENCES, _reference_metric("GLEU", text_metrics.gleu), "The capital of France is Paris",
@@ -566,10 +476,10 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     AssertKind("finish-reason", TEXT, _finish_reason, "stop", usage="finish-reason:stop|length"),
     AssertKind("is-valid-openai-tools-call", JsonValue(output_checks.check_tools, optional=False), _call(tools=True),
                '[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]',
-               usage="is-valid-openai-tools-call:[tools]", promptfoo=_promptfoo_tools),
+               usage="is-valid-openai-tools-call:[tools]", promptfoo=pf.read_tools),
     AssertKind("is-valid-openai-function-call", JsonValue(output_checks.check_functions, optional=False),
                _call(tools=False), '[{"name":"get_weather","parameters":{"type":"object"}}]',
-               usage="is-valid-openai-function-call:[functions]", promptfoo=_promptfoo_tools),
+               usage="is-valid-openai-function-call:[functions]", promptfoo=pf.read_tools),
     AssertKind("perplexity", NONE, _perplexity, "", usage="perplexity", note="threshold: the largest perplexity",
                threshold=0.0, threshold_unit="perplexity", needs_logprobs=True),
     AssertKind("perplexity-score", NONE, _perplexity_score, "", usage="perplexity-score",

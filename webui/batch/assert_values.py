@@ -20,6 +20,7 @@ import jsonschema
 
 from webui.batch.errors import BatchInputError
 from webui.batch.js import check_javascript
+from webui.batch.js_regex import js_regex_problem
 from webui.batch.python_assert import check_python
 
 if TYPE_CHECKING:
@@ -75,6 +76,45 @@ class PatternValue(ValueForm):
         value, options = super().hold(kind, value, options)
         compiled(value)
         return value, options
+
+
+class JsPatternValue(ValueForm):
+    """A JavaScript regular expression (promptfoo's regex), checked with ``new RegExp`` when the assert is made."""
+
+    name = "JavaScript pattern"
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        value, options = super().hold(kind, value, options)
+        why = js_regex_problem(value)
+        if why:
+            raise BatchInputError(f"regex:{value}: not a JavaScript regular expression, as promptfoo reads regex "
+                                  f"values ({why})")
+        return value, options
+
+
+class EqualsValue(ValueForm):
+    """A text, or an object or list (the dict form's JSON value), held as JSON text with ``options["json"]``:
+    then the output is compared as parsed JSON."""
+
+    name = "text or JSON"
+    options = frozenset({"json"})
+
+    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        if options.get("json"):
+            try:
+                json.loads(value)
+            except (TypeError, ValueError):
+                raise BatchInputError(f"{kind.name}: a JSON value must be JSON text, got {value!r}") from None
+            return value, options
+        return super().hold(kind, value, options)
+
+    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        if isinstance(value, (dict, list)):
+            return json.dumps(value, ensure_ascii=False), {"json": True}
+        return super().read_dict(kind, value, given)
+
+    def write_dict(self, item: Assert) -> dict[str, Any]:
+        return {"value": json.loads(item.value) if item.options.get("json") else item.value}
 
 
 class NumberValue(ValueForm):
@@ -388,6 +428,7 @@ class WordCountValue(NumberValue):
 
 TEXT, PATTERN, NUMBER, LIST, SCHEMA, LENGTH = (ValueForm(), PatternValue(), NumberValue(), ListValue(),
                                                SchemaValue(), LengthValue())
+JS_PATTERN, EQUALS = JsPatternValue(), EqualsValue()
 CODE, JS_CODE = CodeValue(check_python), CodeValue(check_javascript)
 OPTIONAL_LIST = OptionalListValue()
 NONE, REFERENCES, WORD_COUNT = NoValue(), ReferencesValue(), WordCountValue()
@@ -433,6 +474,29 @@ def _dump_schema(schema: Any) -> str:
     text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     schema_validator(text)
     return text
+
+
+def schema_problem(schema: str, data: Any) -> str:
+    """Why ``data`` does not match the JSON schema (compact JSON text), with where in it; "": it matches."""
+    error = jsonschema.exceptions.best_match(schema_validator(schema).iter_errors(data))
+    if error is None:
+        return ""
+    path = getattr(error, "json_path", "$")
+    return error.message + (f" (at {path})" if path != "$" else "")
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values are deeply equal as JavaScript's isDeepStrictEqual says: key order aside,
+    1 and 1.0 the same number, but true never 1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
 
 
 @lru_cache(maxsize=256)

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, similarity
+from webui.batch.assert_promptfoo import DIALECT
 from webui.batch.assert_values import excerpt
 from webui.batch.errors import BatchInputError, ScriptError
 from webui.batch.graded import GRADED, verdict_key
@@ -74,7 +75,8 @@ _EXAMPLES = ("contains:Paris, icontains:paris, not-contains:London, equals:4, re
              "is-json, is-json:{\"type\":\"object\"}, max-length:200, max-length:50 tokens, "
              "similar:The capital is Paris, python:checks.py, latency:5000, ttft:500, tokens-per-second:5, "
              "not-regex:^\\s*$")
-_DICT_KEYS = ("type", "kind", "value", "weight", "threshold", "transform", "metric")
+_DICT_KEYS = ("type", "kind", "value", "weight", "threshold", "transform", "metric", "dialect")
+DIALECTS = ("", DIALECT)
 """The dict form's keys every kind takes; a kind's value form adds its own (schema, unit, timeout)."""
 
 
@@ -165,6 +167,9 @@ class Assert:
     ``transform``."""
     metric: str | None = None
     """A promptfoo metric name: the export's namedScores gives each metric its asserts' weighted score."""
+    dialect: str = ""
+    """"promptfoo": read from a promptfoo file, so checked as promptfoo 0.115 checks it where ours differs
+    (webui.batch.assert_promptfoo); "": ours."""
 
     def __post_init__(self) -> None:
         spec = ASSERT_KINDS.get(self.kind)
@@ -176,8 +181,10 @@ class Assert:
         if extra:
             raise BatchInputError(f"{self.kind}: unknown option(s) {', '.join(sorted(map(str, extra)))}")
         _check_weight(spec, self.weight, self.threshold)
+        if self.dialect not in DIALECTS:
+            raise BatchInputError(f"{self.kind}: dialect must be \"{DIALECT}\" or left out, got {self.dialect!r}")
         object.__setattr__(self, "transform", check_transforms(self.transform))
-        value, options = spec.value.hold(spec, self.value, self.options)
+        value, options = spec.form_of(self.dialect).hold(spec, self.value, self.options)
         object.__setattr__(self, "value", value)
         object.__setattr__(self, "options", options)
         if spec.negation_of:
@@ -212,6 +219,8 @@ class Assert:
             out["transform"] = self.transform[0] if len(self.transform) == 1 else list(self.transform)
         if self.metric is not None:
             out["metric"] = self.metric
+        if self.dialect:
+            out["dialect"] = self.dialect
         return out
 
     @property
@@ -235,7 +244,7 @@ class Assert:
             except ScriptError as exc:
                 return AssertResult(False, f"transform: {exc}", self.label, 0.0 if spec.scored else None,
                                     self.weight)
-        passed, detail, score, by_score = spec.check(self, seen)
+        passed, detail, score, by_score = spec.check_of(self.dialect)(self, seen)
         if by_score and score is not None:
             passed = score >= self.pass_at
             detail = f"{detail} (score {score:.2f}, needs {self.pass_at:g})".strip()
@@ -317,12 +326,12 @@ def _from_dict(spec: Mapping[str, Any]) -> Assert:
     if unknown:
         own = ", ".join(f"{key} for {k.name}" for k in kinds for key in k.value.keys)
         raise BatchInputError(f"assert {shown} has unknown key(s) {', '.join(sorted(map(str, unknown)))}; keys: "
-                              f"type, value ({own}), weight, threshold, transform, metric")
+                              f"type, value ({own}), weight, threshold, transform, metric, dialect")
     kind, negate = _kind(spec.get("type", spec.get("kind")))
     if kind is None:
         raise BatchInputError(f"assert {shown} needs \"type\" set to one of {', '.join(ASSERT_KINDS)} "
                               "(or not- before one)")
-    extra = {k: spec[k] for k in ("weight", "threshold", "transform") if spec.get(k) is not None}
+    extra = {k: spec[k] for k in ("weight", "threshold", "transform", "dialect") if spec.get(k) is not None}
     if spec.get("metric") is not None:
         if not isinstance(spec["metric"], str) or not spec["metric"].strip():
             raise BatchInputError(f"assert {shown}: metric must be a name (text)")

@@ -37,6 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import yaml
 
 from webui.batch.assert_kinds import ASSERT_KINDS
+from webui.batch.assert_promptfoo import DIALECT
 from webui.batch.asserts import Assert, AssertResult, parse_assert, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
@@ -412,7 +413,7 @@ def _assert(item: dict[str, Any], base: Path, rubric_prompt: Any = None) -> Asse
         raise BatchInputError(f"unknown key(s) {', '.join(sorted(unknown))}")
     extra = {key: item[key] for key in ("weight", "metric") if item.get(key) is not None}
     transform = {"transform": resolved(item["transform"], base)} if item.get("transform") is not None else {}
-    return parse_assert({"type": kind, **spec.promptfoo(item, base), **extra, **transform})
+    return parse_assert({"type": kind, **spec.promptfoo(item, base), **extra, **transform, "dialect": DIALECT})
 
 
 def _settings(given: Any, problems: Problems, notes: list[str]) -> tuple[list[Setting], dict[str, list[str]]]:
@@ -508,6 +509,7 @@ def _prompt_metrics(results: list[dict[str, Any]], derived: Mapping[str, str] | 
 def promptfoo_assertion(a: Assert) -> dict[str, Any]:
     """An assert as a promptfoo file writes it: latency's limit as its threshold, a Python file as file://."""
     d = a.to_dict()
+    d.pop("dialect", None)  # how we check it, not promptfoo's
     if a.kind == "latency":
         d["threshold"] = d.pop("value")
     elif a.kind == "python" and is_python_file(str(d.get("value"))) and not d["value"].startswith("file://"):

@@ -8,18 +8,23 @@ import xml.etree.ElementTree as ET
 from typing import Sequence
 
 _OPEN_TAG = re.compile(r"<([A-Za-z_][\w.-]*)[^>]*>")
+_DECLARATION = re.compile(r"^<\?xml[^>]*\?>")
+_WRAPPER = "workbench-xml-fragment"
 
 
-def xml_problem(text: str, required: Sequence[str] | None) -> str:
-    """Why ``text`` is not XML with the required elements ("": it is)."""
+def xml_problem(text: str, required: Sequence[str] | None, fragment: bool = False) -> str:
+    """Why ``text`` is not XML with the required elements ("": it is). ``fragment``: several elements (and text
+    between them) may stand side by side, as promptfoo's parser reads XML."""
     text = text.strip()
     if not text.startswith("<"):
         return "output is not XML (it does not start with a tag)"
+    wrapped = f"<{_WRAPPER}>{_DECLARATION.sub('', text, count=1)}</{_WRAPPER}>" if fragment else text
     try:
-        root = ET.fromstring(text)
+        root = ET.fromstring(wrapped)
     except ET.ParseError as exc:
         return f"output is not well-formed XML ({exc})"
-    missing = [path for path in required or () if not _has_path(root, path)]
+    tops = list(root) if fragment else [root]
+    missing = [path for path in required or () if not any(_has_path(top, path) for top in tops)]
     return f"XML lacks the element(s) {', '.join(missing)}" if missing else ""
 
 
