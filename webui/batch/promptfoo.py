@@ -32,20 +32,18 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
 from webui.batch.assert_kinds import ASSERT_KINDS
-from webui.batch.asserts import Assert, AssertResult, parse_assert, row_score
+from webui.batch.asserts import Assert, parse_assert
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
-from webui.batch.promptfoo_options import SuiteOptions, evaluate_metric, metric_names, resolve_refs, suite_options
+from webui.batch.promptfoo_options import SuiteOptions, metric_names, resolve_refs, suite_options
 from webui.batch.promptfoo_providers import provider_params, provider_setting
 from webui.batch.promptfoo_tests import SET_KEY, Case, Problems, read_cases
-from webui.batch.python_assert import is_python_file
-from webui.batch.results import ResultRow
 from webui.batch.transform import check_transforms, resolved, with_transforms
 from webui.engine.params import InvalidParameter, SamplingParams
 
@@ -113,13 +111,14 @@ def read_suite(text: str, base: Path) -> Suite:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
     _refuse_filters(config.get("nunjucksFilters"), problems)
     prompts = _prompts(config.get("prompts"), base, problems, notes)
-    settings, filters = _settings(config.get("providers"), problems, notes)
+    settings, filters = _settings(config.get("providers"), problems, notes, base)
     runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
+    offered = _offered_tools(settings)
     rows: list[PromptRow] = []
     for case in read_cases(config, base, problems):
         name = case.description or f"test {case.index + 1}"
         sets = _sets(case)
-        asserts = with_transforms(_asserts(case, base, problems), _case_transform(case, base, problems))
+        asserts = with_transforms(_asserts(case, base, problems, offered), _case_transform(case, base, problems))
         for p, (label, prompt, params) in enumerate(prompts):
             at = f"{case.where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
@@ -128,6 +127,7 @@ def read_suite(text: str, base: Path) -> Suite:
             with problems.collect():
                 row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id, origin,
                            case.threshold, at)
+                _check_affixes(row, settings, runs_with[p], at)
                 rows.append(dataclasses.replace(row, params=params, settings=runs_with[p], sets=sets))
     options = suite_options(config, problems, notes)
     metrics = {a.metric for row in rows for a in row.asserts if a.metric}
@@ -191,6 +191,32 @@ def _affixed(prompt: "Prompt", options: Mapping[str, str], where: str) -> "Promp
     if not isinstance(prompt, str):
         raise BatchInputError(f"{where}: options.prefix/suffix apply to text prompts, not to a chat")
     return prefix + prompt + suffix
+
+
+def _check_affixes(row: PromptRow, settings: list[Setting], runs_on: Sequence[str] | None, where: str) -> None:
+    """A chat row cannot run on a provider with a prompt.prefix/suffix (they go around a text)."""
+    if row.messages is None:
+        return
+    affixed = [s.label for s in settings if s.prompt is not None and s.prompt.affixed
+               and (runs_on is None or s.label in runs_on)]
+    if affixed:
+        raise BatchInputError(f"{where}: the provider {affixed[0]}'s prompt.prefix/suffix go around a text prompt, "
+                              "and this prompt is a chat; put the text in the chat's messages, or run the chat on "
+                              "a provider without them (its prompts filter)")
+
+
+def _offered_tools(settings: list[Setting]) -> dict[str, Any]:
+    """The tools an is-valid-openai-tools-call (functions for -function-call) checks when it gives none: the
+    providers' (promptfoo reads them from the provider that ran the row), when they all offer the same; None
+    when they differ."""
+    found: dict[str, dict[str, Any]] = {}
+    for s in settings:
+        plan = s.prompt.tools if s.prompt is not None else None
+        if plan is not None:
+            kind = "is-valid-openai-function-call" if s.prompt.functions else "is-valid-openai-tools-call"
+            listed = plan.functions if s.prompt.functions else list(plan.tools)
+            found.setdefault(kind, {})[json.dumps(listed, sort_keys=True)] = listed
+    return {kind: next(iter(lists.values())) if len(lists) == 1 else None for kind, lists in found.items()}
 
 
 def _unique_ids(rows: list[PromptRow]) -> list[PromptRow]:
@@ -359,11 +385,18 @@ def _anthropic_chat(data: dict[str, Any], where: str) -> list[Any]:
     return [{"role": "system", "content": system}, *data["messages"]]
 
 
-def _asserts(case: Case, base: Path, problems: Problems) -> list[Assert]:
-    """A case's asserts, their values filled from its vars as promptfoo renders them."""
+def _asserts(case: Case, base: Path, problems: Problems, offered: Mapping[str, Any]) -> list[Assert]:
+    """A case's asserts, their values filled from its vars as promptfoo renders them; a tools-call assert without
+    a value checks the tools the providers offer (``offered``, by kind; None: they differ)."""
     out = []
     for where, item in case.asserts:
         with problems.collect(where):
+            kind = str(item.get("type", "")).removeprefix("not-")
+            if item.get("value") is None and kind in offered:
+                if offered[kind] is None:
+                    raise BatchInputError(f"{kind}: the providers offer different tools; give the ones this assert "
+                                          "checks as its value")
+                item = {**item, "value": offered[kind]}
             out.append(_assert(_filled(item, case.variables, where), base, case.options.get("rubricPrompt")))
     return out
 
@@ -415,7 +448,8 @@ def _assert(item: dict[str, Any], base: Path, rubric_prompt: Any = None) -> Asse
     return parse_assert({"type": kind, **spec.promptfoo(item, base), **extra, **transform})
 
 
-def _settings(given: Any, problems: Problems, notes: list[str]) -> tuple[list[Setting], dict[str, list[str]]]:
+def _settings(given: Any, problems: Problems, notes: list[str], base: Path
+              ) -> tuple[list[Setting], dict[str, list[str]]]:
     """The settings, and the prompts filter of each provider that has one (by setting label); a provider that
     cannot be read is a problem, the others are read on; what a provider's config names that changes nothing is
     added to ``notes``."""
@@ -424,116 +458,10 @@ def _settings(given: Any, problems: Problems, notes: list[str]) -> tuple[list[Se
     filters: dict[str, list[str]] = {}
     for i, item in enumerate(items):
         with problems.collect():
-            setting, chosen = provider_setting({"id": item} if isinstance(item, str) else item, i, notes)
+            setting, chosen = provider_setting({"id": item} if isinstance(item, str) else item, i, notes, base)
             if any(s.label == setting.label for s in out):
                 raise BatchInputError(f"two providers are labelled '{setting.label}'; give each a label")
             out.append(setting)
             if chosen is not None:
                 filters[setting.label] = chosen
     return out, filters
-
-
-# -- results in promptfoo's output shape -------------------------------------------------------------------
-
-def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequence[PromptRow] = (),
-                 providers: Mapping[str, str] | None = None, derived: Mapping[str, str] | None = None) -> str:
-    """Results as promptfoo writes ``--output results.json``: results.results[] with prompt (raw, label), vars,
-    provider (id, label), response, success, score, testIdx/promptIdx, testCase (description, vars, assert) and
-    gradingResult (one componentResult per assert, the assertion as promptfoo writes it), and results.stats.
-    ``prompts`` (the run's rows, by index) and ``providers`` (setting label -> promptfoo provider id) give what
-    the result rows do not hold; without them the prompt's id is its label and the setting's label its id.
-    results.prompts has each prompt and provider's metrics (pass and fail counts, summed named scores and the
-    ``derived`` metrics, name -> expression, computed over those as promptfoo does)."""
-    by_index = {p.index: p for p in prompts}
-    results = []
-    for r in rows:
-        row = by_index.get(r.prompt_index)
-        origin = (row.origin if row is not None else None) or {}
-        variables = dict(row.variables) if row is not None else {}
-        assertions = [promptfoo_assertion(a) for a in row.asserts] if row is not None else []
-        components = [{"pass": a.passed, "score": a.value, "reason": a.detail or "passed",
-                       "assertion": assertions[i] if i < len(assertions) else {
-                           "type": a.label.partition(":")[0], "value": a.label.partition(":")[2]}}
-                      for i, a in enumerate(r.asserts)]
-        named = _named_scores(row.asserts if row is not None else [], r.asserts)
-        score = r.score if r.score is not None else (row_score(r.asserts) or (1.0 if r.passed is not False else 0))
-        results.append({
-            "prompt": {"raw": r.prompt, "label": origin.get("prompt", r.prompt_id)}, "vars": variables,
-            "provider": {"id": (providers or {}).get(r.setting, r.setting), "label": r.setting},
-            "promptIdx": origin.get("promptIdx", 0), "testIdx": origin.get("testIdx", r.prompt_index),
-            "testCase": {**({"description": origin["description"]} if origin.get("description") else {}),
-                         "vars": variables, "assert": assertions,
-                         **({"metadata": origin["metadata"]} if origin.get("metadata") else {})},
-            "response": {"output": r.output, "tokenUsage": {"prompt": r.prompt_tokens,
-                                                            "completion": r.completion_tokens,
-                                                            "total": r.prompt_tokens + r.completion_tokens}},
-            "success": r.passed is not False, "score": score, "namedScores": named, "latencyMs": _latency_ms(r),
-            "error": r.error, "gradingResult": {"pass": r.passed is not False, "score": score, "reason": _reason(r),
-                                                "namedScores": named, "componentResults": components}})
-    passed = sum(1 for r in results if r["success"])
-    return json.dumps({"results": {"version": 3, "results": results, "prompts": _prompt_metrics(results, derived),
-                                   "stats": {"successes": passed, "failures": len(results) - passed}},
-                       "config": {"description": description}}, indent=2, ensure_ascii=False)
-
-
-def _prompt_metrics(results: list[dict[str, Any]], derived: Mapping[str, str] | None) -> list[dict[str, Any]]:
-    """promptfoo's results.prompts: per prompt and provider, its rows' counts and summed named scores, then each
-    derived metric evaluated over those sums (in order, so a later one may use an earlier one)."""
-    columns: dict[tuple[int, str], dict[str, Any]] = {}
-    for r in results:
-        key = (r["promptIdx"], r["provider"]["label"])
-        column = columns.setdefault(key, {"raw": r["prompt"]["raw"], "label": r["prompt"]["label"],
-                                          "provider": r["provider"]["id"], "metrics": {
-                                              "score": 0.0, "testPassCount": 0, "testFailCount": 0,
-                                              "assertPassCount": 0, "assertFailCount": 0,
-                                              "tokenUsage": {"prompt": 0, "completion": 0, "total": 0},
-                                              "namedScores": {}, "namedScoresCount": {}}})
-        metrics = column["metrics"]
-        metrics["score"] += r["score"]
-        metrics["testPassCount" if r["success"] else "testFailCount"] += 1
-        for component in r["gradingResult"]["componentResults"]:
-            metrics["assertPassCount" if component["pass"] else "assertFailCount"] += 1
-        for part in ("prompt", "completion", "total"):
-            metrics["tokenUsage"][part] += r["response"]["tokenUsage"][part]
-        for name, score in r["namedScores"].items():
-            metrics["namedScores"][name] = metrics["namedScores"].get(name, 0.0) + score
-            metrics["namedScoresCount"][name] = metrics["namedScoresCount"].get(name, 0) + 1
-    for column in columns.values():
-        scores = column["metrics"]["namedScores"]
-        for name, expression in (derived or {}).items():
-            scores[name] = evaluate_metric(expression, scores)
-    return list(columns.values())
-
-
-def promptfoo_assertion(a: Assert) -> dict[str, Any]:
-    """An assert as a promptfoo file writes it: latency's limit as its threshold, a Python file as file://."""
-    d = a.to_dict()
-    if a.kind == "latency":
-        d["threshold"] = d.pop("value")
-    elif a.kind == "python" and is_python_file(str(d.get("value"))) and not d["value"].startswith("file://"):
-        d["value"] = "file://" + d["value"]
-    return d
-
-
-def _named_scores(asserts: Sequence[Assert], results: Sequence[AssertResult]) -> dict[str, float]:
-    """promptfoo's namedScores: each metric's weighted score over the asserts that name it."""
-    totals: dict[str, list[float]] = {}
-    for given, result in zip(asserts, results):
-        if given.metric is not None:
-            total = totals.setdefault(given.metric, [0.0, 0.0])
-            total[0] += result.value * result.weight
-            total[1] += result.weight
-    return {name: (score / weight if weight else 0.0) for name, (score, weight) in totals.items()}
-
-
-def _latency_ms(row: ResultRow) -> int | None:
-    if row.ttft is None or not row.tokens_per_second:
-        return None
-    return round((row.ttft + row.completion_tokens / row.tokens_per_second) * 1000)
-
-
-def _reason(row: ResultRow) -> str:
-    if row.error:
-        return row.error
-    failed = [f"{a.label}: {a.detail}" for a in row.asserts if not a.passed]
-    return "; ".join(failed) or "All assertions passed"
