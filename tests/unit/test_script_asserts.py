@@ -186,7 +186,8 @@ def test_a_promptfoo_config_with_script_asserts_and_transforms_on_fixed_outputs(
     ("tests:\n  - options: {provider: 'x'}", "tests[0].options.provider: not supported here (the judge is the run's: "
                                              "set it in defaultTest.options) (options here: prefix, suffix, transform"),
     ("tests:\n  - options: {other: 'x'}", "tests[0].options.other: not supported here (options here: prefix, "
-                                          "suffix, transform, rubricPrompt; defaultTest's also provider)"),
+                                          "suffix, transform, rubricPrompt, factuality; defaultTest's also "
+                                          "provider)"),
     ("defaultTest:\n  options: [transform]", "defaultTest.options: must be a mapping"),
     ("tests:\n  - options: {transform: 'file://missing.py'}", "tests[0].options.transform: transform file://"),
     ("tests:\n  - assert:\n      - {type: contains, value: x, config: {a: 1}}", "unknown key(s) config"),

@@ -397,7 +397,7 @@ def _asserts(case: Case, base: Path, problems: Problems, offered: Mapping[str, A
                     raise BatchInputError(f"{kind}: the providers offer different tools; give the ones this assert "
                                           "checks as its value")
                 item = {**item, "value": offered[kind]}
-            out.append(_assert(_filled(item, case.variables, where), base, case.options.get("rubricPrompt")))
+            out.append(_assert(_filled(item, case.variables, where), base, case.options))
     return out
 
 
@@ -430,17 +430,22 @@ def _filled(item: dict[str, Any], variables: Mapping[str, str], where: str) -> d
     return item
 
 
-def _assert(item: dict[str, Any], base: Path, rubric_prompt: Any = None) -> Assert:
-    """One assert; ``rubric_prompt``: the test's options.rubricPrompt, for graded kinds without their own."""
+def _assert(item: dict[str, Any], base: Path, options: Mapping[str, Any] | None = None) -> Assert:
+    """One assert; ``options``: the test's, whose rubricPrompt applies to graded kinds without their own and
+    whose factuality scores apply to factuality asserts."""
     kind = item["type"]
     spec = ASSERT_KINDS.get(kind.removeprefix("not-"))
     if spec is None or spec.promptfoo is None:
         raise BatchInputError(f"the assert type '{kind}' is not supported here "
                               f"(supported: {', '.join(supported())}, and not- before each)")
-    if rubric_prompt is not None and "rubricPrompt" in spec.value.keys:
-        item = {"rubricPrompt": rubric_prompt, **item}
+    given = options or {}
+    if given.get("rubricPrompt") is not None and "rubricPrompt" in spec.value.keys:
+        item = {"rubricPrompt": given["rubricPrompt"], **item}
+    if given.get("factuality") is not None and spec.name == "factuality":
+        item = {"factuality": given["factuality"], **item}
     unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider", "transform",
-                           *(key for key in ("config", "rubricPrompt", "contextTransform") if key in spec.value.keys)}
+                           *(key for key in ("config", "rubricPrompt", "contextTransform") if key in spec.value.keys),
+                           *(("factuality",) if spec.name == "factuality" else ())}
     if unknown:
         raise BatchInputError(f"unknown key(s) {', '.join(sorted(unknown))}")
     extra = {key: item[key] for key in ("weight", "metric") if item.get(key) is not None}

@@ -40,7 +40,7 @@ from webui.batch.prompts import render
 MAX_SHOWN = 20
 """Problems listed in one error; the rest are counted."""
 TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata")
-OPTION_KEYS = ("prefix", "suffix", "transform", "rubricPrompt")
+OPTION_KEYS = ("prefix", "suffix", "transform", "rubricPrompt", "factuality")
 """A test's options the workbench applies; any other (a grading provider...) is refused by name."""
 GRADING_KEYS = ("provider",)
 """defaultTest's options read by :mod:`webui.batch.promptfoo_options` (the run's judge: one for every test)."""
@@ -55,6 +55,8 @@ PROMPTFOO_ASSERT_TYPES = frozenset((
     "moderation", "perplexity", "perplexity-score", "python", "regex", "rouge-n", "ruby", "similar", "starts-with",
     "trace-error-spans", "trace-span-count", "trace-span-duration", "webhook", "word-count", *ASSERT_KINDS))
 """The types promptfoo 0.115's CSV shorthand recognises (``type:value``); other text is an ``equals`` value."""
+_KEPT_AS_GIVEN = ("rubricPrompt", "factuality")
+"""Options that are not texts: read by the asserts they apply to."""
 SET_KEY = "__assert_set"
 """Marks an assert of an assert-set with a threshold: (the set's place, its threshold); the reader takes it off."""
 _THRESHOLD_DEFAULTS = {"similar": 0.8}
@@ -221,7 +223,7 @@ def _cases(index: int, test: _Test, default: dict[str, Any], base: Path, problem
     for combination in expand_vars(variables, base, where, problems):
         out.append(Case(where, index, None if description is None else str(description), combination, items,
                         threshold if isinstance(threshold, (int, float)) else None, metadata,
-                        {k: v if k == "rubricPrompt" else str(v) for k, v in options.items() if k in OPTION_KEYS}))
+                        {k: v if k in _KEPT_AS_GIVEN else str(v) for k, v in options.items() if k in OPTION_KEYS}))
     return out
 
 
