@@ -117,13 +117,14 @@ def read_suite(text: str, base: Path) -> Suite:
     rows: list[PromptRow] = []
     for case in read_cases(config, base, problems):
         name = case.description or f"test {case.index + 1}"
-        sets = _sets(case)
+        sets, groups = _sets(case), _set_groups(case)
         asserts = with_transforms(_asserts(case, base, problems, offered), _case_transform(case, base, problems))
         for p, (label, prompt, params) in enumerate(prompts):
             at = f"{case.where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
             origin = {"prompt": label, "promptIdx": p, "testIdx": case.index, "description": case.description,
-                      **({"metadata": case.metadata} if case.metadata else {})}
+                      **({"metadata": case.metadata} if case.metadata else {}),
+                      **({"assertSets": groups} if groups else {})}
             with problems.collect():
                 row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id, origin,
                            case.threshold, at)
@@ -211,10 +212,10 @@ def _offered_tools(settings: list[Setting]) -> dict[str, Any]:
     when they differ."""
     found: dict[str, dict[str, Any]] = {}
     for s in settings:
-        plan = s.prompt.tools if s.prompt is not None else None
-        if plan is not None:
-            kind = "is-valid-openai-function-call" if s.prompt.functions else "is-valid-openai-tools-call"
-            listed = plan.functions if s.prompt.functions else list(plan.tools)
+        shape = s.prompt
+        if shape is not None and shape.tools is not None:
+            kind = "is-valid-openai-function-call" if shape.functions else "is-valid-openai-tools-call"
+            listed = shape.tools.functions if shape.functions else list(shape.tools.tools)
             found.setdefault(kind, {})[json.dumps(listed, sort_keys=True)] = listed
     return {kind: next(iter(lists.values())) if len(lists) == 1 else None for kind, lists in found.items()}
 
@@ -403,11 +404,22 @@ def _asserts(case: Case, base: Path, problems: Problems, offered: Mapping[str, A
 
 def _sets(case: Case) -> tuple[tuple[tuple[int, ...], float], ...]:
     """A case's assert-sets with a threshold: (the indices of their asserts among the case's, the threshold)."""
-    sets: dict[str, tuple[list[int], float]] = {}
+    return tuple((tuple(group["members"]), group["threshold"]) for group in _set_groups(case)
+                 if group["threshold"] is not None)
+
+
+def _set_groups(case: Case) -> list[dict[str, Any]]:
+    """A case's assert-sets as the export writes them back (webui.batch.promptfoo_export): the indices of their
+    asserts among the case's, each one's own weight, and the set's threshold, weight and metric."""
+    groups: dict[str, dict[str, Any]] = {}
     for i, (_, item) in enumerate(case.asserts):
-        if item.get(SET_KEY) is not None:
-            sets.setdefault(item[SET_KEY][0], ([], item[SET_KEY][1]))[0].append(i)
-    return tuple((tuple(members), limit) for members, limit in sets.values())
+        mark = item.get(SET_KEY)
+        if mark is not None:
+            group = groups.setdefault(mark["where"], {"members": [], "weights": [], "threshold": mark["threshold"],
+                                                      "weight": mark["weight"], "metric": mark["metric"]})
+            group["members"].append(i)
+            group["weights"].append(mark["own"])
+    return list(groups.values())
 
 
 def _case_transform(case: Case, base: Path, problems: Problems) -> tuple[str, ...]:
