@@ -14,10 +14,9 @@ from webui.batch.promptfoo import load_config
 
 EXAMPLES = ROOT / "tests" / "data" / "promptfoo" / "examples"
 NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "promptfooconfig.yaml").is_file())
-NOT_YET = {
-    "gemma-vs-llama": "unknown setting(s) prompt (a provider's prompt.prefix/suffix",  # per provider only
-}
-"""Examples our reader refuses today, with the start of its message; expected to shrink as features land."""
+NOT_YET: dict[str, str] = {}
+"""Examples our reader refuses today, with the start of its message (none since providers' prompt.prefix/suffix
+are applied)."""
 
 
 def test_the_examples_are_real_and_named():
@@ -40,3 +39,9 @@ def test_each_example_loads_or_says_why_not(name):
     description, rows, settings = load_config(config)  # a BatchInputError here: add the example to NOT_YET
     assert rows and [s.model for s in settings] == ["SmolLM2-135M-Instruct"]
     assert all("{{" not in row.text for row in rows)  # every var filled
+
+
+def test_a_providers_prompt_prefix_and_suffix_are_its_settings():
+    _, rows, (setting,) = load_config(EXAMPLES / "gemma-vs-llama" / "promptfooconfig.yaml")
+    assert setting.prompt is not None and setting.prompt.text(rows[0].text) == "[INST] hello there[/INST] "
+    assert len(rows) == 10 and setting.params.max_new_tokens == 1024

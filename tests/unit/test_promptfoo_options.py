@@ -10,7 +10,8 @@ import pytest
 
 from webui.batch import BatchInputError, GridSpec
 from webui.batch.asserts import AssertResult
-from webui.batch.promptfoo import read_suite, to_promptfoo
+from webui.batch.promptfoo import read_suite
+from webui.batch.promptfoo_export import to_promptfoo
 from webui.batch.promptfoo_options import evaluate_metric, metric_names
 from webui.batch.results import ResultRow
 from webui.batch.runner import BatchJob

@@ -58,12 +58,16 @@ def test_keys_that_change_nothing_are_named_once_in_the_notes(tmp_path):
 @pytest.mark.parametrize("config, said", [
     ("{mystery: 1, min_p: 0.1}", "unknown setting(s) mystery (no parameter here has that name"),
     ("{num_beams: 4}", "unknown setting(s) num_beams (beam search is not a sampler here)"),
-    ("{tools: [{type: function, function: {name: f}}]}", "unknown setting(s) tools (tool calling is not run"),
+    ("{tools: [{type: function, function: {name: f}}], tool_choice: maybe}", "tool_choice must be \"none\", "),
+    ("{tools: [{type: function}]}", "tools[0] must be {\"type\": \"function\", \"function\": {\"name\""),
+    ("{functions: [{name: f, parameters: 3}]}", "tools[0].function.parameters must be a JSON schema object "
+                                                "(functions are read as tools"),
+    ("{function_call: maybe}", ".function_call must be \"none\", \"auto\" or {name: FUNCTION}"),
+    ("{prompt: {prefix: 1}}", ".prompt must be a mapping of prefix and suffix texts"),
     ("{return_full_text: true}", "return_full_text: true (outputs here are the completion only"),
     ("{response_format: {type: json_schema}}", ".response_format: response_format: json_schema needs"),
     ("{response_format: json}", ".response_format must be a mapping"),
     ("{max_new_tokens: 5, max_tokens: 6}", "give max_new_tokens or max_tokens, not both"),
-    ("{prompt: {prefix: '[INST]'}}", "unknown setting(s) prompt (a provider's prompt.prefix/suffix"),
 ])
 def test_keys_that_would_change_outputs_are_refused_by_name(config, said, tmp_path):
     with pytest.raises(BatchInputError, match=re.escape("providers[0] (a).config") + ".*" + re.escape(said)):

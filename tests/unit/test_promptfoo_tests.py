@@ -171,7 +171,7 @@ def test_an_assert_set_shares_its_weight_and_a_threshold_passes_on_the_weighted_
 
 
 def test_metrics_are_the_exports_named_scores():
-    from webui.batch.promptfoo import to_promptfoo
+    from webui.batch.promptfoo_export import to_promptfoo
 
     _, rows, _ = load_config(SCENARIOS)
     data = json.loads(to_promptfoo([_result(rows[0], "Katze!")], "Scenarios", rows))

@@ -12,7 +12,8 @@ from webui.batch.asserts import Observed
 from webui.batch.cli import build_parser
 from webui.batch.grid import plan
 from webui.batch.prompts import PromptRow, load_prompts_text
-from webui.batch.promptfoo import promptfoo_assertion, read_config
+from webui.batch.promptfoo import read_config
+from webui.batch.promptfoo_export import promptfoo_assertion
 from webui.batch.results import result_for
 
 SEEN = Observed("I like bananas", prompt="Name a fruit.", variables={"topic": "bananas", "min": "3"},
@@ -185,7 +186,8 @@ def test_a_promptfoo_config_with_script_asserts_and_transforms_on_fixed_outputs(
     ("tests:\n  - options: {provider: 'x'}", "tests[0].options.provider: not supported here (the judge is the run's: "
                                              "set it in defaultTest.options) (options here: prefix, suffix, transform"),
     ("tests:\n  - options: {other: 'x'}", "tests[0].options.other: not supported here (options here: prefix, "
-                                          "suffix, transform, rubricPrompt; defaultTest's also provider)"),
+                                          "suffix, transform, rubricPrompt, factuality; defaultTest's also "
+                                          "provider)"),
     ("defaultTest:\n  options: [transform]", "defaultTest.options: must be a mapping"),
     ("tests:\n  - options: {transform: 'file://missing.py'}", "tests[0].options.transform: transform file://"),
     ("tests:\n  - assert:\n      - {type: contains, value: x, config: {a: 1}}", "unknown key(s) config"),

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from webui.api.tools import FALLBACK, CallStream, may_be_a_call, plan_tools, read_calls, template_messages
+from webui.chat.tools import FALLBACK, CallStream, may_be_a_call, plan_tools, read_calls, template_messages
 from webui.engine.params import InvalidParameter
 from webui.engine.structured import grammar_of
 
@@ -97,7 +97,7 @@ def test_a_constrained_reply_streams_calls_piece_by_piece_however_it_is_cut(piec
 
 def test_a_reply_cut_inside_a_call_gives_the_call_so_far_never_its_markup():
     """#33: max_tokens cutting a call gave finish 'length' with '<tool_call>{"name": ...' as content and no call."""
-    from webui.api.tools import reply_calls
+    from webui.chat.tools import reply_calls
 
     plan = plan_tools([WEATHER, TIME], "auto", None)
     cut = 'Let me check. <tool_call>{"name": "get_weather", "arguments": {"city": "Par'

@@ -12,7 +12,7 @@ from loaders.base import LoadedModel, ModelLoadError, Tokenizer
 from webui.api.errors import APIError
 from webui.api.modes import instruction_template, needs_template, request_mode
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
-from webui.api.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, reply_calls, template_messages,
+from webui.chat.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, reply_calls, template_messages,
                              template_takes_tools)
 from webui.api.serving import (DONE, FINISH_REASONS, Choice, Serving, collect, error_chunk, finished, new_id, note_usage,
                                now, sse, usage)

@@ -334,12 +334,13 @@ def script_context(a: Assert, seen: Observed) -> dict[str, Any]:
 
 def _python(a: Assert, seen: Observed) -> Outcome:
     timeout = float(a.options.get("timeout", PYTHON_TIMEOUT))
-    return _scored_as_promptfoo(a, Outcome(*run_python(str(a.value), timeout, seen.output, script_context(a, seen))))
+    return _scored_as_promptfoo(a, Outcome(*run_python(str(a.value), timeout, seen.script_output,
+                                                       script_context(a, seen))))
 
 
 def _javascript(a: Assert, seen: Observed) -> Outcome:
     timeout = float(a.options.get("timeout", JS_TIMEOUT))
-    return _scored_as_promptfoo(a, Outcome(*run_javascript(str(a.value), timeout, seen.output,
+    return _scored_as_promptfoo(a, Outcome(*run_javascript(str(a.value), timeout, seen.script_output,
                                                            script_context(a, seen))))
 
 

@@ -128,6 +128,15 @@ class Observed:
     embeddings: TextEmbeddings | None = None
     """Vectors of the output (and of it as each assert's transform rewrites it) and of the ``similar`` references,
     from the run's embedding model; None: no model gives them (``similar`` then scores by trigrams)."""
+    output_value: Any = None
+    """The output as the provider returns it when that is not text (a reply of tool calls: the calls, as
+    promptfoo's openai provider returns them; ``output`` is then their JSON), which python and javascript asserts
+    and transforms get as ``output``; None: the output is the text."""
+
+    @property
+    def script_output(self) -> Any:
+        """What a python or javascript assert or a transform gets as ``output``."""
+        return self.output if self.output_value is None else self.output_value
 
 
 @dataclass(frozen=True)

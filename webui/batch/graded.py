@@ -78,8 +78,9 @@ class GradedKind:
 
     name: str
     steps: tuple[Step, ...]
-    read: Callable[[list[dict[str, Any]], Mapping[str, str]], Grade] | None
-    """(the steps' answers, the inputs) -> the grade; None: judged over a test's outputs (select-best)."""
+    read: Callable[[list[dict[str, Any]], Mapping[str, str], Mapping[str, Any]], Grade] | None
+    """(the steps' answers, the inputs, the assert's options) -> the grade; None: judged over a test's outputs
+    (select-best)."""
     example: str = ""
     """A value for error messages and the help ("": the kind takes no value)."""
     note: str = ""
@@ -90,6 +91,8 @@ class GradedKind:
     needs: tuple[str, ...] = ()
     """The test vars it reads; a row without one is refused before the run."""
     scored: Callable[[list[dict[str, Any]], Mapping[str, str], Embed], Awaitable[Grade]] | None = None
+    each: bool = False
+    """A list of values is judged one at a time and the scores averaged (g-eval's list of criteria)."""
     """(the steps' answers, the inputs, the run's embedding model) -> the grade, for a kind scored by embeddings;
     its ``read`` is then the grade when the run has no embedding model (asked before the judge is)."""
 
@@ -129,7 +132,7 @@ VERDICT_SCHEMA = _schema(reason=_text(200), **{"pass": {"type": "boolean"}},
                          score={"type": "number", "minimum": 0, "maximum": 1})
 
 
-def _rubric(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+def _rubric(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: Mapping[str, Any]) -> Grade:
     data = answers[0]
     score = data.get("score")
     score = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else float(data["pass"])
@@ -156,7 +159,7 @@ do not state the answer at the outset.
 {CLOSEDQA_ANSWER}"""
 
 
-def _closedqa(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+def _closedqa(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: Mapping[str, Any]) -> Grade:
     passed, reason = answers[0]["answer"] == "Y", str(answers[0].get("reason", ""))
     said = "The submission meets the criterion" if passed else "The submission does not meet the criterion"
     return Grade(passed, float(passed), f"{said}: {reason}" if reason else said)
@@ -172,6 +175,8 @@ FACTUALITY_CHOICES = {
     "E": "The answers differ, but these differences don't matter from the perspective of factuality."}
 FACTUALITY_SCORES = {"A": 1.0, "B": 1.0, "C": 1.0, "D": 0.0, "E": 1.0}
 """promptfoo's default score of each category; a category scoring above 0 passes."""
+FACTUALITY_NAMES = {"subset": "A", "superset": "B", "agree": "C", "disagree": "D", "differButFactual": "E"}
+"""promptfoo's names for the categories in a test's ``options.factuality`` (the score each one gives)."""
 FACTUALITY_ANSWER = ('Answer with JSON only: {"reason": a short reason, "choice": the letter of the option that '
                      'applies, one of "A", "B", "C", "D", "E"}.')
 FACTUALITY_PROMPT = """You are comparing a submitted answer to an expert answer on a given question. Here is the data:
@@ -192,9 +197,26 @@ Determine which case applies. Answer the question by selecting one of the follow
 """ + "\n".join(f"({letter}) {text}" for letter, text in FACTUALITY_CHOICES.items()) + "\n\n" + FACTUALITY_ANSWER
 
 
-def _factuality(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+def factuality_scores(given: Any, where: str = "factuality") -> dict[str, float]:
+    """A test's ``options.factuality`` checked: {category name: its score (a number >= 0)}."""
+    if not isinstance(given, Mapping) or not given:
+        raise BatchInputError(f"{where} must be a mapping of category scores ({', '.join(FACTUALITY_NAMES)})")
+    unknown = [str(k) for k in given if k not in FACTUALITY_NAMES]
+    if unknown:
+        raise BatchInputError(f"{where}: {', '.join(unknown)} is no factuality category; the categories are "
+                              f"{', '.join(FACTUALITY_NAMES)}")
+    for name, score in given.items():
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score < float("inf"):
+            raise BatchInputError(f"{where}.{name} must be a score (a number >= 0), got {score!r}")
+    return {str(name): float(score) for name, score in given.items()}
+
+
+def _factuality(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: Mapping[str, Any]) -> Grade:
+    """promptfoo's matchesFactuality: the category's score (``options.factuality`` over the defaults); it passes
+    when that is above 0."""
     choice = answers[0]["choice"]
-    score = FACTUALITY_SCORES[choice]
+    own = {FACTUALITY_NAMES[name]: score for name, score in options.get("factuality", {}).items()}
+    score = {**FACTUALITY_SCORES, **own}[choice]
     reason = str(answers[0].get("reason", ""))
     return Grade(score > 0, score, f"({choice}) {FACTUALITY_CHOICES[choice]}" + (f" {reason}" if reason else ""))
 
@@ -232,7 +254,7 @@ Reply:
 {GEVAL_ANSWER}"""
 
 
-def _geval(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+def _geval(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: Mapping[str, Any]) -> Grade:
     score = int(answers[1]["score"]) / GEVAL_MAX
     return Grade(score >= 0.7, score, str(answers[1].get("reason", "")))
 
@@ -250,7 +272,7 @@ answer: {{{{groundTruth}}}}
 {RECALL_ANSWER}"""
 
 
-def _recall(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+def _recall(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: Mapping[str, Any]) -> Grade:
     sentences = answers[0]["sentences"]
     found = sum(bool(s["attributed"]) for s in sentences)
     score = found / len(sentences) if sentences else 0.0
@@ -277,7 +299,7 @@ def sentences_of(text: str) -> list[str]:
     return [s for s in (part.strip() for part in _SENTENCE_END.split(text)) if s]
 
 
-def _relevance(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+def _relevance(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: Mapping[str, Any]) -> Grade:
     """The share of the context's sentences needed for the query (RAGAS's context relevance)."""
     picked, total = len(answers[0]["sentences"]), max(1, len(sentences_of(inputs["context"])))
     score = min(1.0, picked / total)
@@ -312,7 +334,7 @@ def _statements(answer: dict[str, Any]) -> dict[str, str]:
     return {"statements": "\n".join(f"{i}. {s}" for i, s in enumerate(listed, 1)), "statement_count": str(len(listed))}
 
 
-def _faithfulness(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+def _faithfulness(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: Mapping[str, Any]) -> Grade:
     """promptfoo's score: 1 - (statements the judge found unsupported) / (statements)."""
     count = int(inputs.get("statement_count", "0"))
     if not count:
@@ -343,7 +365,7 @@ NO_EMBEDDINGS = ("answer-relevance compares embeddings, and no model of this run
                  "llm-rubric or g-eval instead")
 
 
-def _no_embeddings(answers: list[dict[str, Any]], inputs: Mapping[str, str]) -> Grade:
+def _no_embeddings(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: Mapping[str, Any]) -> Grade:
     return Grade(False, 0.0, NO_EMBEDDINGS, unscored=True)
 
 
@@ -410,7 +432,8 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
         **_texts(150, 4), "minItems": 1}), 512, lambda a: {"steps": "\n".join(f"- {s}" for s in a["steps"])}),
         Step(GEVAL_PROMPT, GEVAL_ANSWER, _schema(score={"type": "integer", "minimum": 0, "maximum": GEVAL_MAX},
                                                  reason=_text(200)))), _geval,
-               "The reply is coherent", "score/10 ≥ 0.7", threshold=0.7, by_score=True),
+               "The reply is coherent", "score/10 ≥ 0.7 (a list of criteria: their mean)", threshold=0.7, by_score=True,
+               each=True),
     GradedKind("context-recall", (Step(RECALL_PROMPT, RECALL_ANSWER, _schema(sentences={
         "type": "array", "minItems": 1, "maxItems": 8, "items": _schema(sentence=_text(150), attributed={
             "type": "boolean"})}), 768),), _recall, "Paris is the capital of France",
@@ -459,22 +482,31 @@ def custom_prompts(given: Any, kind: str) -> tuple[str, ...]:
 
 
 class GradedValue(ValueForm):
-    """A graded kind's value (a text: its rubric, criteria or reference; none for context-faithfulness and
-    context-relevance), and in the dict form promptfoo's ``rubricPrompt`` (a custom grading prompt)."""
+    """A graded kind's value (a text: its rubric, criteria or reference; g-eval also a list of criteria; none for
+    context-faithfulness and context-relevance), and in the dict form promptfoo's ``rubricPrompt`` (a custom
+    grading prompt) and, for factuality, a test's ``options.factuality`` (each category's score)."""
 
     name = "graded"
-    options = frozenset({"rubricPrompt"})
-    keys = ("rubricPrompt", "contextTransform")
+    options = frozenset({"rubricPrompt", "factuality"})
+    keys = ("rubricPrompt", "contextTransform", "factuality")
 
     def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if "rubricPrompt" in options:
             options = {**options, "rubricPrompt": custom_prompts(options["rubricPrompt"], kind.name)}
+        if "factuality" in options:
+            if kind.name != "factuality":
+                raise BatchInputError(f"{kind.name}: factuality scores apply to factuality asserts only")
+            options = {**options, "factuality": factuality_scores(options["factuality"])}
         if not GRADED[kind.name].example:
             if value is not None:
                 needs = GRADED[kind.name].needs
                 reads = f"the test's {' and '.join(needs)} vars" if needs else "the output and the prompt"
                 raise BatchInputError(f"{kind.name} takes no value: it reads {reads}; got {value!r}")
             return None, options
+        if GRADED[kind.name].each and isinstance(value, (list, tuple)):
+            if not value or not all(isinstance(v, str) and v.strip() for v in value):
+                raise BatchInputError(f"{kind.name} needs a text or a list of texts (criteria), got {value!r}")
+            return tuple(value), options
         return super().hold(kind, value, options)
 
     def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
@@ -483,20 +515,27 @@ class GradedValue(ValueForm):
     def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         if given.get("contextTransform") is not None:
             raise BatchInputError(f"{kind.name}: {CONTEXT_TRANSFORM_REFUSED}")
-        options = {"rubricPrompt": given["rubricPrompt"]} if given.get("rubricPrompt") is not None else {}
+        options = {key: given[key] for key in ("rubricPrompt", "factuality") if given.get(key) is not None}
         if not GRADED[kind.name].example:
             return (None if value == "" else value), options
         value = _needed_in_dict(kind, value)
+        if GRADED[kind.name].each and isinstance(value, list):
+            return value, options
         return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), options
 
     def write(self, item: Assert) -> str | None:
+        if isinstance(item.value, tuple):
+            return json.dumps(list(item.value), ensure_ascii=False)
         return None if item.value is None else _one_line(str(item.value))
 
     def write_dict(self, item: Assert) -> dict[str, Any]:
-        value = {} if item.value is None else {"value": item.value}
+        value = {} if item.value is None else {"value": list(item.value) if isinstance(item.value, tuple) else
+                                               item.value}
         custom = item.options.get("rubricPrompt")
         written = (custom[0] if len(custom) == 1 else list(custom)) if custom else None  # as promptfoo writes it
-        return {**value, **({"rubricPrompt": written} if written else {})}
+        scores = item.options.get("factuality")
+        return {**value, **({"rubricPrompt": written} if written else {}),
+                **({"factuality": dict(scores)} if scores else {})}
 
 
 GRADED_VALUE = GradedValue()
@@ -509,7 +548,7 @@ def promptfoo_graded(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
         raise BatchInputError(f"{item['type']}: an assert's own grading provider is not used here; the judge is "
                               "the run's (the Batch tab's judge settings, or launch.py batch --judge-url / "
                               "--judge-model): remove provider")
-    keys = ("value", "threshold", "rubricPrompt", "contextTransform")
+    keys = ("value", "threshold", "rubricPrompt", "contextTransform", "factuality")
     out = {key: item[key] for key in keys if item.get(key) is not None}
     if "rubricPrompt" in out:
         given = out["rubricPrompt"]
@@ -532,10 +571,10 @@ def _file_text(given: Any, base: Path) -> Any:
 def verdict_key(item: Assert) -> str:
     """The key of an assert's verdict in ``Observed.judged``: an llm-rubric with the run's judge prompt is keyed
     by its rubric, any other by its kind, value and custom prompt."""
-    custom = item.options.get("rubricPrompt")
+    custom, scores = item.options.get("rubricPrompt"), item.options.get("factuality")
     if item.kind == "llm-rubric" and not custom:
         return str(item.value)
-    return json.dumps([item.kind, item.value, list(custom or ())], ensure_ascii=False)
+    return json.dumps([item.kind, item.value, list(custom or ()), *([scores] if scores else [])], ensure_ascii=False)
 
 
 def missing_vars(item: Assert, variables: Mapping[str, str]) -> list[str]:

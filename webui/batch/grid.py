@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from webui.batch.errors import BatchInputError
 from webui.batch.prompts import PromptRow
+from webui.batch.provider_prompt import ProviderPrompt
 from webui.engine.params import MAX_SEED, InvalidParameter, SamplingParams, field_names
 from webui.names import InvalidName
 from webui.presets import PresetError, PresetStore
@@ -45,6 +46,8 @@ class Setting:
     model: str | None = None  # the loaded model it runs on (the "model" axis); None: the model in use
     provider: str | None = None  # the promptfoo provider id it came from (its label is ``label``); None: not one
     raw: bool = False  # True: its prompts go to the model as they are, without the chat template (a completion)
+    prompt: ProviderPrompt | None = field(default=None, hash=False)
+    """A promptfoo provider's prefix/suffix around its prompts and the tools it offers (None: neither)."""
 
 
 @dataclass

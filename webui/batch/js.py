@@ -220,7 +220,7 @@ def _described(text: str) -> str:
     return f"{message} (line {max(1, int(found.group(1)) - 1)})"
 
 
-def run_javascript(value: str, timeout: float, output: str, context: Mapping[str, Any]
+def run_javascript(value: str, timeout: float, output: Any, context: Mapping[str, Any]
                    ) -> tuple[bool, str, float | None, bool]:
     """Run a javascript assert on (output, context); (passed, why, score, whether the score against the
     threshold decides)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import httpx
@@ -112,11 +112,16 @@ def rubrics(asserts: list[Assert]) -> list[str]:
 
 def inputs_for(item: Assert, output: str, prompt: str, variables: Mapping[str, str]) -> dict[str, str]:
     """What a grading prompt may name: the test's vars, then the names promptfoo's grading prompts use."""
-    value = "" if item.value is None else str(item.value)
     query = str(variables.get("query") or prompt)
     return {**{k: str(v) for k, v in variables.items()}, "output": output, "completion": output, "answer": output,
-            "rubric": value, "criteria": value, "ideal": value, "groundTruth": value, "input": prompt,
-            "question": query, "query": query, "context": str(variables.get("context", ""))}
+            **value_inputs(item.value), "input": prompt, "question": query, "query": query,
+            "context": str(variables.get("context", ""))}
+
+
+def value_inputs(value: Any) -> dict[str, str]:
+    """An assert's value under the names promptfoo's grading prompts give it."""
+    text = "" if value is None else str(value)
+    return {"rubric": text, "criteria": text, "ideal": text, "groundTruth": text}
 
 
 def step_text(kind: GradedKind, index: int, inputs: Mapping[str, str], custom: Sequence[str] = (),
@@ -174,8 +179,11 @@ async def grade(item: Assert, inputs: Mapping[str, str], ask: Ask, default: str 
     kind, custom = GRADED[item.kind], tuple(item.options.get("rubricPrompt", ()))
     if kind.read is None:
         raise ValueError(f"{item.kind} is judged over a test's outputs (select_best), not one output")
+    if kind.each and isinstance(item.value, tuple):  # each criterion judged, the scores averaged (promptfoo's)
+        return _mean([await grade(replace(item, value=value), {**inputs, **value_inputs(value)}, ask, default, embed)
+                      for value in item.value], kind.threshold)
     if kind.scored is not None and embed is None:
-        return Verdict(*kind.read([], inputs))
+        return Verdict(*kind.read([], inputs, item.options))
     filled, answers = dict(inputs), []
     try:
         for index, step in enumerate(kind.steps):
@@ -186,7 +194,14 @@ async def grade(item: Assert, inputs: Mapping[str, str], ask: Ask, default: str 
         return Verdict(False, 0.0, str(exc), unscored=True)
     if kind.scored is not None and embed is not None:
         return Verdict(*await kind.scored(answers, filled, embed))
-    return Verdict(*kind.read(answers, filled))
+    return Verdict(*kind.read(answers, filled, item.options))
+
+
+def _mean(verdicts: list[Verdict], threshold: float) -> Verdict:
+    """The verdicts on each of a list of values as one: the mean score, the reasons one after another."""
+    score = sum(v.score for v in verdicts) / len(verdicts)
+    return Verdict(score >= threshold, score, "\n\n".join(v.reason for v in verdicts),
+                   all(v.unscored for v in verdicts))
 
 
 async def select_best(item: Assert, outputs: list[str], inputs: Mapping[str, str], ask: Ask) -> list[Verdict]:

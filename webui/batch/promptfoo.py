@@ -32,21 +32,19 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
 from webui.batch.assert_kinds import ASSERT_KINDS
 from webui.batch.assert_promptfoo import DIALECT
-from webui.batch.asserts import Assert, AssertResult, parse_assert, row_score
+from webui.batch.asserts import Assert, parse_assert
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
-from webui.batch.promptfoo_options import SuiteOptions, evaluate_metric, metric_names, resolve_refs, suite_options
+from webui.batch.promptfoo_options import SuiteOptions, metric_names, resolve_refs, suite_options
 from webui.batch.promptfoo_providers import provider_params, provider_setting
 from webui.batch.promptfoo_tests import SET_KEY, Case, Problems, read_cases
-from webui.batch.python_assert import is_python_file
-from webui.batch.results import ResultRow
 from webui.batch.transform import check_transforms, resolved, with_transforms
 from webui.engine.params import InvalidParameter, SamplingParams
 
@@ -114,21 +112,24 @@ def read_suite(text: str, base: Path) -> Suite:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
     _refuse_filters(config.get("nunjucksFilters"), problems)
     prompts = _prompts(config.get("prompts"), base, problems, notes)
-    settings, filters = _settings(config.get("providers"), problems, notes)
+    settings, filters = _settings(config.get("providers"), problems, notes, base)
     runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
+    offered = _offered_tools(settings)
     rows: list[PromptRow] = []
     for case in read_cases(config, base, problems):
         name = case.description or f"test {case.index + 1}"
-        sets = _sets(case)
-        asserts = with_transforms(_asserts(case, base, problems), _case_transform(case, base, problems))
+        sets, groups = _sets(case), _set_groups(case)
+        asserts = with_transforms(_asserts(case, base, problems, offered), _case_transform(case, base, problems))
         for p, (label, prompt, params) in enumerate(prompts):
             at = f"{case.where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
             origin = {"prompt": label, "promptIdx": p, "testIdx": case.index, "description": case.description,
-                      **({"metadata": case.metadata} if case.metadata else {})}
+                      **({"metadata": case.metadata} if case.metadata else {}),
+                      **({"assertSets": groups} if groups else {})}
             with problems.collect():
                 row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id, origin,
                            case.threshold, at)
+                _check_affixes(row, settings, runs_with[p], at)
                 rows.append(dataclasses.replace(row, params=params, settings=runs_with[p], sets=sets))
     options = suite_options(config, problems, notes)
     metrics = {a.metric for row in rows for a in row.asserts if a.metric}
@@ -192,6 +193,32 @@ def _affixed(prompt: "Prompt", options: Mapping[str, str], where: str) -> "Promp
     if not isinstance(prompt, str):
         raise BatchInputError(f"{where}: options.prefix/suffix apply to text prompts, not to a chat")
     return prefix + prompt + suffix
+
+
+def _check_affixes(row: PromptRow, settings: list[Setting], runs_on: Sequence[str] | None, where: str) -> None:
+    """A chat row cannot run on a provider with a prompt.prefix/suffix (they go around a text)."""
+    if row.messages is None:
+        return
+    affixed = [s.label for s in settings if s.prompt is not None and s.prompt.affixed
+               and (runs_on is None or s.label in runs_on)]
+    if affixed:
+        raise BatchInputError(f"{where}: the provider {affixed[0]}'s prompt.prefix/suffix go around a text prompt, "
+                              "and this prompt is a chat; put the text in the chat's messages, or run the chat on "
+                              "a provider without them (its prompts filter)")
+
+
+def _offered_tools(settings: list[Setting]) -> dict[str, Any]:
+    """The tools an is-valid-openai-tools-call (functions for -function-call) checks when it gives none: the
+    providers' (promptfoo reads them from the provider that ran the row), when they all offer the same; None
+    when they differ."""
+    found: dict[str, dict[str, Any]] = {}
+    for s in settings:
+        shape = s.prompt
+        if shape is not None and shape.tools is not None:
+            kind = "is-valid-openai-function-call" if shape.functions else "is-valid-openai-tools-call"
+            listed = shape.tools.functions if shape.functions else list(shape.tools.tools)
+            found.setdefault(kind, {})[json.dumps(listed, sort_keys=True)] = listed
+    return {kind: next(iter(lists.values())) if len(lists) == 1 else None for kind, lists in found.items()}
 
 
 def _unique_ids(rows: list[PromptRow]) -> list[PromptRow]:
@@ -360,22 +387,40 @@ def _anthropic_chat(data: dict[str, Any], where: str) -> list[Any]:
     return [{"role": "system", "content": system}, *data["messages"]]
 
 
-def _asserts(case: Case, base: Path, problems: Problems) -> list[Assert]:
-    """A case's asserts, their values filled from its vars as promptfoo renders them."""
+def _asserts(case: Case, base: Path, problems: Problems, offered: Mapping[str, Any]) -> list[Assert]:
+    """A case's asserts, their values filled from its vars as promptfoo renders them; a tools-call assert without
+    a value checks the tools the providers offer (``offered``, by kind; None: they differ)."""
     out = []
     for where, item in case.asserts:
         with problems.collect(where):
-            out.append(_assert(_filled(item, case.variables, where), base, case.options.get("rubricPrompt")))
+            kind = str(item.get("type", "")).removeprefix("not-")
+            if item.get("value") is None and kind in offered:
+                if offered[kind] is None:
+                    raise BatchInputError(f"{kind}: the providers offer different tools; give the ones this assert "
+                                          "checks as its value")
+                item = {**item, "value": offered[kind]}
+            out.append(_assert(_filled(item, case.variables, where), base, case.options))
     return out
 
 
 def _sets(case: Case) -> tuple[tuple[tuple[int, ...], float], ...]:
     """A case's assert-sets with a threshold: (the indices of their asserts among the case's, the threshold)."""
-    sets: dict[str, tuple[list[int], float]] = {}
+    return tuple((tuple(group["members"]), group["threshold"]) for group in _set_groups(case)
+                 if group["threshold"] is not None)
+
+
+def _set_groups(case: Case) -> list[dict[str, Any]]:
+    """A case's assert-sets as the export writes them back (webui.batch.promptfoo_export): the indices of their
+    asserts among the case's, each one's own weight, and the set's threshold, weight and metric."""
+    groups: dict[str, dict[str, Any]] = {}
     for i, (_, item) in enumerate(case.asserts):
-        if item.get(SET_KEY) is not None:
-            sets.setdefault(item[SET_KEY][0], ([], item[SET_KEY][1]))[0].append(i)
-    return tuple((tuple(members), limit) for members, limit in sets.values())
+        mark = item.get(SET_KEY)
+        if mark is not None:
+            group = groups.setdefault(mark["where"], {"members": [], "weights": [], "threshold": mark["threshold"],
+                                                      "weight": mark["weight"], "metric": mark["metric"]})
+            group["members"].append(i)
+            group["weights"].append(mark["own"])
+    return list(groups.values())
 
 
 def _case_transform(case: Case, base: Path, problems: Problems) -> tuple[str, ...]:
@@ -398,17 +443,22 @@ def _filled(item: dict[str, Any], variables: Mapping[str, str], where: str) -> d
     return item
 
 
-def _assert(item: dict[str, Any], base: Path, rubric_prompt: Any = None) -> Assert:
-    """One assert; ``rubric_prompt``: the test's options.rubricPrompt, for graded kinds without their own."""
+def _assert(item: dict[str, Any], base: Path, options: Mapping[str, Any] | None = None) -> Assert:
+    """One assert; ``options``: the test's, whose rubricPrompt applies to graded kinds without their own and
+    whose factuality scores apply to factuality asserts."""
     kind = item["type"]
     spec = ASSERT_KINDS.get(kind.removeprefix("not-"))
     if spec is None or spec.promptfoo is None:
         raise BatchInputError(f"the assert type '{kind}' is not supported here "
                               f"(supported: {', '.join(supported())}, and not- before each)")
-    if rubric_prompt is not None and "rubricPrompt" in spec.value.keys:
-        item = {"rubricPrompt": rubric_prompt, **item}
+    given = options or {}
+    if given.get("rubricPrompt") is not None and "rubricPrompt" in spec.value.keys:
+        item = {"rubricPrompt": given["rubricPrompt"], **item}
+    if given.get("factuality") is not None and spec.name == "factuality":
+        item = {"factuality": given["factuality"], **item}
     unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider", "transform",
-                           *(key for key in ("config", "rubricPrompt", "contextTransform") if key in spec.value.keys)}
+                           *(key for key in ("config", "rubricPrompt", "contextTransform") if key in spec.value.keys),
+                           *(("factuality",) if spec.name == "factuality" else ())}
     if unknown:
         raise BatchInputError(f"unknown key(s) {', '.join(sorted(unknown))}")
     extra = {key: item[key] for key in ("weight", "metric") if item.get(key) is not None}
@@ -416,7 +466,8 @@ def _assert(item: dict[str, Any], base: Path, rubric_prompt: Any = None) -> Asse
     return parse_assert({"type": kind, **spec.promptfoo(item, base), **extra, **transform, "dialect": DIALECT})
 
 
-def _settings(given: Any, problems: Problems, notes: list[str]) -> tuple[list[Setting], dict[str, list[str]]]:
+def _settings(given: Any, problems: Problems, notes: list[str], base: Path
+              ) -> tuple[list[Setting], dict[str, list[str]]]:
     """The settings, and the prompts filter of each provider that has one (by setting label); a provider that
     cannot be read is a problem, the others are read on; what a provider's config names that changes nothing is
     added to ``notes``."""
@@ -425,117 +476,10 @@ def _settings(given: Any, problems: Problems, notes: list[str]) -> tuple[list[Se
     filters: dict[str, list[str]] = {}
     for i, item in enumerate(items):
         with problems.collect():
-            setting, chosen = provider_setting({"id": item} if isinstance(item, str) else item, i, notes)
+            setting, chosen = provider_setting({"id": item} if isinstance(item, str) else item, i, notes, base)
             if any(s.label == setting.label for s in out):
                 raise BatchInputError(f"two providers are labelled '{setting.label}'; give each a label")
             out.append(setting)
             if chosen is not None:
                 filters[setting.label] = chosen
     return out, filters
-
-
-# -- results in promptfoo's output shape -------------------------------------------------------------------
-
-def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequence[PromptRow] = (),
-                 providers: Mapping[str, str] | None = None, derived: Mapping[str, str] | None = None) -> str:
-    """Results as promptfoo writes ``--output results.json``: results.results[] with prompt (raw, label), vars,
-    provider (id, label), response, success, score, testIdx/promptIdx, testCase (description, vars, assert) and
-    gradingResult (one componentResult per assert, the assertion as promptfoo writes it), and results.stats.
-    ``prompts`` (the run's rows, by index) and ``providers`` (setting label -> promptfoo provider id) give what
-    the result rows do not hold; without them the prompt's id is its label and the setting's label its id.
-    results.prompts has each prompt and provider's metrics (pass and fail counts, summed named scores and the
-    ``derived`` metrics, name -> expression, computed over those as promptfoo does)."""
-    by_index = {p.index: p for p in prompts}
-    results = []
-    for r in rows:
-        row = by_index.get(r.prompt_index)
-        origin = (row.origin if row is not None else None) or {}
-        variables = dict(row.variables) if row is not None else {}
-        assertions = [promptfoo_assertion(a) for a in row.asserts] if row is not None else []
-        components = [{"pass": a.passed, "score": a.value, "reason": a.detail or "passed",
-                       "assertion": assertions[i] if i < len(assertions) else {
-                           "type": a.label.partition(":")[0], "value": a.label.partition(":")[2]}}
-                      for i, a in enumerate(r.asserts)]
-        named = _named_scores(row.asserts if row is not None else [], r.asserts)
-        score = r.score if r.score is not None else (row_score(r.asserts) or (1.0 if r.passed is not False else 0))
-        results.append({
-            "prompt": {"raw": r.prompt, "label": origin.get("prompt", r.prompt_id)}, "vars": variables,
-            "provider": {"id": (providers or {}).get(r.setting, r.setting), "label": r.setting},
-            "promptIdx": origin.get("promptIdx", 0), "testIdx": origin.get("testIdx", r.prompt_index),
-            "testCase": {**({"description": origin["description"]} if origin.get("description") else {}),
-                         "vars": variables, "assert": assertions,
-                         **({"metadata": origin["metadata"]} if origin.get("metadata") else {})},
-            "response": {"output": r.output, "tokenUsage": {"prompt": r.prompt_tokens,
-                                                            "completion": r.completion_tokens,
-                                                            "total": r.prompt_tokens + r.completion_tokens}},
-            "success": r.passed is not False, "score": score, "namedScores": named, "latencyMs": _latency_ms(r),
-            "error": r.error, "gradingResult": {"pass": r.passed is not False, "score": score, "reason": _reason(r),
-                                                "namedScores": named, "componentResults": components}})
-    passed = sum(1 for r in results if r["success"])
-    return json.dumps({"results": {"version": 3, "results": results, "prompts": _prompt_metrics(results, derived),
-                                   "stats": {"successes": passed, "failures": len(results) - passed}},
-                       "config": {"description": description}}, indent=2, ensure_ascii=False)
-
-
-def _prompt_metrics(results: list[dict[str, Any]], derived: Mapping[str, str] | None) -> list[dict[str, Any]]:
-    """promptfoo's results.prompts: per prompt and provider, its rows' counts and summed named scores, then each
-    derived metric evaluated over those sums (in order, so a later one may use an earlier one)."""
-    columns: dict[tuple[int, str], dict[str, Any]] = {}
-    for r in results:
-        key = (r["promptIdx"], r["provider"]["label"])
-        column = columns.setdefault(key, {"raw": r["prompt"]["raw"], "label": r["prompt"]["label"],
-                                          "provider": r["provider"]["id"], "metrics": {
-                                              "score": 0.0, "testPassCount": 0, "testFailCount": 0,
-                                              "assertPassCount": 0, "assertFailCount": 0,
-                                              "tokenUsage": {"prompt": 0, "completion": 0, "total": 0},
-                                              "namedScores": {}, "namedScoresCount": {}}})
-        metrics = column["metrics"]
-        metrics["score"] += r["score"]
-        metrics["testPassCount" if r["success"] else "testFailCount"] += 1
-        for component in r["gradingResult"]["componentResults"]:
-            metrics["assertPassCount" if component["pass"] else "assertFailCount"] += 1
-        for part in ("prompt", "completion", "total"):
-            metrics["tokenUsage"][part] += r["response"]["tokenUsage"][part]
-        for name, score in r["namedScores"].items():
-            metrics["namedScores"][name] = metrics["namedScores"].get(name, 0.0) + score
-            metrics["namedScoresCount"][name] = metrics["namedScoresCount"].get(name, 0) + 1
-    for column in columns.values():
-        scores = column["metrics"]["namedScores"]
-        for name, expression in (derived or {}).items():
-            scores[name] = evaluate_metric(expression, scores)
-    return list(columns.values())
-
-
-def promptfoo_assertion(a: Assert) -> dict[str, Any]:
-    """An assert as a promptfoo file writes it: latency's limit as its threshold, a Python file as file://."""
-    d = a.to_dict()
-    d.pop("dialect", None)  # how we check it, not promptfoo's
-    if a.kind == "latency":
-        d["threshold"] = d.pop("value")
-    elif a.kind == "python" and is_python_file(str(d.get("value"))) and not d["value"].startswith("file://"):
-        d["value"] = "file://" + d["value"]
-    return d
-
-
-def _named_scores(asserts: Sequence[Assert], results: Sequence[AssertResult]) -> dict[str, float]:
-    """promptfoo's namedScores: each metric's weighted score over the asserts that name it."""
-    totals: dict[str, list[float]] = {}
-    for given, result in zip(asserts, results):
-        if given.metric is not None:
-            total = totals.setdefault(given.metric, [0.0, 0.0])
-            total[0] += result.value * result.weight
-            total[1] += result.weight
-    return {name: (score / weight if weight else 0.0) for name, (score, weight) in totals.items()}
-
-
-def _latency_ms(row: ResultRow) -> int | None:
-    if row.ttft is None or not row.tokens_per_second:
-        return None
-    return round((row.ttft + row.completion_tokens / row.tokens_per_second) * 1000)
-
-
-def _reason(row: ResultRow) -> str:
-    if row.error:
-        return row.error
-    failed = [f"{a.label}: {a.detail}" for a in row.asserts if not a.passed]
-    return "; ".join(failed) or "All assertions passed"

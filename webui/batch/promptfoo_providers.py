@@ -6,7 +6,9 @@ id runs on the model in use. ``openai:completion:NAME`` sends the prompt raw (no
 template, as a completions endpoint reads it); ``openai:chat:NAME``, ``workbench:NAME``
 and the others go through the chat template. A provider's ``config`` is read as the
 OpenAI API names parameters (temperature, max_tokens, top_p, seed, stop, penalties...),
-plus ``response_format`` (json_object / json_schema: structured output) and the keys
+plus ``response_format`` (json_object / json_schema: structured output), ``prompt.prefix``/``suffix`` and
+``tools`` (webui.batch.provider_prompt: ``tool_choice`` "required" or a named function
+constrains the reply to calls, as the API does), and the keys
 promptfoo's Hugging Face provider takes (max_new_tokens, top_k, repetition_penalty,
 do_sample...). Keys that cannot change an output (apiKey, apiBaseUrl, organization,
 headers...) are named once in the run's notes; any other key is refused by name, never
@@ -15,10 +17,12 @@ dropped unseen.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
+from webui.batch.provider_prompt import KEYS, provider_prompt
 from webui.engine.params import InvalidParameter, SamplingParams, api_names
 
 NO_EFFECT = {
@@ -36,25 +40,20 @@ NO_EFFECT = {
 HF_NAMES = {"max_new_tokens": "max_tokens", "max_completion_tokens": "max_tokens"}
 """promptfoo's other names for our API parameters (Hugging Face's, OpenAI's newer)."""
 REFUSED = {
-    "tools": "tool calling is not run by the batch runner yet; test tools through the API (/v1/chat/completions)",
-    "tool_choice": "tool calling is not run by the batch runner yet; test tools through the API",
-    "functions": "tool calling is not run by the batch runner yet; test tools through the API",
-    "function_call": "tool calling is not run by the batch runner yet; test tools through the API",
     "num_return_sequences": "write evaluateOptions.repeat (or the Batch tab's samples) for several outputs",
     "n": "write evaluateOptions.repeat (or the Batch tab's samples) for several outputs",
     "max_time": "a time limit would cut outputs; limit max_tokens instead",
     "max_length": "it counts the prompt too; write max_new_tokens (or max_tokens) instead",
     "num_beams": "beam search is not a sampler here",
     "passthrough": "extra request fields are not sent anywhere; write the parameters themselves",
-    "prompt": "a provider's prompt.prefix/suffix would change the prompt for this provider only; write them as "
-              "defaultTest.options.prefix/suffix (every provider) or in the prompt",
 }
 """Provider config keys that would change outputs and are not applied: refused with what to do instead."""
 
 
-def provider_setting(item: Any, i: int, notes: list[str]) -> tuple[Setting, list[str] | None]:
+def provider_setting(item: Any, i: int, notes: list[str], base: Path = Path(".")
+                     ) -> tuple[Setting, list[str] | None]:
     """One provider: its setting and its prompts filter (None: every prompt); keys that change nothing are
-    added to ``notes``."""
+    added to ``notes``; ``file://`` tools are relative to ``base``."""
     if not isinstance(item, dict) or not isinstance(item.get("id", ""), str):
         raise BatchInputError(f"providers[{i}] must be an id or a mapping with id and config")
     label = str(item.get("label") or item.get("id") or f"provider {i + 1}")
@@ -70,31 +69,44 @@ def provider_setting(item: Any, i: int, notes: list[str]) -> tuple[Setting, list
     config = item.get("config") or {}
     if not isinstance(config, dict):
         raise BatchInputError(f"{where}.config must be a mapping")
-    fields = provider_params(config, f"{where}.config", notes)
+    fields = provider_params(config, f"{where}.config", notes, taken=KEYS)
+    pid = str(item.get("id", ""))
+    raw = pid.startswith("openai:completion")
+    shape = provider_prompt(config, f"{where}.config", base, raw)
     try:
         params = SamplingParams.from_api(fields, SamplingParams(temperature=0.0, max_new_tokens=256))
+        calls_only = shape.tools.grammar() if shape is not None and shape.tools is not None else None
+        if calls_only is not None:
+            if params.structured_outputs:
+                raise BatchInputError(f"{where}.config: tool_choice required (or a named function) constrains the "
+                                      "reply to tool calls; it cannot be combined with response_format")
+            params = params.replace(structured_outputs=calls_only)
     except (InvalidParameter, ValueError) as exc:
         raise BatchInputError(f"{where}.config: {exc}") from None
-    pid = str(item.get("id", ""))
     provider, _, model = pid.partition(":")
     if provider == "workbench" and not model.strip():
         raise BatchInputError(f"providers[{i}]: workbench: needs a model name (workbench:SmolLM2-135M-Instruct)")
-    raw = pid.startswith("openai:completion")
     return Setting(label, params, None, dict(fields), model=model.strip() if provider == "workbench" else None,
-                   provider=pid or label, raw=raw), chosen
+                   provider=pid or label, raw=raw, prompt=shape), chosen
 
 
-def provider_params(config: dict[str, Any], where: str, notes: list[str]) -> dict[str, Any]:
-    """A provider's config as API-named parameters; keys that change nothing noted, others refused by name."""
+def provider_params(config: dict[str, Any], where: str, notes: list[str], taken: tuple[str, ...] = ()
+                    ) -> dict[str, Any]:
+    """A provider's config as API-named parameters; keys that change nothing noted, ``taken`` keys left to their
+    reader, others refused by name."""
     names = set(api_names().values())
     fields: dict[str, Any] = {}
     refused: list[str] = []
     for key, value in config.items():
         key = str(key)
+        if key in taken:
+            continue
         if key in NO_EFFECT:
             notes.append(f"{where}.{key} is not applied ({NO_EFFECT[key]})")
         elif key in REFUSED:
             refused.append(f"{key} ({REFUSED[key]})")
+        elif key in KEYS:
+            refused.append(f"{key} (a prompt's config takes sampling parameters; set {key} on the provider)")
         elif key == "return_full_text":
             if value:
                 refused.append("return_full_text: true (outputs here are the completion only; set it false)")

@@ -40,7 +40,7 @@ from webui.batch.prompts import render
 MAX_SHOWN = 20
 """Problems listed in one error; the rest are counted."""
 TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata")
-OPTION_KEYS = ("prefix", "suffix", "transform", "rubricPrompt")
+OPTION_KEYS = ("prefix", "suffix", "transform", "rubricPrompt", "factuality")
 """A test's options the workbench applies; any other (a grading provider...) is refused by name."""
 GRADING_KEYS = ("provider",)
 """defaultTest's options read by :mod:`webui.batch.promptfoo_options` (the run's judge: one for every test)."""
@@ -55,8 +55,11 @@ PROMPTFOO_ASSERT_TYPES = frozenset((
     "moderation", "perplexity", "perplexity-score", "python", "regex", "rouge-n", "ruby", "similar", "starts-with",
     "trace-error-spans", "trace-span-count", "trace-span-duration", "webhook", "word-count", *ASSERT_KINDS))
 """The types promptfoo 0.115's CSV shorthand recognises (``type:value``); other text is an ``equals`` value."""
+_KEPT_AS_GIVEN = ("rubricPrompt", "factuality")
+"""Options that are not texts: read by the asserts they apply to."""
 SET_KEY = "__assert_set"
-"""Marks an assert of an assert-set with a threshold: (the set's place, its threshold); the reader takes it off."""
+"""Marks an assert of an assert-set: {where: the set's place, threshold: its threshold or None, weight: the set's,
+metric: the set's or None, own: the assert's own weight}; the reader takes it off."""
 _THRESHOLD_DEFAULTS = {"similar": 0.8}
 """What promptfoo's CSV shorthand sets as the threshold when none is written in parentheses."""
 
@@ -213,15 +216,15 @@ def _cases(index: int, test: _Test, default: dict[str, Any], base: Path, problem
     places = test.assert_where or tuple(f"{where}.assert[{i}]" for i in range(len(own)))
     items = [*assert_items(default.get("assert"), "defaultTest.assert", problems),
              *[pair for place, item in zip(places, own) for pair in assert_items([item], place, problems, True)]]
-    threshold = data.get("threshold", default.get("threshold"))
+    threshold = data.get("threshold", default.get("threshold"))  # 0 is none: promptfoo tests it for truth
     options = {**_dict(default.get("options")), **_dict(data.get("options"))}
     metadata = {**_dict(default.get("metadata")), **_dict(data.get("metadata"))}
     description = data.get("description")
     out = []
     for combination in expand_vars(variables, base, where, problems):
         out.append(Case(where, index, None if description is None else str(description), combination, items,
-                        threshold if isinstance(threshold, (int, float)) else None, metadata,
-                        {k: v if k == "rubricPrompt" else str(v) for k, v in options.items() if k in OPTION_KEYS}))
+                        threshold if isinstance(threshold, (int, float)) and threshold else None, metadata,
+                        {k: v if k in _KEPT_AS_GIVEN else str(v) for k, v in options.items() if k in OPTION_KEYS}))
     return out
 
 
@@ -259,15 +262,17 @@ def _assert_set(item: dict[str, Any], where: str, problems: Problems) -> list[tu
         problems.add(f"{where}.threshold", f"must be a score between 0 and 1, got {limit!r}")
         limit = None
     inner = assert_items(item.get("assert"), f"{where}.assert", problems)
-    if limit is not None:  # the set passes on its asserts' weighted score (promptfoo's), whatever each says
-        inner = [(at, {**a, SET_KEY: (where, float(limit))}) for at, a in inner]
     weights = [float(a.get("weight", 1)) if isinstance(a.get("weight", 1), (int, float)) else 1.0 for _, a in inner]
     total, share = sum(weights), item.get("weight", 1)
     if not isinstance(share, (int, float)) or isinstance(share, bool) or share < 0:
         problems.add(f"{where}.weight", f"must be a number >= 0, got {share!r}")
         share = 1
     metric = {"metric": item["metric"]} if item.get("metric") is not None else {}
-    return [(at, {**metric, **a, "weight": share * w / total if total else 0}) for (at, a), w in zip(inner, weights)]
+    # with a threshold, the set passes on its asserts' weighted score (promptfoo's), whatever each says
+    marks = [{"where": where, "threshold": float(limit) if limit else None, "weight": share,  # 0: none (promptfoo's)
+              "metric": item.get("metric"), "own": w} for w in weights]
+    return [(at, {**metric, **a, "weight": share * w / total if total else 0, SET_KEY: mark})
+            for (at, a), w, mark in zip(inner, weights, marks)]
 
 
 # -- test files ----------------------------------------------------------------------------------------

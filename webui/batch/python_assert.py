@@ -132,7 +132,7 @@ def call_python(value: str, args: Sequence[Any], timeout: float, default: str = 
         raise ScriptError(f"{name} returned something that is not JSON") from None
 
 
-def run_python(value: str, timeout: float, output: str, context: dict[str, Any]
+def run_python(value: str, timeout: float, output: Any, context: dict[str, Any]
                ) -> tuple[bool, str, float | None, bool]:
     """Run the python assert ``value`` (a file's function or inline code) on (output, context) in a separate
     process; (passed, why, score, whether the score against the threshold decides)."""

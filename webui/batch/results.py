@@ -143,14 +143,15 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
                error: str | None = None, from_cache: bool = False,
                judged: Mapping[str, Any] | None = None, model: str | None = None, loader: str | None = None,
                load_options: Mapping[str, Any] | None = None, logprobs: Sequence[float] = (),
-               embeddings: TextEmbeddings | None = None) -> ResultRow:
+               embeddings: TextEmbeddings | None = None, output_value: Any = None) -> ResultRow:
     """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error).
     ``logprobs``: the chosen tokens' logprobs, for perplexity asserts (they are not stored in the row);
-    ``embeddings``: the output's and the references' vectors, for similar asserts."""
+    ``embeddings``: the output's and the references' vectors, for similar asserts; ``output_value``: the output
+    as the provider returns it when that is not text (Observed.output_value)."""
     error = error or None
     seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text, judged or {},
                     cell.row.variables, str((cell.row.origin or {}).get("description") or ""), finish_reason,
-                    tuple(logprobs), embeddings)
+                    tuple(logprobs), embeddings, output_value)
     asserts = [] if error else [a.check(seen) for a in cell.row.asserts]
     score, passed = _outcome(cell, asserts, error)
     return ResultRow(

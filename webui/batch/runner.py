@@ -23,12 +23,14 @@ from webui.batch.judge import (
     JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_request, rubrics, select_best,
 )
 from webui.batch.prompts import PromptRow
+from webui.batch.provider_prompt import ProviderPrompt
 from webui.batch.rerun import RanOn, ran_on, stored_ran_on
 from webui.batch.results import ResultRow, rejudged, result_for
 from webui.batch.store import BatchRun, BatchStore
 from webui.batch.transform import transformed
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore
+from webui.chat.tools import render_with_tools
 from webui.embeddings import TextEmbeddings, embed_texts
 from webui.engine import Engine, EngineError, GenerationRequest, SamplingParams
 from webui.engine.types import GeneratesNoText
@@ -58,7 +60,8 @@ class BatchJob:
                 "settings": [{"label": s.label, "params": s.params.to_dict(), "preset": s.preset,
                               "overrides": s.overrides, "loras": [list(x) for x in s.loras], "model": s.model,
                               **({"provider": s.provider} if s.provider is not None else {}),
-                              **({"raw": True} if s.raw else {})}
+                              **({"raw": True} if s.raw else {}),
+                              **({"prompt": s.prompt.to_dict()} if s.prompt is not None else {})}
                              for s in settings],
                 "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells,
                 "chat_template_name": self.chat_template, "use_cache": self.use_cache,
@@ -70,7 +73,8 @@ class BatchJob:
     def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
         settings = [Setting(s["label"], SamplingParams.from_dict(s["params"]), s.get("preset"), s.get("overrides", {}),
                             tuple((n, float(w)) for n, w in s.get("loras", [])), s.get("model"), s.get("provider"),
-                            bool(s.get("raw", False)))
+                            bool(s.get("raw", False)),
+                            ProviderPrompt.from_dict(s["prompt"]) if s.get("prompt") is not None else None)
                     for s in spec["settings"]]
         return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
                    spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),
@@ -250,10 +254,10 @@ class BatchRunner:
                 raise BatchInputError(f"grid: LoRA adapter '{missing[0]}' is not attached to {slot.name}; attach it "
                                       f"in the Model tab (attached: {', '.join(attached) or 'none'})")
         judge = self._judge_slot(job, slots, owner)
-        ways = {(s.model, job.raw or s.raw) for s in settings}  # each model, with its template or raw
-        prompts = {(row.index, name, raw): self._prompt(replace(job, raw=raw), row, slots[name].model,
-                                                        None if raw else templates[name])
-                   for name, raw in ways for row in job.rows}
+        ways = {way(s, job.raw): s.prompt for s in settings}  # each model, with its template or raw, and provider
+        prompts = {(row.index, *key): self._prompt(replace(job, raw=key[1]), row, slots[key[0]].model,
+                                                   None if key[1] else templates[key[0]], shape)
+                   for key, shape in ways.items() for row in job.rows}
         names = list(dict.fromkeys(slot.name for slot in slots.values()))
         spec = {**job.to_spec(settings), "loader": slots[settings[0].model].model.loader,  # so each row's record
                 "loaders": {slot.name: slot.model.loader for slot in slots.values()},  # names it
@@ -279,8 +283,8 @@ class BatchRunner:
         for cell in cells:
             model = slots[cell.setting.model].model
             raw = job.raw or cell.setting.raw
-            handle.keys.append(cache_key(model, cell.setting.loras, prompts[cell.row.index, cell.setting.model, raw][0],
-                                         raw, cell.params.to_dict()))
+            prompt = prompts[cell.row.index, *way(cell.setting, job.raw)][0]
+            handle.keys.append(cache_key(model, cell.setting.loras, prompt, raw, cell.params.to_dict()))
         handle.use_cache = job.use_cache
 
         def drive() -> None:
@@ -330,31 +334,40 @@ class BatchRunner:
         return None
 
     @staticmethod
-    def _prompt(job: BatchJob, row: PromptRow, model: LoadedModel, template: ChatTemplate | None
-                ) -> tuple[str, list | None]:
-        """(what ``model`` reads for ``row``, the chat messages or None for a raw prompt)."""
+    def _prompt(job: BatchJob, row: PromptRow, model: LoadedModel, template: ChatTemplate | None,
+                shape: ProviderPrompt | None = None) -> tuple[str, list | None]:
+        """(what ``model`` reads for ``row``, the chat messages or None for a raw prompt); ``shape``: the
+        provider's prefix/suffix and tools."""
         try:
             if row.messages is not None:
                 if job.raw:
                     raise BatchInputError(f"prompt {row.id} is a chat (a list of messages), which only the chat "
                                           f"template turns into text; turn raw prompts off")
+                if shape is not None and shape.affixed:
+                    raise BatchInputError(f"prompt {row.id} is a chat; a provider's prompt.prefix/suffix go around "
+                                          "a text prompt")
                 messages = chat_messages(row.messages, job.system_prompt)
-                return render_chat_prompt(model.tokenizer, messages, template=template), messages
-            if job.raw:
-                return row.text, None
-            messages = chat_messages([{"role": "user", "content": row.text}], job.system_prompt)
+            else:
+                text = shape.text(row.text) if shape is not None else row.text
+                if job.raw:
+                    if shape is not None and shape.tools is not None:
+                        raise BatchInputError(f"prompt {row.id}: tools are offered through the chat template; turn "
+                                              "raw prompts off")
+                    return text, None
+                messages = chat_messages([{"role": "user", "content": text}], job.system_prompt)
+            if shape is not None and shape.tools is not None:
+                return render_with_tools(model.tokenizer, messages, shape.tools, template)
             return render_chat_prompt(model.tokenizer, messages, template=template), messages
         except (ChatPromptError, ValueError) as exc:
             raise BatchInputError(f"prompt {row.id}: {exc}") from exc
 
     async def _drive(self, handle: RunHandle,
-                     prompts: dict[tuple[int, str | None, bool], tuple[str, list | None]], raw: bool) -> None:
+                     prompts: dict[tuple[int, str | None, bool, str], tuple[str, list | None]], raw: bool) -> None:
         # per engine, enough in flight to fill its batch, not its whole queue; each model's engine runs its cells
         # while the others run theirs
         windows = {name: asyncio.Semaphore(slot.engine.config.max_running * 2) for name, slot in handle.slots.items()}
         try:
-            await asyncio.gather(*(self._cell(handle, i, cell, prompts[cell.row.index, cell.setting.model,
-                                                                       raw or cell.setting.raw],
+            await asyncio.gather(*(self._cell(handle, i, cell, prompts[cell.row.index, *way(cell.setting, raw)],
                                               raw or cell.setting.raw, windows[cell.setting.model])
                                    for i, cell in enumerate(handle.cells)))
             await self._select_best(handle)
@@ -373,10 +386,12 @@ class BatchRunner:
         logprobs = any(a.spec.needs_logprobs for a in cell.row.asserts)  # perplexity: the cache keeps no logprobs
         cached = self.cache.get(handle.keys[index]) if handle.use_cache and not logprobs else None
         if cached is not None:  # the very same request ran before: its response, with this run's asserts
-            judged = await self._judge(handle, cell, cached["output"])
-            embedded = await self._embed(handle, cell, cached["output"])
-            cached = {**cached, **ran_on(handle.slots[cell.setting.model]).row_fields()}
-            self._keep(handle, index, result_for(cell, **cached, from_cache=True, judged=judged, embeddings=embedded))
+            output, value = reply_output(cell, cached["output"], cached["finish_reason"])
+            judged = await self._judge(handle, cell, output)
+            embedded = await self._embed(handle, cell, output)
+            cached = {**cached, **ran_on(handle.slots[cell.setting.model]).row_fields(), "output": output}
+            self._keep(handle, index, result_for(cell, **cached, from_cache=True, judged=judged, embeddings=embedded,
+                                                 output_value=value))
             return
         async with slots:
             if handle.cancelled:
@@ -411,11 +426,13 @@ class BatchRunner:
             if last is not None and last.finish_reason == "cancelled" and handle.cancelled:
                 return  # cut by Cancel: not a result
             usage, timings = (last.usage, last.timings) if last is not None else (None, None)
-            judged = await self._judge(handle, cell, text) if error is None else {}
-            embedded = await self._embed(handle, cell, text) if error is None else None
-            row = result_for(cell, output=text, judged=judged, embeddings=embedded,
+            finish = last.finish_reason if last else "error"
+            output, value = reply_output(cell, text, finish) if error is None else (text, None)
+            judged = await self._judge(handle, cell, output) if error is None else {}
+            embedded = await self._embed(handle, cell, output) if error is None else None
+            row = result_for(cell, output=output, output_value=value, judged=judged, embeddings=embedded,
                              **ran_on(handle.slots[cell.setting.model]).row_fields(),
-                             finish_reason=last.finish_reason if last else "error",
+                             finish_reason=finish,
                              prompt_tokens=usage.prompt_tokens if usage else 0,
                              completion_tokens=usage.completion_tokens if usage else 0,
                              cached_tokens=usage.cached_tokens if usage else 0,
@@ -423,7 +440,7 @@ class BatchRunner:
                              tokens_per_second=timings.tokens_per_second if timings else None, error=error,
                              logprobs=chosen)
             if error is None and last is not None and last.finish_reason not in ("cancelled", "error"):
-                self.cache.put(handle.keys[index], row.to_dict())
+                self.cache.put(handle.keys[index], {**row.to_dict(), "output": text})  # the reply as generated
             self._keep(handle, index, row)
 
     def _ask(self, handle: RunHandle) -> Ask:
@@ -506,3 +523,16 @@ class BatchRunner:
         with handle._lock:
             handle.results[index] = row
             handle.streaming.pop(index, None)  # its tokens are the row's now
+
+
+def way(setting: Setting, raw: bool) -> tuple[str | None, bool, str]:
+    """How a setting's prompts are written: (its model, raw or through the chat template, its provider's
+    prefix/suffix and tools); ``raw``: the job's."""
+    return setting.model, raw or setting.raw, setting.prompt.key() if setting.prompt is not None else ""
+
+
+def reply_output(cell: Cell, text: str, finish_reason: str) -> tuple[str, Any]:
+    """(a cell's output, the output's value when the provider returns one that is not text: its tool calls) of
+    the text the model generated."""
+    shape = cell.setting.prompt
+    return shape.output(text, finish_reason) if shape is not None else (text, None)

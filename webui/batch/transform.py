@@ -73,17 +73,18 @@ def with_transforms(asserts: Sequence[Assert], transforms: Sequence[str]) -> lis
 
 
 def transformed(transforms: Sequence[str], seen: Observed) -> Observed:
-    """What was observed, with its output passed through ``transforms`` in order. ScriptError when one fails."""
-    output = seen.output
+    """What was observed, with its output passed through ``transforms`` in order (the first gets the output's
+    value when it has one: tool calls). ScriptError when one fails."""
+    output = seen.script_output
     context = {"vars": dict(seen.variables), "prompt": {"raw": seen.prompt}}
     for value in transforms:
         output = apply_transform(value, output, context)
-    return dataclasses.replace(seen, output=output)
+    return dataclasses.replace(seen, output=output, output_value=None)
 
 
-def apply_transform(value: str, output: str, context: Mapping[str, Any], timeout: float = TRANSFORM_TIMEOUT) -> str:
-    """One transform on one output: the new output (text; anything else as JSON). ScriptError names the
-    transform and says what went wrong, or that it returned nothing."""
+def apply_transform(value: str, output: Any, context: Mapping[str, Any], timeout: float = TRANSFORM_TIMEOUT) -> str:
+    """One transform on one output (text, or a value such as tool calls): the new output (text; anything else
+    as JSON). ScriptError names the transform and says what went wrong, or that it returned nothing."""
     if _is_python(value):
         name, result = call_python(value, [output, dict(context)], timeout, default="get_transform")
         kind = "null" if result is None else "value"

@@ -14,7 +14,8 @@ from typing import Iterable, Iterator
 from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text, parse_axes, parse_lines, to_csv, \
     to_jsonl, with_asserts
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
-from webui.batch.promptfoo import Suite, is_config, read_suite, to_promptfoo
+from webui.batch.promptfoo import Suite, is_config, read_suite
+from webui.batch.promptfoo_export import to_promptfoo
 from webui.batch.rerun import is_loaded, provide
 from webui.batch.transform import is_python_transform
 from webui.batch.runner import BatchJob, RunHandle

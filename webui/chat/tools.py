@@ -1,4 +1,5 @@
-"""OpenAI tool calling on /v1/chat/completions.
+"""OpenAI tool calling: offering tools to a model and reading its calls back, for /v1/chat/completions and for
+batch rows whose provider has tools (webui.batch.provider_prompt).
 
 Tools reach the model through its own chat template when the template takes
 ``tools`` (Qwen, Llama 3.1, Hermes, Mistral…). A template without them gets the
@@ -22,6 +23,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from loaders.base import Tokenizer
+from webui.chat.prompt import render_chat_prompt
+from webui.chat.templates import ChatTemplate
 from webui.engine.params import InvalidParameter
 from webui.engine.structured import StructuredError, grammar_of
 
@@ -125,6 +129,20 @@ def template_messages(messages: list[dict], plan: ToolPlan | None, native: bool)
         else:
             out.insert(0, {"role": "system", "content": block})
     return out
+
+
+def render_with_tools(tokenizer: Tokenizer, messages: list[dict], plan: ToolPlan | None,
+                      template: ChatTemplate | None = None) -> tuple[str, list[dict]]:
+    """(the chat prompt, the messages as the template got them) with tools offered (``plan``) or in the history:
+    through the template's own tool support, or the fallback written into the messages (``template`` None: the
+    model's own)."""
+    template = template or ChatTemplate("")
+    native = template_takes_tools(template.source if template.source is not None else tokenizer.chat_template)
+    shaped = template_messages(messages, plan, native)
+    if native:
+        tools = list(plan.tools) if plan else None
+        return template.render(tokenizer, shaped, add_generation_prompt=True, tools=tools), shaped
+    return render_chat_prompt(tokenizer, shaped, template=template), shaped
 
 
 def _arguments(value: Any) -> Any:

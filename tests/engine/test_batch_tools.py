@@ -1,0 +1,156 @@
+"""A promptfoo provider's tools and prompt prefix/suffix in batch runs (#32): the tools rendered into the prompt
+as /v1/chat/completions renders them, the reply read back into what promptfoo's openai provider returns (the tool
+calls, whose JSON promptfoo's text asserts read), and asserts on it as promptfoo runs them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.engine.test_batch_runner import run, scripted_loader
+from webui.api.routes import render_messages
+from webui.batch import BatchInputError, GridSpec
+from webui.batch.promptfoo import read_suite
+from webui.batch.runner import BatchJob, BatchRunner
+from webui.chat.tools import plan_tools
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                   "required": ["city"], "additionalProperties": False}}}
+CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+SUITE = """
+prompts: ["What is the weather in {{city}}?"]
+providers:
+  - id: workbench:MODEL
+    config: {tools: file://tools.yaml, max_tokens: 40, CONFIG}
+tests:
+  - vars: {city: Paris}
+    assert:
+      - type: is-valid-openai-tools-call
+      - type: javascript
+        value: output[0].function.name === 'get_weather' && JSON.parse(output[0].function.arguments).city === 'Paris'
+      - type: contains
+        value: '"name":"get_weather"'
+"""
+
+
+def suite_job(folder: Path, model: str, config: str = "", suite: str = SUITE) -> BatchJob:
+    (folder / "tools.yaml").write_text(json.dumps([WEATHER]))
+    read = read_suite(suite.replace("MODEL", model).replace(", CONFIG", config), folder)
+    return BatchJob("tools", read.rows, GridSpec([], {}), settings=read.settings)
+
+
+def scripted(services, folder: Path, answer: str) -> str:
+    """Load a scripted model (named after ``folder``) that always answers ``answer``; its name."""
+    services.registry.register(scripted_loader(services.loaded.tokenizer, answer, folder.name))
+    services.models.load(services.models.catalog.entry_for_path(folder), loader="scripted", make_current=False)
+    return folder.name
+
+
+def test_a_reply_of_tool_calls_is_the_calls_as_promptfoos_openai_provider_returns_them(services, tmp_path):
+    job = suite_job(tmp_path, scripted(services, tmp_path, CALL))
+    (row,) = run(services, job).rows()
+    calls = json.loads(row.output)
+    assert row.output == json.dumps(calls, separators=(",", ":"))  # JSON.stringify's text, which text asserts read
+    (call,) = calls
+    assert call["id"].startswith("call_") and call["type"] == "function"
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert [a.passed for a in row.asserts] == [True, True, True], row.asserts  # the javascript got the list
+    assert row.passed and row.finish_reason == "stop"
+    again = run(services, job).rows()[0]  # from the cache: the reply as generated, read again
+    assert again.from_cache and again.passed and json.loads(again.output)[0]["function"] == call["function"]
+
+
+def test_the_prompt_offers_the_tools_as_the_api_does(services, tmp_path):
+    job = suite_job(tmp_path, "tiny")
+    model, setting = services.models.slot("tiny").model, job.settings[0]
+    template = services.batch_runner.template(job, model)
+    prompt, messages = BatchRunner._prompt(job, job.rows[0], model, template, setting.prompt)
+    asked = [{"role": "user", "content": "What is the weather in Paris?"}]
+    assert prompt == render_messages(model.tokenizer, asked, plan_tools([WEATHER], None, None), template)
+    assert '"name": "get_weather"' in prompt and messages[0]["role"] == "system"
+
+
+def test_text_beside_a_call_gives_the_whole_message(services, tmp_path):
+    job = suite_job(tmp_path, scripted(services, tmp_path, "Let me look. " + CALL))
+    (row,) = run(services, job).rows()
+    message = json.loads(row.output)
+    assert message["role"] == "assistant" and message["content"] == "Let me look."
+    assert message["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert [a.passed for a in row.asserts] == [True, False, True]  # output[0] of a message is undefined
+
+
+def test_a_reply_without_a_call_stays_text(services, tmp_path):
+    (row,) = run(services, suite_job(tmp_path, scripted(services, tmp_path, "It is sunny."))).rows()
+    assert row.output == "It is sunny." and not row.asserts[0].passed
+
+
+def test_functions_come_back_as_a_function_call(services, tmp_path):
+    suite = SUITE.replace("tools: file://tools.yaml", "functions: [FUNCTION], function_call: auto").replace(
+        "FUNCTION", json.dumps(WEATHER["function"])).replace("is-valid-openai-tools-call",
+                                                              "is-valid-openai-function-call")
+    suite = suite.replace("output[0].function.name === 'get_weather' && JSON.parse(output[0].function.arguments)",
+                          "output.name === 'get_weather' && JSON.parse(output.arguments)")
+    (row,) = run(services, suite_job(tmp_path, scripted(services, tmp_path, CALL), suite=suite)).rows()
+    assert json.loads(row.output) == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert [a.passed for a in row.asserts] == [True, True, True]
+
+
+def test_a_required_tool_choice_constrains_the_model_to_a_call(services, default_model_dir, tmp_path):
+    """On the default model (the tiny random one would write whitespace for ever inside the call's JSON), as the
+    API's test of tool_choice required."""
+    services.models.load(services.models.catalog.entry_for_path(default_model_dir), make_current=False)
+    job = suite_job(tmp_path, default_model_dir.name, ", tool_choice: required, parallel_tool_calls: false, "
+                                                      "max_tokens: 60")
+    assert job.settings[0].params.structured_outputs  # the calls' grammar, as the API sets it
+    (row,) = run(services, replace(job, use_cache=False)).rows()
+    (call,) = json.loads(row.output)
+    assert call["function"]["name"] == "get_weather" and set(json.loads(call["function"]["arguments"])) == {"city"}
+    assert row.asserts[0].passed and row.asserts[2].passed, row.asserts
+
+
+def test_a_provider_prefix_and_suffix_go_around_each_text_prompt(services, tmp_path):
+    suite = """
+prompts: ["{{message}}", '[{"role": "user", "content": "{{message}}"}]']
+providers:
+  - id: workbench:tiny
+    config: {prompt: {prefix: "[INST] ", suffix: " [/INST]"}}
+    prompts: ["{{message}}"]
+  - id: openai:chat:plain
+tests:
+  - vars: {message: hello there}
+"""
+    read = read_suite(suite, tmp_path)
+    job = BatchJob("affixed", read.rows, GridSpec([], {}), settings=read.settings)
+    model = services.models.slot("tiny").model
+    template = services.batch_runner.template(job, model)
+    text_row = read.rows[0]
+    prompt, messages = BatchRunner._prompt(job, text_row, model, template, read.settings[0].prompt)
+    assert messages[-1] == {"role": "user", "content": "[INST] hello there [/INST]"}
+    assert BatchRunner._prompt(job, text_row, model, template, None)[1][-1]["content"] == "hello there"
+    with pytest.raises(BatchInputError, match=r"prompt.prefix/suffix go around a text prompt, and this prompt is a "
+                                              r"chat"):
+        read_suite(suite.replace('    prompts: ["{{message}}"]\n', ""), tmp_path)
+    with pytest.raises(BatchInputError, match=r"config.prompt must be a mapping of prefix and suffix"):
+        read_suite(suite.replace('prefix: "[INST] "', "start: x"), tmp_path)
+
+
+def test_tools_a_provider_cannot_offer_are_refused_by_name(tmp_path):
+    def refused(config: str, match: str) -> None:
+        with pytest.raises(BatchInputError, match=match):
+            suite_job(tmp_path, "tiny", config)
+
+    refused(", tool_choice: {type: function, function: {name: get_time}}", r"tool_choice names 'get_time', which is "
+                                                                             r"not among the tools: get_weather")
+    refused(", functions: []", r"give tools or functions \(OpenAI's older form\), not both")
+    refused(", response_format: {type: json_object}, tool_choice: required", r"cannot be combined with response_")
+    (tmp_path / "tools.txt").write_text("x")
+    with pytest.raises(BatchInputError, match=r"tools: file://tools.txt: tools are read from .json or .yaml"):
+        read_suite(SUITE.replace("MODEL", "tiny").replace(", CONFIG", "").replace("tools.yaml", "tools.txt"),
+                   tmp_path)
+    with pytest.raises(BatchInputError, match=r"an openai:completion provider sends the prompt as a completion"):
+        read_suite(SUITE.replace("workbench:MODEL", "openai:completion:x").replace(", CONFIG", ""), tmp_path)
