@@ -190,7 +190,7 @@ class TrainingController:
             TRAINING: f"Training {where}: {line}",
             STOPPING: f"Stopping {where} after this step and saving a checkpoint… {line}",
             STOPPED: f"Stopped {where}: {state.message}. Press Resume (same name and settings) to continue.",
-            DONE: f"Done: {where} {line}; {state.message}. It is listed in the Model tab's LoRA panel.",
+            DONE: f"Done: {where}: {line}; {state.message}. It is listed in the Model tab's LoRA panel.",
             FAILED: f"⚠ Training {where} failed: {state.message}",
         }[state.phase]
         return text + (f"  \n{CPU_NOTE}" if state.phase in RUNNING and state.device == "cpu" else "")
