@@ -1,5 +1,5 @@
 """The Training tab in a real browser, on the tiny model (a workbench started with --model tiny): upload a dataset,
-fill the settings, preview, start, watch the loss plot grow, stop, resume to the end; the adapter is listed in the
+fill the settings, preview, a bad setting refused, start, watch the loss plot grow, stop, resume to the end; the adapter is listed in the
 Model tab's LoRA panel and attaches there; the tab's own buttons compare it in A/B and measure its perplexity."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import choose, open_page, screenshot, set_number, tab, upload_file, wait_text
+from tests.ui.pages import choose, open_page, screenshot, set_number, tab, toast, upload_file, wait_text
 
 pytestmark = [pytest.mark.browser]
 NOTES = ROOT / "tests" / "data" / "training" / "notes.txt"
@@ -47,6 +47,11 @@ def test_train_watch_the_loss_stop_resume_and_attach(server, browser):
     page.locator("#train-preview-button").click()
     wait_text(page, "#train-preview", "raw dataset notes.txt: 1 training examples, 1 for eval, 0 cut", 30_000)
 
+    set_number(page, "train-rank", 0)
+    page.locator("#train-start").click()  # refused before anything runs, with the backend's message
+    toast(page, "training setting 'rank' takes an integer from 1 to 1024; got 0")
+    assert "No training has run" in page.locator("#train-status").inner_text()
+    set_number(page, "train-rank", 8)
     page.locator("#train-start").click()
     wait_text(page, "#train-status", "Training 'notes' on tiny: step", 60_000)
     wait_text(page, "#train-status", "share its cores, so each is slower")  # on the CPU, it says so

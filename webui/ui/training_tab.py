@@ -7,7 +7,7 @@ options get); a timer redraws the progress bar, the status and the loss plot whi
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 import gradio as gr
@@ -18,7 +18,7 @@ from gradio.components import Component
 from loaders.base import available_devices
 from webui.controllers.training import AUTO_FORMAT, TrainingController, TrainingForm, TrainingView
 from webui.services import Services
-from webui.training.settings import SETTINGS
+from webui.training.settings import SETTINGS, TrainSetting
 from webui.ui.feedback import shows_errors
 from webui.ui.model_tab import option_control
 
@@ -83,8 +83,17 @@ def _settings_form(controller: TrainingController) -> dict[str, Component]:
                                                         label=spec.title, info=spec.help + " (from the datasets)",
                                                         elem_id="train-eval_file", elem_classes=["load-option"])
                     else:
-                        fields[spec.name] = option_control(spec, spec.default, f"train-{spec.name}")
+                        fields[spec.name] = _control(spec)
     return fields
+
+
+def _control(spec: TrainSetting) -> Component:
+    """The setting's control, its range said in its help rather than enforced by the control: a value out of range
+    reaches the settings table, whose message names the setting and what it takes."""
+    if spec.kind not in (int, float):
+        return option_control(spec, spec.default, f"train-{spec.name}")
+    shown = replace(spec, minimum=None, maximum=None, help=f"{spec.help} ({spec.describe()})")
+    return option_control(shown, spec.default, f"train-{spec.name}")
 
 
 def _data_rows(controller: TrainingController) -> dict[str, Any]:
