@@ -1,6 +1,7 @@
 """The Training tab in a real browser, on the tiny model (a workbench started with --model tiny): upload a dataset,
-fill the settings, preview, a bad setting refused, start, watch the loss plot grow, stop, resume to the end; the adapter is listed in the
-Model tab's LoRA panel and attaches there; the tab's own buttons compare it in A/B and measure its perplexity."""
+fill the settings, preview, a bad setting refused, start, watch the loss plot grow, stop, resume to the end; the
+adapter is listed in the Model tab's LoRA panel and attaches there; the tab's own buttons compare it in A/B and
+measure its perplexity."""
 
 from __future__ import annotations
 
