@@ -252,6 +252,10 @@ class ModelManager:
                 raise ModelLoadError(fit.refusal())
             self._reserved[holder] = need
 
+    def reserved(self) -> dict[str, int]:
+        """The memory held beside the loaded models, by holder."""
+        return dict(self._reserved)
+
     def release(self, holder: str) -> None:
         with self._lock:
             self._reserved.pop(holder, None)

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import ROOT
 from webui.controllers import UserError
 from webui.controllers.ab import CURRENT, NO_ADAPTER, Side
+from webui.controllers.model import ModelController
 from webui.controllers.training import AUTO_FORMAT, TrainingController, TrainingForm, TrainingView
 from webui.engine import GenerationRequest, SamplingParams
 from webui.training.runner import DONE, FAILED, STOPPED
@@ -56,6 +57,7 @@ def test_a_run_from_the_form_trains_while_serving_and_its_adapter_attaches_compa
     view = controller.start(form("zorbl.txt", max_steps=30, eval_file="zorbl.txt", eval_every=10))
     assert view.running and "Loading tiny in float32 on cpu" in view.status
     assert services.models.used_bytes() > idle  # the training copy counts in the memory budget while it runs
+    assert "MiB: the training copy of tiny (for 'zorbl'), until it ends)" in ModelController(services).loaded_table()
     with pytest.raises(UserError, match="'zorbl' is training; stop it or wait until it ends"):
         controller.start(form("zorbl.txt", name="other"))
     served = services.engine.generate(GenerationRequest("Hello", SamplingParams(temperature=0, max_new_tokens=4)))
