@@ -182,7 +182,7 @@ def _wire(tab: TrainingTab) -> None:
         names = c.dataset_choices()
         return gr.update(choices=names, value=name), gr.update(choices=["", *names])
 
-    tab.timer.tick(tick, [tab.seen], shown, show_progress="hidden")
+    tab.timer.tick(tick, [tab.seen], shown, show_progress="hidden", concurrency_limit=None)  # every page's, cheap
     tab.upload.upload(upload, [tab.upload], [tab.dataset, tab.eval_file])
     # both list the files put in the folder since the page loaded
     tab.dataset.focus(lambda: gr.update(choices=c.dataset_choices()), None, tab.dataset)
@@ -193,7 +193,7 @@ def _wire(tab: TrainingTab) -> None:
     tab.show_preview.click(shows_errors(lambda data: c.preview(tab.form(data))), inputs, [tab.preview])
     tab.start.click(shows_errors(lambda data: _shown(c.start(tab.form(data)))), inputs, shown)
     tab.resume.click(shows_errors(lambda data: _shown(c.start(tab.form(data), resume=True))), inputs, shown)
-    tab.stop.click(shows_errors(lambda: _shown(c.stop())), None, shown)
+    tab.stop.click(shows_errors(lambda: _shown(c.stop())), None, shown, concurrency_limit=None)
     tab.attach.click(shows_errors(c.attach), None, [tab.result])
 
     def perplexity(progress: gr.Progress = gr.Progress()) -> str:
