@@ -180,3 +180,19 @@ def test_failure_messages_name_out_of_memory_and_a_full_disk(services, controlle
     oom = failure_message(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), job)
     assert "out of memory (CUDA out of memory." in oom and "lower micro_batch_size or cutoff_len" in oom
     assert "the last checkpoint (if any) is kept in ckpt/x" in failure_message(MemoryError(), job)
+
+
+def test_format_files_in_the_formats_folder_and_chat_records_preview(services, controller):
+    for path in (DATA / "alpaca.jsonl", DATA / "chat.jsonl"):
+        controller.upload(str(path))
+    controller.formats_dir.mkdir(parents=True)
+    shipped = ROOT / "webui" / "data" / "training_formats" / "alpaca.json"
+    (controller.formats_dir / "alpaca-format.json").write_text(shipped.read_text())  # as text-generation-webui names it
+    assert controller.format_choices() == [AUTO_FORMAT, "alpaca", "vicuna", "alpaca-format.json"]
+    shown = controller.preview(form("alpaca.jsonl", fmt="alpaca-format.json"), count=1)
+    assert shown.startswith("**format:alpaca** dataset `alpaca.jsonl`: 3 training examples")
+    assert "Name the capital of France." in shown and "**Example 2**" not in shown
+    chat = controller.preview(form("chat.jsonl"))
+    assert chat.startswith("**chat** dataset `chat.jsonl`: 2 training examples") and "<|im_start|>assistant" in chat
+    with pytest.raises(UserError, match="The format file 'nope.json' is not in"):
+        controller.preview(form("alpaca.jsonl", fmt="nope.json"))
