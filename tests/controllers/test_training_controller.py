@@ -196,3 +196,12 @@ def test_format_files_in_the_formats_folder_and_chat_records_preview(services, c
     assert chat.startswith("**chat** dataset `chat.jsonl`: 2 training examples") and "<|im_start|>assistant" in chat
     with pytest.raises(UserError, match="The format file 'nope.json' is not in"):
         controller.preview(form("alpaca.jsonl", fmt="nope.json"))
+
+
+def test_closing_the_workbench_stops_a_run_and_keeps_its_checkpoint(services, controller):
+    controller.upload(str(DATA / "notes.txt"))
+    controller.start(form("notes.txt", name="notes", max_steps=5000, cutoff_len=16))
+    wait_for(controller, ("training",))
+    services.close()
+    assert controller.view().state.phase == STOPPED
+    assert (services.config.training_dir / "checkpoints" / "notes" / "trainer_state.pt").is_file()
