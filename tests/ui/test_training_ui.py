@@ -1,7 +1,9 @@
 """The Training tab in a real browser, on the tiny model (a workbench started with --model tiny): upload a dataset,
-fill the settings, preview, a bad setting refused, start, watch the loss plot grow, stop, resume to the end; the
-adapter is listed in the Model tab's LoRA panel and attaches there; the tab's own buttons compare it in A/B and
-measure its perplexity."""
+fill the settings, preview, a bad setting refused, start, watch the loss plot grow, stop, reload (the run and its
+form are shown again), resume to the end; the adapter is listed in the Model tab's LoRA panel and attaches there;
+the tab's own buttons compare it in A/B and measure its perplexity.
+
+600 steps (~15 s at ~40 steps/s on one core) leave room for the page's own latency between Start and Stop."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import choose, open_page, screenshot, set_number, tab, toast, upload_file, wait_text
+from tests.ui.pages import (choose, open_page, reload, screenshot, set_number, tab, toast, upload_file,
+                            wait_text)
 
 pytestmark = [pytest.mark.browser]
 NOTES = ROOT / "tests" / "data" / "training" / "notes.txt"
@@ -65,8 +68,12 @@ def test_train_watch_the_loss_stop_resume_and_attach(server, browser):
     wait_text(page, "#train-status", "Stopped 'notes' on tiny: stopped at step", 60_000)
     stopped = int(page.locator("#train-steps").inner_text().split("/")[0])
     assert 0 < stopped < 600 and (server.user_data / "training" / "checkpoints" / "notes").is_dir()
-    screenshot(page, "training-stopped")
 
+    reload(page)  # a reloaded page shows the run as it is, and the form it was started with
+    tab(page, "Training")
+    wait_text(page, "#train-status", "Stopped 'notes' on tiny: stopped at step", 30_000)
+    page.wait_for_function("() => document.querySelector('#train-name textarea').value === 'notes'", timeout=30_000)
+    assert page.locator("#train-max_steps input").input_value() == "600"
     page.locator("#train-resume").click()
     wait_text(page, "#train-status", "Done: 'notes' on tiny: step 600/600", 120_000)
     assert page.locator("#train-steps").inner_text() == "600/600"

@@ -68,6 +68,8 @@ class TrainingController:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.runner = services.training
+        self.last_form: TrainingForm | None = None
+        """The form of the last run started: a reloaded page shows it again, so Resume has what it needs."""
 
     # -- what there is ---------------------------------------------------------------------------------------
     @property
@@ -166,6 +168,7 @@ class TrainingController:
             self.runner.start(job, resume=resume)
         except (TrainingError, LoaderError) as exc:
             raise UserError(str(exc)) from exc
+        self.last_form = replace(form, replace=False)
         return self.view()
 
     def stop(self) -> TrainingView:

@@ -223,11 +223,23 @@ def wire_ab(tab: TrainingTab, ab: Any, tabs: gr.Tabs) -> None:
 
 
 def on_load(tab: TrainingTab) -> tuple[list, object]:
-    """(outputs, function): a page (re)load shows the run as it is now (and follows it while it goes)."""
+    """(outputs, function): a page (re)load shows the run as it is now (and follows it while it goes), the lists as
+    they are, and the form of the last run started (so that Resume has what it needs)."""
     c = tab.controller
+    others = [name for name in tab.fields if name != "eval_file"]
 
     def load():
-        names = c.dataset_choices()
-        return (*_shown(c.view()), gr.update(choices=names), gr.update(choices=["", *names]),
-                gr.update(choices=c.model_choices()))
-    return [tab.bar, tab.status, tab.plot, tab.seen, tab.timer, tab.dataset, tab.eval_file, tab.model], load
+        names, form = c.dataset_choices(), c.last_form
+        given: dict[str, Any] = {} if form is None else {
+            "model": form.model, "dataset": form.dataset, "device": form.device, "format": form.format,
+            "name": form.name, **form.values}
+
+        def value(key: str) -> dict[str, Any]:
+            return {"value": given[key]} if key in given else {}
+
+        return (*_shown(c.view()), gr.update(choices=c.model_choices(), **value("model")),
+                gr.update(choices=names, **value("dataset")), gr.update(choices=["", *names], **value("eval_file")),
+                *[gr.update(**value(key)) for key in ("device", "format", "name")],
+                *[gr.update(**value(name)) for name in others])
+    return [tab.bar, tab.status, tab.plot, tab.seen, tab.timer, tab.model, tab.dataset, tab.eval_file, tab.device,
+            tab.format, tab.name, *[tab.fields[name] for name in others]], load
