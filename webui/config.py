@@ -90,6 +90,12 @@ class AppConfig:
         return self.user_data_dir / "characters"
 
     @property
+    def training_dir(self) -> Path:
+        """LoRA training's files, laid out as text-generation-webui's: datasets/ (raw text, instruction and chat
+        records), formats/ (instruction format files) and checkpoints/NAME (a stopped run's)."""
+        return self.user_data_dir / "training"
+
+    @property
     def converted_dir(self) -> Path:
         """Safetensors folders made once from .gguf files, so later loads take seconds."""
         return self.user_data_dir / "converted"

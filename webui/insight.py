@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -191,20 +191,31 @@ def perplexity(engine: Engine, text: str, window: int = 512, loras: tuple = (),
 
     Each window runs between engine steps, so chats and batches keep going meanwhile.
     """
-    model = _local(engine.model)
-    ids = model.tokenizer.encode(text, add_special_tokens=True)
-    window = max(2, min(window, model.context_length or window))
+    ids = _local(engine.model).tokenizer.encode(text, add_special_tokens=True)
     if len(ids) < 2:
         raise InsightUnavailable("the text is too short; perplexity needs at least two tokens")
+    return sequences_perplexity(engine, [(ids, ids)], window, loras, progress)
+
+
+def sequences_perplexity(engine: Engine, sequences: Sequence[tuple[Sequence[int], Sequence[int]]], window: int = 512,
+                         loras: tuple = (), progress: Callable[[float, str], None] | None = None) -> Perplexity:
+    """Perplexity over several token sequences (each ``(input ids, labels)``; a label below 0 is not scored, as
+    training's -100), each read in non-overlapping windows between engine steps."""
+    model = _local(engine.model)
+    window = max(2, min(window, model.context_length or window))
+    spans = [(ids, labels, start) for ids, labels in sequences for start in range(0, len(ids) - 1, window)]
+    wanted = sum(1 for _, labels in sequences for label in labels[1:] if label >= 0)
     total, count = 0.0, 0
-    starts = list(range(0, len(ids) - 1, window))
-    for n, start in enumerate(starts):
-        chunk = ids[start:start + window + 1]  # +1: the last token of a window is predicted, too
+    for n, (ids, labels, start) in enumerate(spans):
+        chunk = list(ids[start:start + window + 1])  # +1: the last token of a window is predicted, too
         logits = engine.call_between_steps(functools.partial(model.logits, chunk[:-1], last_only=False, loras=loras))
         logp = torch.log_softmax(logits.float(), -1)
-        targets = torch.tensor(chunk[1:], dtype=torch.long, device=logp.device)
-        total -= float(logp.gather(1, targets[:, None]).sum())
-        count += len(chunk) - 1
+        targets = torch.tensor(labels[start + 1:start + len(chunk)], dtype=torch.long, device=logp.device)
+        scored = targets >= 0
+        total -= float(logp[scored].gather(1, targets[scored][:, None]).sum())
+        count += int(scored.sum())
         if progress:
-            progress((n + 1) / len(starts), f"{count}/{len(ids) - 1} tokens")
+            progress((n + 1) / len(spans), f"{count}/{wanted} tokens")
+    if not count:
+        raise InsightUnavailable("there is nothing to score; perplexity needs at least two tokens")
     return Perplexity(count, total / count, window)

@@ -157,6 +157,7 @@ class ModelManager:
         self._lock = threading.RLock()
         self._slots: dict[str, Slot] = {}
         self._current: dict[str, str] = {}  # owner -> the model they use ("": without a login, and the default)
+        self._reserved: dict[str, int] = {}  # memory held beside the slots (a training run's model copy), by holder
 
     # -- what is loaded --------------------------------------------------------------
     def in_use(self, owner: str) -> Slot | None:
@@ -233,12 +234,31 @@ class ModelManager:
         return default_budget_bytes() if mb is None else int(mb * 2**20)
 
     def used_bytes(self) -> int:
-        return sum(s.model.memory_bytes() for s in self._slots.values())
+        return sum(s.model.memory_bytes() for s in self._slots.values()) + sum(self._reserved.values())
 
     def fit(self, name: str, need: int, leaving: set[str], loader: Any = None) -> Fit:
-        """How loading ``name`` (``need`` bytes) fits the budget once the models ``leaving`` are gone."""
+        """How loading ``name`` (``need`` bytes) fits the budget once the models ``leaving`` are gone (memory
+        reserved beside the slots stays)."""
         staying = tuple((key, s.model.memory_bytes()) for key, s in self._slots.items() if key not in leaving)
-        return Fit(name, need, self.budget_bytes(), staying, loader.smaller_load if loader is not None else "")
+        return Fit(name, need, self.budget_bytes(), staying + tuple(self._reserved.items()),
+                   loader.smaller_load if loader is not None else "")
+
+    def reserve(self, holder: str, need: int) -> None:
+        """Count ``need`` bytes held beside the loaded models (a training run's copy of one) against the budget
+        until :meth:`release`; ModelLoadError says what would make room when they do not fit."""
+        with self._lock:
+            fit = self.fit(holder, need, set())
+            if not fit.fits:
+                raise ModelLoadError(fit.refusal())
+            self._reserved[holder] = need
+
+    def reserved(self) -> dict[str, int]:
+        """The memory held beside the loaded models, by holder."""
+        return dict(self._reserved)
+
+    def release(self, holder: str) -> None:
+        with self._lock:
+            self._reserved.pop(holder, None)
 
     # -- loading ---------------------------------------------------------------
     def load(self, entry: ModelEntry | str, loader: str | None = None, options: LoadOptions | None = None,

@@ -21,6 +21,7 @@ from webui.settings import SettingsStore
 from webui.store import ChatStore, Database, NotebookStore
 from webui.store.perplexity import PerplexityStore
 from webui.store.requests import RequestStore, Retention
+from webui.training.runner import TrainingRunner
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Services:
     jobs: JobRunner
     requests: RequestStore
     characters: CharacterStore
+    training: TrainingRunner
 
     # -- the edge: who is calling is read here, once per use, and passed down to the ModelManager --------------
     @property
@@ -95,7 +97,7 @@ class Services:
                    batches, runner, PerplexityStore(db), JobRunner(),
                    RequestStore(db, Retention(config.capture_max_requests, int(config.capture_max_mb * 2**20)),
                                 capture_all=config.capture_requests),
-                   characters=CharacterStore(config.characters_dir))
+                   characters=CharacterStore(config.characters_dir), training=TrainingRunner(models))
 
     def close(self) -> None:
         """Unload the model, stop the engine, close the database; a second call does nothing."""
@@ -103,6 +105,7 @@ class Services:
         if engine.closed:
             return
         self.jobs.stop()
+        self.training.close()  # a run stops at its step's end and keeps a checkpoint
         self.models.close()
         engine.close()
         self.db.close()

@@ -88,7 +88,7 @@ def test_chat_records_train_on_the_assistant_turns_only(tokenizer):
     ('{"messages": [{"role": "user"}, {"role": "assistant", "content": "x"}]}',
      "data.jsonl line 1, message 1: each message needs a 'role' and a text 'content'"),
     ('{"messages": []}\n', "data.jsonl line 1 has no 'messages' list"),
-    ('{"instruction": "a", "output": "b"}', "holds instruction records: name their format with --format"),
+    ('{"instruction": "a", "output": "b"}', "holds instruction records: name their format (--format"),
     ('{"messages": [}', "data.jsonl line 1 is not JSON"),
     ('["a"]', "data.jsonl line 1 is not a JSON object"),
     ('', "has no records"),
@@ -106,7 +106,7 @@ def test_bad_dataset_inputs_before_anything_runs(tokenizer, tmp_path):
         load_dataset(DATA / "alpaca.jsonl", tokenizer, parse_settings({"cutoff_len": 20}), "alpaca")
     with pytest.raises(TrainingError, match="unknown format 'chatml'; use one of alpaca, vicuna or a format file"):
         load_dataset(DATA / "alpaca.jsonl", tokenizer, parse_settings({}), "chatml")
-    with pytest.raises(TrainingError, match="'notes.txt' is raw text: --format applies to JSON/JSONL"):
+    with pytest.raises(TrainingError, match="'notes.txt' is raw text: a format \\(--format\\) applies to JSON/JSONL"):
         load_dataset(DATA / "notes.txt", tokenizer, parse_settings({}), "alpaca")
     with pytest.raises(TrainingError, match="does not exist"):
         load_dataset(tmp_path / "missing.txt", tokenizer, parse_settings({}))

@@ -20,7 +20,8 @@ from loaders.base import LoaderError
 from webui.config import AppConfig, default_user_data_dir
 from webui.training.data import preview, shipped_formats
 from webui.training.settings import SETTINGS, TrainingError, help_table, parse_settings
-from webui.training.trainer import TrainJob, TrainProgress, base_model_folder, prepare, train
+from webui.training.trainer import (TrainJob, TrainProgress, base_model_folder, checkpoint_dir, failure_message,
+                                    prepare, train)
 
 
 def option(name: str) -> str:
@@ -57,18 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def checkpoint_dir(config: AppConfig, name: str) -> Path:
-    """Where a stopped run of adapter ``name`` keeps its checkpoint (outside the loras dir: not an adapter yet)."""
-    return config.user_data_dir / "training" / "checkpoints" / name
-
-
 def print_progress(p: TrainProgress) -> None:
-    eta = int(p.eta_s)
-    line = (f"step {p.step}/{p.total}  loss {p.loss:.4f}" + (f"  eval {p.eval_loss:.4f}" if p.eval_loss is not None
-                                                             else "")
-            + f"  {p.tokens_per_s:.0f} tok/s  ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}")
     end = "\n" if p.step == p.total or not sys.stdout.isatty() else ""
-    print(("\r" if sys.stdout.isatty() else "") + line, end=end, flush=True)
+    print(("\r" if sys.stdout.isatty() else "") + p.describe(), end=end, flush=True)
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -125,8 +117,8 @@ def main(argv: list[str]) -> int:
         result = train(job, print_progress, stop.is_set, resume=args.resume)
     except (TrainingError, LoaderError) as exc:
         return _fail(str(exc))
-    except (RuntimeError, OSError) as exc:  # out of memory, a full disk: the last checkpoint stays
-        return _fail(f"training failed: {exc}; the last checkpoint (if any) is kept in {job.checkpoint}", 1)
+    except (RuntimeError, OSError, MemoryError) as exc:  # out of memory, a full disk: the last checkpoint stays
+        return _fail(failure_message(exc, job), 1)
     except KeyboardInterrupt:  # a second Ctrl-C: quit without waiting for the step to end
         return _fail(f"interrupted; the last checkpoint (if any) is kept in {job.checkpoint}", 1)
     finally:

@@ -243,7 +243,8 @@ def load_examples(path: Path, tokenizer: Tokenizer, settings: TrainingSettings,
         raise TrainingError(f"dataset '{path}' does not exist")
     if path.suffix in RAW_SUFFIXES:
         if format_name:
-            raise TrainingError(f"'{path.name}' is raw text: --format applies to JSON/JSONL instruction datasets")
+            raise TrainingError(f"'{path.name}' is raw text: a format (--format) applies to JSON/JSONL instruction "
+                                "datasets only")
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -258,8 +259,8 @@ def load_examples(path: Path, tokenizer: Tokenizer, settings: TrainingSettings,
     records = read_records(path)
     if format_name is None:
         if not any("messages" in record for _, record in records):
-            raise TrainingError(f"'{path.name}' holds instruction records: name their format with --format "
-                                f"({', '.join(shipped_formats())} or a format file), or give chat records with "
+            raise TrainingError(f"'{path.name}' holds instruction records: name their format (--format; "
+                                f"{', '.join(shipped_formats())} or a format file), or give chat records with "
                                 "a 'messages' list")
         if not tokenizer.chat_template:
             raise TrainingError("this model has no chat template, so chat records cannot be rendered; use an "

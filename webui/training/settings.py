@@ -74,7 +74,8 @@ SETTINGS: tuple[TrainSetting, ...] = (
                  minimum=0),
     TrainSetting("eval_percent", float, 0.0, "hold out this percent of the dataset to measure an eval loss",
                  minimum=0, maximum=50),
-    TrainSetting("eval_file", str, "", "a dataset file (same kind as --data) to measure an eval loss on"),
+    TrainSetting("eval_file", str, "", "a dataset file (of the same kind as the dataset) to measure an eval loss "
+                 "on"),
     TrainSetting("eval_every", int, 10, "measure the eval loss every N steps (and at the end)", minimum=1),
     TrainSetting("train_on_all_turns", bool, False,
                  "chat and instruction data: train on every token, not only the assistant's replies"),

@@ -25,6 +25,7 @@ from typing import Any, Callable
 from loaders.base import ModelLoadError, atomic_folder
 from loaders.hf import content_key, folder_tokenizer, from_pretrained, quant_method, resolve_device
 from webui.catalog import Catalog
+from webui.config import AppConfig
 from webui.names import InvalidName, check_name
 from webui.training.data import IGNORE, Dataset, Example, load_dataset
 from webui.training.settings import TrainingError, TrainingSettings
@@ -42,6 +43,27 @@ class TrainProgress:
     eval_loss: float | None
     tokens_per_s: float
     eta_s: float
+    eval_step: int | None = None
+    """The step eval_loss was measured at (None: not yet)."""
+
+    def describe(self) -> str:
+        """``step 3/10  loss 2.3104  eval 2.4000  812 tok/s  ETA 0:00:12`` (the CLI's line, the tab's status)."""
+        eta = int(self.eta_s)
+        return (f"step {self.step}/{self.total}  loss {self.loss:.4f}"
+                + (f"  eval {self.eval_loss:.4f}" if self.eval_loss is not None else "")
+                + f"  {self.tokens_per_s:.0f} tok/s  ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}")
+
+
+@dataclass(frozen=True)
+class Words:
+    """How a refusal names the ways on: the CLI's options (the default) or the Training tab's controls."""
+    name: str = "--name"
+    replace: str = "pass --force"
+    resume: str = "pass --resume"
+    fresh: str = "start without --resume"
+
+
+CLI_WORDS = Words()
 
 
 @dataclass
@@ -71,14 +93,16 @@ class TrainResult:
     record: dict
 
 
-def base_model_folder(catalog: Catalog, model: str) -> tuple[str, Path]:
-    """The name and Hugging Face folder of ``model`` (a catalog name, the default model too, or a path).
+def base_model_folder(catalog: Catalog, model: str, paths: bool = True,
+                      progress: Callable[[float, str], None] | None = None) -> tuple[str, Path]:
+    """The name and Hugging Face folder of ``model`` (a catalog name, the default model too, or with ``paths`` a
+    path: the command line's, never a name from the UI).
 
     Training always reads the weights with transformers: a .gguf is converted once (the folder the transformers
     loader makes for it); a model only another loader reads (GPTQ, EXL2, a remote server) is refused.
     """
     path = Path(model).expanduser()
-    entry = catalog.entry_for_path(path) if path.exists() else catalog.resolve(model)
+    entry = catalog.entry_for_path(path) if paths and path.exists() else catalog.resolve(model)
     transformers = catalog.registry.get("transformers")
     if transformers.match(entry.path) <= 0:
         method = quant_method(entry.path)
@@ -86,8 +110,14 @@ def base_model_folder(catalog: Catalog, model: str) -> tuple[str, Path]:
         raise ModelLoadError(f"cannot train on {what}: training loads a model's plain weights with transformers, "
                              "which cannot read it; train on the original (unquantized) Hugging Face folder or "
                              ".gguf file")
-    folder = transformers.prepare(entry.path, catalog.workdir(entry), lambda f, m: print(m, flush=True))
+    folder = transformers.prepare(entry.path, catalog.workdir(entry),
+                                  progress or (lambda f, m: print(m, flush=True)))
     return entry.model_name, Path(folder)
+
+
+def checkpoint_dir(config: AppConfig, name: str) -> Path:
+    """Where a stopped run of adapter ``name`` keeps its checkpoint (outside the loras dir: not an adapter yet)."""
+    return config.training_dir / "checkpoints" / name
 
 
 def model_fingerprint(folder: Path) -> str:
@@ -101,26 +131,42 @@ def model_fingerprint(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def prepare(job: TrainJob, force: bool = False, resume: bool = False) -> TrainJob:
-    """Check everything a user can get wrong, before any weights load; returns the job with its dataset read."""
+def prepare(job: TrainJob, force: bool = False, resume: bool = False, words: Words = CLI_WORDS) -> TrainJob:
+    """Check everything a user can get wrong, before any weights load; returns the job with its dataset read.
+    ``words`` name the ways on in the messages (the CLI's options by default)."""
     try:
         check_name("LoRA adapter", job.name)
     except InvalidName as exc:
         raise TrainingError(str(exc)) from None
     if job.out.exists() and not force:
-        raise TrainingError(f"an adapter named '{job.name}' exists ({job.out}); choose another --name or pass "
-                            "--force to replace it")
+        raise TrainingError(f"an adapter named '{job.name}' exists ({job.out}); choose another {words.name} or "
+                            f"{words.replace} to replace it")
     if resume and not (job.checkpoint / STATE).is_file():
-        raise TrainingError(f"there is no checkpoint of '{job.name}' to resume ({job.checkpoint}); start without "
-                            "--resume")
+        raise TrainingError(f"there is no checkpoint of '{job.name}' to resume ({job.checkpoint}); {words.fresh}")
     if not resume and (job.checkpoint / STATE).is_file() and not force:
-        raise TrainingError(f"'{job.name}' has a checkpoint from a stopped run; pass --resume to continue it or "
-                            "--force to start over")
+        raise TrainingError(f"'{job.name}' has a checkpoint from a stopped run; {words.resume} to continue it or "
+                            f"{words.replace} to start over")
     tokenizer = folder_tokenizer(job.model_dir)
     dataset = load_dataset(job.data, tokenizer, job.settings, job.format_name)
     job.dataset = dataset
     job.device = resolve_device(job.device)
+    if resume:
+        check_resumable(job, _read_state(job), words)
     return job
+
+
+def memory_estimate(job: TrainJob) -> int:
+    """Roughly what a run takes beside the loaded models: its own float32 copy of the base model, and one
+    micro-batch's activations kept for the backward pass (the logits and each layer's intermediate values)."""
+    from loaders.hf import loaded_bytes
+
+    config = json.loads((job.model_dir / "config.json").read_text())
+    config = config.get("text_config", config)
+    s = job.settings
+    tokens = s.micro_batch_size * s.cutoff_len
+    per_token = 3 * int(config.get("vocab_size") or 0) + 24 * int(config.get("hidden_size") or 0) * int(
+        config.get("num_hidden_layers") or 0)
+    return loaded_bytes(job.model_dir, "float32") + tokens * per_token * 4
 
 
 def total_steps(settings: TrainingSettings, examples: int) -> int:
@@ -221,16 +267,34 @@ def save_checkpoint(job: TrainJob, model: Any, optimizer: Any, scheduler: Any, s
                    tmp / STATE)
 
 
+def _read_state(job: TrainJob) -> dict[str, Any]:
+    import torch
+
+    return torch.load(job.checkpoint / STATE, weights_only=False, map_location=job.device)
+
+
+def check_resumable(job: TrainJob, state: dict[str, Any], words: Words = CLI_WORDS) -> None:
+    """A checkpoint continues only the run that made it: the same settings, dataset and base model."""
+    for key, value in _state_of(job).items():
+        if state.get(key) != value:
+            raise TrainingError(f"the checkpoint of '{job.name}' was made with another {key.replace('_', ' ')}; "
+                                f"resume with the same dataset, model and settings, or {words.replace} to start "
+                                "over")
+
+
+def checkpoint_curves(job: TrainJob) -> tuple[list[list], list[list]]:
+    """The loss and eval loss curves (``[step, loss]`` lists) of the stopped run that ``job`` resumes."""
+    run = _read_state(job)["run"]
+    return list(run["curve"]), list(run["eval_curve"])
+
+
 def load_checkpoint(job: TrainJob, model: Any, optimizer: Any, scheduler: Any) -> tuple[int, dict]:
     import torch
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    state = torch.load(job.checkpoint / STATE, weights_only=False, map_location=job.device)
-    for key, value in _state_of(job).items():
-        if state.get(key) != value:
-            raise TrainingError(f"the checkpoint of '{job.name}' was made with another {key.replace('_', ' ')}; "
-                                "resume with the same dataset, model and settings, or pass --force to start over")
+    state = _read_state(job)
+    check_resumable(job, state)
     set_peft_model_state_dict(model, load_file(job.checkpoint / "adapter_model.safetensors", device=job.device))
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
@@ -262,6 +326,7 @@ def train(job: TrainJob, progress: Callable[[TrainProgress], None] | None = None
         torch.manual_seed(s.seed + 1)  # dropout's stream, the same whether or not a run is resumed
     pad_id, started, start_step, tokens_now = _pad_id(job), time.monotonic(), step, 0
     last_eval: float | None = run["eval_curve"][-1][1] if run["eval_curve"] else None
+    eval_step: int | None = run["eval_curve"][-1][0] if run["eval_curve"] else None
     while step < total:
         step_loss, step_tokens = 0.0, 0
         micro = [collate([data.train[i] for i in micro_batch(s, len(data.train), step * s.grad_accum + k)],
@@ -279,13 +344,13 @@ def train(job: TrainJob, progress: Callable[[TrainProgress], None] | None = None
         tokens_now += step_tokens
         run["curve"].append([step, step_loss / max(labelled, 1)])
         if data.eval and (step % s.eval_every == 0 or step == total):
-            last_eval = eval_loss(model, data.eval, s, pad_id, job.device)
+            last_eval, eval_step = eval_loss(model, data.eval, s, pad_id, job.device), step
             run["eval_curve"].append([step, last_eval])
         spent = time.monotonic() - started
         if progress is not None:
             done = step - start_step
             progress(TrainProgress(step, total, run["curve"][-1][1], last_eval, tokens_now / max(spent, 1e-9),
-                                   spent / done * (total - step)))
+                                   spent / done * (total - step), eval_step))
         stopping = stop is not None and stop() and step < total
         if stopping or (s.save_every and step % s.save_every == 0 and step < total):
             save_checkpoint(job, model, optimizer, scheduler, step, _run_totals(run, spent, tokens_now))
@@ -297,6 +362,21 @@ def train(job: TrainJob, progress: Callable[[TrainProgress], None] | None = None
         (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     shutil.rmtree(job.checkpoint, ignore_errors=True)
     return TrainResult(job.out, step, total, False, record)
+
+
+def failure_message(exc: BaseException, job: TrainJob) -> str:
+    """What a run that broke off says: the cause named (out of memory, a full disk), and that the last checkpoint
+    stays."""
+    import errno
+
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, MemoryError) or "out of memory" in text.lower():
+        cause = f"out of memory ({text}); lower micro_batch_size or cutoff_len, or free memory"
+    elif isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        cause = f"the disk is full ({text}); free some space"
+    else:
+        cause = text
+    return f"training failed: {cause}; the last checkpoint (if any) is kept in {job.checkpoint}"
 
 
 def _run_totals(run: dict, seconds: float, tokens: int) -> dict:

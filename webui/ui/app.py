@@ -19,7 +19,7 @@ from webui.controllers.generation import ActiveRequests, status_text
 from webui import owner
 from webui.services import Services
 from webui.ui import (ab_tab, account, batch_tab, chat_tab, insight_tab, model_tab, notebook_tab, parameters_tab,
-                      requests_tab)
+                      requests_tab, training_tab)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,8 @@ def build_ui(services: Services) -> gr.Blocks:
                 params = parameters_tab.create_parameters_tab(services)
             with gr.Tab("Model", id="model", elem_id="tab-model") as model_panel:
                 model = model_tab.create_model_tab(services, picker, model_panel)
+            with gr.Tab("Training", id="training", elem_id="tab-training"):
+                training = training_tab.create_training_tab(services)
             with gr.Tab("Requests", id="requests", elem_id="tab-requests"):
                 requests = requests_tab.create_requests_tab(services)
             requests_tab.wire_refresh(requests, tabs)
@@ -87,11 +89,12 @@ def build_ui(services: Services) -> gr.Blocks:
             with ab_panel:
                 ab = ab_tab.create_ab_tab(services, params, active)
             requests_tab.wire_open(requests, chat, notebook.text, insight, batch, tabs)
+            training_tab.wire_ab(training, ab, tabs)
         params.panel.page_showing.render()  # outside the tabs, so that it is in the page whichever tab is open
         gr.Timer(1.0).tick(lambda: status_text(services), None, status, show_progress="hidden")
         parts = [parameters_tab.on_load(params), chat_tab.on_load(chat), notebook_tab.on_load(notebook),
                  batch_tab.on_load(batch), model_tab.on_load(model), insight_tab.on_load(insight), ab_tab.on_load(ab),
-                 requests_tab.on_load(requests)]
+                 requests_tab.on_load(requests), training_tab.on_load(training)]
         if user is not None:
             parts.append(account.on_load(user))
         demo.load(*page_load(parts))

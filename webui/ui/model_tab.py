@@ -106,7 +106,7 @@ def _model_rows(services: Services, controller: ModelController) -> dict:
                 estimate=estimate, message=message)
 
 
-def _option_control(spec: LoadOption, value: Any, elem_id: str) -> OptionControl:
+def option_control(spec: LoadOption, value: Any, elem_id: str) -> OptionControl:
     """The control for one load option, built from its declaration (class load-option: at least as wide as a
     dropdown, so on a narrow window the row wraps instead of squeezing a checkbox until its text is cut off)."""
     common = _OptionLabels(label=spec.title, info=spec.help, elem_id=elem_id, elem_classes=["load-option"])
@@ -135,7 +135,7 @@ def _option_form(services: Services, controller: ModelController, model: str | N
             gr.Markdown(f"**{name} load options** (remembered for each model once it loads)")
             with gr.Row(equal_height=True):
                 for spec in specs:
-                    fields.append((name, spec, _option_control(spec, values[spec.name],
+                    fields.append((name, spec, option_control(spec, values[spec.name],
                                                                f"load-{name}-{spec.name}")))
         groups[name] = group
     return groups, fields
