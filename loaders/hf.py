@@ -33,11 +33,12 @@ ATTENTION = LoadOption(
 TRUST_REMOTE_CODE = LoadOption(
     "trust_remote_code", bool, False, "Run Python code that ships in the model folder (models with their own "
     "architecture code). Off by default: only turn it on for folders you trust.", label="trust remote code")
+LOAD_IN = LoadOption(
+    "load_in", str, "full", "Quantize while loading through bitsandbytes: 8bit or 4bit (NF4) weights, on CUDA only; "
+    "full keeps the dtype.", label="load in (bitsandbytes)", choices=("full", "8bit", "4bit"), devices=("cuda",))
 HF_OPTIONS = (
     ATTENTION,
-    LoadOption("load_in", str, "full", "Quantize while loading through bitsandbytes: 8bit or 4bit (NF4) weights, "
-               "on CUDA only; full keeps the dtype.", label="load in (bitsandbytes)",
-               choices=("full", "8bit", "4bit"), devices=("cuda",)),
+    LOAD_IN,
     LoadOption("device_map", str, "single", "Place the layers: single (all on the Device chosen), or across "
                "the GPUs (and the CPU for what does not fit) with accelerate: auto, balanced, sequential.",
                label="device map", choices=("single", "auto", "balanced", "sequential"), devices=("cuda",)),

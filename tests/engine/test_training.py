@@ -4,6 +4,7 @@ equals an uninterrupted run; bad jobs are refused before any weights load; `laun
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import signal
@@ -24,6 +25,12 @@ FACT = " 7431"
 GREEDY = SamplingParams(temperature=0, max_new_tokens=6, ban_eos=True)
 FAST = {"rank": 8, "alpha": 16, "target_modules": "all-linear", "learning_rate": 1e-2, "dropout": 0.0,
         "micro_batch_size": 1, "scheduler": "constant"}
+
+
+def torch_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes") is not None
 
 
 @pytest.fixture
@@ -154,3 +161,21 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_finishes(tiny_model_dir, fact_file
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "from its checkpoint" in resumed.stdout and "step 60/60" in resumed.stdout
     assert len(json.loads((user_data / "loras" / "ctrl" / RECORD).read_text())["loss_curve"]) == 60
+
+
+def test_qlora_is_refused_off_cuda_before_any_weights_load(tiny_model_dir, fact_file, tmp_path):
+    with pytest.raises(TrainingError, match="load_in 4bit \\(QLoRA\\) needs a CUDA GPU: .* this run is on cpu; set "
+                                            "load_in to full"):
+        prepare(job("q", tiny_model_dir, fact_file, tmp_path, load_in="4bit"))
+    with pytest.raises(TrainingError, match="training setting 'load_in' takes one of full, 8bit, 4bit; got '2bit'"):
+        parse_settings({"load_in": "2bit"})
+
+
+@pytest.mark.skipif(not torch_cuda(), reason="QLoRA needs a CUDA GPU with bitsandbytes (tests/gpu/README.md)")
+@pytest.mark.parametrize("load_in", ["8bit", "4bit"])
+def test_qlora_learns_the_fact_on_cuda(tiny_model_dir, fact_file, tmp_path, load_in):
+    work = job("q" + load_in, tiny_model_dir, fact_file, tmp_path, **{**FAST, "max_steps": 40}, load_in=load_in)
+    work.device = "cuda"
+    result = train(prepare(work))
+    losses = [loss for _, loss in result.record["loss_curve"]]
+    assert losses[-1] < losses[0] - 0.1 and result.record["settings"]["load_in"] == load_in

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
+from loaders.hf import LOAD_IN
 from loaders.options import LoadOption, LoadOptionError
 
 
@@ -80,6 +81,9 @@ SETTINGS: tuple[TrainSetting, ...] = (
     TrainSetting("train_on_all_turns", bool, False,
                  "chat and instruction data: train on every token, not only the assistant's replies"),
     TrainSetting("add_eos", bool, True, "instruction and chat data: end each example with the end-of-text token"),
+    TrainSetting(LOAD_IN.name, str, LOAD_IN.default, "QLoRA: hold the base model in 8bit or 4bit (NF4) weights "
+                 "while the adapter trains, in less memory (bitsandbytes, CUDA only); full: float32",
+                 choices=LOAD_IN.choices),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -107,6 +111,7 @@ class TrainingSettings:
     eval_every: int = 10
     train_on_all_turns: bool = False
     add_eos: bool = True
+    load_in: str = "full"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from loaders.base import ModelLoadError, atomic_folder
-from loaders.hf import content_key, folder_tokenizer, from_pretrained, quant_method, resolve_device
+from loaders.hf import content_key, folder_tokenizer, from_pretrained, hf_load_kwargs, quant_method, resolve_device
+from loaders.options import LoadOptionError
 from webui.catalog import Catalog
 from webui.config import AppConfig
 from webui.names import InvalidName, check_name
@@ -150,14 +151,32 @@ def prepare(job: TrainJob, force: bool = False, resume: bool = False, words: Wor
     dataset = load_dataset(job.data, tokenizer, job.settings, job.format_name)
     job.dataset = dataset
     job.device = resolve_device(job.device)
+    quantized_base(job)
     if resume:
         check_resumable(job, _read_state(job), words)
     return job
 
 
+def quantized_base(job: TrainJob) -> dict[str, Any]:
+    """from_pretrained's arguments that hold the base model in 8 or 4 bits (QLoRA; the ``load_in`` setting), {}
+    for full weights; a TrainingError off CUDA or without bitsandbytes, before any weights load."""
+    load_in = job.settings.load_in
+    if load_in == "full":
+        return {}
+    if not job.device.startswith("cuda"):
+        raise TrainingError(f"load_in {load_in} (QLoRA) needs a CUDA GPU: bitsandbytes' 8-bit and 4-bit kernels "
+                            f"run there, and this run is on {job.device}; set load_in to full (the base model is "
+                            "then held in float32)")
+    try:
+        return hf_load_kwargs({"load_in": load_in}, job.device, "bfloat16")
+    except LoadOptionError as exc:
+        raise TrainingError(str(exc).replace("choose full", "set load_in to full")) from None
+
+
 def memory_estimate(job: TrainJob) -> int:
-    """Roughly what a run takes beside the loaded models: its own float32 copy of the base model, and one
-    micro-batch's activations kept for the backward pass (the logits and each layer's intermediate values)."""
+    """Roughly what a run takes beside the loaded models: its own copy of the base model (float32, or 8 or 4 bits
+    with load_in), and one micro-batch's activations kept for the backward pass (the logits and each layer's
+    intermediate values)."""
     from loaders.hf import loaded_bytes
 
     config = json.loads((job.model_dir / "config.json").read_text())
@@ -166,7 +185,8 @@ def memory_estimate(job: TrainJob) -> int:
     tokens = s.micro_batch_size * s.cutoff_len
     per_token = 3 * int(config.get("vocab_size") or 0) + 24 * int(config.get("hidden_size") or 0) * int(
         config.get("num_hidden_layers") or 0)
-    return loaded_bytes(job.model_dir, "float32") + tokens * per_token * 4
+    weights = loaded_bytes(job.model_dir, "float32") * {"8bit": 1, "4bit": 0.5}.get(s.load_in, 4) / 4
+    return int(weights) + tokens * per_token * 4
 
 
 def total_steps(settings: TrainingSettings, examples: int) -> int:
@@ -227,7 +247,12 @@ def build_model(job: TrainJob) -> Any:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    model, _ = from_pretrained(job.model_dir, job.device, "float32")
+    quantized = quantized_base(job)
+    model, _ = from_pretrained(job.model_dir, job.device, "float32", **quantized)
+    if quantized:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     s = job.settings
     torch.manual_seed(s.seed)  # the adapter's initial weights
     config = LoraConfig(r=s.rank, lora_alpha=s.alpha, lora_dropout=s.dropout, target_modules=s.modules(),
