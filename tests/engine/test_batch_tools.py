@@ -13,7 +13,9 @@ import pytest
 from tests.engine.test_batch_runner import run, scripted_loader
 from webui.api.routes import render_messages
 from webui.batch import BatchInputError, GridSpec
+from webui.batch.export import from_csv, from_jsonl, to_csv, to_jsonl
 from webui.batch.promptfoo import read_suite
+from webui.batch.promptfoo_export import to_promptfoo
 from webui.batch.runner import BatchJob, BatchRunner
 from webui.chat.tools import plan_tools
 
@@ -63,6 +65,16 @@ def test_a_reply_of_tool_calls_is_the_calls_as_promptfoos_openai_provider_return
     assert row.passed and row.finish_reason == "stop"
     again = run(services, job).rows()[0]  # from the cache: the reply as generated, read again
     assert again.from_cache and again.passed and json.loads(again.output)[0]["function"] == call["function"]
+    assert row.output_json and again.output_json
+    exported = json.loads(to_promptfoo([row], prompts=job.rows))["results"]["results"][0]
+    assert exported["response"]["output"] == calls  # the list itself, as promptfoo writes its tool calls
+    assert from_jsonl(to_jsonl([row])) == [row] and from_csv(to_csv([row])) == [row]
+
+
+def test_a_text_output_stays_text_in_promptfoos_export(services, tmp_path):
+    (row,) = run(services, suite_job(tmp_path, scripted(services, tmp_path, '["not", "a", "call"]'))).rows()
+    assert not row.output_json
+    assert json.loads(to_promptfoo([row]))["results"]["results"][0]["response"]["output"] == '["not", "a", "call"]'
 
 
 def test_the_prompt_offers_the_tools_as_the_api_does(services, tmp_path):

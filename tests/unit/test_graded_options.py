@@ -3,11 +3,15 @@ categories, and g-eval with a list of criteria (each judged, the scores averaged
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.unit.test_graded import judged
 from webui.batch import BatchInputError, parse_assert
 from webui.batch.promptfoo import read_config
+from webui.batch.promptfoo_export import to_promptfoo
+from webui.batch.results import ResultRow
 
 SCORES = {"subset": 0.4, "superset": 0, "agree": 1, "disagree": 0.2, "differButFactual": 0}
 
@@ -42,6 +46,10 @@ def test_a_suites_factuality_options_reach_its_factuality_asserts_and_round_trip
     assert parse_assert(first.to_dict()) == first
     result, _, _ = judged(first, "Paris and more", {"reason": "", "choice": "B"})
     assert result.passed and result.score == 0.5
+    exported = json.loads(to_promptfoo([result_row(rows[0], "Paris and more")], prompts=rows))
+    case = exported["results"]["results"][0]["testCase"]  # promptfoo keeps the scores in the test's options
+    assert case["options"] == {"factuality": {"superset": 0.5, "disagree": 0.0}}
+    assert "factuality" not in case["assert"][0]
 
 
 @pytest.mark.parametrize("given, message", [
@@ -86,3 +94,8 @@ def test_a_criterion_the_judge_cannot_score_counts_zero_and_the_list_round_trips
     assert rows[0].asserts[0].value == ("coherent", "is brief")
     with pytest.raises(BatchInputError, match=r"g-eval needs a text or a list of texts \(criteria\)"):
         parse_assert({"type": "g-eval", "value": ["ok", ""]})
+
+
+def result_row(row, output: str) -> ResultRow:
+    return ResultRow(prompt_index=row.index, prompt_id=row.id, prompt=row.text, setting="s", params={}, sample=0,
+                     seed=0, output=output, finish_reason="stop", prompt_tokens=1, completion_tokens=1)

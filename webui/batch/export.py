@@ -6,7 +6,8 @@ loader) and ``loader`` the loader it ran on; ``params``, ``load_options`` (the
 loader's options the model was loaded with) and ``assert_results`` are JSON, ``asserts`` is a readable
 one-line-per-assert summary ("PASS contains:Paris", "FAIL max-length:50 tokens:
 output has 73 tokens, more than 50"), ``passed`` is true/false/empty and an
-empty ``ttft``/``tokens_per_second``/``error`` cell means none. Text cells that a
+empty ``ttft``/``tokens_per_second``/``error`` cell means none; ``output_json`` is true where the output is the
+JSON of a provider's tool calls. Text cells that a
 spreadsheet would run as a formula (starting with = + - @ tab or CR) get a
 leading apostrophe, and so does text already starting with one; the import
 removes exactly that apostrophe again.
@@ -26,10 +27,11 @@ from webui.batch.results import ResultRow
 CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "model", "loader", "setting", "sample", "seed", "output",
                "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft", "tokens_per_second",
                "passed", "score", "asserts", "error", "review", "review_note", "params", "load_options",
-               "assert_results")
+               "assert_results", "output_json")
 _TEXT_COLUMNS = frozenset({"prompt_id", "prompt", "model", "loader", "setting", "output", "finish_reason", "asserts",
                            "error", "review_note"})
-_LATER_COLUMNS = ("asserts", "cached_tokens", "score", "review", "review_note", "model", "loader", "load_options")
+_LATER_COLUMNS = ("asserts", "cached_tokens", "score", "review", "review_note", "model", "loader", "load_options",
+                  "output_json")
 """Columns CSVs exported before them lack: the import reads such a CSV with their empty values."""
 _INT_COLUMNS = ("prompt_index", "sample", "seed", "prompt_tokens", "completion_tokens")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
@@ -86,6 +88,7 @@ def _csv_values(row: ResultRow) -> dict[str, Any]:
         "load_options": None if row.load_options is None else json.dumps(row.load_options, ensure_ascii=False,
                                                                          sort_keys=True),
         "assert_results": json.dumps([a.to_dict() for a in row.asserts], ensure_ascii=False),
+        "output_json": str(row.output_json).lower(),
     }
 
 
@@ -140,6 +143,7 @@ def _row_from_cells(cells: dict[str, str], where: str) -> ResultRow:
     if passed not in ("", "true", "false"):
         raise BatchInputError(f"{where}: passed must be true, false or empty, got '{cells['passed']}'")
     data["passed"] = None if passed == "" else passed == "true"
+    data["output_json"] = cells.get("output_json", "").strip().lower() == "true"
     data["error"] = data.get("error") or None
     data["model"] = data.get("model") or None
     data["loader"] = data.get("loader") or None

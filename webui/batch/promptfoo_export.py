@@ -41,10 +41,11 @@ def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequ
             "promptIdx": origin.get("promptIdx", 0), "testIdx": origin.get("testIdx", r.prompt_index),
             "testCase": {**({"description": origin["description"]} if origin.get("description") else {}),
                          "vars": variables, "assert": _nested(assertions, sets),
+                         **_test_options(row.asserts if row is not None else []),
                          **({"metadata": origin["metadata"]} if origin.get("metadata") else {})},
-            "response": {"output": r.output, "tokenUsage": {"prompt": r.prompt_tokens,
-                                                            "completion": r.completion_tokens,
-                                                            "total": r.prompt_tokens + r.completion_tokens}},
+            "response": {"output": json.loads(r.output) if r.output_json else r.output,
+                         "tokenUsage": {"prompt": r.prompt_tokens, "completion": r.completion_tokens,
+                                        "total": r.prompt_tokens + r.completion_tokens}},
             "success": r.passed is not False, "score": score, "namedScores": named, "latencyMs": _latency_ms(r),
             "error": r.error, "gradingResult": {"pass": r.passed is not False, "score": score, "reason": _reason(r),
                                                 "namedScores": named, "componentResults": components}})
@@ -143,6 +144,12 @@ def _prompt_metrics(results: list[dict[str, Any]], derived: Mapping[str, str] | 
         for name, expression in (derived or {}).items():
             scores[name] = evaluate_metric(expression, scores)
     return list(columns.values())
+
+
+def _test_options(asserts: Sequence[Assert]) -> dict[str, Any]:
+    """The test's ``options`` promptfoo keeps there and the reader put on its asserts: factuality's scores."""
+    factuality = next((a.options["factuality"] for a in asserts if a.options.get("factuality") is not None), None)
+    return {"options": {"factuality": dict(factuality)}} if factuality is not None else {}
 
 
 def promptfoo_assertion(a: Assert) -> dict[str, Any]:

@@ -55,6 +55,9 @@ class ResultRow:
     loader: str | None = None  # the loader it ran on (rows stored before rows kept it: None)
     load_options: dict[str, Any] | None = field(default=None, hash=False)
     """The loader's options the model was loaded with (loaders/options.py); rows stored before: None."""
+    output_json: bool = False
+    """The output is the JSON text of a value the provider returned instead of text (a promptfoo provider's tool
+    calls): promptfoo's export writes the value itself."""
 
     def __post_init__(self) -> None:
         if self.error == "":
@@ -97,7 +100,7 @@ def _assert_results(items: Any, prefix: str) -> list[AssertResult]:
 
 
 _OPTIONAL = {"cached_tokens": 0, "score": None, "review": None, "from_cache": False, "model": None, "loader": None,
-             "load_options": None}
+             "load_options": None, "output_json": False}
 REVIEW_VERDICTS = ("good", "bad")  # fields added later, so rows stored or exported before them still load
 _TYPES: dict[str, tuple[type, ...]] = {
     "prompt_index": (int,), "prompt_id": (str,), "prompt": (str,), "setting": (str,), "params": (dict,),
@@ -105,7 +108,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "completion_tokens": (int,), "cached_tokens": (int,), "ttft": (int, float, type(None)),
     "tokens_per_second": (int, float, type(None)), "score": (int, float, type(None)),
     "passed": (bool, type(None)), "error": (str, type(None)), "from_cache": (bool,), "model": (str, type(None)),
-    "loader": (str, type(None)), "load_options": (dict, type(None)),
+    "loader": (str, type(None)), "load_options": (dict, type(None)), "output_json": (bool,),
 }
 
 
@@ -160,7 +163,7 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
         finish_reason=finish_reason, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         ttft=ttft, tokens_per_second=tokens_per_second, cached_tokens=cached_tokens, asserts=asserts, passed=passed,
         error=error, score=score, from_cache=from_cache, model=model, loader=loader,
-        load_options=None if load_options is None else dict(load_options))
+        load_options=None if load_options is None else dict(load_options), output_json=output_value is not None)
 
 
 def _outcome(cell: Cell, asserts: list[AssertResult], error: str | None) -> tuple[float | None, bool | None]:
