@@ -1,0 +1,48 @@
+"""Images that come with prompts (the API's image_url parts, the Chat tab's attachments): read once into a
+PromptImage (decoded pixels and the SHA-256 of the bytes), with an error that says what is wrong.
+
+Where an image may come from is the caller's rule (webui/api/images.py: data URLs always, local files and
+remote URLs only with a flag); this module only reads bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import warnings
+
+from loaders.base import PromptImage
+
+DEFAULT_MAX_IMAGE_MB = 20.0
+"""The largest image accepted (bytes as sent, before decoding), unless --max-image-mb says otherwise."""
+IMAGE_FORMATS = "PNG, JPEG, WebP, GIF or BMP"
+
+
+class ImageError(ValueError):
+    """An image that cannot be used: over the size limit, or not a readable image."""
+
+
+def image_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_image(data: bytes, max_bytes: int) -> PromptImage:
+    """``data`` (an encoded image) decoded to RGB pixels, keyed by its content hash."""
+    if len(data) > max_bytes:
+        raise ImageError(f"the image is {len(data) / 2**20:.1f} MB, over the limit of {max_bytes / 2**20:g} MB "
+                         f"(--max-image-mb); send a smaller image")
+    if not data:
+        raise ImageError("the image is empty (0 bytes)")
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)  # a bomb is refused, not decoded
+            with Image.open(io.BytesIO(data)) as opened:
+                opened.load()
+                pixels = opened.convert("RGB")
+    except (UnidentifiedImageError, Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+        raise ImageError(f"not a readable image ({IMAGE_FORMATS}): {exc}") from None
+    except (OSError, ValueError, SyntaxError) as exc:  # truncated or corrupt files
+        raise ImageError(f"the image could not be decoded ({IMAGE_FORMATS} expected): {exc}") from None
+    return PromptImage(image_digest(data), pixels)
