@@ -7,6 +7,7 @@ loaders stays cheap and a missing backend is reported with an install hint.
 from __future__ import annotations
 
 import gc
+import logging
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -22,10 +23,12 @@ from loaders.embedding_loader import is_sentence_folder
 from loaders.gguf_header import read_header
 from loaders.options import check_options, refuse_off_device
 from loaders.lora import Adapters, Selection, check_fits
-from loaders.vision import VisionModel, is_vision_folder
+from loaders.vision import IMAGE_FAMILIES, VisionModel, is_vision_folder, takes_images
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
 
 
 def register_loaders(register: Callable[[Any], None]) -> None:
@@ -114,7 +117,11 @@ class TransformersModel:
         # Sliding-window layers keep only their last W tokens, so their KV cannot be paged into reusable
         # blocks, and flash attention takes no 4D mask: such models neither batch nor cache prefixes (outputs
         # stay exact; the Model tab says so).
-        self.vision = VisionModel(processor, model) if processor is not None else None
+        self.vision = VisionModel(processor, model) if processor is not None and takes_images(model) else None
+        if processor is not None and self.vision is None:
+            log.warning("%s is a %s vision-language model, whose images this workbench cannot feed yet (it takes "
+                        "text only); image families: %s", self.name, model.config.model_type,
+                        ", ".join(IMAGE_FAMILIES))
         self.image_placeholder = self.vision.placeholder if self.vision is not None else ""
         self.capabilities = replace(TransformersLoader.capabilities, batched_forward=batched,
                                     prefix_cache="blocks" if batched else "", images=self.vision is not None)

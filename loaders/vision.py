@@ -19,6 +19,10 @@ from typing import Any, Sequence
 
 from loaders.base import ImagePrompt, PromptImage
 
+IMAGE_FAMILIES = ("llava", "idefics3", "qwen2_vl", "qwen2_5_vl")
+"""Model types whose images are exactly their features in the image tokens' places (and, for the Qwen ones, 3D
+positions from get_rope_index). Others differ: Gemma 3's image tokens attend to each other both ways, Qwen3-VL
+adds features inside its layers, LLaVA-NeXT packs tiles with newline features. They load, and take no images."""
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
 """What a processor returns for the text; the rest are the image inputs of ``get_image_features``."""
@@ -32,6 +36,11 @@ def is_vision_folder(path: Path) -> bool:
         return False
     return isinstance(config, dict) and "vision_config" in config and any(
         (Path(path) / name).is_file() for name in PROCESSOR_FILES)
+
+
+def takes_images(model: Any) -> bool:
+    """Whether this workbench feeds images to ``model`` (a loaded image-text-to-text model) as its family needs."""
+    return getattr(model.config, "model_type", "") in IMAGE_FAMILIES
 
 
 class ImageInputs:

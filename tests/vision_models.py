@@ -61,6 +61,18 @@ def tiny_idefics3(default_model_dir: Path, out: Path, seed: int = 11) -> Path:
     return _save(Idefics3ForConditionalGeneration, config, processor, out, seed)
 
 
+def sharpened(model: Any, factor: float = 6.0) -> Any:
+    """``model`` with its text layers' query and key weights scaled up: at a random model's initial scale every
+    token attends to all others almost equally, so a token at a wrong position would change nothing."""
+    import torch
+
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if ("q_proj" in name or "k_proj" in name) and ("language_model" in name or "text_model" in name):
+                weight.mul_(factor)
+    return model
+
+
 def _save(model_class: Callable[[Any], Any], config: Any, processor: Any, out: Path, seed: int,
           louder: str = "") -> Path:
     """Save a random model and its processor; ``louder``: a module whose weights are scaled up so its outputs
@@ -68,7 +80,7 @@ def _save(model_class: Callable[[Any], Any], config: Any, processor: Any, out: P
     import torch
 
     torch.manual_seed(seed)
-    model = model_class(config)
+    model = sharpened(model_class(config))
     if louder:
         with torch.no_grad():
             for weight in getattr(model.model, louder).parameters():
@@ -93,24 +105,45 @@ def png(color: tuple[int, int, int], size: tuple[int, int] = (40, 30), stripe: i
     return buffer.getvalue()
 
 
+def noise_png(size: tuple[int, int], seed: int = 0) -> bytes:
+    """A PNG of random pixels (which do not compress: about 3 bytes a pixel)."""
+    import random
+
+    from PIL import Image
+
+    image = Image.frombytes("RGB", size, random.Random(seed).randbytes(size[0] * size[1] * 3))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 QWEN2_VL_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
 
-def tiny_qwen2_vl(default_model_dir: Path, out: Path, seed: int = 13) -> Path:
-    """Qwen2-VL: its vision tower on 8-pixel patches merged 2x2, and a text model with 3D rotary positions."""
+def tiny_qwen2_vl(default_model_dir: Path, seed: int = 13) -> tuple[Any, Any]:
+    """Qwen2-VL in memory, (model, processor): its vision tower on 8-pixel patches merged 2x2, and a text model with
+    3D rotary positions. Not a folder: transformers' Qwen2VLProcessor insists on a video processor, which needs
+    torchvision (not installed here), so it is made without one (images only) and cannot be saved or loaded."""
+    import torch
     from transformers import (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessorPil,
                               Qwen2VLProcessor)
+    from transformers.processing_utils import ProcessorMixin
 
     tokenizer = _tokenizer(default_model_dir, QWEN2_VL_TOKENS)
     images = Qwen2VLImageProcessorPil(patch_size=8, merge_size=2, temporal_patch_size=2, min_pixels=16 * 16,
                                       max_pixels=64 * 64)
-    processor = Qwen2VLProcessor(image_processor=images, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
+    processor = ProcessorMixin.__new__(Qwen2VLProcessor)  # __init__ checks for the video processor
+    processor.image_processor, processor.tokenizer, processor.video_processor = images, tokenizer, None
+    processor.chat_template = tokenizer.chat_template
+    processor.image_token, processor.video_token = "<|image_pad|>", "<|video_pad|>"
     ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
         ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"),
         ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"))}
+    processor.image_token_id, processor.video_token_id = ids["image_token_id"], ids["video_token_id"]
     text = dict(TEXT, vocab_size=len(tokenizer),
                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
     vision = dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, patch_size=8, spatial_merge_size=2,
                   temporal_patch_size=2, mlp_ratio=2)
-    config = Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
-    return _save(Qwen2VLForConditionalGeneration, config, processor, out, seed)
+    torch.manual_seed(seed)
+    model = sharpened(Qwen2VLForConditionalGeneration(Qwen2VLConfig(text_config=text, vision_config=vision, **ids)))
+    return model.eval(), processor

@@ -29,7 +29,7 @@ def image_digest(data: bytes) -> str:
 def read_image(data: bytes, max_bytes: int) -> PromptImage:
     """``data`` (an encoded image) decoded to RGB pixels, keyed by its content hash."""
     if len(data) > max_bytes:
-        raise ImageError(f"the image is {len(data) / 2**20:.1f} MB, over the limit of {max_bytes / 2**20:g} MB "
+        raise ImageError(f"the image is {len(data) / 2**20:.3g} MB, over the limit of {max_bytes / 2**20:.3g} MB "
                          f"(--max-image-mb); send a smaller image")
     if not data:
         raise ImageError("the image is empty (0 bytes)")

@@ -1,6 +1,6 @@
 """Images in prompts of vision-language models: our engine's greedy tokens equal transformers' own ``generate``
 with the same processor inputs, alone and batched with text and other image requests; the prefix cache keys
-image tokens by the image's content; usage counts image tokens (tiny random LLaVA and Idefics3 models)."""
+image tokens by the image's content; usage counts image tokens (tiny random LLaVA, Idefics3 and Qwen2-VL models)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,16 @@ BLUE = png((20, 40, 220), size=(30, 44), stripe=9)
 NEW = 10
 
 
-@pytest.fixture(scope="module", params=["llava", "idefics3"])
-def vlm(request):
-    path = request.getfixturevalue(f"tiny_{request.param}_dir")
-    return load_model(path)
+@pytest.fixture(scope="module", params=["llava", "idefics3", "qwen2_vl"])
+def vlm(request, default_model_dir, tmp_path_factory):
+    if request.param == "qwen2_vl":  # 3D rotary positions; made in memory (tests/vision_models.py says why)
+        from loaders.transformers_loader import TransformersModel
+        from tests.vision_models import tiny_qwen2_vl
+
+        model, processor = tiny_qwen2_vl(default_model_dir)
+        return TransformersModel(tmp_path_factory.mktemp("qwen") / "tiny-qwen2-vl", model, processor.tokenizer,
+                                 "cpu", "float32", processor=processor)
+    return load_model(request.getfixturevalue(f"tiny_{request.param}_dir"))
 
 
 def chat(model, text: str, images: int = 1) -> str:
