@@ -11,7 +11,7 @@ import hashlib
 import io
 import warnings
 
-from loaders.base import PromptImage
+from loaders.base import LoadedModel, PromptImage, SupportsImages
 
 DEFAULT_MAX_IMAGE_MB = 20.0
 """The largest image accepted (bytes as sent, before decoding), unless --max-image-mb says otherwise."""
@@ -46,3 +46,13 @@ def read_image(data: bytes, max_bytes: int) -> PromptImage:
     except (OSError, ValueError, SyntaxError) as exc:  # truncated or corrupt files
         raise ImageError(f"the image could not be decoded ({IMAGE_FORMATS} expected): {exc}") from None
     return PromptImage(image_digest(data), pixels)
+
+
+def image_placeholder(model: LoadedModel) -> str:
+    """The text that marks an image in ``model``'s prompts ("" for a model that takes none)."""
+    return model.image_placeholder if model.capabilities.images and isinstance(model, SupportsImages) else ""
+
+
+def max_image_bytes(max_image_mb: float) -> int:
+    """--max-image-mb in bytes (0: no limit)."""
+    return int(max_image_mb * 2**20) or 2**62

@@ -14,7 +14,7 @@ import binascii
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from loaders.base import LoadedModel, PromptImage, SupportsImages
+from loaders.base import LoadedModel, PromptImage
 from webui.api.errors import APIError
 from webui.api.protocol import ChatMessage, ImageURL, image_parts
 from webui.images import ImageError, read_image
@@ -40,11 +40,6 @@ async def request_images(messages: list[ChatMessage], model: LoadedModel, max_by
         except ImageError as exc:
             raise APIError(400, f"{field}: {exc}", param=field, code="invalid_image") from exc
     return tuple(images)
-
-
-def image_placeholder(model: LoadedModel) -> str:
-    """The text that marks an image in ``model``'s prompts ("" for a model that takes none)."""
-    return model.image_placeholder if model.capabilities.images and isinstance(model, SupportsImages) else ""
 
 
 async def _image_bytes(field: str, part: ImageURL, limit: int, allow_local: bool, allow_urls: bool) -> bytes:

@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from loaders.base import LoadedModel, ModelLoadError, Tokenizer
 from webui.api.errors import APIError
-from webui.api.images import image_placeholder, request_images
+from webui.api.images import request_images
 from webui.api.modes import instruction_template, needs_template, request_mode
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
 from webui.api.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, reply_calls, template_messages,
@@ -23,6 +23,7 @@ from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, che
 from webui.engine import Interleaved, InvalidParameter, RequestStream
 from webui.engine.params import SamplingParams
 from webui.engine.types import GenerationEvent, TokenLogprob
+from webui.images import image_placeholder
 from webui.insight import prompt_logprobs
 
 router = APIRouter()
