@@ -479,7 +479,7 @@ class ChatSession:
                 target = self.chats.append(cid, "assistant", content, stats=stat)
             elif target is not None:
                 self.chats.update(target.id, content=content, stats=stat)
-            return replace(head, messages=to_chatbot(self.chats.messages(cid)),
+            return replace(head, messages=to_chatbot(self.chats.messages(cid), self.chats),
                            stats=stat.summary if stat is not None else "generating…")
 
         try:
