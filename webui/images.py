@@ -7,6 +7,7 @@ remote URLs only with a flag); this module only reads bytes.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import warnings
@@ -56,3 +57,10 @@ def image_placeholder(model: LoadedModel) -> str:
 def max_image_bytes(max_image_mb: float) -> int:
     """--max-image-mb in bytes (0: no limit)."""
     return int(max_image_mb * 2**20) or 2**62
+
+
+def data_url(data: bytes) -> str:
+    """``data`` (an encoded image) as a data: URL, its type read from its first bytes."""
+    kinds = ((b"\x89PNG", "png"), (b"\xff\xd8", "jpeg"), (b"GIF8", "gif"), (b"RIFF", "webp"), (b"BM", "bmp"))
+    kind = next((name for magic, name in kinds if data.startswith(magic)), "png")
+    return f"data:image/{kind};base64,{base64.b64encode(data).decode()}"

@@ -34,7 +34,8 @@ class RecordError(ValueError):
 class ReproduceRecord:
     model: str
     params: dict[str, Any]  # every SamplingParams field; "seed" is the seed that was used
-    messages: list[dict[str, str]] | None = None  # a chat (the model's template applies), or
+    messages: list[dict[str, Any]] | None = None  # a chat (the model's template applies; a message with images:
+    # OpenAI's content parts, each image a data: URL, as the API takes them), or
     prompt: str | None = None  # raw text
     loader: str = "transformers"
     loras: list[list] = field(default_factory=list)  # [[name, weight], ...]
@@ -74,6 +75,9 @@ class ReproduceRecord:
 
         loras = tuple((str(n), float(w)) for n, w in self.loras)
         if self.messages is not None:
+            if any(not isinstance(m.get("content"), str) for m in self.messages):
+                raise RecordError("this record's chat has images, which only its API request sends again (the curl "
+                                  "command or the openai snippet, to a server with its vision model loaded)")
             text = render_chat_prompt(tokenizer, self.messages, template=self.template(), mode=self.mode())
             given = self._given()
             prompt: str | list[int] = text
@@ -199,7 +203,7 @@ def parse_record(text: str) -> ReproduceRecord:
     return record
 
 
-def record_for_reply(history: list[dict[str, str]], system_prompt: str, reply: ReplyRecord) -> ReproduceRecord:
+def record_for_reply(history: list[dict[str, Any]], system_prompt: str, reply: ReplyRecord) -> ReproduceRecord:
     """The record of a stored chat reply (one made by a run: ``reply.run``): the chat before it as it was sent
     (without the oldest messages left out to fit the context), and the reply's own record."""
     from webui.chat import chat_messages

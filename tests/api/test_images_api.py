@@ -4,7 +4,6 @@ unreadable image, one over --max-image-mb, or a source the server does not allow
 
 from __future__ import annotations
 
-import base64
 import urllib.request
 
 import openai
@@ -13,14 +12,11 @@ import pytest
 from tests.api.conftest import API_KEY, start_api
 from tests.conftest import run_async
 from tests.vision_models import noise_png, png
+from webui.images import data_url
 
 RED = png((200, 30, 30), stripe=5)
 BLUE = png((20, 40, 220), size=(30, 44), stripe=9)
 BIG = noise_png((200, 200))  # over the 0.05 MB limit this server is started with
-
-
-def data_url(image: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(image).decode()
 
 
 def message(*urls: str, text: str = "What is in the picture?") -> list[dict]:
@@ -118,3 +114,35 @@ def test_local_files_and_urls_need_their_flags(tmp_path, tiny_llava_dir):
     read = run_async(request_images([ChatMessage.model_validate(m) for m in message(str(path))], model, 2**20,
                                     True, False))
     assert len(read) == 1 and read[0].image.size == (40, 30)
+
+
+def test_a_chat_reply_with_an_image_reproduces_over_the_api(api, tmp_path, tiny_llava_dir):
+    """The reproduce record of a Chat tab reply keeps its image (a data: URL): its API request, sent to a server
+    with the same model, gives the same reply; running it in-process says to use the API request."""
+    from tests.conftest import TEST_THREADS, last
+    from webui.config import AppConfig
+    from webui.controllers.chat import ChatSession
+    from webui.controllers.generation import ActiveRequests
+    from webui.engine import SamplingParams
+    from webui.reproduce import RecordError
+    from webui.services import Services
+
+    config = AppConfig(user_data_dir=tmp_path / "data", threads=TEST_THREADS, device="cpu")
+    config.make_dirs()
+    (config.models_dir / "tiny-llava").symlink_to(tiny_llava_dir, target_is_directory=True)
+    services = Services.create(config)
+    try:
+        services.models.load("tiny-llava")
+        session = ChatSession(services, ActiveRequests())
+        done = last(session.send(None, "What is in the picture?", "", SamplingParams(temperature=0, max_new_tokens=8),
+                                 ("tab", "chat"), images=[BLUE]))
+        reply = session.chats.messages(done.chat_id)[-1].content
+        record = session.inspect(done.chat_id).record
+        with pytest.raises(RecordError, match="only its API request"):
+            record.request(services.loaded.tokenizer)
+    finally:
+        services.close()
+    route, body = record.api_body()
+    assert route == "/chat/completions" and body["messages"][0]["content"][0]["image_url"]["url"] == data_url(BLUE)
+    again = api.chat.completions.create(**body)
+    assert again.choices[0].message.content == reply

@@ -27,7 +27,7 @@ from webui.controllers.generation import STOP, ActiveRequests, Streamed, new_req
 from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.engine import GenerationEvent, GenerationRequest, SamplingParams
 from webui.engine.sequence import token_budget
-from webui.images import ImageError, image_placeholder, max_image_bytes, read_image
+from webui.images import ImageError, data_url, image_placeholder, max_image_bytes, read_image
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
 from webui.models import ModelId, NotLoaded, Slot
 from webui.reproduce import ReproduceRecord, record_for_reply
@@ -243,7 +243,7 @@ class ChatSession:
         reply = message.role == "assistant"
         turns = turns_of(history[:index + (0 if reply else 1)])
         made = message.record if reply else ReplyRecord()
-        record = record_for_reply(turns, system_prompt, made) if made.run else None
+        record = record_for_reply(self._record_turns(history[:index]), system_prompt, made) if made.run else None
         which = f"message {index + 1} ({'the reply' if reply else 'your message'})"
         model, also = self.services.loaded, ""
         if made.model and model is not None and written_by(model.name, model.loader) != \
@@ -359,6 +359,13 @@ class ChatSession:
             raise UserError(f"This chat has images and {model.name} takes none; load a vision-language model, or "
                             "start a new chat.")
         return placeholder
+
+    def _record_turns(self, messages: list[Message]) -> list[dict[str, Any]]:
+        """The turns as a reproduce record keeps them: a message with images as OpenAI's content parts (each image
+        a data: URL, then the text), so the record's API request sends the same images."""
+        return [{"role": m.role, "content": [*({"type": "image_url", "image_url": {"url": data_url(
+            self.chats.image(name))}} for name in m.images), {"type": "text", "text": m.content}]}
+                if m.images else {"role": m.role, "content": m.content} for m in messages]
 
     def _images(self, messages: list[Message]) -> tuple[PromptImage, ...]:
         """The images ``messages`` carry, in order, read from the store."""

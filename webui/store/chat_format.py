@@ -99,21 +99,22 @@ class ChatExport:
 
 def export_chat(chat: ChatExport) -> str:
     """Serialise to the version-1 JSON text (indented, UTF-8 characters kept as they are)."""
-    document = {
+    messages: list[dict[str, Any]] = [{"role": role, "content": content, "stats": stats, "parent": parent}
+                                      for (role, content, stats), parent in zip(chat.messages, chat.parents or [])]
+    for message, names in zip(messages, chat.images):
+        if names:
+            message["images"] = list(names)
+    document: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
         "title": chat.title,
         "system_prompt": chat.system_prompt,
         "created": chat.created,
-        "messages": [{"role": role, "content": content, "stats": stats, "parent": parent}
-                     for (role, content, stats), parent in zip(chat.messages, chat.parents or [])],
+        "messages": messages,
         "current": chat.current,
     }
     if chat.mode != "instruct" or chat.character is not None:  # written where they say something
         document.update(mode=chat.mode, character=chat.character)
-    for message, names in zip(document["messages"], chat.images):
-        if names:
-            message["images"] = list(names)
     if chat.image_data:
         document["images"] = {name: base64.b64encode(data).decode() for name, data in chat.image_data.items()}
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
