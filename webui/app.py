@@ -27,6 +27,7 @@ def create_server(services: Services) -> FastAPI:
 
     from webui.auth import authenticator
     from webui.ui.app import CSS, build_ui
+    from webui.ui.chat_tab import PASTE_IMAGES_JS
 
     app = FastAPI(title="LLM Workbench", docs_url=None, redoc_url=None)
 
@@ -37,7 +38,7 @@ def create_server(services: Services) -> FastAPI:
     demo = build_ui(services)
     demo.queue(default_concurrency_limit=None)
     users = dict(services.config.ui_users)
-    return gr.mount_gradio_app(app, demo, path="", css=CSS, footer_links=[],
+    return gr.mount_gradio_app(app, demo, path="", css=CSS, js=PASTE_IMAGES_JS, footer_links=[],
                                auth=authenticator(users) if users else None,
                                auth_message="Log in to the LLM Workbench" if users else None)
 

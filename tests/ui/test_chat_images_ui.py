@@ -67,3 +67,22 @@ def test_an_image_in_a_message_gets_a_reply_and_stays(vision_server, browser, tm
                            timeout=30_000)
     assert rows(vision_server.user_data, "SELECT COUNT(*) FROM images") == [(1,)]
     page.close()
+
+
+def test_an_image_pasted_into_the_message_box_is_attached(vision_server, browser):
+    page = ready_page(browser, vision_server.url, max_new_tokens=3)
+    box = page.locator("#chat-message textarea")
+    box.click()
+    page.evaluate("""async (bytes) => {  // what the browser hands the page when a person pastes an image
+        const data = new DataTransfer();
+        data.items.add(new File([new Uint8Array(bytes)], "pasted.png", {type: "image/png"}));
+        document.querySelector('#chat-message textarea').dispatchEvent(
+            new ClipboardEvent("paste", {clipboardData: data, bubbles: true, cancelable: true}));
+    }""", list(png((20, 40, 220), stripe=3)))
+    page.locator("#chat-images").get_by_text("pasted.png").wait_for(timeout=30_000)
+    box.press_sequentially("And this?", delay=15)
+    box.press("Enter")
+    wait_reply_done(page)
+    page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=user] img').length === 1",
+                           timeout=30_000)
+    page.close()

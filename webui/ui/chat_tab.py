@@ -26,6 +26,19 @@ from webui.ui.template_panel import on_load as template_on_load
 from webui.ui.token_view import branch_of, create_token_view, view_value
 
 PANEL = "chat"
+PASTE_IMAGES_JS = """() => document.addEventListener("paste", (event) => {
+    const box = event.target.closest && event.target.closest("#chat-message");
+    const input = document.querySelector("#chat-images input[type=file]");
+    const files = [...((event.clipboardData && event.clipboardData.files) || [])]
+        .filter((file) => file.type.startsWith("image/"));
+    if (!box || !input || !files.length) return;
+    event.preventDefault();  // an image pasted into the message box is attached to the message
+    const attached = new DataTransfer();
+    files.forEach((file) => attached.items.add(file));
+    input.files = attached.files;
+    input.dispatchEvent(new Event("change", {bubbles: true}));
+})"""
+"""Page script: images pasted into the message box go to its image input (Gradio's File takes no paste)."""
 NO_SELECTION = "Click a message: its versions, a branch from it, and what the model read show here and below."
 
 Messages = tuple[list[dict[str, str]], str, str]
