@@ -92,7 +92,7 @@ class VisionModel:
             raise ValueError(f"the model's processor could not read the image(s): {exc}") from exc
         ids = [int(t) for t in out["input_ids"][0]]
         positions = torch.tensor([i for i, t in enumerate(ids) if t == self.image_token_id], dtype=torch.long)
-        counts = self._counts(images, out, int(positions.numel()))
+        counts = self._counts(images, int(positions.numel()))
         spans, first = [], 0
         for image, count in zip(images, counts):
             spans.append((int(positions[first]), int(positions[first + count - 1]) + 1, image.digest))
@@ -101,7 +101,7 @@ class VisionModel:
         rope, delta = self._rope(out, pixels) if self.mrope else (None, 0)
         return ImagePrompt(ids, spans, ImageInputs(self, pixels, positions, rope, delta))
 
-    def _counts(self, images: Sequence[PromptImage], out: Any, total: int) -> list[int]:
+    def _counts(self, images: Sequence[PromptImage], total: int) -> list[int]:
         """How many image tokens each image became (the processor's own count, else each image alone)."""
         sizes = [(i.image.height, i.image.width) for i in images]
         try:
@@ -125,12 +125,12 @@ class VisionModel:
 
     def features(self, pixels: dict[str, Any], expected: int) -> Any:
         """The image tokens' features [tokens, hidden] in prompt order, as ``generate`` computes them."""
+        import torch
+
         inputs = {k: v.to(self.model.device) if hasattr(v, "to") else v for k, v in pixels.items()}
         if "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
         pooled = self.model.get_image_features(**inputs, return_dict=True).pooler_output
-        import torch
-
         features = torch.cat([p.reshape(-1, p.shape[-1]) for p in pooled]) if isinstance(pooled, (list, tuple)) \
             else pooled.reshape(-1, pooled.shape[-1])
         if features.shape[0] != expected:
