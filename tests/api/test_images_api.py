@@ -12,7 +12,7 @@ import pytest
 from tests.api.conftest import API_KEY, start_api
 from tests.conftest import run_async
 from tests.vision_models import noise_png, png
-from webui.images import data_url
+from webui.images import data_url, read_image
 
 RED = png((200, 30, 30), stripe=5)
 BLUE = png((20, 40, 220), size=(30, 44), stripe=9)
@@ -54,8 +54,6 @@ def test_an_image_message_gets_a_reply_that_depends_on_the_image(api, tiny_llava
     red, blue = ask(api, message(data_url(RED))), ask(api, message(data_url(BLUE)))
     assert red.choices[0].message.content and red.choices[0].message.content != blue.choices[0].message.content
     from transformers import AutoProcessor
-
-    from webui.images import read_image
 
     processor = AutoProcessor.from_pretrained(tiny_llava_dir)
     text_only = ask(api, [{"role": "user", "content": "What is in the picture?"}])
@@ -146,3 +144,35 @@ def test_a_chat_reply_with_an_image_reproduces_over_the_api(api, tmp_path, tiny_
     assert route == "/chat/completions" and body["messages"][0]["content"][0]["image_url"]["url"] == data_url(BLUE)
     again = api.chat.completions.create(**body)
     assert again.choices[0].message.content == reply
+
+
+def test_urls_are_fetched_with_their_flag(tmp_path, tiny_llava_dir):
+    """--allow-image-urls: the server downloads the image (here from a local HTTP server), within the limit."""
+    import functools
+    import http.server
+    import threading
+
+    from tests.conftest import load_model
+    from webui.api.errors import APIError
+    from webui.api.images import request_images
+    from webui.api.protocol import ChatMessage
+
+    (tmp_path / "red.png").write_bytes(RED)
+    (tmp_path / "big.png").write_bytes(BIG)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    model, base = load_model(tiny_llava_dir), f"http://127.0.0.1:{server.server_address[1]}"
+
+    def read(name: str, limit: int = 2**20):
+        messages = [ChatMessage.model_validate(m) for m in message(f"{base}/{name}")]
+        return run_async(request_images(messages, model, limit, False, True))
+
+    try:
+        assert read("red.png")[0].digest == read_image(RED, 2**20).digest
+        with pytest.raises(APIError, match="over this server's limit"):
+            read("big.png", int(0.05 * 2**20))
+        with pytest.raises(APIError, match="HTTP 404"):
+            read("missing.png")
+    finally:
+        server.shutdown()
