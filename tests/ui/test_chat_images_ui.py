@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import (LONG, export_file, ready_page, reload, rows, upload_file, wait_reply_done)
+from tests.ui.pages import LONG, export_file, ready_page, reload, rows, upload_file, wait_reply_done, wait_text
 from tests.vision_models import png
 
 pytestmark = pytest.mark.browser
@@ -55,6 +55,7 @@ def test_an_image_in_a_message_gets_a_reply_and_stays(vision_server, browser, tm
     data = json.loads(saved.read_text())
     assert len(data["messages"][0]["images"]) == 1 and len(data["images"]) == 1
     page.locator("#chat-delete").click()
+    wait_text(page, "#chat-delete", "Confirm delete", 30_000)
     page.locator("#chat-delete").click()  # the second click confirms
     page.wait_for_function("q => !document.querySelector('#chat-list').innerText.includes(q)", arg=QUESTION,
                            timeout=30_000)

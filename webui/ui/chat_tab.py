@@ -140,8 +140,8 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
         with gr.Column(scale=1, min_width=110):
             send = gr.Button("Send", variant="primary", elem_id="chat-send")
             stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
-    images = gr.File(label="Images to send with the message (a vision model: the Model tab says \"images: yes\")",
-                     file_count="multiple", file_types=["image"], height=90, elem_id="chat-images")
+    images = gr.File(label="Images for the message (vision models)", file_count="multiple", file_types=["image"],
+                     height=100, elem_id="chat-images")
     with gr.Row(visible=False, elem_id="chat-constraint-row") as constraint_row:
         constraint = gr.Markdown("", elem_id="chat-constraint")
         constraint_off = gr.Button("Turn the constraint off", size="sm", scale=0, min_width=200,
