@@ -187,6 +187,9 @@ class SupportsImages(Protocol):
     def attach_images(self, cache: Any, media: Any) -> None:
         """Give an empty sequence cache its prompt's images: the forward that reads their tokens uses them."""
 
+    def image_tokens(self, images: Sequence[PromptImage]) -> list[int]:
+        """How many tokens each image becomes in a prompt (to fit a chat into the context beforehand)."""
+
 
 @runtime_checkable
 class SupportsGuidance(Protocol):

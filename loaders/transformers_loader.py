@@ -179,6 +179,9 @@ class TransformersModel:
             raise ValueError(f"{self.name} takes no images: it is a text-only model; load a vision-language model")
         return self.vision.encode(text, images, add_special_tokens)
 
+    def image_tokens(self, images: Sequence[PromptImage]) -> list[int]:
+        return self.vision.image_tokens(images) if self.vision is not None else [0] * len(images)
+
     def attach_images(self, cache: Any, media: Any) -> None:
         if cache.length:
             raise RuntimeError("images are attached to a sequence before it reads its prompt")

@@ -101,16 +101,22 @@ class VisionModel:
         rope, delta = self._rope(out, pixels) if self.mrope else (None, 0)
         return ImagePrompt(ids, spans, ImageInputs(self, pixels, positions, rope, delta))
 
-    def _counts(self, images: Sequence[PromptImage], total: int) -> list[int]:
-        """How many image tokens each image became (the processor's own count, else each image alone)."""
+    def image_tokens(self, images: Sequence[PromptImage], total: int | None = None) -> list[int]:
+        """How many image tokens each image becomes: the processor's own count from the image's size, else (or
+        where that does not add up to ``total``) the image run through the processor alone."""
         sizes = [(i.image.height, i.image.width) for i in images]
         try:
             counts = [int(n) for n in self.processor._get_num_multimodal_tokens(image_sizes=sizes).num_image_tokens]
         except (AttributeError, TypeError, KeyError, NotImplementedError):
             counts = []
-        if sum(counts) != total or len(counts) != len(images):
+        if len(counts) != len(images) or (total is not None and sum(counts) != total):
             counts = [sum(1 for t in self.processor(text=[self.placeholder], images=[i.image])["input_ids"][0]
                           if int(t) == self.image_token_id) for i in images]
+        return counts
+
+    def _counts(self, images: Sequence[PromptImage], total: int) -> list[int]:
+        """How many image tokens each image of a prompt with ``total`` of them became."""
+        counts = self.image_tokens(images, total)
         if sum(counts) != total or min(counts) < 1:
             raise ValueError(f"the processor made {total} image tokens, which do not divide among the {len(images)} "
                              f"image(s) as {counts}")

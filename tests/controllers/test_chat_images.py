@@ -79,3 +79,15 @@ def test_images_a_model_cannot_take_are_refused_and_nothing_is_stored(session, v
     with pytest.raises(UserError, match="This chat has images and tiny takes none"):
         list(session.regenerate(done.chat_id, GREEDY, KEY))
     assert [c.title for c in session.chats.list()] == ["Red?"]
+
+
+def test_the_oldest_messages_leave_with_their_images_when_the_context_is_full(session):
+    """Fitting a chat counts each image's tokens (16 here), not just its placeholder: the oldest messages are left
+    out, and the reply is written (counted as text alone, the chat would seem to fit and the model refuse it)."""
+    tight = GREEDY.replace(truncation_length=100)
+    chat_id = None
+    for text, image in (("First picture.", RED), ("Second picture.", BLUE), ("Third picture.", RED)):
+        chat_id = last(session.send(chat_id, text, "", tight, KEY, images=[image])).chat_id
+    reply = session.chats.messages(chat_id)[-1]
+    assert reply.role == "assistant" and reply.record.dropped >= 2 and "not sent" in last(
+        session.regenerate(chat_id, tight, KEY)).stats

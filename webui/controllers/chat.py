@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
-from loaders.base import LoadedModel, PromptImage
+from loaders.base import LoadedModel, PromptImage, SupportsImages
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.context import FittedChat, fit_chat, kept_messages, left_out
 from webui.chat.characters import CharacterError
@@ -323,11 +323,11 @@ class ChatSession:
                 raise UserError("'Start reply with' needs a local model: a remote server starts its replies itself.")
             reserve = len(model.tokenizer.encode(start, add_special_tokens=False))
             fitted = self._fitted(model, turns_of(history, placeholder), system_prompt, sampling, template,
-                                  chat_mode, reserve=reserve)
+                                  chat_mode, reserve=reserve, extra=self._image_tokens(model, history))
             prompt = fitted.prompt + start
         else:
             fitted = self._fitted(model, turns_of(history, placeholder), system_prompt, sampling, template,
-                                  chat_mode, continue_last)
+                                  chat_mode, continue_last, extra=self._image_tokens(model, history))
             prompt = fitted.prompt
         if stops := chat_mode.stops(template):  # a turn with no end token of its own ends where the next begins
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *stops))))
@@ -367,12 +367,19 @@ class ChatSession:
             self.chats.image(name))}} for name in m.images), {"type": "text", "text": m.content}]}
                 if m.images else {"role": m.role, "content": m.content} for m in messages]
 
+    def _image_tokens(self, model: LoadedModel, messages: list[Message]) -> list[int]:
+        """The tokens each message's images take in ``model``'s prompts (beyond their placeholders)."""
+        if not any(m.images for m in messages) or not isinstance(model, SupportsImages):
+            return []
+        return [sum(model.image_tokens(self._images([m]))) if m.images else 0 for m in messages]
+
     def _images(self, messages: list[Message]) -> tuple[PromptImage, ...]:
         """The images ``messages`` carry, in order, read from the store."""
         return tuple(read_image(self.chats.image(name), 2**62) for m in messages for name in m.images)
 
     def _fitted(self, model: LoadedModel, turns: list[dict[str, str]], system_prompt: str, sampling: SamplingParams,
-                template: ChatTemplate, mode: ChatMode, continue_last: bool = False, reserve: int = 0) -> FittedChat:
+                template: ChatTemplate, mode: ChatMode, continue_last: bool = False, reserve: int = 0,
+                extra: Sequence[int] = ()) -> FittedChat:
         """The chat as it will be sent (in ``mode``): rendered, and within the context less ``reserve`` tokens (a
         reply's given start); UserError says why it cannot be."""
         try:
@@ -385,7 +392,7 @@ class ChatSession:
                                   chat_messages(turns, system_prompt))
             fitted = fit_chat(model.tokenizer, turns, system_prompt,
                               max(1, token_budget(model, sampling) - sampling.max_new_tokens - reserve), template,
-                              continue_last, self.services.settings.get().context_policy, mode)
+                              continue_last, self.services.settings.get().context_policy, mode, extra)
             limit = sampling.truncation_length
             return replace(fitted, truncation_length=limit if 0 < limit < model.context_length else 0)
         except ChatPromptError as exc:
