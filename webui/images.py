@@ -64,3 +64,16 @@ def data_url(data: bytes) -> str:
     kinds = ((b"\x89PNG", "png"), (b"\xff\xd8", "jpeg"), (b"GIF8", "gif"), (b"RIFF", "webp"), (b"BM", "bmp"))
     kind = next((name for magic, name in kinds if data.startswith(magic)), "png")
     return f"data:image/{kind};base64,{base64.b64encode(data).decode()}"
+
+
+def data_url_bytes(url: str) -> bytes:
+    """The bytes of a base64 ``data:`` URL (ImageError for another URL or bad base64)."""
+    import binascii
+
+    header, comma, payload = url.partition(",")
+    if not url.startswith("data:") or not comma or not header.lower().endswith(";base64"):
+        raise ImageError(f"a data URL must be base64, like data:image/png;base64,iVBORw0..., got {header[:40]!r}")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ImageError(f"the data URL's base64 is invalid: {exc}") from None

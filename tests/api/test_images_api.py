@@ -116,13 +116,13 @@ def test_local_files_and_urls_need_their_flags(tmp_path, tiny_llava_dir):
 
 def test_a_chat_reply_with_an_image_reproduces_over_the_api(api, tmp_path, tiny_llava_dir):
     """The reproduce record of a Chat tab reply keeps its image (a data: URL): its API request, sent to a server
-    with the same model, gives the same reply; running it in-process says to use the API request."""
+    with the same model, gives the same reply, as does running it in the Insight tab."""
     from tests.conftest import TEST_THREADS, last
     from webui.config import AppConfig
     from webui.controllers.chat import ChatSession
     from webui.controllers.generation import ActiveRequests
+    from webui.controllers.insight import InsightController
     from webui.engine import SamplingParams
-    from webui.reproduce import RecordError
     from webui.services import Services
 
     config = AppConfig(user_data_dir=tmp_path / "data", threads=TEST_THREADS, device="cpu")
@@ -136,8 +136,7 @@ def test_a_chat_reply_with_an_image_reproduces_over_the_api(api, tmp_path, tiny_
                                  ("tab", "chat"), images=[BLUE]))
         reply = session.chats.messages(done.chat_id)[-1].content
         record = session.inspect(done.chat_id).record
-        with pytest.raises(RecordError, match="only its API request"):
-            record.request(services.loaded.tokenizer)
+        assert InsightController(services).rerun(record.to_json())[0] == reply
     finally:
         services.close()
     route, body = record.api_body()
