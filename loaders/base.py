@@ -68,6 +68,9 @@ class Capabilities:
     generates: bool = True
     """It writes text. False: an embedding-only model (loaders/embedding_loader.py), which the engine refuses text
     requests for and which is neither stepped nor a text backend."""
+    images: bool = False
+    """Prompts may carry images (a vision-language model: a SupportsImages). On a loader: it can load such
+    models; on a loaded model: this one takes images."""
 
     # What callers need, each in one place: today all three follow text_only; a backend that differs (a remote
     # server that tokenizes, say) changes them here, not at the callers.
@@ -146,6 +149,46 @@ class Tokenizer(Protocol):
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
                             tools: list[dict] | None = None) -> str: ...
     def token_strings(self, ids: Sequence[int]) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class PromptImage:
+    """An image in a prompt: its decoded pixels and the SHA-256 of the bytes it was read from (what the prefix
+    cache keys its tokens by, so two images never share KV and the same image does)."""
+
+    digest: str
+    image: Any = field(repr=False, compare=False)
+    """A PIL.Image.Image in RGB."""
+
+
+@dataclass
+class ImagePrompt:
+    """A prompt with images as the model reads it: token ids with every image's placeholder expanded into its
+    image tokens, where each image's tokens are, and the loader's own inputs for them (pixel values)."""
+
+    ids: list[int]
+    spans: list[tuple[int, int, str]]
+    """Per image in order: (its first token, one past its last token, its digest)."""
+    media: Any = field(repr=False)
+    """Opaque to the engine: what :meth:`SupportsImages.attach_images` gives the sequence's cache."""
+
+
+@runtime_checkable
+class SupportsImages(Protocol):
+    """What a model with ``capabilities.images`` also provides."""
+
+    image_placeholder: str
+    """The text that marks where an image goes in a prompt (e.g. "<image>"); one per image, in order."""
+
+    def encode_images(self, text: str, images: Sequence[PromptImage], add_special_tokens: bool) -> ImagePrompt:
+        """The prompt ``text`` (with one placeholder per image) and its images as the model reads them; a
+        ValueError says what does not fit (placeholders and images that do not pair up, an unreadable image)."""
+
+    def attach_images(self, cache: Any, media: Any) -> None:
+        """Give an empty sequence cache its prompt's images: the forward that reads their tokens uses them."""
+
+    def image_tokens(self, images: Sequence[PromptImage]) -> list[int]:
+        """How many tokens each image becomes in a prompt (to fit a chat into the context beforehand)."""
 
 
 @runtime_checkable

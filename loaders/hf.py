@@ -201,12 +201,14 @@ def resolve_dtype(dtype: str, device: str) -> str:
     return "float32"
 
 
-def from_pretrained(path: Path, device: str, dtype: str, **load_kwargs: Any
+def from_pretrained(path: Path, device: str, dtype: str, vision: bool = False, **load_kwargs: Any
                     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The model and tokenizer of ``path`` on ``device`` in ``dtype``; ``load_kwargs`` go to the model's
-    from_pretrained (hf_load_kwargs): with a device_map the layers are placed where it says."""
+    from_pretrained (hf_load_kwargs): with a device_map the layers are placed where it says. ``vision``: an
+    image-text-to-text model (loaders/vision.py), whose processor comes in the tokenizer's place (its tokenizer
+    is its ``.tokenizer``)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
     kwargs: dict[str, Any] = {}
     folder = path
@@ -214,8 +216,9 @@ def from_pretrained(path: Path, device: str, dtype: str, **load_kwargs: Any
         folder, kwargs["gguf_file"] = path.parent, path.name
     trust = {"trust_remote_code": True} if load_kwargs.get("trust_remote_code") else {}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **kwargs, **trust)
-        model = AutoModelForCausalLM.from_pretrained(
+        tokenizer = (AutoProcessor if vision else AutoTokenizer).from_pretrained(folder, local_files_only=True,
+                                                                                   **kwargs, **trust)
+        model = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(
             folder, dtype=getattr(torch, dtype), local_files_only=True, **kwargs, **load_kwargs)
     except (OSError, ValueError, KeyError, ImportError, RuntimeError) as exc:  # CUDA out of memory, kernels
         raise ModelLoadError(f"could not load '{path}' with transformers: {exc}") from exc

@@ -24,7 +24,7 @@ PAD_ID = 0  # any valid id: padded inputs are masked out
 class SequenceCache:
     """The per-sequence handle the engine holds (opaque to it)."""
 
-    __slots__ = ("pool", "own", "blocks", "length", "released", "adapter")
+    __slots__ = ("pool", "own", "blocks", "length", "released", "adapter", "images")
 
     def __init__(self, pool: "KVPool | None", adapter: str = "__base__", own: Any = None):
         self.pool = pool  # the paged pool; None for models that run one sequence at a time in ``own``
@@ -33,6 +33,7 @@ class SequenceCache:
         self.length = 0  # tokens of this sequence in the cache
         self.released = False
         self.adapter = adapter  # the LoRA adapter (peft name) this sequence runs with
+        self.images: Any = None  # its prompt's images (loaders/vision.py ImageInputs), if it has any
 
 
 class KVPool:
@@ -154,10 +155,18 @@ def _run(model: Any, pool: KVPool, handles: Sequence[SequenceCache], chunks: Seq
         mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
     cache = StepCache(pool, write_blocks.to(device), write_offsets.to(device), table.to(device), n, width)
     extra = {"adapter_names": [h.adapter for h in handles]} if with_adapters else {}
-    out = model(input_ids=input_ids.to(device), attention_mask=mask, position_ids=places.to(device), cache=cache,
-                use_cache=True, logits_to_keep=1, **extra)
+    feed: dict[str, Any] = {"input_ids": input_ids.to(device), "position_ids": places.to(device)}
+    if any(h.images is not None for h in handles):
+        from loaders.vision import image_feed
+
+        feed = image_feed(model, handles, feed["input_ids"], feed["position_ids"], lengths)
+    out = model(**feed, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1, **extra)
     for h, chunk in zip(handles, chunks):
         h.length += len(chunk)
+        if h.images is not None:
+            from loaders.vision import done_with_features
+
+            done_with_features(h)
     return out.logits[:, -1]
 
 

@@ -7,14 +7,15 @@ loaders stays cheap and a missing backend is reported with an install hint.
 from __future__ import annotations
 
 import gc
+import logging
 import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from loaders.base import (CONVERTS, NATIVE, BaseLoader, Capabilities, EmbeddingModel, LoadedModel, LoaderUnavailable,
-                          LoadOptions, LoraModel, Progress, SupportsBlockPrefix, SupportsGuidance, missing_module,
-                          require_backend)
+from loaders.base import (CONVERTS, NATIVE, BaseLoader, Capabilities, EmbeddingModel, ImagePrompt, LoadedModel,
+                          LoaderUnavailable, LoadOptions, LoraModel, Progress, PromptImage, SupportsBlockPrefix,
+                          SupportsGuidance, SupportsImages, missing_module, require_backend)
 from loaders.hf import (DTYPE_BYTES, HF_INSTALL, HF_OPTIONS, HF_REQUIRES, HFTokenizer, check_model_path, cuda_note,
                         ensure_converted, eos_ids, from_pretrained, hf_load_kwargs, is_hf_folder, loaded_bytes,
                         quant_method, resolve_device, resolve_dtype)
@@ -22,9 +23,12 @@ from loaders.embedding_loader import is_sentence_folder
 from loaders.gguf_header import read_header
 from loaders.options import check_options, refuse_off_device
 from loaders.lora import Adapters, Selection, check_fits
+from loaders.vision import IMAGE_FAMILIES, VisionModel, is_vision_folder, takes_images
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
 
 
 def register_loaders(register: Callable[[Any], None]) -> None:
@@ -33,10 +37,11 @@ def register_loaders(register: Callable[[Any], None]) -> None:
 
 class TransformersLoader(BaseLoader):
     name = "transformers"
-    description = "Hugging Face transformers: safetensors model folders and .gguf files (dequantized on load)"
+    description = ("Hugging Face transformers: safetensors model folders (vision-language ones too) and .gguf files "
+                   "(dequantized on load)")
     capabilities = Capabilities(batched_forward=True, lora=True, logprobs=True,
                                 devices=("cpu", "cuda", "mps"), formats=("hf-folder", "gguf"), prefix_cache="blocks",
-                                embeddings=True)
+                                embeddings=True, images=True)
     requires = HF_REQUIRES
     install_hint = HF_INSTALL
     options = HF_OPTIONS
@@ -80,26 +85,30 @@ class TransformersLoader(BaseLoader):
         kwargs = hf_load_kwargs(values, device, dtype)
         if progress:
             progress(0.0, f"loading {path.name} on {device} as {dtype}")
-        model, tokenizer = from_pretrained(path, device, dtype, **kwargs)
+        vision = path.is_dir() and is_vision_folder(path)
+        model, tokenizer = from_pretrained(path, device, dtype, vision=vision, **kwargs)
         if progress:
             progress(1.0, f"loaded {path.name}")
-        loaded = TransformersModel(path, model, tokenizer, str(model.device) if "device_map" in kwargs else device,
-                                   dtype)
+        loaded = TransformersModel(path, model, tokenizer.tokenizer if vision else tokenizer,
+                                   str(model.device) if "device_map" in kwargs else device, dtype,
+                                   processor=tokenizer if vision else None)
         loaded.load_options = values
         return loaded
 
 
 class TransformersModel:
-    """A transformers causal LM driven step by step; joined sequences decode in one batched forward."""
+    """A transformers causal LM (or vision-language model: ``processor`` given) driven step by step; joined
+    sequences decode in one batched forward."""
 
     loader = "transformers"
 
-    def __init__(self, path: Path, model: Any, tokenizer: Any, device: str, dtype: str):
+    def __init__(self, path: Path, model: Any, tokenizer: Any, device: str, dtype: str, processor: Any = None):
         self.path, self.name = path, path.stem if path.is_file() else path.name
         self.model, self.device, self.dtype = model, device, dtype
         self.load_options: dict[str, Any] = {}  # the loader sets the options it loaded with
         self.tokenizer = HFTokenizer(tokenizer, eos_ids(getattr(model, "generation_config", None), tokenizer))
-        self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+        text_config = model.config.get_text_config()
+        self.context_length = int(getattr(text_config, "max_position_embeddings", 0) or 2048)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.embedding_size = int(model.get_input_embeddings().weight.shape[1])
         self.embedding_source = f"{self.name} (mean-pooled hidden states)"
@@ -108,8 +117,14 @@ class TransformersModel:
         # Sliding-window layers keep only their last W tokens, so their KV cannot be paged into reusable
         # blocks, and flash attention takes no 4D mask: such models neither batch nor cache prefixes (outputs
         # stay exact; the Model tab says so).
+        self.vision = VisionModel(processor, model) if processor is not None and takes_images(model) else None
+        if processor is not None and self.vision is None:
+            log.warning("%s is a %s vision-language model, whose images this workbench cannot feed yet (it takes "
+                        "text only); image families: %s", self.name, model.config.model_type,
+                        ", ".join(IMAGE_FAMILIES))
+        self.image_placeholder = self.vision.placeholder if self.vision is not None else ""
         self.capabilities = replace(TransformersLoader.capabilities, batched_forward=batched,
-                                    prefix_cache="blocks" if batched else "")
+                                    prefix_cache="blocks" if batched else "", images=self.vision is not None)
         from loaders.kv_batch import KVPool
 
         self._pool = KVPool(device, attention)
@@ -157,6 +172,20 @@ class TransformersModel:
             return embed_batched(hidden, inputs, 0, self.device, "mean")
         with self.adapters.peft.disable_adapter():  # the adapters' layers sit inside the base model
             return embed_batched(hidden, inputs, 0, self.device, "mean")
+
+    # -- images (loaders/vision.py) ----------------------------------------------------
+    def encode_images(self, text: str, images: Sequence[PromptImage], add_special_tokens: bool) -> ImagePrompt:
+        if self.vision is None:
+            raise ValueError(f"{self.name} takes no images: it is a text-only model; load a vision-language model")
+        return self.vision.encode(text, images, add_special_tokens)
+
+    def image_tokens(self, images: Sequence[PromptImage]) -> list[int]:
+        return self.vision.image_tokens(images) if self.vision is not None else [0] * len(images)
+
+    def attach_images(self, cache: Any, media: Any) -> None:
+        if cache.length:
+            raise RuntimeError("images are attached to a sequence before it reads its prompt")
+        cache.images = media
 
     # -- LoRA -------------------------------------------------------------------------
     def check_lora(self, path: Path) -> None:
@@ -216,12 +245,24 @@ class TransformersModel:
                 return batched_forward(net, self._pool, caches, new_ids, with_adapters)
             rows = []
             for handle, ids in zip(caches, new_ids):  # e.g. sliding-window caches: one sequence at a time
-                input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
-                extra = {"adapter_names": [handle.adapter]} if with_adapters else {}
-                out = net(input_ids=input_ids, cache=handle.own, use_cache=True, logits_to_keep=1, **extra)
-                handle.length += len(ids)
-                rows.append(out.logits[0, -1])
+                rows.append(self._forward_alone(net, handle, ids, with_adapters))
             return torch.stack(rows)
+
+    def _forward_alone(self, net: Any, handle: Any, ids: Sequence[int], with_adapters: bool) -> torch.Tensor:
+        """One sequence's step in its own DynamicCache; its next-token logits."""
+        import torch
+
+        from loaders.vision import done_with_features, image_feed
+
+        feed: dict[str, Any] = {"input_ids": torch.tensor([list(ids)], dtype=torch.long, device=self.device)}
+        if handle.images is not None:
+            places = torch.arange(handle.length, handle.length + len(ids), device=self.device).unsqueeze(0)
+            feed = image_feed(net, [handle], feed["input_ids"], places, [handle.length])
+        extra = {"adapter_names": [handle.adapter]} if with_adapters else {}
+        out = net(**feed, cache=handle.own, use_cache=True, logits_to_keep=1, **extra)
+        handle.length += len(ids)
+        done_with_features(handle)
+        return out.logits[0, -1]
 
     def memory_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
@@ -248,5 +289,5 @@ def _plain_dynamic_cache(cache: Any) -> bool:
 
 if TYPE_CHECKING:  # the type checker holds the model to what its capabilities promise
     def _promises(model: TransformersModel) -> tuple[LoraModel, SupportsBlockPrefix, SupportsGuidance,
-                                                     EmbeddingModel]:
-        return model, model, model.tokenizer, model
+                                                     EmbeddingModel, SupportsImages]:
+        return model, model, model.tokenizer, model, model

@@ -82,6 +82,22 @@ def untemplated_model_dir(tiny_model_dir: Path, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_llava_dir(default_model_dir: Path, tmp_path_factory) -> Path:
+    """A tiny random LLaVA (tests/vision_models.py): a vision-language model folder with its processor."""
+    from tests.vision_models import tiny_llava
+
+    return tiny_llava(default_model_dir, tmp_path_factory.mktemp("tiny-llava") / "tiny-llava")
+
+
+@pytest.fixture(scope="session")
+def tiny_idefics3_dir(default_model_dir: Path, tmp_path_factory) -> Path:
+    """A tiny random Idefics3 (SmolVLM's architecture; tests/vision_models.py)."""
+    from tests.vision_models import tiny_idefics3
+
+    return tiny_idefics3(default_model_dir, tmp_path_factory.mktemp("tiny-idefics3") / "tiny-idefics3")
+
+
 def load_model(path: Path):
     from loaders.base import LoadOptions
     from loaders.registry import default_registry

@@ -27,6 +27,7 @@ def create_server(services: Services) -> FastAPI:
 
     from webui.auth import authenticator
     from webui.ui.app import CSS, build_ui
+    from webui.ui.chat_tab import PASTE_IMAGES_JS
 
     app = FastAPI(title="LLM Workbench", docs_url=None, redoc_url=None)
 
@@ -37,7 +38,7 @@ def create_server(services: Services) -> FastAPI:
     demo = build_ui(services)
     demo.queue(default_concurrency_limit=None)
     users = dict(services.config.ui_users)
-    return gr.mount_gradio_app(app, demo, path="", css=CSS, footer_links=[],
+    return gr.mount_gradio_app(app, demo, path="", css=CSS, js=PASTE_IMAGES_JS, footer_links=[],
                                auth=authenticator(users) if users else None,
                                auth_message="Log in to the LLM Workbench" if users else None)
 
@@ -79,7 +80,8 @@ def serve(services: Services, config: AppConfig) -> None:
 
         api = create_api_app(services, APIConfig(
             config.api_keys, config.admin_keys, config.served_model_names, config.api_timeout,
-            config.api_queue_timeout, config.log_prompts, int(config.api_max_body_mb * 2**20) or None))
+            config.api_queue_timeout, config.log_prompts, int(config.api_max_body_mb * 2**20) or None,
+            int(config.max_image_mb * 2**20) or None, config.allow_local_images, config.allow_image_urls))
         servers.append(uvicorn.Server(uvicorn.Config(api, host=config.api_host, port=config.api_port,
                                                      log_level="warning", timeout_graceful_shutdown=3)))
         print(f"OpenAI-compatible API ready: http://{config.api_host}:{config.api_port}/v1"

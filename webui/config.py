@@ -47,6 +47,9 @@ class AppConfig:
     api_queue_timeout: float | None = 120.0
     log_prompts: bool = False
     api_max_body_mb: float = 8.0  # 0: no limit
+    max_image_mb: float = 5.0  # the largest image a prompt may carry (API and Chat tab), as sent
+    allow_local_images: bool = False  # the API's image_url may name a file on this machine
+    allow_image_urls: bool = False  # the API's image_url may be an http(s) URL, which the server then fetches
     capture_requests: bool = False  # keep every API request in the store (#33); store: true ones are kept anyway
     capture_max_requests: int = 1000  # kept requests, at most; the oldest go first
     capture_max_mb: float = 200.0  # their size, at most
@@ -246,6 +249,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--api-max-body-mb", type=_megabytes, default=8.0, metavar="MB",
                    help="request bodies over this size are refused with a 413 before they are read (default 8; "
                         "0: no limit)")
+    g.add_argument("--max-image-mb", type=_megabytes, default=5.0, metavar="MB",
+                   help="the largest image a prompt may carry, over the API or in the Chat tab, in MB as sent "
+                        "(default 5; 0: no limit; an image over it is refused with a message saying so). A base64 "
+                        "data URL is a third larger than the image, and the whole body must stay under "
+                        "--api-max-body-mb")
+    g.add_argument("--allow-local-images", action="store_true",
+                   help="let the API's image_url parts name a file on this machine (file:///path or an absolute "
+                        "path): anyone who can call the API can then have this server read any image it can read")
+    g.add_argument("--allow-image-urls", action="store_true",
+                   help="let the API's image_url parts be http(s) URLs, which this server then downloads (off by "
+                        "default: a request could make it fetch from any address it can reach)")
     g.add_argument("--log-prompts", action="store_true", help="include prompt text in the API's request log lines")
     g.add_argument("--capture-requests", action="store_true",
                    help="keep every API request to /v1/chat/completions and /v1/completions in the store, as sent "
@@ -286,6 +300,8 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         admin_keys=read_keys(args.admin_key, args.admin_key_file, "--admin-key"), served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts,
         api_max_body_mb=args.api_max_body_mb, capture_requests=args.capture_requests,
+        max_image_mb=args.max_image_mb, allow_local_images=args.allow_local_images,
+        allow_image_urls=args.allow_image_urls,
         capture_max_requests=args.capture_max_requests, capture_max_mb=args.capture_max_mb,
         max_running=args.max_running,
         max_waiting=args.max_waiting, prefix_cache_mb=args.prefix_cache_mb,

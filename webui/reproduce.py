@@ -13,7 +13,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loaders.base import Tokenizer
+from loaders.base import PromptImage, Tokenizer
 from webui.chat.modes import ChatMode, ModeError
 from webui.chat.reply import ReplyRecord
 from webui.engine import GenerationRequest, InvalidParameter, SamplingParams
@@ -34,7 +34,8 @@ class RecordError(ValueError):
 class ReproduceRecord:
     model: str
     params: dict[str, Any]  # every SamplingParams field; "seed" is the seed that was used
-    messages: list[dict[str, str]] | None = None  # a chat (the model's template applies), or
+    messages: list[dict[str, Any]] | None = None  # a chat (the model's template applies; a message with images:
+    # OpenAI's content parts, each image a data: URL, as the API takes them), or
     prompt: str | None = None  # raw text
     loader: str = "transformers"
     loras: list[list] = field(default_factory=list)  # [[name, weight], ...]
@@ -68,22 +69,49 @@ class ReproduceRecord:
         except InvalidParameter as exc:
             raise RecordError(str(exc)) from exc
 
-    def request(self, tokenizer: Tokenizer) -> GenerationRequest:
-        """The engine request this record describes (the chat rendered with ``tokenizer``'s template)."""
+    def request(self, tokenizer: Tokenizer, image_placeholder: str = "") -> GenerationRequest:
+        """The engine request this record describes (the chat rendered with ``tokenizer``'s template; its images,
+        if any, each written as ``image_placeholder``, the model's mark for an image)."""
         from webui.chat import render_chat_prompt
 
         loras = tuple((str(n), float(w)) for n, w in self.loras)
         if self.messages is not None:
-            text = render_chat_prompt(tokenizer, self.messages, template=self.template(), mode=self.mode())
+            messages, images = self._images(image_placeholder)
+            text = render_chat_prompt(tokenizer, messages, template=self.template(), mode=self.mode())
             given = self._given()
             prompt: str | list[int] = text
             if given.get("token_ids"):
                 prompt = [*tokenizer.encode(text, add_special_tokens=False), *given["token_ids"]]
             elif given.get("text"):
                 prompt = text + given["text"]
-            return GenerationRequest(prompt, self.sampling(), add_special_tokens=False, messages=self.messages,
-                                     loras=loras)
+            return GenerationRequest(prompt, self.sampling(), add_special_tokens=False, messages=messages,
+                                     loras=loras, images=images)
         return GenerationRequest(self.prompt or "", self.sampling(), loras=loras)
+
+    def _images(self, placeholder: str) -> tuple[list[dict[str, str]], tuple[PromptImage, ...]]:
+        """The chat with each image part written as ``placeholder`` before its message's text, and the images."""
+        from webui.images import ImageError, data_url_bytes, read_image
+
+        messages, images = [], []
+        for i, m in enumerate(self.messages or []):
+            content = m.get("content")
+            if isinstance(content, str):
+                messages.append({"role": m["role"], "content": content})
+                continue
+            if not placeholder:
+                raise RecordError("this record's chat has images: load a vision-language model to run it")
+            text = ""
+            for j, part in enumerate(content if isinstance(content, list) else []):
+                if part.get("type") == "image_url":
+                    try:
+                        images.append(read_image(data_url_bytes(str(part["image_url"]["url"])), 2**62))
+                    except (ImageError, KeyError, TypeError) as exc:
+                        raise RecordError(f"messages[{i}].content[{j}]: {exc}") from exc
+                    text += placeholder
+                else:
+                    text += str(part.get("text", ""))
+            messages.append({"role": m["role"], "content": text})
+        return messages, tuple(images)
 
     def reply(self, tokenizer: Tokenizer, token_ids: list[int], text: str) -> str:
         """The whole reply this record re-creates, from what a run of its request generated."""
@@ -199,7 +227,7 @@ def parse_record(text: str) -> ReproduceRecord:
     return record
 
 
-def record_for_reply(history: list[dict[str, str]], system_prompt: str, reply: ReplyRecord) -> ReproduceRecord:
+def record_for_reply(history: list[dict[str, Any]], system_prompt: str, reply: ReplyRecord) -> ReproduceRecord:
     """The record of a stored chat reply (one made by a run: ``reply.run``): the chat before it as it was sent
     (without the oldest messages left out to fit the context), and the reply's own record."""
     from webui.chat import chat_messages

@@ -54,8 +54,8 @@ def test_attach_and_detach_an_adapter(controller, services):
 def test_capabilities_and_the_prefix_cache_line(controller):
     table = controller.capability_table()
     assert "| transformers | yes |" in table and "| remote |" in table
-    assert "| embedding | yes | sentence-transformers | cpu, cuda, mps | no | no | no | no | none: embeddings only |" \
-        in table
+    assert ("| embedding | yes | sentence-transformers | cpu, cuda, mps | no | no | no | no | no | "
+            "none: embeddings only |") in table
     assert "Prefix cache" in controller.clear_prefix_cache()
 
 
@@ -155,3 +155,12 @@ def test_the_dtype_applies_only_to_loaders_that_take_one(controller):
     assert controller.takes_dtype("tiny", AUTO_LOADER) and controller.takes_dtype("tiny", "transformers")
     assert not controller.takes_dtype("tiny", "llamacpp") and not controller.takes_dtype("tiny", "exllamav2")
     assert controller.takes_dtype(None, None)
+
+
+def test_the_tab_says_whether_the_model_takes_images(controller, services, tiny_llava_dir):
+    """A vision-language folder in the models dir loads like any model, and the tab says it takes images."""
+    assert "images: no (text only)" in controller.info().text
+    (services.config.models_dir / "tiny-llava").symlink_to(tiny_llava_dir, target_is_directory=True)
+    info = controller.load("tiny-llava", AUTO_LOADER, "cpu", "float32", 1)
+    assert "**tiny-llava** · loader `transformers`" in info.text and "images: yes" in info.text
+    assert "| images |" in controller.capability_table()

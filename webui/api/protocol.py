@@ -176,16 +176,25 @@ def response_format_constraint(response_format: dict[str, Any]) -> dict[str, Any
                                               f"got {kind!r}", kind)
 
 
+class ImageURL(OpenAIModel):
+    url: str  # a data: URL (base64); a file path or http(s) URL only where the server's flags allow (api/images.py)
+    detail: str | None = None  # OpenAI's resolution hint; the model's processor decides the resolution here
+
+
 class ContentPart(OpenAIModel):
     type: str
     text: str | None = None
+    image_url: ImageURL | None = None
 
     @model_validator(mode="after")
-    def _text_only(self) -> "ContentPart":
-        if self.type != "text":
-            raise ValueError(f"content parts of type '{self.type}' are not supported; this server takes text only")
-        if self.text is None:
+    def _known(self) -> "ContentPart":
+        if self.type not in ("text", "image_url"):
+            raise ValueError(f"content parts of type '{self.type}' are not supported; send 'text' parts, and "
+                             "'image_url' parts to a model that takes images")
+        if self.type == "text" and self.text is None:
             raise ValueError("a text content part needs 'text'")
+        if self.type == "image_url" and self.image_url is None:
+            raise ValueError('an image_url content part needs "image_url": {"url": ...}')
         return self
 
 
@@ -206,17 +215,27 @@ class ChatMessage(OpenAIModel):
                 raise ValueError('each of tool_calls needs {"function": {"name": ..., "arguments": ...}}')
         return self
 
-    def text(self) -> str:
-        if isinstance(self.content, list):
-            return "".join(part.text or "" for part in self.content)  # a part's text is checked to be there
+    def text(self, image_placeholder: str = "") -> str:
+        """The content as text, each image part written as ``image_placeholder`` (the model's image mark)."""
+        if isinstance(self.content, list):  # a text part's text is checked to be there
+            return "".join(part.text or "" if part.type == "text" else image_placeholder for part in self.content)
         return self.content or ""
 
 
-def chat_rows(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Request messages as the chat template takes them (a developer message is a system message)."""
+def image_parts(messages: list[ChatMessage]) -> list[tuple[str, ImageURL]]:
+    """Every image part of a chat in order, with its field path (``messages[0].content[1].image_url``)."""
+    return [(f"messages[{i}].content[{j}].image_url", part.image_url) for i, m in enumerate(messages)
+            if isinstance(m.content, list) for j, part in enumerate(m.content)
+            if part.type == "image_url" and part.image_url is not None]
+
+
+def chat_rows(messages: list[ChatMessage], image_placeholder: str = "") -> list[dict[str, Any]]:
+    """Request messages as the chat template takes them (a developer message is a system message; an image is
+    the model's ``image_placeholder`` in the text)."""
     out = []
     for m in messages:
-        entry: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+        entry: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role,
+                                 "content": m.text(image_placeholder)}
         if m.tool_calls:
             entry["tool_calls"] = m.tool_calls
         if m.role == "tool":
@@ -259,8 +278,8 @@ class ChatCompletionRequest(SamplingRequest):
         check_metadata(value or {})
         return value
 
-    def chat_messages(self) -> list[dict[str, Any]]:
-        return chat_rows(self.messages)
+    def chat_messages(self, image_placeholder: str = "") -> list[dict[str, Any]]:
+        return chat_rows(self.messages, image_placeholder)
 
     def logprobs_wanted(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None

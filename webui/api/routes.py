@@ -10,6 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from loaders.base import LoadedModel, ModelLoadError, Tokenizer
 from webui.api.errors import APIError
+from webui.api.images import request_images
 from webui.api.modes import instruction_template, needs_template, request_mode
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
 from webui.chat.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, reply_calls, template_messages,
@@ -22,6 +23,7 @@ from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, che
 from webui.engine import Interleaved, InvalidParameter, RequestStream
 from webui.engine.params import SamplingParams
 from webui.engine.types import GenerationEvent, TokenLogprob
+from webui.images import image_placeholder
 from webui.insight import prompt_logprobs
 
 router = APIRouter()
@@ -111,7 +113,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
                                                   "to tool calls; it cannot be combined with response_format or "
                                                   "structured_outputs", body.tool_choice)
         params = params.replace(structured_outputs=calls_only)
-    messages = body.chat_messages()
+    config = s.config
+    images = await request_images(body.messages, model, config.max_image_bytes, config.allow_local_images,
+                                  config.allow_image_urls)
+    messages = body.chat_messages(image_placeholder(model) if images else "")
     chat_mode = request_mode(body, s.services.characters, model)  # text-generation-webui's extras
     template = instruction_template(body, s.services.templates, model) or (
         request_template(s.services.templates, body.chat_template, model)
@@ -134,7 +139,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
         sources["structured_outputs"] = "request (tool_choice)"
     note_seen(request, prompt, params, model, loras, sources)
     streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
-                       prompt_param="messages", model=model, loras=loras, messages=messages)
+                       prompt_param="messages", model=model, loras=loras, messages=messages, images=images)
     rid, created = new_id("chatcmpl"), now()
 
     def whole(choices: list[Choice]) -> dict:

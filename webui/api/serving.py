@@ -11,7 +11,7 @@ from typing import Sequence
 
 from fastapi import Request
 
-from loaders.base import attached_loras, LoadedModel
+from loaders.base import attached_loras, LoadedModel, PromptImage
 from webui.api.errors import APIError
 from webui.api.protocol import SamplingRequest
 from webui.engine import (Engine, GenerationEvent, GenerationRequest, Interleaved, InvalidParameter, PromptTooLong,
@@ -34,6 +34,9 @@ class APIConfig:
     queue_timeout: float | None = 120.0  # seconds a request may wait for its first step
     log_prompts: bool = False
     max_body_bytes: int | None = 8 * 2**20  # larger request bodies get a 413 before they are read (None: no limit)
+    max_image_bytes: int | None = 5 * 2**20  # the largest image a message may carry (None: no limit)
+    allow_local_images: bool = False  # image_url parts may name files on this machine
+    allow_image_urls: bool = False  # image_url parts may be http(s) URLs the server fetches
 
 
 def finished(reason: str | None) -> str:
@@ -186,7 +189,7 @@ class Serving:
 
     def submit(self, prompts: Sequence[str | list[int]], params: SamplingParams, n: int, logprobs: int | None,
                add_special_tokens: bool, prompt_param: str, model: LoadedModel, loras: tuple = (),
-               messages: list[dict] | None = None) -> list[RequestStream]:
+               messages: list[dict] | None = None, images: tuple[PromptImage, ...] = ()) -> list[RequestStream]:
         """n choices per prompt (choice i of a seeded request uses seed + i, so all differ and all repeat).
 
         A prompt the engine refuses (empty, longer than the context) is a 400 naming ``prompt_param``.
@@ -205,7 +208,7 @@ class Serving:
                     p = params if params.seed is None or i == 0 else params.replace(seed=(params.seed + i) % MAX_SEED)
                     streams.append(engine.submit(GenerationRequest(
                         prompt, p, add_special_tokens=add_special_tokens, logprobs=logprobs, loras=loras,
-                        messages=messages,
+                        messages=messages, images=images,
                         queue_timeout=self.config.queue_timeout, timeout=self.config.timeout)))
         except BaseException as exc:
             for s in streams:

@@ -4,7 +4,7 @@ user message), or the chat is refused, as the user chooses."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from webui.chat.modes import ChatMode
 from webui.chat.prompt import ChatPromptError, chat_messages, render_chat_prompt
@@ -46,11 +46,12 @@ def kept_messages(messages: list[dict[str, str]], dropped: int) -> list[dict[str
 
 def fit_chat(tokenizer: Any, turns: Iterable[Mapping[str, str]], system_prompt: str, budget: int,
              template: ChatTemplate | None = None, continue_last: bool = False,
-             policy: str = DROP_OLDEST, mode: ChatMode | None = None) -> FittedChat:
+             policy: str = DROP_OLDEST, mode: ChatMode | None = None, extra: Sequence[int] = ()) -> FittedChat:
     """The chat rendered within ``budget`` prompt tokens. With DROP_OLDEST the oldest turns go first (a turn: a
     message and the replies after it, so the chat still starts with a user message); ChatPromptError when even
     the system prompt and the last user message (and what follows it) do not fit, or when the policy is REFUSE.
-    ``mode``: the chat mode that writes the prompt (None: instruct)."""
+    ``mode``: the chat mode that writes the prompt (None: instruct). ``extra``: tokens each turn takes beyond
+    its text (its images' tokens), which leave with it."""
     messages = chat_messages(turns, system_prompt)
     head = 1 if messages and messages[0]["role"] == "system" else 0
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=len(messages) - 1)
@@ -58,7 +59,7 @@ def fit_chat(tokenizer: Any, turns: Iterable[Mapping[str, str]], system_prompt: 
     while True:
         kept = kept_messages(messages, dropped)
         prompt = render_chat_prompt(tokenizer, kept, continue_last=continue_last, template=template, mode=mode)
-        size = len(tokenizer.encode(prompt, add_special_tokens=False))
+        size = len(tokenizer.encode(prompt, add_special_tokens=False)) + sum(extra[dropped:])
         if size <= budget:
             return FittedChat(prompt, kept, dropped)
         if policy == REFUSE:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
-from loaders.base import LoadedModel
+from loaders.base import LoadedModel, PromptImage, SupportsImages
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.context import FittedChat, fit_chat, kept_messages, left_out
 from webui.chat.characters import CharacterError
@@ -27,6 +27,7 @@ from webui.controllers.generation import STOP, ActiveRequests, Streamed, new_req
 from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.engine import GenerationEvent, GenerationRequest, SamplingParams
 from webui.engine.sequence import token_budget
+from webui.images import ImageError, data_url, image_placeholder, max_image_bytes, read_image
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
 from webui.models import ModelId, NotLoaded, Slot
 from webui.reproduce import ReproduceRecord, record_for_reply
@@ -51,8 +52,9 @@ class MessageInspection:
     record: ReproduceRecord | None = None
 
 
-def turns_of(messages: list[Message]) -> list[dict[str, str]]:
-    return [{"role": m.role, "content": m.content} for m in messages]
+def turns_of(messages: list[Message], image_placeholder: str = "") -> list[dict[str, str]]:
+    """The messages as chat turns; a message's images are ``image_placeholder`` each, before its text."""
+    return [{"role": m.role, "content": image_placeholder * len(m.images) + m.content} for m in messages]
 
 
 def greeting_turns(mode: ChatMode) -> list[dict[str, str]]:
@@ -76,19 +78,20 @@ class ChatSession:
 
     # -- generating -------------------------------------------------------------------------------------
     def send(self, chat_id: int | None, text: str, system_prompt: str, sampling: SamplingParams,
-             key: Key, start: str = "", mode: str = INSTRUCT, character: str | None = None) -> Iterator[ChatView]:
-        """Store the user's message (a new chat when ``chat_id`` is None: in ``mode``, with ``character``, whose
-        greeting comes first), then stream the reply."""
-        if not text.strip():
+             key: Key, start: str = "", mode: str = INSTRUCT, character: str | None = None,
+             images: Sequence[bytes] = ()) -> Iterator[ChatView]:
+        """Store the user's message with its ``images`` (a new chat when ``chat_id`` is None: in ``mode``, with
+        ``character``, whose greeting comes first), then stream the reply."""
+        if not text.strip() and not images:
             raise UserError("Type a message first.")
-        self._check_ready(key, chat_id)
+        self._check_images(self._check_ready(key, chat_id).model, images)
         chat_mode = self.mode(chat_id) if chat_id is not None else self.mode_of(mode, character)
         history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else greeting_turns(chat_mode)
         system = self.chats.get(chat_id).system_prompt if chat_id is not None else system_prompt
         self._check_fits([*history, {"role": "user", "content": text}], system, sampling, chat_mode)
         if chat_id is None:
-            chat_id = self.new_chat(" ".join(text.split())[:TITLE_LENGTH], system_prompt, mode, character)
-        self.chats.append(chat_id, "user", text)
+            chat_id = self.new_chat(" ".join(text.split())[:TITLE_LENGTH] or "Image", system_prompt, mode, character)
+        self.chats.append(chat_id, "user", text, images=list(images))
         yield replace(self.library.view(chat_id), stats="…")
         yield from self._reply(chat_id, sampling, key, start=start)
 
@@ -128,7 +131,7 @@ class ChatSession:
         self._check_fits([*turns_of(history[:index]), {"role": "user", "content": text}],
                          self.chats.get(cid).system_prompt, sampling, self.mode(cid))
         self.chats.rewind(cid, index)
-        self.chats.append(cid, "user", text)
+        self.chats.append(cid, "user", text, images=[self.chats.image(name) for name in history[index].images])
         yield replace(self.library.view(cid), stats="…")
         yield from self._reply(cid, sampling, key)
 
@@ -140,7 +143,10 @@ class ChatSession:
         model = slot.model
         if model.capabilities.renders_chats:  # your turn is rendered with a template of ours, then continued
             raise UserError("Impersonate needs a local model: a remote server only writes the assistant's turn.")
-        history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else []
+        stored = self.chats.messages(chat_id) if chat_id is not None else []
+        if any(m.images for m in stored):
+            raise UserError("Impersonate does not read a chat's images yet; write your message yourself.")
+        history = turns_of(stored)
         system = self.chats.get(chat_id).system_prompt if chat_id is not None else system_prompt
         template, chat_mode = self.template(model), self.mode(chat_id)
         try:
@@ -193,6 +199,8 @@ class ChatSession:
                 raise BranchError("branching needs a local model: load one in the Model tab")
             model = slot.model
             made = last.record if last else ReplyRecord()
+            if any(m.images for m in self.chats.messages(cid)):
+                raise BranchError("branching does not read a chat's images yet; regenerate the reply instead")
             ids, rows = list(made.token_ids), list(made.tokens)
             if last is None or not ids or not rows or len(ids) != len(rows):
                 raise BranchError("the last reply has no token record to branch from; regenerate it first")
@@ -235,7 +243,7 @@ class ChatSession:
         reply = message.role == "assistant"
         turns = turns_of(history[:index + (0 if reply else 1)])
         made = message.record if reply else ReplyRecord()
-        record = record_for_reply(turns, system_prompt, made) if made.run else None
+        record = record_for_reply(self._record_turns(history[:index]), system_prompt, made) if made.run else None
         which = f"message {index + 1} ({'the reply' if reply else 'your message'})"
         model, also = self.services.loaded, ""
         if made.model and model is not None and written_by(model.name, model.loader) != \
@@ -295,40 +303,83 @@ class ChatSession:
         model = slot.model
         history = self.chats.messages(cid)
         system_prompt = self.chats.get(cid).system_prompt
+        placeholder = self._placeholder(model, history)
         if continue_last and model.capabilities.renders_chats:
             raise UserError("Continue needs a local model: a remote server cannot extend a reply it did not start.")
         target = history[-1] if continue_last else None
         made = target.record if target else ReplyRecord()
         template = self._template(model, made if continue_last else None)
         chat_mode = self._mode(cid, made if continue_last else None)
-        given = list(made.token_ids) if target is not None and model.capabilities.tokenizes else None
+        given = list(made.token_ids) if target is not None and model.capabilities.tokenizes and not placeholder \
+            else None  # (a prompt with images is text, with the images' placeholders)
         if given and target is not None and model.tokenizer.decode(given) != target.content:
             given = None  # edited since: continue from its text
         if given:  # continue from the reply's own tokens (its text could tokenize differently)
-            fitted = self._fitted(model, turns_of(history[:-1]), system_prompt, sampling, template, chat_mode,
-                                  reserve=len(given))
+            fitted = self._fitted(model, turns_of(history[:-1], placeholder), system_prompt, sampling, template,
+                                  chat_mode, reserve=len(given))
             prompt: str | list[int] = [*model.tokenizer.encode(fitted.prompt, add_special_tokens=False), *given]
         elif start and not continue_last:
             if model.capabilities.renders_chats:
                 raise UserError("'Start reply with' needs a local model: a remote server starts its replies itself.")
             reserve = len(model.tokenizer.encode(start, add_special_tokens=False))
-            fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, chat_mode,
-                                  reserve=reserve)
+            fitted = self._fitted(model, turns_of(history, placeholder), system_prompt, sampling, template,
+                                  chat_mode, reserve=reserve, extra=self._image_tokens(model, history))
             prompt = fitted.prompt + start
         else:
-            fitted = self._fitted(model, turns_of(history), system_prompt, sampling, template, chat_mode,
-                                  continue_last)
+            fitted = self._fitted(model, turns_of(history, placeholder), system_prompt, sampling, template,
+                                  chat_mode, continue_last, extra=self._image_tokens(model, history))
             prompt = fitted.prompt
         if stops := chat_mode.stops(template):  # a turn with no end token of its own ends where the next begins
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *stops))))
         before = ReplyStart(target.content if target else start, tuple(given or ()), made.tokens if given else ())
         logprobs = VIEW_TOP if model.capabilities.stepped else None  # the token views under a reply
-        request = new_request(slot, prompt, sampling, False, fitted.messages, logprobs)
+        images = self._images(history[fitted.dropped:]) if placeholder else ()  # of the messages sent
+        request = new_request(slot, prompt, sampling, False, fitted.messages, logprobs, images)
         events = stream_request(slot, self.active, reply_key(key, cid), request)
         yield from self._store_reply(cid, target, before, events, request, model, template, fitted, chat_mode)
 
+    def _check_images(self, model: LoadedModel, images: Sequence[bytes]) -> None:
+        """Images attached to a message: the model takes images, and each is readable and within the limit."""
+        if images and not image_placeholder(model):
+            raise UserError(f"{model.name} takes no images (a text-only model); load a vision-language model (the "
+                            "Model tab says \"images: yes\"), or send the message without them.")
+        for i, data in enumerate(images):
+            try:
+                read_image(data, max_image_bytes(self.services.config.max_image_mb))
+            except ImageError as exc:
+                raise UserError(f"Image {i + 1}: {exc}") from exc
+
+    def _placeholder(self, model: LoadedModel, history: list[Message]) -> str:
+        """How ``model`` marks an image in a prompt, where the chat has images ("" where it has none); UserError
+        when it has images and the model takes none."""
+        if not any(m.images for m in history):
+            return ""
+        placeholder = image_placeholder(model)
+        if not placeholder:
+            raise UserError(f"This chat has images and {model.name} takes none; load a vision-language model, or "
+                            "start a new chat.")
+        return placeholder
+
+    def _record_turns(self, messages: list[Message]) -> list[dict[str, Any]]:
+        """The turns as a reproduce record keeps them: a message with images as OpenAI's content parts (each image
+        a data: URL, then the text), so the record's API request sends the same images."""
+        return [{"role": m.role, "content": [*({"type": "image_url", "image_url": {"url": data_url(
+            self.chats.image(name))}} for name in m.images), {"type": "text", "text": m.content}]}
+                if m.images else {"role": m.role, "content": m.content} for m in messages]
+
+    def _image_tokens(self, model: LoadedModel, messages: list[Message]) -> list[int]:
+        """The tokens each message's images take in ``model``'s prompts (beyond their placeholders)."""
+        if not any(m.images for m in messages) or not isinstance(model, SupportsImages):
+            return []
+        return [sum(model.image_tokens(self._images([m]))) if m.images else 0 for m in messages]
+
+    def _images(self, messages: list[Message]) -> tuple[PromptImage, ...]:
+        """The images ``messages`` carry, in order, read from the store."""
+        return tuple(read_image(self.chats.image(name), 2**62) for m in messages for name in m.images)
+
     def _fitted(self, model: LoadedModel, turns: list[dict[str, str]], system_prompt: str, sampling: SamplingParams,
-                template: ChatTemplate, mode: ChatMode, continue_last: bool = False, reserve: int = 0) -> FittedChat:
+                template: ChatTemplate, mode: ChatMode, continue_last: bool = False, reserve: int = 0,
+                extra: Sequence[int] = ()) -> FittedChat:
         """The chat as it will be sent (in ``mode``): rendered, and within the context less ``reserve`` tokens (a
         reply's given start); UserError says why it cannot be."""
         try:
@@ -341,7 +392,7 @@ class ChatSession:
                                   chat_messages(turns, system_prompt))
             fitted = fit_chat(model.tokenizer, turns, system_prompt,
                               max(1, token_budget(model, sampling) - sampling.max_new_tokens - reserve), template,
-                              continue_last, self.services.settings.get().context_policy, mode)
+                              continue_last, self.services.settings.get().context_policy, mode, extra)
             limit = sampling.truncation_length
             return replace(fitted, truncation_length=limit if 0 < limit < model.context_length else 0)
         except ChatPromptError as exc:
@@ -442,7 +493,7 @@ class ChatSession:
                 target = self.chats.append(cid, "assistant", content, stats=stat)
             elif target is not None:
                 self.chats.update(target.id, content=content, stats=stat)
-            return replace(head, messages=to_chatbot(self.chats.messages(cid)),
+            return replace(head, messages=to_chatbot(self.chats.messages(cid), self.chats),
                            stats=stat.summary if stat is not None else "generating…")
 
         try:

@@ -7,11 +7,13 @@ another chat. Writing replies into a chat is :class:`webui.controllers.chat.Chat
 
 from __future__ import annotations
 
+import io
 import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from webui.chat.modes import INSTRUCT, ChatMode, ModeError
 from webui.chat.templates import STOPS, ChatTemplate
@@ -19,7 +21,7 @@ from webui.controllers.errors import UserError
 from webui.engine import SamplingParams
 from webui.services import Services
 from webui.store import StoreError
-from webui.store.chats import Message
+from webui.store.chats import ChatStore, Message
 
 NO_CHAT = "Start a chat first: type a message and press Send."
 
@@ -31,8 +33,9 @@ class ChatView:
     chat_id: int | None
     title: str = ""
     system_prompt: str = ""
-    messages: list[dict[str, str]] = field(default_factory=list)
-    """Chatbot messages: {"role", "content"}, the stored text only."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """Chatbot messages: {"role", "content"}, the stored text only (a message with images: its images' files,
+    then its text)."""
     stats: str = ""
     """The last reply's stats line ("generating…" while one streams)."""
     mode: str = INSTRUCT
@@ -41,10 +44,35 @@ class ChatView:
     """The name of the chat's character (None: none)."""
 
 
-def to_chatbot(messages: list[Message]) -> list[dict[str, str]]:
+def to_chatbot(messages: list[Message], chats: ChatStore) -> list[dict[str, Any]]:
     """Chatbot messages: each one's text exactly as stored, nothing added (Copy and Edit take the content as it is;
-    a message's versions and a reply's stats are shown beside the log, see ``ChatLibrary.describe``)."""
-    return [{"role": m.role, "content": m.content} for m in messages]
+    a message's versions and a reply's stats are shown beside the log, see ``ChatLibrary.describe``); a message
+    with images shows them first (thumbnails)."""
+    return [{"role": m.role, "content": [*({"path": image_file(chats, name)} for name in m.images), m.content]
+             if m.images else m.content} for m in messages]
+
+
+IMAGE_FILES = Path(tempfile.gettempdir()) / "llm-workbench-images"
+"""Where a chat's images are written for the browser to show (Gradio serves files from the temp dir)."""
+
+
+def image_file(chats: ChatStore, digest: str) -> str:
+    """A file holding the image ``digest`` of the caller's chats (written once; named by its content)."""
+    from PIL import Image, UnidentifiedImageError
+
+    data = chats.image(digest)
+    try:
+        with Image.open(io.BytesIO(data)) as opened:
+            suffix = "." + (opened.format or "png").lower()
+    except (UnidentifiedImageError, OSError):
+        suffix = ".png"
+    path = IMAGE_FILES / f"{digest}{suffix}"
+    if not path.is_file():
+        IMAGE_FILES.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_suffix(f".{time.monotonic_ns()}.tmp")
+        scratch.write_bytes(data)
+        scratch.replace(path)  # whole or not there, whichever request writes it first
+    return str(path)
 
 
 def require_chat(chat_id: int | None) -> int:
@@ -79,7 +107,7 @@ class ChatLibrary:
         except StoreError as exc:
             raise UserError(f"{exc}; it may have been deleted in another tab") from exc
         last = history[-1] if history and history[-1].role == "assistant" else None
-        return ChatView(chat.id, chat.title, chat.system_prompt, to_chatbot(history),
+        return ChatView(chat.id, chat.title, chat.system_prompt, to_chatbot(history, self.chats),
                         last.record.summary if last else "", chat.mode, chat.character)
 
     def latest(self) -> ChatView:

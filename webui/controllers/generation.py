@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Generator
 
+from loaders.base import PromptImage
 from webui.chat.reply import RunStats
 from webui.controllers.errors import UserError
 from webui.engine import EngineError, GenerationEvent, GenerationRequest, RequestStream, SamplingParams
@@ -129,12 +130,13 @@ def stream_text(slot: Slot, active: ActiveRequests, key: tuple[str, str], prompt
 
 
 def new_request(slot: Slot, prompt: str | list[int], params: SamplingParams, add_special_tokens: bool,
-                messages: list[dict[str, str]] | None = None, logprobs: int | None = None) -> GenerationRequest:
+                messages: list[dict[str, str]] | None = None, logprobs: int | None = None,
+                images: tuple[PromptImage, ...] = ()) -> GenerationRequest:
     """A request with the adapters attached to ``slot``'s model now: what it runs with, whatever is attached or
     detached meanwhile (so a record made from it holds what ran). UserError for a bad one."""
     try:
         return GenerationRequest(prompt, params, add_special_tokens=add_special_tokens,
-                                 loras=slot.active_loras, messages=messages, logprobs=logprobs)
+                                 loras=slot.active_loras, messages=messages, logprobs=logprobs, images=images)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 

@@ -13,6 +13,7 @@ from webui.controllers.errors import UserError
 from webui.engine import EngineError, SamplingParams
 from webui.engine.sampling import active_samplers
 from webui.insight import InsightUnavailable, NextToken, PromptInspection, inspect_prompt, next_tokens, perplexity
+from webui.images import image_placeholder
 from webui.reproduce import RecordError, parse_record
 from webui.services import Services
 
@@ -89,7 +90,7 @@ class InsightController:
             if slot is None:
                 raise RecordError("no model is loaded; load the record's model first")
             model = slot.model
-            result = slot.engine.generate(record.request(model.tokenizer))
+            result = slot.engine.generate(record.request(model.tokenizer, image_placeholder(model)))
         except (RecordError, EngineError, ValueError) as exc:
             raise UserError(str(exc)) from exc
         note = "" if model.name == record.model else (

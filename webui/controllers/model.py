@@ -71,7 +71,9 @@ class ModelController:
         text = (f"**{model.name}** · loader `{model.loader}` · {model.device} / {model.dtype}  \n"
                 f"context length: {model.context_length} tokens · memory: {model.memory_bytes() / 2**20:,.0f} MiB · "
                 f"batched forward: {'yes' if caps.batched_forward else 'no'} · LoRA: {'yes' if caps.lora else 'no'} · "
-                f"prefix cache: {PREFIX_CACHE[caps.prefix_cache]}  \npath: `{model.path}`"
+                f"prefix cache: {PREFIX_CACHE[caps.prefix_cache]} · "
+                f"images: {'yes, it takes images (a vision-language model)' if caps.images else 'no (text only)'}  \n"
+                f"path: `{model.path}`"
                 + (f"  \nload options: {option_text(options)}" if options else "")
                 + ("  \n⚠ trust_remote_code is on: Python code from this model's folder runs in the workbench"
                    if options.get("trust_remote_code") else ""))
@@ -79,8 +81,9 @@ class ModelController:
 
     def capability_table(self) -> str:
         """Markdown: what each registered loader can do, and why one is unavailable."""
-        rows = ["| loader | available | formats | devices | batched | LoRA | logprobs | prefix cache | samplers |",
-                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        rows = ["| loader | available | formats | devices | batched | LoRA | logprobs | prefix cache | images | "
+                "samplers |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for s in self.services.registry.status():
             c = s.capabilities
             available = "yes" if s.available else f"no: {s.reason}"
@@ -88,7 +91,8 @@ class ModelController:
                 "all (our pipeline on its logits)" if c.stepped else REMOTE_SAMPLERS
             rows.append(f"| {s.name} | {available} | {', '.join(c.formats) or '-'} | {', '.join(c.devices)} | "
                         f"{'yes' if c.batched_forward else 'no'} | {'yes' if c.lora else 'no'} | "
-                        f"{'yes' if c.logprobs else 'no'} | {PREFIX_CACHE[c.prefix_cache]} | {samplers} |")
+                        f"{'yes' if c.logprobs else 'no'} | {PREFIX_CACHE[c.prefix_cache]} | "
+                        f"{'vision-language models' if c.images else 'no'} | {samplers} |")
         return "\n".join(rows) + ("\n\nPrefix cache: prompts already read are not prefilled again (chat turns, "
                                   "regenerate, n > 1, batch grids). Models with sliding-window layers (e.g. Gemma "
                                   "2/3, Mistral with a sliding window) keep only their last tokens, so they are "

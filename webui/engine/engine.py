@@ -24,9 +24,10 @@ from typing import Any, Callable
 from loaders.base import LoadedModel, SteppedModel, is_stepped, is_text_backend
 from webui.engine.prefix_cache import BLOCK_TOKENS, PrefixCacheStats
 from webui.engine.prefix_reuse import PrefixReuse, prefix_reuse_for
+from webui.engine.params import InvalidParameter
 from webui.engine.relay import RelayRunner
 from webui.engine.sampling import sample_rows
-from webui.engine.sequence import Sequence, check_loras, tokenize_prompt
+from webui.engine.sequence import Sequence, check_loras, encode_prompt
 from webui.engine.stream import RequestStream
 from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, GeneratesNoText, GenerationResult,
                                 NoModelLoaded, FinishReason, now)
@@ -105,9 +106,12 @@ class Engine:
             if len(self._waiting) >= self.config.max_waiting:
                 raise QueueFull(self.config.max_waiting)
         check_loras(model, request)
-        prompt_ids = tokenize_prompt(model, request) if is_stepped(model) else []  # a text backend tokenizes
-        stream = RequestStream(request.request_id, request.cancel, self._wake)
-        seq = Sequence(request, stream, now(), tokenized_for=(model, prompt_ids))
+        if request.images and not is_stepped(model):
+            raise InvalidParameter("images", f"{model.name} takes no images (a remote server's model is sent text "
+                                             "only); load a vision-language model here", len(request.images))
+        prompt_ids, images = encode_prompt(model, request) if is_stepped(model) else ([], None)  # a text backend
+        stream = RequestStream(request.request_id, request.cancel, self._wake)  # tokenizes itself
+        seq = Sequence(request, stream, now(), tokenized_for=(model, prompt_ids, images))
         with self._cond:
             self._waiting.append(seq)
             self._cond.notify()
@@ -230,7 +234,8 @@ class Engine:
                 if model is None:
                     raise NoModelLoaded()
                 if is_stepped(model):
-                    seq.start(model, seq.prompt_for(model), self._reuse.track(seq.request.loras))
+                    seq.start(model, seq.prompt_for(model))
+                    seq.prefix = self._reuse.track(seq.request.loras, seq.image_spans)
                     self._running.append(seq)
                     self._start_from_cache(seq)
                 elif is_text_backend(model):  # a remote server samples: its runner relays the stream

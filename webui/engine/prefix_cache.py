@@ -43,15 +43,26 @@ def default_budget_mb(device: str) -> int:
     return int(min(2048, ram / 16 / 2**20))
 
 
+ImageSpan = tuple[int, int, str]
+"""An image's tokens in a prompt: (first token, one past its last, the SHA-256 of the image)."""
+
+
 def chain_keys(namespace: str, ids: Sequence[int], n_blocks: int, keys: list[bytes] | None = None,
-               block: int = BLOCK_TOKENS) -> list[bytes]:
-    """The hash-chain keys of the first ``n_blocks`` full blocks of ``ids`` (extending ``keys`` if given)."""
+               block: int = BLOCK_TOKENS, images: Sequence[ImageSpan] = ()) -> list[bytes]:
+    """The hash-chain keys of the first ``n_blocks`` full blocks of ``ids`` (extending ``keys`` if given).
+
+    Image tokens are all the same placeholder id, so a block holding some also hashes each such image's digest
+    and where in the image the block starts: two images never share a key, the same image at the same place
+    does."""
     keys = list(keys or [])
     parent = keys[-1] if keys else hashlib.blake2b(namespace.encode(), digest_size=16).digest()
     for i in range(len(keys), n_blocks):
-        chunk = ids[i * block:(i + 1) * block]
+        lo, hi = i * block, (i + 1) * block
         h = hashlib.blake2b(parent, digest_size=16)
-        h.update(b"".join(int(t).to_bytes(4, "little") for t in chunk))
+        h.update(b"".join(int(t).to_bytes(4, "little") for t in ids[lo:hi]))
+        for start, end, digest in images:
+            if start < hi and end > lo:
+                h.update(f"|{digest}:{max(start, lo) - start}".encode())
         parent = h.digest()
         keys.append(parent)
     return keys

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from loaders.base import LoadedModel, SupportsBlockPrefix, SupportsNativePrefix, common_prefix
-from webui.engine.prefix_cache import BLOCK_TOKENS, PrefixCache, PrefixCacheStats, chain_keys, default_budget_mb
+from webui.engine.prefix_cache import (BLOCK_TOKENS, ImageSpan, PrefixCache, PrefixCacheStats, chain_keys,
+                                       default_budget_mb)
 
 WAIT_BLOCKS = 4
 """A sequence waits for another's prefill only to gain this many prefix blocks or more; a few tokens are cheaper
@@ -43,6 +44,7 @@ class PrefixTrack:
     stored: int = 0  # blocks of it the cache holds (or, "native", the backend's cells hold)
     full: bool = False  # the cache had no room for its next block: stop offering
     pins: list[tuple[int, list[bytes]]] = field(default_factory=list)  # what keeps its blocks from eviction
+    images: tuple[ImageSpan, ...] = ()  # its prompt's images: their blocks' keys hash the images' digests
 
 
 class PrefixReuse:
@@ -54,9 +56,9 @@ class PrefixReuse:
         self.block_tokens = block_tokens
         self.cache = PrefixCache(budget_bytes, block_tokens)  # blocks ("blocks" only) and the hit counters
 
-    def track(self, loras: tuple[tuple[str, float], ...] = ()) -> PrefixTrack:
-        """A new sequence's state, for the (name, weight) adapters it runs with."""
-        return PrefixTrack("")
+    def track(self, loras: tuple[tuple[str, float], ...] = (), images: Sequence[ImageSpan] = ()) -> PrefixTrack:
+        """A new sequence's state, for the (name, weight) adapters it runs with and its prompt's images."""
+        return PrefixTrack("", images=tuple(images))
 
     def found(self, track: PrefixTrack, prompt: Sequence[int]) -> int:
         """How many full blocks of ``prompt`` (less its last token, which is always fed) are computed already."""
@@ -96,7 +98,7 @@ class PrefixReuse:
     def _keys(self, track: PrefixTrack, prompt: Sequence[int]) -> None:
         if not track.keys:
             block = self.block_tokens
-            track.keys = chain_keys(track.namespace, prompt, len(prompt) // block, block=block)
+            track.keys = chain_keys(track.namespace, prompt, len(prompt) // block, block=block, images=track.images)
 
 
 class NoReuse(PrefixReuse):
@@ -115,8 +117,8 @@ class BlockReuse(PrefixReuse):
         super().__init__(block_tokens, budget_bytes)
         self.model = model
 
-    def track(self, loras: tuple[tuple[str, float], ...] = ()) -> PrefixTrack:
-        return PrefixTrack(self.model.prefix_namespace(loras))
+    def track(self, loras: tuple[tuple[str, float], ...] = (), images: Sequence[ImageSpan] = ()) -> PrefixTrack:
+        return PrefixTrack(self.model.prefix_namespace(loras), images=tuple(images))
 
     def found(self, track: PrefixTrack, prompt: Sequence[int]) -> int:
         self._keys(track, prompt)
@@ -137,7 +139,7 @@ class BlockReuse(PrefixReuse):
         full = kv_tokens // block
         if track.full or full <= track.stored:
             return
-        track.keys = chain_keys(track.namespace, ids, full, track.keys, block)
+        track.keys = chain_keys(track.namespace, ids, full, track.keys, block, track.images)
         keys = track.keys[:full]
         model = self.model
         stored = self.cache.insert(track.namespace, keys, track.stored,
@@ -165,10 +167,12 @@ class NativeReuse(PrefixReuse):
 
     def found(self, track: PrefixTrack, prompt: Sequence[int]) -> int:
         self._keys(track, prompt)  # one backend cache: every sequence shares the namespace ""
+        if track.images:  # its cells are matched by token ids, which do not tell images apart
+            return 0
         return self.model.prefix_match(prompt[:-1]) // self.block_tokens
 
     def restore(self, track: PrefixTrack, cache: Any, prompt: Sequence[int], hit: int) -> int:
-        n = self.model.reuse_prefix(cache, prompt[:-1])
+        n = 0 if track.images else self.model.reuse_prefix(cache, prompt[:-1])
         self.cache.count_lookup(len(prompt), n)
         track.stored = max(hit, n // self.block_tokens)
         return n

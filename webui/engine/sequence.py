@@ -7,9 +7,10 @@ from typing import Any
 
 import torch
 
-from loaders.base import LoadedModel, SteppedModel, SupportsGuidance, is_lora_model
+from loaders.base import ImagePrompt, LoadedModel, SteppedModel, SupportsGuidance, SupportsImages, is_lora_model
 from webui.engine.detokenize import IncrementalDetokenizer
 from webui.engine.params import InvalidParameter, SamplingParams
+from webui.engine.prefix_cache import ImageSpan
 from webui.engine.prefix_reuse import PrefixTrack
 from webui.engine.sampling import Sampler, TokenChoice
 from webui.engine.stopping import StopStringMatcher
@@ -39,6 +40,7 @@ def token_budget(model: LoadedModel, params: SamplingParams) -> int:
 
 
 def tokenize_prompt(model: SteppedModel, request: GenerationRequest) -> list[int]:
+    """A text request's prompt ids, checked (see :func:`encode_prompt` for one with images)."""
     params = request.params
     if params.structured_outputs and not isinstance(model.tokenizer, SupportsGuidance):
         raise InvalidParameter("structured_outputs", f"structured_outputs: the {model.loader} loader's tokenizer "
@@ -53,6 +55,32 @@ def tokenize_prompt(model: SteppedModel, request: GenerationRequest) -> list[int
     if params.truncation_length:  # keep the newest tokens, with room for max_new_tokens
         keep = max(1, token_budget(model, params) - params.max_new_tokens)
         ids = ids[-keep:]
+    return _checked(model, request, ids)
+
+
+def encode_prompt(model: SteppedModel, request: GenerationRequest) -> tuple[list[int], ImagePrompt | None]:
+    """The prompt's ids, and for a request with images the prompt as the model reads it (its images' token
+    spans and pixel inputs); ids count every image token."""
+    if not request.images:
+        return tokenize_prompt(model, request), None
+    if not (model.capabilities.images and isinstance(model, SupportsImages)):
+        raise InvalidParameter("images", f"{model.name} takes no images: it is a text-only model; load a "
+                                         "vision-language model, or send text only", len(request.images))
+    params = request.params
+    if params.structured_outputs and not isinstance(model.tokenizer, SupportsGuidance):
+        raise InvalidParameter("structured_outputs", f"structured_outputs: the {model.loader} loader's tokenizer "
+                                                     "cannot constrain output; use another loader")
+    prompt = model.encode_images(str(request.prompt), request.images,
+                                 request.add_special_tokens and params.add_bos_token)
+    if params.truncation_length and len(prompt.ids) > max(1, token_budget(model, params) - params.max_new_tokens):
+        raise PromptTooLong(len(prompt.ids), params.max_new_tokens, min(model.context_length,
+                                                                         token_budget(model, params)))
+    return _checked(model, request, prompt.ids), prompt
+
+
+def _checked(model: SteppedModel, request: GenerationRequest, ids: list[int]) -> list[int]:
+    """``ids`` if they fit the context and the vocabulary (and the request's token ids do)."""
+    params = request.params
     if len(ids) >= model.context_length:
         raise PromptTooLong(len(ids), request.params.max_new_tokens, model.context_length)
     vocab = model.vocab_size
@@ -96,13 +124,15 @@ class Sequence:
     its relay thread from admission to its final event (the engine only cancels it, through its request)."""
 
     def __init__(self, request: GenerationRequest, stream: RequestStream, submitted: float,
-                 tokenized_for: tuple[LoadedModel, list[int]] | None = None):
+                 tokenized_for: tuple[LoadedModel, list[int], ImagePrompt | None] | None = None):
         self.request, self.stream, self.submitted = request, stream, submitted
-        self.tokenized_for = tokenized_for  # (model, prompt ids) when submitted: tokenized again for another model
+        # (model, prompt ids, the prompt with its images) when submitted: encoded again for another model
+        self.tokenized_for = tokenized_for
         params = request.params
         self.seed = params.seed if params.seed is not None else secrets.randbits(63)
         self.model: SteppedModel | None = None
         self.prompt_ids: list[int] = []
+        self.image_spans: tuple[ImageSpan, ...] = ()  # where its prompt's images are (their tokens), in order
         self.ids: list[int] = []
         self.pending: list[int] = []
         self.cache: Any = None
@@ -117,11 +147,11 @@ class Sequence:
         self.waiting_for: "Sequence | None" = None  # a sequence prefilling the prompt's start, which it waits for
         self.guide: Guide | None = None
 
-    def start(self, model: SteppedModel, prompt_ids: list[int] | None = None, prefix: PrefixTrack | None = None
-              ) -> None:
-        """Bind to ``model``: tokenize (unless given), size the budget, build sampler and cache; ``prefix``: its
-        state in the engine's prefix-reuse strategy."""
-        self.prompt_ids = prompt_ids if prompt_ids is not None else tokenize_prompt(model, self.request)
+    def start(self, model: SteppedModel, encoded: tuple[list[int], ImagePrompt | None] | None = None,
+              prefix: PrefixTrack | None = None) -> None:
+        """Bind to ``model``: encode the prompt (unless given), size the budget, build sampler and cache (with the
+        prompt's images); ``prefix``: its state in the engine's prefix-reuse strategy."""
+        self.prompt_ids, images = encoded if encoded is not None else encode_prompt(model, self.request)
         self.ids = list(self.prompt_ids)
         self.pending = list(self.prompt_ids)
         params, room = self.request.params, model.context_length - len(self.prompt_ids)
@@ -132,6 +162,9 @@ class Sequence:
         self.detok = IncrementalDetokenizer(lambda ids: tok.decode(ids, skip_special_tokens=params.skip_special_tokens),
                                             self.prompt_ids[-8:])
         self.cache = self._new_cache(model)
+        if images is not None and isinstance(model, SupportsImages):  # (encode_prompt checked that it is)
+            model.attach_images(self.cache, images.media)
+            self.image_spans = tuple(images.spans)
         if params.guidance_scale != 1.0:
             self.guide = Guide(guide_prompt(model, self.request, self.prompt_ids), self._new_cache(model))
             self.max_new = max(1, min(self.max_new, model.context_length - len(self.guide.pending)))
@@ -151,11 +184,11 @@ class Sequence:
         if self.first_token is None:
             self.first_token = now()
 
-    def prompt_for(self, model: LoadedModel) -> list[int] | None:
-        """The prompt ids tokenized at submit, if for ``model`` (None: tokenize again, the model was swapped)."""
+    def prompt_for(self, model: LoadedModel) -> tuple[list[int], ImagePrompt | None] | None:
+        """The prompt encoded at submit, if for ``model`` (None: encode again, the model was swapped)."""
         if self.tokenized_for is None or self.tokenized_for[0] is not model:
             return None
-        return self.tokenized_for[1]
+        return self.tokenized_for[1], self.tokenized_for[2]
 
     def resume_from(self, n: int) -> None:
         """The cache starts with the first ``n`` prompt tokens (reused): only the rest is fed."""

@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
+from loaders.base import PromptImage
 from webui.engine.params import SamplingParams
 
 # "timeout": the request's queue-wait or generation time limit ran out (it is cancelled in the engine).
@@ -76,12 +77,17 @@ class GenerationRequest:
     timeout: float | None = None  # seconds it may generate, from its first step
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     cancel: CancelToken = field(default_factory=CancelToken)
+    images: tuple[PromptImage, ...] = ()
+    """Images for a vision-language model, in the order of the model's image placeholders in the (text) prompt."""
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt, list) and not all(isinstance(t, int) and t >= 0 for t in self.prompt):
             raise ValueError("a token-id prompt must be a list of non-negative integers")
         if not isinstance(self.prompt, (str, list)):
             raise ValueError(f"prompt must be text or a list of token ids, got {type(self.prompt).__name__}")
+        self.images = tuple(self.images)
+        if self.images and not isinstance(self.prompt, str):
+            raise ValueError("a prompt with images must be text with one image placeholder per image, not token ids")
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
             raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
         self.loras = tuple((str(n), float(w)) for n, w in self.loras)

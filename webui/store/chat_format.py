@@ -16,7 +16,11 @@
                                             message (default: the last message)
       "mode": "chat",                       version 2, optional: instruct (default), chat or chat-instruct
       "character": "Ann"                    version 2, optional: the chat's character's name, or null
+      "images": {"<sha256>": "<base64>"}    optional: the bytes of every image a message names, once each
     }
+
+A message may name images (a vision model's input) in order: "images": ["<sha256>", ...], each the
+SHA-256 (hex) of bytes given in the top-level "images"; an image whose bytes do not hash to its name is refused.
 
 Version 1 (no "parent", no "current") is one linear conversation. Unknown keys are
 ignored. NaN and Infinity are not JSON and are refused.
@@ -28,12 +32,15 @@ a first pair ``["<|BEGIN-VISIBLE-CHAT|>", greeting]`` for a greeting) are read t
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import html
 import json
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from webui.chat.modes import MODES
@@ -78,6 +85,10 @@ class ChatExport:
     """The chat's mode (webui.chat.modes.MODES)."""
     character: str | None = None
     """The name of the chat's character (None: none)."""
+    images: list[tuple[str, ...]] = field(default_factory=list)
+    """Each message's images (SHA-256 names, in order), parallel to ``messages``; empty: no message has any."""
+    image_data: dict[str, bytes] = field(default_factory=dict)
+    """The bytes of every image named, by name."""
 
     def __post_init__(self) -> None:
         if self.parents is None:  # one linear conversation
@@ -88,18 +99,24 @@ class ChatExport:
 
 def export_chat(chat: ChatExport) -> str:
     """Serialise to the version-1 JSON text (indented, UTF-8 characters kept as they are)."""
-    document = {
+    messages: list[dict[str, Any]] = [{"role": role, "content": content, "stats": stats, "parent": parent}
+                                      for (role, content, stats), parent in zip(chat.messages, chat.parents or [])]
+    for message, names in zip(messages, chat.images):
+        if names:
+            message["images"] = list(names)
+    document: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
         "title": chat.title,
         "system_prompt": chat.system_prompt,
         "created": chat.created,
-        "messages": [{"role": role, "content": content, "stats": stats, "parent": parent}
-                     for (role, content, stats), parent in zip(chat.messages, chat.parents or [])],
+        "messages": messages,
         "current": chat.current,
     }
     if chat.mode != "instruct" or chat.character is not None:  # written where they say something
         document.update(mode=chat.mode, character=chat.character)
+    if chat.image_data:
+        document["images"] = {name: base64.b64encode(data).decode() for name, data in chat.image_data.items()}
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
 
 
@@ -147,8 +164,34 @@ def parse_chat(text: str | bytes) -> ChatExport:
     character = data.get("character")
     if character is not None and not isinstance(character, str):
         raise _error(f"character must be a character's name or null, got {_kind(character)}")
+    images, image_data = _images(raw_messages, data.get("images", {}))
     return ChatExport(title=title, system_prompt=system_prompt, created=float(created), messages=messages,
-                      parents=parents, current=current, mode=mode, character=character)
+                      parents=parents, current=current, mode=mode, character=character, images=images,
+                      image_data=image_data)
+
+
+def _images(raw_messages: list[Any], given: object) -> tuple[list[tuple[str, ...]], dict[str, bytes]]:
+    """Each message's image names and the bytes of those named, checked against their SHA-256 names."""
+    if not isinstance(given, dict):
+        raise _error(f"images must be an object of SHA-256 names to base64 bytes, got {_kind(given)}")
+    out: list[tuple[str, ...]] = []
+    data: dict[str, bytes] = {}
+    for i, item in enumerate(raw_messages):
+        names = item.get("images", [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise _error(f"messages[{i}].images must be a list of image names (SHA-256), got {_kind(names)}")
+        for name in names:
+            if name not in data:
+                if not isinstance(given.get(name), str):
+                    raise _error(f"messages[{i}].images names {name[:16]}..., whose bytes are not in 'images'")
+                try:
+                    data[name] = base64.b64decode(given[name], validate=True)
+                except (binascii.Error, ValueError):
+                    raise _error(f"images[{name[:16]}...] is not valid base64") from None
+                if hashlib.sha256(data[name]).hexdigest() != name:
+                    raise _error(f"images[{name[:16]}...]: its bytes do not hash to its name (SHA-256)")
+        out.append(tuple(names))
+    return out, data
 
 
 TGWUI_GREETING = "<|BEGIN-VISIBLE-CHAT|>"

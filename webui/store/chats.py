@@ -8,11 +8,12 @@ its current leaf; ``messages()`` is that path, ``versions()`` a message's siblin
 from __future__ import annotations
 
 import builtins
+import hashlib
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
 
 from webui.chat.modes import INSTRUCT, MODES
 from webui.chat.reply import ReplyRecord
@@ -55,6 +56,8 @@ class Message:
     created: float
     parent_id: int | None = None
     """The message it answers or follows; None for a first message."""
+    images: tuple[str, ...] = ()
+    """The images it carries (for a vision model), in order, by the SHA-256 of their bytes (``ChatStore.image``)."""
 
     @property
     def record(self) -> ReplyRecord:
@@ -139,6 +142,7 @@ class ChatStore:
         with self._db.transaction() as conn:
             if conn.execute("DELETE FROM chats WHERE id = ? AND owner = ?", (chat_id, current_owner())).rowcount == 0:
                 raise _not_found(chat_id)
+            _drop_unused_images(conn)
 
     def messages(self, chat_id: int) -> builtins.list[Message]:
         """The chat's shown path, first message first; ChatNotFound if there is no such chat."""
@@ -146,11 +150,14 @@ class ChatStore:
             return self._path(conn, self._get_leaf(conn, chat_id))
 
     def append(self, chat_id: int, role: str, content: str,
-               stats: ReplyRecord | dict[str, Any] | None = None) -> Message:
-        """Add a message after the shown path's last one (it becomes the chat's current leaf) and return it."""
+               stats: ReplyRecord | dict[str, Any] | None = None, images: Sequence[bytes] = ()) -> Message:
+        """Add a message after the shown path's last one (it becomes the chat's current leaf) and return it;
+        ``images``: the encoded images it carries, in order (each stored once, whatever messages share it)."""
         _check_role(role)
         _check_str("content", content)
         stats_json = _stats_json(stats)
+        if not all(isinstance(image, bytes) and image for image in images):
+            raise StoreError("images must be the bytes of encoded images")
         with self._db.transaction() as conn:
             leaf = self._get_leaf(conn, chat_id)
             now = self._touch(conn, chat_id)
@@ -161,8 +168,19 @@ class ChatStore:
                    VALUES (?, ?, ?, ?, ?, ?, ?)""",
                 (chat_id, leaf, depth, role, content, stats_json, now))
             conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (cur.lastrowid, chat_id))
-            return _message(conn.execute("SELECT * FROM messages WHERE id = ?",
-                                         (cur.lastrowid,)).fetchone())
+            _add_images(conn, cur.lastrowid, {hashlib.sha256(data).hexdigest(): data for data in images},
+                        [hashlib.sha256(data).hexdigest() for data in images])
+            return self._one(conn, cur.lastrowid)
+
+    def image(self, digest: str) -> bytes:
+        """The bytes of an image a message of the caller's chats carries; StoreError if there is none."""
+        row = self._db.query_one(
+            "SELECT i.data FROM images AS i WHERE i.digest = ? AND EXISTS (SELECT 1 FROM message_images AS mi "
+            "JOIN messages AS m ON m.id = mi.message_id JOIN chats AS c ON c.id = m.chat_id "
+            "WHERE mi.digest = i.digest AND c.owner = ?)", (digest, current_owner()))
+        if row is None:
+            raise StoreError(f"no chat holds the image {digest[:16]}...")
+        return bytes(row["data"])
 
     def rewind(self, chat_id: int, to_position: int) -> None:
         """Show the path only up to ``to_position`` (exclusive), keeping what followed as a branch: the next
@@ -222,6 +240,7 @@ class ChatStore:
                     "INSERT INTO messages (chat_id, parent_id, position, role, content, stats, created) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (chat_id, parent, m.position, m.role, m.content, _stats_json(m.stats), m.created)).lastrowid
+                _add_images(conn, parent, {}, m.images)
             conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (parent, chat_id))
             return self._get(conn, chat_id)
 
@@ -240,8 +259,7 @@ class ChatStore:
                          "stats = COALESCE(?, stats) WHERE id = ?",
                          (content, stats_json, message_id))
             self._touch(conn, row["chat_id"])
-            return _message(conn.execute("SELECT * FROM messages WHERE id = ?",
-                                         (message_id,)).fetchone())
+            return self._one(conn, message_id)
 
     def truncate(self, chat_id: int, from_position: int) -> int:
         """Delete the shown path's messages at and after ``from_position`` (with every version that followed
@@ -254,6 +272,7 @@ class ChatStore:
                 return 0
             before = conn.execute("SELECT COUNT(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
             conn.execute("DELETE FROM messages WHERE id = ?", (path[from_position].id,))  # and its subtree
+            _drop_unused_images(conn)
             leaf = path[from_position - 1].id if from_position > 0 else None
             conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (leaf, chat_id))
             return before - conn.execute("SELECT COUNT(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
@@ -265,13 +284,16 @@ class ChatStore:
             chat = self._get(conn, chat_id)
             leaf = self._get_leaf(conn, chat_id)
             rows = conn.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,)).fetchall()
-        messages = [_message(row) for row in rows]
+            messages = _with_images(conn, [_message(row) for row in rows])
+            names = {name for m in messages for name in m.images}
+            data = {name: bytes(conn.execute("SELECT data FROM images WHERE digest = ?", (name,)).fetchone()[0])
+                    for name in sorted(names)}
         index: dict[int | None, int] = {m.id: i for i, m in enumerate(messages)}
         return export_chat(ChatExport(
             title=chat.title, system_prompt=chat.system_prompt, created=chat.created,
             messages=[(m.role, m.content, m.stats) for m in messages],
             parents=[index.get(m.parent_id) for m in messages], current=index.get(leaf), mode=chat.mode,
-            character=chat.character))
+            character=chat.character, images=[m.images for m in messages], image_data=data))
 
     def export_tgwui(self, chat_id: int) -> str:
         """The shown conversation as text-generation-webui saves a chat history."""
@@ -289,13 +311,15 @@ class ChatStore:
             chat_id = cur.lastrowid
             ids: builtins.list[int | None] = []
             depth: builtins.list[int] = []
-            for (role, content, stats), parent in zip(data.messages, data.parents or []):  # set for every chat
-                depth.append(0 if parent is None else depth[parent] + 1)
+            for i, ((role, content, stats), parent) in enumerate(zip(data.messages, data.parents or [])):
+                depth.append(0 if parent is None else depth[parent] + 1)  # (parents are set for every chat)
                 ids.append(conn.execute(
                     "INSERT INTO messages (chat_id, parent_id, position, role, content, stats, created) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (chat_id, None if parent is None else ids[parent], depth[-1], role, content,
                      _stats_json(stats), now)).lastrowid)
+                if i < len(data.images):
+                    _add_images(conn, ids[-1], data.image_data, data.images[i])
             leaf = ids[data.current] if data.current is not None else None
             conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (leaf, chat_id))
             return self._get(conn, chat_id)
@@ -316,7 +340,12 @@ class ChatStore:
                    SELECT ? UNION ALL SELECT m.parent_id FROM messages AS m JOIN path ON m.id = path.id
                    WHERE m.parent_id IS NOT NULL)
                SELECT * FROM messages WHERE id IN (SELECT id FROM path) ORDER BY position""", (leaf,)).fetchall()
-        return [_message(row) for row in rows]
+        return _with_images(conn, [_message(row) for row in rows])
+
+    @staticmethod
+    def _one(conn: sqlite3.Connection, message_id: Any) -> Message:
+        return _with_images(conn, [_message(conn.execute("SELECT * FROM messages WHERE id = ?",
+                                                         (message_id,)).fetchone())])[0]
 
     @staticmethod
     def _message_row(conn: sqlite3.Connection, message_id: Any) -> sqlite3.Row:
@@ -380,6 +409,38 @@ def _stats_json(stats: object) -> str | None:
     except (TypeError, ValueError) as e:
         raise StoreError(f"stats must be plain JSON (str, finite numbers, bool, None, "
                          f"lists, dicts): {e}") from e
+
+
+def _add_images(conn: sqlite3.Connection, message_id: Any, data: dict[str, bytes], names: Sequence[str]) -> None:
+    """Message ``message_id`` carries the images ``names`` in order; ``data``: bytes of those not stored yet."""
+    now = time.time()
+    for position, name in enumerate(names):
+        if name in data:
+            conn.execute("INSERT OR IGNORE INTO images (digest, data, created) VALUES (?, ?, ?)",
+                         (name, data[name], now))
+        conn.execute("INSERT INTO message_images (message_id, position, digest) VALUES (?, ?, ?)",
+                     (message_id, position, name))
+
+
+def _with_images(conn: sqlite3.Connection, messages: builtins.list[Message]) -> builtins.list[Message]:
+    """``messages`` with the images each carries."""
+    if not messages:
+        return messages
+    marks = ",".join("?" * len(messages))
+    rows = conn.execute(f"SELECT message_id, digest FROM message_images WHERE message_id IN ({marks}) "
+                        "ORDER BY message_id, position", [m.id for m in messages]).fetchall()
+    if not rows:
+        return messages
+    found: dict[int, builtins.list[str]] = {}
+    for row in rows:
+        found.setdefault(row["message_id"], []).append(row["digest"])
+    return [replace(m, images=tuple(found[m.id])) if m.id in found else m for m in messages]
+
+
+def _drop_unused_images(conn: sqlite3.Connection) -> None:
+    """Images no message carries any more go (a deleted chat's, a truncated branch's)."""
+    conn.execute("DELETE FROM images WHERE NOT EXISTS (SELECT 1 FROM message_images AS mi "
+                 "WHERE mi.digest = images.digest)")
 
 
 def _escape_like(text: str) -> str:

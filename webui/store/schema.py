@@ -156,4 +156,19 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE chats ADD COLUMN mode TEXT NOT NULL DEFAULT 'instruct';
     ALTER TABLE chats ADD COLUMN character TEXT;
     """,
+    # 9: images in messages (#35), each stored once by its content: a message names its images in order.
+    """
+    CREATE TABLE images (
+        digest  TEXT PRIMARY KEY,  -- SHA-256 of the bytes, hex
+        data    BLOB NOT NULL,     -- the image as it was attached (PNG, JPEG, ...)
+        created REAL NOT NULL
+    );
+    CREATE TABLE message_images (
+        message_id INTEGER NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+        position   INTEGER NOT NULL,
+        digest     TEXT NOT NULL REFERENCES images (digest),
+        PRIMARY KEY (message_id, position)
+    );
+    CREATE INDEX message_images_by_digest ON message_images (digest);
+    """,
 )

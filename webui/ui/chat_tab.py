@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import gradio as gr
@@ -25,6 +26,19 @@ from webui.ui.template_panel import on_load as template_on_load
 from webui.ui.token_view import branch_of, create_token_view, view_value
 
 PANEL = "chat"
+PASTE_IMAGES_JS = """() => document.addEventListener("paste", (event) => {
+    const box = event.target.closest && event.target.closest("#chat-message");
+    const input = document.querySelector("#chat-images input[type=file]");
+    const files = [...((event.clipboardData && event.clipboardData.files) || [])]
+        .filter((file) => file.type.startsWith("image/"));
+    if (!box || !input || !files.length) return;
+    event.preventDefault();  // an image pasted into the message box is attached to the message
+    const attached = new DataTransfer();
+    files.forEach((file) => attached.items.add(file));
+    input.files = attached.files;
+    input.dispatchEvent(new Event("change", {bubbles: true}));
+})"""
+"""Page script: images pasted into the message box go to its image input (Gradio's File takes no paste)."""
 NO_SELECTION = "Click a message: its versions, a branch from it, and what the model read show here and below."
 
 Messages = tuple[list[dict[str, str]], str, str]
@@ -53,6 +67,7 @@ class ChatTab:
     next_: gr.Button
     branch_new: gr.Button
     message: gr.Textbox
+    images: gr.File
     start: gr.Textbox
     impersonate: gr.Button
     to_notebook: gr.Button
@@ -125,6 +140,8 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
         with gr.Column(scale=1, min_width=110):
             send = gr.Button("Send", variant="primary", elem_id="chat-send")
             stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
+    images = gr.File(label="Images for the message (vision models)", file_count="multiple", file_types=["image"],
+                     height=100, elem_id="chat-images")
     with gr.Row(visible=False, elem_id="chat-constraint-row") as constraint_row:
         constraint = gr.Markdown("", elem_id="chat-constraint")
         constraint_off = gr.Button("Turn the constraint off", size="sm", scale=0, min_width=200,
@@ -151,7 +168,7 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
                       open=False, elem_id="chat-inspect-panel"):
         inspector = create_inspector_panel("chat", with_record=True)
     return dict(system=system, chatbot=chatbot, version=version, previous=previous, next_=next_,
-                branch_new=branch_new, message=message, start=start, impersonate=impersonate,
+                branch_new=branch_new, message=message, images=images, start=start, impersonate=impersonate,
                 to_notebook=to_notebook, use_params=use_params, send=send, stop=stop, regenerate=regenerate,
                 continue_=continue_, remove_last=remove_last, stats=stats, token_view=token_view,
                 inspector=inspector, template=template, characters=characters, constraint_row=constraint_row,
@@ -225,11 +242,12 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     def send(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
         views = session.send(data[tab.chat_id], data[tab.message], data[tab.system], params.params(data),
                              session_key(request, PANEL), data[tab.start], data[tab.characters.mode],
-                             chosen(data[tab.characters.character]))  # a new chat: in the panel's mode
-        first = next(views)  # the message is stored: clear the box
-        yield *view_updates(session, first, data[tab.search], request), ""
+                             chosen(data[tab.characters.character]),  # a new chat: in the panel's mode
+                             images=[Path(f).read_bytes() for f in data[tab.images] or []])
+        first = next(views)  # the message is stored: clear the box and the images
+        yield *view_updates(session, first, data[tab.search], request), "", None
         for view in views:
-            yield (view.messages, *[gr.skip()] * 4, view.stats, *[gr.skip()] * 3) if on_screen(view, request) \
+            yield (view.messages, *[gr.skip()] * 4, view.stats, *[gr.skip()] * 4) if on_screen(view, request) \
                 else gr.skip()
 
     @shows_errors
@@ -271,7 +289,7 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
 
     inputs, short = {tab.chat_id, tab.start, *params.inputs}, [tab.chatbot, tab.stats]
     send_inputs: set[gr.blocks.Block] = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs,
-                                         tab.characters.mode, tab.characters.character}
+                                         tab.characters.mode, tab.characters.character, tab.images}
     tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message],
                           concurrency_limit=None)
 
@@ -283,7 +301,8 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
 
     tab.use_params.click(use_params, [tab.chat_id], [*params.panel.shown, params.preset, params.note, params.running])
     for trigger in (tab.send.click, tab.message.submit):
-        trigger(send, send_inputs, [*tab.view, tab.message], concurrency_limit=None, trigger_mode="multiple").then(
+        trigger(send, send_inputs, [*tab.view, tab.message, tab.images], concurrency_limit=None,
+                trigger_mode="multiple").then(
             lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
     for trigger, handler in ((tab.regenerate.click, regenerate), (tab.continue_.click, continue_reply),
                              (tab.chatbot.edit, edit), (tab.token_view.submit, branch)):

@@ -1,0 +1,124 @@
+"""Images in prompts of vision-language models: our engine's greedy tokens equal transformers' own ``generate``
+with the same processor inputs, alone and batched with text and other image requests; the prefix cache keys
+image tokens by the image's content; usage counts image tokens (tiny random LLaVA, Idefics3 and Qwen2-VL models)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import load_model
+from tests.vision_models import png
+from webui.engine import Engine, EngineConfig, GenerationRequest, InvalidParameter, SamplingParams
+from webui.images import read_image
+
+RED = png((200, 30, 30), stripe=5)
+BLUE = png((20, 40, 220), size=(30, 44), stripe=9)
+NEW = 10
+
+
+@pytest.fixture(scope="module", params=["llava", "idefics3", "qwen2_vl"])
+def vlm(request, default_model_dir, tmp_path_factory):
+    if request.param == "qwen2_vl":  # 3D rotary positions; made in memory (tests/vision_models.py says why)
+        from loaders.transformers_loader import TransformersModel
+        from tests.vision_models import tiny_qwen2_vl
+
+        model, processor = tiny_qwen2_vl(default_model_dir)
+        return TransformersModel(tmp_path_factory.mktemp("qwen") / "tiny-qwen2-vl", model, processor.tokenizer,
+                                 "cpu", "float32", processor=processor)
+    return load_model(request.getfixturevalue(f"tiny_{request.param}_dir"))
+
+
+def chat(model, text: str, images: int = 1) -> str:
+    return model.tokenizer.apply_chat_template([{"role": "user", "content": model.image_placeholder * images + text}])
+
+
+def greedy(n: int = NEW) -> SamplingParams:
+    return SamplingParams(temperature=0, max_new_tokens=n)
+
+
+def reference(model, prompt: str, images: list[bytes], n: int = NEW) -> list[int]:
+    """transformers' own greedy generate on the processor's inputs for the same prompt and images."""
+    import torch
+
+    inputs = model.vision.processor(text=[prompt], images=[read_image(b, 2**24).image for b in images] or None,
+                                    return_tensors="pt", add_special_tokens=False)
+    with torch.inference_mode():
+        out = model.model.generate(**inputs, max_new_tokens=n, do_sample=False, eos_token_id=None)
+    return out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+def request(model, text: str, images: list[bytes], n: int = NEW) -> GenerationRequest:
+    return GenerationRequest(chat(model, text, len(images)), greedy(n), add_special_tokens=False,
+                             images=tuple(read_image(b, 2**24) for b in images))
+
+
+def test_the_model_says_it_takes_images(vlm, tiny_model):
+    assert vlm.capabilities.images and vlm.image_placeholder
+    assert not tiny_model.capabilities.images
+
+
+def test_alone_equals_generate_and_usage_counts_image_tokens(vlm):
+    engine = Engine(vlm, EngineConfig(prefix_cache_mb=0))
+    try:
+        result = engine.generate(request(vlm, "What is this?", [RED]))
+    finally:
+        engine.close()
+    assert result.token_ids == reference(vlm, chat(vlm, "What is this?"), [RED])
+    expected = vlm.vision.processor(text=[chat(vlm, "What is this?")], images=[read_image(RED, 2**24).image],
+                                    add_special_tokens=False)["input_ids"][0]
+    assert result.usage.prompt_tokens == len(expected) > len(vlm.tokenizer.encode(chat(vlm, "What is this?")))
+
+
+def test_batched_with_text_and_other_images_equals_generate(vlm):
+    """Three requests in one running batch (an image, text only, two other images), their prompts read in
+    7-token chunks so the images' tokens are split across steps and rows."""
+    engine = Engine(vlm, EngineConfig(prefix_cache_mb=0, prefill_chunk=7, max_batch_tokens=24))
+    asks = [("Describe it.", [RED]), ("Just text here, no image at all.", []), ("Which differs?", [BLUE, RED])]
+    try:
+        streams = [engine.submit(request(vlm, text, images) if images else GenerationRequest(
+            vlm.tokenizer.apply_chat_template([{"role": "user", "content": text}]), greedy(),
+            add_special_tokens=False)) for text, images in asks]
+        results = [s.result() for s in streams]
+    finally:
+        engine.close()
+    for (text, images), result in zip(asks, results):
+        prompt = chat(vlm, text, len(images)) if images else vlm.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}])
+        assert result.token_ids == reference(vlm, prompt, images), text
+
+
+def test_prefix_cache_keys_image_tokens_by_content(vlm):
+    engine = Engine(vlm, EngineConfig(prefix_cache_mb=64))
+    try:
+        first = engine.generate(request(vlm, "What is this?", [RED]))
+        again = engine.generate(request(vlm, "What is this?", [RED]))
+        other = engine.generate(request(vlm, "What is this?", [BLUE]))
+    finally:
+        engine.close()
+    prompt = request(vlm, "What is this?", [RED])
+    ids = vlm.encode_images(str(prompt.prompt), prompt.images, False)
+    image_start = ids.spans[0][0]
+    assert first.usage.cached_tokens == 0
+    assert again.usage.cached_tokens > ids.spans[0][1]  # the image's blocks were found again
+    assert again.token_ids == first.token_ids
+    assert other.usage.cached_tokens <= image_start  # only the blocks before the image: never another's
+    assert other.token_ids == reference(vlm, chat(vlm, "What is this?"), [BLUE])
+
+
+def test_images_for_a_text_only_model_are_refused(tiny_model):
+    engine = Engine(tiny_model)
+    try:
+        with pytest.raises(InvalidParameter, match="takes no images"):
+            engine.submit(GenerationRequest("<image>hi", greedy(), images=(read_image(RED, 2**24),)))
+    finally:
+        engine.close()
+
+
+def test_placeholders_must_pair_with_images(vlm):
+    engine = Engine(vlm)
+    try:
+        with pytest.raises(ValueError, match="1 image placeholder.*2 image"):
+            engine.submit(GenerationRequest(chat(vlm, "two?"), greedy(), add_special_tokens=False,
+                                            images=(read_image(RED, 2**24), read_image(BLUE, 2**24))))
+    finally:
+        engine.close()

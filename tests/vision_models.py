@@ -1,0 +1,149 @@
+"""Tiny random vision-language models built from configs, saved as folders a Catalog loads like real ones.
+
+Each has the default model's real tokenizer (SmolLM2's, which SmolVLM uses too) with its family's image tokens
+added, and an image processor made here with tiny sizes (32-pixel tiles, 8-pixel patches): nothing comes from a
+hub. Weights are random from a seed, so outputs are meaningless but deterministic.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Callable
+
+TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=1024, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+IDEFICS3_TOKENS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>",
+                   *[f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]]
+
+
+def _tokenizer(default_model_dir: Path, tokens: list[str]) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    tokenizer.add_tokens(tokens, special_tokens=True)
+    return tokenizer
+
+
+def tiny_llava(default_model_dir: Path, out: Path, seed: int = 7) -> Path:
+    """LLaVA: a CLIP vision tower (one 32-pixel tile, 16 patches: 16 image tokens) and a Llama."""
+    from transformers import (CLIPImageProcessorPil, CLIPVisionConfig, LlamaConfig, LlavaConfig,
+                              LlavaForConditionalGeneration, LlavaProcessor)
+
+    tokenizer = _tokenizer(default_model_dir, ["<image>"])
+    images = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    processor = LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=8,
+                               vision_feature_select_strategy="default", image_token="<image>",
+                               num_additional_image_tokens=1, chat_template=tokenizer.chat_template)
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              image_size=32, patch_size=8, projection_dim=32)
+    config = LlavaConfig(vision_config=vision, text_config=LlamaConfig(vocab_size=len(tokenizer), **TEXT),
+                         image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_layer=-1,
+                         vision_feature_select_strategy="default")
+    return _save(LlavaForConditionalGeneration, config, processor, out, seed, louder="multi_modal_projector")
+
+
+def tiny_idefics3(default_model_dir: Path, out: Path, seed: int = 11) -> Path:
+    """Idefics3 (SmolVLM's architecture): a SigLIP tower on 32-pixel tiles (an image is split into tiles plus
+    the whole image), pixel shuffle by 2 (4 image tokens a tile) and a Llama."""
+    from transformers import (Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessorPil,
+                              Idefics3Processor, Idefics3VisionConfig, LlamaConfig)
+
+    tokenizer = _tokenizer(default_model_dir, IDEFICS3_TOKENS)
+    images = Idefics3ImageProcessorPil(do_image_splitting=True, size={"longest_edge": 64},
+                                    max_image_size={"longest_edge": 32})
+    processor = Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=4,
+                                  chat_template=tokenizer.chat_template)
+    vision = Idefics3VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  image_size=32, patch_size=8)
+    config = Idefics3Config(vision_config=vision, text_config=LlamaConfig(vocab_size=len(tokenizer), **TEXT),
+                            scale_factor=2, image_token_id=tokenizer.convert_tokens_to_ids("<image>"))
+    return _save(Idefics3ForConditionalGeneration, config, processor, out, seed)
+
+
+def sharpened(model: Any, factor: float = 6.0) -> Any:
+    """``model`` with its text layers' query and key weights scaled up: at a random model's initial scale every
+    token attends to all others almost equally, so a token at a wrong position would change nothing."""
+    import torch
+
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if ("q_proj" in name or "k_proj" in name) and ("language_model" in name or "text_model" in name):
+                weight.mul_(factor)
+    return model
+
+
+def _save(model_class: Callable[[Any], Any], config: Any, processor: Any, out: Path, seed: int,
+          louder: str = "") -> Path:
+    """Save a random model and its processor; ``louder``: a module whose weights are scaled up so its outputs
+    (the image features) weigh as much as the token embeddings (else a misplaced feature might change nothing)."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = sharpened(model_class(config))
+    if louder:
+        with torch.no_grad():
+            for weight in getattr(model.model, louder).parameters():
+                weight.mul_(3)
+    model.generation_config.eos_token_id = 2
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    return out
+
+
+def png(color: tuple[int, int, int], size: tuple[int, int] = (40, 30), stripe: int = 0) -> bytes:
+    """A small PNG: a pattern around ``color`` that differs from patch to patch (so features differ by place),
+    with a stripe of the opposite colour ``stripe`` pixels wide."""
+    from PIL import Image
+
+    image = Image.new("RGB", size)
+    r, g, b = color
+    image.putdata([((r + 37 * x) % 256, (g + 53 * y) % 256, (b + 17 * (x + y)) % 256) if x >= stripe
+                   else (255 - r, 255 - g, 255 - b) for y in range(size[1]) for x in range(size[0])])
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def noise_png(size: tuple[int, int], seed: int = 0) -> bytes:
+    """A PNG of random pixels (which do not compress: about 3 bytes a pixel)."""
+    import random
+
+    from PIL import Image
+
+    image = Image.frombytes("RGB", size, random.Random(seed).randbytes(size[0] * size[1] * 3))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+QWEN2_VL_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+
+
+def tiny_qwen2_vl(default_model_dir: Path, seed: int = 13) -> tuple[Any, Any]:
+    """Qwen2-VL in memory, (model, processor): its vision tower on 8-pixel patches merged 2x2, and a text model with
+    3D rotary positions. Not a folder: transformers' Qwen2VLProcessor insists on a video processor, which needs
+    torchvision (not installed here), so it is made without one (images only) and cannot be saved or loaded."""
+    import torch
+    from transformers import (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessorPil,
+                              Qwen2VLProcessor)
+    from transformers.processing_utils import ProcessorMixin
+
+    tokenizer = _tokenizer(default_model_dir, QWEN2_VL_TOKENS)
+    images = Qwen2VLImageProcessorPil(patch_size=8, merge_size=2, temporal_patch_size=2, min_pixels=16 * 16,
+                                      max_pixels=64 * 64)
+    processor = ProcessorMixin.__new__(Qwen2VLProcessor)  # __init__ checks for the video processor
+    processor.image_processor, processor.tokenizer, processor.video_processor = images, tokenizer, None
+    processor.chat_template = tokenizer.chat_template
+    processor.image_token, processor.video_token = "<|image_pad|>", "<|video_pad|>"
+    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
+        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"),
+        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"))}
+    processor.image_token_id, processor.video_token_id = ids["image_token_id"], ids["video_token_id"]
+    text = dict(TEXT, vocab_size=len(tokenizer),
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
+    vision = dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, patch_size=8, spatial_merge_size=2,
+                  temporal_patch_size=2, mlp_ratio=2)
+    torch.manual_seed(seed)
+    model = sharpened(Qwen2VLForConditionalGeneration(Qwen2VLConfig(text_config=text, vision_config=vision, **ids)))
+    return model.eval(), processor
