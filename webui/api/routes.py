@@ -13,8 +13,7 @@ from webui.api.errors import APIError
 from webui.api.images import request_images
 from webui.api.modes import instruction_template, needs_template, request_mode
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest
-from webui.chat.tools import (CallStream, ToolPlan, may_be_a_call, plan_tools, reply_calls, template_messages,
-                             template_takes_tools)
+from webui.chat.tools import CallStream, ToolPlan, may_be_a_call, plan_tools, render_with_tools, reply_calls
 from webui.api.serving import (DONE, FINISH_REASONS, Choice, Serving, collect, error_chunk, finished, new_id, note_usage,
                                now, sse, usage)
 from webui.chat import ChatPromptError, render_chat_prompt
@@ -240,12 +239,7 @@ def render_messages(tokenizer: Tokenizer, messages: list[dict], plan: ToolPlan |
     template's own tool support, or the fallback written into the messages."""
     if plan is None and not any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
         return render_chat_prompt(tokenizer, messages, template=template, continue_last=continue_last, mode=mode)
-    template = template or ChatTemplate("")
-    native = template_takes_tools(template.source if template.source is not None else tokenizer.chat_template)
-    shaped = template_messages(messages, plan, native)
-    if native:
-        return template.render(tokenizer, shaped, add_generation_prompt=True, tools=list(plan.tools) if plan else None)
-    return render_chat_prompt(tokenizer, shaped, template=template)
+    return render_with_tools(tokenizer, messages, plan, template)[0]
 
 
 @router.post("/v1/completions", response_model=None)  # a JSON body, or an SSE stream
