@@ -283,23 +283,11 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     def stop(cid: int | None, request: gr.Request) -> None:
         session.stop(session_key(request, PANEL), cid)  # the reply of the chat shown (and an Impersonate)
 
-    def select_message(cid: int | None, selected: gr.SelectData) -> tuple:
-        index = selected.index if isinstance(selected.index, int) else selected.index[0]
-        return *panel_updates(session, cid, index), index, version_text(session, cid, index)
-
     inputs, short = {tab.chat_id, tab.start, *params.inputs}, [tab.chatbot, tab.stats]
     send_inputs: set[gr.blocks.Block] = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs,
                                          tab.characters.mode, tab.characters.character, tab.images}
     tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message],
                           concurrency_limit=None)
-
-    @shows_errors
-    def use_params(cid: int | None) -> tuple:
-        used = params.controller.use(session.library.chat_params(cid))
-        gr.Info("The Parameters tab now holds this chat's parameters.")
-        return *params.panel.show(used), None, "Parameters taken from a chat's last reply.", pipeline_text(used)
-
-    tab.use_params.click(use_params, [tab.chat_id], [*params.panel.shown, params.preset, params.note, params.running])
     for trigger in (tab.send.click, tab.message.submit):
         trigger(send, send_inputs, [*tab.view, tab.message, tab.images], concurrency_limit=None,
                 trigger_mode="multiple").then(
@@ -309,8 +297,24 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
         trigger(handler, inputs | {tab.token_view}, short, concurrency_limit=None, trigger_mode="multiple").then(
             lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
     tab.stop.click(stop, [tab.chat_id], None, concurrency_limit=None)
-    tab.chatbot.select(select_message, [tab.chat_id], [*tab.panels, tab.selected, tab.version])
+    _wire_selection(tab, session, params)
     _wire_versions(tab, session)
+
+
+def _wire_selection(tab: ChatTab, session: ChatSession, params: ParametersTab) -> None:
+    """A message picked in the history (its panels and versions), and Use these parameters."""
+    def select_message(cid: int | None, selected: gr.SelectData) -> tuple:
+        index = selected.index if isinstance(selected.index, int) else selected.index[0]
+        return *panel_updates(session, cid, index), index, version_text(session, cid, index)
+
+    @shows_errors
+    def use_params(cid: int | None) -> tuple:
+        used = params.controller.use(session.library.chat_params(cid))
+        gr.Info("The Parameters tab now holds this chat's parameters.")
+        return *params.panel.show(used), None, "Parameters taken from a chat's last reply.", pipeline_text(used)
+
+    tab.chatbot.select(select_message, [tab.chat_id], [*tab.panels, tab.selected, tab.version])
+    tab.use_params.click(use_params, [tab.chat_id], [*params.panel.shown, params.preset, params.note, params.running])
 
 
 def version_text(session: ChatSession, chat_id: int | None, index: int | None) -> str:
