@@ -166,3 +166,24 @@ def test_tools_a_provider_cannot_offer_are_refused_by_name(tmp_path):
                    tmp_path)
     with pytest.raises(BatchInputError, match=r"an openai:completion provider sends the prompt as a completion"):
         read_suite(SUITE.replace("workbench:MODEL", "openai:completion:x").replace(", CONFIG", ""), tmp_path)
+
+
+def test_a_json_schema_response_format_gives_the_parsed_value_as_promptfoos_openai_provider_does(services, tmp_path):
+    suite = """
+prompts: ["Describe {{city}} as JSON."]
+providers:
+  - id: workbench:MODEL
+    config:
+      max_tokens: 40
+      response_format: {type: json_schema, json_schema: {name: city, schema: {type: object}}}
+tests:
+  - vars: {city: Paris}
+    assert:
+      - {type: javascript, value: "output.population === 2.0 && output.name === 'Paris'"}
+      - {type: contains, value: '"population":2}'}
+"""
+    answer = '{"name": "Paris", "population": 2.0}'
+    (row,) = run(services, suite_job(tmp_path, scripted(services, tmp_path, answer), suite=suite)).rows()
+    assert row.output == '{"name":"Paris","population":2}' and row.output_json  # JSON.stringify's text
+    assert [a.passed for a in row.asserts] == [True, True], row.asserts
+    assert json.loads(to_promptfoo([row]))["results"]["results"][0]["response"]["output"]["name"] == "Paris"

@@ -10,7 +10,9 @@ the reply is read back into what promptfoo's openai chat provider returns for it
 list of tool calls when the reply is only calls (``function_call`` for functions), the
 whole message when it has text too, the text when it has no call. The output is that
 value as promptfoo's asserts see it as text (JSON.stringify's compact JSON), and the
-value itself is what python and javascript asserts get as ``output``.
+value itself is what python and javascript asserts get as ``output``. A ``json_schema``
+``response_format`` (read as structured output by webui.batch.promptfoo_providers) makes a reply
+that parses its JSON value, as promptfoo's openai provider does.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class ProviderPrompt:
     tools: ToolPlan | None = None
     functions: bool = False
     """The tools were given as ``functions``: a call comes back as OpenAI's ``function_call``."""
+    json_schema: bool = False
+    """The provider asks for a ``json_schema`` response_format: a reply that parses is its JSON value, as
+    promptfoo's openai provider gives it (its text asserts then read JSON.stringify's compact text)."""
 
     def text(self, prompt: str) -> str:
         """A text prompt (its vars filled in) as this provider sends it."""
@@ -55,7 +60,7 @@ class ProviderPrompt:
     def to_dict(self) -> dict[str, Any]:
         plan = self.tools
         return {"prefix": self.prefix, "suffix": self.suffix, "functions": self.functions,
-                "tools": None if plan is None else {"tools": list(plan.tools), "choice": plan.choice,
+                "json_schema": self.json_schema, "tools": None if plan is None else {"tools": list(plan.tools), "choice": plan.choice,
                                                     "parallel": plan.parallel}}
 
     @classmethod
@@ -63,16 +68,14 @@ class ProviderPrompt:
         plan = data.get("tools")
         return cls(str(data.get("prefix", "")), str(data.get("suffix", "")),
                    None if plan is None else ToolPlan(tuple(plan["tools"]), plan["choice"], bool(plan["parallel"])),
-                   bool(data.get("functions", False)))
+                   bool(data.get("functions", False)), bool(data.get("json_schema", False)))
 
     def output(self, text: str, finish_reason: str) -> tuple[str, Any]:
         """(the output as text, the output as promptfoo's openai provider gives it when that is not text; None:
         it is the text) of a reply generated with this provider's tools."""
-        if self.tools is None:
-            return text, None
-        content, calls = reply_calls(text, self.tools, finish_reason)
+        content, calls = reply_calls(text, self.tools, finish_reason) if self.tools is not None else (text, [])
         if not calls:
-            return text, None
+            return self._json_value(text) if self.json_schema else (text, None)
         value: Any
         if self.functions:
             value = {"name": calls[0].name, "arguments": calls[0].arguments}
@@ -81,7 +84,26 @@ class ProviderPrompt:
             value, key = [call.to_dict() for call in calls], "tool_calls"
         if content:  # the whole message, as our API and OpenAI's return it
             value = {"role": "assistant", "content": content, "refusal": None, key: value}
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")), value
+        return js_stringify(value), value
+
+    @staticmethod
+    def _json_value(text: str) -> tuple[str, Any]:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text, None  # promptfoo logs it and keeps the text
+        return (js_stringify(value), value) if value is not None else (text, None)
+
+
+def js_stringify(value: Any) -> str:
+    """JSON.stringify's text of a parsed JSON value: compact, not ASCII-escaped, 2.0 written 2."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 53:
+            return int(v)
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return [plain(x) for x in v] if isinstance(v, list) else v
+    return json.dumps(plain(value), ensure_ascii=False, separators=(",", ":"))
 
 
 def provider_prompt(config: Mapping[str, Any], where: str, base: Path, raw: bool) -> ProviderPrompt | None:
@@ -98,9 +120,11 @@ def provider_prompt(config: Mapping[str, Any], where: str, base: Path, raw: bool
     if plan is not None and raw:
         raise BatchInputError(f"{where}: tools are offered to chat models; an openai:completion provider sends "
                               "the prompt as a completion, which takes none (use openai:chat:NAME)")
-    if not (prefix or suffix or plan):
+    form = config.get("response_format")
+    json_schema = isinstance(form, Mapping) and form.get("type") == "json_schema"
+    if not (prefix or suffix or plan or json_schema):
         return None
-    return ProviderPrompt(prefix, suffix, plan, functions)
+    return ProviderPrompt(prefix, suffix, plan, functions, json_schema)
 
 
 def _tools(config: Mapping[str, Any], where: str, base: Path) -> tuple[ToolPlan | None, bool]:
