@@ -164,3 +164,22 @@ def test_a_promptfoo_suite_with_classifier_asserts_runs(services, classifier_dir
     assert toxic.passed and toxic.score == pytest.approx(probabilities["toxic"], abs=1e-6)
     assert hello.score == 1.0 and hello.passed  # no label 'hello': 0, negated 1
     assert not contains.passed
+
+
+def test_a_tests_options_provider_is_the_model_of_its_classifier_asserts_without_their_own(tmp_path):
+    from webui.batch.promptfoo import read_suite
+
+    suite = read_suite("prompts: [hi]\n"
+                       "defaultTest:\n  options: {provider: 'huggingface:text-classification:org/a'}\n"
+                       "tests:\n"
+                       "  - assert: [{type: classifier, value: ok}]\n"
+                       "  - options: {provider: {id: 'huggingface:text-classification:org/b'}}\n"
+                       "    assert: [{type: classifier}, {type: classifier, provider: "
+                       "'huggingface:text-classification:org/c'}]\n", tmp_path)
+    assert [[a.options["provider"].rsplit(":", 1)[1] for a in row.asserts] for row in suite.rows] == [
+        ["org/a"], ["org/b", "org/c"]]
+    assert suite.options.judge_model == ""  # a classifier's model is not the judge
+    with pytest.raises(BatchInputError, match=r"tests\[0\]\.options\.provider: not supported here \(the judge is "
+                                              r"the run's"):
+        read_suite("prompts: [hi]\ntests:\n  - options: {provider: 'openai:chat:gpt-4o'}\n    assert: "
+                   "[{type: classifier, value: ok}]\n", tmp_path)

@@ -43,6 +43,12 @@ THRESHOLD = 1.0
 EXAMPLE = f'{{"type": "classifier", "value": "toxic", "provider": "{PREFIX}ORG/MODEL", "threshold": 0.5}}'
 
 
+def names_classifier(given: Any) -> bool:
+    """Whether a promptfoo provider (an id, or a mapping with one) is a text-classification one."""
+    pid = given.get("id") if isinstance(given, Mapping) else given
+    return isinstance(pid, str) and pid.startswith(PREFIX)
+
+
 def provider_id(given: Any) -> str:
     """An assert's ``provider`` checked: the ``huggingface:text-classification:ORG/MODEL`` id (from a text or a
     ``{id, label}`` mapping); BatchInputError naming what else it is."""
