@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import replace
@@ -183,3 +184,12 @@ def test_a_tests_options_provider_is_the_model_of_its_classifier_asserts_without
                                               r"the run's"):
         read_suite("prompts: [hi]\ntests:\n  - options: {provider: 'openai:chat:gpt-4o'}\n    assert: "
                    "[{type: classifier, value: ok}]\n", tmp_path)
+
+
+def test_the_batch_tabs_jsonl_takes_a_classifier_and_the_export_writes_it_as_promptfoo(tmp_path):
+    from webui.batch.promptfoo_export import promptfoo_assertion
+    from webui.batch.prompts import load_prompts_text
+
+    given = cls(value="toxic", threshold=0.5)
+    rows = load_prompts_text("suite.jsonl", '{"prompt": "hi", "asserts": [%s]}' % json.dumps(given))
+    assert promptfoo_assertion(rows[0].asserts[0]) == given
