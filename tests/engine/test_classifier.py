@@ -90,7 +90,8 @@ def test_scores_are_the_models_probabilities_as_promptfoo_reads_them(services, c
     assert not_ok.passed is (probabilities["ok"] < 0.5)
     assert spam.score == 0 and spam.passed and "the model has no label 'spam'" in spam.detail
     assert shouted.score == pytest.approx(upper["toxic"], abs=1e-6)
-    assert toxic.detail.startswith("classification toxic has score") and "labels by acme--tiny-toxic: toxic" in toxic.detail
+    assert toxic.detail.startswith("classification toxic has score")
+    assert "labels by acme--tiny-toxic: toxic" in toxic.detail
     assert toxic.label == "classifier:toxic by acme/tiny-toxic" and top.label == "classifier:by acme/tiny-toxic"
     assert parse_assert(top.label) == parse_assert(cls()) and parse_assert(
         f"classifier:toxic by {PROVIDER}").options["provider"] == PROVIDER
@@ -151,7 +152,8 @@ def test_a_promptfoo_suite_with_classifier_asserts_runs(services, classifier_dir
               "  - vars: {word: hello}\n"
               "    assert:\n"
               f"      - {{type: classifier, provider: '{PROVIDER}', value: toxic, threshold: 0}}\n"
-              f"      - {{type: not-classifier, provider: {{id: '{PROVIDER}'}}, value: '{{{{word}}}}', threshold: 0.9}}\n"
+              f"      - {{type: not-classifier, provider: {{id: '{PROVIDER}'}}, value: '{{{{word}}}}',"
+              " threshold: 0.9}\n"
               "      - {type: contains, value: zzz, provider: whatever}\n")
     _, rows, _ = read_config(config, tmp_path)
     first, second, _ = rows[0].asserts
