@@ -54,7 +54,7 @@ def test_every_kind_has_an_example_and_a_check_and_scored_kinds_a_threshold():
     assert {name for name, kind in ASSERT_KINDS.items() if kind.scored} == {
         "similar", "python", "javascript", "llm-rubric", "rouge-n", "bleu", "gleu", "perplexity-score",
         "model-graded-closedqa", "factuality", "g-eval", "context-recall", "context-relevance", "context-faithfulness",
-        "select-best", "answer-relevance"}
+        "select-best", "answer-relevance", "classifier"}
 
 
 def test_not_contains_is_contains_negated_whichever_way_it_is_written():

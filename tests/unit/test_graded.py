@@ -214,7 +214,7 @@ def test_the_judge_request_is_greedy_and_held_to_the_steps_schema():
 @pytest.mark.parametrize("spec, message", [
     ("answer-relevance:x", "answer-relevance takes no value: it reads the output and the prompt"),
     ({"type": "answer-relevance", "threshold": 1.5}, "answer-relevance: threshold must be a score between 0 and 1"),
-    ("classifier", "classifier is not supported here: it needs a text-classification model"),
+    ("classifier:toxic", "classifier needs its model: write classifier:LABEL by ORG/MODEL"),
     ({"type": "context-recall", "value": "x", "contextTransform": "output"},
      "context-recall: contextTransform is not supported here: give the test a `context` var"),
     ("context-relevance:x", "context-relevance takes no value: it reads the test's query and context vars"),

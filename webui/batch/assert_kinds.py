@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from webui.batch import assert_promptfoo as pf
+from webui.batch import classify
 from webui.batch import output_checks, text_metrics
 from webui.batch.assert_values import (
     CODE, EQUALS, JS_CODE, JS_PATTERN, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, SCHEMA, TEXT,
@@ -485,7 +486,12 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
                threshold=0.0, threshold_unit="perplexity", needs_logprobs=True),
     AssertKind("perplexity-score", NONE, _perplexity_score, "", usage="perplexity-score",
                note="1/(1+perplexity) ≥ threshold", scored=True, threshold=0.0, needs_logprobs=True),
-    *(_graded_kind(name) for name in GRADED if name != "llm-rubric"), *map(_refused_graded, REFUSED),
+    *(_graded_kind(name) for name in GRADED if name not in ("llm-rubric", classify.CLASSIFIER)),
+    AssertKind(classify.CLASSIFIER, classify.CLASSIFIER_VALUE, classify.check, classify.WRITTEN,
+               usage="classifier:[label] by ORG/MODEL",
+               note=GRADED[classify.CLASSIFIER].note, scored=True, threshold=classify.THRESHOLD,
+               promptfoo=classify.read_promptfoo),
+    *map(_refused_graded, REFUSED),
 )}
 """Every assert kind by name, in the order the help and error messages list them."""
 

@@ -25,8 +25,9 @@ answer must be is still appended to it.
 answer-relevance asks the judge for questions the output could answer (its one
 step), then compares them by embeddings with the query (the ``query`` var, else
 the prompt): its :attr:`GradedKind.scored` gets the run's embedding model (the
-runner's), and without one the assert fails saying so. classifier (needs a
-classifier model) and any use of ``contextTransform`` are refused by name.
+runner's), and without one the assert fails saying so. classifier asks no judge: a text-classification
+model named with the assert scores the output (webui.batch.classify; its entry here has no steps). Any use of
+``contextTransform`` is refused by name.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class GradedKind:
     steps: tuple[Step, ...]
     read: Callable[[list[dict[str, Any]], Mapping[str, str], Mapping[str, Any]], Grade] | None
     """(the steps' answers, the inputs, the assert's options) -> the grade; None: judged over a test's outputs
-    (select-best)."""
+    (select-best), or by a classifier model (classifier: no steps)."""
     example: str = ""
     """A value for error messages and the help ("": the kind takes no value)."""
     note: str = ""
@@ -455,14 +456,12 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
         **_texts(200, RELEVANCE_QUESTIONS), "minItems": RELEVANCE_QUESTIONS}), 384),), _no_embeddings, "",
                "mean cosine of the query var (else the prompt) and questions the judge makes from the output; "
                "needs an embedding model", threshold=0.0, by_score=True, scored=_answer_relevance),
+    GradedKind("classifier", (), None, "toxic", "a label's probability (none: the top one) by a local "
+               "text-classification model", threshold=1.0, by_score=True),
 )}
 """Every graded kind by name (llm-rubric first)."""
 
-REFUSED = {
-    "classifier": "classifier is not supported here: it needs a text-classification model (promptfoo asks a "
-                  "HuggingFace classifier), which the workbench does not load; use llm-rubric with the class "
-                  "as its rubric instead",
-}
+REFUSED: dict[str, str] = {}
 """Graded kinds promptfoo has that cannot run here, and why."""
 CONTEXT_TRANSFORM_REFUSED = ("contextTransform is not supported here: give the test a `context` var holding the "
                              "context (and a `query` var for context-faithfulness and context-relevance)")
@@ -515,6 +514,8 @@ class GradedValue(ValueForm):
     def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         if given.get("contextTransform") is not None:
             raise BatchInputError(f"{kind.name}: {CONTEXT_TRANSFORM_REFUSED}")
+        if given.get("provider") is not None:  # the dict form takes one for classifier (webui.batch.classify)
+            raise BatchInputError(own_provider_refused(kind.name))
         options = {key: given[key] for key in ("rubricPrompt", "factuality") if given.get(key) is not None}
         if not GRADED[kind.name].example:
             return (None if value == "" else value), options
@@ -545,9 +546,7 @@ def promptfoo_graded(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
     """A graded assert as promptfoo writes it: its value, threshold and rubricPrompt (and contextTransform, which
     the value form refuses by name); its own grading ``provider`` is refused (the run has one judge)."""
     if item.get("provider") is not None:
-        raise BatchInputError(f"{item['type']}: an assert's own grading provider is not used here; the judge is "
-                              "the run's (the Batch tab's judge settings, or launch.py batch --judge-url / "
-                              "--judge-model): remove provider")
+        raise BatchInputError(own_provider_refused(item["type"]))
     keys = ("value", "threshold", "rubricPrompt", "contextTransform", "factuality")
     out = {key: item[key] for key in keys if item.get(key) is not None}
     if "rubricPrompt" in out:
@@ -555,6 +554,11 @@ def promptfoo_graded(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
         out["rubricPrompt"] = [_file_text(p, base) for p in given] if isinstance(given, list) else \
             _file_text(given, base)
     return out
+
+
+def own_provider_refused(kind: str) -> str:
+    return (f"{kind}: an assert's own grading provider is not used here; the judge is the run's (the Batch tab's "
+            "judge settings, or launch.py batch --judge-url / --judge-model): remove provider")
 
 
 def _file_text(given: Any, base: Path) -> Any:
@@ -574,6 +578,8 @@ def verdict_key(item: Assert) -> str:
     custom, scores = item.options.get("rubricPrompt"), item.options.get("factuality")
     if item.kind == "llm-rubric" and not custom:
         return str(item.value)
+    if item.kind == "classifier":  # its model, and the output as its transform rewrites it
+        return json.dumps([item.kind, item.value, item.options["provider"], list(item.transform)], ensure_ascii=False)
     return json.dumps([item.kind, item.value, list(custom or ()), *([scores] if scores else [])], ensure_ascii=False)
 
 

@@ -39,6 +39,7 @@ import yaml
 from webui.batch.assert_kinds import ASSERT_KINDS
 from webui.batch.assert_promptfoo import DIALECT
 from webui.batch.asserts import Assert, parse_assert
+from webui.batch.classify import CLASSIFIER
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
@@ -456,6 +457,8 @@ def _assert(item: dict[str, Any], base: Path, options: Mapping[str, Any] | None 
         item = {"rubricPrompt": given["rubricPrompt"], **item}
     if given.get("factuality") is not None and spec.name == "factuality":
         item = {"factuality": given["factuality"], **item}
+    if given.get("provider") is not None and spec.name == CLASSIFIER and item.get("provider") is None:
+        item = {**item, "provider": given["provider"]}  # the test's options.provider, as promptfoo's getFinalTest
     unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider", "transform",
                            *(key for key in ("config", "rubricPrompt", "contextTransform") if key in spec.value.keys),
                            *(("factuality",) if spec.name == "factuality" else ())}

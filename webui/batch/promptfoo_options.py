@@ -22,6 +22,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from webui.batch.classify import names_classifier
 from webui.batch.errors import BatchInputError
 from webui.batch.promptfoo_tests import Problems
 
@@ -136,7 +137,7 @@ def _judge_model(default: Any, problems: Problems) -> str:
         return ""
     judge = ""
     provider = options.get("provider")
-    if provider is not None:
+    if provider is not None and not names_classifier(provider):  # a classifier's model: the asserts read it
         pid = provider.get("id") if isinstance(provider, dict) else provider
         name = pid.removeprefix("workbench:").strip() if isinstance(pid, str) else ""
         if not name or ":" in name or (isinstance(provider, dict) and set(provider) - {"id", "label"}):

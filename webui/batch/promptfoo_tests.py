@@ -34,6 +34,7 @@ from typing import Any, Iterator
 import yaml
 
 from webui.batch.assert_kinds import ASSERT_KINDS
+from webui.batch.classify import names_classifier
 from webui.batch.errors import BatchInputError
 from webui.batch.prompts import render
 
@@ -41,7 +42,8 @@ MAX_SHOWN = 20
 """Problems listed in one error; the rest are counted."""
 TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata")
 OPTION_KEYS = ("prefix", "suffix", "transform", "rubricPrompt", "factuality")
-"""A test's options the workbench applies; any other (a grading provider...) is refused by name."""
+"""A test's options the workbench applies; any other (a grading provider...) is refused by name, except a
+``huggingface:text-classification:`` provider: the model of the test's classifier asserts without their own."""
 GRADING_KEYS = ("provider",)
 """defaultTest's options read by :mod:`webui.batch.promptfoo_options` (the run's judge: one for every test)."""
 SCRIPT_SUFFIXES = (".py", ".js", ".ts", ".mjs", ".cjs")
@@ -55,7 +57,7 @@ PROMPTFOO_ASSERT_TYPES = frozenset((
     "moderation", "perplexity", "perplexity-score", "python", "regex", "rouge-n", "ruby", "similar", "starts-with",
     "trace-error-spans", "trace-span-count", "trace-span-duration", "webhook", "word-count", *ASSERT_KINDS))
 """The types promptfoo 0.115's CSV shorthand recognises (``type:value``); other text is an ``equals`` value."""
-_KEPT_AS_GIVEN = ("rubricPrompt", "factuality")
+_KEPT_AS_GIVEN = ("rubricPrompt", "factuality", "provider")
 """Options that are not texts: read by the asserts they apply to."""
 SET_KEY = "__assert_set"
 """Marks an assert of an assert-set: {where: the set's place, threshold: its threshold or None, weight: the set's,
@@ -194,6 +196,8 @@ def _check_test_keys(test: dict[str, Any], where: str, problems: Problems) -> No
     elif options:
         grading = GRADING_KEYS if where == "defaultTest" else ()
         for key in sorted(set(options) - set(OPTION_KEYS) - set(grading)):
+            if key == "provider" and names_classifier(options[key]):
+                continue  # the test's classifier asserts' model (webui.batch.classify)
             why = " (the judge is the run's: set it in defaultTest.options)" if key in GRADING_KEYS else ""
             problems.add(f"{where}.options.{key}", f"not supported here{why} (options here: {', '.join(OPTION_KEYS)}"
                                                    f"; defaultTest's also {', '.join(GRADING_KEYS)})")
@@ -224,7 +228,8 @@ def _cases(index: int, test: _Test, default: dict[str, Any], base: Path, problem
     for combination in expand_vars(variables, base, where, problems):
         out.append(Case(where, index, None if description is None else str(description), combination, items,
                         threshold if isinstance(threshold, (int, float)) and threshold else None, metadata,
-                        {k: v if k in _KEPT_AS_GIVEN else str(v) for k, v in options.items() if k in OPTION_KEYS}))
+                        {k: v if k in _KEPT_AS_GIVEN else str(v) for k, v in options.items()
+                         if k in OPTION_KEYS or (k == "provider" and names_classifier(v))}))
     return out
 
 

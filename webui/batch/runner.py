@@ -15,8 +15,9 @@ from typing import Any, Mapping
 
 from loaders.base import EmbeddingModel, LoadedModel, ModelLoadError, attached_loras, is_embedding_model
 from webui.batch.cache import ResponseCache, cache_key
+from webui.batch.classify import CLASSIFIER, Classifiers
 from webui.batch.errors import BatchInputError, ScriptError
-from webui.batch.asserts import Observed, Verdict
+from webui.batch.asserts import Assert, Observed, Verdict
 from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
 from webui.batch.graded import Embed, missing_vars, verdict_key
 from webui.batch.judge import (
@@ -28,6 +29,7 @@ from webui.batch.rerun import RanOn, ran_on, stored_ran_on
 from webui.batch.results import ResultRow, rejudged, result_for
 from webui.batch.store import BatchRun, BatchStore
 from webui.batch.transform import transformed
+from webui.catalog import set_dir
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore
 from webui.chat.tools import render_with_tools
@@ -110,6 +112,8 @@ class RunHandle:
     """(its engine, the model) that embeds outputs and references for similar asserts, and queries and generated
     questions for answer-relevance (None: none, or no model gives embeddings: similar scores by trigrams,
     answer-relevance fails saying so)."""
+    classifiers: Classifiers | None = None
+    """The run's text-classification models for classifier asserts, each loaded once (None: the run has none)."""
     streaming: dict[int, int] = field(default_factory=dict)
     """Tokens each cell still generating has made so far (by cell index), so progress moves before cells end."""
 
@@ -244,6 +248,7 @@ class BatchRunner:
         if any(rubrics(row.asserts) for row in job.rows):
             check_judge_prompt(job.judge_prompt)
         self._check_graded(job, settings)
+        classifiers = self._classifiers(job)
         for setting in settings:
             slot = slots[setting.model]
             if not slot.model.capabilities.generates:
@@ -277,6 +282,7 @@ class BatchRunner:
             handle.judge = (judge.engine, lambda text: render_chat_prompt(
                 judge.model.tokenizer, [{"role": "user", "content": text}], template=template))
         handle.judge_prompt = job.judge_prompt
+        handle.classifiers = classifiers
         if any(a.kind in ("similar", "answer-relevance") for row in job.rows for a in row.asserts):
             handle.embedder = self._embedder(slots, owner)
         handle.keys = []
@@ -311,6 +317,17 @@ class BatchRunner:
                 raise BatchInputError(f"prompt {row.id}: select-best compares the outputs of several settings "
                                       "(providers) for the same test, and this one runs on one; add a setting or "
                                       "use llm-rubric")
+
+    def _classifiers(self, job: BatchJob) -> Classifiers | None:
+        """The run's classifier models (None: no classifier assert); a model not in the models dir is refused
+        before the run, naming the folders tried."""
+        providers = {a.options["provider"] for row in job.rows for a in row.asserts if a.kind == CLASSIFIER}
+        if not providers:
+            return None
+        classifiers = Classifiers(set_dir(self.manager.catalog.config.models_dir))
+        for provider in sorted(providers):
+            classifiers.folder(provider)
+        return classifiers
 
     def _judge_slot(self, job: BatchJob, slots: dict[str | None, Slot], owner: str) -> Slot | None:
         """The loaded model that judges llm-rubric asserts (None when a remote server does)."""
@@ -460,11 +477,29 @@ class BatchRunner:
         for item in graded(cell.row.asserts):
             if handle.cancelled:
                 break
+            if item.kind == CLASSIFIER:
+                verdicts[verdict_key(item)] = await self._classify(handle, item, cell, output)
+                continue
             inputs = inputs_for(item, output, cell.row.text, cell.row.variables)
             default = handle.judge_prompt if item.kind == "llm-rubric" else None
             verdicts[verdict_key(item)] = await grade(item, inputs, self._ask(handle), default,
                                                       self._embedding(handle))
         return verdicts
+
+    @staticmethod
+    async def _classify(handle: RunHandle, item: Assert, cell: Cell, output: str) -> Verdict:
+        """A classifier assert's verdict: its model's label probabilities for the output (as the assert's
+        transform rewrites it; a transform that fails leaves the assert to fail on it)."""
+        if handle.classifiers is None:
+            return Verdict(False, 0.0, "the run has no classifier models", unscored=True)
+        text = output
+        if item.transform:
+            try:
+                text = transformed(item.transform, Observed(output, prompt=cell.row.text,
+                                                            variables=cell.row.variables)).output
+            except ScriptError as exc:
+                return Verdict(False, 0.0, f"transform: {exc}", unscored=True)
+        return Verdict(*await asyncio.to_thread(handle.classifiers.grade, item, text))
 
     async def _select_best(self, handle: RunHandle) -> None:
         """select-best: once every cell has run, the judge picks the best output of each test (a prompt and
