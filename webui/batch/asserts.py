@@ -60,7 +60,7 @@ from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, similarity
 from webui.batch.assert_promptfoo import DIALECT
 from webui.batch.assert_values import excerpt
 from webui.batch.errors import BatchInputError, ScriptError
-from webui.batch.graded import GRADED, verdict_key
+from webui.batch.graded import GRADED, own_provider_refused, verdict_key
 from webui.batch.transform import check_transforms, transformed
 
 if TYPE_CHECKING:
@@ -340,6 +340,13 @@ def _from_dict(spec: Mapping[str, Any]) -> Assert:
     if kind is None:
         raise BatchInputError(f"assert {shown} needs \"type\" set to one of {', '.join(ASSERT_KINDS)} "
                               "(or not- before one)")
+    foreign = set(spec) - {*_DICT_KEYS, *kind.value.keys}
+    if "provider" in foreign and kind.name in GRADED:  # promptfoo's grading provider: the run's judge grades here
+        raise BatchInputError(own_provider_refused(kind.name))
+    if foreign:
+        takers = ", ".join(sorted({k.name for k in kinds if foreign & set(k.value.keys)}))
+        raise BatchInputError(f"assert {shown}: {', '.join(sorted(map(str, foreign)))} applies to {takers}, "
+                              f"not to {kind.name}")
     extra = {k: spec[k] for k in ("weight", "threshold", "transform", "dialect") if spec.get(k) is not None}
     if spec.get("metric") is not None:
         if not isinstance(spec["metric"], str) or not spec["metric"].strip():

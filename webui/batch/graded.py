@@ -514,8 +514,6 @@ class GradedValue(ValueForm):
     def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         if given.get("contextTransform") is not None:
             raise BatchInputError(f"{kind.name}: {CONTEXT_TRANSFORM_REFUSED}")
-        if given.get("provider") is not None:  # the dict form takes one for classifier (webui.batch.classify)
-            raise BatchInputError(own_provider_refused(kind.name))
         options = {key: given[key] for key in ("rubricPrompt", "factuality") if given.get(key) is not None}
         if not GRADED[kind.name].example:
             return (None if value == "" else value), options
