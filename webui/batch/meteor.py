@@ -93,7 +93,7 @@ def _wordnet() -> ExactWordNet:
 
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
-    class EnglishOnly(WordNetCorpusReader):  # type: ignore[misc]
+    class EnglishOnly(WordNetCorpusReader):
         def map_wn(self, version: str = "wordnet") -> None:
             """No mapping to nltk's own WordNet: it serves other languages' wordnets (and reads index.sense)."""
             return None
