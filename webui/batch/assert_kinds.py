@@ -467,7 +467,7 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     AssertKind("gleu", REFERENCES, _reference_metric("GLEU", text_metrics.gleu), "The capital of France is Paris",
                usage="gleu:reference", note="score ≥ 0.5; a JSON list for several", scored=True),
     AssertKind("meteor", REFERENCES, _reference_metric("METEOR", meteor.meteor), "The capital of France is Paris",
-               usage="meteor:reference", note="score ≥ 0.5; words, stems and WordNet synonyms; a JSON list for several",
+               usage="meteor:reference", note="score ≥ 0.5; words, stems, WordNet synonyms; a JSON list for several",
                scored=True, refused=METEOR_REFUSED),
     AssertKind("is-sql", JsonValue(output_checks.check_sql_options, optional=True), _sql(inside=False),
                '{"databaseType":"PostgreSQL"}', usage="is-sql[:{databaseType,allowedTables,allowedColumns}]"),
