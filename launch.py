@@ -6,7 +6,7 @@ default model once; later runs start in seconds. Other commands:
 
     python launch.py batch PROMPTS [options]        run a batch test headless (see `batch --help`)
     python launch.py requests list|show|replay|export|delete   the API requests kept (see `requests --help`)
-    python launch.py install llamacpp|gptq|exllamav2  add an optional loader backend to .venv
+    python launch.py install llamacpp|gptq|exllamav2|meteor  add an optional backend to .venv
     python launch.py quantize gptq|exl2 MODEL --bits 4    make a GPTQ (or EXL2, CUDA only) model folder
     python launch.py train --data FILE --name NAME [settings]   train a LoRA adapter (see `train --help`)
     python launch.py hash-password                   print a hashed password for --ui-auth-file

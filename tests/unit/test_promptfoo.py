@@ -39,8 +39,6 @@ def test_the_suite_becomes_prompts_times_tests_and_providers_become_settings():
      "the assert type 'moderation' is not supported here"),
     ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: moderation",
      "'moderation' is not supported"),
-    ("prompts: ['{{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: meteor\n        value: a cat",
-     "assert[0]: meteor is not supported: promptfoo's METEOR matches synonyms through WordNet"),
     ("prompts: ['{{q}}']\ntests:\n  - vars: {other: hi}", "the template uses {{q}}, but the row has no 'q'"),
     ("tests: []", "prompts is missing"),
     ("prompts: ['x']\nproviders:\n  - id: a\n    config: {temperature: 9}", "temperature must be in"),

@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from webui.batch import assert_promptfoo as pf
-from webui.batch import classify
-from webui.batch import output_checks, text_metrics
+from webui.batch import classify, meteor, output_checks, text_metrics
 from webui.batch.assert_values import (
     CODE, EQUALS, JS_CODE, JS_PATTERN, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, SCHEMA, TEXT,
     WORD_COUNT, JsonValue, ValueForm, compiled, excerpt, same_json, schema_problem,
@@ -44,9 +43,9 @@ if TYPE_CHECKING:
 SIMILAR_THRESHOLD = 0.75
 LEVENSHTEIN_THRESHOLD = 5  # promptfoo's default largest edit distance
 ROUGE_THRESHOLD = 0.75
-METEOR_REFUSED = ("meteor is not supported: promptfoo's METEOR matches synonyms through WordNet (the npm package "
-                  "natural and its WordNet data), which no package on PyPI ships without a separate download; use "
-                  "bleu, gleu or rouge-n against the same references instead")
+METEOR_REFUSED = meteor.missing()
+"""Why the meteor assert cannot run here: nltk or WordNet is not installed (with the command that installs them);
+"": it can. Read once, at start."""
 
 
 # -- the spec ------------------------------------------------------------------------------------------
@@ -467,7 +466,9 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
                usage="bleu:reference", note="score ≥ 0.5; a JSON list for several", scored=True),
     AssertKind("gleu", REFERENCES, _reference_metric("GLEU", text_metrics.gleu), "The capital of France is Paris",
                usage="gleu:reference", note="score ≥ 0.5; a JSON list for several", scored=True),
-    AssertKind("meteor", REFERENCES, _refused, "The capital of France is Paris", refused=METEOR_REFUSED),
+    AssertKind("meteor", REFERENCES, _reference_metric("METEOR", meteor.meteor), "The capital of France is Paris",
+               usage="meteor:reference", note="score ≥ 0.5; words, stems, WordNet synonyms; a JSON list for several",
+               scored=True, refused=METEOR_REFUSED),
     AssertKind("is-sql", JsonValue(output_checks.check_sql_options, optional=True), _sql(inside=False),
                '{"databaseType":"PostgreSQL"}', usage="is-sql[:{databaseType,allowedTables,allowedColumns}]"),
     AssertKind("contains-sql", JsonValue(output_checks.check_sql_options, optional=True), _sql(inside=True),
