@@ -14,10 +14,13 @@ from there.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
 from loaders.base import ImagePrompt, PromptImage
+
+log = logging.getLogger(__name__)
 
 IMAGE_FAMILIES = ("llava", "idefics3", "qwen2_vl", "qwen2_5_vl")
 """Model types whose images are exactly their features in the image tokens' places (and, for the Qwen ones, 3D
@@ -36,6 +39,51 @@ def is_vision_folder(path: Path) -> bool:
         return False
     return isinstance(config, dict) and "vision_config" in config and any(
         (Path(path) / name).is_file() for name in PROCESSOR_FILES)
+
+
+def load_processor(folder: Path, **kwargs: Any) -> Any:
+    """The processor of the vision-language model in ``folder``. Where its video processor cannot be made (Qwen2-VL's
+    and Qwen2.5-VL's need torchvision), the processor without it: images and text work, videos do not."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(folder, **kwargs)
+    except ImportError as exc:
+        images_only = _images_only_class(folder)
+        if images_only is None:
+            raise
+        try:
+            processor = images_only.from_pretrained(folder, **kwargs)
+        except (ImportError, OSError, ValueError, TypeError) as again:
+            raise exc from again
+        log.warning("%s: its video processor could not be made (%s); it takes images and text, not videos",
+                    Path(folder).name, str(exc).strip().split(". ")[0])
+        return processor
+
+
+def _images_only_class(folder: Path) -> Any:
+    """The folder's processor class without its video processor, or None where it has none to leave out."""
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES, processor_class_from_name
+
+    try:
+        model_type = json.loads((Path(folder) / "config.json").read_text()).get("model_type", "")
+    except (OSError, ValueError, AttributeError):
+        return None
+    name = PROCESSOR_MAPPING_NAMES.get(model_type)
+    full = processor_class_from_name(name) if isinstance(name, str) else None
+    if full is None or "video_processor" not in full.get_attributes():
+        return None
+
+    class ImagesOnly(full):  # type: ignore[valid-type, misc]
+        """The processor's sub-processors are the arguments its __init__ names: here, all but the video one."""
+
+        def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None,
+                     **kwargs: Any):
+            kwargs.pop("video_processor", None)
+            super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+    ImagesOnly.__name__ = ImagesOnly.__qualname__ = f"{full.__name__}WithoutVideos"
+    return ImagesOnly
 
 
 def takes_images(model: Any) -> bool:
