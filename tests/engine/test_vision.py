@@ -1,6 +1,6 @@
 """Images in prompts of vision-language models: our engine's greedy tokens equal transformers' own ``generate``
 with the same processor inputs, alone and batched with text and other image requests; the prefix cache keys
-image tokens by the image's content; usage counts image tokens (tiny random LLaVA, Idefics3 and Qwen2-VL
+image tokens by the image's content; usage counts image tokens (tiny random LLaVA, Idefics3, Qwen2-VL and Qwen2.5-VL
 folders, loaded as a user's are)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ BLUE = png((20, 40, 220), size=(30, 44), stripe=9)
 NEW = 10
 
 
-@pytest.fixture(scope="module", params=["llava", "idefics3", "qwen2_vl"])
+@pytest.fixture(scope="module", params=["llava", "idefics3", "qwen2_vl", "qwen2_5_vl"])
 def vlm(request, tmp_path_factory):
     """The tiny model's folder loaded as a user's would be: found in the models folder, loaded by the manager."""
     config = AppConfig(user_data_dir=tmp_path_factory.mktemp("data"), threads=TEST_THREADS, device="cpu")
