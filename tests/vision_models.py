@@ -74,9 +74,10 @@ def sharpened(model: Any, factor: float = 6.0) -> Any:
 
 
 def _save(model_class: Callable[[Any], Any], config: Any, processor: Any, out: Path, seed: int,
-          louder: str = "") -> Path:
+          louder: str = "", prepare: Callable[[Any], None] | None = None) -> Path:
     """Save a random model and its processor; ``louder``: a module whose weights are scaled up so its outputs
-    (the image features) weigh as much as the token embeddings (else a misplaced feature might change nothing)."""
+    (the image features) weigh as much as the token embeddings (else a misplaced feature might change nothing);
+    ``prepare``: what else to do to the model's weights before it is saved."""
     import torch
 
     torch.manual_seed(seed)
@@ -85,6 +86,9 @@ def _save(model_class: Callable[[Any], Any], config: Any, processor: Any, out: P
         with torch.no_grad():
             for weight in getattr(model.model, louder).parameters():
                 weight.mul_(3)
+    if prepare is not None:
+        with torch.no_grad():
+            prepare(model)
     model.generation_config.eos_token_id = 2
     model.save_pretrained(out)
     processor.save_pretrained(out)
@@ -155,3 +159,39 @@ def tiny_qwen_vl(default_model_dir: Path, out: Path, family: str = "qwen2_vl", s
     settings = out / "preprocessor_config.json"
     settings.write_text(json.dumps(dict(json.loads(settings.read_text()), processor_class=processor_class)))
     return out
+
+
+GEMMA3_PROJECTION = 0.05
+GEMMA3_IMAGE_TOKENS = 16
+GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+
+
+def tiny_gemma3(default_model_dir: Path, out: Path, seed: int = 17, sliding: bool = True) -> Path:
+    """Gemma 3: a SigLIP tower on one 32-pixel tile (16 patches: 16 image tokens, which attend to each other both
+    ways), and a Gemma 3 text model with a sliding-window layer (window 12) and a global one, as real ones have
+    (so it runs one sequence at a time); without ``sliding``, two global layers (so it batches)."""
+    from transformers import (AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil,
+                              Gemma3Processor, SiglipVisionConfig)
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir, extra_special_tokens=GEMMA3_TOKENS)
+    tokenizer.add_tokens(list(GEMMA3_TOKENS.values()), special_tokens=True)
+    images = Gemma3ImageProcessorPil(size={"height": 32, "width": 32})
+    processor = Gemma3Processor(image_processor=images, tokenizer=tokenizer, image_seq_length=GEMMA3_IMAGE_TOKENS,
+                                chat_template=tokenizer.chat_template)
+    ids = {f"{name}_index": tokenizer.convert_tokens_to_ids(token) for name, token in (
+        ("boi_token", GEMMA3_TOKENS["boi_token"]), ("eoi_token", GEMMA3_TOKENS["eoi_token"]),
+        ("image_token", GEMMA3_TOKENS["image_token"]))}
+    text = dict(TEXT, vocab_size=len(tokenizer), head_dim=8, query_pre_attn_scalar=8, sliding_window=12,
+                layer_types=["sliding_attention" if sliding else "full_attention", "full_attention"])
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                image_size=32, patch_size=8)
+    config = Gemma3Config(text_config=text, vision_config=vision.to_dict(), mm_tokens_per_image=GEMMA3_IMAGE_TOKENS,
+                          **ids)
+    return _save(Gemma3ForConditionalGeneration, config, processor, out, seed, prepare=_gemma3_projection)
+
+
+def _gemma3_projection(model: Any, scale: float = GEMMA3_PROJECTION) -> None:
+    """Gemma 3 starts its image projection at zeros (every image would be nothing): random, the features a few
+    times the (scaled) token embeddings."""
+    weight = model.model.multi_modal_projector.mm_input_projection_weight
+    weight.normal_(0.0, scale)
