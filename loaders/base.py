@@ -171,6 +171,9 @@ class ImagePrompt:
     """Per image in order: (its first token, one past its last token, its digest)."""
     media: Any = field(repr=False)
     """Opaque to the engine: what :meth:`SupportsImages.attach_images` gives the sequence's cache."""
+    whole_images: bool = False
+    """Each image's tokens attend to each other both ways (Gemma 3), so the engine reads each image's tokens in
+    one forward: a prompt chunk never ends inside an image."""
 
 
 @runtime_checkable

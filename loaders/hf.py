@@ -208,7 +208,9 @@ def from_pretrained(path: Path, device: str, dtype: str, vision: bool = False, *
     image-text-to-text model (loaders/vision.py), whose processor comes in the tokenizer's place (its tokenizer
     is its ``.tokenizer``)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+    from loaders.vision import load_processor
 
     kwargs: dict[str, Any] = {}
     folder = path
@@ -216,8 +218,8 @@ def from_pretrained(path: Path, device: str, dtype: str, vision: bool = False, *
         folder, kwargs["gguf_file"] = path.parent, path.name
     trust = {"trust_remote_code": True} if load_kwargs.get("trust_remote_code") else {}
     try:
-        tokenizer = (AutoProcessor if vision else AutoTokenizer).from_pretrained(folder, local_files_only=True,
-                                                                                   **kwargs, **trust)
+        tokenizer = load_processor(folder, local_files_only=True, **trust) if vision else \
+            AutoTokenizer.from_pretrained(folder, local_files_only=True, **kwargs, **trust)
         model = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(
             folder, dtype=getattr(torch, dtype), local_files_only=True, **kwargs, **load_kwargs)
     except (OSError, ValueError, KeyError, ImportError, RuntimeError) as exc:  # CUDA out of memory, kernels

@@ -150,6 +150,11 @@ def _run(model: Any, pool: KVPool, handles: Sequence[SequenceCache], chunks: Seq
         write_offsets = torch.where(real, places % BLOCK, 0).reshape(-1)
         width = max(n + len(c) for n, c in zip(lengths, chunks))
     mask = (torch.arange(width).view(1, 1, 1, width) <= places.view(n, 1, -1, 1)).to(device)  # causal, own tokens
+    if any(h.images is not None and h.images.both_ways for h in handles):
+        from loaders.vision import both_ways_mask
+
+        both = both_ways_mask(handles, places, width)  # Gemma 3: an image's tokens see all of their image
+        mask = mask if both is None else mask | both.to(device)
     if pool.attention != "sdpa":  # eager attention adds the mask to its scores
         dtype = next(model.parameters()).dtype
         mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)

@@ -8,21 +8,30 @@ prefills are fed as those features (``inputs_embeds``) instead of their embeddin
 prefill in chunks, batch with other sequences and decode like any other; the features are dropped once the
 prompt's last image token is in the cache. Models with 3D rotary positions (Qwen2-VL) get each prompt token's
 (temporal, height, width) position from the model's own ``get_rope_index``; the tokens after the prompt continue
-from there.
+from there. Gemma 3's image tokens attend to each other both ways within each image, as transformers' own mask for
+it has them (one image's tokens form a block; OR(causal, same block)): the engine reads an image's tokens in one
+forward (:attr:`ImagePrompt.whole_images`), and the forward is given which tokens are images from the sequence's
+start (``token_type_ids`` for one sequence in its own cache; the same blocks in the batched forward's 4D mask).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
 from loaders.base import ImagePrompt, PromptImage
 
-IMAGE_FAMILIES = ("llava", "idefics3", "qwen2_vl", "qwen2_5_vl")
+log = logging.getLogger(__name__)
+
+IMAGE_FAMILIES = ("llava", "idefics3", "qwen2_vl", "qwen2_5_vl", "gemma3")
 """Model types whose images are exactly their features in the image tokens' places (and, for the Qwen ones, 3D
-positions from get_rope_index). Others differ: Gemma 3's image tokens attend to each other both ways, Qwen3-VL
-adds features inside its layers, LLaVA-NeXT packs tiles with newline features. They load, and take no images."""
+positions from get_rope_index; for Gemma 3, image tokens that attend to each other both ways). Others differ:
+Qwen3-VL adds features inside its layers, LLaVA-NeXT packs tiles with newline features. They load, and take no
+images."""
+BOTH_WAYS = ("gemma3",)
+"""Families whose image tokens attend to all tokens of their own image, before and after them."""
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
 """What a processor returns for the text; the rest are the image inputs of ``get_image_features``."""
@@ -38,6 +47,51 @@ def is_vision_folder(path: Path) -> bool:
         (Path(path) / name).is_file() for name in PROCESSOR_FILES)
 
 
+def load_processor(folder: Path, **kwargs: Any) -> Any:
+    """The processor of the vision-language model in ``folder``. Where its video processor cannot be made (Qwen2-VL's
+    and Qwen2.5-VL's need torchvision), the processor without it: images and text work, videos do not."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(folder, **kwargs)
+    except ImportError as exc:
+        images_only = _images_only_class(folder)
+        if images_only is None:
+            raise
+        try:
+            processor = images_only.from_pretrained(folder, **kwargs)
+        except (ImportError, OSError, ValueError, TypeError) as again:
+            raise exc from again
+        log.warning("%s: its video processor could not be made (%s); it takes images and text, not videos",
+                    Path(folder).name, str(exc).strip().split(". ")[0])
+        return processor
+
+
+def _images_only_class(folder: Path) -> Any:
+    """The folder's processor class without its video processor, or None where it has none to leave out."""
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES, processor_class_from_name
+
+    try:
+        model_type = json.loads((Path(folder) / "config.json").read_text()).get("model_type", "")
+    except (OSError, ValueError, AttributeError):
+        return None
+    name = PROCESSOR_MAPPING_NAMES.get(model_type)
+    full = processor_class_from_name(name) if isinstance(name, str) else None
+    if full is None or "video_processor" not in full.get_attributes():
+        return None
+
+    class ImagesOnly(full):  # type: ignore[valid-type, misc]
+        """The processor's sub-processors are the arguments its __init__ names: here, all but the video one."""
+
+        def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None,
+                     **kwargs: Any):
+            kwargs.pop("video_processor", None)
+            super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+    ImagesOnly.__name__ = ImagesOnly.__qualname__ = f"{full.__name__}WithoutVideos"
+    return ImagesOnly
+
+
 def takes_images(model: Any) -> bool:
     """Whether this workbench feeds images to ``model`` (a loaded image-text-to-text model) as its family needs."""
     return getattr(model.config, "model_type", "") in IMAGE_FAMILIES
@@ -47,12 +101,26 @@ class ImageInputs:
     """One sequence's images: the processor's pixel inputs, where the image tokens are in its prompt, their
     features while the prompt is read, and (3D rotary models) each prompt token's position."""
 
-    __slots__ = ("vision", "pixels", "positions", "features", "rope", "rope_delta")
+    __slots__ = ("vision", "pixels", "positions", "features", "rope", "rope_delta", "both_ways")
 
     def __init__(self, vision: "VisionModel", pixels: dict[str, Any], positions: Any, rope: Any, rope_delta: int):
         self.vision, self.pixels, self.positions = vision, pixels, positions  # positions: LongTensor, ascending
         self.features: Any = None  # [image tokens, hidden], computed by the first forward that needs them
         self.rope, self.rope_delta = rope, rope_delta  # [3, prompt tokens] and the offset after the prompt
+        self.both_ways = vision.both_ways  # its image tokens attend to their whole image (Gemma 3)
+
+    def blocks(self, length: int) -> Any:
+        """[length] each of the sequence's first ``length`` tokens' image block, -1 for text: a block is a run of
+        consecutive image tokens (one image), numbered from 0 in order, as transformers numbers them."""
+        import torch
+
+        positions = self.positions
+        starts = torch.ones_like(positions, dtype=torch.bool)
+        starts[1:] = positions[1:] != positions[:-1] + 1
+        out = torch.full((length,), -1, dtype=torch.long)
+        inside = positions < length
+        out[positions[inside]] = (torch.cumsum(starts.long(), 0) - 1)[inside]
+        return out
 
     def image_features(self) -> Any:
         if self.features is None:
@@ -66,8 +134,13 @@ class VisionModel:
     def __init__(self, processor: Any, model: Any):
         self.processor, self.model = processor, model
         tokenizer = processor.tokenizer
-        self.image_token = str(getattr(processor, "image_token", None) or "<image>")
-        self.image_token_id = int(tokenizer.convert_tokens_to_ids(self.image_token))
+        self.image_token = str(getattr(processor, "image_token", None) or "<image>")  # a prompt's, per image
+        # the token whose places take the image's features: the model's own (Gemma 3's prompts write another one,
+        # <start_of_image>, that the processor expands into it)
+        feature_token = getattr(model.config, "image_token_id", None)
+        self.image_token_id = int(feature_token) if isinstance(feature_token, int) \
+            else int(tokenizer.convert_tokens_to_ids(self.image_token))
+        self.both_ways = getattr(model.config, "model_type", "") in BOTH_WAYS
         self.mrope = callable(getattr(getattr(model, "model", None), "get_rope_index", None))
         # the text that stands for an image in a prompt, as the model's own chat template writes it
         start, end = "<|vision_start|>", "<|vision_end|>"
@@ -99,7 +172,7 @@ class VisionModel:
             first += count
         pixels = {k: v for k, v in out.items() if k not in TEXT_KEYS}
         rope, delta = self._rope(out, pixels) if self.mrope else (None, 0)
-        return ImagePrompt(ids, spans, ImageInputs(self, pixels, positions, rope, delta))
+        return ImagePrompt(ids, spans, ImageInputs(self, pixels, positions, rope, delta), whole_images=self.both_ways)
 
     def image_tokens(self, images: Sequence[PromptImage], total: int | None = None) -> list[int]:
         """How many image tokens each image becomes: the processor's own count from the image's size, else (or
@@ -169,9 +242,32 @@ def image_feed(model: Any, handles: Sequence[Any], input_ids: Any, places: Any, 
             features = images.image_features()
             embeds[row, width - fed + positions[inside] - start] = features[inside].to(embeds.dtype)
         feed = {"inputs_embeds": embeds, "position_ids": places}
+        if len(handles) == 1 and handles[0].images.both_ways:  # alone in its own cache: the model makes the mask
+            types = (handles[0].images.blocks(int(places[0, -1]) + 1) >= 0).long()  # from the sequence's start
+            feed["token_type_ids"] = types.unsqueeze(0).to(input_ids.device)
     if any(h.images is not None and h.images.rope is not None for h in handles):
         feed["position_ids"] = rope_positions(handles, places)
     return feed
+
+
+def both_ways_mask(handles: Sequence[Any], places: Any, width: int) -> Any:
+    """[rows, 1, new, width] True where a row's new token and a token of its sequence (by place, as the batched
+    forward's keys are laid out) belong to the same image of a model whose image tokens attend both ways; None
+    where no row has such an image in this step."""
+    import torch
+
+    out = None
+    for row, handle in enumerate(handles):
+        images = handle.images
+        if images is None or not images.both_ways or int(places[row, -1]) < int(images.positions[0]):
+            continue
+        blocks = images.blocks(width).to(places.device)
+        query = blocks[places[row]]  # [new]
+        same = (query.unsqueeze(1) == blocks.unsqueeze(0)) & (query >= 0).unsqueeze(1)  # [new, width]
+        if out is None:
+            out = torch.zeros((len(handles), 1, places.shape[1], width), dtype=torch.bool, device=places.device)
+        out[row, 0] = same
+    return out
 
 
 def rope_positions(handles: Sequence[Any], places: Any) -> Any:

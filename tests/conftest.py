@@ -98,6 +98,40 @@ def tiny_idefics3_dir(default_model_dir: Path, tmp_path_factory) -> Path:
     return tiny_idefics3(default_model_dir, tmp_path_factory.mktemp("tiny-idefics3") / "tiny-idefics3")
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen2_vl_dir(default_model_dir: Path, tmp_path_factory) -> Path:
+    """A tiny random Qwen2-VL folder (3D rotary positions; tests/vision_models.py), loaded without torchvision."""
+    from tests.vision_models import tiny_qwen_vl
+
+    return tiny_qwen_vl(default_model_dir, tmp_path_factory.mktemp("tiny-qwen2-vl") / "tiny-qwen2-vl", "qwen2_vl")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_5_vl_dir(default_model_dir: Path, tmp_path_factory) -> Path:
+    """A tiny random Qwen2.5-VL folder (windowed attention in its vision tower; tests/vision_models.py)."""
+    from tests.vision_models import tiny_qwen_vl
+
+    return tiny_qwen_vl(default_model_dir, tmp_path_factory.mktemp("tiny-qwen2-5-vl") / "tiny-qwen2-5-vl",
+                        "qwen2_5_vl")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3_dir(default_model_dir: Path, tmp_path_factory) -> Path:
+    """A tiny random Gemma 3 (image tokens that attend to each other both ways; tests/vision_models.py)."""
+    from tests.vision_models import tiny_gemma3
+
+    return tiny_gemma3(default_model_dir, tmp_path_factory.mktemp("tiny-gemma3") / "tiny-gemma3")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3_global_dir(default_model_dir: Path, tmp_path_factory) -> Path:
+    """The tiny Gemma 3 with global attention only: it batches, and its prefix cache holds image tokens."""
+    from tests.vision_models import tiny_gemma3
+
+    return tiny_gemma3(default_model_dir, tmp_path_factory.mktemp("tiny-gemma3-global") / "tiny-gemma3-global",
+                       sliding=False)
+
+
 def load_model(path: Path):
     from loaders.base import LoadOptions
     from loaders.registry import default_registry

@@ -74,9 +74,10 @@ def sharpened(model: Any, factor: float = 6.0) -> Any:
 
 
 def _save(model_class: Callable[[Any], Any], config: Any, processor: Any, out: Path, seed: int,
-          louder: str = "") -> Path:
+          louder: str = "", prepare: Callable[[Any], None] | None = None) -> Path:
     """Save a random model and its processor; ``louder``: a module whose weights are scaled up so its outputs
-    (the image features) weigh as much as the token embeddings (else a misplaced feature might change nothing)."""
+    (the image features) weigh as much as the token embeddings (else a misplaced feature might change nothing);
+    ``prepare``: what else to do to the model's weights before it is saved."""
     import torch
 
     torch.manual_seed(seed)
@@ -85,6 +86,9 @@ def _save(model_class: Callable[[Any], Any], config: Any, processor: Any, out: P
         with torch.no_grad():
             for weight in getattr(model.model, louder).parameters():
                 weight.mul_(3)
+    if prepare is not None:
+        with torch.no_grad():
+            prepare(model)
     model.generation_config.eos_token_id = 2
     model.save_pretrained(out)
     processor.save_pretrained(out)
@@ -118,32 +122,76 @@ def noise_png(size: tuple[int, int], seed: int = 0) -> bytes:
 
 
 QWEN2_VL_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+QWEN_VISION = dict(depth=2, hidden_size=32, num_heads=4, patch_size=8, spatial_merge_size=2, temporal_patch_size=2)
+QWEN_FAMILIES = {  # model_type: (the vision config beyond QWEN_VISION, the processor class real folders name)
+    "qwen2_vl": (dict(embed_dim=32, mlp_ratio=2), "Qwen2VLProcessor"),
+    # windows of 4x4 patches (2x2 image tokens) in the first layer, full attention in the second
+    "qwen2_5_vl": (dict(intermediate_size=64, out_hidden_size=32, window_size=32, fullatt_block_indexes=[1]),
+                   "Qwen2_5_VLProcessor"),
+}
 
 
-def tiny_qwen2_vl(default_model_dir: Path, seed: int = 13) -> tuple[Any, Any]:
-    """Qwen2-VL in memory, (model, processor): its vision tower on 8-pixel patches merged 2x2, and a text model with
-    3D rotary positions. Not a folder: transformers' Qwen2VLProcessor insists on a video processor, which needs
-    torchvision (not installed here), so it is made without one (images only) and cannot be saved or loaded."""
+def tiny_qwen_vl(default_model_dir: Path, out: Path, family: str = "qwen2_vl", seed: int = 13) -> Path:
+    """Qwen2-VL or Qwen2.5-VL (``family``) as a folder laid out as the real ones are: a vision tower on 8-pixel
+    patches merged 2x2, a text model with 3D rotary positions, the tokenizer, and the image processor's
+    preprocessor_config.json naming the processor class. Written piece by piece: transformers' processor cannot
+    be made (nor saved) without its video processor, which needs torchvision; the loader makes it without one."""
+    import json
+
     import torch
-    from transformers import (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessorPil,
-                              Qwen2VLProcessor)
-    from transformers.processing_utils import ProcessorMixin
+    from transformers import AutoConfig, AutoModelForImageTextToText, Qwen2VLImageProcessorPil
 
+    vision_extra, processor_class = QWEN_FAMILIES[family]
     tokenizer = _tokenizer(default_model_dir, QWEN2_VL_TOKENS)
-    images = Qwen2VLImageProcessorPil(patch_size=8, merge_size=2, temporal_patch_size=2, min_pixels=16 * 16,
-                                      max_pixels=64 * 64)
-    processor = ProcessorMixin.__new__(Qwen2VLProcessor)  # __init__ checks for the video processor
-    processor.image_processor, processor.tokenizer, processor.video_processor = images, tokenizer, None
-    processor.chat_template = tokenizer.chat_template
-    processor.image_token, processor.video_token = "<|image_pad|>", "<|video_pad|>"
     ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
         ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"),
         ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"))}
-    processor.image_token_id, processor.video_token_id = ids["image_token_id"], ids["video_token_id"]
     text = dict(TEXT, vocab_size=len(tokenizer),
                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
-    vision = dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, patch_size=8, spatial_merge_size=2,
-                  temporal_patch_size=2, mlp_ratio=2)
+    config = AutoConfig.for_model(family, text_config=text, vision_config=dict(QWEN_VISION, **vision_extra), **ids)
     torch.manual_seed(seed)
-    model = sharpened(Qwen2VLForConditionalGeneration(Qwen2VLConfig(text_config=text, vision_config=vision, **ids)))
-    return model.eval(), processor
+    model = sharpened(AutoModelForImageTextToText.from_config(config))
+    model.generation_config.eos_token_id = 2
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    Qwen2VLImageProcessorPil(patch_size=8, merge_size=2, temporal_patch_size=2, min_pixels=16 * 16,
+                             max_pixels=64 * 64).save_pretrained(out)
+    settings = out / "preprocessor_config.json"
+    settings.write_text(json.dumps(dict(json.loads(settings.read_text()), processor_class=processor_class)))
+    return out
+
+
+GEMMA3_PROJECTION = 0.05
+GEMMA3_IMAGE_TOKENS = 16
+GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+
+
+def tiny_gemma3(default_model_dir: Path, out: Path, seed: int = 17, sliding: bool = True) -> Path:
+    """Gemma 3: a SigLIP tower on one 32-pixel tile (16 patches: 16 image tokens, which attend to each other both
+    ways), and a Gemma 3 text model with a sliding-window layer (window 12) and a global one, as real ones have
+    (so it runs one sequence at a time); without ``sliding``, two global layers (so it batches)."""
+    from transformers import (AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil,
+                              Gemma3Processor, SiglipVisionConfig)
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir, extra_special_tokens=GEMMA3_TOKENS)
+    tokenizer.add_tokens(list(GEMMA3_TOKENS.values()), special_tokens=True)
+    images = Gemma3ImageProcessorPil(size={"height": 32, "width": 32})
+    processor = Gemma3Processor(image_processor=images, tokenizer=tokenizer, image_seq_length=GEMMA3_IMAGE_TOKENS,
+                                chat_template=tokenizer.chat_template)
+    ids = {f"{name}_index": tokenizer.convert_tokens_to_ids(token) for name, token in (
+        ("boi_token", GEMMA3_TOKENS["boi_token"]), ("eoi_token", GEMMA3_TOKENS["eoi_token"]),
+        ("image_token", GEMMA3_TOKENS["image_token"]))}
+    text = dict(TEXT, vocab_size=len(tokenizer), head_dim=8, query_pre_attn_scalar=8, sliding_window=12,
+                layer_types=["sliding_attention" if sliding else "full_attention", "full_attention"])
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                image_size=32, patch_size=8)
+    config = Gemma3Config(text_config=text, vision_config=vision.to_dict(), mm_tokens_per_image=GEMMA3_IMAGE_TOKENS,
+                          **ids)
+    return _save(Gemma3ForConditionalGeneration, config, processor, out, seed, prepare=_gemma3_projection)
+
+
+def _gemma3_projection(model: Any, scale: float = GEMMA3_PROJECTION) -> None:
+    """Gemma 3 starts its image projection at zeros (every image would be nothing): random, the features a few
+    times the (scaled) token embeddings."""
+    weight = model.model.multi_modal_projector.mm_input_projection_weight
+    weight.normal_(0.0, scale)

@@ -1,31 +1,38 @@
 """Images in prompts of vision-language models: our engine's greedy tokens equal transformers' own ``generate``
 with the same processor inputs, alone and batched with text and other image requests; the prefix cache keys
-image tokens by the image's content; usage counts image tokens (tiny random LLaVA, Idefics3 and Qwen2-VL models)."""
+image tokens by the image's content; usage counts image tokens (tiny random LLaVA, Idefics3, Qwen2-VL, Qwen2.5-VL
+and Gemma 3 folders, loaded as a user's are; Gemma 3's image tokens attend to each other both ways, and it runs
+one sequence at a time with its sliding-window layer, batched without)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.conftest import load_model
+from loaders.registry import default_registry
+from tests.conftest import TEST_THREADS
 from tests.vision_models import png
+from webui.config import AppConfig
 from webui.engine import Engine, EngineConfig, GenerationRequest, InvalidParameter, SamplingParams
 from webui.images import read_image
+from webui.models import ModelManager
 
 RED = png((200, 30, 30), stripe=5)
 BLUE = png((20, 40, 220), size=(30, 44), stripe=9)
 NEW = 10
 
 
-@pytest.fixture(scope="module", params=["llava", "idefics3", "qwen2_vl"])
-def vlm(request, default_model_dir, tmp_path_factory):
-    if request.param == "qwen2_vl":  # 3D rotary positions; made in memory (tests/vision_models.py says why)
-        from loaders.transformers_loader import TransformersModel
-        from tests.vision_models import tiny_qwen2_vl
-
-        model, processor = tiny_qwen2_vl(default_model_dir)
-        return TransformersModel(tmp_path_factory.mktemp("qwen") / "tiny-qwen2-vl", model, processor.tokenizer,
-                                 "cpu", "float32", processor=processor)
-    return load_model(request.getfixturevalue(f"tiny_{request.param}_dir"))
+@pytest.fixture(scope="module", params=["llava", "idefics3", "qwen2_vl", "qwen2_5_vl", "gemma3", "gemma3_global"])
+def vlm(request, tmp_path_factory):
+    """The tiny model's folder loaded as a user's would be: found in the models folder, loaded by the manager."""
+    config = AppConfig(user_data_dir=tmp_path_factory.mktemp("data"), threads=TEST_THREADS, device="cpu")
+    config.make_dirs()
+    folder = request.getfixturevalue(f"tiny_{request.param}_dir")
+    (config.models_dir / folder.name).symlink_to(folder, target_is_directory=True)
+    engine = Engine()
+    manager = ModelManager(config, engine, default_registry())
+    yield manager.load(folder.name)
+    manager.unload()
+    engine.close()
 
 
 def chat(model, text: str, images: int = 1) -> str:
@@ -88,6 +95,8 @@ def test_batched_with_text_and_other_images_equals_generate(vlm):
 
 
 def test_prefix_cache_keys_image_tokens_by_content(vlm):
+    if vlm.capabilities.prefix_cache != "blocks":
+        pytest.skip("a model with sliding-window layers caches no prefixes")
     engine = Engine(vlm, EngineConfig(prefix_cache_mb=64))
     try:
         first = engine.generate(request(vlm, "What is this?", [RED]))
@@ -122,3 +131,43 @@ def test_placeholders_must_pair_with_images(vlm):
                                             images=(read_image(RED, 2**24), read_image(BLUE, 2**24))))
     finally:
         engine.close()
+
+
+def test_a_qwen_folder_loads_without_a_video_processor(tiny_qwen2_vl_dir, caplog):
+    """torchvision is not installed here, so transformers cannot make the Qwen processor's video part: the loader
+    makes it without one and says so once."""
+    import importlib.util
+
+    from tests.conftest import load_model
+
+    if importlib.util.find_spec("torchvision") is not None:
+        pytest.skip("torchvision is installed, so the processor has its video part")
+
+    with caplog.at_level("WARNING", logger="loaders.vision"):
+        model = load_model(tiny_qwen2_vl_dir)
+    try:
+        said = [r.getMessage() for r in caplog.records if "not videos" in r.getMessage()]
+        assert len(said) == 1 and "video processor could not be made" in said[0]
+        assert model.capabilities.images and not hasattr(model.vision.processor, "video_processor")
+    finally:
+        model.close()
+
+
+def test_a_cached_prefix_that_ends_inside_an_image_resumes_exactly(tiny_gemma3_global_dir):
+    """Gemma 3 (global layers: it caches prefixes): the cached blocks of an image whose tokens attended to each
+    other both ways are exact for the same image, so a prompt that shares the image but not the text after it
+    starts inside the image and reads the image's rest together."""
+    from tests.conftest import load_model
+
+    model = load_model(tiny_gemma3_global_dir)
+    engine = Engine(model, EngineConfig(prefix_cache_mb=64, prefix_block_tokens=16))
+    try:
+        engine.generate(request(model, "What is this?", [RED]))
+        later = engine.generate(request(model, "Why?", [RED]))
+        prompt = request(model, "Why?", [RED])
+        first, end, _ = model.encode_images(str(prompt.prompt), prompt.images, False).spans[0]
+        assert first < later.usage.cached_tokens < end
+        assert later.token_ids == reference(model, chat(model, "Why?"), [RED])
+    finally:
+        engine.close()
+        model.close()

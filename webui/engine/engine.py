@@ -298,6 +298,7 @@ class Engine:
                 if plan:
                     break
                 n = min(len(seq.pending), self.config.prefill_chunk)  # always make progress
+            n = seq.chunk_size(n)  # an image read in one step may go over the chunk and the budget
             plan.append((seq, seq.pending[:n]))
             budget -= n
         return plan

@@ -133,6 +133,7 @@ class Sequence:
         self.model: SteppedModel | None = None
         self.prompt_ids: list[int] = []
         self.image_spans: tuple[ImageSpan, ...] = ()  # where its prompt's images are (their tokens), in order
+        self.whole_images = False  # each image's tokens are fed in one step (they attend to each other both ways)
         self.ids: list[int] = []
         self.pending: list[int] = []
         self.cache: Any = None
@@ -165,6 +166,7 @@ class Sequence:
         if images is not None and isinstance(model, SupportsImages):  # (encode_prompt checked that it is)
             model.attach_images(self.cache, images.media)
             self.image_spans = tuple(images.spans)
+            self.whole_images = images.whole_images
         if params.guidance_scale != 1.0:
             self.guide = Guide(guide_prompt(model, self.request, self.prompt_ids), self._new_cache(model))
             self.max_new = max(1, min(self.max_new, model.context_length - len(self.guide.pending)))
@@ -194,6 +196,17 @@ class Sequence:
         """The cache starts with the first ``n`` prompt tokens (reused): only the rest is fed."""
         self.pending = self.prompt_ids[n:]
         self.cached_tokens = n
+
+    def chunk_size(self, n: int) -> int:
+        """How many pending tokens to feed when ``n`` fit: ``n``, unless that would end inside an image whose
+        tokens are read in one step; then up to that image's start, or (at its start) all of it, over ``n``."""
+        start = self.kv_tokens
+        cut = start + n
+        if self.whole_images:
+            for first, end, _ in self.image_spans:
+                if first < cut < end:
+                    return first - start if first > start else end - start
+        return n
 
     def fed(self, ids: list[int]) -> None:
         """This step fed ``ids``, the start of ``pending``."""
