@@ -42,8 +42,9 @@ promptfoo's deterministic kinds run as promptfoo 0.115 runs them: ``levenshtein`
 ``contains-sql``, ``is-html``, ``contains-html``, ``is-refusal`` and the OpenAI
 tool and function call checks (webui.batch.output_checks), ``finish-reason``, and
 ``perplexity``/``perplexity-score`` on the chosen tokens' logprobs, which the
-runner asks the engine for only when a prompt has such an assert. ``meteor`` is
-refused with the reason (its WordNet data is not on PyPI).
+runner asks the engine for only when a prompt has such an assert; ``meteor``
+(webui.batch.meteor: nltk and WordNet 3.0, ``launch.py install meteor``) and
+``classifier`` (webui.batch.classify: a local text-classification model).
 
 Each kind is one spec in :data:`webui.batch.assert_kinds.ASSERT_KINDS`; everything
 here reads that table.
