@@ -224,7 +224,8 @@ def batched_forward(model: Any, pool: KVPool, handles: Sequence[SequenceCache],
     """Every sequence's next-token logits: the decoding ones (one token each) in one forward, prompt chunks
     grouped with chunks of similar length."""
     decoding = [(i, list(ids)) for i, (h, ids) in enumerate(zip(handles, new_ids)) if len(ids) == 1 and h.length]
-    prefilling = [(i, list(ids)) for i, (h, ids) in enumerate(zip(handles, new_ids)) if not (len(ids) == 1 and h.length)]
+    prefilling = [(i, list(ids)) for i, (h, ids) in enumerate(zip(handles, new_ids))
+                  if not (len(ids) == 1 and h.length)]
     groups = ([decoding] if decoding else []) + _group_by_length(prefilling)
     if str(pool.device) == "cpu":
         # On a CPU, padding long cached prefixes into one batch costs more memory traffic than the one weight

@@ -305,4 +305,5 @@ def pytest_runtest_makereport(item, call):
             print(f"no screenshot of page {i}: {exc}")
         lines = getattr(page, "workbench_log", [])
         (ARTIFACTS / f"failed-{name}-{i}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        report.sections.append((f"page {i} ({page.url}), last of {len(lines)} log lines", "\n".join(line[:300] for line in lines[-40:])))
+        report.sections.append((f"page {i} ({page.url}), last of {len(lines)} log lines",
+                                "\n".join(line[:300] for line in lines[-40:])))

@@ -8,8 +8,9 @@ checks it, so a promptfoo suite gives the same pass/fail here (tests/e2e/test_pr
 exactly as given (ours ignores whitespace around it for equals, starts-with and is-xml, since models often start
 with a space), case folded by lowercasing (ours casefolds: ß = ss), a regex as JavaScript's ``RegExp`` (run in
 QuickJS), contains-json's lenient reading (unclosed braces closed, the object read as YAML's flow mapping) and
-contains-xml's one candidate, XML of several elements side by side. Where promptfoo 0.115 ignores ``not-`` (python, levenshtein, ...) or accepts
-malformed XML (fast-xml-parser does not check that tags match), ours still negates and needs well-formed XML.
+contains-xml's one candidate, XML of several elements side by side. Where promptfoo 0.115 ignores ``not-``
+(python, levenshtein, ...) or accepts malformed XML (fast-xml-parser does not check that tags match), ours still
+negates and needs well-formed XML.
 """
 
 from __future__ import annotations

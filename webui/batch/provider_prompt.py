@@ -60,7 +60,8 @@ class ProviderPrompt:
     def to_dict(self) -> dict[str, Any]:
         plan = self.tools
         return {"prefix": self.prefix, "suffix": self.suffix, "functions": self.functions,
-                "json_schema": self.json_schema, "tools": None if plan is None else {"tools": list(plan.tools), "choice": plan.choice,
+                "json_schema": self.json_schema,
+                "tools": None if plan is None else {"tools": list(plan.tools), "choice": plan.choice,
                                                     "parallel": plan.parallel}}
 
     @classmethod

@@ -213,7 +213,8 @@ class ModelController:
                         f"{m.device}/{m.dtype} | {memory} | {loras} |")
         budget = self.models.budget_bytes()
         used = f"{self.models.used_bytes() / 2**20:,.0f} MiB"
-        total = f"{used} of the {budget / 2**20:,.0f} MiB budget (`--memory-budget`)" if budget else f"{used} (no budget)"
+        total = (f"{used} of the {budget / 2**20:,.0f} MiB budget (`--memory-budget`)" if budget
+                 else f"{used} (no budget)")
         held = "".join(f" (of which {mib(size)}: {holder}, until it ends)"
                        for holder, size in self.models.reserved().items())
         return "\n".join(rows) + (f"\n\nLoaded models take {total}{held}. Each has its own engine; they generate side "

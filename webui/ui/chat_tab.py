@@ -393,7 +393,8 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
         view, removed = session.library.remove_last(cid)
         return *_messages_and_stats(view), (removed if removed and not typed.strip() else gr.skip())
 
-    tab.remove_last.click(remove_last, [tab.chat_id, tab.message], [tab.chatbot, tab.stats, tab.message]).then(**refresh)
+    tab.remove_last.click(remove_last, [tab.chat_id, tab.message], [tab.chatbot, tab.stats, tab.message]).then(
+        **refresh)
     tab.search.change(lambda q: gr.update(choices=session.library.listed(q)), [tab.search], [tab.chat_list],
                       show_progress="hidden")
     tab.rename.click(rename, [tab.chat_id, tab.title, tab.search], with_confirm)
