@@ -92,3 +92,17 @@ def test_the_dialect_is_stored_with_a_row_and_kept_out_of_promptfoos_export(tmp_
     assert promptfoo_assertion(item) == {"type": "equals", "value": "hi"}
     with pytest.raises(BatchInputError, match="dialect must be \"promptfoo\" or left out, got 'jest'"):
         parse_assert({"type": "equals", "value": "hi", "dialect": "jest"})
+
+
+def test_a_check_that_cannot_judge_fails_negated_or_not(monkeypatch):
+    not_equals = parse_assert({"type": "not-equals", "value": {"a": 1}, "dialect": DIALECT})
+    assert not not_equals.check("a: 1").passed  # promptfoo: an object value against text that is not JSON fails
+    assert not_equals.check('{"a": 2}').passed and parse_assert({"type": "not-equals", "value": {"a": 1}}).check(
+        "a: 1").passed  # ours: text that is not JSON is not equal
+
+    def stopped(pattern: str, text: str) -> bool:
+        raise ScriptError(f"regex {pattern} took more than 5 s on this output and was stopped")
+
+    monkeypatch.setattr("webui.batch.assert_promptfoo.js_regex_test", stopped)
+    result = parse_assert({"type": "not-regex", "value": "^(a+)+$", "dialect": DIALECT}).check("aaab")
+    assert not result.passed and "was stopped" in result.detail

@@ -133,7 +133,7 @@ def equals(a: Assert, seen: Observed) -> Outcome:
         try:
             parsed = json.loads(seen.output)
         except ValueError:
-            return Outcome(False, f"output is not JSON, expected {a.value}")
+            return Outcome(False, f"output is not JSON, expected {a.value}", broken=True)  # as promptfoo
         return Outcome(same_json(parsed, json.loads(str(a.value))), f"output JSON is not {a.value}")
     return Outcome(seen.output == a.value, f"output is '{seen.output}', expected '{a.value}'")
 
@@ -161,7 +161,7 @@ def regex(a: Assert, seen: Observed) -> Outcome:
     try:
         return Outcome(js_regex_test(str(a.value), seen.output), f"output does not match the regex {a.value}")
     except ScriptError as exc:
-        return Outcome(False, str(exc))
+        return Outcome(False, str(exc), broken=True)
 
 
 def json_objects(text: str) -> list[Any]:

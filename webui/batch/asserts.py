@@ -254,11 +254,11 @@ class Assert:
             except ScriptError as exc:
                 return AssertResult(False, f"transform: {exc}", self.label, 0.0 if spec.scored else None,
                                     self.weight)
-        passed, detail, score, by_score = spec.check_of(self.dialect)(self, seen)
+        passed, detail, score, by_score, broken = spec.check_of(self.dialect)(self, seen)
         if by_score and score is not None:
             passed = score >= self.pass_at
             detail = f"{detail} (score {score:.2f}, needs {self.pass_at:g})".strip()
-        if self.negate and not self._unscored(seen):
+        if self.negate and not broken and not self._unscored(seen):
             passed = not passed
             score = None if score is None else 1.0 - score
             if not passed and not spec.scored:

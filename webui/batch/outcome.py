@@ -13,3 +13,6 @@ class Outcome(NamedTuple):
     why: str
     score: float | None = None
     by_score: bool = False
+    broken: bool = False
+    """The check could not judge the output (a regex match stopped at its time limit, an object value against
+    output that is not JSON): it fails, ``not-`` or not."""
