@@ -163,21 +163,29 @@ def _is_json(a: Assert, seen: Observed) -> Outcome:
     return Outcome(not why, f"output JSON does not match the schema: {why}")
 
 
-def _contains_json(a: Assert, seen: Observed) -> Outcome:
-    """promptfoo's contains-json: some JSON object in the output (each ``{`` tried as a start) parses, and matches
-    the schema when one is given."""
-    decoder, out, found = json.JSONDecoder(parse_constant=_not_json), seen.output, []
-    for start in (i for i, ch in enumerate(out) if ch == "{"):
+def _json_objects(text: str) -> list[Any]:
+    """Each JSON object in ``text`` that parses strictly, each ``{`` tried as a start."""
+    decoder, found = json.JSONDecoder(parse_constant=_not_json), []
+    for start in (i for i, ch in enumerate(text) if ch == "{"):
         try:
-            found.append(decoder.raw_decode(out, start)[0])
+            found.append(decoder.raw_decode(text, start)[0])
         except ValueError:
             continue
-    if not found:
-        return Outcome(False, "output contains no valid JSON object")
-    if a.value is None:
-        return Outcome(True, "")
-    whys = [schema_problem(str(a.value), data) for data in found]
-    return Outcome(any(not why for why in whys), f"no JSON object in the output matches the schema: {whys[0]}")
+    return found
+
+
+def _contains_json(objects: Callable[[str], list[Any]]) -> Callable[[Assert, Observed], Outcome]:
+    """contains-json: some JSON object that ``objects`` finds in the output (ours: strict JSON; promptfoo's:
+    webui.batch.assert_promptfoo.json_objects) matches the schema when one is given."""
+    def check(a: Assert, seen: Observed) -> Outcome:
+        found = objects(seen.output)
+        if not found:
+            return Outcome(False, "output contains no valid JSON object")
+        if a.value is None:
+            return Outcome(True, "")
+        whys = [schema_problem(str(a.value), data) for data in found]
+        return Outcome(any(not why for why in whys), f"no JSON object in the output matches the schema: {whys[0]}")
+    return check
 
 
 def _word_count(a: Assert, seen: Observed) -> Outcome:
@@ -436,8 +444,9 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     AssertKind("icontains-all", LIST, _contains_list(every=True, fold=True), "paris,france", usage="icontains-all:a,b",
                promptfoo=pf.read_list, promptfoo_check=pf.icontains_list(every=True)),
     AssertKind("is-json", SCHEMA, _is_json, '{"type":"object"}', usage="is-json[:schema]", promptfoo=pf.read_schema),
-    AssertKind("contains-json", SCHEMA, _contains_json, '{"type":"object"}', usage="contains-json[:schema]",
-               promptfoo=pf.read_schema, promptfoo_check=pf.contains_json),
+    AssertKind("contains-json", SCHEMA, _contains_json(_json_objects), '{"type":"object"}',
+               usage="contains-json[:schema]", promptfoo=pf.read_schema,
+               promptfoo_check=_contains_json(pf.json_objects)),
     AssertKind("is-xml", OPTIONAL_LIST, _is_xml, "analysis.summary", usage="is-xml[:root.element,...]",
                promptfoo_check=pf.is_xml),
     AssertKind("contains-xml", OPTIONAL_LIST, _contains_xml, "analysis", usage="contains-xml[:root.element,...]",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import yaml
 
-from webui.batch.assert_values import same_json, schema_problem
+from webui.batch.assert_values import same_json
 from webui.batch.errors import BatchInputError, ScriptError
 from webui.batch.js_regex import js_regex_test
 from webui.batch.outcome import Outcome
@@ -193,16 +193,6 @@ def _flow_mapping(text: str) -> Any:
         return yaml.safe_load(re.sub(r'^((?:[^"\'\n]|"[^"\n]*"|\'[^\'\n]*\')*?)//+', r"\1#", text, flags=re.M))
     except yaml.YAMLError:
         return None
-
-
-def contains_json(a: Assert, seen: Observed) -> Outcome:
-    found = json_objects(seen.output)
-    if not found:
-        return Outcome(False, "output contains no JSON object")
-    if a.value is None:
-        return Outcome(True, "")
-    whys = [schema_problem(str(a.value), data) for data in found]
-    return Outcome(any(not why for why in whys), f"no JSON object in the output matches the schema: {whys[0]}")
 
 
 def is_xml(a: Assert, seen: Observed) -> Outcome:
