@@ -14,8 +14,6 @@ import warnings
 
 from loaders.base import LoadedModel, PromptImage, SupportsImages
 
-DEFAULT_MAX_IMAGE_MB = 20.0
-"""The largest image accepted (bytes as sent, before decoding), unless --max-image-mb says otherwise."""
 IMAGE_FORMATS = "PNG, JPEG, WebP, GIF or BMP"
 
 
