@@ -85,3 +85,16 @@ def _read(f: BinaryIO) -> Header:
         read("<Q")  # offset
         total += count
     return Header(meta, total)
+
+
+def is_projector(path: Path) -> bool:
+    """Whether ``path`` is a multimodal projector (an ``mmproj`` .gguf: a vision tower for a language model in
+    another file), which is no model of its own: its header says general.type "mmproj" (or, unread, its name
+    says mmproj, as llama.cpp's converter names them)."""
+    path = Path(path)
+    if path.suffix != ".gguf" or not path.is_file():
+        return False
+    header = read_header(path)
+    if header is None:
+        return "mmproj" in path.name.lower()
+    return header.meta.get("general.type") == "mmproj"

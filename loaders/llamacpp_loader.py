@@ -11,6 +11,9 @@ sequence keeps its cells until its id is handed out again, and a new sequence
 whose prompt starts the same way takes those cells over (or, from a sequence
 still running, gets them copied, which in the unified cache only tags the cells).
 
+A projector file (``mmproj``) beside the .gguf makes it a vision-language model: prompts may carry images
+(loaders/llamacpp_images.py).
+
 Only the public C API exposed by ``llama_cpp`` (ctypes) is used; the package is
 imported when a model is loaded, so listing loaders stays cheap.
 """
@@ -21,15 +24,17 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from loaders.base import (NATIVE, BaseLoader, Capabilities, LoadedModel, LoaderError, LoadOptions, ModelLoadError,
-                          Progress, SteppedModel, SupportsGuidance, SupportsNativePrefix, available_memory_bytes,
-                          common_prefix, require_backend)
+from loaders.base import (NATIVE, BaseLoader, Capabilities, ImagePrompt, LoadedModel, LoaderError, LoadOptions,
+                          ModelLoadError, Progress, PromptImage, SteppedModel, SupportsGuidance, SupportsImages,
+                          SupportsNativePrefix, available_memory_bytes, common_prefix, require_backend)
 from loaders.extras import EXTRAS
-from loaders.gguf_header import read_header
+from loaders.gguf_header import is_projector, read_header
+from loaders.llamacpp_images import AUTO, IMAGE_CELL, CacheFull, PromptChunks, Projector, find_projector
+from loaders.llamacpp_tokenizer import LlamaCppTokenizer
 from loaders.options import LoadOption, LoadOptionError, check_options, refuse_off_device
 
 if TYPE_CHECKING:
@@ -62,6 +67,9 @@ OPTIONS = (
                label="batch size", minimum=32, maximum=65536),
     LoadOption("threads_batch", int, 0, "Threads for reading prompts (batch); 0: the same as threads, which "
                "generation (decode) uses.", label="prompt threads", minimum=0, maximum=1024),
+    LoadOption("mmproj", str, AUTO, "The projector (mmproj .gguf) that lets the model read images: auto (the one "
+               "beside the model file), none (text only), or a file name in the model's folder.",
+               label="image projector (mmproj)"),
 )
 
 
@@ -106,7 +114,7 @@ class LlamaCppLoader(BaseLoader):
     name = "llamacpp"
     description = "llama.cpp (llama-cpp-python): .gguf files natively, quantized; the fastest choice on a CPU"
     capabilities = Capabilities(batched_forward=True, lora=False, logprobs=True, devices=("cpu",),
-                                formats=("gguf",), prefix_cache="native")
+                                formats=("gguf",), prefix_cache="native", images=True)
     requires = ("llama_cpp",)
     install_hint = INSTALL_HINT
     options = OPTIONS
@@ -114,7 +122,7 @@ class LlamaCppLoader(BaseLoader):
     smaller_load = "a smaller context size (n_ctx), or a quantized KV cache (cache_type q8_0 or q4_0)"
 
     def match(self, path: Path) -> int:
-        return NATIVE if path.is_file() and path.suffix == ".gguf" else 0
+        return NATIVE if path.is_file() and path.suffix == ".gguf" and not is_projector(path) else 0
 
     def estimate_bytes(self, path: Path, options: LoadOptions) -> int:
         """The file (llama.cpp maps it as stored) and the KV cache for the context size it will get."""
@@ -126,7 +134,11 @@ class LlamaCppLoader(BaseLoader):
         per_token = kv_bytes_per_token(shape["n_layer"], shape["n_head"], shape["n_head_kv"], shape["n_embd"],
                                        values["cache_type"])
         tokens = context_tokens(values["n_ctx"], shape["n_ctx_train"], per_token, available_memory_bytes())
-        return int(size + tokens * per_token)
+        try:
+            projector = find_projector(Path(path), values["mmproj"])
+        except ModelLoadError:
+            projector = None  # the load says what is wrong
+        return int(size + tokens * per_token + (projector.stat().st_size if projector else 0))
 
     def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
         return path
@@ -139,6 +151,9 @@ class LlamaCppLoader(BaseLoader):
                                  else f"'{path}' is not a .gguf file; llama.cpp reads .gguf files only")
         if path.suffix != ".gguf":
             raise ModelLoadError(f"'{path}' is not a .gguf file; llama.cpp reads .gguf files only")
+        if is_projector(path):
+            raise ModelLoadError(f"'{path.name}' is an image projector (mmproj), not a model: load the model .gguf "
+                                 "beside it, which finds its projector")
         import llama_cpp
 
         values = check_options(self, options.extra)
@@ -154,7 +169,9 @@ class LlamaCppLoader(BaseLoader):
                                                 "to f16")
         if progress:
             progress(0.0, f"loading {path.name} with llama.cpp")
-        model = LlamaCppModel(path, threads=options.threads or os.cpu_count() or 1, options=values)
+        projector = find_projector(path, values["mmproj"])
+        model = LlamaCppModel(path, threads=options.threads or os.cpu_count() or 1, options=values,
+                              projector=projector)
         if progress:
             progress(1.0, f"loaded {path.name}")
         return model
@@ -165,11 +182,18 @@ class SeqSlot:
 
     def __init__(self, seq_id: int):
         self.seq_id = seq_id
-        self.tokens: list[int] = []
+        self.tokens: list[int] = []  # IMAGE_CELL where an image token is
+        self.images: PromptChunks | None = None  # its prompt's images, until they are read
+        self.shift = 0  # how much earlier than its place the next token sits (after M-RoPE images)
 
     @property
     def length(self) -> int:
         return len(self.tokens)
+
+    @property
+    def position(self) -> int:
+        """The position the next token takes."""
+        return len(self.tokens) - self.shift
 
 
 class LlamaCppModel:
@@ -177,7 +201,8 @@ class LlamaCppModel:
     capabilities = LlamaCppLoader.capabilities
     device = "cpu"
 
-    def __init__(self, path: Path, threads: int, options: dict[str, Any] | None = None):
+    def __init__(self, path: Path, threads: int, options: dict[str, Any] | None = None,
+                 projector: Path | None = None):
         import llama_cpp
 
         options = check_options(LlamaCppLoader, options)
@@ -230,6 +255,16 @@ class LlamaCppModel:
         self._scratch_id = self.max_sequences - 1
         self.dtype = _file_type(self._meta("general.file_type"))
         self.tokenizer = LlamaCppTokenizer(lib, self._vocab, self._meta("tokenizer.chat_template"))
+        self.projector: Projector | None = None
+        if projector is not None:
+            try:
+                self.projector = Projector(lib, projector, self._model, self._ctx, threads,
+                                           gpu=mparams.n_gpu_layers != 0 and bool(lib.llama_supports_gpu_offload()))
+            except ModelLoadError:
+                self.close()
+                raise
+        self.capabilities = replace(LlamaCppLoader.capabilities, images=self.projector is not None)
+        self.image_placeholder = self.projector.placeholder if self.projector is not None else ""
 
     def _meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(1 << 16)
@@ -261,6 +296,7 @@ class LlamaCppModel:
     def release(self, cache: SeqSlot) -> None:
         """The sequence ended; its cells stay (a later prompt with the same start reuses them) until its id is
         handed out again."""
+        cache.images = None
         if cache.seq_id >= 0:
             self._running.pop(cache.seq_id, None)
             self._kept[cache.seq_id] = cache.tokens
@@ -319,11 +355,92 @@ class LlamaCppModel:
         for slot in caches:
             if slot.seq_id < 0:
                 raise LoaderError("a released sequence was fed to the model")
-        feeds = [(row, slot.seq_id, slot.length, list(ids)) for row, (slot, ids) in enumerate(zip(caches, new_ids))]
-        rows = self._decode(feeds, all_logits=False)
-        for slot, ids in zip(caches, new_ids):
-            slot.tokens.extend(ids)
+        feeds, with_images = [], []
+        for row, (slot, ids) in enumerate(zip(caches, new_ids)):
+            if slot.images is not None and slot.length + len(ids) > slot.images.images[0].first:
+                with_images.append(row)  # this step reads some of its images
+            else:
+                feeds.append((row, slot.seq_id, slot.position, list(ids)))
+        rows = self._decode(feeds, all_logits=False, n_rows=len(caches))
+        for row, _, _, ids in feeds:
+            caches[row].tokens.extend(ids)
+        for row in with_images:
+            rows[row] = self._read_images(caches[row], list(new_ids[row]))
         return rows
+
+    # -- images (loaders/llamacpp_images.py) ------------------------------------------------------------
+    def encode_images(self, text: str, images: Sequence[PromptImage], add_special_tokens: bool) -> ImagePrompt:
+        if self.projector is None:
+            raise ValueError(f"{self.name} takes no images: it was loaded without an image projector (put its "
+                             "mmproj .gguf beside it and load it again), or it is a text-only model")
+        return self.projector.encode(text, images, add_special_tokens)
+
+    def image_tokens(self, images: Sequence[PromptImage]) -> list[int]:
+        return self.projector.image_tokens(images) if self.projector is not None else [0] * len(images)
+
+    def attach_images(self, cache: SeqSlot, media: PromptChunks) -> None:
+        if cache.tokens:
+            raise RuntimeError("images are attached to a sequence before it reads its prompt")
+        cache.images = media
+
+    def _read_images(self, slot: SeqSlot, ids: list[int]) -> torch.Tensor:
+        """Feed ``ids`` to ``slot`` where they hold images: the text before, between and after them with
+        llama_decode, each image's embeddings as the projector makes them; the logits of the last token."""
+        import torch
+
+        assert slot.images is not None and self.projector is not None
+        start, end = slot.length, slot.length + len(ids)
+        logits: torch.Tensor | None = None
+
+        def text(upto: int) -> None:
+            nonlocal logits
+            part = ids[slot.length - start:upto - start]
+            if part:
+                logits = self._decode([(0, slot.seq_id, slot.position, part)], all_logits=False)[0]
+                slot.tokens.extend(part)
+
+        for image in slot.images.images:
+            if image.end <= start or image.first >= end:
+                continue
+            if image.first < start or image.end > end:
+                raise LoaderError("an image's tokens were split between two steps; llama.cpp reads each image "
+                                  "whole")
+            text(image.first)
+            count = image.end - image.first
+            if slot.position + count > self.context_length:
+                raise LoaderError(f"the sequence would hold {slot.length + count} tokens; this model's context "
+                                  f"is {self.context_length}")
+            index = self._decode_image(slot, image, last=image.end == end)
+            slot.tokens.extend([IMAGE_CELL] * count)
+            slot.shift += count - image.n_pos
+            if image.end == end:
+                logits = self._logits_at(index)
+        text(end)
+        if slot.length >= slot.images.images[-1].end:
+            slot.images = None  # every image is in its cells
+        assert logits is not None
+        return logits
+
+    def _decode_image(self, slot: SeqSlot, image: Any, last: bool) -> int:
+        assert self.projector is not None
+        try:
+            return self.projector.decode(image, slot.seq_id, slot.position, self.batch_tokens, last)
+        except CacheFull:
+            if not self._kept:
+                raise LoaderError(_decode_error(1, self.kv_tokens)) from None
+        self._lib.llama_memory_seq_rm(self._memory, slot.seq_id, slot.position, -1)
+        self.drop_prefixes()  # no room: give up the cells finished sequences kept, then retry
+        try:
+            return self.projector.decode(image, slot.seq_id, slot.position, self.batch_tokens, last)
+        except CacheFull:
+            raise LoaderError(_decode_error(1, self.kv_tokens)) from None
+
+    def _logits_at(self, index: int) -> torch.Tensor:
+        import numpy as np
+        import torch
+
+        ptr = self._lib.llama_get_logits_ith(self._ctx, index)
+        return torch.from_numpy(np.ctypeslib.as_array(ptr, shape=(self.vocab_size,)).copy())
 
     def logits(self, ids: Sequence[int], last_only: bool = True, loras: tuple = ()) -> torch.Tensor:
         """Logits for ``ids`` alone, in the scratch sequence (the running ones are not touched)."""
@@ -336,8 +453,10 @@ class LlamaCppModel:
             self._lib.llama_memory_seq_rm(self._memory, self._scratch_id, -1, -1)
         return out[0] if last_only else out
 
-    def _decode(self, feeds: list[tuple[int, int, int, list[int]]], all_logits: bool) -> torch.Tensor:
-        """Decode (row, seq_id, first position, ids) feeds; logits of each row's last token (or of every token).
+    def _decode(self, feeds: list[tuple[int, int, int, list[int]]], all_logits: bool,
+                n_rows: int | None = None) -> torch.Tensor:
+        """Decode (row, seq_id, first position, ids) feeds; logits of each row's last token (or of every token);
+        ``n_rows``: rows of the result when some are filled elsewhere.
 
         Tokens are packed into llama_batch chunks of at most n_batch tokens; each chunk is one llama_decode.
         """
@@ -345,7 +464,7 @@ class LlamaCppModel:
         import torch
 
         lib, batch = self._lib, self._batch
-        n_out = sum(len(ids) for *_, ids in feeds) if all_logits else len(feeds)
+        n_out = sum(len(ids) for *_, ids in feeds) if all_logits else len(feeds) if n_rows is None else n_rows
         out = np.empty((n_out, self.vocab_size), dtype=np.float32)
         pending: list[tuple[int, int]] = []  # (output row, index in the chunk)
         batch.n_tokens = 0
@@ -387,10 +506,15 @@ class LlamaCppModel:
         return torch.from_numpy(out)
 
     def memory_bytes(self) -> int:
-        return int(self._lib.llama_model_size(self._model)) + self.kv_bytes
+        projector = self.projector.path.stat().st_size if self.projector is not None else 0
+        return int(self._lib.llama_model_size(self._model)) + self.kv_bytes + projector
 
     def close(self) -> None:
         lib = self._lib
+        projector = getattr(self, "projector", None)
+        if projector is not None:
+            projector.close()
+            self.projector = None
         if self._ctx:
             lib.llama_batch_free(self._batch)
             lib.llama_free(self._ctx)
@@ -418,72 +542,7 @@ def _file_type(value: str | None) -> str:
         return "gguf"
 
 
-class LlamaCppTokenizer:
-    """Our Tokenizer protocol over llama.cpp's vocabulary and the GGUF's own chat template."""
-
-    def __init__(self, lib: Any, vocab: Any, chat_template: str | None):
-        self._lib, self._vocab = lib, vocab
-        self.chat_template = chat_template
-        n = int(lib.llama_vocab_n_tokens(vocab))
-        self.eos_token_ids = frozenset(i for i in range(n) if lib.llama_vocab_is_eog(vocab, i))
-        self._special = {"bos_token": self._piece(lib.llama_vocab_bos(vocab), True),
-                         "eos_token": self._piece(lib.llama_vocab_eos(vocab), True)}
-
-    def guidance_tokenizer(self) -> Any:
-        """llguidance's view of this vocabulary (for structured output); built once (about a second)."""
-        from llguidance.llamacpp import lltokenizer_from_vocab
-
-        if getattr(self, "_guidance", None) is None:
-            with warnings.catch_warnings():  # llguidance calls a llama_cpp function deprecated per token
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self._guidance = lltokenizer_from_vocab(self._vocab, eos_token=sorted(self.eos_token_ids))
-        return self._guidance
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        data = text.encode("utf-8")
-        size = len(data) + 8
-        while True:
-            buf = (self._lib.llama_token * size)()
-            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, size, add_special_tokens, True)
-            if n >= 0:
-                return list(buf[:n])
-            size = -n
-
-    def _piece(self, token: int, special: bool) -> bytes:
-        if token < 0:
-            return b""
-        buf = ctypes.create_string_buffer(64)
-        n = self._lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = self._lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
-        return buf.raw[:n]
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return b"".join(self._piece(int(i), not skip_special_tokens) for i in ids).decode("utf-8", errors="replace")
-
-    def token_strings(self, ids: Sequence[int]) -> list[str]:
-        return [self._piece(int(i), True).decode("utf-8", errors="replace") for i in ids]
-
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
-                            tools: list[dict] | None = None) -> str:
-        if not self.chat_template:
-            raise ModelLoadError("this .gguf file has no chat template; use a raw completion instead")
-        from transformers.utils.chat_template_utils import render_jinja_template
-
-        special = self.special_tokens()
-        offered: list[dict | Callable] | None = list(tools) if tools is not None else None
-        # transformers annotates render_jinja_template "-> str"; it returns (rendered chats, generation indices)
-        rendered, _ = render_jinja_template(  # type: ignore[str-unpack]
-            [messages], tools=offered, chat_template=self.chat_template, add_generation_prompt=add_generation_prompt,
-            bos_token=special["bos_token"], eos_token=special["eos_token"])
-        return rendered[0]
-
-    def special_tokens(self) -> dict[str, str]:
-        """bos_token and eos_token as text (what chat templates write)."""
-        return {k: v.decode("utf-8", errors="replace") for k, v in self._special.items()}
-
-
 if TYPE_CHECKING:  # the type checker holds the model to what its capabilities promise
-    def _promises(model: LlamaCppModel) -> tuple[SteppedModel, SupportsNativePrefix, SupportsGuidance]:
-        return model, model, model.tokenizer
+    def _promises(model: LlamaCppModel) -> tuple[SteppedModel, SupportsNativePrefix, SupportsGuidance,
+                                                   SupportsImages]:
+        return model, model, model.tokenizer, model

@@ -20,7 +20,7 @@ from loaders.hf import (DTYPE_BYTES, HF_INSTALL, HF_OPTIONS, HF_REQUIRES, HFToke
                         ensure_converted, eos_ids, from_pretrained, hf_load_kwargs, is_hf_folder, loaded_bytes,
                         quant_method, resolve_device, resolve_dtype)
 from loaders.embedding_loader import is_sentence_folder
-from loaders.gguf_header import read_header
+from loaders.gguf_header import is_projector, read_header
 from loaders.options import check_options, refuse_off_device
 from loaders.lora import Adapters, Selection, check_fits
 from loaders.vision import IMAGE_FAMILIES, VisionModel, is_vision_folder, takes_images
@@ -49,10 +49,11 @@ class TransformersLoader(BaseLoader):
 
     def match(self, path: Path) -> int:
         """A Hugging Face folder of plain weights is its own format; a .gguf it reads by converting it.
-        Folders that declare a quantization (GPTQ, EXL2, ...) are left to the loaders that read them."""
+        Folders that declare a quantization (GPTQ, EXL2, ...) are left to the loaders that read them, as are a
+        llama.cpp model's projector files (mmproj)."""
         if is_hf_folder(path):  # (a sentence-embedding folder is the embedding loader's)
             return NATIVE if quant_method(path) is None and not is_sentence_folder(path) else 0
-        return CONVERTS if path.is_file() and path.suffix == ".gguf" else 0
+        return CONVERTS if path.is_file() and path.suffix == ".gguf" and not is_projector(path) else 0
 
     def prepare(self, path: Path, workdir: Path, progress: Progress | None = None) -> Path:
         """A .gguf is dequantized once into ``workdir`` (a safetensors folder loads in seconds after that)."""

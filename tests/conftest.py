@@ -99,6 +99,27 @@ def tiny_idefics3_dir(default_model_dir: Path, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_idefics3_gguf(tiny_idefics3_dir: Path, tmp_path_factory) -> tuple[Path, Path]:
+    """(the folder, its .gguf) of the tiny Idefics3 as llama.cpp reads it: the .gguf with its projector (mmproj)
+    .gguf beside it, made by llama.cpp's own converter (which the test command fetches)."""
+    from tests.vision_models import gguf_with_projector
+
+    out = tmp_path_factory.mktemp("gguf") / "tiny-idefics3"
+    return tiny_idefics3_dir, gguf_with_projector(tiny_idefics3_dir, out, bootstrap.ensure_gguf_converter())
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_vl_gguf(default_model_dir: Path, tmp_path_factory) -> tuple[Path, Path]:
+    """(the folder, its .gguf and projector) of a tiny random Qwen2-VL made for llama.cpp (3D rotary positions)."""
+    from tests.vision_models import gguf_with_projector, tiny_qwen_vl
+
+    folder = tiny_qwen_vl(default_model_dir, tmp_path_factory.mktemp("tiny-qwen2-vl") / "tiny-qwen2-vl",
+                          for_llamacpp=True)
+    out = tmp_path_factory.mktemp("gguf") / "tiny-qwen2-vl"
+    return folder, gguf_with_projector(folder, out, bootstrap.ensure_gguf_converter())
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen2_vl_dir(default_model_dir: Path, tmp_path_factory) -> Path:
     """A tiny random Qwen2-VL folder (3D rotary positions; tests/vision_models.py), loaded without torchvision."""
     from tests.vision_models import tiny_qwen_vl

@@ -122,7 +122,7 @@ def noise_png(size: tuple[int, int], seed: int = 0) -> bytes:
 
 
 QWEN2_VL_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
-QWEN_VISION = dict(depth=2, hidden_size=32, num_heads=4, patch_size=8, spatial_merge_size=2, temporal_patch_size=2)
+QWEN_VISION = dict(hidden_size=32, num_heads=4, patch_size=8, spatial_merge_size=2, temporal_patch_size=2)
 QWEN_FAMILIES = {  # model_type: (the vision config beyond QWEN_VISION, the processor class real folders name)
     "qwen2_vl": (dict(embed_dim=32, mlp_ratio=2), "Qwen2VLProcessor"),
     # windows of 4x4 patches (2x2 image tokens) in the first layer, full attention in the second
@@ -131,11 +131,15 @@ QWEN_FAMILIES = {  # model_type: (the vision config beyond QWEN_VISION, the proc
 }
 
 
-def tiny_qwen_vl(default_model_dir: Path, out: Path, family: str = "qwen2_vl", seed: int = 13) -> Path:
+def tiny_qwen_vl(default_model_dir: Path, out: Path, family: str = "qwen2_vl", seed: int = 13,
+                 for_llamacpp: bool = False) -> Path:
     """Qwen2-VL or Qwen2.5-VL (``family``) as a folder laid out as the real ones are: a vision tower on 8-pixel
     patches merged 2x2, a text model with 3D rotary positions, the tokenizer, and the image processor's
     preprocessor_config.json naming the processor class. Written piece by piece: transformers' processor cannot
-    be made (nor saved) without its video processor, which needs torchvision; the loader makes it without one."""
+    be made (nor saved) without its video processor, which needs torchvision; the loader makes it without one.
+    ``for_llamacpp``: three vision layers, not two (llama.cpp's converter maps the merger's layers by the tower's
+    layer numbers), and no padding token (transformers zeroes its embedding, and llama.cpp's Qwen2-VL gives NaN
+    logits for an all-zero embedding: the chat template's <|im_end|> is the pad token here)."""
     import json
 
     import torch
@@ -148,7 +152,10 @@ def tiny_qwen_vl(default_model_dir: Path, out: Path, family: str = "qwen2_vl", s
         ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"))}
     text = dict(TEXT, vocab_size=len(tokenizer),
                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
-    config = AutoConfig.for_model(family, text_config=text, vision_config=dict(QWEN_VISION, **vision_extra), **ids)
+    if for_llamacpp:
+        text["pad_token_id"] = None
+    vision = dict(QWEN_VISION, **vision_extra, depth=3 if for_llamacpp else 2)
+    config = AutoConfig.for_model(family, text_config=text, vision_config=vision, **ids)
     torch.manual_seed(seed)
     model = sharpened(AutoModelForImageTextToText.from_config(config))
     model.generation_config.eos_token_id = 2
@@ -195,3 +202,35 @@ def _gemma3_projection(model: Any, scale: float = GEMMA3_PROJECTION) -> None:
     times the (scaled) token embeddings."""
     weight = model.model.multi_modal_projector.mm_input_projection_weight
     weight.normal_(0.0, scale)
+
+
+GGUF_TEXT_ARCHITECTURES = {"idefics3": "VLlama3ForCausalLM"}
+"""The text model's class a real folder of each family names in its text_config (llama.cpp's converter picks
+the text part by it); the tiny folders are made from configs, which leave it out."""
+
+
+def gguf_with_projector(folder: Path, out: Path, converter: Path) -> Path:
+    """The vision-language model ``folder`` as llama.cpp reads it: ``out`` holds the language model's .gguf and
+    its projector, ``mmproj-<name>.gguf``, side by side as a user keeps them (both f32, so their outputs are
+    transformers' own up to rounding), made by llama.cpp's own converter (``converter``). Returns the model's
+    .gguf."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    source = out.with_name(out.name + "-source")
+    shutil.copytree(folder, source, dirs_exist_ok=True)
+    config = json.loads((source / "config.json").read_text())
+    if config["model_type"] in GGUF_TEXT_ARCHITECTURES:
+        config["text_config"].setdefault("architectures", [GGUF_TEXT_ARCHITECTURES[config["model_type"]]])
+    (source / "config.json").write_text(json.dumps(config))
+    out.mkdir(parents=True, exist_ok=True)
+    model, projector = out / f"{folder.name}.gguf", out / f"mmproj-{folder.name}.gguf"
+    for target, extra in ((model, []), (projector, ["--mmproj"])):
+        done = subprocess.run([sys.executable, str(converter), str(source), "--outfile", str(target),
+                               "--outtype", "f32", *extra], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"llama.cpp's converter failed on {folder.name}:\n{done.stderr[-3000:]}")
+    shutil.rmtree(source)
+    return model

