@@ -17,6 +17,8 @@ from webui.images import data_url, read_image
 RED = png((200, 30, 30), stripe=5)
 BLUE = png((20, 40, 220), size=(30, 44), stripe=9)
 BIG = noise_png((200, 200))  # over the 0.05 MB limit this server is started with
+GGUF = "tiny-idefics3.gguf"
+GGUF_MODEL = GGUF.removesuffix(".gguf")  # its name over the API
 
 
 def message(*urls: str, text: str = "What is in the picture?") -> list[dict]:
@@ -25,15 +27,19 @@ def message(*urls: str, text: str = "What is in the picture?") -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory, default_model_dir, tiny_llava_dir, tiny_model_dir):
-    """The tiny LLaVA in use, the tiny text-only Llama beside it; local image files allowed, images up to 0.05 MB."""
+def api(tmp_path_factory, default_model_dir, tiny_llava_dir, tiny_model_dir, tiny_idefics3_gguf):
+    """The tiny LLaVA in use, the tiny text-only Llama and a tiny Idefics3 .gguf with its projector (llama.cpp)
+    beside it; local image files allowed, images up to 0.05 MB."""
     assert len(BIG) > 0.05 * 2**20 > len(RED)
     models = tmp_path_factory.mktemp("vision-models") / "models"
     models.mkdir()
     (models / "tiny-llava").symlink_to(tiny_llava_dir, target_is_directory=True)
     (models / "tiny").symlink_to(tiny_model_dir, target_is_directory=True)
+    for file in tiny_idefics3_gguf[1].parent.iterdir():  # the .gguf and its mmproj .gguf side by side
+        (models / file.name).symlink_to(file)
     ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--models-dir", str(models), "--model",
-                               "tiny-llava", "--also-load", "tiny", "--allow-local-images", "--max-image-mb", "0.05")
+                               "tiny-llava", "--also-load", "tiny", f"{GGUF}@llamacpp", "--allow-local-images",
+                               "--max-image-mb", "0.05")
     with ctx:
         with urllib.request.urlopen(base.removesuffix("/v1") + "/health", timeout=10):
             pass
@@ -65,6 +71,14 @@ def test_an_image_message_gets_a_reply_that_depends_on_the_image(api, tiny_llava
     path = tmp_path / "red.png"
     path.write_bytes(RED)  # --allow-local-images: a file path reads the same image
     assert ask(api, message(f"file://{path}")).choices[0].message.content == red.choices[0].message.content
+
+
+def test_an_image_message_to_a_llamacpp_model_with_its_projector(api):
+    red, blue = ask(api, message(data_url(RED)), model=GGUF_MODEL), ask(api, message(data_url(BLUE)), model=GGUF_MODEL)
+    assert red.choices[0].message.content and red.choices[0].message.content != blue.choices[0].message.content
+    text_only = ask(api, [{"role": "user", "content": "What is in the picture?"}], model=GGUF_MODEL)
+    assert red.usage.prompt_tokens > text_only.usage.prompt_tokens + 20  # tiles of 4 image tokens, with marks
+    assert ask(api, message(data_url(RED)), model=GGUF_MODEL).choices[0].message.content == red.choices[0].message.content
 
 
 def test_two_images_in_one_message_stream(api):
