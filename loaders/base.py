@@ -191,7 +191,8 @@ class SupportsImages(Protocol):
         """Give an empty sequence cache its prompt's images: the forward that reads their tokens uses them."""
 
     def image_tokens(self, images: Sequence[PromptImage]) -> list[int]:
-        """How many tokens each image becomes in a prompt (to fit a chat into the context beforehand)."""
+        """How many tokens each image adds to a prompt beyond its placeholder's own text (its image tokens and the
+        marks the model frames them with), to fit a chat into the context beforehand."""
 
 
 @runtime_checkable

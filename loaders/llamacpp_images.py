@@ -109,6 +109,8 @@ class Projector:
         vocab = lib.llama_model_get_vocab(model)
         self.image_id = next((ids[0] for ids in (_exact_token(lib, vocab, name) for name in IMAGE_TOKEN_NAMES)
                               if ids), 0)
+        marker = self.placeholder.encode()
+        self._marker_tokens = -lib.llama_tokenize(vocab, marker, len(marker), None, 0, False, True)  # (as text)
         self._lock = threading.Lock()  # prompts are read where they are submitted, images encoded by the engine
         self._batch = lib.llama_batch_ext_init(ctx)
 
@@ -147,13 +149,13 @@ class Projector:
         return ImagePrompt(ids, spans, prompt, whole_images=True)
 
     def image_tokens(self, images: Sequence[PromptImage]) -> list[int]:
-        """Each image's tokens with their framing, read alone."""
+        """What each image adds beyond the marker's own text: its tokens with their framing, read alone."""
         counts = []
         for image in images:
             prompt = self._tokenize(self.placeholder, [image], False)
             counts.append(sum(int(self._mtmd.mtmd_input_chunk_get_n_tokens(
                 self._mtmd.mtmd_input_chunks_get(prompt.chunks, i)))
-                for i in range(self._mtmd.mtmd_input_chunks_size(prompt.chunks))))
+                for i in range(self._mtmd.mtmd_input_chunks_size(prompt.chunks))) - self._marker_tokens)
         return counts
 
     def _tokenize(self, text: str, images: Sequence[PromptImage], add_special_tokens: bool) -> PromptChunks:

@@ -181,7 +181,7 @@ class TransformersModel:
         return self.vision.encode(text, images, add_special_tokens)
 
     def image_tokens(self, images: Sequence[PromptImage]) -> list[int]:
-        return self.vision.image_tokens(images) if self.vision is not None else [0] * len(images)
+        return self.vision.added_tokens(images) if self.vision is not None else [0] * len(images)
 
     def attach_images(self, cache: Any, media: Any) -> None:
         if cache.length:

@@ -187,6 +187,14 @@ class VisionModel:
                           if int(t) == self.image_token_id) for i in images]
         return counts
 
+    def added_tokens(self, images: Sequence[PromptImage]) -> list[int]:
+        """How many tokens each image adds to a prompt beyond its placeholder's text: the processor's expansion of
+        the placeholder alone with the image (image tokens and the marks around them, which Gemma 3 and Idefics3
+        add)."""
+        own = len(self.processor.tokenizer(self.placeholder, add_special_tokens=False)["input_ids"])
+        return [len(self.processor(text=[self.placeholder], images=[i.image], add_special_tokens=False)["input_ids"][0])
+                - own for i in images]
+
     def _counts(self, images: Sequence[PromptImage], total: int) -> list[int]:
         """How many image tokens each image of a prompt with ``total`` of them became."""
         counts = self.image_tokens(images, total)

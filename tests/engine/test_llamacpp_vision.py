@@ -114,6 +114,15 @@ def test_prompt_ids_and_greedy_tokens_equal_transformers(model, hf_model):
     assert other.token_ids == reference(hf_model, "What is this?", [BLUE])[1] != expected  # it sees the image
 
 
+def test_image_tokens_count_what_images_add_to_a_prompt(model):
+    """The text's tokens and each image's count make the prompt's tokens, up to a token per image where the
+    marker's text merges with what is beside it ("><" between two markers is one token)."""
+    images = [read_image(RED, 2**24), read_image(BLUE, 2**24)]
+    text = chat(model, "Which differs?", 2)
+    counted = len(model.tokenizer.encode(text, add_special_tokens=False)) + sum(model.image_tokens(images))
+    assert abs(counted - len(model.encode_images(text, images, False).ids)) <= len(images)
+
+
 def test_batched_with_text_and_other_images_equals_transformers(model, hf_model):
     """Three requests in one running batch (an image, text only, two images), prompts read in small chunks; the
     text-only one equals its own greedy run alone."""

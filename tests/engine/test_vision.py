@@ -76,6 +76,15 @@ def test_alone_equals_generate_and_usage_counts_image_tokens(vlm):
     assert result.usage.prompt_tokens == len(expected) > len(vlm.tokenizer.encode(chat(vlm, "What is this?")))
 
 
+def test_image_tokens_count_what_images_add_to_a_prompt(vlm):
+    """What a chat is fitted by: the text's tokens and each image's count make the prompt's tokens, up to a token
+    per image where the marks around an image merge with the text beside it (Gemma 3's blank lines)."""
+    images = [read_image(RED, 2**24), read_image(BLUE, 2**24)]
+    text = chat(vlm, "Which differs?", 2)
+    counted = len(vlm.tokenizer.encode(text, add_special_tokens=False)) + sum(vlm.image_tokens(images))
+    assert abs(counted - len(vlm.encode_images(text, images, False).ids)) <= len(images)
+
+
 def test_batched_with_text_and_other_images_equals_generate(vlm):
     """Three requests in one running batch (an image, text only, two other images), their prompts read in
     7-token chunks so the images' tokens are split across steps and rows."""
