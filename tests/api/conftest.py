@@ -30,10 +30,11 @@ def start_api(tmp_path_factory, default_model_dir, *extra: str, key: str | None 
     return running_server(user_data, *args), f"http://127.0.0.1:{port}/v1", key
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def api(tmp_path_factory, default_model_dir):
     """The API with a key and the alias 'gpt-test' for the loaded model (the model's own name given as an alias too,
-    as users do, which must not list it twice)."""
+    as users do, which must not list it twice). One server for every module that asks for it (each start costs
+    about ten seconds); a module that needs its own settings or state starts its own."""
     ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--served-model-name", "gpt-test",
                                "SmolLM2-135M-Instruct")
     with ctx as server:
