@@ -14,6 +14,7 @@ from tests.ui.pages import (bot_messages, choose, code_text, export_file, ready_
                             upload_file, wait_new_reply, wait_text, wait_until)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
+OWN_SERVER = True  # it changes the chat mode and chat-instruct command the next new chats get
 
 CARDS = ROOT / "tests" / "data" / "characters"
 

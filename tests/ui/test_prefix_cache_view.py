@@ -8,6 +8,7 @@ import pytest
 from tests.ui.pages import ready_page, screenshot, send, tab, wait_reply_done, wait_text
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
+OWN_SERVER = True  # its first reply must find nothing in the prefix cache, which other modules fill
 
 
 def test_regenerate_says_the_prompt_came_from_the_cache_and_clear_empties_it(server, browser):
