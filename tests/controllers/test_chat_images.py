@@ -1,6 +1,6 @@
 """Images in the Chat tab's messages, without a browser: a message to the tiny random LLaVA carries an image, the
-reply reads it (the same as the engine alone gives for that prompt and image), regenerate and edit keep it, and
-a text-only model or a bad image is a clear UserError that stores nothing."""
+reply reads it (the same as the engine alone gives for that prompt and image), regenerate, edit and impersonate
+read it, and a text-only model or a bad image is a clear UserError that stores nothing."""
 
 from __future__ import annotations
 
@@ -79,6 +79,21 @@ def test_images_a_model_cannot_take_are_refused_and_nothing_is_stored(session, v
     with pytest.raises(UserError, match="This chat has images and tiny takes none"):
         list(session.regenerate(done.chat_id, GREEDY, KEY))
     assert [c.title for c in session.chats.list()] == ["Red?"]
+
+
+def test_impersonate_reads_the_chats_images(session, vision_services):
+    """Your next message, written by the model, reads the chat's images as the replies do (the same chat with
+    another image gives another message); a text-only model says it takes none."""
+    def impersonated(image: bytes) -> tuple[int, str]:
+        chat_id = last(session.send(None, "What is this?", "", GREEDY, KEY, images=[image])).chat_id
+        return chat_id, last(session.impersonate(chat_id, "", GREEDY, KEY))
+
+    red_chat, red = impersonated(RED)
+    assert red and red != impersonated(BLUE)[1]
+    assert impersonated(RED)[1] == red  # greedy: the same image, the same message
+    vision_services.models.load("tiny", keep_others=False)
+    with pytest.raises(UserError, match="This chat has images and tiny takes none"):
+        list(session.impersonate(red_chat, "", GREEDY, KEY))
 
 
 def test_the_oldest_messages_leave_with_their_images_when_the_context_is_full(session):

@@ -23,7 +23,7 @@ from webui.chat.reply import ReplyRecord, written_by
 from webui.chat.templates import ChatTemplate, TemplateError, from_record
 from webui.controllers.chat_library import ChatLibrary, ChatView, require_chat, to_chatbot
 from webui.controllers.errors import UserError
-from webui.controllers.generation import STOP, ActiveRequests, Streamed, new_request, stream_request, stream_text
+from webui.controllers.generation import STOP, ActiveRequests, Streamed, new_request, stream_request
 from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.engine import GenerationEvent, GenerationRequest, SamplingParams
 from webui.engine.sequence import token_budget
@@ -144,9 +144,8 @@ class ChatSession:
         if model.capabilities.renders_chats:  # your turn is rendered with a template of ours, then continued
             raise UserError("Impersonate needs a local model: a remote server only writes the assistant's turn.")
         stored = self.chats.messages(chat_id) if chat_id is not None else []
-        if any(m.images for m in stored):
-            raise UserError("Impersonate does not read a chat's images yet; write your message yourself.")
-        history = turns_of(stored)
+        placeholder = self._placeholder(model, stored)
+        history = turns_of(stored, placeholder)
         system = self.chats.get(chat_id).system_prompt if chat_id is not None else system_prompt
         template, chat_mode = self.template(model), self.mode(chat_id)
         try:
@@ -158,7 +157,9 @@ class ChatSession:
         if stops:
             sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *stops))))
         sampling = sampling.replace(structured_outputs={})  # a constraint is on the model's replies, not your side
-        for text, _ in stream_text(slot, self.active, key, prompt, sampling, False):
+        images = self._images(stored) if placeholder else ()  # the chat's images, as its messages place them
+        for text, _ in stream_request(slot, self.active, key, new_request(slot, prompt, sampling, False,
+                                                                           images=images)):
             yield text.strip()
 
     def as_text(self, chat_id: int | None) -> str:
