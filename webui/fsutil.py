@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 
@@ -26,3 +27,18 @@ def atomic_write_text(path: Path, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+_scratch: tempfile.TemporaryDirectory | None = None
+_scratch_lock = threading.Lock()
+
+
+def scratch_folder(prefix: str) -> Path:
+    """A new empty folder for files the UI hands out (exports to download) or gathers (several files uploaded
+    together), inside this process's scratch folder, which is removed when the process exits: a long-running
+    server leaves no trail of them in the system's temp folder."""
+    global _scratch
+    with _scratch_lock:
+        if _scratch is None:
+            _scratch = tempfile.TemporaryDirectory(prefix="llm-workbench-scratch-")
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=_scratch.name))

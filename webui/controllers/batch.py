@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from webui.names import InvalidName
 from webui.reproduce import RecordError, record_for_batch_row
 from webui.services import Services
 from webui.store import StoreError
+from webui.fsutil import scratch_folder
 
 REFRESH_SECONDS = 0.7
 NO_RUN = "Choose a stored run first."
@@ -278,7 +278,7 @@ class BatchController:
         if len(configs) != 1:
             raise UserError(f"Several files were uploaded: choose one promptfooconfig.yaml and the files it reads "
                             f"({len(configs)} .yaml files among them), or a single prompt file.")
-        folder = Path(tempfile.mkdtemp(prefix="batch-suite-"))
+        folder = scratch_folder("batch-suite-")
         for p in paths:
             shutil.copyfile(p, folder / Path(p).name)
         return self.upload(folder / Path(configs[0]).name, keep_path=True)
@@ -365,7 +365,7 @@ class BatchController:
     def export(self, run_id: int | None, kind: str) -> Path:
         """The run's rows as a CSV, JSONL or promptfoo-shaped JSON ("json") file in a new temporary folder."""
         rid = self._need(run_id)
-        path = Path(tempfile.mkdtemp(prefix="batch-export-")) / f"batch-run-{rid}.{kind}"
+        path = scratch_folder("batch-export-") / f"batch-run-{rid}.{kind}"
         rows = self.rows(rid)
         written = {"csv": to_csv, "jsonl": to_jsonl}.get(kind) or (lambda r: self._promptfoo(rid, r))
         path.write_text(written(rows), encoding="utf-8")

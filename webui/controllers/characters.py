@@ -8,7 +8,6 @@ mode (the chat so far and the message being typed), with its tokens for the prom
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from webui.controllers.chat import ChatSession, turns_of
 from webui.controllers.chat_library import ChatView
 from webui.controllers.errors import UserError
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
+from webui.fsutil import scratch_folder
 
 EXPORTS = ("yaml", "card")
 
@@ -113,7 +113,7 @@ class CharactersController:
         character = self._get(name or "")
         text = character.to_yaml() if kind == "yaml" else self.store.export_card(character.name)
         suffix = ".yaml" if kind == "yaml" else ".json"
-        path = Path(tempfile.mkdtemp(prefix="character-export-")) / f"{character.name}{suffix}"
+        path = scratch_folder("character-export-") / f"{character.name}{suffix}"
         path.write_text(text, encoding="utf-8")
         return path
 

@@ -22,6 +22,7 @@ from webui.engine import SamplingParams
 from webui.services import Services
 from webui.store import StoreError
 from webui.store.chats import ChatStore, Message
+from webui.fsutil import scratch_folder
 
 NO_CHAT = "Start a chat first: type a message and press Send."
 
@@ -151,7 +152,7 @@ class ChatLibrary:
         history format (the conversation shown)."""
         cid = require_chat(chat_id)
         name = f"chat-{cid}-text-generation-webui.json" if tgwui else f"chat-{cid}.json"
-        path = Path(tempfile.mkdtemp(prefix="chat-export-")) / name
+        path = scratch_folder("chat-export-") / name
         path.write_text(self.chats.export_tgwui(cid) if tgwui else self.chats.export_json(cid), encoding="utf-8")
         return path
 

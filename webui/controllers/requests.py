@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from webui.batch.prompts import escape_newlines
 from webui.controllers.errors import UserError
 from webui.services import Services
 from webui.store.requests import CapturedRequest
+from webui.fsutil import scratch_folder
 
 COLUMNS = ["id", "time", "endpoint", "status", "client", "model", "said"]
 STATUSES = ["all", "answered (2xx)", "refused (4xx)", "failed (5xx)"]
@@ -261,7 +261,7 @@ class RequestsController:
         except ValueError as exc:
             raise UserError(f"No promptfoo suite: {exc}. Change the filters so that answered requests are "
                             "listed.") from None
-        path = Path(tempfile.mkdtemp(prefix="requests-suite-")) / "promptfooconfig.yaml"
+        path = scratch_folder("requests-suite-") / "promptfooconfig.yaml"
         path.write_text(suite.text, encoding="utf-8")
         note = f"{suite.prompts} request(s) as a promptfoo suite (run it with launch.py batch or promptfoo eval)"
         return path, note + (": " + "; ".join(suite.notes) if suite.notes else ".")
