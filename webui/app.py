@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 from loaders.base import LoaderError
@@ -90,6 +92,11 @@ def serve(services: Services, config: AppConfig) -> None:
     async def main() -> None:
         await asyncio.gather(*(server.serve() for server in servers))
 
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # (uvicorn shuts down on SIGTERM, then raises it again: end as Ctrl+C does)
+
+    if threading.current_thread() is threading.main_thread():  # SIGTERM (a service manager's stop): the models,
+        signal.signal(signal.SIGTERM, stop)  # the engines and the store are closed, temporary files removed
     try:
         asyncio.run(main())
     except KeyboardInterrupt:

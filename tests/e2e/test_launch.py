@@ -36,9 +36,12 @@ def test_bad_startup_input_exits_with_a_clear_message(tmp_path, default_model_di
     assert message in proc.stderr
 
 
-def test_second_start_skips_conversion(tmp_path, default_model_dir):
+def test_second_start_skips_conversion_and_sigterm_ends_it_cleanly(tmp_path, default_model_dir):
+    """A start with the converted model there converts nothing; SIGTERM (what stops it here, and a service
+    manager's stop) ends it as Ctrl+C does, its services closed: exit status 0, not killed by the signal."""
     user_data = user_data_with_default_model(tmp_path / "data", default_model_dir)
     with running_server(user_data) as server:
         pass
     text = server.log.read_text()
     assert "converting" not in text and "Workbench ready" in text
+    assert server.proc.returncode == 0, text[-2000:]
