@@ -119,10 +119,13 @@ def llamacpp_version() -> str | None:
 def ensure_llamacpp_images() -> None:
     """A llama-cpp-python built without its multimodal library (as this workbench built it before it read images,
     and as pip may still have it cached) is built again, the same version, with it."""
-    libs = _venv_answer("import importlib.util, pathlib; spec = importlib.util.find_spec('llama_cpp'); "
-                        "print(*(p.name for p in (pathlib.Path(spec.origin).parent / 'lib').iterdir()))")
-    version = llamacpp_version()
-    if libs is None or version is None or any("mtmd" in name for name in libs.split()):
+    found = _venv_answer("import importlib.metadata as m, importlib.util, pathlib; "  # one start-up subprocess
+                         "spec = importlib.util.find_spec('llama_cpp'); print(m.version('llama-cpp-python'), "
+                         "*(p.name for p in (pathlib.Path(spec.origin).parent / 'lib').iterdir()))")
+    if found is None:
+        return
+    version, *libs = found.split()
+    if any("mtmd" in name for name in libs):
         return
     print(f"Building llama-cpp-python {version} again with its multimodal library (once; a few minutes)...",
           flush=True)

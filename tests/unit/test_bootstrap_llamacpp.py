@@ -14,9 +14,8 @@ from webui import bootstrap
 @pytest.mark.parametrize("libs, rebuilt", [("libggml.so libllama.so", True),
                                            ("libggml.so libllama.so libmtmd.so", False)])
 def test_a_build_without_mtmd_is_built_again_with_it(monkeypatch, libs, rebuilt):
-    answers = iter([libs, "0.3.36"])
     calls = []
-    monkeypatch.setattr(bootstrap, "_venv_answer", lambda code: next(answers))
+    monkeypatch.setattr(bootstrap, "_venv_answer", lambda code: f"0.3.36 {libs}")
     monkeypatch.setattr(bootstrap, "_pip", lambda *args: calls.append(args))
     bootstrap.ensure_llamacpp_images()
     assert calls == ([("--no-deps", "--force-reinstall", "--no-cache-dir", "llama-cpp-python==0.3.36")]
