@@ -42,3 +42,10 @@ def scratch_folder(prefix: str) -> Path:
         if _scratch is None:
             _scratch = tempfile.TemporaryDirectory(prefix="llm-workbench-scratch-")
         return Path(tempfile.mkdtemp(prefix=prefix, dir=_scratch.name))
+
+
+def in_scratch(path: Path) -> bool:
+    """Whether ``path`` lies inside this process's scratch folder (made by :func:`scratch_folder`)."""
+    with _scratch_lock:
+        root = None if _scratch is None else Path(_scratch.name).resolve()
+    return root is not None and path.resolve().is_relative_to(root)

@@ -22,18 +22,18 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from webui.batch import assert_promptfoo as pf
 from webui.batch import classify, meteor, output_checks, text_metrics
 from webui.batch.assert_values import (
-    CODE, EQUALS, JS_CODE, JS_PATTERN, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, SCHEMA, TEXT,
-    WORD_COUNT, JsonValue, ValueForm, compiled, excerpt, same_json, schema_problem,
+    CODE, EQUALS, JS_CODE, JS_PATTERN, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, REGEX_SECONDS,
+    SCHEMA, TEXT, WORD_COUNT, JsonValue, ValueForm, compiled, excerpt, same_json, schema_problem,
 )
 from webui.batch.graded import GRADED, GRADED_VALUE, REFUSED, promptfoo_graded, verdict_key
 from webui.batch.js import JS_TIMEOUT, run_javascript
 from webui.batch.outcome import Outcome
+from webui.batch.suite_files import SuiteFiles
 from webui.batch.python_assert import PYTHON_TIMEOUT, run_python
 from webui.batch.xml_checks import xml_inside, xml_problem
 
@@ -73,7 +73,7 @@ class AssertKind:
     """The score that passes when the assert gives none."""
     negated_why: Callable[[Assert, Observed], str] | None = None
     """Why ``not-<kind>`` failed; None: "the output passes <kind>:<value>"."""
-    promptfoo: Callable[[Mapping[str, Any], Path], dict[str, Any]] | None = pf.read_value
+    promptfoo: Callable[[Mapping[str, Any], SuiteFiles], dict[str, Any]] | None = pf.read_value
     """promptfoo's assert (a dict; ``file://`` paths relative to the folder) -> the dict form's fields besides
     type and weight; None: a type promptfoo has not, or not as we run it."""
     negation_of: str = ""
@@ -130,8 +130,12 @@ def _starts_with(a: Assert, seen: Observed) -> Outcome:
 
 
 def _regex(a: Assert, seen: Observed) -> Outcome:
-    return Outcome(compiled(str(a.value)).search(seen.output) is not None,
-                   f"output does not match the regex {a.value}")
+    try:
+        found = compiled(str(a.value)).search(seen.output, timeout=REGEX_SECONDS, concurrent=True)
+    except TimeoutError:
+        return Outcome(False, f"regex {a.value} took more than {REGEX_SECONDS:g} s on this output and was stopped",
+                       broken=True)
+    return Outcome(found is not None, f"output does not match the regex {a.value}")
 
 
 def _contains_list(every: bool, fold: bool) -> Callable[[Assert, Observed], Outcome]:

@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import yaml
 
 from webui.batch.assert_values import same_json
 from webui.batch.errors import BatchInputError, ScriptError
+from webui.safeload import load_yaml
+from webui.batch.suite_files import SuiteFiles
 from webui.batch.js_regex import js_regex_test
 from webui.batch.outcome import Outcome
 from webui.batch.xml_checks import xml_problem
@@ -39,7 +40,7 @@ DIALECT = "promptfoo"
 # -- promptfoo's dict form: fields for parse_assert besides type and weight --------------------------------
 
 
-def read_value(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+def read_value(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
     return {"value": item.get("value"), **read_threshold(item)}
 
 
@@ -51,7 +52,7 @@ _QUOTED_ITEM = re.compile(r'(".*?"|[^,]+)(?=\s*,|\s*$)')
 """promptfoo's contains-any items in a text: comma-separated, a "quoted, item" kept whole."""
 
 
-def read_list(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+def read_list(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
     """A list kind's value as promptfoo reads it: a text is split on commas (contains-any keeps "quoted, items"
     whole), numbers in a list are texts."""
     value = item.get("value")
@@ -71,43 +72,42 @@ def js_text(value: Any) -> Any:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def read_limit(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+def read_limit(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
     return {"value": item.get("threshold")}  # promptfoo's latency (ms) and cost limits are its threshold
 
 
-def read_schema(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+def read_schema(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
     """promptfoo reads a schema written as text with YAML (JSON being YAML too)."""
     value = item.get("value")
     if isinstance(value, str) and not value.startswith("file://"):
         try:
-            value = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
+            value = load_yaml(value)
+        except (yaml.YAMLError, ValueError) as exc:
             raise BatchInputError(f"{item.get('type')}: the schema is neither JSON nor YAML ({exc})") from None
     schema = {"schema": value} if value is not None else {}
     return {**schema, **read_threshold(item)}
 
 
-def read_script(file_prefix: str) -> Callable[[Mapping[str, Any], Path], dict[str, Any]]:
+def read_script(file_prefix: str) -> Callable[[Mapping[str, Any], SuiteFiles], dict[str, Any]]:
     """promptfoo's python or javascript assert: inline code as it is, a ``file://`` path relative to the config's
     folder (written after ``file_prefix``), and its ``config``."""
-    def read(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    def read(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
         value = item.get("value")
         if isinstance(value, str) and value.strip().startswith("file://"):
-            path = Path(value.strip().removeprefix("file://")).expanduser()
-            value = file_prefix + str(path if path.is_absolute() else base / path)
+            value = file_prefix + str(files.path(value.strip().removeprefix("file://")))
         config = {"config": item["config"]} if item.get("config") is not None else {}
         return {"value": value, **config, **read_threshold(item)}
     return read
 
 
-def read_one_text(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+def read_one_text(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
     """levenshtein and rouge-n: promptfoo takes one reference text only (a list is an error there too)."""
     if not isinstance(item.get("value"), str):
         raise BatchInputError(f"{item['type']} needs one reference text as its value, got {item.get('value')!r}")
-    return read_value(item, base)
+    return read_value(item, files)
 
 
-def read_tools(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+def read_tools(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
     """promptfoo takes the tools (functions) from the provider's config; here they are the assert's value: a
     list, or ``file://tools.json`` (or .yaml) relative to the config."""
     value, kind = item.get("value"), item["type"].removeprefix("not-")
@@ -116,10 +116,10 @@ def read_tools(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
         raise BatchInputError(f"{kind} needs the {key} as its value here (promptfoo reads them from the "
                               f"provider's config.{key}): write value: [...] or value: file://{key}.json")
     if isinstance(value, str) and value.startswith("file://"):
-        path = base / value.removeprefix("file://")
+        path = files.path(value.removeprefix("file://"))
         try:
-            value = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
+            value = load_yaml(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, yaml.YAMLError) as exc:
             raise BatchInputError(f"{kind}: cannot read {path}: {exc}") from None
     return {"value": value, **read_threshold(item)}
 

@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import jsonschema
+import regex
 
 from webui.batch.errors import BatchInputError
 from webui.batch.js import check_javascript
@@ -515,11 +516,18 @@ def schema_validator(text: str) -> Any:
     return cls(schema)
 
 
+REGEX_SECONDS = 5.0  # one match of our own regex assert (promptfoo's: webui/batch/js_regex.py)
+
+
 @lru_cache(maxsize=256)
-def compiled(pattern: str) -> re.Pattern[str]:
+def compiled(pattern: str) -> regex.Pattern[str]:
+    """Our regex assert's pattern: Python's ``re`` syntax (checked by ``re``), matched by the ``regex`` module in
+    its ``re``-compatible V0 mode, which takes a time limit per match: a catastrophic pattern cannot hold a worker
+    (#43)."""
     try:
-        return re.compile(pattern)
-    except re.error as exc:
+        re.compile(pattern)
+        return regex.compile(pattern, regex.V0)
+    except (re.error, regex.error) as exc:
         raise BatchInputError(f"regex:{pattern}: invalid regular expression: {exc}") from None
 
 

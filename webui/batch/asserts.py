@@ -62,6 +62,8 @@ from webui.batch.assert_promptfoo import DIALECT
 from webui.batch.assert_values import excerpt
 from webui.batch.errors import BatchInputError, ScriptError
 from webui.batch.graded import GRADED, own_provider_refused, verdict_key
+from webui.batch.js import js_target
+from webui.batch.python_assert import is_python_file
 from webui.batch.transform import check_transforms, transformed
 
 if TYPE_CHECKING:
@@ -311,18 +313,46 @@ def _kind(given: Any) -> tuple[AssertKind | None, bool]:
     return None, False
 
 
-def parse_asserts(specs: Any, where: str = "") -> list[Assert]:
-    """A list of asserts from a list, one string or dict, or None; errors are prefixed with ``where``."""
+FILES_REFUSED = ("names a file ({name}); on this server an assert written in the Batch tab or in a prompt file "
+                 "cannot read files: write its code inline, or upload a promptfooconfig.yaml together with the "
+                 "files it reads")
+
+
+def parse_asserts(specs: Any, where: str = "", files_allowed: bool = True) -> list[Assert]:
+    """A list of asserts from a list, one string or dict, or None; errors are prefixed with ``where``.
+    ``files_allowed`` False (a server listening beyond this machine): an assert whose code is a file is refused
+    before the file is looked at."""
     if specs is None or specs == "":
         return []
     items = specs if isinstance(specs, list) else [specs]
     out = []
     for item in items:
         try:
+            name = None if files_allowed else named_file(item)
+            if name is not None:
+                raise BatchInputError(f"{excerpt(str(item))} " + FILES_REFUSED.format(name=name))
             out.append(parse_assert(item))
         except BatchInputError as exc:
             raise BatchInputError(f"{where}: {exc}" if where else str(exc)) from None
     return out
+
+
+def named_file(spec: Any) -> str | None:
+    """The file a written assert (compact or dict form) runs as code (a javascript or python file, a transform
+    file), else None."""
+    if isinstance(spec, Mapping):
+        kind, value, transform = str(spec.get("type", "")), spec.get("value"), spec.get("transform")
+    elif isinstance(spec, str):
+        (kind, _, value), transform = spec.strip().partition(":"), None
+    else:
+        return None
+    kind = kind.strip().lower().removeprefix("not-")
+    transforms = [transform] if isinstance(transform, str) else transform if isinstance(transform, list) else []
+    named = [t for t in transforms if isinstance(t, str) and t.strip().startswith("file://")]
+    if isinstance(value, str) and ((kind == "python" and is_python_file(value))
+                                   or (kind == "javascript" and js_target(value) is not None)):
+        named.insert(0, value)
+    return named[0].strip() if named else None
 
 
 def check_all(asserts: list[Assert], output: str, completion_tokens: int) -> list[AssertResult]:

@@ -27,6 +27,7 @@ from loaders.text_classifier import TextClassifier, load_text_classifier
 from webui.batch.assert_promptfoo import read_threshold
 from webui.batch.assert_values import ValueForm, _one_line
 from webui.batch.errors import BatchInputError
+from webui.batch.suite_files import SuiteFiles
 from webui.batch.graded import verdict_key
 from webui.batch.outcome import Outcome
 
@@ -127,7 +128,7 @@ class ClassifierValue(ValueForm):
 CLASSIFIER_VALUE = ClassifierValue()
 
 
-def read_promptfoo(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+def read_promptfoo(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
     """promptfoo's classifier assert: its value, threshold and provider."""
     value = {"value": item["value"]} if item.get("value") is not None else {}
     return {**value, **read_threshold(item), "provider": item.get("provider")}

@@ -35,11 +35,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, NamedTuple
 
 from webui.batch.assert_values import ValueForm, _needed, _needed_in_dict, _one_line
 from webui.batch.errors import BatchInputError
+from webui.batch.suite_files import SuiteFiles
 
 if TYPE_CHECKING:
     from webui.batch.assert_kinds import AssertKind
@@ -540,7 +540,7 @@ class GradedValue(ValueForm):
 GRADED_VALUE = GradedValue()
 
 
-def promptfoo_graded(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
+def promptfoo_graded(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
     """A graded assert as promptfoo writes it: its value, threshold and rubricPrompt (and contextTransform, which
     the value form refuses by name); its own grading ``provider`` is refused (the run has one judge)."""
     if item.get("provider") is not None:
@@ -549,8 +549,8 @@ def promptfoo_graded(item: Mapping[str, Any], base: Path) -> dict[str, Any]:
     out = {key: item[key] for key in keys if item.get(key) is not None}
     if "rubricPrompt" in out:
         given = out["rubricPrompt"]
-        out["rubricPrompt"] = [_file_text(p, base) for p in given] if isinstance(given, list) else \
-            _file_text(given, base)
+        out["rubricPrompt"] = [_file_text(p, files) for p in given] if isinstance(given, list) else \
+            _file_text(given, files)
     return out
 
 
@@ -559,13 +559,13 @@ def own_provider_refused(kind: str) -> str:
             "judge settings, or launch.py batch --judge-url / --judge-model): remove provider")
 
 
-def _file_text(given: Any, base: Path) -> Any:
+def _file_text(given: Any, files: SuiteFiles) -> Any:
     """A ``file://`` rubricPrompt's text (relative to the config's folder); anything else as given."""
     if not isinstance(given, str) or not given.strip().startswith("file://"):
         return given
-    path = Path(given.strip().removeprefix("file://")).expanduser()
+    path = files.path(given.strip().removeprefix("file://"))
     try:
-        return (path if path.is_absolute() else base / path).read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BatchInputError(f"cannot read the rubricPrompt file {path}: {exc.strerror or exc}") from None
 

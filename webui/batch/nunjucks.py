@@ -13,20 +13,27 @@ loops and ``.key`` work, and printed as is it is its text.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import re
-from typing import Any, Mapping
+import threading
+from typing import Any, Callable, Mapping
 
 from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, UndefinedError
+from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
 from webui.batch.errors import BatchInputError
+from webui.safeload import load_json
 
 _TAG = re.compile(r"\{%|\{#")
 PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 """A ``{{ ... }}`` placeholder; group 1 is what it holds."""
 _EXPRESSION = re.compile(r"[|()\[\].'\"+~]")
 _UNDEFINED = re.compile(r"^'([^']+)' is undefined$")
+RENDER_SECONDS = 5.0  # one prompt's render
+MAX_TEXT = 10_000_000  # items one * may make
+MAX_EXPONENT = 10_000
 
 
 def is_nunjucks(template: str, variables: Mapping[str, str]) -> bool:
@@ -44,7 +51,14 @@ def render_nunjucks(template: str, variables: Mapping[str, str], *, where: str =
     prefix = f"{where}: " if where else ""
     try:
         compiled = _ENV.from_string(template)
-        return compiled.render({name: _value(value) for name, value in variables.items()})
+        return _within(RENDER_SECONDS, compiled.render, {name: _value(value) for name, value in variables.items()})
+    except RenderTimeout:
+        raise BatchInputError(f"{prefix}template: rendering took more than {RENDER_SECONDS:g} s and was stopped "
+                              "(a loop over loops?); render fewer items") from None
+    except RecursionError:
+        raise BatchInputError(f"{prefix}template: it calls itself without end (a macro that calls itself?)") from None
+    except MemoryError:
+        raise BatchInputError(f"{prefix}template: rendering it needs more memory than there is") from None
     except UndefinedError as exc:
         missing = _UNDEFINED.match(str(exc.message))
         have = ", ".join(variables) or "none"
@@ -90,7 +104,7 @@ def _value(text: str) -> Any:
     if not stripped.startswith(("[", "{")):
         return text
     try:
-        data = json.loads(stripped)
+        data = load_json(stripped)  # a bomb is a text here: DataTooLarge is a ValueError
     except ValueError:
         return text
     return _held(data, text) if isinstance(data, (list, dict)) else text
@@ -108,5 +122,52 @@ def _held(data: Any, text: str | None = None) -> Any:
     return held
 
 
-_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+class RenderTimeout(Exception):
+    """Raised inside a render that ran past its time limit."""
+
+
+def _within(seconds: float, render: Callable[[dict[str, Any]], str], context: dict[str, Any]) -> str:
+    """``render(context)`` in a thread of its own; past ``seconds`` RenderTimeout is raised inside it (rendering is
+    Python code, which takes the exception at its next step) and here. A template is code from the suite's author:
+    loops over loops could otherwise hold the worker forever (#43)."""
+    result: list[str] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(render(context))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below, whatever it is
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name="nunjucks-render", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive() and worker.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(RenderTimeout))
+        worker.join()
+    if failed:
+        raise failed[0]
+    return result[0]
+
+
+class _Sandbox(SandboxedEnvironment):
+    """jinja2's sandbox, with the operators that make one huge value from small ones held to a size: ``"x" * n`` and
+    ``[..] * n`` to :data:`MAX_TEXT` items, ``a ** b`` to exponents up to :data:`MAX_EXPONENT` (one such step is a
+    single C call that no time limit can stop)."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, (int, float)) and abs(right) > MAX_EXPONENT \
+                and isinstance(left, (int, float)) and abs(left) > 1:
+            raise SecurityError(f"{left!r} ** {right!r}: exponents above {MAX_EXPONENT} are not computed here")
+        if operator == "*":
+            sized, times = (left, right) if isinstance(right, int) else (right, left)
+            if isinstance(sized, (str, list, tuple)) and isinstance(times, int) and len(sized) * times > MAX_TEXT:
+                raise SecurityError(f"repeating a text or list {times:,} times would make more than {MAX_TEXT:,} "
+                                    "items")
+        return super().call_binop(context, operator, left, right)
+
+
+_ENV = _Sandbox(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 _ENV.filters["dump"] = _dump

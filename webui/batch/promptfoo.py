@@ -41,6 +41,8 @@ from webui.batch.assert_promptfoo import DIALECT
 from webui.batch.asserts import Assert, parse_assert
 from webui.batch.classify import CLASSIFIER
 from webui.batch.errors import BatchInputError
+from webui.safeload import DataTooLarge, load_json, load_yaml
+from webui.batch.suite_files import SuiteFiles
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
 from webui.batch.promptfoo_options import SuiteOptions, metric_names, resolve_refs, suite_options
@@ -89,21 +91,23 @@ def load_config(path: Path) -> tuple[str, list[PromptRow], list[Setting]]:
     return suite.description, suite.rows, suite.settings
 
 
-def read_config(text: str, base: Path) -> tuple[str, list[PromptRow], list[Setting]]:
+def read_config(text: str, base: Path | SuiteFiles) -> tuple[str, list[PromptRow], list[Setting]]:
     """(description, prompt rows, settings) of config text (:func:`read_suite` without its notes)."""
     suite = read_suite(text, base)
     return suite.description, suite.rows, suite.settings
 
 
-def read_suite(text: str, base: Path) -> Suite:
-    """The suite of promptfoo config text; ``file://`` paths are relative to ``base``. Every problem found is
+def read_suite(text: str, base: Path | SuiteFiles) -> Suite:
+    """The suite of promptfoo config text; ``file://`` paths are relative to ``base`` (a folder: as promptfoo
+    reads them; :class:`SuiteFiles`: confined to an upload where it says so). Every problem found is
     reported at once, each with where it is in the suite."""
     try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        config = load_yaml(text)
+    except (yaml.YAMLError, DataTooLarge) as exc:
         raise BatchInputError(f"promptfoo config: not valid YAML ({exc})") from None
     if not isinstance(config, dict):
         raise BatchInputError("promptfoo config: expected a mapping with prompts, providers and tests")
+    files = base if isinstance(base, SuiteFiles) else SuiteFiles(base)
     problems, notes = Problems(), list[str]()
     config = resolve_refs(config, problems)
     unknown_top = set(config) - {"description", "prompts", "providers", "tests", "defaultTest", "outputPath",
@@ -112,15 +116,15 @@ def read_suite(text: str, base: Path) -> Suite:
     if unknown_top:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
     _refuse_filters(config.get("nunjucksFilters"), problems)
-    prompts = _prompts(config.get("prompts"), base, problems, notes)
-    settings, filters = _settings(config.get("providers"), problems, notes, base)
+    prompts = _prompts(config.get("prompts"), files, problems, notes)
+    settings, filters = _settings(config.get("providers"), problems, notes, files)
     runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
     offered = _offered_tools(settings)
     rows: list[PromptRow] = []
-    for case in read_cases(config, base, problems):
+    for case in read_cases(config, files, problems):
         name = case.description or f"test {case.index + 1}"
         sets, groups = _sets(case), _set_groups(case)
-        asserts = with_transforms(_asserts(case, base, problems, offered), _case_transform(case, base, problems))
+        asserts = with_transforms(_asserts(case, files, problems, offered), _case_transform(case, files, problems))
         for p, (label, prompt, params) in enumerate(prompts):
             at = f"{case.where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
@@ -245,7 +249,7 @@ PromptSpec = tuple[str, Prompt, dict[str, Any] | None]
 """A prompt's label, the prompt, and its own sampling parameters (None: its providers')."""
 
 
-def _prompts(given: Any, base: Path, problems: Problems, notes: list[str]) -> list[PromptSpec]:
+def _prompts(given: Any, files: SuiteFiles, problems: Problems, notes: list[str]) -> list[PromptSpec]:
     """Each prompt; a prompt that cannot be read is a problem, the others are read on."""
     if given is None:
         problems.add("", "prompts is missing; list at least one prompt")
@@ -255,17 +259,17 @@ def _prompts(given: Any, base: Path, problems: Problems, notes: list[str]) -> li
     out: list[PromptSpec] = []
     for i, item in enumerate(given if isinstance(given, list) else [given]):
         with problems.collect():
-            out += _prompt(item, i, base, notes)
+            out += _prompt(item, i, files, notes)
     if not out and not problems.found:
         problems.add("", "prompts is empty; list at least one prompt")
     return out
 
 
-def _prompt(item: Any, i: int, base: Path, notes: list[str]) -> list[PromptSpec]:
+def _prompt(item: Any, i: int, files: SuiteFiles, notes: list[str]) -> list[PromptSpec]:
     where = f"promptfoo config: prompts[{i}]"
     if isinstance(item, dict) and len(item) == 1 and not set(item) & {"raw", "id", "label", "config"}:
         (source, label), = item.items()  # {file://path: label} (or {text: label}), as promptfoo reads a mapping
-        is_file = str(source).startswith("file://") or (base / str(source)).is_file()
+        is_file = str(source).startswith("file://") or files.is_file(str(source))
         item = {"id" if is_file else "raw": f"file://{str(source).removeprefix('file://')}" if is_file else source,
                 "label": label}
     if isinstance(item, dict) and "raw" not in item and str(item.get("id", "")).startswith("file://"):
@@ -273,7 +277,7 @@ def _prompt(item: Any, i: int, base: Path, notes: list[str]) -> list[PromptSpec]
         if ignored:
             raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt file takes "
                                   f"id, label and config)")
-        found = _prompt_files(base, str(item["id"]).removeprefix("file://"), where)
+        found = _prompt_files(files, str(item["id"]).removeprefix("file://"), where)
         label = item.get("label")
         params = _prompt_params(item.get("config"), f"{where} ({label or item['id']}).config", notes)
         return [((name if not label else str(label) if len(found) == 1 else f"{label} #{n + 1}"), prompt, params)
@@ -291,7 +295,7 @@ def _prompt(item: Any, i: int, base: Path, notes: list[str]) -> list[PromptSpec]
     if isinstance(item, list):  # a chat written in YAML: a list of {role, content}
         return [(f"prompt {i + 1}", chat_messages_of(item, where), None)]
     if isinstance(item, str) and item.startswith("file://"):
-        return [(label, prompt, None) for label, prompt in _prompt_files(base, item.removeprefix("file://"), where)]
+        return [(label, prompt, None) for label, prompt in _prompt_files(files, item.removeprefix("file://"), where)]
     if isinstance(item, str):
         return [(item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item, None)]
     raise BatchInputError(f"{where} must be a text, a chat (a list of {{role, content}}), file://path or "
@@ -321,7 +325,7 @@ def _text_or_chat(text: str, where: str) -> Prompt:
     other text as one user message."""
     if text.lstrip().startswith("["):
         try:
-            data = json.loads(text)
+            data = load_json(text)
         except ValueError:
             return text
         if isinstance(data, list) and data and all(isinstance(m, dict) and "role" in m for m in data):
@@ -329,7 +333,7 @@ def _text_or_chat(text: str, where: str) -> Prompt:
     return text
 
 
-def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Prompt]]:
+def _prompt_files(files: SuiteFiles, pattern: str, where: str) -> list[tuple[str, Prompt]]:
     """Prompts from file(s) (a glob gives every file it matches, in name order): .txt/.md texts (several split by
     lines of ---), .json a chat (a list of messages) or a list of chats, .jsonl a chat per line, .yaml/.yml a chat
     or a list of prompts."""
@@ -338,7 +342,7 @@ def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Promp
         kind = "Python" if function.group(1) == "py" else "JavaScript"
         raise BatchInputError(f"{where}: {pattern} is a {kind} prompt function, which the workbench does not run; "
                               f"save the prompt it returns in a .txt, .json or .yaml file")
-    paths = sorted(base.glob(pattern)) if any(c in pattern for c in "*?[") else [base / pattern]
+    paths = files.paths(pattern)
     if not paths:
         raise BatchInputError(f"{where}: no file matches {pattern}")
     out: list[tuple[str, Prompt]] = []
@@ -353,7 +357,7 @@ def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Promp
             out += [(path.name + (f" #{n + 1}" if len(parts) > 1 else ""), p) for n, p in enumerate(parts)]
         elif suffix in (".json", ".yaml", ".yml"):
             try:
-                data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+                data = load_json(text) if suffix == ".json" else load_yaml(text)
             except (ValueError, yaml.YAMLError) as exc:
                 raise BatchInputError(f"{where}: {path.name} is not valid {suffix[1:].upper()}: {exc}") from None
             if isinstance(data, dict) and isinstance(data.get("messages"), list):  # Anthropic's {system, messages}
@@ -367,7 +371,7 @@ def _prompt_files(base: Path, pattern: str, where: str) -> list[tuple[str, Promp
             for n, line in enumerate(lines):
                 label = f"{path.name} #{n + 1}"
                 try:
-                    out.append((label, chat_messages_of(json.loads(line), f"{where}: {label}")))
+                    out.append((label, chat_messages_of(load_json(line), f"{where}: {label}")))
                 except ValueError as exc:
                     raise BatchInputError(f"{where}: {label} is not valid JSON: {exc}") from None
         else:
@@ -388,7 +392,7 @@ def _anthropic_chat(data: dict[str, Any], where: str) -> list[Any]:
     return [{"role": "system", "content": system}, *data["messages"]]
 
 
-def _asserts(case: Case, base: Path, problems: Problems, offered: Mapping[str, Any]) -> list[Assert]:
+def _asserts(case: Case, files: SuiteFiles, problems: Problems, offered: Mapping[str, Any]) -> list[Assert]:
     """A case's asserts, their values filled from its vars as promptfoo renders them; a tools-call assert without
     a value checks the tools the providers offer (``offered``, by kind; None: they differ)."""
     out = []
@@ -400,7 +404,7 @@ def _asserts(case: Case, base: Path, problems: Problems, offered: Mapping[str, A
                     raise BatchInputError(f"{kind}: the providers offer different tools; give the ones this assert "
                                           "checks as its value")
                 item = {**item, "value": offered[kind]}
-            out.append(_assert(_filled(item, case.variables, where), base, case.options))
+            out.append(_assert(_filled(item, case.variables, where), files, case.options))
     return out
 
 
@@ -424,12 +428,12 @@ def _set_groups(case: Case) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
-def _case_transform(case: Case, base: Path, problems: Problems) -> tuple[str, ...]:
+def _case_transform(case: Case, files: SuiteFiles, problems: Problems) -> tuple[str, ...]:
     """The transform a case's ``options`` give its outputs (the test's own, else ``defaultTest``'s): none or one."""
     if "transform" not in case.options:
         return ()
     with problems.collect(f"{case.where}.options.transform"):
-        return check_transforms(resolved(case.options["transform"], base))
+        return check_transforms(resolved(case.options["transform"], files))
     return ()
 
 
@@ -444,7 +448,7 @@ def _filled(item: dict[str, Any], variables: Mapping[str, str], where: str) -> d
     return item
 
 
-def _assert(item: dict[str, Any], base: Path, options: Mapping[str, Any] | None = None) -> Assert:
+def _assert(item: dict[str, Any], files: SuiteFiles, options: Mapping[str, Any] | None = None) -> Assert:
     """One assert; ``options``: the test's, whose rubricPrompt applies to graded kinds without their own and
     whose factuality scores apply to factuality asserts."""
     kind = item["type"]
@@ -465,11 +469,11 @@ def _assert(item: dict[str, Any], base: Path, options: Mapping[str, Any] | None 
     if unknown:
         raise BatchInputError(f"unknown key(s) {', '.join(sorted(unknown))}")
     extra = {key: item[key] for key in ("weight", "metric") if item.get(key) is not None}
-    transform = {"transform": resolved(item["transform"], base)} if item.get("transform") is not None else {}
-    return parse_assert({"type": kind, **spec.promptfoo(item, base), **extra, **transform, "dialect": DIALECT})
+    transform = {"transform": resolved(item["transform"], files)} if item.get("transform") is not None else {}
+    return parse_assert({"type": kind, **spec.promptfoo(item, files), **extra, **transform, "dialect": DIALECT})
 
 
-def _settings(given: Any, problems: Problems, notes: list[str], base: Path
+def _settings(given: Any, problems: Problems, notes: list[str], files: SuiteFiles
               ) -> tuple[list[Setting], dict[str, list[str]]]:
     """The settings, and the prompts filter of each provider that has one (by setting label); a provider that
     cannot be read is a problem, the others are read on; what a provider's config names that changes nothing is
@@ -479,7 +483,7 @@ def _settings(given: Any, problems: Problems, notes: list[str], base: Path
     filters: dict[str, list[str]] = {}
     for i, item in enumerate(items):
         with problems.collect():
-            setting, chosen = provider_setting({"id": item} if isinstance(item, str) else item, i, notes, base)
+            setting, chosen = provider_setting({"id": item} if isinstance(item, str) else item, i, notes, files)
             if any(s.label == setting.label for s in out):
                 raise BatchInputError(f"two providers are labelled '{setting.label}'; give each a label")
             out.append(setting)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from webui.batch.errors import BatchInputError
+from webui.batch.suite_files import SuiteFiles
 from webui.batch.grid import Setting
 from webui.batch.provider_prompt import KEYS, provider_prompt
 from webui.engine.params import InvalidParameter, SamplingParams, api_names
@@ -50,10 +51,10 @@ REFUSED = {
 """Provider config keys that would change outputs and are not applied: refused with what to do instead."""
 
 
-def provider_setting(item: Any, i: int, notes: list[str], base: Path = Path(".")
+def provider_setting(item: Any, i: int, notes: list[str], files: SuiteFiles = SuiteFiles(Path("."))
                      ) -> tuple[Setting, list[str] | None]:
     """One provider: its setting and its prompts filter (None: every prompt); keys that change nothing are
-    added to ``notes``; ``file://`` tools are relative to ``base``."""
+    added to ``notes``; ``file://`` tools are relative to the suite's folder."""
     if not isinstance(item, dict) or not isinstance(item.get("id", ""), str):
         raise BatchInputError(f"providers[{i}] must be an id or a mapping with id and config")
     label = str(item.get("label") or item.get("id") or f"provider {i + 1}")
@@ -72,7 +73,7 @@ def provider_setting(item: Any, i: int, notes: list[str], base: Path = Path(".")
     fields = provider_params(config, f"{where}.config", notes, taken=KEYS)
     pid = str(item.get("id", ""))
     raw = pid.startswith("openai:completion")
-    shape = provider_prompt(config, f"{where}.config", base, raw)
+    shape = provider_prompt(config, f"{where}.config", files, raw)
     try:
         params = SamplingParams.from_api(fields, SamplingParams(temperature=0.0, max_new_tokens=256))
         calls_only = shape.tools.grammar() if shape is not None and shape.tools is not None else None

@@ -28,7 +28,6 @@ import json
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
@@ -36,6 +35,8 @@ import yaml
 from webui.batch.assert_kinds import ASSERT_KINDS
 from webui.batch.classify import names_classifier
 from webui.batch.errors import BatchInputError
+from webui.safeload import load_json, load_yaml
+from webui.batch.suite_files import SuiteFiles
 from webui.batch.prompts import render
 
 MAX_SHOWN = 20
@@ -122,19 +123,19 @@ class _Test:
     """Where each assert is when not ``<where>.assert[i]`` (a CSV cell)."""
 
 
-def read_cases(config: dict[str, Any], base: Path, problems: Problems) -> list[Case]:
+def read_cases(config: dict[str, Any], files: SuiteFiles, problems: Problems) -> list[Case]:
     """The suite's tests (then its scenarios' tests), defaultTest merged in, one case per vars combination."""
     default = config.get("defaultTest") or {}
     if not isinstance(default, dict):
         problems.add("defaultTest", "must be a mapping (vars, assert, options, threshold, metadata)")
         default = {}
     _check_test_keys(default, "defaultTest", problems)
-    tests = _test_items(config.get("tests"), base, "tests", problems)
+    tests = _test_items(config.get("tests"), files, "tests", problems)
     for s, scenario in enumerate(_listed(config.get("scenarios"), "scenarios", problems)):
-        tests += _scenario(scenario, base, f"scenarios[{s}]", problems)
+        tests += _scenario(scenario, files, f"scenarios[{s}]", problems)
     cases: list[Case] = []
     for index, test in enumerate(tests or [_Test("tests", {})]):
-        cases += _cases(index, test, default, base, problems)
+        cases += _cases(index, test, default, files, problems)
     return cases
 
 
@@ -147,7 +148,7 @@ def _listed(given: Any, where: str, problems: Problems) -> list[Any]:
     return given
 
 
-def _scenario(scenario: Any, base: Path, where: str, problems: Problems) -> list[_Test]:
+def _scenario(scenario: Any, files: SuiteFiles, where: str, problems: Problems) -> list[_Test]:
     """A scenario's tests: each of its ``config`` entries merged under each of its ``tests``."""
     if not isinstance(scenario, dict):
         problems.add(where, "must be a mapping with config (a list of vars/asserts) and tests")
@@ -157,7 +158,7 @@ def _scenario(scenario: Any, base: Path, where: str, problems: Problems) -> list
         problems.add(where, f"unknown key(s) {', '.join(sorted(map(str, unknown)))} (a scenario takes description, "
                             "config and tests)")
     configs = _listed(scenario.get("config"), f"{where}.config", problems) or [{}]
-    tests = _test_items(scenario.get("tests"), base, f"{where}.tests", problems) or [_Test("", {})]
+    tests = _test_items(scenario.get("tests"), files, f"{where}.tests", problems) or [_Test("", {})]
     out = []
     for c, data in enumerate(configs):
         at = f"{where}.config[{c}]"
@@ -168,8 +169,8 @@ def _scenario(scenario: Any, base: Path, where: str, problems: Problems) -> list
         own = [f"{at}.assert[{i}]" for i in range(len(_as_list(data.get("assert"))))]
         for test in tests:
             given = _as_list(test.data.get("assert"))
-            merged = {**data, **test.data, "vars": {**_vars_of(data.get("vars"), at, base, problems),
-                                                    **_vars_of(test.data.get("vars"), test.where, base, problems)},
+            merged = {**data, **test.data, "vars": {**_vars_of(data.get("vars"), at, files, problems),
+                                                    **_vars_of(test.data.get("vars"), test.where, files, problems)},
                       "metadata": {**_dict(data.get("metadata")), **_dict(test.data.get("metadata"))},
                       "assert": [*_as_list(data.get("assert")), *given]}
             places = test.assert_where or tuple(f"{test.where}.assert[{i}]" for i in range(len(given)))
@@ -209,11 +210,11 @@ def _check_test_keys(test: dict[str, Any], where: str, problems: Problems) -> No
         problems.add(f"{where}.metadata", "must be a mapping")
 
 
-def _cases(index: int, test: _Test, default: dict[str, Any], base: Path, problems: Problems) -> list[Case]:
+def _cases(index: int, test: _Test, default: dict[str, Any], files: SuiteFiles, problems: Problems) -> list[Case]:
     data, where = test.data, test.where
     _check_test_keys(data, where, problems)
-    variables = {**_vars_of(default.get("vars"), "defaultTest", base, problems),
-                 **_vars_of(data.get("vars"), where, base, problems)}
+    variables = {**_vars_of(default.get("vars"), "defaultTest", files, problems),
+                 **_vars_of(data.get("vars"), where, files, problems)}
     own = _as_list(data.get("assert"))
     if data.get("assert") is not None and not isinstance(data.get("assert"), list):
         problems.add(f"{where}.assert", "must be a list")
@@ -225,7 +226,7 @@ def _cases(index: int, test: _Test, default: dict[str, Any], base: Path, problem
     metadata = {**_dict(default.get("metadata")), **_dict(data.get("metadata"))}
     description = data.get("description")
     out = []
-    for combination in expand_vars(variables, base, where, problems):
+    for combination in expand_vars(variables, files, where, problems):
         out.append(Case(where, index, None if description is None else str(description), combination, items,
                         threshold if isinstance(threshold, (int, float)) and threshold else None, metadata,
                         {k: v if k in _KEPT_AS_GIVEN else str(v) for k, v in options.items()
@@ -283,14 +284,14 @@ def _assert_set(item: dict[str, Any], where: str, problems: Problems) -> list[tu
 # -- test files ----------------------------------------------------------------------------------------
 
 
-def _test_items(given: Any, base: Path, where: str, problems: Problems) -> list[_Test]:
+def _test_items(given: Any, files: SuiteFiles, where: str, problems: Problems) -> list[_Test]:
     if given is None:
         return []
     out: list[_Test] = []
     for i, item in enumerate(given if isinstance(given, list) else [given]):
         at = f"{where}[{i}]" if isinstance(given, list) else where
         if isinstance(item, str) and item.startswith("file://"):
-            out += _test_files(base, item.removeprefix("file://"), at, problems)
+            out += _test_files(files, item.removeprefix("file://"), at, problems)
         elif isinstance(item, dict):
             out.append(_Test(at, item))
         else:
@@ -298,18 +299,17 @@ def _test_items(given: Any, base: Path, where: str, problems: Problems) -> list[
     return out
 
 
-def _paths(base: Path, pattern: str) -> list[Path]:
-    """The files a ``file://`` path names: every match of a glob, in name order, or the one path."""
-    return sorted(base.glob(pattern)) if any(c in pattern for c in "*?[") else [base / pattern]
-
-
-def _test_files(base: Path, pattern: str, where: str, problems: Problems) -> list[_Test]:
-    paths = _paths(base, pattern)
+def _test_files(files: SuiteFiles, pattern: str, where: str, problems: Problems) -> list[_Test]:
+    try:
+        paths = files.paths(pattern)
+    except BatchInputError as exc:
+        problems.add(where, str(exc))
+        return []
     if not paths:
         problems.add(where, f"no file matches {pattern}")
     out: list[_Test] = []
     for path in paths:
-        name = path.relative_to(base).as_posix() if path.is_relative_to(base) else str(path)
+        name = files.name_of(path)
         try:
             text = path.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:
@@ -322,7 +322,7 @@ def _test_files(base: Path, pattern: str, where: str, problems: Problems) -> lis
             for n, line in enumerate(text.splitlines(), 1):
                 if line.strip():
                     with problems.collect(f"{name} line {n}"):
-                        out.append(_Test(f"{name} line {n}", _mapping(json.loads(line), "a test")))
+                        out.append(_Test(f"{name} line {n}", _mapping(_parsed(line, ".json"), "a test")))
         elif suffix in (".yaml", ".yml", ".json"):
             with problems.collect(name):
                 data = _parsed(text, suffix)
@@ -337,7 +337,7 @@ def _test_files(base: Path, pattern: str, where: str, problems: Problems) -> lis
 
 def _parsed(text: str, suffix: str) -> Any:
     try:
-        return json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+        return load_json(text) if suffix == ".json" else load_yaml(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise BatchInputError(f"not valid {suffix[1:].upper()}: {exc}") from None
 
@@ -469,11 +469,11 @@ def _is_number(text: str) -> bool:
 # -- vars ----------------------------------------------------------------------------------------------
 
 
-def _vars_of(given: Any, where: str, base: Path, problems: Problems) -> dict[str, Any]:
+def _vars_of(given: Any, where: str, files: SuiteFiles, problems: Problems) -> dict[str, Any]:
     """A test's vars as written: a mapping, or ``file://vars.yaml`` (.json) holding one."""
     if isinstance(given, str) and given.startswith("file://"):
-        path = base / given.removeprefix("file://")
         with problems.collect(f"{where}.vars"):
+            path = files.path(given.removeprefix("file://"))
             if path.suffix.lower() not in (".yaml", ".yml", ".json"):
                 raise BatchInputError(f"{path.name}: a vars file is read as YAML or JSON (a mapping of names to "
                                       "values)")
@@ -492,7 +492,7 @@ def _vars_of(given: Any, where: str, base: Path, problems: Problems) -> dict[str
     return {str(k): v for k, v in given.items()}
 
 
-def expand_vars(variables: dict[str, Any], base: Path, where: str, problems: Problems) -> list[dict[str, str]]:
+def expand_vars(variables: dict[str, Any], files: SuiteFiles, where: str, problems: Problems) -> list[dict[str, str]]:
     """Each combination of the vars, as promptfoo expands them: a list of texts is a combination per element,
     a ``file://`` glob one per file (each read), the cartesian product over several, the first var slowest;
     then values that use other vars (``{{name}}``) are filled from them."""
@@ -500,7 +500,7 @@ def expand_vars(variables: dict[str, Any], base: Path, where: str, problems: Pro
     for name, value in variables.items():
         at = f"{where}.vars.{name}"
         if isinstance(value, str) and value.startswith("file://"):
-            values = _var_files(base, value.removeprefix("file://"), at, problems)
+            values = _var_files(files, value.removeprefix("file://"), at, problems)
         elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
             values = list(value)
         elif isinstance(value, list) and not value:
@@ -517,9 +517,13 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _var_files(base: Path, pattern: str, where: str, problems: Problems) -> list[str]:
+def _var_files(files: SuiteFiles, pattern: str, where: str, problems: Problems) -> list[str]:
     """A ``file://`` var's value(s): a text file's text, a .json/.yaml file's data; scripts are refused."""
-    paths = [p for p in _paths(base, pattern) if p.exists()]
+    try:
+        paths = [p for p in files.paths(pattern) if p.exists()]
+    except BatchInputError as exc:
+        problems.add(where, str(exc))
+        return []
     if not paths:
         problems.add(where, f"no file matches {pattern}")
     out = []

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from webui.batch.assert_kinds import ASSERT_KINDS
 from webui.batch.asserts import Assert, parse_asserts
 from webui.batch.errors import BatchInputError
+from webui.safeload import DataTooLarge, load_json
 from webui.batch.nunjucks import PLACEHOLDER as _PLACEHOLDER, is_nunjucks, render_nunjucks
 from webui.chat.prompt import ROLES
 
@@ -214,8 +215,10 @@ def load_prompts(path: Path, template: str | None = None) -> list[PromptRow]:
     return load_prompts_text(path.name, data, template)
 
 
-def load_prompts_text(name: str, content: str | bytes, template: str | None = None) -> list[PromptRow]:
-    """Like :func:`load_prompts` for uploaded content; ``name``'s suffix picks the format."""
+def load_prompts_text(name: str, content: str | bytes, template: str | None = None,
+                      files_allowed: bool = True) -> list[PromptRow]:
+    """Like :func:`load_prompts` for uploaded content; ``name``'s suffix picks the format. ``files_allowed``
+    False: its asserts may not name files (see :func:`~webui.batch.asserts.parse_asserts`)."""
     suffix = _suffix(name)
     if isinstance(content, bytes):
         try:
@@ -227,13 +230,13 @@ def load_prompts_text(name: str, content: str | bytes, template: str | None = No
         if suffix == ".txt":
             return parse_lines(content, template)
         if suffix == ".csv":
-            return parse_csv(content, template)
-        return parse_jsonl(content, template)
+            return parse_csv(content, template, files_allowed)
+        return parse_jsonl(content, template, files_allowed)
     except BatchInputError as exc:
         raise BatchInputError(f"{name}: {exc}") from None
 
 
-def parse_csv(text: str, template: str | None = None) -> list[PromptRow]:
+def parse_csv(text: str, template: str | None = None, files_allowed: bool = True) -> list[PromptRow]:
     """Rows from CSV text with a header; errors count data rows from 1 (the header is not a row)."""
     _check_template(template)
     try:
@@ -261,11 +264,11 @@ def parse_csv(text: str, template: str | None = None) -> list[PromptRow]:
         variables = {c: record[c] for c in columns}
         specs = [s for c in asserts_cols for s in _cell_asserts(record[c], c)]
         rows.append(_row(len(rows), variables, specs, record.get("id"), template, where, "column",
-                         variables.get("prompt")))
+                         variables.get("prompt"), files_allowed))
     return _finish(rows, "no prompts: the CSV has a header but no rows")
 
 
-def parse_jsonl(text: str, template: str | None = None) -> list[PromptRow]:
+def parse_jsonl(text: str, template: str | None = None, files_allowed: bool = True) -> list[PromptRow]:
     """Rows from JSON Lines: one object per line; keys other than asserts are variables."""
     _check_template(template)
     rows: list[PromptRow] = []
@@ -274,9 +277,11 @@ def parse_jsonl(text: str, template: str | None = None) -> list[PromptRow]:
             continue
         where = f"line {number}"
         try:
-            obj = json.loads(line)
+            obj = load_json(line)
         except json.JSONDecodeError as exc:
             raise BatchInputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except DataTooLarge as exc:
+            raise BatchInputError(f"{where}: {exc}") from None
         if not isinstance(obj, dict):
             raise BatchInputError(f"{where}: each line must be a JSON object like {{\"prompt\": \"...\"}}, "
                                   f"got {type(obj).__name__}")
@@ -297,26 +302,27 @@ def parse_jsonl(text: str, template: str | None = None) -> list[PromptRow]:
             if template is not None:
                 raise BatchInputError(f"{where}: a chat (\"messages\") is its own prompt; it takes no template")
             chat = chat_messages_of(obj["messages"], where)
-            row = _row(len(rows), variables, specs, variables.get("id"), None, where, "key", json.dumps(chat))
+            row = _row(len(rows), variables, specs, variables.get("id"), None, where, "key", json.dumps(chat),
+                       files_allowed)
             rows.append(dataclasses.replace(row, messages=chat))
             continue
         if template is None and "prompt" not in variables:
             raise BatchInputError(f"{where}: the object has no \"prompt\" (or \"messages\": a chat) key and no "
                                   f"template was given; keys: {', '.join(obj) or 'none'}")
         rows.append(_row(len(rows), variables, specs, variables.get("id"), template, where, "key",
-                         variables.get("prompt")))
+                         variables.get("prompt"), files_allowed))
     return _finish(rows, "no prompts: the JSONL file has no objects")
 
 
 # -- helpers -------------------------------------------------------------------------
 
 def _row(index: int, variables: dict[str, str], specs: list[Any], row_id: str | None, template: str | None,
-         where: str, noun: str, prompt: str | None) -> PromptRow:
+         where: str, noun: str, prompt: str | None, files_allowed: bool = True) -> PromptRow:
     text = render(template, variables, where=where, noun=noun) if template is not None else prompt or ""
     if not text.strip():
         what = "the rendered template" if template is not None else "the prompt"
         raise BatchInputError(f"{where}: {what} is empty")
-    asserts = parse_asserts(specs, where)
+    asserts = parse_asserts(specs, where, files_allowed)
     return PromptRow(index, text, variables, asserts, (row_id or "").strip() or str(index + 1))
 
 
@@ -384,7 +390,7 @@ def rows_from_texts(texts: Iterable[str]) -> list[PromptRow]:
     return _finish(rows, "no prompts given")
 
 
-def with_asserts(rows: Sequence[PromptRow], specs: Sequence[str]) -> list[PromptRow]:
+def with_asserts(rows: Sequence[PromptRow], specs: Sequence[str], files_allowed: bool = True) -> list[PromptRow]:
     """``rows`` with the asserts in ``specs`` (one compact spec each) added to every row."""
-    extra = parse_asserts([s for s in specs if s.strip()], where="asserts for all prompts")
+    extra = parse_asserts([s for s in specs if s.strip()], "asserts for all prompts", files_allowed)
     return [dataclasses.replace(r, asserts=[*r.asserts, *extra]) for r in rows]

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
 from webui.batch.errors import BatchInputError
+from webui.safeload import load_yaml
+from webui.batch.suite_files import SuiteFiles
 from webui.chat.tools import ToolPlan, plan_tools, reply_calls
 from webui.engine.params import InvalidParameter
 
@@ -107,7 +108,7 @@ def js_stringify(value: Any) -> str:
     return json.dumps(plain(value), ensure_ascii=False, separators=(",", ":"))
 
 
-def provider_prompt(config: Mapping[str, Any], where: str, base: Path, raw: bool) -> ProviderPrompt | None:
+def provider_prompt(config: Mapping[str, Any], where: str, files: SuiteFiles, raw: bool) -> ProviderPrompt | None:
     """What a provider's config (its :data:`KEYS`) does to its prompts; None: nothing. ``raw``: the provider
     sends prompts as completions, which take no tools."""
     affix = config.get("prompt")
@@ -117,7 +118,7 @@ def provider_prompt(config: Mapping[str, Any], where: str, base: Path, raw: bool
         if unknown is None or unknown or not all(isinstance(v, str) for v in affix.values()):
             raise BatchInputError(f"{where}.prompt must be a mapping of prefix and suffix texts, got {affix!r:.80}")
         prefix, suffix = affix.get("prefix", ""), affix.get("suffix", "")
-    plan, functions = _tools(config, where, base)
+    plan, functions = _tools(config, where, files)
     if plan is not None and raw:
         raise BatchInputError(f"{where}: tools are offered to chat models; an openai:completion provider sends "
                               "the prompt as a completion, which takes none (use openai:chat:NAME)")
@@ -128,20 +129,20 @@ def provider_prompt(config: Mapping[str, Any], where: str, base: Path, raw: bool
     return ProviderPrompt(prefix, suffix, plan, functions, json_schema)
 
 
-def _tools(config: Mapping[str, Any], where: str, base: Path) -> tuple[ToolPlan | None, bool]:
+def _tools(config: Mapping[str, Any], where: str, files: SuiteFiles) -> tuple[ToolPlan | None, bool]:
     """The tools a provider offers (as /v1/chat/completions checks them), and whether they are ``functions``."""
     if config.get("functions") is not None and config.get("tools") is not None:
         raise BatchInputError(f"{where}: give tools or functions (OpenAI's older form), not both")
     functions = config.get("functions") is not None or config.get("function_call") is not None
     if functions:
-        listed = _loaded(config.get("functions"), f"{where}.functions", base)
+        listed = _loaded(config.get("functions"), f"{where}.functions", files)
         if listed is not None and not (isinstance(listed, list) and all(isinstance(f, dict) for f in listed)):
             raise BatchInputError(f"{where}.functions must be a list of functions ({{name, parameters}})")
         tools = None if listed is None else [{"type": "function", "function": f} for f in listed]
         choice = _function_choice(config.get("function_call"), f"{where}.function_call")
         parallel: Any = False  # a reply has one function_call
     else:
-        tools = _loaded(config.get("tools"), f"{where}.tools", base)
+        tools = _loaded(config.get("tools"), f"{where}.tools", files)
         choice, parallel = config.get("tool_choice"), config.get("parallel_tool_calls")
         if tools is not None and not isinstance(tools, list):
             raise BatchInputError(f"{where}.tools must be a list of tools ({{type: function, function: {{name, "
@@ -165,16 +166,16 @@ def _function_choice(given: Any, where: str) -> Any:
     raise BatchInputError(f'{where} must be "none", "auto" or {{name: FUNCTION}}, got {given!r:.80}')
 
 
-def _loaded(given: Any, where: str, base: Path) -> Any:
-    """A tools or functions value: as written, or read from ``file://`` (.json, .yaml) relative to ``base``;
+def _loaded(given: Any, where: str, files: SuiteFiles) -> Any:
+    """A tools or functions value: as written, or read from ``file://`` (.json, .yaml) relative to the suite's folder;
     one that uses vars (promptfoo fills them per test) is refused by name."""
     if isinstance(given, str) and given.startswith("file://"):
-        path = base / given.removeprefix("file://")
+        path = files.path(given.removeprefix("file://"))
         if path.suffix.lower() not in (".json", ".yaml", ".yml"):
             raise BatchInputError(f"{where}: {given}: tools are read from .json or .yaml files")
         try:
-            given = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            given = load_yaml(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, yaml.YAMLError) as exc:
             raise BatchInputError(f"{where}: cannot read {path}: {exc}") from None
     if given is not None and "{{" in json.dumps(given):
         raise BatchInputError(f"{where}: tools that use {{{{vars}}}} are not read here (each test would offer "

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from webui.batch.errors import BatchInputError, ScriptError
+from webui.batch.suite_files import SuiteFiles
 from webui.batch.js import JS_TIMEOUT, call_javascript, check_javascript
 from webui.batch.python_assert import call_python, python_target
 
@@ -57,11 +57,10 @@ def check_transforms(given: Any) -> tuple[str, ...]:
     return tuple(items)
 
 
-def resolved(value: Any, base: Path) -> Any:
-    """A promptfoo transform with a relative ``file://`` path made relative to the config's folder ``base``."""
+def resolved(value: Any, files: SuiteFiles) -> Any:
+    """A promptfoo transform with its ``file://`` path made absolute, from the suite's folder."""
     if isinstance(value, str) and value.strip().startswith("file://"):
-        path = Path(value.strip().removeprefix("file://")).expanduser()
-        return value if path.is_absolute() else f"file://{base / path}"
+        return f"file://{files.path(value.strip().removeprefix('file://'))}"
     return value
 
 

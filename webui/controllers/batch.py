@@ -15,6 +15,7 @@ from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text,
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.promptfoo import Suite, is_config, read_suite
 from webui.batch.promptfoo_export import to_promptfoo
+from webui.batch.suite_files import SuiteFiles
 from webui.batch.rerun import is_loaded, provide
 from webui.batch.transform import is_python_transform
 from webui.batch.runner import BatchJob, RunHandle
@@ -29,7 +30,7 @@ from webui.names import InvalidName
 from webui.reproduce import RecordError, record_for_batch_row
 from webui.services import Services
 from webui.store import StoreError
-from webui.fsutil import scratch_folder
+from webui.fsutil import in_scratch, scratch_folder
 
 REFRESH_SECONDS = 0.7
 NO_RUN = "Choose a stored run first."
@@ -104,15 +105,20 @@ def _python_scripts(job: BatchJob) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _read_suite(name: str, content: bytes) -> Suite:
+def _read_suite(name: str, content: bytes, confined: bool) -> Suite:
     """An uploaded promptfoo config; its file:// paths are read from the folder it was uploaded into with the files
-    uploaded beside it (``name`` is its path there), else from the folder the workbench runs in."""
+    uploaded beside it (``name`` is its path there), else from the folder the workbench runs in. ``confined`` (a
+    server listening beyond this machine): only from that upload folder, and nothing outside it (#43)."""
     try:
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BatchInputError(f"the promptfoo config is not UTF-8 text (byte {exc.start})") from None
     folder = Path(name).parent
-    return read_suite(text, folder if folder.is_absolute() and folder.is_dir() else Path.cwd())
+    uploaded = folder.is_absolute() and folder.is_dir()
+    if confined:  # a config named without its upload folder reads no file at all: an empty folder of its own
+        return read_suite(text, SuiteFiles(folder if uploaded and in_scratch(folder)
+                                           else scratch_folder("batch-suite-"), confined=True))
+    return read_suite(text, folder if uploaded else Path.cwd())
 
 
 def _cut(text: str, length: int) -> str:
@@ -130,7 +136,7 @@ class BatchController:
 
     # -- runs and their rows ----------------------------------------------------------------------------
     def run_choices(self) -> list[tuple[str, int]]:
-        return [(f"#{r.id} {r.name} · {r.done}/{r.total} · {r.status}", r.id) for r in self.store.list()]
+        return [(f"#{r.number} {r.name} · {r.done}/{r.total} · {r.status}", r.id) for r in self.store.list()]
 
     def rows(self, run_id: int | None) -> list[ResultRow]:
         """The run's rows so far (a running run's live rows, else the stored ones); [] for no run."""
@@ -160,11 +166,18 @@ class BatchController:
                             "--allow-python-asserts if everyone who can log in may run code there.")
         return job
 
+    @property
+    def confined(self) -> bool:
+        """Whether files a user names are read only from their own upload: on a server listening beyond this
+        machine (#43)."""
+        return self.services.config.listen
+
     def _job(self, form: BatchForm, params: SamplingParams) -> BatchJob:
+        confined = self.confined
         try:
             if form.upload and is_config(form.upload[0]):
-                suite = _read_suite(*form.upload)
-                rows, options = with_asserts(suite.rows, form.asserts.splitlines()), suite.options
+                suite = _read_suite(*form.upload, confined)
+                rows, options = with_asserts(suite.rows, form.asserts.splitlines(), not confined), suite.options
                 samples = int(form.samples or 1)  # the form's when changed from 1, else the suite's repeat
                 grid = GridSpec([], {}, samples if samples != 1 else options.samples, int(form.base_seed or 0),
                                 base=params)
@@ -175,9 +188,9 @@ class BatchController:
                                 judge_model=form.local_judge() or options.judge_model,
                                 derived_metrics=options.derived_metrics)
             template = form.template.strip() or None
-            rows = (load_prompts_text(form.upload[0], form.upload[1], template) if form.upload
+            rows = (load_prompts_text(form.upload[0], form.upload[1], template, not confined) if form.upload
                     else parse_lines(form.prompts, template))
-            rows = with_asserts(rows, form.asserts.splitlines())
+            rows = with_asserts(rows, form.asserts.splitlines(), not confined)
             grid = GridSpec(list(form.presets), parse_axes(form.axes), int(form.samples or 1),
                             int(form.base_seed or 0), base=params)
             return BatchJob(form.name.strip() or "Batch run", rows, grid, form.system, form.raw,
@@ -271,8 +284,10 @@ class BatchController:
     # -- stored runs ----------------------------------------------------------------------------------------
     def upload_files(self, paths: list[str]) -> tuple[tuple[str, bytes], str]:
         """What :meth:`upload` gives for one file; for several, a promptfoo config and the files it reads, copied
-        into a folder of their own so its ``file://`` paths find them (the config is named by its path there)."""
-        if len(paths) == 1:
+        into a folder of their own so its ``file://`` paths find them (the config is named by its path there). On a
+        server listening beyond this machine a config uploaded alone gets a folder of its own too: it reads no
+        other file."""
+        if len(paths) == 1 and not (self.confined and is_config(paths[0])):
             return self.upload(paths[0])
         configs = [p for p in paths if is_config(p)]
         if len(configs) != 1:
@@ -290,12 +305,12 @@ class BatchController:
         content = path.read_bytes()
         try:
             if is_config(path.name):
-                suite = _read_suite(str(path) if keep_path else path.name, content)
+                suite = _read_suite(str(path) if keep_path else path.name, content, self.confined)
                 notes = "".join(f"  \nNote: {_md(n)}" for n in suite.notes)
                 return (str(path) if keep_path else path.name, content), (
                     f"Using the promptfoo suite **{path.name}**: {len(suite.rows)} prompts × {len(suite.settings)} "
                     f"providers (its providers are the settings: the presets and axes here are not used).{notes}")
-            count = len(load_prompts_text(path.name, content))
+            count = len(load_prompts_text(path.name, content, files_allowed=not self.confined))
         except BatchInputError as exc:
             alone = is_config(path.name) and not keep_path and b"file://" in content
             raise UserError(str(exc) + (" (a promptfoo config's file:// files are read from beside it: choose the "
@@ -342,7 +357,7 @@ class BatchController:
         try:
             values, note = form_values(run)
         except BatchInputError as exc:
-            raise UserError(f"run #{run.id} cannot fill the form: {exc}") from exc
+            raise UserError(f"run #{run.number} cannot fill the form: {exc}") from exc
         gone = [name for name in values["presets"] if name not in self.services.presets.names()]
         if gone:
             values["presets"] = tuple(n for n in values["presets"] if n not in gone)
@@ -365,7 +380,7 @@ class BatchController:
     def export(self, run_id: int | None, kind: str) -> Path:
         """The run's rows as a CSV, JSONL or promptfoo-shaped JSON ("json") file in a new temporary folder."""
         rid = self._need(run_id)
-        path = scratch_folder("batch-export-") / f"batch-run-{rid}.{kind}"
+        path = scratch_folder("batch-export-") / f"batch-run-{self._get(rid).number}.{kind}"
         rows = self.rows(rid)
         written = {"csv": to_csv, "jsonl": to_jsonl}.get(kind) or (lambda r: self._promptfoo(rid, r))
         path.write_text(written(rows), encoding="utf-8")
