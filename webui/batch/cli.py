@@ -132,7 +132,7 @@ def main(argv: list[str]) -> int:
                 r, job.name, job.rows, {s.label: s.provider for s in planned if s.provider}, job.derived_metrics))
             out.write_text(written(results), encoding="utf-8")
             print(f"wrote {len(results)} rows to {out}")
-        return _report(results, args.min_pass_rate, handle.run_id)
+        return _report(results, args.min_pass_rate, services.batches.get(handle.run_id).number)
     except (BatchInputError, LoaderError, InvalidName, StoreError, ValueError) as exc:
         return _fail(str(exc))
     finally:
@@ -145,7 +145,7 @@ def _progress(handle: RunHandle, final: bool = False) -> None:
     print(line.ljust(40), end="\n" if final else "", file=sys.stderr, flush=True)
 
 
-def _report(results: list[ResultRow], min_pass_rate: float | None, run_id: int) -> int:
+def _report(results: list[ResultRow], min_pass_rate: float | None, run_number: int) -> int:
     summaries = summarize(results)
     print(f"{'setting':50} {'rows':>5} {'pass rate':>10} {'tok/s':>7}")
     failing = []
@@ -158,7 +158,7 @@ def _report(results: list[ResultRow], min_pass_rate: float | None, run_id: int) 
     models = ", ".join(dict.fromkeys(f"{r.model} (loader {r.loader})" for r in results if r.model))
     if models:
         print(f"models: {models}")
-    print(f"stored as batch run {run_id}")
+    print(f"stored as batch run #{run_number}")
     if failing:
         print(f"pass rate below {min_pass_rate:.0%} for: {', '.join(failing)}", file=sys.stderr)
         return 1

@@ -71,7 +71,7 @@ def stored_ran_on(run: Any, rows: Sequence[Mapping[str, Any]], models: ModelMana
         row = first_row.get(label, {})  # older runs: the row's model, else the axis value, else the run's model
         name = row.get("model") or setting.get("model") or (names[0] if names else None)
         if not name:
-            raise BatchInputError(f"run #{run.id} was stored without the model it ran on, so it cannot be re-run "
+            raise BatchInputError(f"run #{run.number} was stored without the model it ran on, so it cannot be re-run "
                                   "on it; run its prompts again from the form instead")
         loader = row.get("loader") or run.spec.get("loaders", {}).get(name) or (
             run.spec.get("loader") if len(names) <= 1 else None)
@@ -82,7 +82,7 @@ def stored_ran_on(run: Any, rows: Sequence[Mapping[str, Any]], models: ModelMana
         options = row.get("load_options")
         options = options if options is not None else run.spec.get("load_options", {}).get(name)
         out[label] = RanOn(_model_id(models, name, loader), loader, options)
-    notes = [f"Run #{run.id} was stored without its loader, so {name} re-runs on the loader it loads with by "
+    notes = [f"Run #{run.number} was stored without its loader, so {name} re-runs on the loader it loads with by "
              f"default ({_default_loader(models, name) or 'unknown'})." for name in dict.fromkeys(guessed)]
     return out, notes
 

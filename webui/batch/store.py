@@ -28,6 +28,7 @@ class RunNotFound(StoreError):
 @dataclass(frozen=True)
 class BatchRun:
     id: int
+    """The run's key in the store (shared by all owners: never shown)."""
     name: str
     spec: dict[str, Any]
     model: str | None
@@ -36,6 +37,8 @@ class BatchRun:
     done: int
     created: float
     updated: float
+    number: int = 0
+    """What the user sees: #1 is their first run (numbered per owner)."""
 
 
 class BatchStore:
@@ -46,9 +49,12 @@ class BatchStore:
         name = check_title(name)
         now = time.time()
         with self._db.transaction() as conn:
-            cur = conn.execute("INSERT INTO batch_runs (name, spec, model, status, total, created, updated, owner) "
-                               "VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
-                               (name, json.dumps(spec), model, total, now, now, current_owner()))
+            owner = current_owner()
+            number = conn.execute("SELECT coalesce(max(number), 0) + 1 FROM batch_runs WHERE owner = ?",
+                                  (owner,)).fetchone()[0]
+            cur = conn.execute("INSERT INTO batch_runs (name, spec, model, status, total, created, updated, owner, "
+                               "number) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)",
+                               (name, json.dumps(spec), model, total, now, now, owner, number))
             run_id = inserted_id(cur.lastrowid)
         return self.get(run_id)
 
@@ -86,7 +92,7 @@ class BatchStore:
             "SELECT r.*, (SELECT count(*) FROM batch_results WHERE run_id = r.id) AS done "
             "FROM batch_runs r WHERE r.id = ? AND r.owner = ?", (run_id, current_owner()))
         if row is None:
-            raise RunNotFound(f"batch run {run_id} does not exist (it may have been deleted)")
+            raise RunNotFound("this batch run does not exist (it may have been deleted)")
         return _run(row)
 
     def list(self) -> builtins.list[BatchRun]:
@@ -105,14 +111,14 @@ class BatchStore:
         with self._db.transaction() as conn:
             if conn.execute("UPDATE batch_runs SET name = ?, updated = ? WHERE id = ? AND owner = ?",
                             (name, time.time(), run_id, current_owner())).rowcount == 0:
-                raise RunNotFound(f"batch run {run_id} does not exist")
+                raise RunNotFound("this batch run does not exist")
         return self.get(run_id)
 
     def delete(self, run_id: int) -> None:
         with self._db.transaction() as conn:
             if conn.execute("DELETE FROM batch_runs WHERE id = ? AND owner = ?",
                             (run_id, current_owner())).rowcount == 0:
-                raise RunNotFound(f"batch run {run_id} does not exist")
+                raise RunNotFound("this batch run does not exist")
 
     def mark_interrupted(self) -> int:
         """Runs still 'running' from a process that died are 'failed' now; their rows stay. Returns how many."""
@@ -123,9 +129,9 @@ class BatchStore:
 def _own(conn: sqlite3.Connection, run_id: int) -> None:
     """RunNotFound unless the run is there and the current owner's."""
     if conn.execute("SELECT 1 FROM batch_runs WHERE id = ? AND owner = ?", (run_id, current_owner())).fetchone() is None:
-        raise RunNotFound(f"batch run {run_id} does not exist (it may have been deleted)")
+        raise RunNotFound("this batch run does not exist (it may have been deleted)")
 
 
 def _run(row: sqlite3.Row) -> BatchRun:
     return BatchRun(row["id"], row["name"], json.loads(row["spec"]), row["model"], row["status"], row["total"],
-                    row["done"], row["created"], row["updated"])
+                    row["done"], row["created"], row["updated"], row["number"])

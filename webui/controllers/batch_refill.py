@@ -41,7 +41,7 @@ def form_values(run: BatchRun) -> tuple[dict[str, Any], str]:
                              "asserts": [a.to_dict() for a in r.asserts]}, ensure_ascii=False) for r in rows]
         values.update(prompts="\n".join(escape_newlines(r.text) for r in rows), asserts="",
                       upload=(f"run-{run.id}-prompts.jsonl", ("\n".join(lines) + "\n").encode("utf-8")))
-        notes.append(f"Using the {len(rows)} prompts of run #{run.id} with each one's own asserts (the text box "
+        notes.append(f"Using the {len(rows)} prompts of run #{run.number} with each one's own asserts (the text box "
                      "shows them and is ignored; “Use the text box instead” drops the file).")
     labels = [s.get("label") for s in spec.get("settings", [])]
     if not grid.presets and not grid.axes and labels != [BASE_LABEL]:

@@ -171,4 +171,12 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX message_images_by_digest ON message_images (digest);
     """,
+    # 10: batch runs are numbered per owner (#43): a user's first run is #1 whoever else runs batches, so a run's
+    # number tells nobody what others did. Runs made before are numbered in the order they were made.
+    """
+    ALTER TABLE batch_runs ADD COLUMN number INTEGER NOT NULL DEFAULT 0;
+    UPDATE batch_runs SET number = (SELECT count(*) FROM batch_runs AS earlier
+                                    WHERE earlier.owner = batch_runs.owner AND earlier.id <= batch_runs.id);
+    CREATE INDEX batch_runs_by_owner_number ON batch_runs (owner, number);
+    """,
 )
