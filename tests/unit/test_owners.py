@@ -93,6 +93,30 @@ def test_batch_runs_are_their_owners(db):
         assert [r["output"] for r in runs.results(run.id)] == ["secret"] and runs.get(run.id).status == "running"
 
 
+def test_batch_runs_are_numbered_per_owner_and_the_number_tells_nothing_of_others(db, tmp_path):
+    runs = BatchStore(db)
+    with as_owner("alice"):
+        first, second = (runs.create(f"a{n}", {}, "m", 1) for n in (1, 2))
+    with as_owner("bob"):
+        bobs = runs.create("b1", {}, "m", 1)
+        assert bobs.number == 1 and runs.list()[0].number == 1
+        with pytest.raises(RunNotFound) as refused:
+            runs.get(first.id)
+        assert str(first.id) not in str(refused.value)  # the shared key is never said
+    with as_owner("alice"):
+        runs.delete(second.id)
+        assert [r.number for r in runs.list()] == [1] and runs.create("a3", {}, "m", 1).number == 2
+    path = tmp_path / "old.sqlite3"  # runs made before the numbers: numbered per owner in the order they were made
+    with Database(path, MIGRATIONS[:9]) as old:
+        with old.transaction() as conn:
+            for owner in ("alice", "bob", "alice", ""):
+                conn.execute("INSERT INTO batch_runs (name, spec, model, status, total, created, updated, owner) "
+                             "VALUES ('r', '{}', 'm', 'done', 1, 0, 0, ?)", (owner,))
+    with Database(path) as migrated:
+        stored = migrated.query("SELECT owner, number FROM batch_runs ORDER BY id")
+        assert [(r["owner"], r["number"]) for r in stored] == [("alice", 1), ("bob", 1), ("alice", 2), ("", 1)]
+
+
 def test_perplexity_results_and_cached_responses_are_their_owners(db):
     ppl, cache = PerplexityStore(db), ResponseCache(db)
     response = {"output": "o", "finish_reason": "stop", "prompt_tokens": 1, "completion_tokens": 1,
