@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from loaders.base import LoaderError
 from webui.config import AppConfig, config_from_args
+from webui.exposure import exposure_report
 from webui.names import InvalidName
 from webui.services import Services
 from webui.startup import load_startup_model
@@ -106,20 +107,11 @@ def serve(services: Services, config: AppConfig) -> None:
 
 
 def warn_exposure(config: AppConfig) -> None:
-    """With --listen: say exactly what other machines can reach."""
-    if not config.listen:
+    """With --listen: say exactly what other machines can reach and what a remote user can do (#43)."""
+    lines = exposure_report(config)
+    if not lines:
         return
-    log.warning("!" * 70)
-    if config.ui_users:
-        log.warning("--listen: the UI on port %d asks for a login (%d user(s)). Each user has their own chats, "
-                    "notebooks, batch runs, presets and settings; every user can load and unload models, which "
-                    "all of them share.", config.port, len(config.ui_users))
-    else:
-        log.warning("--listen: the UI on port %d is reachable from other machines WITHOUT a login: anyone on your "
-                    "network can read, change and delete every chat, notebook, batch run, preset and setting, load "
-                    "and unload models and run generations.", config.port)
-        log.warning("Add a login with --ui-auth USER:PASSWORD (or --ui-auth-file), or stop it unless that is "
-                    "intended.")
-    if config.api and not (config.api_keys or config.admin_keys):
-        log.warning("The API stays on 127.0.0.1 because no --api-key is set.")
-    log.warning("!" * 70)
+    print("\n".join(["!" * 70, *lines, "!" * 70]), flush=True)
+    if not config.ui_users:
+        log.warning("--listen without a login: anyone on your network can use and change everything here. Add "
+                    "--ui-auth USER:PASSWORD (or --ui-auth-file), or stop it unless that is intended.")

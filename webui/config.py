@@ -34,6 +34,7 @@ class AppConfig:
     threads: int | None = None
     loras: tuple[str, ...] = ()
     listen: bool = False
+    listen_host: str = "0.0.0.0"  # with --listen: the address the UI (and a keyed API) listen on
     allow_python_asserts: bool = False  # with --listen: the Batch tab may run python asserts and transforms
     ui_users: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # (user, password or its hash): UI login
     ui_admins: tuple[str, ...] = ()  # with a login: the users who see the API's traffic (the Requests tab)
@@ -71,12 +72,12 @@ class AppConfig:
 
     @property
     def host(self) -> str:
-        return "0.0.0.0" if self.listen else "127.0.0.1"
+        return self.listen_host if self.listen else "127.0.0.1"
 
     @property
     def api_host(self) -> str:
         """The API is exposed beyond this machine only with --listen and an API key."""
-        return "0.0.0.0" if self.listen and (self.api_keys or self.admin_keys) else "127.0.0.1"
+        return self.listen_host if self.listen and (self.api_keys or self.admin_keys) else "127.0.0.1"
 
     @property
     def presets_dir(self) -> Path:
@@ -200,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="listen on all interfaces instead of 127.0.0.1; without --ui-auth anyone who can reach the "
                         "port can read and delete every chat, notebook, batch run, preset and setting, load models "
                         "and run generations (it warns at start); the API needs a key to leave 127.0.0.1")
+    g.add_argument("--listen-host", default=None, metavar="ADDRESS",
+                   help="with --listen: the address to listen on (default 0.0.0.0, every interface; one interface's "
+                        "address to serve only that network)")
     g.add_argument("--allow-python-asserts", action="store_true",
                    help="with --listen, let the Batch tab run python asserts and transforms (inline code or uploaded "
                         ".py files run with this server's rights: anyone who can use the UI can then run code here); "
@@ -285,6 +289,8 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         raise SystemExit(f"error: --ui-admin {unknown[0]}: " + ("no such user among --ui-auth/--ui-auth-file" if users
                          else "admin users need a login (--ui-auth or --ui-auth-file); without one everyone sees "
                               "the Requests tab"))
+    if args.listen_host is not None and not args.listen:
+        raise SystemExit("error: --listen-host needs --listen (without it the workbench listens on 127.0.0.1 only)")
     try:
         load_options = tuple(parse_assignments(args.load_option).items())
     except LoadOptionError as exc:
@@ -294,7 +300,7 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         user_data_dir=args.user_data_dir or default_user_data_dir(), models_dir=args.models_dir,
         loras_dir=args.loras_dir,
         model=args.model, loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads,
-        loras=tuple(args.lora), listen=args.listen,
+        loras=tuple(args.lora), listen=args.listen, listen_host=args.listen_host or "0.0.0.0",
         allow_python_asserts=args.allow_python_asserts, ui_users=users, ui_admins=tuple(args.ui_admin), port=args.port, api=args.api, api_port=args.api_port,
         api_keys=read_keys(args.api_key, args.api_key_file, "--api-key"),
         admin_keys=read_keys(args.admin_key, args.admin_key_file, "--admin-key"), served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,

@@ -1,16 +1,18 @@
 """The UI's login in a real browser: --ui-auth on the command line and a file with a hashed password; each user
-sees only their own chats, notebooks and settings."""
+sees only their own chats, notebooks and settings. The server listens as a shared one does (--listen, on 127.0.0.1
+here), so a user's uploaded suite reads only its own files and batch runs are numbered per user (#43)."""
 
 from __future__ import annotations
 
 import sqlite3
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import LONG, choose_preset, screenshot, send, set_number, tab, wait_reply_done, wait_text
+from tests.ui.pages import LONG, choose_preset, screenshot, send, set_number, tab, toast, wait_reply_done, wait_text
 from webui.auth import hash_password
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
@@ -22,7 +24,8 @@ def server(tmp_path_factory, default_model_dir):
     user_data = user_data_with_default_model(root / "data", default_model_dir)
     users = root / "users.txt"
     users.write_text(f"# hashed with python launch.py hash-password\nbob:{hash_password('b0b-secret')}\n")
-    with running_server(user_data, "--ui-auth", "alice:wonderland", "--ui-auth-file", str(users)) as srv:
+    with running_server(user_data, "--ui-auth", "alice:wonderland", "--ui-auth-file", str(users), "--ui-admin", "alice",
+                        "--listen", "--listen-host", "127.0.0.1") as srv:
         srv.user_data = user_data
         yield srv
 
@@ -122,3 +125,63 @@ def test_the_page_names_who_is_logged_in_and_logs_out(server, browser):
     page = logged_in(browser, server.url, "bob", "b0b-secret")  # and works again
     wait_text(page, "#account-user", "Logged in as bob", 30_000)
     page.close()
+
+
+SUITE = """prompts: [file://prompt.txt]
+providers: [{id: 'openai:chat:SmolLM2-135M-Instruct', config: {temperature: 0, max_tokens: 1}}]
+tests: [{vars: {doc: 'a short document'}}]
+"""
+ESCAPES = {  # the issue's cases (#43), each naming a file outside what the user uploaded, and what the refusal says
+    "absolute": ("prompts: ['Summarize: {{doc}}']\ntests: [{vars: {doc: 'file:///etc/hostname'}}]\n",
+                 "'/etc/hostname' lies outside the files uploaded with the suite"),
+    "dot-dot": ("prompts: ['file://../../../../../../../etc/os-release']\n", "os-release' lies outside"),
+    "symlink": ("prompts: ['Summarize: {{doc}}']\ntests: [{vars: {doc: 'file:///proc/self/root/etc/hostname'}}]\n",
+                "'/proc/self/root/etc/hostname' lies outside"),
+    "glob": ("prompts: ['Summarize: {{doc}}']\ntests: [{vars: {doc: 'file://../*'}}]\n", "'..' lies outside"),
+}
+
+
+def _upload(page, *paths: Path) -> None:
+    with page.expect_file_chooser() as chooser:
+        page.locator("#batch-upload").click()
+    chooser.value.set_files([str(p) for p in paths])
+
+
+def _run_suite(page, folder: Path, name: str) -> None:
+    folder.mkdir()
+    (folder / "promptfooconfig.yaml").write_text(SUITE.replace("prompts:", f"description: {name}\nprompts:"))
+    (folder / "prompt.txt").write_text("Summarize: {{doc}}")
+    tab(page, "Batch")
+    _upload(page, folder / "promptfooconfig.yaml", folder / "prompt.txt")
+    wait_text(page, "#batch-upload-note", "1 prompts × 1 providers", 30_000)
+    page.locator("#batch-name input, #batch-name textarea").first.fill(name)
+    page.locator("#batch-run").click()
+    wait_text(page, "#batch-progress", "Finished: 1/1", LONG)
+
+
+def test_a_second_users_suite_reads_only_its_own_files_and_runs_are_numbered_per_user(server, browser, tmp_path):
+    alice = logged_in(browser, server.url, "alice", "wonderland")
+    _run_suite(alice, tmp_path / "alice", "alices-run")
+    alice.close()
+
+    bob = logged_in(browser, server.url, "bob", "b0b-secret")
+    tab(bob, "Batch")
+    for name, (config, refused) in ESCAPES.items():
+        path = tmp_path / name / "promptfooconfig.yaml"
+        path.parent.mkdir()
+        path.write_text(config)
+        _upload(bob, path)
+        toast(bob, refused)
+        assert "Using" not in bob.locator("#batch-upload-note").inner_text(), name
+    screenshot(bob, "second-user-suite-refused")
+    _run_suite(bob, tmp_path / "bob", "bobs-run")
+    bob.get_by_role("tab", name="Runs").click()
+    bob.locator("#batch-runs input").click()
+    options = bob.locator("#batch-runs").get_by_role("option")
+    options.filter(has_text="bobs-run").wait_for(timeout=30_000)
+    shown = [o.split("\n")[-1].split(" · ")[0] for o in options.all_inner_texts()]  # past a ✓ mark
+    assert shown == ["#1 bobs-run"]  # nothing says that alice ran one first
+    bob.close()
+    with sqlite3.connect(f"file:{server.user_data / 'workbench.sqlite3'}?mode=ro", uri=True) as db:
+        runs = db.execute("SELECT owner, number FROM batch_runs WHERE name LIKE '%s-run' ORDER BY id").fetchall()
+    assert runs == [("alice", 1), ("bob", 1)]
