@@ -69,7 +69,8 @@ ESCAPES = {
     "tests file, absolute": "prompts: ['S: {{q}}']\ntests: ['file://OUT/tests.yaml']",
     "scenario tests": "prompts: ['S: {{q}}']\nscenarios: [{config: [{vars: {a: 1}}], tests: "
                       "['file://../server/tests.yaml']}]",
-    "javascript assert file": "prompts: [x]\ntests: [{assert: [{type: javascript, value: 'file://../server/check.js'}]}]",
+    "javascript assert file": "prompts: [x]\ntests: [{assert: [{type: javascript, "
+                              "value: 'file://../server/check.js'}]}]",
     "python assert file": "prompts: [x]\ntests: [{assert: [{type: python, value: 'file://OUT/check.py'}]}]",
     "assert transform file": "prompts: [x]\ntests: [{assert: [{type: contains, value: a, "
                              "transform: 'file://../server/check.js'}]}]",
