@@ -49,8 +49,9 @@ class AppConfig:
     log_prompts: bool = False
     api_max_body_mb: float = 8.0  # 0: no limit
     max_image_mb: float = 5.0  # the largest image a prompt may carry (API and Chat tab), as sent
-    allow_local_images: bool = False  # the API's image_url may name a file on this machine
+    local_images_dir: Path | None = None  # the API's image_url may name a file under this folder (resolved)
     allow_image_urls: bool = False  # the API's image_url may be an http(s) URL, which the server then fetches
+    allow_private_image_urls: bool = False  # ... from loopback and private addresses too
     capture_requests: bool = False  # keep every API request in the store (#33); store: true ones are kept anyway
     capture_max_requests: int = 1000  # kept requests, at most; the oldest go first
     capture_max_mb: float = 200.0  # their size, at most
@@ -129,6 +130,13 @@ def _megabytes(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0 (0 turns it off), got {text}")
     return value
+
+
+def _folder(text: str) -> Path:
+    path = Path(text).expanduser().resolve()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"must be a folder that exists, got {text!r}")
+    return path
 
 
 def read_keys(given: list[str], files: list[Path], flag: str) -> tuple[str, ...]:
@@ -258,12 +266,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 5; 0: no limit; an image over it is refused with a message saying so). A base64 "
                         "data URL is a third larger than the image, and the whole body must stay under "
                         "--api-max-body-mb")
-    g.add_argument("--allow-local-images", action="store_true",
-                   help="let the API's image_url parts name a file on this machine (file:///path or an absolute "
-                        "path): anyone who can call the API can then have this server read any image it can read")
+    g.add_argument("--allow-local-images", type=_folder, metavar="DIR", dest="local_images_dir",
+                   help="let the API's image_url parts name image files under the folder DIR (file:///path or an "
+                        "absolute path). DIR is required: the bare flag, which once allowed any file, is an error. A "
+                        "path that resolves outside DIR, through a symlink or '..', is refused. Anyone who can call "
+                        "the API can then have this server read any image in DIR")
     g.add_argument("--allow-image-urls", action="store_true",
-                   help="let the API's image_url parts be http(s) URLs, which this server then downloads (off by "
-                        "default: a request could make it fetch from any address it can reach)")
+                   help="let the API's image_url parts be http(s) URLs, which this server then downloads (20 s at "
+                        "most, redirects included) from public addresses only: off by default, as a request "
+                        "could make it fetch from any address it can reach")
+    g.add_argument("--allow-private-image-urls", action="store_true",
+                   help="with --allow-image-urls: also download from loopback, private (10/8, 172.16/12, 192.168/16, "
+                        "fc00::/7) and carrier-grade NAT (100.64/10) addresses, e.g. a server on this machine or "
+                        "the LAN. Link-local addresses (the cloud metadata service, 169.254.169.254), multicast and "
+                        "reserved ones stay refused")
     g.add_argument("--log-prompts", action="store_true", help="include prompt text in the API's request log lines")
     g.add_argument("--capture-requests", action="store_true",
                    help="keep every API request to /v1/chat/completions and /v1/completions in the store, as sent "
@@ -291,6 +307,8 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
                               "the Requests tab"))
     if args.listen_host is not None and not args.listen:
         raise SystemExit("error: --listen-host needs --listen (without it the workbench listens on 127.0.0.1 only)")
+    if args.allow_private_image_urls and not args.allow_image_urls:
+        raise SystemExit("error: --allow-private-image-urls widens --allow-image-urls; give both, or neither")
     try:
         load_options = tuple(parse_assignments(args.load_option).items())
     except LoadOptionError as exc:
@@ -306,8 +324,8 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         admin_keys=read_keys(args.admin_key, args.admin_key_file, "--admin-key"), served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts,
         api_max_body_mb=args.api_max_body_mb, capture_requests=args.capture_requests,
-        max_image_mb=args.max_image_mb, allow_local_images=args.allow_local_images,
-        allow_image_urls=args.allow_image_urls,
+        max_image_mb=args.max_image_mb, local_images_dir=args.local_images_dir,
+        allow_image_urls=args.allow_image_urls, allow_private_image_urls=args.allow_private_image_urls,
         capture_max_requests=args.capture_max_requests, capture_max_mb=args.capture_max_mb,
         max_running=args.max_running,
         max_waiting=args.max_waiting, prefix_cache_mb=args.prefix_cache_mb,

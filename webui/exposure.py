@@ -45,7 +45,10 @@ def _api_lines(config: AppConfig) -> list[str]:
                + (f"{admins} admin key(s)" if admins else "refused (no --admin-key)"))
     capture = "every request kept (--capture-requests)" if config.capture_requests else \
         "kept only when a request asks store: true"
-    local = "yes (--allow-local-images)" if config.allow_local_images else "no (--allow-local-images)"
-    urls = "yes (--allow-image-urls)" if config.allow_image_urls else "no (--allow-image-urls)"
+    local = (f"only under {config.local_images_dir} (--allow-local-images)" if config.local_images_dir
+             else "no (--allow-local-images DIR)")
+    urls = "no (--allow-image-urls)" if not config.allow_image_urls else (
+        "yes, private and loopback addresses too (--allow-private-image-urls)" if config.allow_private_image_urls
+        else "yes, public addresses only (--allow-image-urls)")
     return [f"  API          {api}; {capture}",
             f"  images       API image files on this machine: {local}; image URLs fetched: {urls}"]

@@ -1,6 +1,6 @@
 """Images over /v1/chat/completions with the official openai client: image_url parts (data: URLs; local files
-with --allow-local-images) to a tiny random vision model, and a 400 naming the part for a text-only model, an
-unreadable image, one over --max-image-mb, or a source the server does not allow."""
+under the folder of --allow-local-images DIR) to a tiny random vision model, and a 400 naming the part for a
+text-only model, an unreadable image, one over --max-image-mb, or a source the server does not allow."""
 
 from __future__ import annotations
 
@@ -27,9 +27,17 @@ def message(*urls: str, text: str = "What is in the picture?") -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory, default_model_dir, tiny_llava_dir, tiny_model_dir, tiny_idefics3_gguf):
+def local_images(tmp_path_factory):
+    """The folder the server below reads local image files from, with red.png in it."""
+    folder = tmp_path_factory.mktemp("local-images")
+    (folder / "red.png").write_bytes(RED)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory, default_model_dir, tiny_llava_dir, tiny_model_dir, tiny_idefics3_gguf, local_images):
     """The tiny LLaVA in use, the tiny text-only Llama and a tiny Idefics3 .gguf with its projector (llama.cpp)
-    beside it; local image files allowed, images up to 0.05 MB."""
+    beside it; local image files allowed under ``local_images``, images up to 0.05 MB."""
     assert len(BIG) > 0.05 * 2**20 > len(RED)
     models = tmp_path_factory.mktemp("vision-models") / "models"
     models.mkdir()
@@ -39,7 +47,7 @@ def api(tmp_path_factory, default_model_dir, tiny_llava_dir, tiny_model_dir, tin
         (models / file.name).symlink_to(file)
     ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--models-dir", str(models), "--model",
                                "tiny-llava", "--also-load", "tiny", f"{GGUF}@llamacpp", "--allow-local-images",
-                               "--max-image-mb", "0.05")
+                               str(local_images), "--max-image-mb", "0.05")
     with ctx:
         with urllib.request.urlopen(base.removesuffix("/v1") + "/health", timeout=10):
             pass
@@ -56,7 +64,7 @@ def bad_request(client, messages: list[dict], model: str = "tiny-llava") -> dict
     return caught.value.body
 
 
-def test_an_image_message_gets_a_reply_that_depends_on_the_image(api, tiny_llava_dir, tmp_path):
+def test_an_image_message_gets_a_reply_that_depends_on_the_image(api, tiny_llava_dir, local_images):
     red, blue = ask(api, message(data_url(RED))), ask(api, message(data_url(BLUE)))
     assert red.choices[0].message.content and red.choices[0].message.content != blue.choices[0].message.content
     from transformers import AutoProcessor
@@ -68,8 +76,7 @@ def test_an_image_message_gets_a_reply_that_depends_on_the_image(api, tiny_llava
     again = ask(api, message(data_url(RED)))
     assert again.choices[0].message.content == red.choices[0].message.content
     assert again.usage.prompt_tokens_details.cached_tokens > image_tokens  # the image's KV came from the cache
-    path = tmp_path / "red.png"
-    path.write_bytes(RED)  # --allow-local-images: a file path reads the same image
+    path = local_images / "red.png"  # --allow-local-images DIR: a file path under DIR reads the same image
     assert ask(api, message(f"file://{path}")).choices[0].message.content == red.choices[0].message.content
 
 
@@ -108,11 +115,12 @@ def test_bad_images_get_a_400_naming_the_part(api, url, words):
 
 
 def test_local_files_and_urls_need_their_flags(tmp_path, tiny_llava_dir):
-    """Without --allow-local-images a path is refused (the server above allows them)."""
+    """Without --allow-local-images DIR a path is refused (the server above allows them)."""
     from tests.conftest import load_model
     from webui.api.errors import APIError
     from webui.api.images import request_images
     from webui.api.protocol import ChatMessage
+    from webui.api.serving import APIConfig
 
     model = load_model(tiny_llava_dir)
     path = tmp_path / "red.png"
@@ -121,10 +129,10 @@ def test_local_files_and_urls_need_their_flags(tmp_path, tiny_llava_dir):
                       ("http://127.0.0.1:9/x.png", "--allow-image-urls")):
         messages = [ChatMessage.model_validate(m) for m in message(url)]
         with pytest.raises(APIError, match=flag) as caught:
-            run_async(request_images(messages, model, 2**20, False, False))
+            run_async(request_images(messages, model, APIConfig(max_image_bytes=2**20)))
         assert caught.value.param == "messages[0].content[0].image_url"
-    read = run_async(request_images([ChatMessage.model_validate(m) for m in message(str(path))], model, 2**20,
-                                    True, False))
+    read = run_async(request_images([ChatMessage.model_validate(m) for m in message(str(path))], model,
+                                    APIConfig(max_image_bytes=2**20, local_images_dir=tmp_path)))
     assert len(read) == 1 and read[0].image.size == (40, 30)
 
 
@@ -160,7 +168,8 @@ def test_a_chat_reply_with_an_image_reproduces_over_the_api(api, tmp_path, tiny_
 
 
 def test_urls_are_fetched_with_their_flag(tmp_path, tiny_llava_dir):
-    """--allow-image-urls: the server downloads the image (here from a local HTTP server), within the limit."""
+    """--allow-image-urls: the server downloads the image (here from a local HTTP server, so with
+    --allow-private-image-urls too), within the limit."""
     import functools
     import http.server
     import threading
@@ -169,6 +178,7 @@ def test_urls_are_fetched_with_their_flag(tmp_path, tiny_llava_dir):
     from webui.api.errors import APIError
     from webui.api.images import request_images
     from webui.api.protocol import ChatMessage
+    from webui.api.serving import APIConfig
 
     (tmp_path / "red.png").write_bytes(RED)
     (tmp_path / "big.png").write_bytes(BIG)
@@ -179,7 +189,8 @@ def test_urls_are_fetched_with_their_flag(tmp_path, tiny_llava_dir):
 
     def read(name: str, limit: int = 2**20):
         messages = [ChatMessage.model_validate(m) for m in message(f"{base}/{name}")]
-        return run_async(request_images(messages, model, limit, False, True))
+        return run_async(request_images(messages, model, APIConfig(max_image_bytes=limit, allow_image_urls=True,
+                                                                   allow_private_image_urls=True)))
 
     try:
         assert read("red.png")[0].digest == read_image(RED, 2**20).digest

@@ -113,8 +113,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
                                                   "structured_outputs", body.tool_choice)
         params = params.replace(structured_outputs=calls_only)
     config = s.config
-    images = await request_images(body.messages, model, config.max_image_bytes, config.allow_local_images,
-                                  config.allow_image_urls)
+    images = await request_images(body.messages, model, config)
     messages = body.chat_messages(image_placeholder(model) if images else "")
     chat_mode = request_mode(body, s.services.characters, model)  # text-generation-webui's extras
     template = instruction_template(body, s.services.templates, model) or (

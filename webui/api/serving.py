@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 from fastapi import Request
@@ -35,8 +36,10 @@ class APIConfig:
     log_prompts: bool = False
     max_body_bytes: int | None = 8 * 2**20  # larger request bodies get a 413 before they are read (None: no limit)
     max_image_bytes: int | None = 5 * 2**20  # the largest image a message may carry (None: no limit)
-    allow_local_images: bool = False  # image_url parts may name files on this machine
+    local_images_dir: Path | None = None  # image_url parts may name files under this folder (resolved)
     allow_image_urls: bool = False  # image_url parts may be http(s) URLs the server fetches
+    allow_private_image_urls: bool = False  # ... from loopback and private addresses too
+    image_fetch_timeout: float = 20.0  # seconds a remote image may take to download, redirects included
 
 
 def finished(reason: str | None) -> str:
