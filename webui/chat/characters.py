@@ -212,7 +212,7 @@ def _chunk_text(kind: bytes, rest: bytes, budget: int, source: str, key: str) ->
 def _inflate(data: bytes, budget: int, source: str, key: str) -> bytes:
     """``data`` decompressed, at most ``budget`` bytes of it (never more is unpacked)."""
     unpacker = zlib.decompressobj()
-    text = unpacker.decompress(data, budget + 1)
+    text = unpacker.decompress(data, max(budget, 0) + 1)  # (a max_length of 0 would be no limit at all)
     if len(text) > budget:
         raise CharacterError(f"{source}: its '{key}' text chunk unpacks to more than "
                              f"{MAX_TEXT_BYTES // 2**20} MB of text, more than any character card holds; it is not "
@@ -262,8 +262,8 @@ def _json(text: str, source: str) -> Any:
     except ValueError as exc:
         raise CharacterError(f"{source} is not valid JSON: {exc}") from None
     except RecursionError:
-        raise CharacterError(f"{source} is JSON nested too deeply to read; a character card is a flat object")\
-            from None
+        raise CharacterError(f"{source} is JSON nested too deeply to read; a character card is a flat "
+                             "object") from None
 
 
 def _yaml(text: str, source: str) -> Any:
