@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -13,11 +16,31 @@ def atomic_write_text(path: Path, text: str) -> None:
 
     If the disk is full or the process dies, the previous file stays intact.
     """
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` as atomic_write_text writes text. A link at ``path`` is replaced, never written
+    through: a link in our folder cannot make us write to a file elsewhere."""
+    with _replacing(path) as f:
+        f.write(data)
+
+
+def atomic_copy(source: Path, path: Path) -> None:
+    """Copy the file ``source`` to ``path`` as atomic_write_bytes writes: whole or not at all, never through a
+    link at ``path``."""
+    with _replacing(path) as f, open(source, "rb") as src:
+        shutil.copyfileobj(src, f, 2**20)
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[BinaryIO]:
+    """A temp file beside ``path`` to write; fsynced and renamed over ``path`` at the end, removed on an error."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

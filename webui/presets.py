@@ -18,7 +18,7 @@ import yaml
 
 from webui.engine.params import InvalidParameter, SamplingParams
 from webui.fsutil import atomic_write_text
-from webui.names import check_name
+from webui.names import check_name, inside
 from webui.owner import current as current_owner
 from webui.owner import folder_name
 
@@ -123,10 +123,10 @@ class PresetStore:
         name = check_name("preset", name)
         user = self.user_dir / f"{name}.yaml"  # a user's own preset wins over a built-in of the same name
         if user.is_file():
-            return user
+            return inside("preset", self.user_dir, user)
         builtin = self.builtin_dir / f"{name}.yaml"
         if builtin.is_file():
-            return builtin
+            return inside("preset", self.builtin_dir, builtin)
         raise PresetError(f"unknown preset '{name}'; presets: {', '.join(self.names()) or 'none'}")
 
     def get(self, name: str) -> Preset:

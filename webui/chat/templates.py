@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from loaders.base import Tokenizer
 from webui.fsutil import atomic_write_text
-from webui.names import InvalidName, check_name
+from webui.names import InvalidName, check_name, inside
 
 MODEL_OWN = ""
 SUFFIX = ".jinja"
@@ -181,7 +181,12 @@ class TemplateStore:
         path = self._path(name)
         if not path.is_file():
             raise TemplateError(f"there is no template '{name}'; choose one of: {', '.join(self.names())}")
-        return path.read_text(encoding="utf-8")
+        try:
+            return inside("template", self.directory, path).read_text(encoding="utf-8")
+        except InvalidName as exc:
+            raise TemplateError(str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise TemplateError(f"the template file {path} is not UTF-8 text ({exc}); fix or delete it") from None
 
     def save(self, name: str, source: str) -> str:
         """Check and save a user template; the name as saved. Built-in names are refused."""

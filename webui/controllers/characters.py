@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
-from webui.chat.characters import Character, CharacterError
+from webui.chat.characters import Character, CharacterError, check_picture_size, check_size, parse_character
 from webui.chat.modes import CHAT_INSTRUCT, DEFAULT_COMMAND, MODES, ChatMode, ModeError
 from webui.controllers.chat import ChatSession, turns_of
 from webui.controllers.chat_library import ChatView
@@ -98,13 +98,19 @@ class CharactersController:
         return self._view(copy, f"Duplicated '{name}' as '{copy.name}'.")
 
     def import_file(self, path: str | Path) -> CharacterView:
-        """Import a text-generation-webui YAML/JSON character or a TavernAI/SillyTavern card (JSON or PNG)."""
+        """Import a text-generation-webui YAML/JSON character or a TavernAI/SillyTavern card (JSON or PNG); a
+        file over the size an import reads is refused before it is read."""
         path = Path(path)
         try:
-            character = self.store.import_file(path.read_bytes(), path.name)
+            check_size(path.stat().st_size, path.name)
+            blob = path.read_bytes()
+            read = parse_character(blob, path.name)
+            character = self.store.add_imported(read, blob if path.suffix.lower() == ".png" else None,
+                                                f"'{path.name}'")
         except (CharacterError, OSError) as exc:
             raise UserError(f"Could not import the character: {exc}") from exc
-        return self._view(character, f"Imported '{character.name}' from {path.name}.")
+        renamed = f" as '{character.name}'" if character.name != read.name else ""
+        return self._view(character, f"Imported '{read.name}' from {path.name}{renamed}.")
 
     def export(self, name: str | None, kind: str) -> Path:
         """The character as a file in a new temporary folder: text-generation-webui's YAML, or a v2 card (JSON)."""
@@ -120,6 +126,7 @@ class CharactersController:
     def set_picture(self, name: str | None, path: str | Path) -> CharacterView:
         character = self._get(name or "")
         try:
+            check_picture_size(Path(path).stat().st_size)  # before it is read
             self.store.set_picture(character.name, Path(path).read_bytes(), Path(path).suffix or ".png")
         except (CharacterError, OSError) as exc:
             raise UserError(f"Could not set the picture: {exc}") from exc
@@ -199,4 +206,8 @@ class CharactersController:
             raise UserError(str(exc)) from exc
 
     def _view(self, character: Character, note: str = "") -> CharacterView:
-        return CharacterView(self.listed(), character, self.store.picture(character.name), note)
+        try:
+            picture = self.store.picture(character.name)
+        except CharacterError as exc:  # a link to a file elsewhere
+            raise UserError(str(exc)) from exc
+        return CharacterView(self.listed(), character, picture, note)

@@ -10,7 +10,6 @@ Datasets and format files live where text-generation-webui keeps them: ``<user d
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -18,11 +17,13 @@ from typing import Any, Mapping
 from loaders.base import LoaderError, is_lora_model
 from webui.controllers.ab import CURRENT, NO_ADAPTER, Side
 from webui.controllers.errors import UserError
+from webui.fsutil import atomic_copy
 from webui.insight import InsightUnavailable, sequences_perplexity
 from webui.models import Slot
-from webui.names import InvalidName, check_name
+from webui.names import InvalidName, check_name, inside
 from webui.services import Services
-from webui.training.data import RAW_SUFFIXES, RECORD_SUFFIXES, preview, shipped_formats
+from webui.training.data import (MAX_DATASET_BYTES, MAX_FORMAT_BYTES, RAW_SUFFIXES, RECORD_SUFFIXES, check_dataset,
+                                 check_size, preview, shipped_formats)
 from webui.training.runner import DONE, FAILED, IDLE, LOADING, RUNNING, STOPPED, STOPPING, TRAINING, RunState
 from webui.training.settings import TrainingError, parse_settings
 from webui.training.trainer import TrainJob, Words, base_model_folder, checkpoint_dir, prepare
@@ -105,7 +106,9 @@ class TrainingController:
         return names[0] if names else None
 
     def upload(self, path: str | Path | None) -> str:
-        """Copy an uploaded dataset into the datasets folder (replacing one of that name); its name there."""
+        """Copy an uploaded dataset into the datasets folder (replacing one of that name); its name there. The file
+        is checked first (its size before anything is read, then its text or records), and copied whole or not at
+        all: a bad upload leaves the folder as it was."""
         if not path:
             raise UserError("Choose a dataset file to upload.")
         source = Path(path)
@@ -113,8 +116,14 @@ class TrainingController:
             raise UserError(f"'{source.name}' is not a dataset: upload a .txt or .md file (raw text) or a .json/"
                             ".jsonl file (instruction or chat records)")
         name = self._name("dataset", source.name)
-        self.datasets_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, self.datasets_dir / name)
+        if not source.is_file():
+            raise UserError(f"'{source.name}' is not a file; choose a dataset file to upload.")
+        try:
+            check_size(source, MAX_DATASET_BYTES)
+            check_dataset(source)
+            atomic_copy(source, self.datasets_dir / name)
+        except (TrainingError, OSError) as exc:
+            raise UserError(f"Could not upload the dataset: {exc}") from exc
         return name
 
     # -- checking a form -------------------------------------------------------------------------------------
@@ -264,10 +273,16 @@ class TrainingController:
         except InvalidName as exc:
             raise UserError(str(exc)) from exc
 
-    def _file(self, folder: Path, name: str, kind: str) -> Path:
+    def _file(self, folder: Path, name: str, kind: str, limit: int = MAX_DATASET_BYTES) -> Path:
+        """The file ``name`` in ``folder`` (itself, not a link to a file elsewhere), if it is at most ``limit``
+        bytes."""
         path = folder / self._name(kind, name)
         if not path.is_file():
             raise UserError(f"The {kind} '{name}' is not in {folder}; upload it or put it there.")
+        try:
+            check_size(inside(kind, folder, path), limit, kind)
+        except (InvalidName, TrainingError, OSError) as exc:
+            raise UserError(str(exc)) from exc
         return path
 
     def _format(self, chosen: str | None) -> str | None:
@@ -276,5 +291,5 @@ class TrainingController:
             return None
         if chosen in shipped_formats():
             return chosen
-        return str(self._file(self.formats_dir, chosen, "format file"))
+        return str(self._file(self.formats_dir, chosen, "format file", MAX_FORMAT_BYTES))
 

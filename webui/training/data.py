@@ -14,12 +14,18 @@ Three kinds, told apart by the file:
 Every record is read and checked before anything trains: a line missing a key its format needs, or a message
 without a role, is a :class:`TrainingError` naming the line. :func:`preview` shows the first examples as the model
 sees them, with token counts and how many examples the cutoff cut.
+
+Datasets come from anywhere, so they are read with limits: UTF-8 text only (a UTF-16 or binary file is named as
+such), a record at most MAX_RECORD_BYTES (a .jsonl file is read a line at a time, so a huge line is refused after
+that much of it), JSON nested no deeper than Python parses, a format file at most MAX_FORMAT_BYTES. The Training tab
+also holds a dataset to MAX_DATASET_BYTES (:func:`check_size`) before it reads any of it.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -32,6 +38,22 @@ RAW_SUFFIXES = (".txt", ".md")
 RECORD_SUFFIXES = (".json", ".jsonl")
 IGNORE = -100
 OUTPUT_KEY = "%output%"
+MAX_DATASET_MB = 256
+MAX_DATASET_BYTES = MAX_DATASET_MB * 2**20
+"""The largest dataset the Training tab takes (uploaded, or picked from the datasets folder)."""
+MAX_RECORD_BYTES = 8 * 2**20
+"""The largest record (a .jsonl line, an item of a .json list): far more text than any cutoff_len keeps."""
+MAX_FORMAT_BYTES = 2**20
+"""The largest format file (a format is a few templates)."""
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _excerpt(value: Any) -> str:
+    """The start of ``value`` for a message, however large or deeply nested it is."""
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = 60
+    short.maxlevel = 2
+    return short.repr(value)
 
 
 @dataclass(frozen=True)
@@ -79,43 +101,126 @@ def load_format(name_or_file: str) -> tuple[str, dict[str, str]]:
         if not path.is_file():
             raise TrainingError(f"unknown format '{name_or_file}'; use one of {', '.join(shipped_formats())} or a "
                                 "format file (a JSON object: \"instruction,output\": \"...%instruction%...\")")
+    check_size(path, MAX_FORMAT_BYTES, "format file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        blob = path.read_bytes()
+    except OSError as exc:
         raise TrainingError(f"cannot read the format file '{path}': {exc}") from exc
+    text = decode(blob, f"the format file '{path.name}'")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise TrainingError(f"the format file '{path}' is not JSON: {exc}") from exc
+    except RecursionError:
+        raise TrainingError(f"the format file '{path}' is JSON nested too deeply to read; a format is one object "
+                            "of \"key1,key2\": \"template\" pairs") from None
     if not isinstance(data, dict) or not data or not all(isinstance(v, str) for v in data.values()):
         raise TrainingError(f"format file '{path}' must be a JSON object of \"key1,key2\": \"template\" pairs")
+    for keys in data:
+        if not all(key.strip() for key in keys.split(",")):
+            raise TrainingError(f"format file '{path}': the key {_excerpt(keys)} names an empty record key; write "
+                                "the record keys a template uses, comma-joined (\"instruction,output\")")
     return path.stem.removesuffix("-format"), data
+
+
+def check_size(path: Path, limit: int = MAX_DATASET_BYTES, what: str = "dataset") -> None:
+    """TrainingError when the file at ``path`` is over ``limit`` bytes, from its size alone (nothing is read)."""
+    size = path.stat().st_size
+    if size > limit:
+        raise TrainingError(f"the {what} '{path.name}' is {_size(size)}, over the {_size(limit)} a {what} may take "
+                            "here; use a smaller one (a part of it), or train from the command line (launch.py "
+                            "train), which reads any size")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:,.1f} MB" if n % 2**20 else f"{n // 2**20:,} MB"
+
+
+def decode(blob: bytes, what: str, first_line: int = 1) -> str:
+    """``blob`` as UTF-8 text (a BOM dropped); TrainingError naming UTF-16, a binary file or the first bad byte's
+    line (counted from ``first_line``)."""
+    if blob.startswith(_UTF16_BOMS):
+        raise TrainingError(f"{what} is UTF-16 text; save it as UTF-8 and use it again")
+    if b"\0" in blob[:8192]:
+        raise TrainingError(f"{what} is not text (it holds NUL bytes: a binary file, or UTF-16 without a BOM); use "
+                            "a UTF-8 text file")
+    try:
+        return blob.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = first_line + blob.count(b"\n", 0, exc.start)
+        raise TrainingError(f"{what} is not UTF-8 text (line {line} has the byte {blob[exc.start]:#04x}); save it "
+                            "as UTF-8 and use it again") from None
 
 
 def read_records(path: Path) -> list[tuple[int, dict]]:
     """(line number, record) of a .jsonl file, or (item number, record) of a .json list."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
+        items = _jsonl(path) if path.suffix == ".jsonl" else _json_list(path)
+    except OSError as exc:
         raise TrainingError(f"cannot read the dataset '{path}': {exc}") from exc
-    items: list[tuple[int, Any]] = []
-    if path.suffix == ".jsonl":
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    items.append((number, json.loads(line)))
-                except ValueError as exc:
-                    raise TrainingError(f"{path.name} line {number} is not JSON: {exc}") from exc
-    else:
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise TrainingError(f"{path.name} is not JSON: {exc}") from exc
-        if not isinstance(data, list):
-            raise TrainingError(f"{path.name} must hold a JSON list of records (or use .jsonl, one per line)")
-        items = list(enumerate(data, 1))
+    where = "line" if path.suffix == ".jsonl" else "item"
     for number, item in items:
         if not isinstance(item, dict):
-            raise TrainingError(f"{path.name} line {number} is not a JSON object: {str(item)[:60]}")
+            raise TrainingError(f"{path.name} {where} {number} is not a JSON object: {_excerpt(item)}")
     if not items:
         raise TrainingError(f"the dataset '{path}' has no records")
     return items
+
+
+def _jsonl(path: Path) -> list[tuple[int, Any]]:
+    """A .jsonl file's records, read a line at a time: a line over MAX_RECORD_BYTES is refused unread."""
+    items: list[tuple[int, Any]] = []
+    with path.open("rb") as f:
+        number = 0
+        while line := f.readline(MAX_RECORD_BYTES + 1):
+            number += 1
+            if len(line) > MAX_RECORD_BYTES and not line.endswith(b"\n"):
+                raise TrainingError(f"{path.name} line {number} is over {_size(MAX_RECORD_BYTES)}, more than a "
+                                    "record may take (far more than any cutoff_len keeps); shorten it or leave it "
+                                    "out")
+            text = decode(line, path.name, number)
+            if text.strip():
+                items.append((number, _parse(text, f"{path.name} line {number}")))
+    return items
+
+
+def _json_list(path: Path) -> list[tuple[int, Any]]:
+    data = _parse(decode(path.read_bytes(), path.name), path.name)
+    if not isinstance(data, list):
+        raise TrainingError(f"{path.name} must hold a JSON list of records (or use .jsonl, one per line)")
+    for number, item in enumerate(data, 1):
+        if len(json.dumps(item, ensure_ascii=False)) > MAX_RECORD_BYTES:
+            raise TrainingError(f"{path.name} item {number} is over {_size(MAX_RECORD_BYTES)}, more than a record "
+                                "may take (far more than any cutoff_len keeps); shorten it or leave it out")
+    return list(enumerate(data, 1))
+
+
+def _parse(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise TrainingError(f"{where} is not JSON: {exc}") from exc
+    except RecursionError:
+        raise TrainingError(f"{where} is JSON nested too deeply to read; a record is an object of texts (or a "
+                            "'messages' list)") from None
+
+
+def check_dataset(path: Path) -> None:
+    """Read the dataset at ``path`` as training will, without a tokenizer: TrainingError for text that is not
+    UTF-8, records that are not JSON objects, a file with nothing in it."""
+    if path.suffix in RAW_SUFFIXES:
+        if not read_text(path).strip():
+            raise TrainingError(f"the dataset '{path.name}' has no text")
+    else:
+        read_records(path)
+
+
+def read_text(path: Path) -> str:
+    """A raw-text dataset's text (UTF-8)."""
+    try:
+        return decode(path.read_bytes(), f"the dataset '{path.name}'")
+    except OSError as exc:
+        raise TrainingError(f"cannot read the dataset '{path}': {exc}") from exc
 
 
 def _eos_id(tokenizer: Tokenizer) -> int:
@@ -245,11 +350,7 @@ def load_examples(path: Path, tokenizer: Tokenizer, settings: TrainingSettings,
         if format_name:
             raise TrainingError(f"'{path.name}' is raw text: a format (--format) applies to JSON/JSONL instruction "
                                 "datasets only")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TrainingError(f"cannot read the dataset '{path}' as UTF-8 text: {exc}") from exc
-        examples = raw_text_examples(text, tokenizer, settings)
+        examples = raw_text_examples(read_text(path), tokenizer, settings)
         if not examples:
             raise TrainingError(f"the dataset '{path}' has no text")
         return "raw", examples

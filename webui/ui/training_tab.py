@@ -18,6 +18,7 @@ from gradio.components import Component
 from loaders.base import available_devices
 from webui.controllers.training import AUTO_FORMAT, TrainingController, TrainingForm, TrainingView
 from webui.services import Services
+from webui.training.data import MAX_DATASET_MB
 from webui.training.settings import SETTINGS, TrainSetting
 from webui.ui.feedback import shows_errors
 from webui.ui.model_tab import option_control
@@ -107,7 +108,7 @@ def _data_rows(controller: TrainingController) -> dict[str, Any]:
         dataset = gr.Dropdown(choices=controller.dataset_choices(), value=None, elem_id="train-dataset", scale=3,
                               label=f"Dataset (files in {controller.datasets_dir})",
                               info="raw text (.txt, .md), instruction records (.json/.jsonl, with a format) or chat "
-                                   "records (each with a 'messages' list)")
+                                   f"records (each with a 'messages' list); UTF-8, at most {MAX_DATASET_MB} MB")
         upload = gr.UploadButton("Upload a dataset", file_types=[".txt", ".md", ".json", ".jsonl"], size="sm",
                                  elem_id="train-upload", scale=1)
         format_ = gr.Dropdown(choices=controller.format_choices(), value=AUTO_FORMAT, elem_id="train-format", scale=2,
