@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from webui import userpaths
+
 MAX_NAME_LENGTH = 120
 MAX_NAME_BYTES = 200
 """A name in UTF-8, at most: a file system takes 255 bytes a file name, and a saved file is written under
@@ -59,8 +61,9 @@ def shown(name: str) -> str:
 def inside(kind: str, folder: Path, path: Path) -> Path:
     """``path`` (a file we open by a name, in ``folder``) when it lies in ``folder`` once links are followed, else
     InvalidName: a link there to a file elsewhere would let a name read any file this process can."""
-    home = folder.resolve()
-    if not path.resolve().is_relative_to(home):
+    try:
+        userpaths.inside(folder, path, "")
+    except userpaths.PathRefused:
         raise InvalidName(f"the {kind} '{path.name}' in {folder} is a link to a file outside that folder, which "
-                          "is not read; put the file itself in the folder instead of a link to it")
+                          "is not read; put the file itself in the folder instead of a link to it") from None
     return path

@@ -3,8 +3,8 @@
 YAML's aliases let a few lines stand for billions of values (the "billion laughs": each alias repeating the one
 before ten times) or for a structure that contains itself; JSON and YAML both nest as deep as a file is long.
 The parsers themselves share aliased values, so loading is quick, but everything that walks the result (filling
-vars, writing JSON, checking a schema) would expand it. Each loader here returns data that holds at most
-:data:`MAX_VALUES` values once expanded and nests at most :data:`MAX_DEPTH` levels, or raises
+vars, writing JSON, checking a schema) would expand it. Each loader here returns data that nests at most
+:data:`MAX_DEPTH` levels and, for YAML, holds at most :data:`MAX_VALUES` values once expanded, or raises
 :class:`DataTooLarge` saying which limit the text broke."""
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ def load_json(text: str | bytes) -> Any:
         data = json.loads(text)
     except RecursionError:
         raise DataTooLarge(f"the JSON nests deeper than {MAX_DEPTH} levels") from None
-    return checked(data, "JSON")
+    return checked(data, "JSON", max_values=None)  # JSON has no aliases: its size is its text's
 
 
-def checked(data: Any, what: str) -> Any:
-    """``data`` when it expands to at most MAX_VALUES values and MAX_DEPTH levels; DataTooLarge otherwise.
-    Shared (aliased) lists and mappings are counted once per place they appear, in time linear in the distinct
-    ones."""
+def checked(data: Any, what: str, max_values: int | None = MAX_VALUES) -> Any:
+    """``data`` when it expands to at most ``max_values`` values (None: any number) and MAX_DEPTH levels;
+    DataTooLarge otherwise. Shared (aliased) lists and mappings are counted once per place they appear, in time
+    linear in the distinct ones."""
     seen: dict[int, tuple[int, int]] = {}  # id -> (values, levels) of a list or mapping already counted
     open_: set[int] = set()
 
@@ -62,8 +62,8 @@ def checked(data: Any, what: str) -> Any:
             for item in (*value.keys(), *value.values()) if isinstance(value, dict) else value:
                 values, below = count(item, depth + 1)
                 total, levels = total + values, max(levels, below + 1)
-                if total > MAX_VALUES:
-                    raise DataTooLarge(f"the {what} expands to more than {MAX_VALUES:,} values (aliases that "
+                if max_values is not None and total > max_values:
+                    raise DataTooLarge(f"the {what} expands to more than {max_values:,} values (aliases that "
                                        "repeat aliases: a 'billion laughs' bomb); write the values out")
             open_.discard(key)
             seen[key] = total, levels

@@ -9,7 +9,12 @@ from pathlib import Path
 
 
 class PathRefused(ValueError):
-    """A path a user gave that lies outside the folder it must be in."""
+    """A path a user gave that lies outside the folder it must be in (``outside``), or that cannot be resolved at
+    all (a NUL byte, a symlink loop)."""
+
+    def __init__(self, message: str, outside: bool = True) -> None:
+        super().__init__(message)
+        self.outside = outside
 
 
 def inside(folder: Path, given: str | Path, rule: str) -> Path:
@@ -19,7 +24,7 @@ def inside(folder: Path, given: str | Path, rule: str) -> Path:
         root = folder.resolve()
         path = (root / Path(given)).resolve()
     except (OSError, ValueError, RuntimeError) as exc:  # a NUL byte, a symlink loop
-        raise PathRefused(f"'{given}' is not a usable path ({exc}); {rule}") from None
+        raise PathRefused(f"'{given}' is not a usable path ({exc})", outside=False) from None
     if not path.is_relative_to(root):
         raise PathRefused(f"'{given}' lies outside {rule}" + (" (a symlink that leads out of it)"
                                                              if _through_symlink(root, Path(given)) else ""))

@@ -72,11 +72,11 @@ REFUSED = [
                  id="jsonl-random-binary-bytes"),
     pytest.param("keep.md", b"\x7fELF\x02\x01\x01\x00" + bytes(256), r"is not text \(it holds NUL bytes",
                  id="md-an-executable"),
-    pytest.param("keep.json", nested(20_000), "is JSON nested too deeply to read; a record is an object of texts",
+    pytest.param("keep.json", nested(20_000), "the JSON nests deeper than 100 levels; a record is an object of texts",
                  id="json-bomb-20000-levels"),
     pytest.param("keep.jsonl", LINE.encode() + b"\n" + b'{"a":' * 20_000 + b"1" + b"}" * 20_000 + b"\n",
-                 "line 2 is JSON nested too deeply to read", id="jsonl-line-json-bomb-20000-levels"),
-    pytest.param("keep.jsonl", nested(500) + b"\n", r"line 1 is not a JSON object: \[\[\[\.\.\.\]\]\]$",
+                 "line 2: the JSON nests deeper than 100 levels", id="jsonl-line-json-bomb-20000-levels"),
+    pytest.param("keep.jsonl", nested(500) + b"\n", r"line 1: the JSON nests deeper than 100 levels",
                  id="jsonl-record-a-deep-list-named-briefly"),
     pytest.param("keep.json", lambda: json.dumps({"records": [json.loads(LINE)] * 100_000}).encode(),
                  r"must hold a JSON list of records \(or use .jsonl, one per line\)", id="json-an-object-not-a-list"),
@@ -90,7 +90,7 @@ REFUSED = [
 
 # (format file, its content, what the message says): refused at Start, before anything loads.
 FORMATS = [
-    pytest.param("bomb.json", nested(20_000), "is JSON nested too deeply to read; a format is one object",
+    pytest.param("bomb.json", nested(20_000), "the JSON nests deeper than 100 levels; a format is one object",
                  id="format-json-bomb"),
     pytest.param("list.json", b'["%instruction%", "%output%"]', 'must be a JSON object of "key1,key2": "template" '
                  "pairs", id="format-a-list"),
@@ -173,7 +173,7 @@ def test_a_hostile_dataset_is_refused_on_upload_and_at_start(controller, tmp_pat
     before = contents(folder)
     upload = write(tmp_path / "upload", name, content)  # under the name of a dataset there
     started = time.monotonic()
-    with pytest.raises(UserError, match=f"^Could not upload the dataset: .*'?{name}'? {message}") as caught:
+    with pytest.raises(UserError, match=f"^Could not upload the dataset: .*'?{name}'?:? {message}") as caught:
         controller.upload(upload)
     assert time.monotonic() - started < 10, "refused without reading it all"
     assert len(str(caught.value)) < 600, "the message names the problem, not the file's content"
@@ -181,7 +181,7 @@ def test_a_hostile_dataset_is_refused_on_upload_and_at_start(controller, tmp_pat
 
     write(folder, f"hand-{name}", content)  # put in the folder by hand: Start reads it as the command line does
     started = time.monotonic()
-    with pytest.raises(UserError, match=f"hand-{name}'? {message}"):
+    with pytest.raises(UserError, match=f"hand-{name}'?:? {message}"):
         controller.start(form(f"hand-{name}"))
     assert time.monotonic() - started < 20 and controller.view().state.phase == "idle"
     still_works(controller)

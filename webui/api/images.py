@@ -21,6 +21,7 @@ from webui.api.errors import APIError
 from webui.api.protocol import ChatMessage, ImageURL, image_parts
 from webui.fetch import FetchError, FetchRefused, FetchRules, FetchTooLarge, fetch
 from webui.images import ImageError, data_url_bytes, read_image
+from webui.userpaths import PathRefused, inside
 
 if TYPE_CHECKING:
     from webui.api.serving import APIConfig
@@ -98,14 +99,14 @@ def _data_url(field: str, url: str, limit: int) -> bytes:
 def _local_file(field: str, path: Path, folder: Path, limit: int) -> bytes:
     """The bytes of the regular file ``path`` names, if it is under ``folder`` once every symlink is resolved."""
     try:
-        resolved = path.resolve()
-    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (before Python 3.13)
-        raise APIError(400, f"{field}: cannot resolve the image path '{path}': {exc}", param=field,
-                       code="invalid_image") from None
-    if not resolved.is_relative_to(folder.resolve()):
+        resolved = inside(folder, path, "the folder this server reads images from")
+    except PathRefused as exc:
+        if not exc.outside:
+            raise APIError(400, f"{field}: cannot resolve the image path: {exc}", param=field,
+                           code="invalid_image") from None
         raise APIError(400, f"{field}: '{path}' is outside the folder this server reads images from (only files "
                             "under the folder given to --allow-local-images, symlinks resolved, are read); send the "
-                            "image inline as a data: URL", param=field, code="image_url_not_allowed")
+                            "image inline as a data: URL", param=field, code="image_url_not_allowed") from None
     try:  # no symlink swapped in after the check, and no FIFO or device that blocks or never ends
         fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as file:

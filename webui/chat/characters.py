@@ -29,6 +29,7 @@ import yaml
 
 from webui.fsutil import atomic_write_bytes, atomic_write_text
 from webui.names import MAX_NAME_LENGTH, InvalidName, check_name, inside, plain_name
+from webui.safeload import DataTooLarge, load_json, load_yaml
 
 SUFFIX = ".yaml"
 PICTURES = (".png", ".jpg", ".jpeg", ".webp")
@@ -258,22 +259,21 @@ def _text(blob: bytes, source: str) -> str:
 
 def _json(text: str, source: str) -> Any:
     try:
-        return json.loads(text)
+        return load_json(text)
+    except DataTooLarge as exc:
+        raise CharacterError(f"{source}: {exc}; a character card is a flat object") from None
     except ValueError as exc:
         raise CharacterError(f"{source} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise CharacterError(f"{source} is JSON nested too deeply to read; a character card is a flat "
-                             "object") from None
 
 
 def _yaml(text: str, source: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError as exc:
         raise CharacterError(f"{source} is not valid YAML: {exc}") from None
-    except RecursionError:
-        raise CharacterError(f"{source} is YAML nested too deeply to read; a character is a flat mapping of name, "
-                             "greeting, context") from None
+    except DataTooLarge as exc:
+        raise CharacterError(f"{source}: {exc}; a character is a flat mapping of name, greeting, "
+                             "context") from None
 
 
 def parse_character(blob: bytes, filename: str) -> Character:
@@ -313,8 +313,8 @@ class CharacterStore:
             raise CharacterNotFound(f"there is no character '{name}' in {self.directory} (characters: {listed})")
         self._inside(path)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+            data = load_yaml(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, ValueError) as exc:  # UnicodeDecodeError and DataTooLarge are ValueErrors
             raise CharacterError(f"the character file {path} cannot be read ({exc}); fix or delete it") from None
         character = from_tgwui(data, f"the character file {path}")
         return character if character.name == path.stem else replace(character, name=path.stem)

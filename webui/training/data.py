@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from loaders.base import Tokenizer
+from webui.safeload import DataTooLarge, load_json
 from webui.training.settings import TrainingError, TrainingSettings
 
 FORMATS_DIR = Path(__file__).resolve().parent.parent / "data" / "training_formats"
@@ -108,12 +109,12 @@ def load_format(name_or_file: str) -> tuple[str, dict[str, str]]:
         raise TrainingError(f"cannot read the format file '{path}': {exc}") from exc
     text = decode(blob, f"the format file '{path.name}'")
     try:
-        data = json.loads(text)
+        data = load_json(text)
+    except DataTooLarge as exc:
+        raise TrainingError(f"the format file '{path}': {exc}; a format is one object of \"key1,key2\": "
+                            "\"template\" pairs") from None
     except ValueError as exc:
         raise TrainingError(f"the format file '{path}' is not JSON: {exc}") from exc
-    except RecursionError:
-        raise TrainingError(f"the format file '{path}' is JSON nested too deeply to read; a format is one object "
-                            "of \"key1,key2\": \"template\" pairs") from None
     if not isinstance(data, dict) or not data or not all(isinstance(v, str) for v in data.values()):
         raise TrainingError(f"format file '{path}' must be a JSON object of \"key1,key2\": \"template\" pairs")
     for keys in data:
@@ -197,12 +198,11 @@ def _json_list(path: Path) -> list[tuple[int, Any]]:
 
 def _parse(text: str, where: str) -> Any:
     try:
-        return json.loads(text)
+        return load_json(text)
+    except DataTooLarge as exc:
+        raise TrainingError(f"{where}: {exc}; a record is an object of texts (or a 'messages' list)") from None
     except ValueError as exc:
         raise TrainingError(f"{where} is not JSON: {exc}") from exc
-    except RecursionError:
-        raise TrainingError(f"{where} is JSON nested too deeply to read; a record is an object of texts (or a "
-                            "'messages' list)") from None
 
 
 def check_dataset(path: Path) -> None:
