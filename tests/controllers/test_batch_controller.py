@@ -397,10 +397,12 @@ def test_a_listening_server_runs_no_python_from_the_batch_tab_unless_allowed(ser
                                         "--allow-python-asserts"):
         listening.job(form, BASE)
     upload = tmp_path / "promptfooconfig.yaml"
-    upload.write_text(f"prompts: ['x']\ntests:\n  - assert:\n      - type: contains\n        value: x\n"
-                      f"        transform: file://{tmp_path / 't.py'}\n")
-    with pytest.raises(UserError, match="transform file://.*t.py"):
-        listening.job(BatchForm(upload=listening.upload(upload)[0]), BASE)
+    upload.write_text("prompts: ['x']\ntests:\n  - assert:\n      - type: contains\n        value: x\n"
+                      "        transform: file://t.py\n")
+    with pytest.raises(UserError, match="transform file://.*t.py"):  # uploaded with the config, read from there
+        listening.job(BatchForm(upload=listening.upload_files([str(upload), str(tmp_path / "t.py")])[0]), BASE)
+    with pytest.raises(UserError, match="batch-suite-.*/t.py: there is no file"):  # alone: a folder of its own
+        listening.upload_files([str(upload)])
     assert listening.job(BatchForm(prompts="Hello", asserts="javascript:output.length >= 0"), BASE).rows
     allowed = BatchController(replace(services, config=replace(services.config, listen=True,
                                                                 allow_python_asserts=True)))

@@ -312,7 +312,7 @@ class BatchController:
                     f"providers (its providers are the settings: the presets and axes here are not used).{notes}")
             count = len(load_prompts_text(path.name, content, files_allowed=not self.confined))
         except BatchInputError as exc:
-            alone = is_config(path.name) and not keep_path and b"file://" in content
+            alone = is_config(path.name) and not keep_path and not self.confined and b"file://" in content
             raise UserError(str(exc) + (" (a promptfoo config's file:// files are read from beside it: choose the "
                                         "config and those files together in the upload dialog)" if alone else "")
                             ) from exc
