@@ -29,6 +29,7 @@ def create_server(services: Services) -> FastAPI:
     from fastapi import FastAPI
 
     from webui.auth import authenticator
+    from webui.training.data import MAX_DATASET_BYTES
     from webui.ui.app import CSS, build_ui
     from webui.ui.chat_tab import PASTE_IMAGES_JS
 
@@ -43,7 +44,9 @@ def create_server(services: Services) -> FastAPI:
     users = dict(services.config.ui_users)
     return gr.mount_gradio_app(app, demo, path="", css=CSS, js=PASTE_IMAGES_JS, footer_links=[],
                                auth=authenticator(users) if users else None,
-                               auth_message="Log in to the LLM Workbench" if users else None)
+                               auth_message="Log in to the LLM Workbench" if users else None,
+                               max_file_size=MAX_DATASET_BYTES)  # the largest any tab takes: a 1 GB upload
+                               # is cut off while it arrives, before a tab reads any of it (#43)
 
 
 def run(argv: list[str]) -> None:

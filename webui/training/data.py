@@ -17,8 +17,9 @@ sees them, with token counts and how many examples the cutoff cut.
 
 Datasets come from anywhere, so they are read with limits: UTF-8 text only (a UTF-16 or binary file is named as
 such), a record at most MAX_RECORD_BYTES (a .jsonl file is read a line at a time, so a huge line is refused after
-that much of it), JSON nested no deeper than Python parses, a format file at most MAX_FORMAT_BYTES. The Training tab
-also holds a dataset to MAX_DATASET_BYTES (:func:`check_size`) before it reads any of it.
+that much of it), JSON nested at most 100 levels (webui/safeload.py), a format file at most MAX_FORMAT_BYTES. The
+Training tab also holds a dataset to MAX_DATASET_BYTES (:func:`check_size`) before it reads any of it, and the UI
+takes no upload larger than that.
 """
 
 from __future__ import annotations
