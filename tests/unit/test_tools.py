@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from webui.chat.tools import FALLBACK, CallStream, may_be_a_call, plan_tools, read_calls, template_messages
+from webui.chat.tools import (FALLBACK, CallStream, closed_schema, may_be_a_call, plan_tools, read_calls,
+                              template_messages)
 from webui.engine.params import InvalidParameter
 from webui.engine.structured import grammar_of
 
@@ -116,3 +117,39 @@ def test_a_reply_cut_inside_a_call_gives_the_call_so_far_never_its_markup():
     assert reply_calls(cut, plan, "stop") == (cut, [])  # a reply that ended by itself is read as before
     single = plan_tools([WEATHER, TIME], "auto", False)
     assert len(reply_calls(done.replace('"argu', '"arguments": {"city": "X"}}</tool_call>'), single, "length")[1]) == 1
+
+
+def test_a_schema_that_does_not_say_additional_properties_takes_no_other_keys():
+    given = {"type": "object", "properties": {"city": {"type": "string"},
+                                              "where": {"type": "object", "properties": {"lat": {"type": "number"}}},
+                                              "tags": {"type": "array", "items": {"type": "object",
+                                                                                  "properties": {"k": {}}}},
+                                              "free": {"type": "object"}},
+             "$defs": {"unit": {"type": "object", "properties": {"c": {}}}},
+             "anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}, "additionalProperties": True}]}
+    closed = closed_schema(given)
+    assert closed["additionalProperties"] is False and closed["properties"]["where"]["additionalProperties"] is False
+    assert closed["properties"]["tags"]["items"]["additionalProperties"] is False
+    assert "additionalProperties" not in closed["properties"]["free"]  # no properties listed: any object
+    assert closed["$defs"]["unit"]["additionalProperties"] is False
+    assert closed["anyOf"][0]["additionalProperties"] is False and closed["anyOf"][1]["additionalProperties"] is True
+    assert "additionalProperties" not in given  # a copy: the request's own schema is left as sent
+
+
+def test_a_required_call_takes_exactly_the_keys_asked_with_compact_whitespace():
+    grammar = plan_tools([WEATHER], "required", False).grammar()["grammar"]
+    body = json.loads(grammar.split("%json ", 1)[1])
+    assert body["x-guidance"] == {"whitespace_flexible": False}
+    assert body["anyOf"][0]["properties"]["arguments"]["additionalProperties"] is False
+    grammar_of("grammar", grammar)  # llguidance takes it
+
+
+def test_a_closing_tag_inside_an_argument_string_does_not_end_the_call():
+    """The schema lets a string hold "</tool_call>" (a sampled reply did: "Paris}}</tool_call>Prony"): the call is
+    read as JSON, to its real end."""
+    plan = plan_tools([WEATHER], "required", False)
+    text = '<tool_call>{"name":"get_weather","arguments":{"city":"Paris}}</tool_call>Prony"}}</tool_call>'
+    content, (call,) = read_calls(text, plan)
+    assert content is None and json.loads(call.arguments) == {"city": "Paris}}</tool_call>Prony"}
+    content, calls = read_calls("Hi <tool_call>not json</tool_call> there", plan)
+    assert calls == [] and content == "Hi <tool_call>not json</tool_call> there"

@@ -50,12 +50,43 @@ class ToolPlan:
         if self.choice == "auto":
             return None
         chosen = [f for f in self.functions if self.choice in ("required", f["name"])]
-        schema = {"anyOf": [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+        schema = {"x-guidance": {"whitespace_flexible": False},  # compact: {"a":1}
+                  "anyOf": [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
                              "properties": {"name": {"const": f["name"]},
-                                            "arguments": f.get("parameters") or {"type": "object"}}}
+                                            "arguments": closed_schema(f.get("parameters") or {"type": "object"})}}
                             for f in chosen]}
         calls = "call+" if self.parallel else "call"
         return {"grammar": f'start: {calls}\ncall: "{CALL_OPEN}" body "{CALL_CLOSE}"\nbody: %json {json.dumps(schema)}'}
+
+
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
+
+
+def closed_schema(schema: Any) -> Any:
+    """A copy of a JSON schema in which every object that lists its ``properties`` and does not say
+    ``additionalProperties`` (or ``patternProperties``) takes no other keys, as llama.cpp's grammar converter and
+    Outlines read such schemas: a model's call then has exactly the keys its tool asks for, not extra ones until
+    max_tokens. Objects without ``properties`` stay free-form."""
+    if isinstance(schema, list):
+        return [closed_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: value for key, value in schema.items()}
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed_schema(item) for item in out[key]]
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed_schema(item) for name, item in out[key].items()}
+    for key in _SUBSCHEMAS:
+        if isinstance(out.get(key), (dict, list)):
+            out[key] = closed_schema(out[key])
+    if isinstance(out.get("properties"), dict) and "additionalProperties" not in out \
+            and "patternProperties" not in out:
+        out["additionalProperties"] = False
+    return out
 
 
 def plan_tools(tools: list[dict] | None, tool_choice: Any, parallel: bool | None) -> ToolPlan | None:
@@ -165,14 +196,49 @@ class ToolCall:
 
 
 _BLOCK = re.compile(re.escape(CALL_OPEN) + r"\s*(.*?)\s*" + re.escape(CALL_CLOSE), re.S)
+_JSON = json.JSONDecoder()
+
+
+def _call_blocks(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, body) of each <tool_call> block. A body that is JSON is read as JSON, so a closing tag inside
+    one of its strings ({"city": "x</tool_call>y"}, which the schema allows) does not end the block; otherwise
+    the block ends at the first closing tag."""
+    blocks, pos = [], 0
+    while (start := text.find(CALL_OPEN, pos)) >= 0:
+        inner = start + len(CALL_OPEN)
+        body_at = len(text) - len(text[inner:].lstrip())
+        try:
+            _, body_end = _JSON.raw_decode(text, body_at)
+        except ValueError:
+            body_end = -1
+        after = text[body_end:].lstrip() if body_end >= 0 else ""
+        if after.startswith(CALL_CLOSE):
+            blocks.append((start, len(text) - len(after) + len(CALL_CLOSE), text[body_at:body_end]))
+        else:
+            match = _BLOCK.match(text, start)
+            if match is None:
+                break
+            blocks.append((start, match.end(), match.group(1)))
+        pos = blocks[-1][1]
+    return blocks
+
+
+def _outside_blocks(text: str, blocks: list[tuple[int, int, str]]) -> str:
+    """``text`` without its call blocks."""
+    kept, pos = [], 0
+    for start, end, _ in blocks:
+        kept.append(text[pos:start])
+        pos = end
+    return "".join(kept) + text[pos:]
 
 
 def read_calls(text: str, plan: ToolPlan) -> tuple[str | None, list[ToolCall]]:
     """(content, calls) of a reply: calls in <tool_call> blocks, or the whole reply as one call's JSON; text that
     is not a call for one of the tools stays content."""
     names = {f["name"] for f in plan.functions}
-    bodies = [m.group(1) for m in _BLOCK.finditer(text)]
-    rest = _BLOCK.sub("", text).strip() if bodies else text.strip()
+    blocks = _call_blocks(text)
+    bodies = [body for _, _, body in blocks]
+    rest = _outside_blocks(text, blocks).strip() if bodies else text.strip()
     if not bodies and text.strip().startswith("{"):
         bodies, rest = [text.strip()], ""
     calls = []
@@ -204,7 +270,7 @@ def cut_calls(text: str, plan: ToolPlan) -> tuple[str | None, list[ToolCall]]:
     bare = text.lstrip()
     if CALL_OPEN in text:
         body = text
-        outside = _BLOCK.sub("", text)
+        outside = _outside_blocks(text, _call_blocks(text))
         content = outside[:outside.find(CALL_OPEN)] if CALL_OPEN in outside else outside
     elif bare.startswith("{"):  # a call written as bare JSON (auto): a call only if a tool's name is complete
         body, content = CALL_OPEN + bare, ""
