@@ -59,7 +59,12 @@ class Page:
 
 def _dumps(value: Any) -> str:
     """JSON; text too (a body kept as its text reads back as that text, never as the JSON it may hold)."""
-    return json.dumps(value, ensure_ascii=False, default=str)
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate an app sent ("\ud800"): kept as the escape it came as
+        return json.dumps(value, default=str)
+    return text
 
 
 def _loads(text: str | None) -> Any:
