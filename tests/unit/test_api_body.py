@@ -90,8 +90,9 @@ def test_a_store_that_fails_never_cuts_the_answer_short(tmp_path, caplog):
 
 
 def test_a_request_kept_as_text_reads_back_as_that_text(tmp_path):
+    """Text that holds JSON reads back as text; a lone surrogate (SQLite cannot encode it) is kept escaped."""
     store = RequestStore(Database(tmp_path / "requests.sqlite3"))
-    for n, sent in enumerate(['{"a": 1}', "[" * 5000 + "]" * 5000, "not json", ""]):
-        store.add(CapturedRequest(f"req-{n}", 1.0, "/v1/completions", 400, "", sent, {"error": {}}))
-    assert [i.request for i in store.page(limit=10).items] == [
-        '{"a": 1}', "[" * 5000 + "]" * 5000, "not json", ""]
+    sent = ['{"a": 1}', "[" * 5000 + "]" * 5000, "not json", "", {"content": "a\ud800"}]  # (and a lone surrogate)
+    for n, body in enumerate(sent):
+        store.add(CapturedRequest(f"req-{n}", 1.0, "/v1/completions", 400, "", body, {"error": {}}))
+    assert [i.request for i in store.page(limit=10).items] == sent
