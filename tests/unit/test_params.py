@@ -32,6 +32,7 @@ BAD_VALUES = [
     ("stop", [""], "stop strings must not be empty"),
     ("stop", [1], "stop must be a string or a list of strings"),
     ("stop", ["x"] * 17, "at most 16 stop strings"),
+    ("stop", ["x" * 1001], "stop strings are at most 1000 characters long, got one of 1001"),
     ("ban_eos", "yes", "ban_eos must be true or false"),
     ("logit_bias", {"5": 101}, "logit_bias values must be numbers in [-100, 100], got 101 for token 5"),
     ("logit_bias", {"x": 1}, "logit_bias keys must be token ids"),

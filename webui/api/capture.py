@@ -2,24 +2,26 @@
 when capture is on (``--capture-requests``), and a chat completion that asks ``store: true`` always does (OpenAI's
 stored chat completions, served by webui/api/stored.py).
 
-A request is written just before its answer's last byte goes out, so an app that reads it back next finds it.
 What is kept: the endpoint, the client (its API key's label, never the key: no header is kept at all), the body as
-sent, the answer (a stream's put together as the unstreamed body; the error body of a refused request), and what
-the model saw: the prompt as rendered, the parameters as resolved, model, loader and adapters, the reply's token
-ids, usage and timings. A request is written just before its answer's last byte goes out, so an app that reads it
-back next finds it; a store that cannot write (a full disk) is logged, not raised: the answer is never changed.
+sent (parsed JSON, or its text when a route would not take it as JSON: not UTF-8, nested too deep, cut short), the
+answer (a stream's put together as the unstreamed body; the error body of a refused request), and what the model
+saw: the prompt as rendered, the parameters as resolved, model, loader and adapters, the reply's token ids, usage
+and timings. A request is written just before its answer's last byte goes out, so an app that reads it back next
+finds it. A body is parsed only when its request is kept (a chat completion's only when its bytes could ask
+``store: true``). Whatever fails while keeping (a full disk, say) is logged, never raised: the answer always goes
+out whole and unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any
 
 from starlette.types import ASGIApp, Scope
 
+from webui.api.body import BodyError, parse_json
 from webui.api.serving import DONE, new_id
 from webui.store.requests import CapturedRequest, RequestStore
 
@@ -52,12 +54,10 @@ class Capture:
         async def keep() -> None:
             nonlocal kept
             kept = True
-            item = self._item(scope, started, bytes(body), status, bytes(answer))
-            if item is not None:
-                try:
-                    await asyncio.to_thread(self.store.add, item)
-                except Exception:  # noqa: BLE001 - the answer must still go out; a store that cannot write is logged
-                    log.exception("could not keep API request %s in the store", item.id)
+            try:  # (on a thread: parsing a body of megabytes and writing it must not hold up other requests)
+                await asyncio.to_thread(self._keep, scope, started, bytes(body), status, bytes(answer))
+            except Exception:  # noqa: BLE001 - the answer must still go out whole; what could not be kept is logged
+                log.exception("could not keep the API request to %s (status %s) in the store", scope["path"], status)
 
         async def kept_send(message):
             nonlocal status, streamed
@@ -79,13 +79,22 @@ class Capture:
             if not kept:  # the answer never ended (the client left): what there was
                 await keep()
 
+    def _keep(self, scope: Scope, started: float, body: bytes, status: int, answer: bytes) -> None:
+        item = self._item(scope, started, body, status, answer)
+        if item is not None:
+            self.store.add(item)
+
     def _item(self, scope: Scope, started: float, body: bytes, status: int, answer: bytes) -> CapturedRequest | None:
+        """The request as kept, or None when it is not kept (then its body is not even parsed)."""
         if status == 401:  # no key, or a wrong one: nobody's request, not kept
             return None
-        sent = _parsed(body)
-        asked_store = isinstance(sent, dict) and sent.get("store") is True and scope["path"] == GENERATING[0]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         replay_of = headers.get(REPLAY_OF)
+        chat = scope["path"] == GENERATING[0]
+        if not (self.store.capture_all or replay_of or (chat and _may_ask_store(body))):
+            return None
+        sent = _parsed(body)
+        asked_store = chat and isinstance(sent, dict) and sent.get("store") is True
         if not (self.store.capture_all or asked_store or replay_of):
             return None
         state: dict[str, Any] = scope.get("state") or {}
@@ -103,10 +112,16 @@ class Capture:
                                metadata if isinstance(metadata, dict) else {}, details)
 
 
+def _may_ask_store(raw: bytes) -> bool:
+    """Whether a body could hold ``"store": true``, read from its bytes: a JSON ``true`` is never escaped, and the
+    key's letters only as \\u escapes."""
+    return b"true" in raw and (b'"store"' in raw or b"\\u" in raw)
+
+
 def _parsed(raw: bytes) -> Any:
-    """JSON as sent; text when it is not JSON (kept as it came, to show what the app really sent)."""
-    text = raw.decode("utf-8", errors="replace")
+    """JSON as sent, read as the routes read it (webui/api/body.py); the text when it is not JSON a route takes (not
+    UTF-8, nested too deep, cut short: kept as it came, to show what the app really sent)."""
     try:
-        return json.loads(text)
-    except ValueError:
-        return text
+        return parse_json(raw)
+    except BodyError:
+        return raw.decode("utf-8", errors="replace")

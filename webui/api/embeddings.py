@@ -14,12 +14,13 @@ import struct
 from fastapi import APIRouter, Request
 
 from loaders.base import EmbeddingModel
+from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError
 from webui.api.protocol import EmbeddingRequest
 from webui.api.routes import serving
 from webui.embeddings import EmbeddingsUnavailable, embed_ids, embedding_model
 
-router = APIRouter()
+router = APIRouter(route_class=JSONBodyRoute)  # bodies read whole or refused (webui/api/body.py)
 
 
 def input_ids(model: EmbeddingModel, inputs: list[str | list[int]]) -> list[list[int]]:

@@ -23,9 +23,20 @@ from webui.presets import PresetError
 log = logging.getLogger("webui.api")
 
 
+MAX_MESSAGE, MAX_PARAM = 4000, 200  # characters: a value echoed (a name of megabytes) is cut in its middle
+
+
+def _bounded(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    keep = limit // 4
+    return f"{text[:limit - keep]} [... {len(text) - limit} characters left out ...] {text[-keep:]}"
+
+
 class APIError(Exception):
     def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
                  code: str | None = None, headers: dict[str, str] | None = None):
+        message, param = _bounded(message, MAX_MESSAGE), None if param is None else _bounded(param, MAX_PARAM)
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers or {}
@@ -60,6 +71,9 @@ def to_api_error(exc: Exception) -> APIError:
     return APIError(500, f"internal server error: {type(exc).__name__}", type="server_error")
 
 
+_JSON_NAMES = {"list": "an array", "str": "a string", "int": "a number", "float": "a number", "bool": "true or false",
+               "NoneType": "null", "bytes": "a body that is not JSON"}
+
 TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "is-instance", "literal", "union"}
 
 
@@ -87,6 +101,10 @@ def validation_error(exc: RequestValidationError) -> APIError:
         return APIError(400, f"the request body is not valid JSON: {first.get('ctx', {}).get('error', message)}")
     if kind == "missing" and param is None:
         return APIError(400, "the request body is missing; send a JSON object")
+    if param is None and kind in ("model_type", "model_attributes_type", "dict_type"):
+        given = type(first.get("input")).__name__
+        return APIError(400, f"the request body must be a JSON object (sent as Content-Type: application/json), "
+                             f"got {_JSON_NAMES.get(given, given)}")
     if kind == "missing":
         return APIError(400, f"'{param}' is required", param=param)
     if kind == "value_error":

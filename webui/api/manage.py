@@ -22,11 +22,12 @@ from loaders.options import LoadOptionError
 from loaders.lora import LoRAError
 from loaders.registry import UnknownLoader
 from webui.api.auth import require_admin
+from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError
 from webui.api.protocol import TextRequest
 from webui.models import ModelManager, NotLoaded
 
-router = APIRouter()
+router = APIRouter(route_class=JSONBodyRoute)  # bodies read whole or refused (webui/api/body.py)
 
 
 def _models(request: Request) -> ModelManager:

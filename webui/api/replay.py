@@ -10,14 +10,15 @@ capture is on or not.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
 
+from webui.api.body import BodyError, check_value
 from webui.api.capture import REPLAY_ID, REPLAY_OF
 from webui.services import Services
 from webui.store.requests import CapturedRequest
-
 
 
 class ReplayError(ValueError):
@@ -31,6 +32,10 @@ def replay_body(item: CapturedRequest, changes: dict[str, Any] | None = None) ->
         raise ReplayError(f"request {item.id} was not a JSON object as sent, so it cannot be sent again")
     body = {**item.request, **(changes or {}), "stream": False}
     body.pop("stream_options", None)
+    try:  # (a body the API would not read: NaN in it, or nested too deep; sending it could not even encode it)
+        check_value(body, "its body with the changes" if changes else "its body")
+    except BodyError as exc:
+        raise ReplayError(f"request {item.id} cannot be sent again: {exc}") from None
     return {key: value for key, value in body.items() if value is not None}
 
 
@@ -48,13 +53,18 @@ async def areplay(services: Services, item: CapturedRequest, changes: dict[str, 
     named = str(body.get("model", "")).partition(":")[0]
     if item.model and "model" not in (changes or {}) and named not in services.models.names():
         body["model"] = item.model  # an alias of the server it came to: the model that answered it
-    app = create_api_app(services, APIConfig(timeout=None))
+    limit = int(services.config.api_max_body_mb * 2**20) or None  # (the server's own: a body it took, it takes)
+    app = create_api_app(services, APIConfig(timeout=None, max_body_bytes=limit))
     fallback_id = new_id("req")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://replay",
                                  timeout=None) as client:
-        answer = await client.post(item.endpoint, json=body, headers={REPLAY_OF: item.id, REPLAY_ID: fallback_id})
+        # JSON in ASCII: a lone surrogate the app sent (refused again, with its reason) goes as the escape it came as
+        answer = await client.post(item.endpoint, content=json.dumps(body), headers={
+            "content-type": "application/json", REPLAY_OF: item.id, REPLAY_ID: fallback_id})
     given = answer.json().get("id") if answer.status_code == 200 else None
     kept = services.requests.get(given if isinstance(given, str) else fallback_id)
-    if kept is None:
-        raise ReplayError(f"the replay of {item.id} was answered ({answer.status_code}) but not kept")
+    if kept is None:  # refused before it reached the capture (a body over the limit, say): why, as answered
+        error = answer.json().get("error") if answer.status_code != 200 else None
+        said = f": {error.get('message')}" if isinstance(error, dict) else ""
+        raise ReplayError(f"the replay of {item.id} was answered {answer.status_code}{said} (and not kept)")
     return kept

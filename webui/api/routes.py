@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from loaders.base import LoadedModel, ModelLoadError, Tokenizer
+from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError
 from webui.api.images import request_images
 from webui.api.modes import instruction_template, needs_template, request_mode
@@ -25,7 +26,7 @@ from webui.engine.types import GenerationEvent, TokenLogprob
 from webui.images import image_placeholder
 from webui.insight import prompt_logprobs
 
-router = APIRouter()
+router = APIRouter(route_class=JSONBodyRoute)  # bodies read whole or refused (webui/api/body.py)
 
 
 def serving(request: Request) -> Serving:

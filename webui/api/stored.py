@@ -12,11 +12,12 @@ from typing import Any, Literal
 from fastapi import APIRouter, Body, Query, Request
 
 from webui.api.auth import sees_every_client
+from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError
 from webui.api.protocol import check_metadata
 from webui.store.requests import CapturedRequest, RequestStore
 
-router = APIRouter()
+router = APIRouter(route_class=JSONBodyRoute)  # bodies read whole or refused (webui/api/body.py)
 
 _METADATA_PARAM = re.compile(r"^metadata\[(.+)\]$")
 

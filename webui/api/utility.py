@@ -17,6 +17,7 @@ from fastapi.responses import PlainTextResponse
 from pydantic import Field
 
 from loaders.base import LoadedModel, is_stepped
+from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError
 from webui.api.protocol import ChatMessage, SamplingRequest, TextRequest, chat_rows
 from webui.api.routes import render_messages, request_template, serving
@@ -24,7 +25,7 @@ from webui.chat import ChatPromptError, chat_messages
 from webui.chat.templates import ChatTemplate, TemplateError
 from webui.insight import next_tokens
 
-router = APIRouter()
+router = APIRouter(route_class=JSONBodyRoute)  # bodies read whole or refused (webui/api/body.py)
 
 
 def _local(request: Request, name: str | None, what: str, logits: bool = False

@@ -180,12 +180,14 @@ class RequestsController:
 
     def replay(self, request_id: str | None, changes_text: str, user: str | None) -> CapturedRequest:
         """Send the request again (with the changes, a JSON object of body fields) on the loaded model."""
+        from webui.api.body import BodyError, parse_json
         from webui.api.replay import ReplayError, replay
 
         item = self.get(request_id, user)
         try:
-            changes = json.loads(changes_text) if changes_text.strip() else {}
-        except ValueError as exc:
+            changes = parse_json(changes_text.encode("utf-8", "surrogatepass"), "the changes text") \
+                if changes_text.strip() else {}
+        except BodyError as exc:
             raise UserError(f"Changes must be a JSON object of request fields, e.g. {{\"temperature\": 0.9}}: "
                             f"{exc}") from None
         if not isinstance(changes, dict):

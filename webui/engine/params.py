@@ -27,6 +27,8 @@ from webui.engine.sampler_table import SAMPLER_ORDER
 
 MAX_SEED = 2**63 - 1
 MAX_STOP_STRINGS = 16
+# characters of one stop string: the matcher holds back every prefix of each, so its work grows with the square
+MAX_STOP_CHARS = 1000
 MAX_LOGIT_BIAS = 300
 MAX_TOKEN_BANS = 1000
 
@@ -111,6 +113,10 @@ def _check_stop(name: str, value: Any) -> tuple[str, ...]:
     if len(value) > MAX_STOP_STRINGS:
         raise InvalidParameter(name, f"at most {MAX_STOP_STRINGS} {name} strings are allowed, got {len(value)}",
                                value)
+    longest = max(len(s) for s in value) if value else 0
+    if longest > MAX_STOP_CHARS:
+        raise InvalidParameter(name, f"{name} strings are at most {MAX_STOP_CHARS} characters long, got one of "
+                                     f"{longest}", value)
     return tuple(dict.fromkeys(value))
 
 

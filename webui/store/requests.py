@@ -58,15 +58,22 @@ class Page:
 
 
 def _dumps(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    """JSON; text too (a body kept as its text reads back as that text, never as the JSON it may hold)."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate an app sent ("\ud800"): kept as the escape it came as
+        return json.dumps(value, default=str)
+    return text
 
 
 def _loads(text: str | None) -> Any:
+    """The value written by ``_dumps``; a row written before text was encoded as JSON: its text."""
     if text is None:
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (such a row's text may be JSON nested too deep to read)
         return text
 
 
