@@ -328,3 +328,21 @@ def pytest_runtest_makereport(item, call):
         (ARTIFACTS / f"failed-{name}-{i}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
         report.sections.append((f"page {i} ({page.url}), last of {len(lines)} log lines",
                                 "\n".join(line[:300] for line in lines[-40:])))
+
+
+@pytest.fixture(scope="session")
+def api(tmp_path_factory, default_model_dir):
+    """The API with a key and the alias 'gpt-test' for the loaded model (the model's own name given as an alias too,
+    as users do, which must not list it twice). One server for every module that asks for it, the API tests' and
+    the hostile bodies' (each start costs about ten seconds); a module that needs its own settings or state starts
+    its own."""
+    import urllib.request
+
+    from tests.api.conftest import APIServer, start_api
+
+    ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--served-model-name", "gpt-test",
+                               "SmolLM2-135M-Instruct")
+    with ctx as server:
+        with urllib.request.urlopen(base.removesuffix("/v1") + "/health", timeout=10):
+            pass
+        yield APIServer(base, key, server)

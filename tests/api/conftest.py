@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import urllib.request
 from dataclasses import dataclass
 
-import pytest
 
 from tests.e2e.server import Server, free_port, running_server, user_data_with_default_model
 
@@ -28,16 +26,3 @@ def start_api(tmp_path_factory, default_model_dir, *extra: str, key: str | None 
     port = free_port()
     args = ["--api", "--api-port", str(port), *(["--api-key", key] if key else []), *extra]
     return running_server(user_data, *args), f"http://127.0.0.1:{port}/v1", key
-
-
-@pytest.fixture(scope="session")
-def api(tmp_path_factory, default_model_dir):
-    """The API with a key and the alias 'gpt-test' for the loaded model (the model's own name given as an alias too,
-    as users do, which must not list it twice). One server for every module that asks for it (each start costs
-    about ten seconds); a module that needs its own settings or state starts its own."""
-    ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--served-model-name", "gpt-test",
-                               "SmolLM2-135M-Instruct")
-    with ctx as server:
-        with urllib.request.urlopen(base.removesuffix("/v1") + "/health", timeout=10):
-            pass
-        yield APIServer(base, key, server)

@@ -342,12 +342,17 @@ def check_whole(answer: Answer, case: Hostile) -> Any:
     return out
 
 
-def still_serving(server: APIServer, log_from: int) -> None:
-    """A small request is answered, and nothing since ``log_from`` in the server's log is a traceback or a cut
+def still_serving(server: APIServer, log_from: int, generate: bool = False) -> None:
+    """The server answers (``generate``: a one-token completion, for a body that reached the engine; else the
+    model list, as a refused body never does), and nothing since ``log_from`` in its log is a traceback or a cut
     answer."""
-    with httpx.Client(base_url=server.root, timeout=60, headers={"Authorization": f"Bearer {API_KEY}"}) as client:
-        r = client.post(COMP, json={"prompt": "Hi", "max_tokens": 1})
-    assert r.status_code == 200 and r.json()["choices"], r.text
+    with httpx.Client(base_url=server.root, timeout=60, headers={"Authorization": f"Bearer {server.key}"}) as client:
+        if generate:
+            r = client.post(COMP, json={"prompt": "Hi", "max_tokens": 1})
+            assert r.status_code == 200 and r.json()["choices"], r.text
+        else:
+            r = client.get("/v1/models")
+            assert r.status_code == 200 and r.json()["data"], r.text
     with open(server.server.log, "rb") as log:
         log.seek(log_from)
         tail = log.read().decode("utf-8", "replace")
@@ -360,11 +365,9 @@ def log_size(server: APIServer) -> int:
 
 
 @pytest.fixture(scope="module")
-def plain(tmp_path_factory, default_model_dir):
-    """A server as it starts by default: capture off, 8 MB body limit."""
-    ctx, base_url, key = start_api(tmp_path_factory, default_model_dir)
-    with ctx as server:
-        yield APIServer(base_url, key, server)
+def plain(api):
+    """The API tests' shared server (tests/api/conftest.py): capture off, the default 8 MB body limit."""
+    return api
 
 
 ALL = cases_nested() + cases_raw() + cases_types() + cases_numbers() + cases_surrogates()
@@ -375,6 +378,10 @@ def test_a_hostile_body_gets_a_whole_answer(plain, case):
     start = log_size(plain)
     check_whole(exchange(plain, case), case)
     still_serving(plain, start)
+
+
+def test_the_engine_still_generates_after_every_hostile_body(plain):
+    still_serving(plain, log_size(plain), generate=True)
 
 
 # -- with --capture-requests: kept as JSON or as text, nothing half-written ------------------------------------------
@@ -410,7 +417,7 @@ def test_a_hostile_body_is_kept_whole_with_capture_on(captured, case):
     answer = exchange(captured, case)
     out = check_whole(answer, case)
     new = [CapturedRequest.from_row(r) for r in kept_rows(captured) if r["id"] not in before]
-    still_serving(captured, start)
+    still_serving(captured, start, generate=answer.status == 200)
     if out is None:  # (no answer: the client left before its body was whole; what there was may be kept)
         return
     if case.path not in (CHAT, COMP):  # (only the generating endpoints are kept)
