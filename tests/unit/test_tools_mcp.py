@@ -30,29 +30,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def http_server():
-    """The test server over streamable HTTP; its URL."""
-    port = free_port()
+def start_http_server(port: int) -> subprocess.Popen:
+    """The test server over streamable HTTP on 127.0.0.1:``port``, once it accepts connections."""
     process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return process
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
                 pytest.fail(f"the HTTP MCP server did not start (exit code {process.poll()})")
             time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp"
-    os.kill(process.pid, signal.SIGTERM)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Stop a server by its pid (SIGTERM, then SIGKILL after 10 s)."""
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    """The test server over streamable HTTP; its URL."""
+    port = free_port()
+    process = start_http_server(port)
+    yield f"http://127.0.0.1:{port}/mcp"
+    stop(process)
 
 
 def write_config(path: Path, servers: dict) -> Path:
@@ -107,14 +118,34 @@ def test_a_server_that_crashes_mid_call_gives_an_error_and_is_restarted(box):
     assert box.call("local__add", {"a": 1, "b": 1}).text == "2"
 
 
-@pytest.mark.parametrize("server", ["local", "web"])
-def test_a_server_that_does_not_answer_in_time_gives_a_timeout(box, server):
+@pytest.mark.parametrize("server, then", [("local", "it is restarted on the next call"),
+                                          ("web", "the next call connects again")])
+def test_a_server_that_does_not_answer_in_time_gives_a_timeout(box, server, then):
     start = time.monotonic()
     hung = box.call(f"{server}__sleep", {"seconds": 30}, timeout=1)
     assert time.monotonic() - start < 5
     assert hung.error.kind == "timeout"
-    assert hung.text == f"error: the MCP server '{server}' did not answer within 1 s; it is restarted on the next call"
+    assert hung.text == f"error: the MCP server '{server}' did not answer within 1 s; {then}"
     assert box.call(f"{server}__add", {"a": 1, "b": 2}, timeout=30).text == "3"
+
+
+def test_an_http_server_that_dies_mid_call_is_an_error_and_is_connected_again_once_back(tmp_path):
+    port = free_port()
+    process = start_http_server(port)
+    config = write_config(tmp_path / "mcp_servers.json", {"web": {"url": f"http://127.0.0.1:{port}/mcp"}})
+    with ToolBox(tmp_path / "tools", config, list_wait=30) as tool_box:
+        assert tool_box.call("add", {"a": 1, "b": 2}).text == "3"
+        crashed = tool_box.call("crash", {})
+        assert crashed.error.kind == "crashed" and "the next call connects again" in crashed.text
+        process.wait(timeout=10)
+        gone = tool_box.call("add", {"a": 1, "b": 2})
+        assert gone.error.kind == "unavailable"
+        assert gone.text.startswith("error: the MCP server 'web' could not be reached: ConnectError")
+        process = start_http_server(port)
+        try:
+            assert tool_box.call("add", {"a": 1, "b": 2}).text == "3"
+        finally:
+            stop(process)
 
 
 def test_a_long_answer_is_cut(box):

@@ -142,6 +142,12 @@ class _Link:
     def started(self) -> str:
         return "started" if self.server.transport == "stdio" else "reached"
 
+    @property
+    def next_time(self) -> str:
+        """What the next call does after this session is dropped."""
+        return "it is restarted on the next call" if self.server.transport == "stdio" else \
+            "the next call connects again"
+
     async def list_tools(self, wait: float) -> list[McpTool] | ToolProblem:
         if self.tools is not None:
             return self.tools
@@ -178,19 +184,19 @@ class _Link:
                                             max(0.01, timeout - (time.monotonic() - start)))
         except asyncio.TimeoutError:
             self.drop()
-            return failed(tool, "timeout", f"the MCP server {name!r} did not answer within {timeout:g} s; it is "
-                          "restarted on the next call", time.monotonic() - start)
+            return failed(tool, "timeout", f"the MCP server {name!r} did not answer within {timeout:g} s; "
+                          f"{self.next_time}", time.monotonic() - start)
         except MCPError as e:
             if e.code != CONNECTION_CLOSED:  # the server answered, with a protocol error
                 return failed(tool, "failed", f"the MCP server {name!r} refused the call: {e.message}",
                               time.monotonic() - start)
             self.drop()
             return failed(tool, "crashed", f"the MCP server {name!r} closed the connection during the call (it "
-                          "may have crashed); it is restarted on the next call", time.monotonic() - start)
+                          f"may have crashed); {self.next_time}", time.monotonic() - start)
         except Exception as e:  # noqa: BLE001 - a broken transport: said to the model, the session restarted
             self.drop()
-            return failed(tool, "crashed", f"the call to the MCP server {name!r} failed: {reason(e)}; it is "
-                          "restarted on the next call", time.monotonic() - start)
+            return failed(tool, "crashed", f"the call to the MCP server {name!r} failed: {reason(e)}; "
+                          f"{self.next_time}", time.monotonic() - start)
         return _result(tool, result, time.monotonic() - start)
 
     async def session(self, wait: float) -> ClientSession:
