@@ -1,6 +1,6 @@
 """Documents read as text (#44): text, Markdown, code, CSV and JSON as UTF-8, PDFs through pypdf, Word .docx files
-through python-docx, each made here as a real small file; and how a document goes into a message (text-generation-
-webui's ATTACHMENTS section).
+through python-docx, each made here as a real small file; how a document goes into a message (text-generation-
+webui's ATTACHMENTS section); and how an API message's file parts become that text, in order with its other parts.
 Hostile files are in tests/security/test_documents.py."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import hashlib
 import pytest
 
 from tests.documents import docx_bytes, encrypted_pdf, pdf_bytes, pdf_of_streams
+from webui.api.documents import documents_as_text, file_parts
+from webui.api.protocol import ChatMessage, chat_rows
 from webui.documents import (Document, DocumentError, DocumentLimits, attachments_text, document_kind, read_document,
                              with_documents)
 
@@ -104,3 +106,23 @@ def test_documents_follow_the_message_as_text_generation_webui_writes_them():
         "\nName: report.pdf\nContents:\n\n=====\nRevenue grew.\n=====\n\n")
     assert with_documents("", [REPORT]) == attachments_text([REPORT])
     assert with_documents("Just text", []) == "Just text"
+
+
+def _file(name: str) -> dict:
+    return {"type": "file", "file": {"file_data": "data:text/plain;base64,eA==", "filename": name}}
+
+
+def test_an_api_messages_file_parts_become_text_where_they_stand():
+    messages = [ChatMessage.model_validate(m) for m in [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Compare"}, _file("notes.md"),
+                                     _file("report.pdf"), {"type": "text", "text": "Which is longer?"}]},
+        {"role": "user", "content": [_file("notes.md"), {"type": "text", "text": "And this?"}]}]]
+    assert [index for index, _ in file_parts(messages)] == [(1, 1), (1, 2), (2, 0)]
+    read = documents_as_text(messages, {(1, 1): NOTES, (1, 2): REPORT, (2, 0): NOTES})
+    rows = chat_rows(read)
+    assert rows[0] == {"role": "system", "content": "Be brief."}
+    assert rows[1]["content"] == "Compare\n\n" + attachments_text([NOTES, REPORT]) + "Which is longer?"
+    assert rows[2]["content"] == attachments_text([NOTES]) + "And this?"  # nothing before it: no blank line
+    with pytest.raises(RuntimeError, match="unread"):  # a file part is never silently dropped
+        chat_rows(messages)
