@@ -181,20 +181,32 @@ class ImageURL(OpenAIModel):
     detail: str | None = None  # OpenAI's resolution hint; the model's processor decides the resolution here
 
 
+class FileContent(OpenAIModel):
+    """OpenAI's ``file`` part: a document read as text into the message (webui/api/documents.py)."""
+
+    file_data: str | None = None  # the file as base64: a data: URL (data:application/pdf;base64,...) or bare
+    filename: str | None = None  # its extension says how it is read (.pdf, .docx, anything else: text)
+    file_id: str | None = None  # OpenAI's Files API, which this server does not have: refused, naming the part
+
+
 class ContentPart(OpenAIModel):
     type: str
     text: str | None = None
     image_url: ImageURL | None = None
+    file: FileContent | None = None
 
     @model_validator(mode="after")
     def _known(self) -> "ContentPart":
-        if self.type not in ("text", "image_url"):
-            raise ValueError(f"content parts of type '{self.type}' are not supported; send 'text' parts, and "
-                             "'image_url' parts to a model that takes images")
+        if self.type not in ("text", "image_url", "file"):
+            raise ValueError(f"content parts of type '{self.type}' are not supported; send 'text' parts, 'file' "
+                             "parts (documents, read as text) and 'image_url' parts to a model that takes images")
         if self.type == "text" and self.text is None:
             raise ValueError("a text content part needs 'text'")
         if self.type == "image_url" and self.image_url is None:
             raise ValueError('an image_url content part needs "image_url": {"url": ...}')
+        if self.type == "file" and self.file is None:
+            raise ValueError('a file content part needs "file": {"file_data": "data:application/pdf;base64,...", '
+                             '"filename": ...}')
         return self
 
 
@@ -216,10 +228,13 @@ class ChatMessage(OpenAIModel):
         return self
 
     def text(self, image_placeholder: str = "") -> str:
-        """The content as text, each image part written as ``image_placeholder`` (the model's image mark)."""
-        if isinstance(self.content, list):  # a text part's text is checked to be there
-            return "".join(part.text or "" if part.type == "text" else image_placeholder for part in self.content)
-        return self.content or ""
+        """The content as text, each image part written as ``image_placeholder`` (the model's image mark); file
+        parts must have been read into text parts first (webui/api/documents.py)."""
+        if not isinstance(self.content, list):
+            return self.content or ""
+        if any(part.type == "file" for part in self.content):
+            raise RuntimeError("a file part reached the prompt unread; read it with webui/api/documents.py first")
+        return "".join(part.text or "" if part.type == "text" else image_placeholder for part in self.content)
 
 
 def image_parts(messages: list[ChatMessage]) -> list[tuple[str, ImageURL]]:

@@ -10,10 +10,11 @@ from fastapi.responses import StreamingResponse
 
 from loaders.base import LoadedModel, ModelLoadError, Tokenizer
 from webui.api.body import JSONBodyRoute
+from webui.api.documents import documents_as_text, request_documents, with_document_tokens
 from webui.api.errors import APIError
 from webui.api.images import request_images
 from webui.api.modes import instruction_template, needs_template, request_mode
-from webui.api.protocol import ChatCompletionRequest, CompletionRequest
+from webui.api.protocol import ChatCompletionRequest, CompletionRequest, chat_rows
 from webui.chat.tools import CallStream, ToolPlan, may_be_a_call, plan_tools, render_with_tools, reply_calls
 from webui.api.serving import (DONE, FINISH_REASONS, Choice, Serving, collect, error_chunk, finished, new_id, note_usage,
                                now, sse, usage)
@@ -115,7 +116,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
         params = params.replace(structured_outputs=calls_only)
     config = s.config
     images = await request_images(body.messages, model, config)
-    messages = body.chat_messages(image_placeholder(model) if images else "")
+    documents = await request_documents(body.messages, config)  # file parts, read as text into their messages
+    messages = chat_rows(documents_as_text(body.messages, documents), image_placeholder(model) if images else "")
     chat_mode = request_mode(body, s.services.characters, model)  # text-generation-webui's extras
     template = instruction_template(body, s.services.templates, model) or (
         request_template(s.services.templates, body.chat_template, model)
@@ -137,8 +139,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
     if calls_only is not None:
         sources["structured_outputs"] = "request (tool_choice)"
     note_seen(request, prompt, params, model, loras, sources)
-    streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
-                       prompt_param="messages", model=model, loras=loras, messages=messages, images=images)
+    try:
+        streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
+                           prompt_param="messages", model=model, loras=loras, messages=messages, images=images)
+    except APIError as exc:  # too long for the context: say what each document takes of it
+        raise await asyncio.to_thread(with_document_tokens, exc, documents, model) from exc
     rid, created = new_id("chatcmpl"), now()
 
     def whole(choices: list[Choice]) -> dict:

@@ -15,6 +15,7 @@ from fastapi import Request
 from loaders.base import attached_loras, LoadedModel, PromptImage
 from webui.api.errors import APIError
 from webui.api.protocol import SamplingRequest
+from webui.documents import MAX_DOCUMENT_BYTES
 from webui.engine import (Engine, GenerationEvent, GenerationRequest, Interleaved, InvalidParameter, PromptTooLong,
                           RequestStream, SamplingParams)
 from webui.engine.params import MAX_SEED, specs
@@ -40,6 +41,7 @@ class APIConfig:
     allow_image_urls: bool = False  # image_url parts may be http(s) URLs the server fetches
     allow_private_image_urls: bool = False  # ... from loopback and private addresses too
     image_fetch_timeout: float = 20.0  # seconds a remote image may take to download, redirects included
+    max_document_bytes: int | None = MAX_DOCUMENT_BYTES  # the largest file a file part may carry (None: no limit)
 
 
 def finished(reason: str | None) -> str:

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from loaders.base import LoadedModel, is_stepped
 from webui.api.body import JSONBodyRoute
+from webui.api.documents import documents_as_text, read_files
 from webui.api.errors import APIError
 from webui.api.protocol import ChatMessage, SamplingRequest, TextRequest, chat_rows
 from webui.api.routes import render_messages, request_template, serving
@@ -41,10 +42,10 @@ def _local(request: Request, name: str | None, what: str, logits: bool = False
 
 def _chat_text(request: Request, model: LoadedModel, messages: list[ChatMessage], template: str | None,
                add_generation_prompt: bool = True, continue_final_message: bool = False) -> str:
-    """The chat as the model reads it, through the request's or the model's template."""
+    """The chat as the model reads it (file parts read as text), through the request's or the model's template."""
     if not messages:
         raise APIError(400, "messages must not be empty", param="messages")
-    rows = chat_rows(messages)
+    rows = chat_rows(documents_as_text(messages, read_files(messages, serving(request).config)))
     chosen = request_template(serving(request).services.templates, template, model)
     try:
         if add_generation_prompt or continue_final_message:
@@ -118,7 +119,8 @@ async def logits(body: LogitsRequest, request: Request) -> dict:
                        param="model")
     params = serving(request).sampling_params(body)
     if body.messages is not None:
-        text, special = _chat_text(request, model, body.messages, body.chat_template), False
+        text = await asyncio.to_thread(_chat_text, request, model, body.messages, body.chat_template)
+        special = False
     else:
         text, special = body.prompt or "", True  # prompt: given (checked above)
     engine = serving(request).engine_for(model)
