@@ -279,6 +279,23 @@ def test_prompt_errors_are_raised_at_submit(tiny_engine, tiny_model):
         tiny_engine.submit(GenerationRequest("", add_special_tokens=False))
 
 
+def test_a_prompt_whose_fewest_tokens_overflow_is_refused_before_it_is_tokenized(tiny_engine, tiny_model):
+    """#43: 10 MB of text costs seconds to tokenize; its byte length over the longest token's already says it
+    cannot fit, so it is refused at once ("at least N tokens"), and a text that may fit is tokenized as before."""
+    import time
+
+    from webui.engine.sequence import longest_token_bytes
+
+    longest = longest_token_bytes(tiny_model.tokenizer, tiny_model.vocab_size)
+    assert 4 <= longest < 200
+    started = time.monotonic()
+    with pytest.raises(PromptTooLong, match="at least .* context of 256 tokens"):
+        tiny_engine.submit(GenerationRequest("x" * 10 * 2**20))
+    assert time.monotonic() - started < 2
+    with pytest.raises(PromptTooLong, match=r"has \d+ tokens"):  # may fit by its bytes: tokenized, then refused
+        tiny_engine.submit(GenerationRequest("word " * 300))
+
+
 def test_output_is_capped_by_the_context(tok):
     engine = Engine(ScriptedModel(tok, [100] * 100, context_length=12))
     try:

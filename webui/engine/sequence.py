@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+import weakref
 from typing import Any
 
 import torch
@@ -48,6 +50,8 @@ def tokenize_prompt(model: SteppedModel, request: GenerationRequest) -> list[int
     if isinstance(request.prompt, list):
         ids = list(request.prompt)
     else:
+        if not params.truncation_length:
+            _refuse_surely_too_long(model, request.prompt, params)
         ids = model.tokenizer.encode(request.prompt,
                                      add_special_tokens=request.add_special_tokens and params.add_bos_token)
     if not ids:
@@ -56,6 +60,36 @@ def tokenize_prompt(model: SteppedModel, request: GenerationRequest) -> list[int
         keep = max(1, token_budget(model, params) - params.max_new_tokens)
         ids = ids[-keep:]
     return _checked(model, request, ids)
+
+
+_LONGEST_TOKEN: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+"""A cache of :func:`longest_token_bytes` per tokenizer (weak: an unloaded model's goes with it)."""
+
+
+def longest_token_bytes(tokenizer: Any, vocab_size: int) -> int:
+    """The most UTF-8 bytes of text one of the ``vocab_size`` tokens of ``tokenizer`` stands for: a text of B bytes
+    is at least B / this many tokens. (A byte that is part of a character decodes alone as U+FFFD, 3 bytes: the
+    bound is only ever too high, never too low.)"""
+    with contextlib.suppress(TypeError):  # a tokenizer that takes no weak reference is measured each time
+        if tokenizer in _LONGEST_TOKEN:
+            return _LONGEST_TOKEN[tokenizer]
+    longest = max((len(tokenizer.decode([i], skip_special_tokens=False).encode("utf-8", "surrogatepass"))
+                   for i in range(vocab_size)), default=0)
+    with contextlib.suppress(TypeError):
+        _LONGEST_TOKEN[tokenizer] = longest
+    return longest
+
+
+def _refuse_surely_too_long(model: SteppedModel, prompt: str, params: SamplingParams) -> None:
+    """PromptTooLong, before any tokenizing, for a text so long that even its fewest possible tokens fill the
+    context: a hostile 10 MB prompt is refused at once instead of costing seconds of tokenizing (#43)."""
+    size = len(prompt.encode("utf-8", "surrogatepass"))
+    if size < model.context_length:  # a token stands for one byte at least: only a longer text can be refused
+        return
+    longest = longest_token_bytes(model.tokenizer, model.vocab_size)
+    fewest = size // longest if longest else 0
+    if fewest >= model.context_length:
+        raise PromptTooLong(fewest, params.max_new_tokens, model.context_length, at_least=True)
 
 
 def encode_prompt(model: SteppedModel, request: GenerationRequest) -> tuple[list[int], ImagePrompt | None]:

@@ -37,10 +37,10 @@ class GeneratesNoText(EngineError):
 
 
 class PromptTooLong(EngineError):
-    def __init__(self, prompt_tokens: int, max_new_tokens: int, context_length: int):
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, context_length: int, at_least: bool = False):
         super().__init__(
-            f"the prompt has {prompt_tokens} tokens, which leaves no room in the model's context of "
-            f"{context_length} tokens; shorten the prompt")
+            f"the prompt has {'at least ' if at_least else ''}{prompt_tokens} tokens, which leaves no room in the "
+            f"model's context of {context_length} tokens; shorten the prompt")
         self.prompt_tokens, self.max_new_tokens, self.context_length = prompt_tokens, max_new_tokens, context_length
 
 
