@@ -6,6 +6,8 @@ works, are not counted.)"""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
+from typing import Callable, Union
 
 import pytest
 
@@ -38,3 +40,36 @@ def pytest_terminal_summary(terminalreporter) -> None:
                                     "should be")
     terminalreporter.write_line(f"{'all surfaces':<28} {sum(_tried.values()):>4} tried, "
                                 f"{sum(_held.values()):>4} answered as they should be")
+
+
+@pytest.fixture
+def services(tmp_path: Path, tiny_model_dir: Path):
+    """Services over a fresh user data dir with the tiny model in the models folder (not loaded: the training
+    tab's Start checks everything, reading its tokenizer, before any weights load)."""
+    from webui.config import AppConfig
+    from webui.services import Services
+
+    config = AppConfig(user_data_dir=tmp_path / "data", threads=1, device="cpu")
+    config.make_dirs()
+    (config.models_dir / "tiny").symlink_to(tiny_model_dir, target_is_directory=True)
+    made = Services.create(config)
+    yield made
+    made.close()
+
+
+Content = Union[bytes, Callable[[], bytes], Callable[[Path], None]]
+"""A hostile file's content: its bytes, a function that makes them, or one that writes the file itself (a
+sparse file of a gigabyte, say)."""
+
+
+def write(folder: Path, name: str, content: Content) -> Path:
+    """``folder/name`` with ``content`` (see Content)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content.__code__.co_argcount:  # writes the file itself
+        content(path)  # type: ignore[call-arg]
+    else:
+        path.write_bytes(content())  # type: ignore[call-arg]
+    return path

@@ -16,6 +16,7 @@ from typing import Callable
 
 import pytest
 
+from tests.security.conftest import write
 from webui.chat.characters import MAX_FILE_BYTES, Character
 from webui.controllers import UserError
 from webui.controllers.characters import CharactersController
@@ -230,18 +231,6 @@ def listing(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-def written(tmp_path: Path, name: str, content: bytes | Callable[[], bytes] | Callable[[Path], None]) -> Path:
-    path = tmp_path / "upload" / name
-    path.parent.mkdir(exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    elif content.__code__.co_argcount:  # writes the file itself (a sparse one)
-        content(path)  # type: ignore[call-arg]
-    else:
-        path.write_bytes(content())  # type: ignore[call-arg]
-    return path
-
-
 def still_works(characters: CharactersController) -> None:
     assert characters.open("Keep").character == Character("Keep", "Hi.", "Kept as it was.")
     path = characters.services.config.user_data_dir / "after.json"
@@ -251,7 +240,7 @@ def still_works(characters: CharactersController) -> None:
 
 @pytest.mark.parametrize(("name", "content", "message"), REFUSED)
 def test_a_hostile_file_is_refused_and_the_folder_is_left_as_it_was(characters, tmp_path, name, content, message):
-    path = written(tmp_path, name, content)
+    path = write(tmp_path / "upload", name, content)
     folder = characters.store.directory
     before, around = contents(folder), listing(tmp_path)
     started = time.monotonic()
@@ -265,7 +254,7 @@ def test_a_hostile_file_is_refused_and_the_folder_is_left_as_it_was(characters, 
 
 @pytest.mark.parametrize(("name", "content", "saved"), READ)
 def test_a_strange_but_readable_file_imports_as_what_it_says(characters, tmp_path, name, content, saved):
-    path = written(tmp_path, name, content)
+    path = write(tmp_path / "upload", name, content)
     folder = characters.store.directory
     before = contents(folder)
     view = characters.import_file(path)
@@ -338,7 +327,7 @@ def test_saving_where_a_dangling_link_lies_never_writes_through_it(characters, o
                  "choose a smaller one", id="picture-1GiB-refused-by-size-before-it-is-read"),
 ])
 def test_a_hostile_picture_is_refused_and_the_old_one_kept(characters, tmp_path, name, content, message):
-    path = written(tmp_path, name, content)
+    path = write(tmp_path / "upload", name, content)
     folder = characters.store.directory
     before = contents(folder)
     started = time.monotonic()

@@ -70,20 +70,6 @@ OPERATIONS: list[tuple[str, str, Act]] = [
 
 
 @pytest.fixture
-def services(tmp_path: Path, tiny_model_dir: Path):
-    """Services over a fresh user data dir with the tiny model in the models folder (not loaded)."""
-    from webui.config import AppConfig
-    from webui.services import Services
-
-    config = AppConfig(user_data_dir=tmp_path / "data", threads=1, device="cpu")
-    config.make_dirs()
-    (config.models_dir / "tiny").symlink_to(tiny_model_dir, target_is_directory=True)
-    made = Services.create(config)
-    yield made
-    made.close()
-
-
-@pytest.fixture
 def training(services) -> TrainingController:
     made = TrainingController(services)
     made.datasets_dir.mkdir(parents=True)

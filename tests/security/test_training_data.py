@@ -15,6 +15,7 @@ from typing import Callable
 import pytest
 
 from tests.conftest import ROOT
+from tests.security.conftest import write
 from webui.controllers import UserError
 from webui.controllers.training import AUTO_FORMAT, TrainingController, TrainingForm
 from webui.training.data import MAX_DATASET_MB, MAX_FORMAT_BYTES, MAX_RECORD_BYTES
@@ -26,7 +27,6 @@ GOOD = {".txt": "Some notes to train on.\n", ".md": "# Notes\n\nSome notes.\n",
         ".json": json.dumps([{"messages": [{"role": "user", "content": "Hi"},
                                            {"role": "assistant", "content": "Hello."}]}])}
 LINE = json.dumps({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]})
-Content = bytes | Callable[[], bytes] | Callable[[Path], None]
 
 
 def sparse(size: int) -> Callable[[Path], None]:
@@ -113,21 +113,6 @@ FORMATS = [
 
 
 @pytest.fixture
-def services(tmp_path: Path, tiny_model_dir: Path):
-    """Services over a fresh user data dir with the tiny model in the models folder (not loaded: Start checks
-    everything, reading its tokenizer, before any weights load)."""
-    from webui.config import AppConfig
-    from webui.services import Services
-
-    config = AppConfig(user_data_dir=tmp_path / "data", threads=1, device="cpu")
-    config.make_dirs()
-    (config.models_dir / "tiny").symlink_to(tiny_model_dir, target_is_directory=True)
-    made = Services.create(config)
-    yield made
-    made.close()
-
-
-@pytest.fixture
 def controller(services) -> TrainingController:
     """The controller, with a good dataset of each kind in the datasets folder, which a refusal must leave as it
     was."""
@@ -141,18 +126,6 @@ def controller(services) -> TrainingController:
 
 def form(dataset: str, fmt: str = AUTO_FORMAT, **values: object) -> TrainingForm:
     return TrainingForm("tiny", dataset, fmt, "adapter", {"cutoff_len": 32, **values}, "cpu")
-
-
-def write(folder: Path, name: str, content: Content) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    elif content.__code__.co_argcount:  # writes the file itself (a sparse one)
-        content(path)  # type: ignore[call-arg]
-    else:
-        path.write_bytes(content())  # type: ignore[call-arg]
-    return path
 
 
 def contents(folder: Path) -> dict[str, bytes | str]:
