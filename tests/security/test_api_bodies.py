@@ -402,12 +402,15 @@ def kept_rows(server: APIServer) -> list[sqlite3.Row]:
 
 
 def _kept_too(case: Any) -> bool:
-    """The cases sent again with capture on: chat and completions bodies, not every numeric field's three."""
+    """The cases sent again with capture on: chat and completions bodies (a field's lone surrogate or non-finite
+    number is refused by the one parser before any route, whatever the field: a few fields stand for them all)."""
     hostile: Hostile = case.values[0]
-    return hostile.path in (CHAT, COMP) and (hostile.path == COMP or "1e999" not in str(case.id))
+    return hostile.path in (CHAT, COMP)
 
 
-CAPTURED = [p for p in cases_nested() + cases_raw() + cases_surrogates() + cases_numbers() if _kept_too(p)]
+SOME_FIELDS = ("messages.0.content", "prompt", "temperature", "stop", "logit_bias")
+CAPTURED = [p for p in cases_nested() + cases_raw() if _kept_too(p)] + [
+    p for p in cases_surrogates() + cases_numbers() if _kept_too(p) and any(f"-{f}-" in str(p.id) for f in SOME_FIELDS)]
 
 
 @pytest.mark.parametrize("case", CAPTURED + cases_big())

@@ -159,3 +159,17 @@ def test_text_forms_of_the_list_parameters():
     assert p.sampler_priority[-3:] == ("min_p", "top_k", "temperature") and len(p.sampler_priority) == 21
     assert p.custom_token_bans == (3, 7) and p.dry_sequence_breakers == ("\n", "::")
     assert SamplingParams.from_dict({"dry_sequence_breakers": ""}).dry_sequence_breakers == ()
+
+
+def test_a_constraint_over_the_size_limit_is_refused_before_it_is_compiled():
+    """#43: compiling a 10 MB regex held the server for seconds; a constraint is at most 100,000 characters."""
+    import time
+
+    from webui.engine.params import MAX_STRUCTURED_CHARS
+
+    started = time.monotonic()
+    for value in ({"regex": "a" * (MAX_STRUCTURED_CHARS + 1)}, {"choice": ["x" * 1000] * 101}):
+        with pytest.raises(InvalidParameter, match="at most 100,000 are taken"):
+            SamplingParams(structured_outputs=value)
+    assert time.monotonic() - started < 2
+    assert SamplingParams(structured_outputs={"regex": "a{1,3}"}).structured_outputs

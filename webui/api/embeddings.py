@@ -19,6 +19,7 @@ from webui.api.errors import APIError
 from webui.api.protocol import EmbeddingRequest
 from webui.api.routes import serving
 from webui.embeddings import EmbeddingsUnavailable, embed_ids, embedding_model
+from webui.engine.sequence import fewest_tokens
 
 router = APIRouter(route_class=JSONBodyRoute)  # bodies read whole or refused (webui/api/body.py)
 
@@ -29,6 +30,11 @@ def input_ids(model: EmbeddingModel, inputs: list[str | list[int]]) -> list[list
     vocab = model.vocab_size
     out = []
     for i, item in enumerate(inputs):
+        fewest = fewest_tokens(model.tokenizer, vocab, item, model.context_length) if isinstance(item, str) else 0
+        if fewest > model.context_length:  # refused before tokenizing: a 10 MB input took seconds (#43)
+            raise APIError(400, f"input[{i}] has at least {fewest} tokens, more than the {model.context_length} of "
+                                f"{model.name}'s context; shorten it or split it", param="input",
+                           code="context_length_exceeded")
         ids = model.tokenizer.encode(item, add_special_tokens=True) if isinstance(item, str) else item
         if not ids:
             raise APIError(400, f"input[{i}] has no tokens; send some text", param="input")

@@ -190,6 +190,10 @@ def _check_text(name: str, value: Any) -> str:
     return value
 
 
+MAX_STRUCTURED_CHARS = 100_000
+"""The longest constraint taken (a schema, regex, grammar or choice list, as text)."""
+
+
 def _check_structured(name: str, value: Any) -> tuple:
     """vLLM's structured_outputs: {form: value} with one form -> (form, value) (a schema as JSON text)."""
     from webui.engine.structured import FORMS, StructuredError, grammar_of
@@ -203,6 +207,10 @@ def _check_structured(name: str, value: Any) -> tuple:
         raise InvalidParameter(name, f"{name} must hold one of {', '.join(FORMS)}, like {{\"regex\": \"[0-9]+\"}}, "
                                      f"got {value!r}", value)
     form, given = forms[0], value[forms[0]]
+    size = len(given) if isinstance(given, str) else len(json.dumps(given, ensure_ascii=False, default=str))
+    if size > MAX_STRUCTURED_CHARS:  # compiling a 10 MB regex held the server for seconds (#43)
+        raise InvalidParameter(name, f"{name}: the {form} is {size:,} characters; at most {MAX_STRUCTURED_CHARS:,} "
+                                     "are taken", "…")
     try:
         grammar_of(form, given)
     except StructuredError as exc:

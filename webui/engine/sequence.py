@@ -80,14 +80,21 @@ def longest_token_bytes(tokenizer: Any, vocab_size: int) -> int:
     return longest
 
 
+def fewest_tokens(tokenizer: Any, vocab_size: int, text: str, context_length: int) -> int:
+    """A lower bound on the tokens ``text`` takes (its UTF-8 bytes over the longest token's), measured only for a
+    text long enough that the bound could reach ``context_length`` (0 otherwise): a hostile 10 MB text is refused
+    at once instead of costing seconds of tokenizing (#43)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size < context_length:  # a token stands for one byte at least: a shorter text may always fit
+        return 0
+    longest = longest_token_bytes(tokenizer, vocab_size)
+    return size // longest if longest else 0
+
+
 def _refuse_surely_too_long(model: SteppedModel, prompt: str, params: SamplingParams) -> None:
     """PromptTooLong, before any tokenizing, for a text so long that even its fewest possible tokens fill the
-    context: a hostile 10 MB prompt is refused at once instead of costing seconds of tokenizing (#43)."""
-    size = len(prompt.encode("utf-8", "surrogatepass"))
-    if size < model.context_length:  # a token stands for one byte at least: only a longer text can be refused
-        return
-    longest = longest_token_bytes(model.tokenizer, model.vocab_size)
-    fewest = size // longest if longest else 0
+    context."""
+    fewest = fewest_tokens(model.tokenizer, model.vocab_size, prompt, model.context_length)
     if fewest >= model.context_length:
         raise PromptTooLong(fewest, params.max_new_tokens, model.context_length, at_least=True)
 
