@@ -190,19 +190,6 @@ BAD_NAMES = ["../x", "a/b", "..", ".hidden", "con\x00"]
 
 
 @pytest.fixture
-def services(tmp_path: Path):
-    """Services over a fresh user data dir, no model loaded (nothing here needs one)."""
-    from webui.config import AppConfig
-    from webui.services import Services
-
-    config = AppConfig(user_data_dir=tmp_path / "data", threads=1, device="cpu")
-    config.make_dirs()
-    made = Services.create(config)
-    yield made
-    made.close()
-
-
-@pytest.fixture
 def characters(services) -> CharactersController:
     """The controller, with one character ("Keep", with a picture) that a refusal must leave as it was."""
     controller = CharactersController(ChatSession(services, ActiveRequests()))

@@ -23,8 +23,8 @@ from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 
 from webui.api.errors import APIError
+from webui.safeload import MAX_DEPTH  # one limit for every JSON a user sends
 
-MAX_DEPTH = 100  # objects and arrays inside each other: far more than any real request, far less than recursion
 
 
 def _too_deep(what: str, field: str = "") -> str:

@@ -293,9 +293,6 @@ class ChatCompletionRequest(SamplingRequest):
         check_metadata(value or {})
         return value
 
-    def chat_messages(self, image_placeholder: str = "") -> list[dict[str, Any]]:
-        return chat_rows(self.messages, image_placeholder)
-
     def logprobs_wanted(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
 

@@ -27,19 +27,6 @@ Generate = Callable[[list[dict[str, Any]], "ToolPlan | None"], Iterator[tuple[st
 """One model turn: the history (OpenAI's message dicts) and the tools to offer (None: none, the model answers)."""
 
 
-class ResultLike(Protocol):
-    """What a call gives back (webui.tools.ToolResult has it)."""
-
-    @property
-    def text(self) -> str: ...
-    @property
-    def seconds(self) -> float: ...
-    @property
-    def truncated(self) -> bool: ...
-    @property
-    def ok(self) -> bool: ...
-
-
 class Caller(Protocol):
     """Runs one call: ``arguments`` is the JSON text the model wrote."""
 
