@@ -20,6 +20,7 @@ from tests.api.conftest import API_KEY, start_api
 pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
 ROUNDS, REQUESTS, CLIENTS = 3, 200, 16
 HI = [{"role": "user", "content": "Hi"}]
+THREAD_POOL_SLACK = 2
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +133,10 @@ def test_mixed_requests_leave_no_running_sequences_threads_or_files(api):
         seen.append(resources(server.proc.pid))
     print("threads and open files after rounds 2 and on:", seen)
     threads, files = zip(*seen)
-    assert threads[-1] <= threads[0] and files[-1] <= files[0], seen  # neither grows from round to round
+    # Neither grows from round to round. A leak would grow with the round's 200 requests (about 20 of them hang
+    # up); the thread pools the server keeps (anyio's workers, the engine's) may hold one or two more idle threads
+    # at one reading than at another (seen: 11, then 12), so threads get that much room and files none.
+    assert threads[-1] <= threads[0] + THREAD_POOL_SLACK and files[-1] <= files[0], seen
     r = httpx.post(root + "/v1/chat/completions", headers={"Authorization": f"Bearer {API_KEY}"},
                    json={"messages": HI, "max_tokens": 2}, timeout=60)
     assert r.status_code == 200
