@@ -21,6 +21,7 @@ from webui.settings import SettingsStore
 from webui.store import ChatStore, Database, NotebookStore
 from webui.store.perplexity import PerplexityStore
 from webui.store.requests import RequestStore, Retention
+from webui.tools import ToolBox
 from webui.training.runner import TrainingRunner
 
 
@@ -42,6 +43,8 @@ class Services:
     requests: RequestStore
     characters: CharacterStore
     training: TrainingRunner
+    tools: ToolBox
+    """The tools chats may offer (built-ins, ``<user data>/tools/``, the MCP servers of ``mcp_servers.json``)."""
 
     # -- the edge: who is calling is read here, once per use, and passed down to the ModelManager --------------
     @property
@@ -97,7 +100,8 @@ class Services:
                    batches, runner, PerplexityStore(db), JobRunner(),
                    RequestStore(db, Retention(config.capture_max_requests, int(config.capture_max_mb * 2**20)),
                                 capture_all=config.capture_requests),
-                   characters=CharacterStore(config.characters_dir), training=TrainingRunner(models))
+                   characters=CharacterStore(config.characters_dir), training=TrainingRunner(models),
+                   tools=ToolBox.for_user_data(config.user_data_dir))
 
     def close(self) -> None:
         """Unload the model, stop the engine, close the database; a second call does nothing."""
@@ -106,6 +110,7 @@ class Services:
             return
         self.jobs.stop()
         self.training.close()  # a run stops at its step's end and keeps a checkpoint
+        self.tools.close()  # MCP sessions end, stdio servers stop
         self.models.close()
         engine.close()
         self.db.close()

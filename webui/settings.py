@@ -39,6 +39,9 @@ class Settings:
     notebook_text: str = ""  # the Notebook as last typed or generated, saved or not (a reload shows it again)
     notebook_name: str = ""  # the name in its box, saved or not
     chat_instruct_command: str = ""  # chat-instruct's command as last typed; "": text-generation-webui's default
+    max_tool_steps: int = 5  # turns of a chat reply that may call tools before the model must answer (#44)
+    tool_choice: str = "auto"  # a chat reply's first turn: "auto" (the model chooses) or "required" (it calls one)
+    new_chat_tools: list[str] = field(default_factory=list)  # the tools a new chat offers: the last ones picked
 
 
 SHARED = ("last_model", "last_loader", "load_options", "model_options")  # how the machine loads: one for everybody

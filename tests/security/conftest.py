@@ -11,20 +11,21 @@ from typing import Callable, Union
 
 import pytest
 
-_surface_of: dict[str, str] = {}
 _tried: Counter[str] = Counter()
 _held: Counter[str] = Counter()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Kept on the item's report, not in this process: with pytest-xdist the workers collect and the controller,
+    # which prints the summary, sees only the reports.
     for item in items:
         surface = getattr(getattr(item, "module", None), "SURFACE", None)
         if surface and hasattr(item, "callspec"):  # a hostile input is a parametrized case; plain tests are not
-            _surface_of[item.nodeid] = surface
+            item.user_properties.append(("surface", surface))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    surface = _surface_of.get(report.nodeid)
+    surface = dict(report.user_properties).get("surface")
     if surface is None or not (report.when == "call" or (report.when == "setup" and not report.passed)):
         return
     _tried[surface] += 1

@@ -4,7 +4,7 @@ user message), or the chat is refused, as the user chooses."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from webui.chat.modes import ChatMode
 from webui.chat.prompt import ChatPromptError, chat_messages, render_chat_prompt
@@ -17,7 +17,7 @@ POLICIES = (DROP_OLDEST, REFUSE)
 @dataclass(frozen=True)
 class FittedChat:
     prompt: str
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     """What was sent: the system prompt and the messages kept."""
     dropped: int = 0
     """How many of the oldest messages were left out."""
@@ -46,19 +46,23 @@ def kept_messages(messages: list[dict[str, str]], dropped: int) -> list[dict[str
 
 def fit_chat(tokenizer: Any, turns: Iterable[Mapping[str, str]], system_prompt: str, budget: int,
              template: ChatTemplate | None = None, continue_last: bool = False,
-             policy: str = DROP_OLDEST, mode: ChatMode | None = None, extra: Sequence[int] = ()) -> FittedChat:
+             policy: str = DROP_OLDEST, mode: ChatMode | None = None, extra: Sequence[int] = (),
+             render: Callable[[list[dict[str, Any]]], str] | None = None) -> FittedChat:
     """The chat rendered within ``budget`` prompt tokens. With DROP_OLDEST the oldest turns go first (a turn: a
     message and the replies after it, so the chat still starts with a user message); ChatPromptError when even
     the system prompt and the last user message (and what follows it) do not fit, or when the policy is REFUSE.
     ``mode``: the chat mode that writes the prompt (None: instruct). ``extra``: tokens each turn takes beyond
-    its text (its images' tokens), which leave with it."""
-    messages = chat_messages(turns, system_prompt)
+    its text (its images' tokens), which leave with it. ``render``: writes the kept messages as the prompt in
+    place of the template (a chat with tools: the tools offered and the replies' calls and results, which then
+    stay in the messages and leave with their turn)."""
+    messages = chat_messages(turns, system_prompt, tools=render is not None)
     head = 1 if messages and messages[0]["role"] == "system" else 0
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=len(messages) - 1)
     dropped = 0
     while True:
         kept = kept_messages(messages, dropped)
-        prompt = render_chat_prompt(tokenizer, kept, continue_last=continue_last, template=template, mode=mode)
+        prompt = render(kept) if render is not None else \
+            render_chat_prompt(tokenizer, kept, continue_last=continue_last, template=template, mode=mode)
         size = len(tokenizer.encode(prompt, add_special_tokens=False)) + sum(extra[dropped:])
         if size <= budget:
             return FittedChat(prompt, kept, dropped)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from loaders.base import Tokenizer
 from webui.chat.modes import ChatMode, ModeError
@@ -15,12 +15,19 @@ class ChatPromptError(ValueError):
     pass
 
 
-def chat_messages(messages: Iterable[Mapping[str, str]], system_prompt: str = "") -> list[dict[str, str]]:
-    """The messages as sent: checked roles, the system prompt first unless the chat has its own."""
-    msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
+TOOL_KEYS = ("tool_calls", "tool_call_id")
+
+
+def chat_messages(messages: Iterable[Mapping[str, Any]], system_prompt: str = "",
+                  tools: bool = False) -> list[dict[str, Any]]:
+    """The messages as sent: checked roles, the system prompt first unless the chat has its own. ``tools``: a
+    chat whose replies called tools (webui.chat.tool_steps), whose calls and ``tool`` results stay as they are."""
+    roles = (*ROLES, "tool") if tools else ROLES
+    msgs = [{"role": m["role"], "content": m["content"],
+             **({k: m[k] for k in TOOL_KEYS if k in m} if tools else {})} for m in messages]
     for i, m in enumerate(msgs):
-        if m["role"] not in ROLES:
-            raise ChatPromptError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {m['role']!r}")
+        if m["role"] not in roles:
+            raise ChatPromptError(f"messages[{i}].role must be one of {', '.join(roles)}, got {m['role']!r}")
     if system_prompt.strip() and not (msgs and msgs[0]["role"] == "system"):
         msgs.insert(0, {"role": "system", "content": system_prompt})
     return msgs

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from webui.chat.context import left_out
+from webui.chat.tool_steps import ToolStep
 
 EDITED = "edited by hand"
 BRANCHED_AT_END = "branched at the last token"
 _KNOWN = frozenset({
     "edited", "model", "loader", "load_options", "chat_template", "loras", "completion_tokens", "prompt_tokens",
     "cached_tokens", "guidance_tokens", "time_to_first_token", "tokens_per_second", "finish_reason", "stop_string",
-    "seed", "params", "summary", "token_ids", "tokens", "continue_from", "dropped", "dropped_over", "chat_mode"})
+    "seed", "params", "summary", "token_ids", "tokens", "continue_from", "dropped", "dropped_over", "chat_mode", "tool_steps", "tools_offered"})
 
 
 def written_by(name: str, loader: str) -> str:
@@ -128,6 +129,12 @@ class ReplyRecord:
     chat_mode: dict[str, Any] | None = None
     """The chat mode the reply was written in, its character by content (ChatMode.to_record()); None: instruct
     (also every reply stored before chat modes)."""
+    tool_steps: tuple[ToolStep, ...] = ()
+    """The turns before the answer that called tools, each call with its result (#44); the record's run and
+    tokens are the answer's own turn."""
+    tools_offered: tuple[dict[str, Any], ...] = ()
+    """The tools the answer's own turn was offered (OpenAI's function objects; none: no tools, or the step limit
+    was reached)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Stored keys this version does not know, written back as they were."""
 
@@ -156,6 +163,10 @@ class ReplyRecord:
                 out["dropped_over"] = self.dropped_over
         if self.chat_mode is not None:
             out["chat_mode"] = self.chat_mode
+        if self.tool_steps:
+            out["tool_steps"] = [step.to_dict() for step in self.tool_steps]
+        if self.tools_offered:
+            out["tools_offered"] = list(self.tools_offered)
         return {**out, **{k: v for k, v in self.extra.items() if k not in out}}
 
     @classmethod
@@ -179,6 +190,9 @@ class ReplyRecord:
                    given=GivenStart.from_json(data.get("continue_from")), dropped=_int(data.get("dropped")),
                    dropped_over=_int(data.get("dropped_over")), edited=edited,
                    chat_mode=mode if isinstance(mode := data.get("chat_mode"), dict) else None,
+                   tool_steps=_steps(data.get("tool_steps")),
+                   tools_offered=tuple(t for t in offered if isinstance(t, dict))
+                   if isinstance(offered := data.get("tools_offered"), list) else (),
                    extra={k: v for k, v in data.items() if k not in known})
 
 
@@ -195,8 +209,29 @@ def reply_summary(record: ReplyRecord) -> str:
     given = record.given.token_ids if record.given is not None else ()
     count = f"{len(record.token_ids)} tokens, {len(record.token_ids) - len(given)} new" if given else ""
     parts = [record.run.line(count), f"by {written_by(record.model, record.loader)}" if record.model else "",
-             left_out(record.dropped, record.dropped_over)]
+             tool_calls(record), left_out(record.dropped, record.dropped_over)]
     return " · ".join(p for p in parts if p)
+
+
+def tool_calls(record: ReplyRecord) -> str:
+    """How many tools the reply called before it answered, and the time they took ("" for none)."""
+    calls = [c for step in record.tool_steps for c in step.calls]
+    if not calls:
+        return ""
+    failed = sum(c.error is not None for c in calls)
+    return (f"{len(calls)} tool call{'s' if len(calls) > 1 else ''} ({sum(c.seconds for c in calls):.2f}s"
+            + (f", {failed} failed" if failed else "") + ")")
+
+
+def _steps(value: Any) -> tuple[ToolStep, ...]:
+    """Stored tool steps (an entry that does not read as one is left out: an import edited by hand, say)."""
+    steps = []
+    for item in value if isinstance(value, list) else ():
+        try:
+            steps.append(ToolStep.from_dict(item))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return tuple(steps)
 
 
 def _typed(value: Any, kind: type | tuple[type, ...], default: Any) -> Any:

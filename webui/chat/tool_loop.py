@@ -14,9 +14,10 @@ record sees exactly what the model saw.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
+from webui.chat.tool_steps import CallRecord, ToolStep, history_of
 from webui.chat.tools import ToolPlan, read_calls
 from webui.engine import GenerationEvent
 
@@ -31,57 +32,6 @@ class Caller(Protocol):
     """Runs one call: ``arguments`` is the JSON text the model wrote."""
 
     def call(self, name: str, arguments: Any, timeout: float | None = None) -> Any: ...
-
-
-@dataclass
-class CallRecord:
-    """One call as it ran: what the model asked and what came back."""
-
-    id: str
-    name: str
-    arguments: str
-    """The arguments as JSON text, as the model wrote them (or as a person edited them)."""
-    result: str = ""
-    """What went back to the model ("error: ..." for a call that failed)."""
-    error: str | None = None
-    seconds: float = 0.0
-    truncated: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CallRecord:
-        return cls(str(data["id"]), str(data["name"]), str(data["arguments"]), str(data.get("result", "")),
-                   None if data.get("error") is None else str(data["error"]), float(data.get("seconds", 0.0)),
-                   bool(data.get("truncated", False)))
-
-
-@dataclass
-class ToolStep:
-    """One turn that called tools: the text the model wrote besides its calls, and the calls."""
-
-    text: str
-    calls: list[CallRecord] = field(default_factory=list)
-
-    def messages(self) -> list[dict[str, Any]]:
-        """The step as the model reads it in the history: its calls, then each call's result."""
-        calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                 for c in self.calls]
-        return [{"role": "assistant", "content": self.text or None, "tool_calls": calls},
-                *({"role": "tool", "tool_call_id": c.id, "content": c.result} for c in self.calls)]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "calls": [c.to_dict() for c in self.calls]}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ToolStep:
-        return cls(str(data.get("text", "")), [CallRecord.from_dict(c) for c in data.get("calls", [])])
-
-
-def history_of(steps: list[ToolStep]) -> list[dict[str, Any]]:
-    """Every step's messages, in order."""
-    return [m for step in steps for m in step.messages()]
 
 
 @dataclass
@@ -107,10 +57,14 @@ def run_tool_loop(messages: list[dict[str, Any]], plan: ToolPlan, generate: Gene
     """Generate, run the calls the reply makes, give their results back, and again; yields a LoopUpdate for every
     event and around every call, the last one ``done``. ``steps``: calls already made (a reply continued after a
     person edited a call), which count toward ``max_steps``. A turn that ends other than by its model (cut by
-    max_tokens, cancelled by Stop, an error) ends the loop as it is; ``stopped()`` is asked before each call, and
-    a loop stopped there keeps the calls already run."""
+    max_tokens, cancelled by Stop, an error) ends the loop as it is; ``stopped()`` is asked before each call and
+    each new turn, and a loop stopped there keeps the calls already run."""
     steps = list(steps or [])
+    last: GenerationEvent | None = None
     while True:
+        if steps and stopped():  # Stop pressed while the last call ran: no new turn
+            yield LoopUpdate(steps, "", None, last, done=True)
+            return
         offered = plan if len(steps) < max_steps else None
         text, last = "", None
         for text, event in generate(messages + history_of(steps), offered):

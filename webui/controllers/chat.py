@@ -22,6 +22,12 @@ from webui.chat.modes import CHAT_INSTRUCT, DEFAULT_COMMAND, INSTRUCT, ChatMode,
 from webui.chat.reply import ReplyRecord, written_by
 from webui.chat.templates import ChatTemplate, TemplateError, from_record
 from webui.controllers.chat_library import ChatLibrary, ChatView, require_chat, to_chatbot
+from webui.controllers.chat_tools import ToolReplies, chat_plan, edited_steps, tool_turns, uses_tools
+from webui.chat.tool_steps import history_of
+from webui.chat.tools import plan_tools, render_with_tools
+from webui.engine.params import InvalidParameter
+from webui.store import StoreError
+from webui.tools import ToolList
 from webui.controllers.errors import UserError
 from webui.controllers.generation import STOP, ActiveRequests, Streamed, new_request, stream_request
 from webui.controllers.reply_stats import ReplyStart, final_stats
@@ -74,14 +80,16 @@ class ChatSession:
     def __init__(self, services: Services, active: ActiveRequests) -> None:
         self.services, self.chats, self.active = services, services.chats, active
         self.library = ChatLibrary(services)
+        self.tool_replies = ToolReplies(self)
         self._shown: dict[str, int | None] = {}  # browser tab (Gradio's session hash) -> the chat on its screen
 
     # -- generating -------------------------------------------------------------------------------------
     def send(self, chat_id: int | None, text: str, system_prompt: str, sampling: SamplingParams,
              key: Key, start: str = "", mode: str = INSTRUCT, character: str | None = None,
-             images: Sequence[bytes] = ()) -> Iterator[ChatView]:
+             images: Sequence[bytes] = (), tools: Sequence[str] | None = None) -> Iterator[ChatView]:
         """Store the user's message with its ``images`` (a new chat when ``chat_id`` is None: in ``mode``, with
-        ``character``, whose greeting comes first), then stream the reply."""
+        ``character``, whose greeting comes first), then stream the reply. ``tools``: those the chat offers from
+        now on, as the Tools panel shows them (None: as stored; a new chat: those new chats start with)."""
         if not text.strip() and not images:
             raise UserError("Type a message first.")
         self._check_images(self._check_ready(key, chat_id).model, images)
@@ -89,8 +97,15 @@ class ChatSession:
         history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else greeting_turns(chat_mode)
         system = self.chats.get(chat_id).system_prompt if chat_id is not None else system_prompt
         self._check_fits([*history, {"role": "user", "content": text}], system, sampling, chat_mode)
+        if chat_id is not None:
+            if tools is not None:
+                self.set_tools(chat_id, tools)
+            self.tool_replies.check(chat_id)
         if chat_id is None:
-            chat_id = self.new_chat(" ".join(text.split())[:TITLE_LENGTH] or "Image", system_prompt, mode, character)
+            tools = self.chat_tools(None) if tools is None else tools
+            chat_plan(self, tools)  # the tools picked are there, before anything is stored
+            chat_id = self.new_chat(" ".join(text.split())[:TITLE_LENGTH] or "Image", system_prompt, mode, character,
+                                    tools)
         self.chats.append(chat_id, "user", text, images=list(images))
         yield replace(self.library.view(chat_id), stats="…")
         yield from self._reply(chat_id, sampling, key, start=start)
@@ -101,6 +116,7 @@ class ChatSession:
         cid = require_chat(chat_id)
         self._check_ready(key, cid)
         history = self.chats.messages(cid)
+        self.tool_replies.check(cid)
         if history and history[-1].role == "assistant":
             self._check_fits(turns_of(history[:-1]), self.chats.get(cid).system_prompt, sampling, self.mode(cid))
             self.chats.rewind(cid, history[-1].position)
@@ -124,16 +140,71 @@ class ChatSession:
             if self.active.busy(reply_key(key, cid)):
                 raise UserError("A reply is still being written here; wait for it or press Stop.")
             self.chats.rewind(cid, index)
-            self.chats.append(cid, "assistant", text, stats=ReplyRecord(edited=True))
+            self.chats.append(cid, "assistant", text, stats=ReplyRecord(
+                edited=True, tool_steps=history[index].record.tool_steps))
             yield self.library.view(cid)
             return
         self._check_ready(key, cid)
+        self.tool_replies.check(cid)
         self._check_fits([*turns_of(history[:index]), {"role": "user", "content": text}],
                          self.chats.get(cid).system_prompt, sampling, self.mode(cid))
         self.chats.rewind(cid, index)
         self.chats.append(cid, "user", text, images=[self.chats.image(name) for name in history[index].images])
         yield replace(self.library.view(cid), stats="…")
         yield from self._reply(cid, sampling, key)
+
+    def edit_shown(self, chat_id: int | None, shown: int, text: str, sampling: SamplingParams,
+                   key: Key) -> Iterator[ChatView]:
+        """An edit of entry ``shown`` of the log (its index, as the edit gives it): a message (``edit``), or one
+        of a reply's calls, whose arguments or result is then ``text`` (``edit_call``)."""
+        entry = self.library.entry(require_chat(chat_id), shown)
+        if entry.part:
+            yield from self.edit_call(chat_id, entry.index, entry.step, entry.call, entry.part, text, sampling, key)
+        else:
+            yield from self.edit(chat_id, entry.index, text, sampling, key)
+
+    def edit_call(self, chat_id: int | None, index: int, step: int, call: int, part: str, text: str,
+                  sampling: SamplingParams, key: Key) -> Iterator[ChatView]:
+        """A new version of reply ``index`` going on from its call ``call`` of step ``step`` with ``part``
+        ("arguments": the tool runs again with them; "result": what the tool gave) as ``text``; the earlier
+        version stays, a click away."""
+        cid = require_chat(chat_id)
+        history = self.chats.messages(cid)
+        if not 0 <= index < len(history) or history[index].role != "assistant":
+            raise UserError("That call is not in this chat any more; click one of the chat's messages.")
+        self._check_ready(key, cid)
+        self.tool_replies.check(cid)
+        steps = edited_steps(history[index].record, step, call, part, text, self)
+        self.chats.rewind(cid, index)
+        yield replace(self.library.view(cid), stats="…")
+        yield from self.tool_replies.reply(cid, sampling, reply_key(key, cid), steps)
+
+    def tools(self) -> ToolList:
+        """The tools chats can offer now, and the tool files and MCP servers that give none (with why)."""
+        return self.services.tools.list()
+
+    def set_tools(self, chat_id: int | None, names: Sequence[str]) -> None:
+        """The tools chat ``chat_id`` offers from its next reply on; for a new chat (None), those new chats
+        offer (kept until changed)."""
+        names = list(names)
+        if chat_id is None:
+            if self.services.settings.get().new_chat_tools != names:
+                self.services.settings.update(new_chat_tools=names)
+            return
+        try:
+            if list(self.chats.get(chat_id).tools) != names:
+                self.chats.set_tools(chat_id, names)
+        except StoreError as exc:
+            raise UserError(f"The tools were not saved: {exc}") from exc
+
+    def chat_tools(self, chat_id: int | None) -> list[str]:
+        """The tools chat ``chat_id`` offers (None: those a new chat starts with)."""
+        if chat_id is None:
+            return list(self.services.settings.get().new_chat_tools)
+        try:
+            return list(self.chats.get(chat_id).tools)
+        except StoreError:
+            return []
 
     def impersonate(self, chat_id: int | None, system_prompt: str, sampling: SamplingParams,
                     key: Key) -> Iterator[str]:
@@ -179,7 +250,8 @@ class ChatSession:
 
     def stop(self, key: Key, chat_id: int | None = None) -> bool:
         """Stop the reply being written in chat ``chat_id`` and an Impersonate running for ``key``."""
-        stopped = self.active.cancel(reply_key(key, chat_id))
+        stopped = self.tool_replies.stop(reply_key(key, chat_id))  # (between calls: no request runs then)
+        stopped = self.active.cancel(reply_key(key, chat_id)) or stopped
         return self.active.cancel(key) or stopped
 
     # -- the chat each browser tab shows ----------------------------------------------------------------
@@ -244,7 +316,9 @@ class ChatSession:
         reply = message.role == "assistant"
         turns = turns_of(history[:index + (0 if reply else 1)])
         made = message.record if reply else ReplyRecord()
-        record = record_for_reply(self._record_turns(history[:index]), system_prompt, made) if made.run else None
+        tooled = uses_tools(history[:index + 1]) or bool(made.tools_offered)
+        record = record_for_reply(self._record_turns(history[:index]), system_prompt, made) \
+            if made.run and not tooled else None  # (a reply that called tools: its calls are not in a record yet)
         which = f"message {index + 1} ({'the reply' if reply else 'your message'})"
         model, also = self.services.loaded, ""
         if made.model and model is not None and written_by(model.name, model.loader) != \
@@ -258,12 +332,20 @@ class ChatSession:
             return MessageInspection(which, None, "Tokens need a local model loaded in the Model tab.", record)
         try:
             template, chat_mode = self._template(model, made if reply else None), self._mode(chat_id, made)
-            sent = kept_messages(chat_messages(turns, system_prompt), made.dropped)
-            seen = inspect_rendered(model, render_chat_prompt(model.tokenizer, sent, template=template,
-                                                              mode=chat_mode), False)
-        except (InsightUnavailable, ChatPromptError, UserError) as exc:
+            if tooled:  # the answer's turn as it was read: the calls before it, the tools it was offered
+                sent = kept_messages(chat_messages(
+                    tool_turns(history[:index + (0 if reply else 1)]) + history_of(list(made.tool_steps)),
+                    system_prompt, tools=True), made.dropped)
+                offered = plan_tools(list(made.tools_offered), "auto", True) if made.tools_offered else None
+                rendered = render_with_tools(model.tokenizer, sent, offered, template)[0]
+            else:
+                sent = kept_messages(chat_messages(turns, system_prompt), made.dropped)
+                rendered = render_chat_prompt(model.tokenizer, sent, template=template, mode=chat_mode)
+            seen = inspect_rendered(model, rendered, False)
+        except (InsightUnavailable, ChatPromptError, UserError, InvalidParameter) as exc:
             return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
-        notes = [n for n in (also, left_out(made.dropped, made.dropped_over)) if n]
+        no_record = "a reply that called tools has no reproduce record yet" if tooled and made.run else ""
+        notes = [n for n in (also, left_out(made.dropped, made.dropped_over), no_record) if n]
         return MessageInspection(which, seen, " · ".join(notes), record)
 
     def last_tokens(self, chat_id: int | None, index: int | None = None) -> tuple[list[dict[str, Any]], bool]:
@@ -281,7 +363,8 @@ class ChatSession:
     def _check_ready(self, key: Key, chat_id: int | None = None) -> Slot:
         """The model in use, when nothing is being written for ``key`` (in chat ``chat_id``, when given)."""
         slot = self._slot()
-        if self.active.busy(key if chat_id is None else reply_key(key, chat_id)):
+        if self.active.busy(key if chat_id is None else reply_key(key, chat_id)) \
+                or chat_id is not None and self.tool_replies.busy(reply_key(key, chat_id)):
             raise UserError("A reply is still being written here; wait for it or press Stop.")
         return slot
 
@@ -303,6 +386,16 @@ class ChatSession:
         slot = self._slot()
         model = slot.model
         history = self.chats.messages(cid)
+        if self.chats.get(cid).tools or uses_tools(history):
+            if continue_last and history and history[-1].record.tool_steps:
+                raise UserError("Continue does not go on from a reply that called tools yet; regenerate it, or edit "
+                                "one of its calls")
+            if start and not continue_last:
+                raise UserError("'Start reply with' cannot be used in a chat with tools yet; clear it, or untick "
+                                "the tools")
+            if not continue_last:
+                yield from self.tool_replies.reply(cid, sampling, reply_key(key, cid))
+                return
         system_prompt = self.chats.get(cid).system_prompt
         placeholder = self._placeholder(model, history)
         if continue_last and model.capabilities.renders_chats:
@@ -430,12 +523,13 @@ class ChatSession:
         return self.template(model)
 
     # -- modes and characters -----------------------------------------------------------------------------
-    def new_chat(self, title: str, system_prompt: str = "", mode: str = INSTRUCT, character: str | None = None) -> int:
-        """A new chat in ``mode`` with ``character`` (checked first), its greeting (names filled) the first
-        message; the chat's id."""
+    def new_chat(self, title: str, system_prompt: str = "", mode: str = INSTRUCT, character: str | None = None,
+                 tools: Sequence[str] = ()) -> int:
+        """A new chat in ``mode`` with ``character`` (checked first) offering ``tools``, its greeting (names
+        filled) the first message; the chat's id."""
         chat_mode = self.mode_of(mode, character)
         cid = self.chats.create(title, system_prompt, mode, chat_mode.character.name if chat_mode.character
-                                else None).id
+                                else None, tools).id
         if greeting := chat_mode.greeting():
             self.chats.append(cid, "assistant", greeting)
         return cid

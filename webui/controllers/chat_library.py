@@ -45,12 +45,52 @@ class ChatView:
     """The name of the chat's character (None: none)."""
 
 
+@dataclass(frozen=True)
+class Entry:
+    """What one entry of the log shows: a stored message (its place in the chat's path), or, for a reply that
+    called tools, one of its call blocks (shown before the reply's text): a step's own words, or a call's
+    arguments or result."""
+
+    index: int
+    step: int = -1
+    call: int = -1
+    part: str = ""
+    """"" (the message itself), "said" (a step's text besides its calls), "arguments" or "result"."""
+
+
+def _entries(message: Message, index: int, chats: ChatStore) -> list[tuple[Entry, dict[str, Any]]]:
+    """The log entries of one stored message: a reply's tool steps as blocks, then the message itself (its text
+    exactly as stored, nothing added: Copy and Edit take it as it is; a message with images shows them first)."""
+    out: list[tuple[Entry, dict[str, Any]]] = []
+    for s, step in enumerate(message.record.tool_steps if message.role == "assistant" else ()):
+        if step.text:
+            out.append((Entry(index, s, -1, "said"), block(step.text, "Written before its calls")))
+        for c, call in enumerate(step.calls):
+            out.append((Entry(index, s, c, "arguments"), block(call.arguments, f"Tool call: {call.name} · arguments")))
+            took = f" · {call.seconds:.2f}s" + (f" · error: {call.error}" if call.error else "") + (
+                " · cut to the output limit" if call.truncated else "")
+            out.append((Entry(index, s, c, "result"), block(call.result, f"{call.name} · result{took}")))
+    content: Any = [*({"path": image_file(chats, name)} for name in message.images), message.content] \
+        if message.images else message.content
+    out.append((Entry(index), {"role": message.role, "content": content}))
+    return out
+
+
+def block(text: str, title: str, running: bool = False) -> dict[str, Any]:
+    """A collapsible block of the log (Gradio's metadata message)."""
+    return {"role": "assistant", "content": text,
+            "metadata": {"title": title, "status": "pending" if running else "done"}}
+
+
+def entries(messages: list[Message], chats: ChatStore) -> list[Entry]:
+    """What each entry of the log (``to_chatbot``'s list) shows, in its order."""
+    return [entry for i, m in enumerate(messages) for entry, _ in _entries(m, i, chats)]
+
+
 def to_chatbot(messages: list[Message], chats: ChatStore) -> list[dict[str, Any]]:
-    """Chatbot messages: each one's text exactly as stored, nothing added (Copy and Edit take the content as it is;
-    a message's versions and a reply's stats are shown beside the log, see ``ChatLibrary.describe``); a message
-    with images shows them first (thumbnails)."""
-    return [{"role": m.role, "content": [*({"path": image_file(chats, name)} for name in m.images), m.content]
-             if m.images else m.content} for m in messages]
+    """Chatbot messages: each one's text exactly as stored (a message's versions and a reply's stats are shown
+    beside the log, see ``ChatLibrary.describe``), a reply's tool calls as blocks before it."""
+    return [shown for i, m in enumerate(messages) for _, shown in _entries(m, i, chats)]
 
 
 IMAGE_FILES = Path(tempfile.gettempdir()) / "llm-workbench-images"
@@ -130,6 +170,13 @@ class ChatLibrary:
         except StoreError as exc:
             raise UserError(str(exc)) from exc
         return self.view(None)
+
+    def entry(self, chat_id: int | None, shown: int) -> Entry:
+        """What entry ``shown`` of the log shows (the log's index, as a click or an edit gives it)."""
+        listed = entries(self.chats.messages(chat_id), self.chats) if chat_id is not None else []
+        if not 0 <= shown < len(listed):
+            raise UserError("That message is not in this chat any more; click one of the chat's messages.")
+        return listed[shown]
 
     def title(self, chat_id: int | None) -> str:
         return self.chats.get(require_chat(chat_id)).title

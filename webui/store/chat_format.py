@@ -16,6 +16,7 @@
                                             message (default: the last message)
       "mode": "chat",                       version 2, optional: instruct (default), chat or chat-instruct
       "character": "Ann"                    version 2, optional: the chat's character's name, or null
+      "tools": ["roll_dice"]                version 2, optional: the tools the chat offers, by name
       "images": {"<sha256>": "<base64>"}    optional: the bytes of every image a message names, once each
     }
 
@@ -89,6 +90,8 @@ class ChatExport:
     """Each message's images (SHA-256 names, in order), parallel to ``messages``; empty: no message has any."""
     image_data: dict[str, bytes] = field(default_factory=dict)
     """The bytes of every image named, by name."""
+    tools: tuple[str, ...] = ()
+    """The tools the chat offers its model, by name."""
 
     def __post_init__(self) -> None:
         if self.parents is None:  # one linear conversation
@@ -115,6 +118,8 @@ def export_chat(chat: ChatExport) -> str:
     }
     if chat.mode != "instruct" or chat.character is not None:  # written where they say something
         document.update(mode=chat.mode, character=chat.character)
+    if chat.tools:
+        document["tools"] = list(chat.tools)
     if chat.image_data:
         document["images"] = {name: base64.b64encode(data).decode() for name, data in chat.image_data.items()}
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
@@ -164,10 +169,13 @@ def parse_chat(text: str | bytes) -> ChatExport:
     character = data.get("character")
     if character is not None and not isinstance(character, str):
         raise _error(f"character must be a character's name or null, got {_kind(character)}")
+    tools = data.get("tools", [])
+    if not isinstance(tools, list) or not all(isinstance(t, str) and t.strip() for t in tools):
+        raise _error(f"tools must be a list of tool names, got {_kind(tools)}")
     images, image_data = _images(raw_messages, data.get("images", {}))
     return ChatExport(title=title, system_prompt=system_prompt, created=float(created), messages=messages,
                       parents=parents, current=current, mode=mode, character=character, images=images,
-                      image_data=image_data)
+                      image_data=image_data, tools=tuple(dict.fromkeys(tools)))
 
 
 def _images(raw_messages: list[Any], given: object) -> tuple[list[tuple[str, ...]], dict[str, bytes]]:

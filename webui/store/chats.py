@@ -38,6 +38,8 @@ class Chat:
     """How the chat is written for the model (webui.chat.modes.MODES)."""
     character: str | None = None
     """The name of its character (<user data>/characters); None: none."""
+    tools: tuple[str, ...] = ()
+    """The tools its model is offered, by name (webui/tools); none: it answers without tools."""
 
 
 @dataclass(frozen=True)
@@ -75,16 +77,18 @@ class ChatStore:
         self._db = db
 
     def create(self, title: str = "New chat", system_prompt: str = "", mode: str = INSTRUCT,
-               character: str | None = None) -> Chat:
-        """Create an empty chat (in ``mode``, with ``character``)."""
+               character: str | None = None, tools: Sequence[str] = ()) -> Chat:
+        """Create an empty chat (in ``mode``, with ``character``, offering ``tools``)."""
         title = check_title(title)
         _check_str("system_prompt", system_prompt)
         _check_mode(mode, character)
+        names = _check_tools(tools)
         now = time.time()
         with self._db.transaction() as conn:
             cur = conn.execute(
-                "INSERT INTO chats (title, system_prompt, created, updated, owner, mode, character) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)", (title, system_prompt, now, now, current_owner(), mode, character))
+                "INSERT INTO chats (title, system_prompt, created, updated, owner, mode, character, tools) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (title, system_prompt, now, now, current_owner(), mode, character, json.dumps(names)))
             return self._get(conn, cur.lastrowid)
 
     def get(self, chat_id: int) -> Chat:
@@ -135,6 +139,13 @@ class ChatStore:
         _check_mode(mode, character)
         with self._db.transaction() as conn:
             self._touch(conn, chat_id, "mode = ?, character = ?", (mode, character))
+            return self._get(conn, chat_id)
+
+    def set_tools(self, chat_id: int, names: Sequence[str]) -> Chat:
+        """Set the tools the chat offers its model (by name, in the order given, each once)."""
+        tools = _check_tools(names)
+        with self._db.transaction() as conn:
+            self._touch(conn, chat_id, "tools = ?", (json.dumps(tools),))
             return self._get(conn, chat_id)
 
     def delete(self, chat_id: int) -> None:
@@ -231,9 +242,10 @@ class ChatStore:
             source = self._get(conn, row["chat_id"])
             now = time.time()
             chat_id = conn.execute(
-                "INSERT INTO chats (title, system_prompt, created, updated, owner, mode, character) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (title, source.system_prompt, now, now, current_owner(), source.mode, source.character)).lastrowid
+                "INSERT INTO chats (title, system_prompt, created, updated, owner, mode, character, tools) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (title, source.system_prompt, now, now, current_owner(), source.mode, source.character,
+                 json.dumps(list(source.tools)))).lastrowid
             parent = None
             for m in self._path(conn, message_id):
                 parent = conn.execute(
@@ -293,7 +305,7 @@ class ChatStore:
             title=chat.title, system_prompt=chat.system_prompt, created=chat.created,
             messages=[(m.role, m.content, m.stats) for m in messages],
             parents=[index.get(m.parent_id) for m in messages], current=index.get(leaf), mode=chat.mode,
-            character=chat.character, images=[m.images for m in messages], image_data=data))
+            character=chat.character, images=[m.images for m in messages], image_data=data, tools=chat.tools))
 
     def export_tgwui(self, chat_id: int) -> str:
         """The shown conversation as text-generation-webui saves a chat history."""
@@ -305,9 +317,10 @@ class ChatStore:
         now = time.time()
         with self._db.transaction() as conn:
             cur = conn.execute(
-                "INSERT INTO chats (title, system_prompt, created, updated, owner, mode, character) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (data.title, data.system_prompt, data.created, now, current_owner(), data.mode, data.character))
+                "INSERT INTO chats (title, system_prompt, created, updated, owner, mode, character, tools) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (data.title, data.system_prompt, data.created, now, current_owner(), data.mode, data.character,
+                 json.dumps(list(data.tools))))
             chat_id = cur.lastrowid
             ids: builtins.list[int | None] = []
             depth: builtins.list[int] = []
@@ -387,6 +400,13 @@ def _check_mode(mode: object, character: object) -> None:
         raise StoreError(f"character must be a character's name or None, got {character!r}")
 
 
+def _check_tools(names: object) -> builtins.list[str]:
+    if isinstance(names, str) or not isinstance(names, (list, tuple)) \
+            or not all(isinstance(n, str) and n.strip() for n in names):
+        raise StoreError(f"tools must be a list of tool names, got {names!r}")
+    return builtins.list(dict.fromkeys(names))
+
+
 def _check_position(position: object) -> None:
     if isinstance(position, bool) or not isinstance(position, int) or position < 0:
         raise StoreError(f"from_position must be an integer >= 0, got {position!r}")
@@ -453,7 +473,8 @@ def _not_found(chat_id: object) -> ChatNotFound:
 
 def _chat(row: sqlite3.Row) -> Chat:
     return Chat(id=row["id"], title=row["title"], system_prompt=row["system_prompt"],
-                created=row["created"], updated=row["updated"], mode=row["mode"], character=row["character"])
+                created=row["created"], updated=row["updated"], mode=row["mode"], character=row["character"],
+                tools=tuple(json.loads(row["tools"])))
 
 
 def _message(row: sqlite3.Row) -> Message:

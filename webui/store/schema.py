@@ -179,4 +179,9 @@ MIGRATIONS: tuple[str, ...] = (
                                     WHERE earlier.owner = batch_runs.owner AND earlier.id <= batch_runs.id);
     CREATE INDEX batch_runs_by_owner_number ON batch_runs (owner, number);
     """,
+    # 11: the tools a chat offers its model (#44), by name (webui/tools): a JSON list, [] for none. What each
+    # reply called, with the results, is kept in the reply's stats (``tool_steps``).
+    """
+    ALTER TABLE chats ADD COLUMN tools TEXT NOT NULL DEFAULT '[]';
+    """,
 )

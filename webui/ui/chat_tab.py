@@ -24,6 +24,7 @@ from webui.ui.save_order import SaveOrder
 from webui.ui.template_panel import TemplatePanel, create_template_panel, wire_template_panel
 from webui.ui.template_panel import on_load as template_on_load
 from webui.ui.token_view import branch_of, create_token_view, view_value
+from webui.ui.tools_panel import ToolsPanel, create_tools_panel, panel_values, wire_tools_panel
 
 PANEL = "chat"
 PASTE_IMAGES_JS = """() => document.addEventListener("paste", (event) => {
@@ -82,6 +83,7 @@ class ChatTab:
     inspector: InspectorPanel
     template: TemplatePanel
     characters: CharactersPanel
+    tools: ToolsPanel
     constraint_row: gr.Row
     constraint: gr.Markdown
     constraint_off: gr.Button
@@ -130,8 +132,9 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
                         info="This chat's own. Typed in a new chat, it is the one new chats start with.")
     template = create_template_panel(services)
     # the log leaves room for the message box and Send below it, even in a short or narrow window
+    # ungrouped: a reply's tool calls are blocks of their own, each with its own Edit (its arguments, its result)
     chatbot = gr.Chatbot(elem_id="chat-log", height="min(460px, 42vh)", editable="all", buttons=["copy"],
-                         sanitize_html=True)
+                         sanitize_html=True, group_consecutive_messages=False)
     stats = gr.Markdown("", elem_id="chat-stats")
     with gr.Row(equal_height=False):
         # lines=1 (growing to max_lines): Gradio sends on Enter and keeps Shift+Enter for a new line
@@ -162,6 +165,7 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
         to_notebook = gr.Button("Send to Notebook", size="sm", scale=1, elem_id="chat-to-notebook")
         use_params = gr.Button("Use this chat's parameters", size="sm", scale=1, elem_id="chat-use-params")
     characters = create_characters_panel(session)  # below the box: the log and Send stay in view
+    tools = create_tools_panel(session)
     with gr.Accordion("Tokens of the reply (the last, or the one clicked)", open=False, elem_id="chat-tokens-panel"):
         token_view = create_token_view("chat-tokens")
     with gr.Accordion("Prompt and reproduce record (click a message; default: the last reply)",
@@ -171,7 +175,8 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
                 branch_new=branch_new, message=message, images=images, start=start, impersonate=impersonate,
                 to_notebook=to_notebook, use_params=use_params, send=send, stop=stop, regenerate=regenerate,
                 continue_=continue_, remove_last=remove_last, stats=stats, token_view=token_view,
-                inspector=inspector, template=template, characters=characters, constraint_row=constraint_row,
+                inspector=inspector, template=template, characters=characters, tools=tools,
+                constraint_row=constraint_row,
                 constraint=constraint, constraint_off=constraint_off)
 
 
@@ -189,6 +194,7 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
     _wire_chat_list(tab, session)
     wire_template_panel(tab.template, tab.chat_id, tab.message, tab.system)
     wire_characters_panel(tab.characters, tab.chat_id, tab.message, tab.system)
+    wire_tools_panel(tab.tools, session, tab.chat_id)
     return tab
 
 
@@ -243,7 +249,8 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
         views = session.send(data[tab.chat_id], data[tab.message], data[tab.system], params.params(data),
                              session_key(request, PANEL), data[tab.start], data[tab.characters.mode],
                              chosen(data[tab.characters.character]),  # a new chat: in the panel's mode
-                             images=[Path(f).read_bytes() for f in data[tab.images] or []])
+                             images=[Path(f).read_bytes() for f in data[tab.images] or []],
+                             tools=data[tab.tools.box] or [])
         first = next(views)  # the message is stored: clear the box and the images
         yield *view_updates(session, first, data[tab.search], request), "", None
         for view in views:
@@ -268,7 +275,7 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     def edit(data: dict, edited: gr.EditData, request: gr.Request) -> Iterator[tuple | Update]:
         index = edited.index if isinstance(edited.index, int) else edited.index[0]
         try:
-            yield from streamed(session.edit(data[tab.chat_id], index, plain_text(edited.value),
+            yield from streamed(session.edit_shown(data[tab.chat_id], index, plain_text(edited.value),
                                              params.params(data), session_key(request, PANEL)), request)
         except UserError as exc:  # the box shows the edit; put back what is stored
             gr.Warning(str(exc))
@@ -285,7 +292,8 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
 
     inputs, short = {tab.chat_id, tab.start, *params.inputs}, [tab.chatbot, tab.stats]
     send_inputs: set[gr.blocks.Block] = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs,
-                                         tab.characters.mode, tab.characters.character, tab.images}
+                                         tab.characters.mode, tab.characters.character, tab.images,
+                                         tab.tools.box}
     tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message],
                           concurrency_limit=None)
     for trigger in (tab.send.click, tab.message.submit):
@@ -304,7 +312,11 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
 def _wire_selection(tab: ChatTab, session: ChatSession, params: ParametersTab) -> None:
     """A message picked in the history (its panels and versions), and Use these parameters."""
     def select_message(cid: int | None, selected: gr.SelectData) -> tuple:
-        index = selected.index if isinstance(selected.index, int) else selected.index[0]
+        shown = selected.index if isinstance(selected.index, int) else selected.index[0]
+        try:  # a call's block: the reply it belongs to
+            index = session.library.entry(cid, shown).index if cid is not None else shown
+        except UserError:
+            index = shown
         return *panel_updates(session, cid, index), index, version_text(session, cid, index)
 
     @shows_errors
@@ -435,7 +447,8 @@ def on_load(tab: ChatTab) -> tuple[list, Any]:
         except UserError as exc:
             seen = (f"(No preview: {exc})", "")
         return (*view_updates(tab.session, view, "", request), *constraint_updates(held),
-                *panel_updates(tab.session, view.chat_id), *template_values(), *chars, *seen, command)
+                *panel_updates(tab.session, view.chat_id), *template_values(), *chars, *seen, command,
+                *panel_values(tab.session, view.chat_id))
     chars = tab.characters
     return [*tab.view, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs, chars.mode, *chars.editor,
-            chars.preview, chars.stops, chars.command], load
+            chars.preview, chars.stops, chars.command, tab.tools.box, tab.tools.problems], load
