@@ -33,6 +33,7 @@ from webui.controllers.generation import STOP, ActiveRequests, Streamed, new_req
 from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.engine import GenerationEvent, GenerationRequest, SamplingParams
 from webui.engine.sequence import token_budget
+from webui.documents import DocumentError, read_document, with_documents
 from webui.images import ImageError, data_url, image_placeholder, max_image_bytes, read_image
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
 from webui.models import ModelId, NotLoaded, Slot
@@ -59,8 +60,10 @@ class MessageInspection:
 
 
 def turns_of(messages: list[Message], image_placeholder: str = "") -> list[dict[str, str]]:
-    """The messages as chat turns; a message's images are ``image_placeholder`` each, before its text."""
-    return [{"role": m.role, "content": image_placeholder * len(m.images) + m.content} for m in messages]
+    """The messages as chat turns; a message's images are ``image_placeholder`` each, before its text, and its
+    documents' text follows it (text-generation-webui's ATTACHMENTS section)."""
+    return [{"role": m.role, "content": image_placeholder * len(m.images) + with_documents(m.content, m.documents)}
+            for m in messages]
 
 
 def greeting_turns(mode: ChatMode) -> list[dict[str, str]]:
@@ -86,17 +89,21 @@ class ChatSession:
     # -- generating -------------------------------------------------------------------------------------
     def send(self, chat_id: int | None, text: str, system_prompt: str, sampling: SamplingParams,
              key: Key, start: str = "", mode: str = INSTRUCT, character: str | None = None,
-             images: Sequence[bytes] = (), tools: Sequence[str] | None = None) -> Iterator[ChatView]:
+             images: Sequence[bytes] = (), tools: Sequence[str] | None = None,
+             documents: Sequence[tuple[bytes, str]] = ()) -> Iterator[ChatView]:
         """Store the user's message with its ``images`` (a new chat when ``chat_id`` is None: in ``mode``, with
         ``character``, whose greeting comes first), then stream the reply. ``tools``: those the chat offers from
-        now on, as the Tools panel shows them (None: as stored; a new chat: those new chats start with)."""
-        if not text.strip() and not images:
+        now on, as the Tools panel shows them (None: as stored; a new chat: those new chats start with).
+        ``documents``: (bytes, file name) of the files attached, read as text (webui.documents)."""
+        if not text.strip() and not images and not documents:
             raise UserError("Type a message first.")
+        attached = self._read_documents(documents)
         self._check_images(self._check_ready(key, chat_id).model, images)
         chat_mode = self.mode(chat_id) if chat_id is not None else self.mode_of(mode, character)
         history = turns_of(self.chats.messages(chat_id)) if chat_id is not None else greeting_turns(chat_mode)
         system = self.chats.get(chat_id).system_prompt if chat_id is not None else system_prompt
-        self._check_fits([*history, {"role": "user", "content": text}], system, sampling, chat_mode)
+        self._check_fits([*history, {"role": "user", "content": with_documents(text, [d for d, _ in attached])}],
+                         system, sampling, chat_mode)
         if chat_id is not None:
             if tools is not None:
                 self.set_tools(chat_id, tools)
@@ -104,9 +111,10 @@ class ChatSession:
         if chat_id is None:
             tools = self.chat_tools(None) if tools is None else tools
             chat_plan(self, tools)  # the tools picked are there, before anything is stored
-            chat_id = self.new_chat(" ".join(text.split())[:TITLE_LENGTH] or "Image", system_prompt, mode, character,
-                                    tools)
-        self.chats.append(chat_id, "user", text, images=list(images))
+            title = " ".join(text.split())[:TITLE_LENGTH] or (attached[0][0].name[:TITLE_LENGTH] if attached
+                                                               else "Image")
+            chat_id = self.new_chat(title, system_prompt, mode, character, tools)
+        self.chats.append(chat_id, "user", text, images=list(images), documents=attached)
         yield replace(self.library.view(chat_id), stats="…")
         yield from self._reply(chat_id, sampling, key, start=start)
 
@@ -146,10 +154,12 @@ class ChatSession:
             return
         self._check_ready(key, cid)
         self.tool_replies.check(cid)
-        self._check_fits([*turns_of(history[:index]), {"role": "user", "content": text}],
+        kept = history[index].documents
+        self._check_fits([*turns_of(history[:index]), {"role": "user", "content": with_documents(text, kept)}],
                          self.chats.get(cid).system_prompt, sampling, self.mode(cid))
         self.chats.rewind(cid, index)
-        self.chats.append(cid, "user", text, images=[self.chats.image(name) for name in history[index].images])
+        self.chats.append(cid, "user", text, images=[self.chats.image(name) for name in history[index].images],
+                          documents=[(d, self.chats.document_bytes(d.digest)) for d in kept])
         yield replace(self.library.view(cid), stats="…")
         yield from self._reply(cid, sampling, key)
 
@@ -432,6 +442,16 @@ class ChatSession:
         events = stream_request(slot, self.active, reply_key(key, cid), request)
         yield from self._store_reply(cid, target, before, events, request, model, template, fitted, chat_mode)
 
+    def _read_documents(self, documents: Sequence[tuple[bytes, str]]) -> list[tuple[Any, bytes]]:
+        """Each attached file read as a document, with its bytes; UserError names the one that cannot be."""
+        read = []
+        for i, (data, name) in enumerate(documents):
+            try:
+                read.append((read_document(data, name), data))
+            except DocumentError as exc:
+                raise UserError(f"Document {i + 1}: {exc}") from exc
+        return read
+
     def _check_images(self, model: LoadedModel, images: Sequence[bytes]) -> None:
         """Images attached to a message: the model takes images, and each is readable and within the limit."""
         if images and not image_placeholder(model):
@@ -458,8 +478,8 @@ class ChatSession:
         """The turns as a reproduce record keeps them: a message with images as OpenAI's content parts (each image
         a data: URL, then the text), so the record's API request sends the same images."""
         return [{"role": m.role, "content": [*({"type": "image_url", "image_url": {"url": data_url(
-            self.chats.image(name))}} for name in m.images), {"type": "text", "text": m.content}]}
-                if m.images else {"role": m.role, "content": m.content} for m in messages]
+            self.chats.image(name))}} for name in m.images), {"type": "text", "text": turn["content"]}]}
+                if m.images else turn for m, turn in zip(messages, turns_of(messages))]
 
     def _image_tokens(self, model: LoadedModel, messages: list[Message]) -> list[int]:
         """The tokens each message's images take in ``model``'s prompts (beyond their placeholders)."""

@@ -70,8 +70,9 @@ def _entries(message: Message, index: int, chats: ChatStore) -> list[tuple[Entry
             took = f" · {call.seconds:.2f}s" + (f" · error: {call.error}" if call.error else "") + (
                 " · cut to the output limit" if call.truncated else "")
             out.append((Entry(index, s, c, "result"), block(call.result, f"{call.name} · result{took}")))
-    content: Any = [*({"path": image_file(chats, name)} for name in message.images), message.content] \
-        if message.images else message.content
+    files = [*({"path": image_file(chats, name)} for name in message.images),
+             *({"path": document_file(chats, d.digest, d.name)} for d in message.documents)]
+    content: Any = [*files, message.content] if files else message.content
     out.append((Entry(index), {"role": message.role, "content": content}))
     return out
 
@@ -113,6 +114,19 @@ def image_file(chats: ChatStore, digest: str) -> str:
         scratch = path.with_suffix(f".{time.monotonic_ns()}.tmp")
         scratch.write_bytes(data)
         scratch.replace(path)  # whole or not there, whichever request writes it first
+    return str(path)
+
+
+def document_file(chats: ChatStore, digest: str, name: str) -> str:
+    """A file holding the document ``digest`` of the caller's chats, under the name it was attached with (written
+    once; its folder named by its content), for the log to show as a chip."""
+    base = Path(name).name
+    path = IMAGE_FILES / "documents" / digest / (base if base not in ("", ".", "..") else "document")
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = path.parent / f".{time.monotonic_ns()}.tmp"
+        scratch.write_bytes(chats.document_bytes(digest))
+        scratch.replace(path)
     return str(path)
 
 

@@ -27,6 +27,7 @@ from webui.controllers.chat_library import ChatView, block, to_chatbot
 from webui.controllers.errors import UserError
 from webui.controllers.generation import new_request, stream_request
 from webui.controllers.reply_stats import ReplyStart, final_stats
+from webui.documents import with_documents
 from webui.engine import GenerationEvent, SamplingParams
 from webui.engine.params import InvalidParameter
 from webui.engine.sequence import token_budget
@@ -44,7 +45,7 @@ def tool_turns(messages: list[Message]) -> list[dict[str, Any]]:
     for m in messages:
         if m.role == "assistant":
             out += history_of(list(m.record.tool_steps))
-        out.append({"role": m.role, "content": m.content})
+        out.append({"role": m.role, "content": with_documents(m.content, m.documents)})
     return out
 
 

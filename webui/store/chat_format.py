@@ -18,7 +18,13 @@
       "character": "Ann"                    version 2, optional: the chat's character's name, or null
       "tools": ["roll_dice"]                version 2, optional: the tools the chat offers, by name
       "images": {"<sha256>": "<base64>"}    optional: the bytes of every image a message names, once each
+      "documents": {"<sha256>": {"data": "<base64>", "kind": "pdf", "text": "..."}}
+                                            optional: every document a message names, once each: its
+                                            bytes, how it was read (text, pdf, docx) and its text
     }
+
+A message may carry documents in order: "documents": [{"name": "report.pdf", "digest": "<sha256>"}], each
+given in the top-level "documents" (whose bytes must hash to its name).
 
 A message may name images (a vision model's input) in order: "images": ["<sha256>", ...], each the
 SHA-256 (hex) of bytes given in the top-level "images"; an image whose bytes do not hash to its name is refused.
@@ -45,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webui.chat.modes import MODES
+from webui.documents import Document, document_name
 from webui.store.errors import StoreError
 
 FORMAT = "llm-workbench.chat"
@@ -92,6 +99,10 @@ class ChatExport:
     """The bytes of every image named, by name."""
     tools: tuple[str, ...] = ()
     """The tools the chat offers its model, by name."""
+    documents: list[tuple[Document, ...]] = field(default_factory=list)
+    """Each message's documents (as read), parallel to ``messages``; empty: no message has any."""
+    document_data: dict[str, bytes] = field(default_factory=dict)
+    """The bytes of every document named, by digest."""
 
     def __post_init__(self) -> None:
         if self.parents is None:  # one linear conversation
@@ -107,6 +118,9 @@ def export_chat(chat: ChatExport) -> str:
     for message, names in zip(messages, chat.images):
         if names:
             message["images"] = list(names)
+    for message, docs in zip(messages, chat.documents):
+        if docs:
+            message["documents"] = [{"name": d.name, "digest": d.digest} for d in docs]
     document: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -122,6 +136,10 @@ def export_chat(chat: ChatExport) -> str:
         document["tools"] = list(chat.tools)
     if chat.image_data:
         document["images"] = {name: base64.b64encode(data).decode() for name, data in chat.image_data.items()}
+    if chat.document_data:
+        read = {d.digest: d for docs in chat.documents for d in docs}
+        document["documents"] = {digest: {"data": base64.b64encode(data).decode(), "kind": read[digest].kind,
+                                          "text": read[digest].text} for digest, data in chat.document_data.items()}
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
 
 
@@ -173,9 +191,11 @@ def parse_chat(text: str | bytes) -> ChatExport:
     if not isinstance(tools, list) or not all(isinstance(t, str) and t.strip() for t in tools):
         raise _error(f"tools must be a list of tool names, got {_kind(tools)}")
     images, image_data = _images(raw_messages, data.get("images", {}))
+    documents, document_data = _documents(raw_messages, data.get("documents", {}))
     return ChatExport(title=title, system_prompt=system_prompt, created=float(created), messages=messages,
                       parents=parents, current=current, mode=mode, character=character, images=images,
-                      image_data=image_data, tools=tuple(dict.fromkeys(tools)))
+                      image_data=image_data, tools=tuple(dict.fromkeys(tools)), documents=documents,
+                      document_data=document_data)
 
 
 def _images(raw_messages: list[Any], given: object) -> tuple[list[tuple[str, ...]], dict[str, bytes]]:
@@ -199,6 +219,36 @@ def _images(raw_messages: list[Any], given: object) -> tuple[list[tuple[str, ...
                 if hashlib.sha256(data[name]).hexdigest() != name:
                     raise _error(f"images[{name[:16]}...]: its bytes do not hash to its name (SHA-256)")
         out.append(tuple(names))
+    return out, data
+
+
+def _documents(raw_messages: list[Any], given: object) -> tuple[list[tuple[Document, ...]], dict[str, bytes]]:
+    """Each message's documents and the bytes of those named, checked against their SHA-256 names."""
+    if not isinstance(given, dict):
+        raise _error(f"documents must be an object of SHA-256 names to documents, got {_kind(given)}")
+    out: list[tuple[Document, ...]] = []
+    data: dict[str, bytes] = {}
+    for i, item in enumerate(raw_messages):
+        refs = item.get("documents", [])
+        if not isinstance(refs, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                                                 and isinstance(r.get("digest"), str) for r in refs):
+            raise _error(f"messages[{i}].documents must be a list of {{\"name\", \"digest\"}} objects")
+        docs = []
+        for ref in refs:
+            digest, entry = ref["digest"], given.get(ref["digest"])
+            if not isinstance(entry, dict) or not isinstance(entry.get("data"), str) \
+                    or entry.get("kind") not in ("text", "pdf", "docx") or not isinstance(entry.get("text"), str):
+                raise _error(f"messages[{i}].documents names {digest[:16]}..., which 'documents' does not give as "
+                             '{"data": base64, "kind": text|pdf|docx, "text": ...}')
+            if digest not in data:
+                try:
+                    data[digest] = base64.b64decode(entry["data"], validate=True)
+                except (binascii.Error, ValueError):
+                    raise _error(f"documents[{digest[:16]}...] is not valid base64") from None
+                if hashlib.sha256(data[digest]).hexdigest() != digest:
+                    raise _error(f"documents[{digest[:16]}...]: its bytes do not hash to its name (SHA-256)")
+            docs.append(Document(document_name(ref["name"]) or "document", digest, entry["text"], entry["kind"]))
+        out.append(tuple(docs))
     return out, data
 
 

@@ -18,6 +18,8 @@ from typing import Any, Sequence
 from webui.chat.modes import INSTRUCT, MODES
 from webui.chat.reply import ReplyRecord
 from webui.owner import current as current_owner
+from webui.documents import Document
+from webui.store.chat_documents import Attached, add_documents, document_data, documents_of, drop_unused_documents
 from webui.store.chat_format import ROLES, ChatExport, check_title, export_chat, export_tgwui, parse_chat
 from webui.store.db import Database
 from webui.store.errors import ChatNotFound, MessageNotFound, StoreError
@@ -60,6 +62,8 @@ class Message:
     """The message it answers or follows; None for a first message."""
     images: tuple[str, ...] = ()
     """The images it carries (for a vision model), in order, by the SHA-256 of their bytes (``ChatStore.image``)."""
+    documents: tuple[Document, ...] = ()
+    """The documents attached to it, in order, as read (the model reads their text after the message's)."""
 
     @property
     def record(self) -> ReplyRecord:
@@ -161,9 +165,11 @@ class ChatStore:
             return self._path(conn, self._get_leaf(conn, chat_id))
 
     def append(self, chat_id: int, role: str, content: str,
-               stats: ReplyRecord | dict[str, Any] | None = None, images: Sequence[bytes] = ()) -> Message:
+               stats: ReplyRecord | dict[str, Any] | None = None, images: Sequence[bytes] = (),
+               documents: Sequence[Attached] = ()) -> Message:
         """Add a message after the shown path's last one (it becomes the chat's current leaf) and return it;
-        ``images``: the encoded images it carries, in order (each stored once, whatever messages share it)."""
+        ``images``: the encoded images it carries, in order (each stored once, whatever messages share it);
+        ``documents``: the documents attached to it, in order (each stored once too)."""
         _check_role(role)
         _check_str("content", content)
         stats_json = _stats_json(stats)
@@ -181,6 +187,8 @@ class ChatStore:
             conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (cur.lastrowid, chat_id))
             _add_images(conn, cur.lastrowid, {hashlib.sha256(data).hexdigest(): data for data in images},
                         [hashlib.sha256(data).hexdigest() for data in images])
+            add_documents(conn, cur.lastrowid, [doc for doc, _ in documents],
+                          {doc.digest: data for doc, data in documents})
             return self._one(conn, cur.lastrowid)
 
     def image(self, digest: str) -> bytes:
@@ -191,6 +199,16 @@ class ChatStore:
             "WHERE mi.digest = i.digest AND c.owner = ?)", (digest, current_owner()))
         if row is None:
             raise StoreError(f"no chat holds the image {digest[:16]}...")
+        return bytes(row["data"])
+
+    def document_bytes(self, digest: str) -> bytes:
+        """The bytes of a document a message of the caller's chats carries; StoreError if there is none."""
+        row = self._db.query_one(
+            "SELECT d.data FROM documents AS d WHERE d.digest = ? AND EXISTS (SELECT 1 FROM message_documents AS md "
+            "JOIN messages AS m ON m.id = md.message_id JOIN chats AS c ON c.id = m.chat_id "
+            "WHERE md.digest = d.digest AND c.owner = ?)", (digest, current_owner()))
+        if row is None:
+            raise StoreError(f"no chat holds the document {digest[:16]}...")
         return bytes(row["data"])
 
     def rewind(self, chat_id: int, to_position: int) -> None:
@@ -253,6 +271,7 @@ class ChatStore:
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (chat_id, parent, m.position, m.role, m.content, _stats_json(m.stats), m.created)).lastrowid
                 _add_images(conn, parent, {}, m.images)
+                add_documents(conn, parent, m.documents, {})
             conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (parent, chat_id))
             return self._get(conn, chat_id)
 
@@ -300,12 +319,14 @@ class ChatStore:
             names = {name for m in messages for name in m.images}
             data = {name: bytes(conn.execute("SELECT data FROM images WHERE digest = ?", (name,)).fetchone()[0])
                     for name in sorted(names)}
+            documents = document_data(conn, sorted({d.digest for m in messages for d in m.documents}))
         index: dict[int | None, int] = {m.id: i for i, m in enumerate(messages)}
         return export_chat(ChatExport(
             title=chat.title, system_prompt=chat.system_prompt, created=chat.created,
             messages=[(m.role, m.content, m.stats) for m in messages],
             parents=[index.get(m.parent_id) for m in messages], current=index.get(leaf), mode=chat.mode,
-            character=chat.character, images=[m.images for m in messages], image_data=data, tools=chat.tools))
+            character=chat.character, images=[m.images for m in messages], image_data=data, tools=chat.tools,
+            documents=[m.documents for m in messages], document_data=documents))
 
     def export_tgwui(self, chat_id: int) -> str:
         """The shown conversation as text-generation-webui saves a chat history."""
@@ -333,6 +354,8 @@ class ChatStore:
                      _stats_json(stats), now)).lastrowid)
                 if i < len(data.images):
                     _add_images(conn, ids[-1], data.image_data, data.images[i])
+                if i < len(data.documents):
+                    add_documents(conn, ids[-1], data.documents[i], data.document_data)
             leaf = ids[data.current] if data.current is not None else None
             conn.execute("UPDATE chats SET current_leaf = ? WHERE id = ?", (leaf, chat_id))
             return self._get(conn, chat_id)
@@ -443,9 +466,10 @@ def _add_images(conn: sqlite3.Connection, message_id: Any, data: dict[str, bytes
 
 
 def _with_images(conn: sqlite3.Connection, messages: builtins.list[Message]) -> builtins.list[Message]:
-    """``messages`` with the images each carries."""
+    """``messages`` with the images and documents each carries."""
     if not messages:
         return messages
+    messages = documents_of(conn, messages)
     marks = ",".join("?" * len(messages))
     rows = conn.execute(f"SELECT message_id, digest FROM message_images WHERE message_id IN ({marks}) "
                         "ORDER BY message_id, position", [m.id for m in messages]).fetchall()
@@ -461,6 +485,7 @@ def _drop_unused_images(conn: sqlite3.Connection) -> None:
     """Images no message carries any more go (a deleted chat's, a truncated branch's)."""
     conn.execute("DELETE FROM images WHERE NOT EXISTS (SELECT 1 FROM message_images AS mi "
                  "WHERE mi.digest = images.digest)")
+    drop_unused_documents(conn)
 
 
 def _escape_like(text: str) -> str:

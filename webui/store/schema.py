@@ -184,4 +184,24 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE chats ADD COLUMN tools TEXT NOT NULL DEFAULT '[]';
     """,
+    # 12: documents attached to messages (#44), each stored once by its content, as images are: its bytes, how it
+    # was read and its text (what the model reads); a message names its documents in order, each by the name it
+    # was attached with.
+    """
+    CREATE TABLE documents (
+        digest  TEXT PRIMARY KEY,  -- SHA-256 of the bytes, hex
+        data    BLOB NOT NULL,     -- the file as it was attached
+        kind    TEXT NOT NULL,     -- how it was read: text, pdf or docx (webui/documents.py)
+        text    TEXT NOT NULL,     -- what the model reads
+        created REAL NOT NULL
+    );
+    CREATE TABLE message_documents (
+        message_id INTEGER NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+        position   INTEGER NOT NULL,
+        digest     TEXT NOT NULL REFERENCES documents (digest),
+        name       TEXT NOT NULL,
+        PRIMARY KEY (message_id, position)
+    );
+    CREATE INDEX message_documents_by_digest ON message_documents (digest);
+    """,
 )

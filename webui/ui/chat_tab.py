@@ -69,6 +69,7 @@ class ChatTab:
     branch_new: gr.Button
     message: gr.Textbox
     images: gr.File
+    documents: gr.File
     start: gr.Textbox
     impersonate: gr.Button
     to_notebook: gr.Button
@@ -143,8 +144,11 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
         with gr.Column(scale=1, min_width=110):
             send = gr.Button("Send", variant="primary", elem_id="chat-send")
             stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
-    images = gr.File(label="Images for the message (vision models)", file_count="multiple", file_types=["image"],
-                     height=100, elem_id="chat-images")
+    with gr.Row():
+        images = gr.File(label="Images for the message (vision models)", file_count="multiple",
+                         file_types=["image"], height=100, elem_id="chat-images")
+        documents = gr.File(label="Documents for the message: text, Markdown, code, CSV, PDF, .docx (the model "
+                                  "reads their text)", file_count="multiple", height=150, elem_id="chat-documents")
     with gr.Row(visible=False, elem_id="chat-constraint-row") as constraint_row:
         constraint = gr.Markdown("", elem_id="chat-constraint")
         constraint_off = gr.Button("Turn the constraint off", size="sm", scale=0, min_width=200,
@@ -172,7 +176,8 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
                       open=False, elem_id="chat-inspect-panel"):
         inspector = create_inspector_panel("chat", with_record=True)
     return dict(system=system, chatbot=chatbot, version=version, previous=previous, next_=next_,
-                branch_new=branch_new, message=message, images=images, start=start, impersonate=impersonate,
+                branch_new=branch_new, message=message, images=images, documents=documents, start=start,
+                impersonate=impersonate,
                 to_notebook=to_notebook, use_params=use_params, send=send, stop=stop, regenerate=regenerate,
                 continue_=continue_, remove_last=remove_last, stats=stats, token_view=token_view,
                 inspector=inspector, template=template, characters=characters, tools=tools,
@@ -250,11 +255,12 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
                              session_key(request, PANEL), data[tab.start], data[tab.characters.mode],
                              chosen(data[tab.characters.character]),  # a new chat: in the panel's mode
                              images=[Path(f).read_bytes() for f in data[tab.images] or []],
-                             tools=data[tab.tools.box] or [])
-        first = next(views)  # the message is stored: clear the box and the images
-        yield *view_updates(session, first, data[tab.search], request), "", None
+                             tools=data[tab.tools.box] or [],
+                             documents=[(Path(f).read_bytes(), Path(f).name) for f in data[tab.documents] or []])
+        first = next(views)  # the message is stored: clear the box and the attachments
+        yield *view_updates(session, first, data[tab.search], request), "", None, None
         for view in views:
-            yield (view.messages, *[gr.skip()] * 4, view.stats, *[gr.skip()] * 4) if on_screen(view, request) \
+            yield (view.messages, *[gr.skip()] * 4, view.stats, *[gr.skip()] * 5) if on_screen(view, request) \
                 else gr.skip()
 
     @shows_errors
@@ -293,11 +299,11 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     inputs, short = {tab.chat_id, tab.start, *params.inputs}, [tab.chatbot, tab.stats]
     send_inputs: set[gr.blocks.Block] = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs,
                                          tab.characters.mode, tab.characters.character, tab.images,
-                                         tab.tools.box}
+                                         tab.tools.box, tab.documents}
     tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message],
                           concurrency_limit=None)
     for trigger in (tab.send.click, tab.message.submit):
-        trigger(send, send_inputs, [*tab.view, tab.message, tab.images], concurrency_limit=None,
+        trigger(send, send_inputs, [*tab.view, tab.message, tab.images, tab.documents], concurrency_limit=None,
                 trigger_mode="multiple").then(
             lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
     for trigger, handler in ((tab.regenerate.click, regenerate), (tab.continue_.click, continue_reply),
