@@ -14,6 +14,7 @@ from tests.engine.test_batch_runner import run
 from webui.batch import GridSpec
 from webui.batch.export import CSV_COLUMNS, from_csv, from_jsonl, to_csv, to_jsonl
 from webui.batch.promptfoo import read_suite
+from webui.batch.promptfoo_export import to_promptfoo
 from webui.batch.results import ResultRow, summarize
 from webui.batch.runner import BatchJob
 from webui.chat.tool_loop import MAX_STEPS
@@ -138,6 +139,8 @@ def test_a_two_step_loop_answers_from_canned_results_and_keeps_its_calls(service
     assert from_jsonl(to_jsonl([row])) == [row] and from_csv(to_csv([row])) == [row]
     (written,) = csv.DictReader(io.StringIO(to_csv([row])))
     assert CSV_COLUMNS[-1] == "tool_steps" and json.loads(written["tool_steps"]) == row.tool_steps
+    exported = json.loads(to_promptfoo([row]))["results"]["results"][0]["response"]
+    assert exported["output"] == row.output and exported["metadata"]["toolSteps"] == row.tool_steps
     shown = result_table([row])["tool calls"][0]
     assert shown == 'get_weather({"city": "Paris"}) → Sunny, 21 °C · get_time({}) → 14:00'
 
