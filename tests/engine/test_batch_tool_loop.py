@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from pathlib import Path
 
 from loaders.base import BaseLoader
@@ -57,8 +58,8 @@ class TurnsModel(ScriptedModel):
     """A scripted model for tool loops: a turn whose prompt holds N tool results writes ``turns[N]`` (the last one
     past the end); each turn's prompt is kept in ``prompts``."""
 
-    def __init__(self, tokenizer, turns: list[str], name: str) -> None:
-        super().__init__(tokenizer, [], name=name, context_length=4096)
+    def __init__(self, tokenizer, turns: list[str], name: str, step_delay: float = 0.0) -> None:
+        super().__init__(tokenizer, [], name=name, context_length=4096, step_delay=step_delay)
         self.turns = [tokenizer.encode(t, add_special_tokens=False) for t in turns]
         self.prompts: list[str] = []
 
@@ -68,6 +69,7 @@ class TurnsModel(ScriptedModel):
     def forward(self, caches, new_ids):
         import torch
 
+        time.sleep(self.step_delay)
         rows = []
         for cache, ids in zip(caches, new_ids):
             if len(ids) == 1 and cache["steps"]:
@@ -87,9 +89,9 @@ class TurnsModel(ScriptedModel):
         return torch.stack(rows)
 
 
-def turns_model(services, folder: Path, turns: list[str]) -> TurnsModel:
+def turns_model(services, folder: Path, turns: list[str], step_delay: float = 0.0) -> TurnsModel:
     """Load a TurnsModel named after ``folder`` (beside the tiny model)."""
-    model = TurnsModel(services.loaded.tokenizer, turns, folder.name)
+    model = TurnsModel(services.loaded.tokenizer, turns, folder.name, step_delay)
 
     class TurnsLoader(BaseLoader):
         name, description, requires, install_hint = "scripted", "a model for tool loops", (), ""
@@ -207,3 +209,14 @@ def test_local_tools_answer_the_calls(services, tmp_path):
     offered = services.batches.get(handle.run_id).spec["settings"][0]["prompt"]["tools"]["tools"]
     assert {t["function"]["name"] for t in offered} >= {"calculate", "get_datetime", "roll_dice"}  # as they ran
     assert handle.toolbox is not None and handle.toolbox._closed  # stopped with the run
+
+
+def test_cancel_stops_a_loop_between_its_turns_and_keeps_no_half_row(services, tmp_path):
+    model = turns_model(services, tmp_path, [call("get_weather", city="Paris")], step_delay=0.01)
+    handle = services.batch_runner.start(suite_job(tmp_path, CANNED + "      max_tool_steps: 50"))
+    deadline = time.monotonic() + 60
+    while len(model.prompts) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    handle.cancel()
+    assert handle.wait(30) and handle.status == "cancelled" and handle.rows() == []
+    assert len(model.prompts) < 10 and not handle._streams

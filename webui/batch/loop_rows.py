@@ -114,6 +114,12 @@ def run_loop_row(messages: list[dict[str, Any]], turns: LoopTurns, caller: Calle
     return reply
 
 
+def most_turns(setting: Setting) -> int:
+    """The most model turns a cell of ``setting`` runs: its tool loop's step limit and the answer, else one."""
+    answers = setting.prompt.answers if setting.prompt is not None else None
+    return 1 if answers is None else answers.max_steps + 1
+
+
 def needs_local_tools(settings: Sequence[Setting] | None) -> bool:
     """Whether a setting's calls are answered by the workbench's own tools."""
     return any(s.prompt is not None and s.prompt.answers is not None and s.prompt.answers.local

@@ -315,7 +315,7 @@ class BatchRunner:
         for cell in cells:
             model = slots[cell.setting.model].model
             raw = job.raw or cell.setting.raw
-            prompt = prompts[cell.row.index, *way(cell.setting, job.raw)][0]
+            prompt = prompts[(cell.row.index, *way(cell.setting, job.raw))][0]
             handle.keys.append(cache_key(model, cell.setting.loras, prompt, raw, cell.params.to_dict()))
         handle.use_cache = job.use_cache
 
@@ -417,7 +417,7 @@ class BatchRunner:
         # while the others run theirs
         windows = {name: asyncio.Semaphore(slot.engine.config.max_running * 2) for name, slot in handle.slots.items()}
         try:
-            await asyncio.gather(*(self._cell(handle, i, cell, prompts[cell.row.index, *way(cell.setting, raw)],
+            await asyncio.gather(*(self._cell(handle, i, cell, prompts[(cell.row.index, *way(cell.setting, raw))],
                                               raw or cell.setting.raw, windows[cell.setting.model])
                                    for i, cell in enumerate(handle.cells)))
             await self._select_best(handle)
