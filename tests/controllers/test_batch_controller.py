@@ -166,6 +166,16 @@ def test_a_completion_provider_is_planned_raw(controller, tmp_path):
     assert "chat template: " in said and "; raw prompts for openai:completion:x" in said
 
 
+def test_a_tool_loop_is_planned_with_a_budget_for_each_of_its_turns(controller, tmp_path):
+    """#44: a provider with canned tool results runs up to max_tool_steps turns that call and one that answers."""
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text("prompts: ['hi']\nproviders:\n  - id: openai:chat:y\n    config: {max_tokens: 10, tools: "
+                     "[{type: function, function: {name: f}}], tool_results: {f: done}, max_tool_steps: 2}\n"
+                     "  - id: openai:chat:z\n    config: {max_tokens: 10}\n")
+    upload, _ = controller.upload(suite)
+    assert "at most 40 tokens" in controller.plan(controller.job(BatchForm(upload=upload), BASE))  # 3 x 10 + 10
+
+
 def test_an_uploaded_suite_names_what_it_does_not_apply(controller, tmp_path):
     suite = tmp_path / "promptfooconfig.yaml"
     suite.write_text("prompts: ['x']\nproviders:\n  - id: openai:chat:gpt-4o\n    config: {apiKey: sk-1}\n")

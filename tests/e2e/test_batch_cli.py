@@ -124,6 +124,35 @@ def test_a_promptfoo_suite_with_csv_tests_a_prompts_config_and_a_providers_promp
     assert parts == [True, False] and france["success"] and france["score"] == 0.5  # 0.5 reaches its threshold
 
 
+def test_a_suite_with_canned_tool_results_runs_the_tool_loop_per_row(tmp_path, user_data):
+    """#44: the default model, its first turn bound to a call (tool_choice required), the call answered from the
+    suite's canned result, then a final answer (max_tool_steps 1); the calls are in the results and asserted on."""
+    from webui.catalog import DEFAULT_MODEL
+
+    weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                                "parameters": {"type": "object", "required": ["city"],
+                                                               "properties": {"city": {"type": "string"}}}}}
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text(yaml.safe_dump({
+        "prompts": ["What is the weather in {{city}}?"],
+        "providers": [{"id": f"workbench:{DEFAULT_MODEL}", "label": "weather", "config": {
+            "tools": [weather], "tool_choice": "required", "tool_results": {"get_weather": "Sunny, 21 °C"},
+            "max_tool_steps": 1, "max_tokens": 32}}],
+        "tests": [{"vars": {"city": "Paris"}, "assert": [
+            {"type": "tool-call-f1", "value": ["get_weather"]},
+            {"type": "called-tool", "value": {"name": "get_weather", "arguments": {"required": ["city"]}}},
+            {"type": "is-valid-openai-tools-call"}]}]}, allow_unicode=True), encoding="utf-8")
+    out = tmp_path / "rows.jsonl"
+    done = batch(user_data, str(suite), "--out", str(out), "--min-pass-rate", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    (step,) = row["tool_steps"]
+    (call,) = step["calls"]
+    assert call["name"] == "get_weather" and "city" in json.loads(call["arguments"]), call
+    assert call["result"] == "Sunny, 21 °C" and call["error"] is None
+    assert row["output"].strip() and "<tool_call>" not in row["output"] and row["passed"], row
+
+
 @pytest.mark.parametrize("setup,args,message", [
     ("prompt,x\n", [], "no prompts"),
     ("question\nhi\n", [], "no 'prompt' column"),

@@ -54,7 +54,7 @@ def test_every_kind_has_an_example_and_a_check_and_scored_kinds_a_threshold():
     assert {name for name, kind in ASSERT_KINDS.items() if kind.scored} == {
         "similar", "python", "javascript", "llm-rubric", "rouge-n", "bleu", "gleu", "meteor", "perplexity-score",
         "model-graded-closedqa", "factuality", "g-eval", "context-recall", "context-relevance", "context-faithfulness",
-        "select-best", "answer-relevance", "classifier"}
+        "select-best", "answer-relevance", "classifier", "tool-call-f1"}
 
 
 def test_not_contains_is_contains_negated_whichever_way_it_is_written():
@@ -76,7 +76,8 @@ def test_the_help_the_promptfoo_reader_and_the_errors_list_the_table():
                                 "is-xml", "contains-xml", "word-count", "cost", "similar", "python",
                                 "javascript", "latency", "llm-rubric", "levenshtein", "rouge-n", "bleu", "gleu", "meteor", "is-sql",
                                 "contains-sql", "is-html", "contains-html", "is-refusal", "finish-reason",
-                                "is-valid-openai-tools-call", "is-valid-openai-function-call", "perplexity",
+                                "is-valid-openai-tools-call", "is-valid-openai-function-call", "tool-call-f1",
+                                "called-tool", "perplexity",
                                 "perplexity-score", "model-graded-closedqa", "factuality", "g-eval", "context-recall",
                                 "context-relevance", "context-faithfulness", "select-best", "answer-relevance",
                                 "classifier"}  # refused ones too, so the reader names why

@@ -106,7 +106,8 @@ def test_label_shows_newlines_escaped():
                 r"is-json, contains-json, is-xml, contains-xml, word-count, max-length, python, javascript, latency, cost, ttft, "
                 r"tokens-per-second, levenshtein, rouge-n, bleu, gleu, meteor, is-sql, contains-sql, is-html, "
                 r"contains-html, is-refusal, finish-reason, is-valid-openai-tools-call, "
-                r"is-valid-openai-function-call, perplexity, perplexity-score, model-graded-closedqa, factuality, "
+                r"is-valid-openai-function-call, tool-call-f1, called-tool, perplexity, perplexity-score, "
+                r"model-graded-closedqa, factuality, "
                 r"g-eval, context-recall, context-relevance, context-faithfulness, select-best, answer-relevance, "
                 r"classifier, "
                 r"or not- before one"),
@@ -166,7 +167,7 @@ def test_check_all_and_kinds():
                           "contains-all", "icontains-any", "icontains-all", "llm-rubric", "levenshtein", "rouge-n",
                           "bleu", "gleu", "meteor", "is-sql", "contains-sql", "is-html", "contains-html", "is-refusal",
                           "finish-reason", "is-valid-openai-tools-call", "is-valid-openai-function-call",
-                          "perplexity", "perplexity-score", "model-graded-closedqa", "factuality", "g-eval",
+                          "tool-call-f1", "called-tool", "perplexity", "perplexity-score", "model-graded-closedqa", "factuality", "g-eval",
                           "context-recall", "context-relevance", "context-faithfulness", "select-best",
                           "answer-relevance", "classifier"}
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from webui.batch import assert_promptfoo as pf
-from webui.batch import classify, meteor, output_checks, text_metrics
+from webui.batch import classify, meteor, output_checks, text_metrics, tool_checks
 from webui.batch.assert_values import (
     CODE, EQUALS, JS_CODE, JS_PATTERN, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, REGEX_SECONDS,
     SCHEMA, TEXT, WORD_COUNT, JsonValue, ValueForm, compiled, excerpt, same_json, schema_problem,
@@ -266,8 +266,11 @@ def _finish_reason(a: Assert, seen: Observed) -> Outcome:
 
 def _call(tools: bool) -> Callable[[Assert, Observed], Outcome]:
     """is-valid-openai-tools-call / -function-call: the output is the JSON of the call(s), valid against the
-    value's tools (functions)."""
+    value's tools (functions); on a row that ran the tool loop, every call it made is."""
     def check(a: Assert, seen: Observed) -> Outcome:
+        if seen.tool_calls is not None:
+            why = tool_checks.loop_calls_problem(seen.tool_calls, json.loads(str(a.value)), tools)
+            return Outcome(not why, why)
         try:
             call = json.loads(seen.output.strip())
         except json.JSONDecodeError as exc:
@@ -496,6 +499,12 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     AssertKind("is-valid-openai-function-call", JsonValue(output_checks.check_functions, optional=False),
                _call(tools=False), '[{"name":"get_weather","parameters":{"type":"object"}}]',
                usage="is-valid-openai-function-call:[functions]", promptfoo=pf.read_tools),
+    AssertKind("tool-call-f1", LIST, tool_checks.tool_call_f1, "get_weather,get_time", usage="tool-call-f1:a,b",
+               note="F1 of the called tool names against these, ≥ threshold, default 1", scored=True,
+               threshold=tool_checks.F1_THRESHOLD, promptfoo=pf.read_list),
+    AssertKind("called-tool", tool_checks.CALLED_TOOL, tool_checks.called_tool,
+               '{"name":"get_weather","arguments":{"type":"object","required":["city"]}}',
+               usage="called-tool:TOOL or called-tool:{name, arguments: schema}"),
     AssertKind("perplexity", NONE, _perplexity, "", usage="perplexity", note="threshold: the largest perplexity",
                threshold=0.0, threshold_unit="perplexity", needs_logprobs=True),
     AssertKind("perplexity-score", NONE, _perplexity_score, "", usage="perplexity-score",

@@ -136,6 +136,11 @@ class Observed:
     promptfoo's openai provider returns them; ``output`` is then their JSON), which python and javascript asserts
     and transforms get as ``output``; None: the output is the text."""
 
+    tool_calls: tuple[Mapping[str, Any], ...] | None = None
+    """The calls the row's tool loop made, every step's, as OpenAI writes them ({id, type, function: {name,
+    arguments}}), which the call asserts read (webui.batch.tool_checks); None: the row ran no loop (they read the
+    calls its output is)."""
+
     @property
     def script_output(self) -> Any:
         """What a python or javascript assert or a transform gets as ``output``."""

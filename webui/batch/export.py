@@ -7,7 +7,8 @@ loader's options the model was loaded with) and ``assert_results`` are JSON, ``a
 one-line-per-assert summary ("PASS contains:Paris", "FAIL max-length:50 tokens:
 output has 73 tokens, more than 50"), ``passed`` is true/false/empty and an
 empty ``ttft``/``tokens_per_second``/``error`` cell means none; ``output_json`` is true where the output is the
-JSON of a provider's tool calls. Text cells that a
+JSON of a provider's tool calls; ``tool_steps`` is the JSON of a row's tool loop (its calls, each with its
+arguments, result, error and time: ResultRow.tool_steps), empty for a row that ran none. Text cells that a
 spreadsheet would run as a formula (starting with = + - @ tab or CR) get a
 leading apostrophe, and so does text already starting with one; the import
 removes exactly that apostrophe again.
@@ -27,11 +28,11 @@ from webui.batch.results import ResultRow
 CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "model", "loader", "setting", "sample", "seed", "output",
                "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft", "tokens_per_second",
                "passed", "score", "asserts", "error", "review", "review_note", "params", "load_options",
-               "assert_results", "output_json")
+               "assert_results", "output_json", "tool_steps")
 _TEXT_COLUMNS = frozenset({"prompt_id", "prompt", "model", "loader", "setting", "output", "finish_reason", "asserts",
                            "error", "review_note"})
 _LATER_COLUMNS = ("asserts", "cached_tokens", "score", "review", "review_note", "model", "loader", "load_options",
-                  "output_json")
+                  "output_json", "tool_steps")
 """Columns CSVs exported before them lack: the import reads such a CSV with their empty values."""
 _INT_COLUMNS = ("prompt_index", "sample", "seed", "prompt_tokens", "completion_tokens")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
@@ -89,6 +90,7 @@ def _csv_values(row: ResultRow) -> dict[str, Any]:
                                                                          sort_keys=True),
         "assert_results": json.dumps([a.to_dict() for a in row.asserts], ensure_ascii=False),
         "output_json": str(row.output_json).lower(),
+        "tool_steps": None if row.tool_steps is None else json.dumps(row.tool_steps, ensure_ascii=False),
     }
 
 
@@ -150,9 +152,9 @@ def _row_from_cells(cells: dict[str, str], where: str) -> ResultRow:
     verdict = cells.get("review", "").strip()
     data["review"] = {"verdict": verdict, "note": data.pop("review_note", "") or ""} if verdict else None
     data.pop("review_note", None)
-    for name in ("params", "assert_results", "load_options"):
-        if name == "load_options" and not cells.get(name):
-            data[name] = None  # not stored (rows made before rows kept their load options)
+    for name in ("params", "assert_results", "load_options", "tool_steps"):
+        if name in ("load_options", "tool_steps") and not cells.get(name):
+            data[name] = None  # not stored (rows made before rows kept their load options; rows without a loop)
             continue
         try:
             data[name] = json.loads(cells[name])

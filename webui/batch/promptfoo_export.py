@@ -45,7 +45,8 @@ def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequ
                          **({"metadata": origin["metadata"]} if origin.get("metadata") else {})},
             "response": {"output": json.loads(r.output) if r.output_json else r.output,
                          "tokenUsage": {"prompt": r.prompt_tokens, "completion": r.completion_tokens,
-                                        "total": r.prompt_tokens + r.completion_tokens}},
+                                        "total": r.prompt_tokens + r.completion_tokens},
+                         **({"metadata": {"toolSteps": r.tool_steps}} if r.tool_steps is not None else {})},
             "success": r.passed is not False, "score": score, "namedScores": named, "latencyMs": _latency_ms(r),
             "error": r.error, "gradingResult": {"pass": r.passed is not False, "score": score, "reason": _reason(r),
                                                 "namedScores": named, "componentResults": components}})

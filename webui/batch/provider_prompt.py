@@ -12,7 +12,9 @@ whole message when it has text too, the text when it has no call. The output is 
 value as promptfoo's asserts see it as text (JSON.stringify's compact JSON), and the
 value itself is what python and javascript asserts get as ``output``. A ``json_schema``
 ``response_format`` (read as structured output by webui.batch.promptfoo_providers) makes a reply
-that parses its JSON value, as promptfoo's openai provider does.
+that parses its JSON value, as promptfoo's openai provider does. A provider that also says who
+answers the calls (``tool_results``, ``tools_from: local``: webui.batch.tool_answers) runs the
+tool loop per row instead: its output is the final answer, its calls are kept with the row.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ import yaml
 from webui.batch.errors import BatchInputError
 from webui.safeload import load_yaml
 from webui.batch.suite_files import SuiteFiles
+from webui.batch.tool_answers import KEYS as ANSWER_KEYS, ToolAnswers, check_local_choice, tool_answers
 from webui.chat.tools import ToolPlan, plan_tools, reply_calls
 from webui.engine.params import InvalidParameter
 
-KEYS = ("prompt", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")
+KEYS = ("prompt", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", *ANSWER_KEYS)
 """The provider config keys read here (the others are sampling parameters: webui.batch.promptfoo_providers)."""
 
 
@@ -45,6 +48,9 @@ class ProviderPrompt:
     json_schema: bool = False
     """The provider asks for a ``json_schema`` response_format: a reply that parses is its JSON value, as
     promptfoo's openai provider gives it (its text asserts then read JSON.stringify's compact text)."""
+    answers: ToolAnswers | None = None
+    """Who answers its tool calls (canned results or the local tools): each row then runs the tool loop
+    (webui.batch.tool_answers); None: a reply's calls are its output."""
 
     def text(self, prompt: str) -> str:
         """A text prompt (its vars filled in) as this provider sends it."""
@@ -63,14 +69,16 @@ class ProviderPrompt:
         return {"prefix": self.prefix, "suffix": self.suffix, "functions": self.functions,
                 "json_schema": self.json_schema,
                 "tools": None if plan is None else {"tools": list(plan.tools), "choice": plan.choice,
-                                                    "parallel": plan.parallel}}
+                                                    "parallel": plan.parallel},
+                **({"answers": self.answers.to_dict()} if self.answers is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ProviderPrompt":
         plan = data.get("tools")
         return cls(str(data.get("prefix", "")), str(data.get("suffix", "")),
                    None if plan is None else ToolPlan(tuple(plan["tools"]), plan["choice"], bool(plan["parallel"])),
-                   bool(data.get("functions", False)), bool(data.get("json_schema", False)))
+                   bool(data.get("functions", False)), bool(data.get("json_schema", False)),
+                   None if data.get("answers") is None else ToolAnswers.from_dict(data["answers"]))
 
     def output(self, text: str, finish_reason: str) -> tuple[str, Any]:
         """(the output as text, the output as promptfoo's openai provider gives it when that is not text; None:
@@ -118,15 +126,17 @@ def provider_prompt(config: Mapping[str, Any], where: str, files: SuiteFiles, ra
         if unknown is None or unknown or not all(isinstance(v, str) for v in affix.values()):
             raise BatchInputError(f"{where}.prompt must be a mapping of prefix and suffix texts, got {affix!r:.80}")
         prefix, suffix = affix.get("prefix", ""), affix.get("suffix", "")
+    check_local_choice(config, where)
     plan, functions = _tools(config, where, files)
     if plan is not None and raw:
         raise BatchInputError(f"{where}: tools are offered to chat models; an openai:completion provider sends "
                               "the prompt as a completion, which takes none (use openai:chat:NAME)")
+    answers = tool_answers(config, where, plan, raw)
     form = config.get("response_format")
     json_schema = isinstance(form, Mapping) and form.get("type") == "json_schema"
-    if not (prefix or suffix or plan or json_schema):
+    if not (prefix or suffix or plan or json_schema or answers):
         return None
-    return ProviderPrompt(prefix, suffix, plan, functions, json_schema)
+    return ProviderPrompt(prefix, suffix, plan, functions, json_schema, answers)
 
 
 def _tools(config: Mapping[str, Any], where: str, files: SuiteFiles) -> tuple[ToolPlan | None, bool]:

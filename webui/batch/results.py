@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 from webui.batch.asserts import AssertResult, Observed, row_score
 from webui.batch.errors import BatchInputError
 from webui.batch.grid import Cell
+from webui.chat.tool_loop import ToolStep, history_of
 
 if TYPE_CHECKING:
     from webui.embeddings import TextEmbeddings
@@ -58,6 +59,9 @@ class ResultRow:
     output_json: bool = False
     """The output is the JSON text of a value the provider returned instead of text (a promptfoo provider's tool
     calls): promptfoo's export writes the value itself."""
+    tool_steps: list[dict[str, Any]] | None = field(default=None, hash=False)
+    """The steps of the row's tool loop (webui.chat.tool_loop.ToolStep.to_dict(): the model's text and its calls,
+    each with its arguments, result, error and time), its output being the final answer; None: no loop ran."""
 
     def __post_init__(self) -> None:
         if self.error == "":
@@ -66,6 +70,8 @@ class ResultRow:
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["asserts"] = [a.to_dict() for a in self.asserts]
+        if self.tool_steps is None:  # rows without a tool loop keep the shape they always had
+            del d["tool_steps"]
         return d
 
     @classmethod
@@ -79,6 +85,7 @@ class ResultRow:
         values = {n: data.get(n, _OPTIONAL.get(n)) for n in names}
         values["asserts"] = _assert_results(data["asserts"], prefix)
         values["review"] = check_review(values["review"], prefix)
+        values["tool_steps"] = _tool_steps(values["tool_steps"], prefix)
         _check_types(values, prefix)
         return cls(**values)
 
@@ -100,7 +107,7 @@ def _assert_results(items: Any, prefix: str) -> list[AssertResult]:
 
 
 _OPTIONAL = {"cached_tokens": 0, "score": None, "review": None, "from_cache": False, "model": None, "loader": None,
-             "load_options": None, "output_json": False}
+             "load_options": None, "output_json": False, "tool_steps": None}
 REVIEW_VERDICTS = ("good", "bad")  # fields added later, so rows stored or exported before them still load
 _TYPES: dict[str, tuple[type, ...]] = {
     "prompt_index": (int,), "prompt_id": (str,), "prompt": (str,), "setting": (str,), "params": (dict,),
@@ -109,7 +116,27 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "tokens_per_second": (int, float, type(None)), "score": (int, float, type(None)),
     "passed": (bool, type(None)), "error": (str, type(None)), "from_cache": (bool,), "model": (str, type(None)),
     "loader": (str, type(None)), "load_options": (dict, type(None)), "output_json": (bool,),
+    "tool_steps": (list, type(None)),
 }
+
+
+def _tool_steps(steps: Any, prefix: str) -> list[dict[str, Any]] | None:
+    """Stored tool steps, checked by reading them as ToolSteps."""
+    if steps is None:
+        return None
+    try:
+        return [ToolStep.from_dict(s).to_dict() for s in steps]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BatchInputError(f"{prefix}tool_steps must be a list of {{\"text\", \"calls\": [{{\"id\", \"name\", "
+                              f"\"arguments\", \"result\", ...}}]}} ({type(exc).__name__}: {exc})") from None
+
+
+def step_calls(steps: list[dict[str, Any]] | None) -> tuple[dict[str, Any], ...] | None:
+    """The calls a tool loop made, every step's, as OpenAI writes them (what call asserts read); None: no loop."""
+    if steps is None:
+        return None
+    return tuple(call for m in history_of([ToolStep.from_dict(s) for s in steps]) if m["role"] == "assistant"
+                 for call in m["tool_calls"])
 
 
 def check_review(review: Any, prefix: str = "") -> dict[str, str] | None:
@@ -146,15 +173,17 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
                error: str | None = None, from_cache: bool = False,
                judged: Mapping[str, Any] | None = None, model: str | None = None, loader: str | None = None,
                load_options: Mapping[str, Any] | None = None, logprobs: Sequence[float] = (),
-               embeddings: TextEmbeddings | None = None, output_value: Any = None) -> ResultRow:
+               embeddings: TextEmbeddings | None = None, output_value: Any = None,
+               tool_steps: list[dict[str, Any]] | None = None) -> ResultRow:
     """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error).
     ``logprobs``: the chosen tokens' logprobs, for perplexity asserts (they are not stored in the row);
     ``embeddings``: the output's and the references' vectors, for similar asserts; ``output_value``: the output
-    as the provider returns it when that is not text (Observed.output_value)."""
+    as the provider returns it when that is not text (Observed.output_value); ``tool_steps``: the row's tool loop
+    (ResultRow.tool_steps)."""
     error = error or None
     seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text, judged or {},
                     cell.row.variables, str((cell.row.origin or {}).get("description") or ""), finish_reason,
-                    tuple(logprobs), embeddings, output_value)
+                    tuple(logprobs), embeddings, output_value, step_calls(tool_steps))
     asserts = [] if error else [a.check(seen) for a in cell.row.asserts]
     score, passed = _outcome(cell, asserts, error)
     return ResultRow(
@@ -163,7 +192,8 @@ def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: in
         finish_reason=finish_reason, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         ttft=ttft, tokens_per_second=tokens_per_second, cached_tokens=cached_tokens, asserts=asserts, passed=passed,
         error=error, score=score, from_cache=from_cache, model=model, loader=loader,
-        load_options=None if load_options is None else dict(load_options), output_json=output_value is not None)
+        load_options=None if load_options is None else dict(load_options), output_json=output_value is not None,
+        tool_steps=tool_steps)
 
 
 def _outcome(cell: Cell, asserts: list[AssertResult], error: str | None) -> tuple[float | None, bool | None]:
@@ -182,7 +212,8 @@ def rejudged(row: ResultRow, cell: Cell, judged: Mapping[str, Any]) -> ResultRow
     if row.error:
         return row
     seen = Observed(row.output, row.completion_tokens, row.ttft, row.tokens_per_second, cell.row.text, judged,
-                    cell.row.variables, str((cell.row.origin or {}).get("description") or ""), row.finish_reason)
+                    cell.row.variables, str((cell.row.origin or {}).get("description") or ""), row.finish_reason,
+                    tool_calls=step_calls(row.tool_steps))
     asserts = [a.check(seen) if a.kind == "select-best" else result
                for a, result in zip(cell.row.asserts, row.asserts)]
     score, passed = _outcome(cell, asserts, None)

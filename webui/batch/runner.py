@@ -20,6 +20,9 @@ from webui.batch.errors import BatchInputError, ScriptError
 from webui.batch.asserts import Assert, Observed, Verdict
 from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
 from webui.batch.graded import Embed, missing_vars, verdict_key
+from webui.batch.loop_rows import (
+    LoopTurns, RowReply, local_toolbox, needs_local_tools, offer_local_tools, run_loop_row,
+)
 from webui.batch.judge import (
     JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_request, rubrics, select_best,
 )
@@ -39,6 +42,7 @@ from webui.engine.types import GeneratesNoText
 from webui.models import ModelManager, Slot
 from webui.owner import as_owner
 from webui.presets import PresetStore
+from webui.tools import ToolBox
 
 
 @dataclass
@@ -116,6 +120,12 @@ class RunHandle:
     """The run's text-classification models for classifier asserts, each loaded once (None: the run has none)."""
     streaming: dict[int, int] = field(default_factory=dict)
     """Tokens each cell still generating has made so far (by cell index), so progress moves before cells end."""
+    toolbox: ToolBox | None = None
+    """The workbench's own tools, for settings whose calls they answer (closed when the run ends)."""
+    chats: dict = field(default_factory=dict)
+    """The chat each tool-loop row starts from, by (row index, *way): its first turn's messages."""
+    templates: dict = field(default_factory=dict)
+    """Each model's instruction template (None: its own), by the setting's model."""
 
     @property
     def total(self) -> int:
@@ -242,6 +252,19 @@ class BatchRunner:
     def start(self, job: BatchJob, owner: str = "") -> RunHandle:
         """Start ``job`` for ``owner`` (who started it: a setting that names no model runs on the model they use,
         and the run's rows are theirs)."""
+        toolbox = local_toolbox(self.manager.catalog.config.user_data_dir) if needs_local_tools(job.settings) \
+            else None
+        try:
+            if toolbox is not None:  # settings that offer every local tool: listed now, stored with the run
+                job = replace(job, settings=offer_local_tools(job.settings or [], toolbox))
+            handle = self._start(job, owner, toolbox)
+        except BaseException:
+            if toolbox is not None:
+                toolbox.close()
+            raise
+        return handle
+
+    def _start(self, job: BatchJob, owner: str, toolbox: ToolBox | None) -> RunHandle:
         slots = self.models(job, owner)
         templates = {name: self.template(job, slot.model) for name, slot in slots.items()}
         settings, cells = self.plan(job, {name: t.stops for name, t in templates.items() if t})
@@ -272,7 +295,10 @@ class BatchRunner:
         for stored, setting in zip(spec["settings"], settings):  # what each setting ran on, so a re-run can too
             stored["ran_on"] = ran_on(slots[setting.model]).to_dict()
         run = self.store.create(job.name, spec, ", ".join(names), len(cells))
-        handle = RunHandle(run.id, cells)
+        handle = RunHandle(run.id, cells, toolbox=toolbox, templates=templates)
+        handle.chats = {(row.index, *key): self._messages(replace(job, raw=key[1]), row, shape)
+                        for key, shape in ways.items() if shape is not None and shape.answers is not None
+                        for row in job.rows}
         with self._lock:
             self._active[run.id] = handle
         handle.slots = slots
@@ -289,7 +315,7 @@ class BatchRunner:
         for cell in cells:
             model = slots[cell.setting.model].model
             raw = job.raw or cell.setting.raw
-            prompt = prompts[cell.row.index, *way(cell.setting, job.raw)][0]
+            prompt = prompts[(cell.row.index, *way(cell.setting, job.raw))][0]
             handle.keys.append(cache_key(model, cell.setting.loras, prompt, raw, cell.params.to_dict()))
         handle.use_cache = job.use_cache
 
@@ -356,27 +382,34 @@ class BatchRunner:
         """(what ``model`` reads for ``row``, the chat messages or None for a raw prompt); ``shape``: the
         provider's prefix/suffix and tools."""
         try:
-            if row.messages is not None:
-                if job.raw:
-                    raise BatchInputError(f"prompt {row.id} is a chat (a list of messages), which only the chat "
-                                          f"template turns into text; turn raw prompts off")
-                if shape is not None and shape.affixed:
-                    raise BatchInputError(f"prompt {row.id} is a chat; a provider's prompt.prefix/suffix go around "
-                                          "a text prompt")
-                messages = chat_messages(row.messages, job.system_prompt)
-            else:
-                text = shape.text(row.text) if shape is not None else row.text
-                if job.raw:
-                    if shape is not None and shape.tools is not None:
-                        raise BatchInputError(f"prompt {row.id}: tools are offered through the chat template; turn "
-                                              "raw prompts off")
-                    return text, None
-                messages = chat_messages([{"role": "user", "content": text}], job.system_prompt)
+            messages = BatchRunner._messages(job, row, shape)
+            if isinstance(messages, str):
+                return messages, None
             if shape is not None and shape.tools is not None:
                 return render_with_tools(model.tokenizer, messages, shape.tools, template)
             return render_chat_prompt(model.tokenizer, messages, template=template), messages
         except (ChatPromptError, ValueError) as exc:
             raise BatchInputError(f"prompt {row.id}: {exc}") from exc
+
+    @staticmethod
+    def _messages(job: BatchJob, row: PromptRow, shape: ProviderPrompt | None) -> list[dict] | str:
+        """The chat messages ``row`` is (its text as it is for a raw prompt); ``shape``: the provider's
+        prefix/suffix and tools."""
+        if row.messages is not None:
+            if job.raw:
+                raise BatchInputError(f"prompt {row.id} is a chat (a list of messages), which only the chat "
+                                      f"template turns into text; turn raw prompts off")
+            if shape is not None and shape.affixed:
+                raise BatchInputError(f"prompt {row.id} is a chat; a provider's prompt.prefix/suffix go around "
+                                      "a text prompt")
+            return chat_messages(row.messages, job.system_prompt)
+        text = shape.text(row.text) if shape is not None else row.text
+        if job.raw:
+            if shape is not None and shape.tools is not None:
+                raise BatchInputError(f"prompt {row.id}: tools are offered through the chat template; turn "
+                                      "raw prompts off")
+            return text
+        return chat_messages([{"role": "user", "content": text}], job.system_prompt)
 
     async def _drive(self, handle: RunHandle,
                      prompts: dict[tuple[int, str | None, bool, str], tuple[str, list | None]], raw: bool) -> None:
@@ -384,7 +417,7 @@ class BatchRunner:
         # while the others run theirs
         windows = {name: asyncio.Semaphore(slot.engine.config.max_running * 2) for name, slot in handle.slots.items()}
         try:
-            await asyncio.gather(*(self._cell(handle, i, cell, prompts[cell.row.index, *way(cell.setting, raw)],
+            await asyncio.gather(*(self._cell(handle, i, cell, prompts[(cell.row.index, *way(cell.setting, raw))],
                                               raw or cell.setting.raw, windows[cell.setting.model])
                                    for i, cell in enumerate(handle.cells)))
             await self._select_best(handle)
@@ -393,6 +426,8 @@ class BatchRunner:
             handle.status = "failed"
             raise
         finally:
+            if handle.toolbox is not None:
+                handle.toolbox.close()
             self.store.finish(handle.run_id, handle.status)
             with self._lock:
                 self._active.pop(handle.run_id, None)
@@ -401,7 +436,8 @@ class BatchRunner:
     async def _cell(self, handle: RunHandle, index: int, cell: Cell, prompt: tuple[str, list | None], raw: bool,
                     slots: asyncio.Semaphore) -> None:
         logprobs = any(a.spec.needs_logprobs for a in cell.row.asserts)  # perplexity: the cache keeps no logprobs
-        cached = self.cache.get(handle.keys[index]) if handle.use_cache and not logprobs else None
+        loop = cell.setting.prompt is not None and cell.setting.prompt.answers is not None  # the tool loop's row
+        cached = self.cache.get(handle.keys[index]) if handle.use_cache and not logprobs and not loop else None
         if cached is not None:  # the very same request ran before: its response, with this run's asserts
             output, value = reply_output(cell, cached["output"], cached["finish_reason"])
             judged = await self._judge(handle, cell, output)
@@ -413,52 +449,93 @@ class BatchRunner:
         async with slots:
             if handle.cancelled:
                 return
-            text, last, error = "", None, None
-            chosen: list[float] = []  # the chosen tokens' logprobs, when asked for
-            try:
-                engine = handle.slots[cell.setting.model].engine
-                stream = engine.submit(GenerationRequest(prompt[0], cell.params, add_special_tokens=raw,
-                                                         loras=cell.setting.loras, messages=prompt[1],
-                                                         logprobs=0 if logprobs else None))
-            except (EngineError, ValueError) as exc:
-                stream, error = None, str(exc)
-            if stream is not None:
-                with handle._lock:
-                    handle._streams.add(stream)
-                try:
-                    async for event in stream:
-                        text += event.text
-                        chosen.extend(lp.logprob for lp in event.logprobs)
-                        last = event
-                        with handle._lock:
-                            made = len(event.token_ids) or bool(event.text)  # a text-only backend: ~1 a delta
-                            handle.streaming[index] = handle.streaming.get(index, 0) + made
-                except EngineError as exc:
-                    error = str(exc)
-                finally:
-                    with handle._lock:
-                        handle._streams.discard(stream)
-                        if last is None or last.finish_reason == "cancelled" or error is not None:
-                            handle.streaming.pop(index, None)  # no row will take its place
-            if last is not None and last.finish_reason == "cancelled" and handle.cancelled:
-                return  # cut by Cancel: not a result
-            usage, timings = (last.usage, last.timings) if last is not None else (None, None)
-            finish = last.finish_reason if last else "error"
-            output, value = reply_output(cell, text, finish) if error is None else (text, None)
+            if loop:
+                made = await asyncio.to_thread(self._loop, handle, index, cell, raw, logprobs)
+                if handle.cancelled:
+                    return  # cut by Cancel: not a result
+            else:
+                made = await self._generate(handle, index, cell, prompt, raw, logprobs)
+                if made.finish_reason == "cancelled" and handle.cancelled:
+                    return  # cut by Cancel: not a result
+            error = made.error
+            output, value = reply_output(cell, made.text, made.finish_reason) if error is None and not loop \
+                else (made.text, None)
             judged = await self._judge(handle, cell, output) if error is None else {}
             embedded = await self._embed(handle, cell, output) if error is None else None
             row = result_for(cell, output=output, output_value=value, judged=judged, embeddings=embedded,
                              **ran_on(handle.slots[cell.setting.model]).row_fields(),
-                             finish_reason=finish,
-                             prompt_tokens=usage.prompt_tokens if usage else 0,
-                             completion_tokens=usage.completion_tokens if usage else 0,
-                             cached_tokens=usage.cached_tokens if usage else 0,
-                             ttft=timings.first_token if timings else None,
-                             tokens_per_second=timings.tokens_per_second if timings else None, error=error,
-                             logprobs=chosen)
-            if error is None and last is not None and last.finish_reason not in ("cancelled", "error"):
-                self.cache.put(handle.keys[index], {**row.to_dict(), "output": text})  # the reply as generated
+                             finish_reason=made.finish_reason, prompt_tokens=made.prompt_tokens,
+                             completion_tokens=made.completion_tokens, cached_tokens=made.cached_tokens,
+                             ttft=made.ttft, tokens_per_second=made.tokens_per_second, error=error,
+                             logprobs=made.logprobs,
+                             tool_steps=None if made.steps is None else [s.to_dict() for s in made.steps])
+            if error is None and not loop and made.finish_reason not in ("cancelled", "error"):
+                self.cache.put(handle.keys[index], {**row.to_dict(), "output": made.text})  # the reply as generated
             self._keep(handle, index, row)
+
+    async def _generate(self, handle: RunHandle, index: int, cell: Cell, prompt: tuple[str, list | None], raw: bool,
+                        logprobs: bool) -> RowReply:
+        """One cell's reply, streamed from its engine."""
+        made, last = RowReply(), None
+        try:
+            engine = handle.slots[cell.setting.model].engine
+            stream = engine.submit(GenerationRequest(prompt[0], cell.params, add_special_tokens=raw,
+                                                     loras=cell.setting.loras, messages=prompt[1],
+                                                     logprobs=0 if logprobs else None))
+        except (EngineError, ValueError) as exc:
+            made.error = str(exc)
+            return made
+        with handle._lock:
+            handle._streams.add(stream)
+        try:
+            async for event in stream:
+                made.text += event.text
+                made.logprobs.extend(lp.logprob for lp in event.logprobs)
+                last = event
+                with handle._lock:
+                    count = len(event.token_ids) or bool(event.text)  # a text-only backend: ~1 a delta
+                    handle.streaming[index] = handle.streaming.get(index, 0) + count
+        except EngineError as exc:
+            made.error = str(exc)
+        finally:
+            with handle._lock:
+                handle._streams.discard(stream)
+                if last is None or last.finish_reason == "cancelled" or made.error is not None:
+                    handle.streaming.pop(index, None)  # no row will take its place
+        if last is not None:
+            made.finish_reason = last.finish_reason or "error"
+            if last.usage is not None:
+                made.prompt_tokens, made.completion_tokens = last.usage.prompt_tokens, last.usage.completion_tokens
+                made.cached_tokens = last.usage.cached_tokens
+            if last.timings is not None:
+                made.ttft, made.tokens_per_second = last.timings.first_token, last.timings.tokens_per_second
+        return made
+
+    def _loop(self, handle: RunHandle, index: int, cell: Cell, raw: bool, logprobs: bool) -> RowReply:
+        """One cell's tool loop (in a worker thread): webui.batch.loop_rows."""
+        shape, slot = cell.setting.prompt, handle.slots[cell.setting.model]
+        assert shape is not None and shape.answers is not None and shape.tools is not None  # a loop setting's
+
+        def watch(stream: Any, running: bool) -> None:
+            with handle._lock:
+                (handle._streams.add if running else handle._streams.discard)(stream)
+            if running and handle.cancelled:
+                stream.cancel()
+
+        def count(tokens: int) -> None:
+            with handle._lock:
+                handle.streaming[index] = handle.streaming.get(index, 0) + tokens
+
+        turns = LoopTurns(slot.engine, slot.model.tokenizer, handle.templates.get(cell.setting.model), cell.params,
+                          cell.setting.loras, shape.tools, logprobs, watch, count)
+        caller = handle.toolbox if shape.answers.local else shape.answers
+        assert caller is not None  # a run with local tools has its tool box
+        made = run_loop_row(list(handle.chats[(cell.row.index, *way(cell.setting, raw))]), turns, caller,
+                            shape.answers.max_steps, lambda: handle.cancelled)
+        if made.error is not None or handle.cancelled:
+            with handle._lock:
+                handle.streaming.pop(index, None)  # no row will take its place
+        return made
 
     def _ask(self, handle: RunHandle) -> Ask:
         """How this run asks its judge (a loaded model, or a server)."""

@@ -13,6 +13,7 @@ from typing import Iterable, Iterator
 from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text, parse_axes, parse_lines, to_csv, \
     to_jsonl, with_asserts
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
+from webui.batch.loop_rows import most_turns
 from webui.batch.promptfoo import Suite, is_config, read_suite
 from webui.batch.promptfoo_export import to_promptfoo
 from webui.batch.suite_files import SuiteFiles
@@ -209,7 +210,7 @@ class BatchController:
             raise UserError(str(exc)) from exc
         engine = self.services.engine
         rate = engine.stats().tokens_per_second or 8.0 * min(len(cells), engine.config.max_running)
-        budget = sum(c.params.max_new_tokens for c in cells)
+        budget = sum(c.params.max_new_tokens * most_turns(c.setting) for c in cells)
         seconds = budget / rate
         took = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
         template = "raw prompts (no chat template)" if job.raw else (

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pandas.io.formats.style import Styler  # needs jinja2 when imported
 
 RESULT_COLUMNS = ["#", "prompt", "setting", "sample", "seed", "output", "finish", "tokens", "cached prompt",
-                  "ttft (s)", "tok/s", "asserts", "passed", "review"]
+                  "ttft (s)", "tok/s", "asserts", "passed", "review", "tool calls"]
 """``#`` is the row's place in the run (1 = its first row), whatever the filter or the table's sort shows."""
 SELECTED_STYLE = "background-color: color-mix(in srgb, var(--color-accent) 28%, transparent)"
 
@@ -41,7 +41,7 @@ def result_table(rows: list[ResultRow], query: str = "", failures_only: bool = F
                     r.completion_tokens, f"{r.cached_tokens}/{r.prompt_tokens}",
                     None if r.ttft is None else round(r.ttft, 3),
                     None if r.tokens_per_second is None else round(r.tokens_per_second, 1), marks,
-                    "" if r.passed is None else ("pass" if r.passed else "FAIL"), review_text(r)])
+                    "" if r.passed is None else ("pass" if r.passed else "FAIL"), review_text(r), calls_text(r)])
         if selected is not None and row_key(r) == tuple(selected):
             tinted = position
     table = pd.DataFrame(out, columns=RESULT_COLUMNS)
@@ -84,6 +84,12 @@ def review_text(row: ResultRow) -> str:
         return ""
     note = row.review.get("note", "")
     return row.review["verdict"] + (f": {note}" if note else "")
+
+
+def calls_text(row: ResultRow) -> str:
+    """The calls of a row's tool loop, each as ``tool(arguments) → result`` ("" for a row that ran none)."""
+    calls = [c for step in row.tool_steps or [] for c in step.get("calls", [])]
+    return " · ".join(one_line(f"{c['name']}({c['arguments']}) → {c.get('result', '')}") for c in calls)
 
 
 def summary_table(rows: list[ResultRow]) -> pd.DataFrame:
