@@ -121,6 +121,9 @@ def test_a_call_runs_its_result_reaches_the_model_and_the_call_is_stored_with_th
         "The answer is 42."]
     assert view.messages[1]["content"] == call.arguments and view.messages[2]["content"] == call.result
     assert "1 tool call" in view.stats
+    rows, branchable = session.last_tokens(cid, 1, 0)  # a call's block clicked: the tokens that wrote the call
+    assert "".join(r["text"] for r in rows).startswith('<tool_call>{"name": "calculate"') and not branchable
+    assert step.constrained == "" and "held" not in view.messages[1]["metadata"]["title"]
     # the inspector shows the answer's turn as it was read: the tools, the call, its result
     seen = session.inspect(cid).seen
     assert seen is not None and f"<tool_response>\n{call.result}\n</tool_response>" in seen.text \
@@ -218,3 +221,15 @@ def test_tools_need_the_instruct_mode_and_a_new_chat_takes_the_tools_picked(serv
 def test_steps_survive_their_json(services):
     step = ToolStep("thinking", [])
     assert ToolStep.from_dict(step.to_dict()) == step
+
+
+def test_a_first_turn_that_must_call_is_held_to_the_schemas_and_says_so(services, session, tmp_path):
+    compact = '<tool_call>{"name":"calculate","arguments":{"expression":"6*7"}}</tool_call>'
+    load_scripted(services, tmp_path, answer=lambda p: "The answer is 42." if RESULT.search(p) else compact)
+    services.settings.update(tool_choice="required")
+    cid = tool_chat(session)
+    view = send(session, cid)
+    [step] = services.chats.messages(cid)[-1].record.tool_steps
+    assert step.constrained.startswith("a grammar") and json.loads(step.calls[0].arguments) == {"expression": "6*7"}
+    assert view.messages[1]["metadata"]["title"] == "Tool call: calculate · arguments · held to its schema"
+    assert services.chats.messages(cid)[-1].content == "The answer is 42."

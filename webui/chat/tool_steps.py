@@ -40,6 +40,10 @@ class ToolStep:
 
     text: str
     calls: list[CallRecord] = field(default_factory=list)
+    constrained: str = ""
+    """How the turn's output was held ("" where it was not): a grammar of the offered tools' calls."""
+    tokens: list[dict[str, Any]] = field(default_factory=list)
+    """The turn's token view rows (webui.token_view.token_rows), where they were kept."""
 
     def messages(self) -> list[dict[str, Any]]:
         """The step as the model reads it in the history: its calls, then each call's result."""
@@ -49,11 +53,19 @@ class ToolStep:
                 *({"role": "tool", "tool_call_id": c.id, "content": c.result} for c in self.calls)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "calls": [c.to_dict() for c in self.calls]}
+        out: dict[str, Any] = {"text": self.text, "calls": [c.to_dict() for c in self.calls]}
+        if self.constrained:
+            out["constrained"] = self.constrained
+        if self.tokens:
+            out["tokens"] = list(self.tokens)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolStep:
-        return cls(str(data.get("text", "")), [CallRecord.from_dict(c) for c in data.get("calls", [])])
+        rows = data.get("tokens")
+        return cls(str(data.get("text", "")), [CallRecord.from_dict(c) for c in data.get("calls", [])],
+                   str(data.get("constrained") or ""),
+                   [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else [])
 
 
 def history_of(steps: list[ToolStep]) -> list[dict[str, Any]]:

@@ -358,13 +358,18 @@ class ChatSession:
         notes = [n for n in (also, left_out(made.dropped, made.dropped_over), no_record) if n]
         return MessageInspection(which, seen, " · ".join(notes), record)
 
-    def last_tokens(self, chat_id: int | None, index: int | None = None) -> tuple[list[dict[str, Any]], bool]:
-        """The token rows of reply ``index`` (None, or not a reply: the last reply), and whether they can be
-        branched (the last reply, with a local model loaded)."""
+    def last_tokens(self, chat_id: int | None, index: int | None = None,
+                    step: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+        """The token rows of reply ``index`` (None, or not a reply: the last reply), or of its tool step ``step``
+        (the turn that wrote that step's calls), and whether they can be branched (the last reply's own, with a
+        local model loaded)."""
         history = self.chats.messages(chat_id) if chat_id is not None else []
         last = history[-1] if history and history[-1].role == "assistant" else None
         chosen = history[index] if index is not None and 0 <= index < len(history) \
             and history[index].role == "assistant" else last
+        steps = chosen.record.tool_steps if chosen else ()
+        if step is not None and 0 <= step < len(steps):
+            return list(steps[step].tokens), False
         rows = list(chosen.record.tokens) if chosen else []
         model = self.services.loaded
         return rows, chosen is last and model is not None and model.capabilities.stepped

@@ -66,7 +66,9 @@ def _entries(message: Message, index: int, chats: ChatStore) -> list[tuple[Entry
         if step.text:
             out.append((Entry(index, s, -1, "said"), block(step.text, "Written before its calls")))
         for c, call in enumerate(step.calls):
-            out.append((Entry(index, s, c, "arguments"), block(call.arguments, f"Tool call: {call.name} · arguments")))
+            held = " · held to its schema" if step.constrained else ""
+            out.append((Entry(index, s, c, "arguments"), block(call.arguments,
+                                                               f"Tool call: {call.name} · arguments{held}")))
             took = f" · {call.seconds:.2f}s" + (f" · error: {call.error}" if call.error else "") + (
                 " · cut to the output limit" if call.truncated else "")
             out.append((Entry(index, s, c, "result"), block(call.result, f"{call.name} · result{took}")))

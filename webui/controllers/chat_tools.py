@@ -82,6 +82,10 @@ def check_tool_chat(session: ChatSession, cid: int, history: list[Message]) -> N
         raise UserError("A chat with images cannot use tools yet; untick the tools, or start a new chat")
 
 
+HELD = "a grammar: calls of the offered tools, arguments fitting their schemas"
+"""How a first turn that must call a tool is held (the chat's "a tool must be called")."""
+
+
 class ToolReplies:
     """The tool loop of ChatSession's replies; ``stopping`` holds each running loop's Stop, by its reply key."""
 
@@ -139,9 +143,11 @@ class ToolReplies:
 
         def generate(messages: list[dict[str, Any]], offered: ToolPlan | None) -> Iterator[tuple[str, Any]]:
             params = sampling
+            turn["constrained"] = ""
             if required and offered is not None and len(messages) == len(fitted.messages):  # the first turn calls
                 offered = replace(offered, choice="required")
                 params = sampling.replace(structured_outputs=offered.grammar() or {})
+                turn["constrained"] = HELD
             prompt = render(messages, offered)
             size = len(tokenizer.encode(prompt, add_special_tokens=False))
             if size > budget:
@@ -179,7 +185,9 @@ class ToolReplies:
         def keep(update: LoopUpdate) -> ChatView:
             nonlocal target, ids, rows, seen, steps
             steps = list(update.steps)
-            if update.running is not None:  # the answer's tokens are the last turn's: a call starts a new turn
+            if update.running is not None:  # the turn called: its tokens go with its step, the next turn's are new
+                if not update.steps[-1].calls:  # (its first call)
+                    update.steps[-1].tokens, update.steps[-1].constrained = rows, turn.get("constrained", "")
                 ids, rows = [], []
             elif update.event is not None and update.event is not seen:
                 seen = update.event
@@ -239,6 +247,7 @@ def edited_steps(made: ReplyRecord, step: int, call: int, part: str, text: str,
         except ValueError as exc:
             raise UserError(f"The arguments must be JSON (an object, as the tool's parameters say): {exc}") from exc
         steps[step].calls[call] = run_call(session.services.tools, CallRecord(edited.id, edited.name, text.strip()))
+        steps[step].tokens, steps[step].constrained = [], ""  # (the model's tokens wrote other arguments)
     elif part == "result":
         steps[step].calls[call] = replace(edited, result=text, error=None, truncated=False)
     else:

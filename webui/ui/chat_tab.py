@@ -226,13 +226,15 @@ def view_updates(session: ChatSession, view: ChatView, query: str, request: gr.R
     return view.messages, view.chat_id, view.title, view.system_prompt, listed, view.stats, None, NO_SELECTION
 
 
-def panel_updates(session: ChatSession, chat_id: int | None, index: int | None = None) -> tuple:
-    """Values for ``ChatTab.panels`` (message ``index``; None: the last reply)."""
+def panel_updates(session: ChatSession, chat_id: int | None, index: int | None = None,
+                  step: int | None = None) -> tuple:
+    """Values for ``ChatTab.panels`` (message ``index``; None: the last reply; ``step``: the token view shows that
+    tool step's turn, whose block was clicked)."""
     seen = session.inspect(chat_id, index)
     rendered, tokens, note = inspection_views(seen.seen) if seen.seen else ("", None, seen.note)
     if seen.seen and seen.note:  # e.g. the oldest messages left out to fit the context
         note = f"{note} · {seen.note}"
-    rows, branchable = session.last_tokens(chat_id, index)
+    rows, branchable = session.last_tokens(chat_id, index, step)
     head = f"{seen.which} · {note}" if seen.which else ""
     return head, rendered, tokens, *record_views(seen.record, session.services.config.api_port), view_value(
         rows, branchable)
@@ -319,11 +321,12 @@ def _wire_selection(tab: ChatTab, session: ChatSession, params: ParametersTab) -
     """A message picked in the history (its panels and versions), and Use these parameters."""
     def select_message(cid: int | None, selected: gr.SelectData) -> tuple:
         shown = selected.index if isinstance(selected.index, int) else selected.index[0]
-        try:  # a call's block: the reply it belongs to
-            index = session.library.entry(cid, shown).index if cid is not None else shown
+        try:  # a call's block: the reply it belongs to, and the tokens of the turn that wrote the call
+            entry = session.library.entry(cid, shown) if cid is not None else None
         except UserError:
-            index = shown
-        return *panel_updates(session, cid, index), index, version_text(session, cid, index)
+            entry = None
+        index, step = (entry.index, entry.step if entry.part else None) if entry else (shown, None)
+        return *panel_updates(session, cid, index, step), index, version_text(session, cid, index)
 
     @shows_errors
     def use_params(cid: int | None) -> tuple:
