@@ -18,6 +18,7 @@ from webui.chat.modes import ChatMode, ModeError
 from webui.chat.reply import ReplyRecord
 from webui.engine import GenerationRequest, InvalidParameter, SamplingParams
 from webui.engine.params import specs
+from webui.chat.tools import plan_tools
 from webui.engine.sampling import DRAW
 
 if TYPE_CHECKING:
@@ -51,6 +52,9 @@ class ReproduceRecord:
     chat_mode: dict[str, Any] | None = None
     """The chat mode (webui.chat.modes.ChatMode.to_record(): the mode, the character by content, names, command,
     chat template); None: instruct, as records without it were made."""
+    tools: list[dict[str, Any]] | None = None
+    """The tools the run was offered (OpenAI's function objects), for a chat reply that called tools: its
+    ``messages`` then hold the calls (``tool_calls``) and their results (``tool`` messages) before the run."""
 
     @property
     def other_draw(self) -> bool:
@@ -61,6 +65,8 @@ class ReproduceRecord:
         data = asdict(self)
         if data["chat_mode"] is None:  # an instruct record is written as records always were
             del data["chat_mode"]
+        if data["tools"] is None:
+            del data["tools"]
         return _dumps({"format": FORMAT, "version": 1, **data})
 
     def sampling(self) -> SamplingParams:
@@ -77,7 +83,8 @@ class ReproduceRecord:
         loras = tuple((str(n), float(w)) for n, w in self.loras)
         if self.messages is not None:
             messages, images = self._images(image_placeholder)
-            text = render_chat_prompt(tokenizer, messages, template=self.template(), mode=self.mode())
+            text = self._tool_prompt(tokenizer, messages) if self.calls_tools else \
+                render_chat_prompt(tokenizer, messages, template=self.template(), mode=self.mode())
             given = self._given()
             prompt: str | list[int] = text
             if given.get("token_ids"):
@@ -88,15 +95,32 @@ class ReproduceRecord:
                                      loras=loras, images=images)
         return GenerationRequest(self.prompt or "", self.sampling(), loras=loras)
 
-    def _images(self, placeholder: str) -> tuple[list[dict[str, str]], tuple[PromptImage, ...]]:
+    @property
+    def calls_tools(self) -> bool:
+        """The record's chat offers tools or holds calls (rendered as webui.chat.tools renders them)."""
+        return self.tools is not None or any(m.get("tool_calls") or m.get("role") == "tool"
+                                             for m in self.messages or [])
+
+    def _tool_prompt(self, tokenizer: Tokenizer, messages: list[dict[str, Any]]) -> str:
+        from webui.chat import ChatPromptError, chat_messages
+        from webui.chat.tools import plan_tools, render_with_tools
+
+        try:
+            plan = plan_tools(self.tools, "auto", True) if self.tools else None
+            return render_with_tools(tokenizer, chat_messages(messages, tools=True), plan, self.template())[0]
+        except (InvalidParameter, ChatPromptError) as exc:
+            raise RecordError(f"tools: {exc}") from exc
+
+    def _images(self, placeholder: str) -> tuple[list[dict[str, Any]], tuple[PromptImage, ...]]:
         """The chat with each image part written as ``placeholder`` before its message's text, and the images."""
         from webui.images import ImageError, data_url_bytes, read_image
 
         messages, images = [], []
         for i, m in enumerate(self.messages or []):
             content = m.get("content")
-            if isinstance(content, str):
-                messages.append({"role": m["role"], "content": content})
+            if isinstance(content, str) or content is None:  # (a tool call's turn may have no text)
+                messages.append({"role": m["role"], "content": content or "",
+                                 **{k: m[k] for k in ("tool_calls", "tool_call_id") if k in m}})
                 continue
             if not placeholder:
                 raise RecordError("this record's chat has images: load a vision-language model to run it")
@@ -162,7 +186,8 @@ class ReproduceRecord:
                                                                                    "content": given}],
                                              "continue_final_message": True, "add_generation_prompt": False,
                                              **template}
-            return "/chat/completions", {**body, "messages": self.messages, **template}
+            tools = {"tools": self.tools} if self.tools else {}
+            return "/chat/completions", {**body, "messages": self.messages, **tools, **template}
         return "/completions", {**body, "prompt": self.prompt}
 
     def curl(self, base_url: str = "http://127.0.0.1:5000/v1") -> str:
@@ -216,33 +241,45 @@ def parse_record(text: str) -> ReproduceRecord:
     if not isinstance(draw, int) or isinstance(draw, bool) or not 1 <= draw <= DRAW:
         raise RecordError(f"'draw' must be a whole number from 1 to {DRAW} (how sampled tokens were drawn), "
                           f"got {draw!r}")
+    tools = data.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise RecordError("'tools' must be a list of tools in OpenAI's format "
+                          '({"type": "function", "function": {"name": ..., "parameters": {...}}})')
     record = ReproduceRecord(data["model"], data["params"], data.get("messages"), data.get("prompt"),
                              data.get("loader", "transformers"), data.get("loras") or [], data.get("chat_template"),
                              data.get("continue_from"), load_options=data.get("load_options") or {},
-                             draw=draw, chat_mode=data.get("chat_mode"))
+                             draw=draw, chat_mode=data.get("chat_mode"), tools=data.get("tools"))
     record.sampling()  # validates the parameters now
+    if tools:
+        try:
+            plan_tools(tools, "auto", True)
+        except InvalidParameter as exc:
+            raise RecordError(f"tools: {exc}") from exc
     record.template()
     record.mode()
     record._given()
     return record
 
 
-def record_for_reply(history: list[dict[str, Any]], system_prompt: str, reply: ReplyRecord) -> ReproduceRecord:
+def record_for_reply(history: list[dict[str, Any]], system_prompt: str, reply: ReplyRecord,
+                     tools: bool = False) -> ReproduceRecord:
     """The record of a stored chat reply (one made by a run: ``reply.run``): the chat before it as it was sent
-    (without the oldest messages left out to fit the context), and the reply's own record."""
+    (without the oldest messages left out to fit the context), and the reply's own record. ``tools``: a chat with
+    tools, whose ``history`` holds the calls and results before the reply's answer (its run)."""
     from webui.chat import chat_messages
     from webui.chat.context import kept_messages
 
     if reply.run is None:
         raise RecordError("this reply was not made by a run here (edited by hand, or branched at its last token)")
-    sent = kept_messages(chat_messages(history, system_prompt), reply.dropped)
+    sent = kept_messages(chat_messages(history, system_prompt, tools=tools), reply.dropped)
     params = {**reply.run.params, "seed": reply.run.seed}
     return ReproduceRecord(reply.model if reply.model is not None else "?", params, sent,
                            loader=reply.loader or "transformers", loras=[list(x) for x in reply.loras],
                            load_options=reply.load_options if reply.load_options is not None else {},
                            chat_template=reply.chat_template,
                            continue_from=reply.given.to_json() if reply.given is not None else None,
-                           chat_mode=reply.chat_mode)
+                           chat_mode=reply.chat_mode, tools=list(reply.tools_offered) if tools and reply.tools_offered
+                           else None)
 
 
 def record_for_batch_row(model: str, spec: dict[str, Any], row: ResultRow,

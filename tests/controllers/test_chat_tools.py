@@ -21,6 +21,7 @@ from webui.chat.tool_steps import ToolStep
 from webui.controllers import UserError
 from webui.controllers.chat import ChatSession
 from webui.engine import SamplingParams
+from webui.reproduce import parse_record
 
 KEY = ("tab", "chat")
 GREEDY = SamplingParams(temperature=0, max_new_tokens=60)
@@ -128,6 +129,12 @@ def test_a_call_runs_its_result_reaches_the_model_and_the_call_is_stored_with_th
     seen = session.inspect(cid).seen
     assert seen is not None and f"<tool_response>\n{call.result}\n</tool_response>" in seen.text \
         and '"calculate"' in seen.text
+    # its reproduce record runs the same prompt (the tools, the call, its result), here and over the API
+    record = parse_record(session.inspect(cid).record.to_json())
+    assert record.request(services.loaded.tokenizer).prompt == seen.text
+    route, body = record.api_body()
+    assert [t["function"]["name"] for t in body["tools"]] == ["calculate"]
+    assert [m["role"] for m in body["messages"]][-3:] == ["user", "assistant", "tool"]
     # a later reply reads the earlier calls too (here it answers from them, calling nothing)
     send(session, cid, "And again?")
     assert f"<tool_response>\n{call.result}\n</tool_response>" in model.prompts[-1]

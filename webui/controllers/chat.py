@@ -327,8 +327,9 @@ class ChatSession:
         turns = turns_of(history[:index + (0 if reply else 1)])
         made = message.record if reply else ReplyRecord()
         tooled = uses_tools(history[:index + 1]) or bool(made.tools_offered)
-        record = record_for_reply(self._record_turns(history[:index]), system_prompt, made) \
-            if made.run and not tooled else None  # (a reply that called tools: its calls are not in a record yet)
+        record = None if not made.run else record_for_reply(
+            tool_turns(history[:index]) + history_of(list(made.tool_steps)), system_prompt, made, tools=True) \
+            if tooled else record_for_reply(self._record_turns(history[:index]), system_prompt, made)
         which = f"message {index + 1} ({'the reply' if reply else 'your message'})"
         model, also = self.services.loaded, ""
         if made.model and model is not None and written_by(model.name, model.loader) != \
@@ -354,8 +355,7 @@ class ChatSession:
             seen = inspect_rendered(model, rendered, False)
         except (InsightUnavailable, ChatPromptError, UserError, InvalidParameter) as exc:
             return MessageInspection(which, None, f"Tokens are not available ({exc}).", record)
-        no_record = "a reply that called tools has no reproduce record yet" if tooled and made.run else ""
-        notes = [n for n in (also, left_out(made.dropped, made.dropped_over), no_record) if n]
+        notes = [n for n in (also, left_out(made.dropped, made.dropped_over)) if n]
         return MessageInspection(which, seen, " · ".join(notes), record)
 
     def last_tokens(self, chat_id: int | None, index: int | None = None,
