@@ -7,9 +7,15 @@ Debian's chromium for the browser tests; promptfoo, with npm, for the tests that
 compare our asserts with it; llama.cpp's GGUF converter, from the llama-cpp-python
 sdist, for the tests that make tiny GGUF vision models with projector files),
 then runs pytest inside the venv.
+
+With no arguments the whole suite runs in two parts: the tests without a browser on two workers (pytest-xdist,
+a module per worker, so a module's shared server and model stay in one process), then the browser tests one at a
+time (each drives a real model and Chromium; waits are sized for a busy machine, not for two of them at once).
+With arguments, pytest runs them as given, in one process.
 """
 
 import os
+import subprocess
 import sys
 
 from webui import bootstrap
@@ -23,9 +29,13 @@ def main(argv: list[str]) -> int:
     bootstrap.ensure_gguf_converter()
     if not bootstrap.in_venv():
         bootstrap.reexec_in_venv(["-m", "tests", *argv])
-    import pytest
+    if argv:
+        import pytest
 
-    return pytest.main(argv)
+        return pytest.main(argv)
+    parts = (["-m", "not browser", "-n", "2", "--dist", "loadfile"], ["-m", "browser"])
+    codes = [subprocess.call([sys.executable, "-m", "pytest", *part]) for part in parts]  # a process each
+    return next((code for code in codes if code), 0)
 
 
 if __name__ == "__main__":

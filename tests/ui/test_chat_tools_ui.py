@@ -67,6 +67,9 @@ def test_a_tool_call_shows_as_a_block_its_result_goes_back_and_an_edit_makes_a_n
     wait_text(page, "#chat-tools-problems", "broken.py")  # a broken tool file is listed with its error
     assert "SyntaxError" in page.locator("#chat-tools-problems").inner_text() or \
         "syntax" in page.locator("#chat-tools-problems").inner_text().lower()
+    page.locator("#chat-mcp-panel").get_by_text("MCP servers").first.click()  # the operator's list, editable here
+    wait_text(page, "#chat-mcp-servers", "web")
+    assert page.locator("#chat-mcp-add").is_visible()  # (a workbench of one's own: no login, not --listen)
     page.locator("#chat-tool-choice label", has_text="a tool must be called").click()
     set_number(page, "chat-tool-steps", 1)
     question = "Roll a die for me."
@@ -81,16 +84,18 @@ def test_a_tool_call_shows_as_a_block_its_result_goes_back_and_an_edit_makes_a_n
     # edit the call's arguments: the tool runs again, and a new version answers after it
     page.locator("#chat-log [data-testid='bot']").first.hover()
     page.locator("#chat-log button[aria-label='Edit']").nth(1).click()  # your message's, then the call's arguments
-    page.locator("#chat-log textarea.edit-textarea").fill('{"sides": 1}')  # a one-sided die always shows 1
+    page.locator("#chat-log textarea.edit-textarea").fill('{"count": 3, "sides": 2}')
     page.locator("#chat-log button[aria-label='Submit']").click()
     def edited(reply) -> bool:  # the new version, finished
         stats = json.loads(reply[2] or "{}")
         steps = stats.get("tool_steps") or [{"calls": [{"arguments": "{}"}]}]
-        return bool(stats.get("finish_reason")) and json.loads(steps[0]["calls"][0]["arguments"]) == {"sides": 1}
+        return bool(stats.get("finish_reason")) and \
+            json.loads(steps[0]["calls"][0]["arguments"]) == {"count": 3, "sides": 2}
     assert edited(reply_when(tool_server.user_data, question, edited))
     wait_reply_done(page)
     [step] = stored_steps(tool_server.user_data, question)
-    assert json.loads(step["calls"][0]["arguments"]) == {"sides": 1} and "1" in step["calls"][0]["result"]
+    rolls = json.loads(step["calls"][0]["result"])["rolls"]  # the tool ran again, with the arguments as edited
+    assert len(rolls) == 3 and set(rolls) <= {1, 2}
     versions = rows(tool_server.user_data, "SELECT COUNT(*) FROM messages WHERE role = 'assistant' AND chat_id = "
                                            "(SELECT chat_id FROM messages WHERE content = ?)", question)
     assert versions == [(2,)]

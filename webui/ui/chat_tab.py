@@ -457,7 +457,7 @@ def on_load(tab: ChatTab) -> tuple[list, Any]:
             seen = (f"(No preview: {exc})", "")
         return (*view_updates(tab.session, view, "", request), *constraint_updates(held),
                 *panel_updates(tab.session, view.chat_id), *template_values(), *chars, *seen, command,
-                *panel_values(tab.session, view.chat_id))
+                *panel_values(tab.session, view.chat_id, tab.tools.controller))
     chars = tab.characters
     return [*tab.view, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs, chars.mode, *chars.editor,
-            chars.preview, chars.stops, chars.command, tab.tools.box, tab.tools.problems], load
+            chars.preview, chars.stops, chars.command, *tab.tools.shown], load

@@ -14,6 +14,7 @@ import gradio as gr
 
 from webui.controllers import UserError
 from webui.controllers.chat import ChatSession
+from webui.controllers.tools import ToolsController
 from webui.tools import ToolList
 from webui.ui.feedback import shows_errors
 
@@ -27,6 +28,20 @@ class ToolsPanel:
     refresh: gr.Button
     steps: gr.Number
     choice: gr.Radio
+    servers: gr.Markdown
+    editor: gr.Group
+    server_name: gr.Textbox
+    command: gr.Textbox
+    url: gr.Textbox
+    headers: gr.Textbox
+    add: gr.Button
+    remove: gr.Button
+    controller: ToolsController
+
+    @property
+    def shown(self) -> list:
+        """What ``panel_values`` fills."""
+        return [self.box, self.problems, self.servers, self.editor]
 
 
 def choices(listing: ToolList) -> list[tuple[str, str]]:
@@ -45,14 +60,15 @@ def problems_text(listing: ToolList) -> str:
     return "Not available:\n" + "\n".join(lines)
 
 
-def panel_values(session: ChatSession, chat_id: int | None) -> tuple:
-    """Values for (box, problems): the installed tools, the chat's ticked (a tool it names that is gone stays
-    listed, so unticking it is one click)."""
+def panel_values(session: ChatSession, chat_id: int | None, controller: ToolsController) -> tuple:
+    """Values for ``ToolsPanel.shown``: the installed tools, the chat's ticked (a tool it names that is gone stays
+    listed, so unticking it is one click), what gives none, the MCP servers, and their editor for the operator."""
     listing = session.tools()
     picked = session.chat_tools(chat_id)
     listed = choices(listing)
     gone = [(f"{name} (not installed now)", name) for name in picked if listing.get(name) is None]
-    return gr.update(choices=listed + gone, value=picked), problems_text(listing)
+    return (gr.update(choices=listed + gone, value=picked), problems_text(listing), controller.listing(),
+            gr.update(visible=controller.may_change()))
 
 
 def create_tools_panel(session: ChatSession) -> ToolsPanel:
@@ -69,7 +85,24 @@ def create_tools_panel(session: ChatSession) -> ToolsPanel:
                               minimum=0, maximum=MAX_STEPS, value=session.services.settings.get().max_tool_steps,
                               elem_id="chat-tool-steps")
             refresh = gr.Button("Look for tools again", size="sm", scale=0, min_width=180, elem_id="chat-tools-refresh")
-    return ToolsPanel(box, problems, refresh, steps, choice)
+        with gr.Accordion("MCP servers (<user data>/mcp_servers.json)", open=False, elem_id="chat-mcp-panel"):
+            servers = gr.Markdown("", elem_id="chat-mcp-servers")
+            with gr.Group(visible=False, elem_id="chat-mcp-editor") as editor:
+                with gr.Row():
+                    server_name = gr.Textbox(label="Name", placeholder="files", elem_id="chat-mcp-name", scale=1)
+                    command = gr.Textbox(label="Command (stdio)", elem_id="chat-mcp-command", scale=3,
+                                         placeholder="npx -y @modelcontextprotocol/server-filesystem /srv/shared")
+                with gr.Row():
+                    url = gr.Textbox(label="or URL (streamable HTTP)", placeholder="https://mcp.example.com/mcp",
+                                     elem_id="chat-mcp-url", scale=2)
+                    headers = gr.Textbox(label="Headers (one 'Name: value' a line)", lines=2, scale=2,
+                                         elem_id="chat-mcp-headers")
+                with gr.Row():
+                    add = gr.Button("Add server", size="sm", elem_id="chat-mcp-add")
+                    remove = gr.Button("Remove the server named above", size="sm", variant="stop",
+                                       elem_id="chat-mcp-remove")
+    return ToolsPanel(box, problems, refresh, steps, choice, servers, editor, server_name, command, url, headers, add,
+                      remove, ToolsController(session.services))
 
 
 def wire_tools_panel(panel: ToolsPanel, session: ChatSession, chat_id: gr.State) -> None:
@@ -91,7 +124,18 @@ def wire_tools_panel(panel: ToolsPanel, session: ChatSession, chat_id: gr.State)
     panel.choice.input(set_choice, [panel.choice], None, show_progress="hidden")
     panel.box.input(pick, [chat_id, panel.box], None, show_progress="hidden")
     panel.steps.input(set_steps, [panel.steps], None, show_progress="hidden")
-    shown = dict(fn=lambda cid: panel_values(session, cid), inputs=[chat_id], outputs=[panel.box, panel.problems],
+    shown = dict(fn=lambda cid: panel_values(session, cid, panel.controller), inputs=[chat_id], outputs=panel.shown,
                  show_progress="hidden")
     chat_id.change(**shown)  # another chat shown: its tools
     panel.refresh.click(**shown)
+
+    @shows_errors
+    def add(name: str, command: str, url: str, headers: str) -> str:
+        return panel.controller.add(name, command, url, headers)
+
+    @shows_errors
+    def remove(name: str) -> str:
+        return panel.controller.remove(name)
+
+    panel.add.click(add, [panel.server_name, panel.command, panel.url, panel.headers], [panel.servers]).then(**shown)
+    panel.remove.click(remove, [panel.server_name], [panel.servers]).then(**shown)
