@@ -118,13 +118,13 @@ def test_a_call_runs_its_result_reaches_the_model_and_the_call_is_stored_with_th
     assert [t["function"]["name"] for t in reply.record.tools_offered] == ["calculate"]
     # the log: your message, the call's arguments and result as blocks, then the answer
     assert [(m.get("metadata") or {}).get("title", m["content"]) for m in view.messages] == [
-        "What is six times seven?", "Tool call: calculate · arguments", f"calculate · result · {call.seconds:.2f}s",
+        "What is six times seven?", "Tool call: calculate · arguments · written freely", f"calculate · result · {call.seconds:.2f}s",
         "The answer is 42."]
     assert view.messages[1]["content"] == call.arguments and view.messages[2]["content"] == call.result
     assert "1 tool call" in view.stats
     rows, branchable = session.last_tokens(cid, 1, 0)  # a call's block clicked: the tokens that wrote the call
     assert "".join(r["text"] for r in rows).startswith('<tool_call>{"name": "calculate"') and not branchable
-    assert step.constrained == "" and "held" not in view.messages[1]["metadata"]["title"]
+    assert step.constrained == "" and view.messages[1]["metadata"]["title"].endswith("written freely")
     # the inspector shows the answer's turn as it was read: the tools, the call, its result
     seen = session.inspect(cid).seen
     assert seen is not None and f"<tool_response>\n{call.result}\n</tool_response>" in seen.text \
@@ -146,7 +146,7 @@ def test_edit_a_calls_arguments_or_its_result_into_a_new_version(services, sessi
     cid = tool_chat(session)
     send(session, cid)
     shown = [m.get("metadata", {}).get("title", "") for m in session.library.view(cid).messages]
-    arguments = shown.index("Tool call: calculate · arguments")
+    arguments = shown.index("Tool call: calculate · arguments · written freely")
     last(session.edit_shown(cid, arguments, '{"expression": "6*9"}', GREEDY, KEY))
     reply = services.chats.messages(cid)[-1]
     assert reply.content == "The answer is 54." and '"result": 54' in reply.record.tool_steps[0].calls[0].result
@@ -238,5 +238,6 @@ def test_a_first_turn_that_must_call_is_held_to_the_schemas_and_says_so(services
     view = send(session, cid)
     [step] = services.chats.messages(cid)[-1].record.tool_steps
     assert step.constrained.startswith("a grammar") and json.loads(step.calls[0].arguments) == {"expression": "6*7"}
-    assert view.messages[1]["metadata"]["title"] == "Tool call: calculate · arguments · held to its schema"
+    assert view.messages[1]["metadata"]["title"] == \
+        "Tool call: calculate · arguments · held to its schema by a grammar"
     assert services.chats.messages(cid)[-1].content == "The answer is 42."

@@ -66,7 +66,7 @@ def _entries(message: Message, index: int, chats: ChatStore) -> list[tuple[Entry
         if step.text:
             out.append((Entry(index, s, -1, "said"), block(step.text, "Written before its calls")))
         for c, call in enumerate(step.calls):
-            held = " · held to its schema" if step.constrained else ""
+            held = " · held to its schema by a grammar" if step.constrained else " · written freely"
             out.append((Entry(index, s, c, "arguments"), block(call.arguments,
                                                                f"Tool call: {call.name} · arguments{held}")))
             took = f" · {call.seconds:.2f}s" + (f" · error: {call.error}" if call.error else "") + (
