@@ -119,8 +119,8 @@ class ReproduceRecord:
         for i, m in enumerate(self.messages or []):
             content = m.get("content")
             if isinstance(content, str) or content is None:  # (a tool call's turn may have no text)
-                messages.append({"role": m["role"], "content": content or "",
-                                 **{k: m[k] for k in ("tool_calls", "tool_call_id") if k in m}})
+                calls: dict[str, Any] = {k: m[k] for k in ("tool_calls", "tool_call_id") if k in m}
+                messages.append({"role": m["role"], "content": content or "", **calls})
                 continue
             if not placeholder:
                 raise RecordError("this record's chat has images: load a vision-language model to run it")

@@ -140,7 +140,7 @@ def _canned(given: Any, where: str, names: list[str]) -> dict[str, tuple[CannedR
     example = "{get_weather: \"Sunny, 21 °C\"}"
     if not isinstance(given, Mapping) or not given:
         raise BatchInputError(f"{where} must map tool names to their results, e.g. {example}; got {given!r:.80}")
-    out = {}
+    out: dict[str, tuple[CannedResult, ...]] = {}
     for name, value in given.items():
         at = f"{where}.{name}"
         if name not in names:

@@ -109,10 +109,11 @@ def _arguments_problem(call: Mapping[str, Any], schema: str) -> str:
     function = call.get("function")
     arguments = function.get("arguments") if isinstance(function, Mapping) else call.get("arguments")
     if isinstance(arguments, str):
+        text = arguments
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
+            arguments = json.loads(text) if text.strip() else {}
         except ValueError as exc:
-            return f"its arguments are not JSON ({exc}): {excerpt(arguments)}"
+            return f"its arguments are not JSON ({exc}): {excerpt(text)}"
     return schema_problem(schema, arguments)
 
 

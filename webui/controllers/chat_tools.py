@@ -193,10 +193,11 @@ class ToolReplies:
                 seen = update.event
                 ids += update.event.token_ids
                 rows += token_rows(update.event.logprobs)
-            final = update.done and update.event is not None
+            event = update.event if update.done else None
+            final = event is not None
             text = update.text if update.done or not may_be_a_call(update.text) else ""
-            if final and "request" in turn:
-                stat = replace(final_stats(update.event, turn["request"], model, template, ReplyStart(), ids, rows,
+            if event is not None and "request" in turn:
+                stat = replace(final_stats(event, turn["request"], model, template, ReplyStart(), ids, rows,
                                            fitted), tool_steps=tuple(steps),
                                tools_offered=tuple(turn["offered"].tools) if turn.get("offered") else ())
             else:

@@ -124,10 +124,11 @@ def wire_tools_panel(panel: ToolsPanel, session: ChatSession, chat_id: gr.State)
     panel.choice.input(set_choice, [panel.choice], None, show_progress="hidden")
     panel.box.input(pick, [chat_id, panel.box], None, show_progress="hidden")
     panel.steps.input(set_steps, [panel.steps], None, show_progress="hidden")
-    shown = dict(fn=lambda cid: panel_values(session, cid, panel.controller), inputs=[chat_id], outputs=panel.shown,
-                 show_progress="hidden")
-    chat_id.change(**shown)  # another chat shown: its tools
-    panel.refresh.click(**shown)
+    def values(cid: int | None) -> tuple:
+        return panel_values(session, cid, panel.controller)
+
+    chat_id.change(values, [chat_id], panel.shown, show_progress="hidden")  # another chat shown: its tools
+    panel.refresh.click(values, [chat_id], panel.shown, show_progress="hidden")
 
     @shows_errors
     def add(name: str, command: str, url: str, headers: str) -> str:
@@ -137,5 +138,7 @@ def wire_tools_panel(panel: ToolsPanel, session: ChatSession, chat_id: gr.State)
     def remove(name: str) -> str:
         return panel.controller.remove(name)
 
-    panel.add.click(add, [panel.server_name, panel.command, panel.url, panel.headers], [panel.servers]).then(**shown)
-    panel.remove.click(remove, [panel.server_name], [panel.servers]).then(**shown)
+    panel.add.click(add, [panel.server_name, panel.command, panel.url, panel.headers], [panel.servers]).then(
+        values, [chat_id], panel.shown, show_progress="hidden")
+    panel.remove.click(remove, [panel.server_name], [panel.servers]).then(values, [chat_id], panel.shown,
+                                                                          show_progress="hidden")
