@@ -59,14 +59,17 @@ def test_perplexity_is_evaluated_and_kept(server, browser):
 
 
 def test_a_chat_reply_record_reruns_to_the_same_text(server, browser):
-    from tests.ui.pages import bot_messages, code_text, send, wait_reply_done
+    from tests.ui.pages import code_text, last_reply, send, wait_reply_done
 
     page = open_page(browser, server.url)
     choose_preset(page, "Deterministic", "0")
     set_number(page, "params-max_new_tokens", 10)
+    tab(page, "Chat")
+    page.locator("#chat-new").click()  # a chat of its own, whatever chats earlier tests left open
     send(page, "Name a large animal.")
     wait_reply_done(page)
-    reply = bot_messages(page)[-1].split("\n")[0]
+    _, stored, _ = last_reply(server.user_data, "Name a large animal.")
+    reply = stored.split("\n")[0]
     page.get_by_text("Prompt and reproduce record (click a message; default: the last reply)").click()
     wait_text(page, "#chat-record", "llm-workbench.record", 30_000)
     record = code_text(page, "chat-record")
@@ -86,6 +89,8 @@ def test_one_click_from_a_chat_message_or_a_batch_row_to_its_prompt(server, brow
     page = open_page(browser, server.url)
     choose_preset(page, "Deterministic", "0")
     set_number(page, "params-max_new_tokens", 4)
+    tab(page, "Chat")
+    page.locator("#chat-new").click()
     send(page, "Name a large animal.")
     wait_reply_done(page)
     page.get_by_text("Prompt and reproduce record (click a message; default: the last reply)").click()
