@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from loaders.base import BaseLoader
 from tests.conftest import last
-from tests.engine.scripted import ScriptedModel
+from tests.engine.scripted import ScriptedModel, loader_of
 from webui.chat.tool_steps import ToolStep
 from webui.controllers import UserError
 from webui.controllers.chat import ChatSession
@@ -71,21 +70,11 @@ def load_scripted(services, tmp_path: Path, answer=calls_calculator, step_delay:
     tokenizer = services.loaded.tokenizer
     made: list[PromptScripted] = []
 
-    class Loader(BaseLoader):
-        name, description, requires, install_hint = "promptscripted", "a model scripted by its prompt", (), ""
-        capabilities = ScriptedModel.capabilities
+    def make() -> PromptScripted:
+        made.append(PromptScripted(tokenizer, answer, step_delay))
+        return made[-1]
 
-        def match(self, path):
-            return 0
-
-        def prepare(self, path, workdir, progress=None):
-            return path
-
-        def load(self, path, options, progress=None):
-            made.append(PromptScripted(tokenizer, answer, step_delay))
-            return made[-1]
-
-    services.registry.register(Loader())
+    services.registry.register(loader_of(make, "promptscripted", "a model scripted by its prompt"))
     services.models.load(services.models.catalog.entry_for_path(tmp_path), loader="promptscripted")
     return made[-1]
 

@@ -64,3 +64,24 @@ class ScriptedModel:
 
     def close(self) -> None:
         pass
+
+
+def loader_of(make, name: str = "scripted", about: str = "a scripted model"):
+    """A loader called ``name`` whose every load gives ``make()`` (a scripted model), for any folder."""
+    from loaders.base import BaseLoader
+
+    class Loader(BaseLoader):
+        description, requires, install_hint = about, (), ""
+        capabilities = ScriptedModel.capabilities
+
+        def match(self, path):
+            return 0
+
+        def prepare(self, path, workdir, progress=None):
+            return path
+
+        def load(self, path, options, progress=None):
+            return make()
+
+    Loader.name = name
+    return Loader()

@@ -12,7 +12,7 @@ import pytest
 
 from loaders.base import BaseLoader
 from tests.conftest import TEST_THREADS
-from tests.engine.scripted import ScriptedModel
+from tests.engine.scripted import ScriptedModel, loader_of
 from webui.batch import BatchInputError, GridSpec, parse_lines
 from webui.batch.results import summarize
 from webui.batch.runner import BatchJob
@@ -219,20 +219,8 @@ def test_a_model_axis_naming_a_model_not_loaded_is_refused(two_models):
 
 def scripted_loader(tok, text: str, model_name: str, about: str = "a scripted model") -> BaseLoader:
     """A loader named "scripted" whose model, named ``model_name``, always answers ``text``."""
-    class ScriptedLoader(BaseLoader):
-        name, description, requires, install_hint = "scripted", about, (), ""
-        capabilities = ScriptedModel.capabilities
-
-        def match(self, path):
-            return 0
-
-        def prepare(self, path, workdir, progress=None):
-            return path
-
-        def load(self, path, options, progress=None):
-            return ScriptedModel(tok, tok.encode(text, add_special_tokens=False), name=model_name)
-
-    return ScriptedLoader()
+    return loader_of(lambda: ScriptedModel(tok, tok.encode(text, add_special_tokens=False), name=model_name),
+                     about=about)
 
 
 def test_another_loaded_model_judges_llm_rubric(services, tmp_path):

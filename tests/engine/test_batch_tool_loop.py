@@ -9,8 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from loaders.base import BaseLoader
-from tests.engine.scripted import ScriptedModel
+from tests.engine.scripted import ScriptedModel, loader_of
 from tests.engine.test_batch_runner import run
 from webui.batch import GridSpec
 from webui.batch.export import CSV_COLUMNS, from_csv, from_jsonl, to_csv, to_jsonl
@@ -93,20 +92,7 @@ def turns_model(services, folder: Path, turns: list[str], step_delay: float = 0.
     """Load a TurnsModel named after ``folder`` (beside the tiny model)."""
     model = TurnsModel(services.loaded.tokenizer, turns, folder.name, step_delay)
 
-    class TurnsLoader(BaseLoader):
-        name, description, requires, install_hint = "scripted", "a model for tool loops", (), ""
-        capabilities = ScriptedModel.capabilities
-
-        def match(self, path):
-            return 0
-
-        def prepare(self, path, workdir, progress=None):
-            return path
-
-        def load(self, path, options, progress=None):
-            return model
-
-    services.registry.register(TurnsLoader())
+    services.registry.register(loader_of(lambda: model, about="a model for tool loops"))
     services.models.load(services.models.catalog.entry_for_path(folder), loader="scripted", make_current=False)
     return model
 
