@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
 from fastapi import APIRouter, Request
@@ -101,8 +102,20 @@ def retrieve_model(model_id: str, request: Request) -> dict:
                    code="model_not_found")
 
 
-@router.post("/v1/chat/completions", response_model=None)  # a JSON body, or an SSE stream
-async def chat_completions(body: ChatCompletionRequest, request: Request) -> dict | StreamingResponse:
+@dataclass
+class ChatRun:
+    """A chat request on its way: the model answering, the tools offered (None: none) and one stream per choice."""
+
+    model: LoadedModel
+    plan: ToolPlan | None
+    streams: list[RequestStream]
+
+
+async def start_chat(body: ChatCompletionRequest, request: Request) -> ChatRun:
+    """Everything a chat request goes through before its tokens come: the model and adapters it names, sampling
+    parameters, tools, images and documents, the chat template and mode, the prompt as rendered (kept when the
+    request is), then its streams on the engine. The Responses and Messages APIs (webui/api/responses.py,
+    webui/api/messages.py) read their bodies into a ChatCompletionRequest and start here too."""
     s = serving(request)
     model, loras = s.resolve_model(body.model, body.loras)
     params = s.sampling_params(body)
@@ -144,6 +157,13 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
                            prompt_param="messages", model=model, loras=loras, messages=messages, images=images)
     except APIError as exc:  # too long for the context: say what each document takes of it
         raise await asyncio.to_thread(with_document_tokens, exc, documents, model) from exc
+    return ChatRun(model, plan, streams)
+
+
+@router.post("/v1/chat/completions", response_model=None)  # a JSON body, or an SSE stream
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> dict | StreamingResponse:
+    run = await start_chat(body, request)
+    model, plan, streams = run.model, run.plan, run.streams
     rid, created = new_id("chatcmpl"), now()
 
     def whole(choices: list[Choice]) -> dict:
