@@ -8,12 +8,12 @@ import uuid
 from collections import Counter
 
 from fastapi import Depends, FastAPI
-from starlette.types import ASGIApp, Send
+from starlette.types import ASGIApp, Scope, Send
 
 from webui.api import embeddings, manage, stored, utility
 from webui.api.auth import require_key
 from webui.api.capture import Capture
-from webui.api.errors import APIError, install_error_handlers
+from webui.api.errors import APIError, install_error_handlers, speaks_anthropic
 from webui.api.routes import router
 from webui.api.serving import APIConfig, Serving
 from webui.services import Services
@@ -60,7 +60,8 @@ class AccessLog:
 class Guard:
     """Pure ASGI middleware: refuse bodies over the limit with 413 before they are parsed (by Content-Length, or
     as soon as a chunked body grows over it), and answer any error no handler mapped with a 500 in OpenAI's error
-    shape (logged with its traceback), so no route can answer a bare "Internal Server Error"."""
+    shape (Anthropic's on its routes; logged with its traceback), so no route can answer a bare "Internal Server
+    Error"."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int | None) -> None:
         self.app, self.limit = app, max_body_bytes
@@ -73,7 +74,7 @@ class Guard:
         if self.limit is not None:
             length = dict(scope.get("headers") or []).get(b"content-length", b"")
             if length.isdigit() and int(length) > self.limit:
-                return await self._answer(send, too_large)
+                return await self._answer(send, too_large, scope)
         started = answered = False
         seen = 0
 
@@ -86,7 +87,7 @@ class Guard:
                 seen += len(message.get("body", b""))
                 if seen > self.limit:  # answer now; the route reads a disconnect and gives up
                     answered = True
-                    await self._answer(send, too_large)
+                    await self._answer(send, too_large, scope)
                     return {"type": "http.disconnect"}
             return message
 
@@ -106,11 +107,11 @@ class Guard:
             log.exception("unexpected error while serving %s %s", scope.get("method"), scope.get("path"))
             if not started:
                 await self._answer(send, APIError(500, f"internal server error: {type(exc).__name__} (the "
-                                                       "server's log has the details)", type="server_error"))
+                                                       "server's log has the details)", type="server_error"), scope)
 
     @staticmethod
-    async def _answer(send: Send, error: APIError) -> None:
-        response = error.response()
+    async def _answer(send: Send, error: APIError, scope: Scope) -> None:
+        response = error.response(speaks_anthropic(scope))
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": response.raw_headers})
         await send({"type": "http.response.body", "body": response.body})

@@ -1,4 +1,8 @@
-"""API keys: bearer auth for every route but /health, and the admin key for the management endpoints."""
+"""API keys for every route but /health, and the admin key for the management endpoints.
+
+A key comes as ``Authorization: Bearer KEY`` (OpenAI's clients) or as ``x-api-key: KEY`` (Anthropic's), on any
+route; when both headers come, the bearer one is the key.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,16 @@ from fastapi import Request
 from webui.api.errors import APIError
 
 
-def _bearer(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not given.strip():
-        raise APIError(401, "missing API key: send the header 'Authorization: Bearer <key>'", code="invalid_api_key")
-    return given.strip()
+def _given_key(request: Request) -> str:
+    """The key a request sends: its bearer token, else its x-api-key header."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and given.strip():
+        return given.strip()
+    given = request.headers.get("x-api-key", "").strip()
+    if given:
+        return given
+    raise APIError(401, "missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>', as "
+                        "Anthropic's clients do)", code="invalid_api_key")
 
 
 def _which(given: str, keys: tuple[str, ...]) -> int | None:
@@ -27,7 +35,7 @@ def _which(given: str, keys: tuple[str, ...]) -> int | None:
 
 
 def require_key(request: Request) -> None:
-    """Bearer auth when API or admin keys are set; keys are compared in constant time and never logged.
+    """Key auth when API or admin keys are set; keys are compared in constant time and never logged.
 
     Sets ``request.state.client``, the label that names the key in kept requests ("key 2", "admin 1"; "" on a
     server without keys), never the key itself."""
@@ -36,7 +44,7 @@ def require_key(request: Request) -> None:
     request.state.client = ""
     if not keys:
         return
-    given = _bearer(request)
+    given = _given_key(request)
     at = _which(given, keys)
     if at is None:
         raise APIError(401, "incorrect API key", code="invalid_api_key")
@@ -62,7 +70,7 @@ def require_admin(request: Request) -> None:
                                 "start it with --admin-key to manage models over the API", type="permission_error",
                            code="admin_key_required")
         return
-    given = _bearer(request)
+    given = _given_key(request)
     if _matches(given, config.admin_keys):
         return
     if _matches(given, config.api_keys):

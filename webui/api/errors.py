@@ -3,6 +3,12 @@
 {"error": {"message", "type", "param", "code"}}: 400 for a bad request (naming
 the parameter), 401 for auth, 404 for an unknown model, 503 when the server
 cannot take the request now. Nothing a client does produces a 500.
+
+Anthropic's Messages API (webui/api/messages.py) gets the same errors in its own
+shape, {"type": "error", "error": {"type", "message"}}, with the type Anthropic
+gives each status (and 529 overloaded_error where we answer 503): on its routes
+(/v1/messages...), and on /v1/models when the request carries
+``anthropic-version`` (``speaks_anthropic``).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Scope
 
 from webui.engine import EngineError, InvalidParameter, NoModelLoaded, PromptTooLong, QueueFull
 from webui.engine.types import GeneratesNoText
@@ -44,8 +51,38 @@ class APIError(Exception):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
-    def response(self) -> JSONResponse:
+    def response(self, anthropic: bool = False) -> JSONResponse:
+        """The error as OpenAI's body, or with ``anthropic`` as Anthropic's (see ``anthropic_body``)."""
+        if anthropic:
+            status, body = self.anthropic_body()
+            return JSONResponse(body, status_code=status, headers=self.headers)
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+    def anthropic_body(self) -> tuple[int, dict]:
+        """(status, body) in Anthropic's shape: the type its API gives the status, the field named in the message
+        (its body has no ``param``)."""
+        status = 529 if self.status == 503 else self.status  # Anthropic's "temporarily overloaded"
+        kind = ANTHROPIC_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+        message = self.message
+        if self.param and self.param not in message:
+            message = f"{self.param}: {message}"
+        return status, {"type": "error", "error": {"type": kind, "message": message}}
+
+
+# Anthropic's error types by status (https://docs.anthropic.com/en/api/errors)
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                   403: "permission_error", 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                   500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
+
+
+def speaks_anthropic(scope: Scope) -> bool:
+    """Whether a request is answered in Anthropic's dialect: the Messages API's routes, and the models list when
+    the client sends ``anthropic-version`` (as Anthropic's clients always do)."""
+    path = scope.get("path", "")
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return True
+    return (path == "/v1/models" or path.startswith("/v1/models/")) and any(
+        key.lower() == b"anthropic-version" for key, _ in scope.get("headers") or [])
 
 
 def to_api_error(exc: Exception) -> APIError:
@@ -115,20 +152,20 @@ def validation_error(exc: RequestValidationError) -> APIError:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
+        return exc.response(speaks_anthropic(request.scope))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error(exc).response()
+        return validation_error(exc).response(speaks_anthropic(request.scope))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return APIError(exc.status_code, str(exc.detail), type=kind).response()
+        return APIError(exc.status_code, str(exc.detail), type=kind).response(speaks_anthropic(request.scope))
 
     # Only the exception types we map: a handler for plain Exception would run in Starlette's outermost
     # middleware, which re-raises after answering (a logged traceback and a dropped keep-alive connection).
     for kind in (ValueError, EngineError):
         @app.exception_handler(kind)
         async def _mapped(request: Request, exc: Exception) -> JSONResponse:
-            return to_api_error(exc).response()
+            return to_api_error(exc).response(speaks_anthropic(request.scope))
