@@ -9,19 +9,21 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from loaders.base import LoadedModel, ModelLoadError, Tokenizer
+from loaders.base import LoadedModel, ModelLoadError, PromptImage, Tokenizer
 from webui.api.body import JSONBodyRoute
-from webui.api.documents import documents_as_text, request_documents, with_document_tokens
-from webui.api.errors import APIError
+from webui.api.documents import PartIndex, documents_as_text, request_documents, with_document_tokens
+from webui.api.errors import APIError, speaks_anthropic
 from webui.api.images import request_images
+from webui.api.messages_models import anthropic_model, anthropic_page
 from webui.api.modes import instruction_template, needs_template, request_mode
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest, chat_rows
-from webui.chat.tools import CallStream, ToolPlan, may_be_a_call, plan_tools, render_with_tools, reply_calls
+from webui.chat.tools import ReplyReader, ToolPlan, plan_tools, render_with_tools, reply_calls
 from webui.api.serving import (DONE, FINISH_REASONS, Choice, Serving, collect, error_chunk, finished, new_id, note_usage,
                                now, sse, usage)
 from webui.chat import ChatPromptError, render_chat_prompt
 from webui.chat.modes import ChatMode
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
+from webui.documents import Document
 from webui.engine import Interleaved, InvalidParameter, RequestStream
 from webui.engine.params import SamplingParams
 from webui.engine.types import GenerationEvent, TokenLogprob
@@ -80,8 +82,9 @@ def _log_prompt(request: Request, prompt: Any) -> None:
         request.state.prompt = prompt
 
 
-@router.get("/v1/models")
-def list_models(request: Request) -> dict:
+def model_entries(request: Request) -> list[dict]:
+    """Every model id a request may name: loaded models and their aliases, attached adapters, and the models dir's
+    others (not loaded), in OpenAI's shape."""
     s = serving(request)
     created = now()
     data = [{"id": name, "object": "model", "created": created, "owned_by": "llm-workbench"}
@@ -90,32 +93,57 @@ def list_models(request: Request) -> dict:
     data += [{"id": e.name, "object": "model", "created": created, "owned_by": "llm-workbench (not loaded)"}
              for e in s.services.models.catalog.available() if e.name not in loaded and e.name.removesuffix(".gguf")
              not in loaded]
-    return {"object": "list", "data": data}
+    return data
+
+
+@router.get("/v1/models")
+def list_models(request: Request) -> dict:
+    """OpenAI's list, or Anthropic's (paged) for a request with ``anthropic-version`` (webui/api/messages_models.py)."""
+    if speaks_anthropic(request.scope):
+        return anthropic_page(model_entries(request), request.query_params,
+                              request.query_params.getlist("lifecycle[]") + request.query_params.getlist("lifecycle"))
+    return {"object": "list", "data": model_entries(request)}
 
 
 @router.get("/v1/models/{model_id:path}")
 def retrieve_model(model_id: str, request: Request) -> dict:
-    for model in list_models(request)["data"]:
+    for model in model_entries(request):
         if model["id"] == model_id:
-            return model
+            return anthropic_model(model) if speaks_anthropic(request.scope) else model
     raise APIError(404, f"the model '{model_id}' does not exist", type="not_found_error", param="model",
                    code="model_not_found")
 
 
 @dataclass
+class ChatPrompt:
+    """A chat request read and rendered, before anything is submitted: what start_chat submits, and what a token
+    count (the Messages API's count_tokens) counts."""
+
+    model: LoadedModel
+    loras: tuple[tuple[str, float], ...]
+    params: SamplingParams
+    plan: ToolPlan | None
+    prompt: str
+    messages: list[dict]
+    images: tuple[PromptImage, ...]
+    documents: dict[PartIndex, Document]
+
+
+@dataclass
 class ChatRun:
-    """A chat request on its way: the model answering, the tools offered (None: none) and one stream per choice."""
+    """A chat request on its way: the model answering, the tools offered (None: none), one stream per choice, and
+    the prompt they were submitted with."""
 
     model: LoadedModel
     plan: ToolPlan | None
     streams: list[RequestStream]
+    prompt: ChatPrompt
 
 
-async def start_chat(body: ChatCompletionRequest, request: Request) -> ChatRun:
-    """Everything a chat request goes through before its tokens come: the model and adapters it names, sampling
-    parameters, tools, images and documents, the chat template and mode, the prompt as rendered (kept when the
-    request is), then its streams on the engine. The Responses and Messages APIs (webui/api/responses.py,
-    webui/api/messages.py) read their bodies into a ChatCompletionRequest and start here too."""
+async def prepare_chat(body: ChatCompletionRequest, request: Request) -> ChatPrompt:
+    """Everything a chat request goes through before its tokens come, but submitting it: the model and adapters it
+    names, sampling parameters, tools, images and documents, the chat template and mode, the prompt as rendered
+    (kept when the request is)."""
     s = serving(request)
     model, loras = s.resolve_model(body.model, body.loras)
     params = s.sampling_params(body)
@@ -152,12 +180,22 @@ async def start_chat(body: ChatCompletionRequest, request: Request) -> ChatRun:
     if calls_only is not None:
         sources["structured_outputs"] = "request (tool_choice)"
     note_seen(request, prompt, params, model, loras, sources)
+    return ChatPrompt(model, loras, params, plan, prompt, messages, images, documents)
+
+
+async def start_chat(body: ChatCompletionRequest, request: Request) -> ChatRun:
+    """prepare_chat, then the request's streams on the engine. The Responses and Messages APIs
+    (webui/api/responses.py, webui/api/messages.py) read their bodies into a ChatCompletionRequest and start here
+    too."""
+    chat = await prepare_chat(body, request)
+    model = chat.model
     try:
-        streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
-                           prompt_param="messages", model=model, loras=loras, messages=messages, images=images)
+        streams = serving(request).submit([chat.prompt], chat.params, body.n, body.logprobs_wanted(),
+                                          add_special_tokens=False, prompt_param="messages", model=model,
+                                          loras=chat.loras, messages=chat.messages, images=chat.images)
     except APIError as exc:  # too long for the context: say what each document takes of it
-        raise await asyncio.to_thread(with_document_tokens, exc, documents, model) from exc
-    return ChatRun(model, plan, streams)
+        raise await asyncio.to_thread(with_document_tokens, exc, chat.documents, model) from exc
+    return ChatRun(model, chat.plan, streams, chat)
 
 
 @router.post("/v1/chat/completions", response_model=None)  # a JSON body, or an SSE stream
@@ -178,35 +216,26 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
             return envelope(rid, "chat.completion.chunk", created, model.name, [
                 {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}], **usage_field)
 
-        held = {i: "" for i in range(len(streams))}  # with tools: a reply held back while it may be a call
-        # constrained to calls: each call streams as it is generated (id and name, then argument pieces)
-        readers = {i: CallStream() for i in range(len(streams))} if plan and plan.choice != "auto" else {}
+        # with tools: each call as soon as it is known, text that may be a call held back (webui/chat/tools.py)
+        readers = {i: ReplyReader(plan) for i in range(len(streams))} if plan is not None else {}
 
         def on_event(index: int, event: GenerationEvent) -> list[dict]:
             out = []
-            if index in readers:
-                deltas = readers[index].feed(event.text) + (readers[index].end() if event.finish_reason else [])
-                out += [chunk(index, {"tool_calls": [delta]}) for delta in deltas]
+            reader = readers.get(index)
+            if reader is not None and not reader.is_text:
+                for piece in reader.feed(event.text, event.finish_reason):
+                    if piece.id is not None:  # as OpenAI streams a call: id and name, then the arguments
+                        call = {"index": piece.call, "id": piece.id, "type": "function",
+                                "function": {"name": piece.name, "arguments": ""}}
+                        out.append(chunk(index, {"tool_calls": [call]}))
+                    elif piece.call is not None:
+                        out.append(chunk(index, {"tool_calls": [{"index": piece.call,
+                                                                 "function": {"arguments": piece.arguments}}]}))
+                    else:
+                        out.append(chunk(index, {"content": piece.text}))
                 if event.finish_reason is not None:
-                    finish = "tool_calls" if readers[index].calls and event.finish_reason == "stop" else \
+                    finish = "tool_calls" if reader.calls and event.finish_reason == "stop" else \
                         FINISH_REASONS[event.finish_reason]
-                    out.append(chunk(index, {}, finish))
-                return out
-            if plan is not None and index in held:
-                held[index] += event.text
-                if may_be_a_call(held[index]) and event.finish_reason is None:
-                    return out
-                text, calls = reply_calls(held.pop(index), plan, event.finish_reason) if event.finish_reason else (
-                    held.pop(index), [])
-                if text:
-                    out.append(chunk(index, {"content": text}))
-                for i, call in enumerate(calls):  # as OpenAI streams them: id and name, then the arguments
-                    out.append(chunk(index, {"tool_calls": [{"index": i, "id": call.id, "type": "function",
-                                                             "function": {"name": call.name, "arguments": ""}}]}))
-                    out.append(chunk(index, {"tool_calls": [{"index": i, "function": {"arguments": call.arguments}}]}))
-                if event.finish_reason is not None:
-                    finish = "tool_calls" if calls and event.finish_reason == "stop" else FINISH_REASONS[
-                        event.finish_reason]
                     out.append(chunk(index, {}, finish))
                 return out
             if event.text or event.logprobs:

@@ -60,6 +60,7 @@ class Choice:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list = field(default_factory=list)
     finish_reason: str | None = None
+    stop_string: str | None = None  # the stop string that ended it, if one did
     prompt_tokens: int = 0
     cached_tokens: int = 0
     first_token: float | None = None
@@ -69,7 +70,7 @@ class Choice:
         self.token_ids.extend(event.token_ids)
         self.logprobs.extend(event.logprobs)
         if event.finish_reason is not None:
-            self.finish_reason = event.finish_reason
+            self.finish_reason, self.stop_string = event.finish_reason, event.stop_string
             assert event.usage is not None and event.timings is not None, "a finished event says its usage"
             self.prompt_tokens = event.usage.prompt_tokens
             self.cached_tokens = event.usage.cached_tokens

@@ -366,3 +366,59 @@ class CallStream:
                 if self.depth == 0:
                     return True
         return False
+
+
+@dataclass
+class ReplyPiece:
+    """A piece of a streamed reply: ``text``, or a tool call's start (``call`` its index, with ``id`` and ``name``),
+    or a piece of that call's arguments (``call`` with ``arguments``)."""
+
+    text: str = ""
+    call: int | None = None
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+class ReplyReader:
+    """Reads a reply with tools offered as it streams, for any API's stream to write out: each call as soon as it is
+    known. Constrained to calls ("required" or a named function: ``CallStream``), each call streams as it is
+    generated; with "auto", text that may still turn out to be a call is held back, and a reply that began as one is
+    read at its end (``reply_calls``), text first."""
+
+    def __init__(self, plan: ToolPlan) -> None:
+        self.plan = plan
+        self.calls = 0  # the calls given so far
+        self._constrained = CallStream() if plan.choice != "auto" else None
+        self._held: str | None = ""  # None: decided, the reply is text
+
+    @property
+    def is_text(self) -> bool:
+        """Whether the reply turned out to be text, not calls ("auto"): the rest of it streams as it comes."""
+        return self._held is None and self.calls == 0
+
+    def feed(self, text: str, finish_reason: str | None) -> list[ReplyPiece]:
+        """The pieces known once ``text`` came (``finish_reason``: the reply ended with it)."""
+        if self._constrained is not None:
+            deltas = self._constrained.feed(text) + (self._constrained.end() if finish_reason else [])
+            return [self._piece(delta) for delta in deltas]
+        if self._held is None:
+            return [ReplyPiece(text)] if text else []
+        self._held += text
+        if finish_reason is None and may_be_a_call(self._held):
+            return []
+        held, self._held = self._held, None
+        content, calls = reply_calls(held, self.plan, finish_reason) if finish_reason else (held, [])
+        pieces = [ReplyPiece(content)] if content else []
+        for call in calls:
+            pieces += [ReplyPiece(call=self.calls, id=call.id, name=call.name),
+                       ReplyPiece(call=self.calls, arguments=call.arguments)]
+            self.calls += 1
+        return pieces
+
+    def _piece(self, delta: dict) -> ReplyPiece:
+        function = delta["function"]
+        if "id" in delta:
+            self.calls = delta["index"] + 1
+            return ReplyPiece(call=delta["index"], id=delta["id"], name=function["name"])
+        return ReplyPiece(call=delta["index"], arguments=function["arguments"])
