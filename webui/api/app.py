@@ -1,4 +1,5 @@
-"""The OpenAI-compatible API app: routes, auth, errors and one log line per request."""
+"""The OpenAI-compatible API app (and Anthropic's Messages API beside it): routes, auth, errors and one log line per
+request."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections import Counter
 from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Scope, Send
 
-from webui.api import embeddings, manage, stored, utility
+from webui.api import embeddings, manage, messages, stored, utility
 from webui.api.auth import require_key
 from webui.api.capture import Capture
 from webui.api.errors import APIError, install_error_handlers, speaks_anthropic
@@ -122,7 +123,7 @@ def create_api_app(services: Services, config: APIConfig) -> FastAPI:
     app.state.serving = Serving(services, config)
     install_error_handlers(app)
     app.state.request_counts = Counter()
-    for routes in (router, embeddings.router, stored.router, manage.router, utility.router):
+    for routes in (router, messages.router, embeddings.router, stored.router, manage.router, utility.router):
         app.include_router(routes, dependencies=[Depends(require_key)])
 
     @app.get("/health")

@@ -27,7 +27,9 @@ from webui.store.requests import CapturedRequest, RequestStore
 
 log = logging.getLogger("webui.api")
 
-GENERATING = ("/v1/chat/completions", "/v1/completions")
+GENERATING = ("/v1/chat/completions", "/v1/completions", "/v1/messages")
+# the last event of a stream: OpenAI's [DONE], Anthropic's message_stop (webui/api/messages.py)
+STREAM_ENDS = (DONE.encode(), b"event: message_stop\n")
 REPLAY_OF = "x-workbench-replay-of"  # a replay (webui/api/replay.py): kept whatever capture says, marked as such
 REPLAY_ID = "x-workbench-replay-id"  # the id a replay is kept under when its answer has none (an error)
 
@@ -68,7 +70,8 @@ class Capture:
             elif message["type"] == "http.response.body":
                 if not streamed and len(answer) < 2**20:
                     answer.extend(message.get("body", b""))
-                ends = not message.get("more_body") or (streamed and message.get("body", b"").endswith(DONE.encode()))
+                chunk = message.get("body", b"")
+                ends = not message.get("more_body") or (streamed and any(end in chunk for end in STREAM_ENDS))
                 if ends and not kept:  # kept before the answer ends: a client that reads it back next finds it
                     await keep()
             await send(message)

@@ -20,7 +20,7 @@ from webui.fsutil import scratch_folder
 
 COLUMNS = ["id", "time", "endpoint", "status", "client", "model", "said"]
 STATUSES = ["all", "answered (2xx)", "refused (4xx)", "failed (5xx)"]
-ENDPOINTS = ["all", "chat/completions", "completions"]
+ENDPOINTS = ["all", "chat/completions", "completions", "messages"]
 
 
 @dataclass
@@ -42,6 +42,8 @@ def reply_text(response: Any) -> str:
     if "error" in response:
         error = response["error"]
         return f"error: {error.get('message') if isinstance(error, dict) else error}"
+    if response.get("type") == "message":  # Anthropic's Messages API: its content blocks
+        return _content(response)
     parts = []
     for choice in response.get("choices") or []:
         message = choice.get("message") or {}
@@ -57,6 +59,7 @@ def _said(item: CapturedRequest) -> str:
     messages = sent.get("messages")
     if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
         said = messages[-1].get("content")
+        said = _content(messages[-1]) if isinstance(said, list) else said
     else:
         said = sent.get("prompt", item.request)
     text = said if isinstance(said, str) else json.dumps(said, ensure_ascii=False)
@@ -83,13 +86,24 @@ def _in_effect(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _content(message: dict[str, Any]) -> str:
-    """A message's text: its content (parts joined), then its tool calls written out."""
+    """A message's text: its content (parts or Anthropic's blocks joined), then its tool calls written out."""
     content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
     calls = [f"→ {c['function']['name']}({c['function'].get('arguments', '')})"
              for c in message.get("tool_calls") or [] if isinstance(c, dict) and isinstance(c.get("function"), dict)]
+    if isinstance(content, list):
+        blocks = [p for p in content if isinstance(p, dict)]
+        calls += [f"→ {b.get('name')}({json.dumps(b.get('input'), ensure_ascii=False)})" for b in blocks
+                  if b.get("type") == "tool_use"]  # Anthropic's calls
+        content = "".join(_block_text(p) for p in blocks)
     return "\n".join(part for part in (content or "", *calls) if part)
+
+
+def _block_text(block: dict[str, Any]) -> str:
+    """A content part's text (an Anthropic tool_result block's written out as one)."""
+    if block.get("type") == "tool_result":
+        return f"[tool result] {_content(block)}"
+    text = block.get("text", "")
+    return text if isinstance(text, str) else ""
 
 
 def _status_matches(status: int, wanted: str) -> bool:
@@ -216,8 +230,9 @@ class RequestsController:
         if not isinstance(messages, list) or not messages:
             raise UserError(f"{item.id} has no chat messages (a {item.endpoint} request); open it in the Notebook")
         chats = self.services.chats
-        system = "\n\n".join(_content(m) for m in messages if isinstance(m, dict) and m.get("role") in (
-            "system", "developer"))
+        systems = [{"content": sent.get("system")}] + [m for m in messages if isinstance(m, dict) and m.get("role") in (
+            "system", "developer")]  # (Anthropic's system prompt is a field of its own)
+        system = "\n\n".join(text for text in map(_content, systems) if text)
         chat = chats.create(f"API request {item.id}", system)
         for m in messages:
             if not isinstance(m, dict) or m.get("role") in ("system", "developer"):
