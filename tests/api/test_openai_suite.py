@@ -60,14 +60,10 @@ served; /v1/completions defaults to 16 new tokens like OpenAI).
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tarfile
-import tempfile
 import urllib.request
 from pathlib import Path
 
@@ -75,7 +71,7 @@ import openai
 import pytest
 
 from tests.api.conftest import APIServer, start_api
-from tests.conftest import TEST_CACHE
+from tests.api.sdists import client_sdist
 
 pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
 
@@ -115,33 +111,6 @@ DESELECTED: dict[str, list[str]] = {
 KNOWN_BUGS: dict[str, tuple[str, str, list[str]]] = {}
 
 
-def openai_sdist() -> Path:
-    """The unpacked sdist of the installed openai version, fetched once into the test cache."""
-    version = importlib.metadata.version("openai")
-    cache = TEST_CACHE / "openai-sdist"
-    target = cache / f"openai-{version}"
-    if (target / "tests" / "conftest.py").exists():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
-               "--no-binary", ":all:", f"openai=={version}", "-d", tmp]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            pytest.fail(f"could not download the openai {version} sdist from PyPI:\n{done.stdout[-2000:]}"
-                        f"\n{done.stderr[-2000:]}")
-        archive = next(Path(tmp).glob("openai-*.tar.gz"))
-        with tarfile.open(archive) as tar:
-            # the "data" filter (no links out, no devices) exists from Python 3.10.12 / 3.11.4
-            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        unpacked = next(p for p in Path(tmp).iterdir() if p.is_dir())
-        if target.exists():  # another run finished first
-            shutil.rmtree(unpacked)
-        else:
-            unpacked.rename(target)
-    return target
-
-
 def model_names(sdist: Path) -> list[str]:
     """Every model="..." the three test files send."""
     names = set()
@@ -152,7 +121,7 @@ def model_names(sdist: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sdist() -> Path:
-    return openai_sdist()
+    return client_sdist("openai")
 
 
 @pytest.fixture(scope="module")
