@@ -14,7 +14,7 @@ gives each status (and 529 overloaded_error where we answer 503): on its routes
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Any, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -114,22 +114,43 @@ _JSON_NAMES = {"list": "an array", "str": "a string", "int": "a number", "float"
 TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "is-instance", "literal", "union"}
 
 
+def _is_tag(part: int | str) -> bool:
+    """Whether a part of a pydantic error location names a union branch ("str", "list[ContentPart]")."""
+    return isinstance(part, str) and (part.split("[", 1)[0].lower() in TYPE_TAGS or "[" in part)
+
+
 def _param(loc: Sequence[int | str]) -> str | None:
-    """The field path of a pydantic error location, without 'body' and without union branch tags."""
+    """The field path of a pydantic error location, without 'body' and without union branch tags ("stop.str",
+    "messages.0.content.list[ContentPart].1": the branch's tag left out, what is inside it kept)."""
     parts = []
     for p in loc:
-        if p == "body":
-            continue
-        text = str(p)
-        if isinstance(p, str) and (text.split("[", 1)[0].lower() in TYPE_TAGS or "[" in text):
-            break  # "stop.str", "messages.0.content.list[TextPart]": the rest names a union branch
-        parts.append(text)
+        if p != "body" and not _is_tag(p):
+            parts.append(str(p))
     return ".".join(parts) or None
 
 
+def _wrong_branch(error: Any, errors: list) -> bool:
+    """Whether ``error`` only says a value is not of one union branch's type, while another error says what is
+    wrong inside the branch it is of (a check of ours, not one more type mismatch)."""
+    loc = tuple(error.get("loc", ()))
+    if not (loc and str(error.get("type", "")).endswith("_type") and _is_tag(loc[-1])):
+        return False
+    return any(_inside(e, loc) for e in errors)
+
+
+def _inside(error: Any, branch: tuple) -> bool:
+    """Whether ``error`` is a check of ours (a validator's message) on the field of the union branch ``branch``."""
+    return tuple(error.get("loc", ()))[:len(branch) - 1] == branch[:-1] and (
+        error.get("type") == "value_error" or "param" in (error.get("ctx") or {}))
+
+
 def validation_error(exc: RequestValidationError) -> APIError:
-    """Pydantic's first complaint, as a 400 that names the field."""
-    first = exc.errors()[0] if exc.errors() else {}
+    """Pydantic's first complaint, as a 400 that names the field (of a union's branches, the one the value has the
+    type of: a list of content parts that holds a bad part is told about that part, not that it is no string)."""
+    errors = list(exc.errors())
+    first = errors[0] if errors else {}
+    if _wrong_branch(first, errors):
+        first = next(e for e in errors if _inside(e, tuple(first["loc"])))
     loc = tuple(first.get("loc", ()))
     param = first.get("ctx", {}).get("param") or _param(loc)
     message = first.get("msg", "invalid request")
