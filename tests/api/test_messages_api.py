@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.request
 
 import anthropic
@@ -261,6 +262,62 @@ def test_an_unknown_model_a_wrong_key_and_a_malformed_body(api, client):
     chat = httpx.post(api.base_url + "/chat/completions", headers={"x-api-key": api.key},
                       json={"model": "gpt-no-such-model", "messages": FRANCE})
     assert chat.status_code == 404 and chat.json()["error"]["code"] == "model_not_found"
+
+
+def test_what_only_tunes_anthropics_servers_is_taken_and_their_features_are_refused(client):
+    hints = dict(cache_control={"type": "ephemeral", "ttl": "5m"}, diagnostics={"previous_message_id": "msg_1"},
+                 inference_geo="eu", metadata={"user_id": "u-1"}, service_tier="auto", speed="standard",
+                 output_config={"effort": "low"}, thinking={"type": "adaptive"},
+                 system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+                 tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+                 tools=[{**WEATHER, "type": "custom", "allowed_callers": ["direct"], "defer_loading": True,
+                         "eager_input_streaming": True, "input_examples": [{"city": "Rome"}], "strict": True,
+                         "cache_control": {"type": "ephemeral"}}])
+    r = create(client, **hints, max_tokens=4)
+    assert r.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    assert client.messages.count_tokens(model=MODEL, messages=FRANCE, **{
+        k: v for k, v in hints.items() if k not in ("diagnostics", "inference_geo", "metadata", "service_tier")
+    }).input_tokens == create(client, **hints, max_tokens=1).usage.input_tokens + \
+        create(client, **hints, max_tokens=1).usage.cache_read_input_tokens
+    for field, value in (("container", {"skills": [{"skill_id": "pdf", "type": "anthropic"}]}),
+                         ("mcp_servers", [{"type": "url", "url": "https://mcp.example.com", "name": "x"}]),
+                         ("thinking", {"type": "between_tools"})):
+        error = refused(lambda: create(client, extra_body={field: value}))
+        assert error["message"].startswith(f"{field}:"), error
+    document = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "Tea is green."},
+                "citations": {"enabled": True}}
+    error = refused(lambda: create(client, messages=[{"role": "user", "content": [document]}]))
+    assert error["message"].startswith("messages.0.content.0: citations:"), error
+
+
+def test_a_document_is_read_into_the_prompt(client):
+    document = {"type": "document", "title": "Notes", "context": "Notes from a meeting.",
+                "source": {"type": "text", "media_type": "text/plain", "data": "The meeting is on Tuesday."}}
+    messages = [{"role": "user", "content": [document, {"type": "text", "text": "When is the meeting?"}]}]
+    with_it = client.messages.count_tokens(model=MODEL, messages=messages).input_tokens
+    without = client.messages.count_tokens(model=MODEL, messages=[
+        {"role": "user", "content": "When is the meeting?"}]).input_tokens
+    assert with_it > without + 8
+    assert create(client, messages=messages, max_tokens=2).usage.output_tokens > 0
+    url = {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}
+    error = refused(lambda: create(client, messages=[{"role": "user", "content": [url]}]))
+    assert error["message"].startswith("messages.0.content.0.source:") and "URL" in error["message"]
+
+
+def test_a_client_that_leaves_a_stream_cancels_its_generation(api):
+    headers = {"x-api-key": api.key, "anthropic-version": "2023-06-01"}
+    body = {"model": MODEL, "max_tokens": 400, "messages": STORY, "stream": True, "ignore_eos": True}
+    with httpx.Client(base_url=api.root, headers=headers, timeout=60) as c:
+        with c.stream("POST", "/v1/messages", json=body) as r:
+            for line in r.iter_lines():
+                if line.startswith("event: content_block_delta"):
+                    break
+    deadline = time.monotonic() + 30
+    while (h := httpx.get(api.root + "/health").json())["running"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert h["running"] == 0
+    logged = [line for line in api.server.log.read_text().splitlines() if "POST /v1/messages status=200" in line]
+    assert "finish=cancelled" in logged[-1] and int(logged[-1].split("completion_tokens=")[1].split()[0]) < 400
 
 
 # -- kept requests (in process) -------------------------------------------------------------------------------------
