@@ -23,7 +23,7 @@ import asyncio
 import base64
 import json
 import re
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Sequence
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,7 +34,7 @@ from pydantic_core import from_json
 from loaders.base import is_stepped
 from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError, to_api_error, validation_error
-from webui.api.messages_protocol import Block, CountTokensRequest, MessagesRequest
+from webui.api.messages_protocol import Block, CountTokensRequest, MessagesRequest, SystemBlock
 from webui.api.protocol import ChatCompletionRequest
 from webui.api.routes import ChatPrompt, keep_answer, prepare_chat, start_chat
 from webui.api.serving import Choice, collect, new_id, note_usage
@@ -101,7 +101,7 @@ def check_hosted(body: CountTokensRequest) -> None:
                                     "only; leave container out")
 
 
-def _text(blocks: str | list[Block]) -> str:
+def _text(blocks: str | Sequence[Block | SystemBlock]) -> str:
     return blocks if isinstance(blocks, str) else "\n\n".join(b.text or "" for b in blocks if b.type == "text")
 
 
@@ -129,8 +129,17 @@ def _extension(media_type: str) -> str:
     return {"application/pdf": ".pdf", "text/plain": ".txt"}.get(media_type.lower(), "")
 
 
+def _parts(block: Block, where: str) -> list[dict[str, Any]]:
+    """A block as the chat request's content parts: a document's context is a text part after it; a thinking block
+    (an earlier reply's reasoning, which Anthropic's API leaves out of the prompt too) gives none."""
+    if block.type == "document" and block.context:
+        return [_document_part(block, where), {"type": "text", "text": f"\n{block.context}"}]
+    part = _part(block, where)
+    return [part] if part is not None else []
+
+
 def _part(block: Block, where: str) -> dict[str, Any] | None:
-    """A user-side block as the chat request's content part (None: nothing to send, a thinking block)."""
+    """A block as the chat request's content part (None for a thinking block)."""
     if block.type == "text":
         return {"type": "text", "text": block.text}
     if block.type == "image":
@@ -144,7 +153,7 @@ def _part(block: Block, where: str) -> dict[str, Any] | None:
                                           "Anthropic's Files API is not served); send the image as base64")
     if block.type == "document":
         return _document_part(block, where)
-    return None  # thinking, redacted_thinking: an earlier reply's reasoning, which the API leaves out too
+    return None  # thinking, redacted_thinking
 
 
 def chat_messages(body: CountTokensRequest) -> tuple[list[dict[str, Any]], Paths]:
@@ -161,8 +170,7 @@ def chat_messages(body: CountTokensRequest) -> tuple[list[dict[str, Any]], Paths
         to be added."""
         parts = list(parts or [])
         for at, block in blocks:
-            part = _part(block, at)
-            if part is not None:
+            for part in _parts(block, at):
                 paths[(len(out), len(parts))] = at
                 parts.append(part)
         return parts
@@ -357,8 +365,7 @@ async def create_message(body: MessagesRequest, request: Request) -> dict | Stre
         return keep_answer(request, message(rid, model.name, reply_content(choice, plan), choice,
                                             body.stop_sequences))
     try:  # message_start says the prompt's tokens (the engine says its count only when the reply ends)
-        counted = await asyncio.to_thread(_count, run.prompt) if run.prompt.model.capabilities.tokenizes \
-            and is_stepped(model) else 0
+        counted = await asyncio.to_thread(_count, run.prompt) or 0
     except BaseException:
         for stream in streams:
             stream.cancel()
@@ -419,16 +426,21 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
     chat, paths = chat_request(body)
     try:
         prepared = await prepare_chat(chat, request)
-        if not prepared.model.capabilities.tokenizes or not is_stepped(prepared.model):
+        counted = await asyncio.to_thread(_count, prepared)
+        if counted is None:
             raise APIError(400, f"counting tokens needs a local model; '{prepared.model.name}' is a remote server",
                            param="model")
-        return {"input_tokens": await asyncio.to_thread(_count, prepared)}
+        return {"input_tokens": counted}
     except (APIError, ValueError, EngineError) as exc:
         raise anthropic_error(to_api_error(exc), paths) from exc
 
 
-def _count(chat: ChatPrompt) -> int:
-    """The prompt's ids as the engine reads them (webui/engine/sequence.py: images' tokens counted)."""
-    request = GenerationRequest(chat.prompt, chat.params, add_special_tokens=False, images=chat.images)
-    ids, _ = encode_prompt(chat.model, request)  # type: ignore[arg-type]  # (is_stepped checked)
+def _count(chat: ChatPrompt) -> int | None:
+    """The prompt's tokens as the engine reads them (webui/engine/sequence.py: images' tokens counted); None for a
+    remote server's model, whose server tokenizes."""
+    model = chat.model
+    if not (model.capabilities.tokenizes and is_stepped(model)):
+        return None
+    ids, _ = encode_prompt(model, GenerationRequest(chat.prompt, chat.params, add_special_tokens=False,
+                                                    images=chat.images))
     return len(ids)
