@@ -39,7 +39,7 @@ from webui.api.protocol import ChatCompletionRequest
 from webui.api.routes import ChatPrompt, keep_answer, prepare_chat, start_chat
 from webui.api.serving import Choice, collect, new_id, note_usage
 from webui.chat.tools import ReplyPiece, ReplyReader, ToolCall, ToolPlan, reply_calls
-from webui.engine import EngineError, GenerationRequest, Interleaved
+from webui.engine import EngineError, GenerationRequest, Interleaved, RequestStream
 from webui.engine.params import specs
 from webui.engine.sequence import encode_prompt
 
@@ -52,7 +52,7 @@ OWN_FIELDS = frozenset({spec.api_name or name for name, spec in specs().items()}
 RENAMED = {"stop": "stop_sequences", "response_format": "output_config.format",
            "structured_outputs": "output_config.format", "parallel_tool_calls": "tool_choice",
            "user": "metadata.user_id", "continue_final_message": "messages", "add_generation_prompt": "messages",
-           "max_completion_tokens": "max_tokens", "n": "messages"}
+           "max_completion_tokens": "max_tokens"}
 _PART = re.compile(r"messages\[(\d+)\]\.content\[(\d+)\]\.(?:image_url|file)")
 _TOOL = re.compile(r"tools\[(\d+)\](?:\.function\.parameters)?")
 
@@ -315,9 +315,7 @@ class Blocks:
         self.content.append(block)
         self._json.append("")
         self._open = True
-        return out + [event("content_block_start", {"index": len(self.content) - 1,
-                                                    "content_block": {**block, **({"input": {}} if "input" in block
-                                                                                  else {})}})]
+        return out + [event("content_block_start", {"index": len(self.content) - 1, "content_block": dict(block)})]
 
     def write(self, piece: ReplyPiece) -> list[str]:
         out = []
@@ -356,7 +354,7 @@ async def create_message(body: MessagesRequest, request: Request) -> dict | Stre
     except (APIError, ValueError, EngineError) as exc:
         raise anthropic_error(to_api_error(exc), paths) from exc
     model, plan, streams = run.model, run.plan, run.streams
-    rid = "msg_" + new_id("")[1:]
+    rid = new_id("msg").replace("-", "_", 1)  # msg_...
     if not body.stream:
         try:
             choice = (await collect(streams, request))[0]
@@ -376,7 +374,7 @@ async def create_message(body: MessagesRequest, request: Request) -> dict | Stre
 
 
 async def _events(request: Request, rid: str, model: str, prompt_tokens: int, plan: ToolPlan | None,
-                  streams: list, stop_sequences: list[str] | None) -> AsyncIterator[str]:
+                  streams: list[RequestStream], stop_sequences: list[str] | None) -> AsyncIterator[str]:
     """The stream's events; a client that leaves closes this generator, which cancels the request."""
     choice, blocks = Choice(0), Blocks()
     reader = ReplyReader(plan) if plan is not None else None
