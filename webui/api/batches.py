@@ -136,12 +136,13 @@ def retrieve_batch(batch_id: str, request: Request) -> dict[str, Any]:
 
 @router.post("/v1/batches/{batch_id}/cancel")
 async def cancel_batch(batch_id: str, request: Request) -> dict[str, Any]:
-    store = batch_store(request)
     batch = await asyncio.to_thread(_found, request, batch_id)
-    if batch.status not in ("cancelling", "cancelled"):
-        if not await asyncio.to_thread(store.set_status, batch.seq, "cancelling", only_from=CANCELLABLE):
-            now = await asyncio.to_thread(_found, request, batch_id)
-            raise APIError(409, f"the batch is {now.status}; only a batch that is validating or in progress can be "
-                                f"cancelled", param="batch_id", code="batch_not_cancellable")
-        batch_jobs(request).wake()
-    return batch_object(await asyncio.to_thread(_found, request, batch_id))
+    if batch.status in ("cancelling", "cancelled"):
+        return batch_object(batch)
+    moved = await asyncio.to_thread(batch_store(request).set_status, batch.seq, "cancelling", only_from=CANCELLABLE)
+    batch = await asyncio.to_thread(_found, request, batch_id)
+    if not moved and batch.status not in ("cancelling", "cancelled"):
+        raise APIError(409, f"the batch is {batch.status}; only a batch that is validating or in progress can be "
+                            f"cancelled", param="batch_id", code="batch_not_cancellable")
+    batch_jobs(request).wake()  # it stops the rows in flight and writes the files of what ran
+    return batch_object(batch)
