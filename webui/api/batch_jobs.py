@@ -110,21 +110,28 @@ class BatchJobs:
             self._loop.call_soon_threadsafe(self._event.set)
 
     async def _run_all(self) -> None:
-        assert self._event is not None, "started"
         while True:
-            self._event.clear()
-            batch = await asyncio.to_thread(self.batches.next_open)
-            if batch is None:
-                await self._event.wait()
-                continue
             try:
-                await self._work(batch)
-            except Exception as exc:  # noqa: BLE001 - the batch fails saying why; the runner goes on with the next
-                log.exception("batch %s failed", batch.id)
-                message = f"the batch stopped on an error of this server: {type(exc).__name__}: {exc}"
-                await asyncio.to_thread(self.batches.fail, batch.seq, [{"code": "server_error", "message": message,
-                                                                          "param": None, "line": None}])
-                await asyncio.sleep(1)  # (a lasting fault, a full disk say, does not spin)
+                await self._next_batch()
+            except Exception:  # noqa: BLE001 - the store failed (a full disk, say): said, then tried again
+                log.exception("the API's batch runner failed; it tries again in 5 s")
+                await asyncio.sleep(5)
+
+    async def _next_batch(self) -> None:
+        """Take the next open batch to its end (or wait for one)."""
+        assert self._event is not None, "started"
+        self._event.clear()
+        batch = await asyncio.to_thread(self.batches.next_open)
+        if batch is None:
+            await self._event.wait()
+            return
+        try:
+            await self._work(batch)
+        except Exception as exc:  # noqa: BLE001 - the batch fails saying why; the runner goes on with the next
+            log.exception("batch %s failed", batch.id)
+            message = f"the batch stopped on an error of this server: {type(exc).__name__}: {exc}"
+            await asyncio.to_thread(self.batches.fail, batch.seq, [{"code": "server_error", "message": message,
+                                                                      "param": None, "line": None}])
 
     async def _work(self, batch: APIBatch) -> None:
         """Take ``batch`` on from where it is to its end."""

@@ -114,7 +114,10 @@ async def create_batch(body: BatchCreateRequest, request: Request) -> dict[str, 
     kept_for = None if expires is None else expiry_seconds(expires.get("anchor"), expires.get("seconds"),
                                                            "output_expires_after")
     file = _input_file(request, body.input_file_id)
-    read = await asyncio.to_thread(_read, file_store(request), file, body.endpoint)
+    try:
+        read = await asyncio.to_thread(_read, file_store(request), file, body.endpoint)
+    except FileNotFoundError:  # deleted since it was found
+        raise APIError(404, f"the file '{file.id}' was deleted", param="input_file_id", code="not_found") from None
     batch = await asyncio.to_thread(
         batch_store(request).create, client=request.state.client, endpoint=body.endpoint, input_file_id=file.id,
         completion_window=body.completion_window, window_s=window, rows=read.rows, errors=read.errors,

@@ -22,11 +22,12 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect
 
 from webui.api.auth import visible_client
+from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError
 from webui.api.stored import cursor_page
 from webui.store.api_files import FileStore, StoredFile
 
-router = APIRouter()  # (an upload is multipart, not JSON: bodies are read by the routes themselves)
+router = APIRouter(route_class=JSONBodyRoute)  # (an upload is multipart: read by its route, which declares no body)
 
 UPLOAD_PURPOSE, OUTPUT_PURPOSE = "batch", "batch_output"
 OTHER_PURPOSES = ("assistants", "vision", "user_data", "evals", "fine-tune")  # OpenAI's, for APIs not served here
