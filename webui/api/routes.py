@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from loaders.base import LoadedModel, ModelLoadError, Tokenizer
+from webui.api.auth import request_priority
 from webui.api.body import JSONBodyRoute
 from webui.api.documents import documents_as_text, request_documents, with_document_tokens
 from webui.api.errors import APIError
@@ -154,7 +155,8 @@ async def start_chat(body: ChatCompletionRequest, request: Request) -> ChatRun:
     note_seen(request, prompt, params, model, loras, sources)
     try:
         streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
-                           prompt_param="messages", model=model, loras=loras, messages=messages, images=images)
+                           prompt_param="messages", model=model, loras=loras, messages=messages, images=images,
+                           priority=request_priority(request))
     except APIError as exc:  # too long for the context: say what each document takes of it
         raise await asyncio.to_thread(with_document_tokens, exc, documents, model) from exc
     return ChatRun(model, plan, streams)
@@ -280,7 +282,7 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
     _log_prompt(request, prompts)
     note_seen(request, prompts, params, model, loras, s.param_sources(body, params))
     streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True, prompt_param="prompt",
-                       model=model, loras=loras)
+                       model=model, loras=loras, priority=request_priority(request))
     rid, created = new_id("cmpl"), now()
     echoed = [echo_text(model, p) if body.echo else "" for p in prompts]
     try:
