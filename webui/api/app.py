@@ -10,13 +10,14 @@ from collections import Counter
 from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Send
 
-from webui.api import embeddings, manage, stored, utility
+from webui.api import embeddings, manage, responses, stored, utility
 from webui.api.auth import require_key
 from webui.api.capture import Capture
 from webui.api.errors import APIError, install_error_handlers
 from webui.api.routes import router
 from webui.api.serving import APIConfig, Serving
 from webui.services import Services
+from webui.store.responses import ResponseStore
 
 log = logging.getLogger("webui.api")
 
@@ -121,7 +122,8 @@ def create_api_app(services: Services, config: APIConfig) -> FastAPI:
     app.state.serving = Serving(services, config)
     install_error_handlers(app)
     app.state.request_counts = Counter()
-    for routes in (router, embeddings.router, stored.router, manage.router, utility.router):
+    app.state.responses = responses.Responses(ResponseStore(services.db))
+    for routes in (router, embeddings.router, stored.router, responses.router, manage.router, utility.router):
         app.include_router(routes, dependencies=[Depends(require_key)])
 
     @app.get("/health")
