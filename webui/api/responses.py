@@ -288,3 +288,10 @@ async def input_tokens(body: ResponsesRequest, request: Request) -> dict:
     except (APIError, EngineError) as exc:
         raise translated(exc, conversation.origins) from exc
     return {"object": "response.input_tokens", "input_tokens": len(ids)}
+
+
+@router.post("/v1/responses/compact")
+def compact_response(request: Request) -> dict:
+    raise APIError(400, "responses.compact is not served here: it compacts a conversation into OpenAI's encrypted "
+                        "items, which only OpenAI's models read; continue with previous_response_id, or send a "
+                        "shorter input (truncation: 'auto' keeps the prompt's end)", code="unsupported_endpoint")
