@@ -7,6 +7,9 @@ counts, structured output, background responses, each API key's own responses, a
 from __future__ import annotations
 
 import json
+import sqlite3
+import subprocess
+import sys
 import time
 
 import jsonschema
@@ -14,6 +17,7 @@ import openai
 import pytest
 
 from tests.api.conftest import APIServer, start_api
+from tests.conftest import ROOT, TEST_THREADS
 from webui.engine.prefix_cache import BLOCK_TOKENS
 
 pytestmark = pytest.mark.real_model
@@ -30,7 +34,7 @@ CALL_TOKENS = 32  # a call is written <tool_call>{"name": ..., "arguments": {...
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory, default_model_dir):
-    ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--api-key", OTHER_KEY)
+    ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--api-key", OTHER_KEY, "--capture-requests")
     with ctx as server:
         yield APIServer(base, key, server)
 
@@ -320,3 +324,25 @@ def test_errors_name_the_field_in_openai_shape(api, fields, status, param, said)
     assert error.status_code == status, error.body
     assert error.body["param"] == param and said in error.body["message"], error.body
     assert error.body["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
+
+
+def test_a_kept_request_shows_its_response_and_replays_to_the_same_output(api, client):
+    """The Requests tab's store (--capture-requests): a streamed Responses request is kept whole, with the prompt the
+    model saw, and `launch.py requests replay` sends it again (unstreamed) to the same greedy output."""
+    streamed = list(ask(client, stream=True, instructions="Be brief."))
+    final = streamed[-1].response
+    with sqlite3.connect(api.server.log.parent / "workbench.sqlite3") as db:
+        db.row_factory = sqlite3.Row
+        row = db.execute("SELECT * FROM api_requests WHERE id = ?", (final.id,)).fetchone()
+    assert row["endpoint"] == "/v1/responses" and row["client"] == "key 1" and row["model"] == MODEL
+    assert json.loads(row["response"])["output"][0]["content"][0]["text"] == final.output_text
+    assert "<|im_start|>system\nBe brief.<|im_end|>" in json.loads(row["details"])["prompt"]
+    done = subprocess.run([sys.executable, str(ROOT / "launch.py"), "requests", "--user-data-dir",
+                           str(api.server.log.parent), "--threads", str(TEST_THREADS), "replay", final.id],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    again = json.loads(done.stdout)
+    assert again["status"] == 200 and again["response"]["output"][0]["content"][0]["text"] == final.output_text
+    with sqlite3.connect(api.server.log.parent / "workbench.sqlite3") as db:
+        details = db.execute("SELECT details FROM api_requests WHERE id = ?", (again["id"],)).fetchone()[0]
+    assert json.loads(details)["replay_of"] == final.id
