@@ -6,6 +6,7 @@ counts, structured output, background responses, each API key's own responses, a
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
 import subprocess
@@ -266,6 +267,32 @@ def test_a_background_response_is_polled_streamed_and_cancelled(client):
         client.responses.cancel(ask(client, max_output_tokens=1).id)
     with pytest.raises(openai.BadRequestError, match="store: true"):
         ask(client, background=True, store=False)
+
+
+def test_a_client_that_leaves_a_stream_cancels_its_generation(client):
+    stream = ask(client, stream=True, input="Tell a very long story.", max_output_tokens=400,
+                 extra_body={"ignore_eos": True})
+    events = iter(stream)
+    created = next(events).response
+    assert next(e for e in events if e.type == "response.output_text.delta")
+    stream.close()
+    deadline = time.monotonic() + 30
+    while (r := client.responses.retrieve(created.id)).status == "in_progress" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert r.status == "cancelled" and 0 < r.usage.output_tokens < 400
+
+
+def test_an_input_file_is_read_as_a_document(client):
+    note = base64.b64encode(b"The secret word is PELICAN. " * 20).decode()
+    plain = client.responses.input_tokens.count(model=MODEL, input="What is the secret word?")
+    part = {"type": "input_file", "filename": "note.txt", "file_data": f"data:text/plain;base64,{note}"}
+    with_file = client.responses.input_tokens.count(model=MODEL, input=[{"role": "user", "content": [
+        part, {"type": "input_text", "text": "What is the secret word?"}]}])
+    assert with_file.input_tokens > plain.input_tokens + 20 * 6
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client, input=[{"role": "user", "content": [{**part, "filename": "x.pdf",
+                                                          "file_data": "data:application/pdf;base64,AAAA"}]}])
+    assert caught.value.body["param"].startswith("input[0].content[0]")
 
 
 def test_each_api_key_sees_its_own_responses(api, client):

@@ -113,9 +113,11 @@ def read_request(body: ResponsesRequest, request: Request) -> Conversation:
     return Conversation(items, chat, origins)
 
 
-def _cache_block(request: Request, model: LoadedModel) -> int | None:
-    engine = serving(request).engine_for(model)
-    return engine.config.prefix_block_tokens if engine.stats().prefix_cache is not None else None
+def _cache_block(model: LoadedModel, request: Request) -> int | None:
+    """The prefix cache's block size for ``model`` (None: it keeps no prefix cache)."""
+    engine = next((slot.engine for slot in serving(request).services.models.slots() if slot.model is model), None)
+    return engine.config.prefix_block_tokens if engine is not None and engine.stats().prefix_cache is not None \
+        else None
 
 
 def new_response(body: ResponsesRequest, rid: str, created: float, model: str, params: dict[str, Any]) -> dict:
@@ -158,31 +160,36 @@ async def create_response(body: ResponsesRequest, request: Request) -> dict | St
     rid, created, client = item_id("resp"), time.time(), request.state.client
     seen = getattr(request.state, "seen", None) or {}
     out = ResponseEvents(new_response(body, rid, created, run.model.name, seen.get("params") or {}))
-    stored = StoredResponse(rid, client, created, out.response, conversation.items, body.background)
-    if body.background:  # kept (and answered) queued; polled, streamed or cancelled by its id from now on
+    if body.background:  # answered queued; polled, streamed or cancelled by its id from now on
         out.response["status"] = "queued"
         first = [out.lifecycle("response.created"), out.lifecycle("response.queued")]
-        await asyncio.to_thread(state.store.add, stored)
     else:
         first = [out.lifecycle("response.created")]
+    if body.store:  # kept from the start (retrieved while it generates), and again as it ends
+        try:
+            await asyncio.to_thread(state.store.add, StoredResponse(rid, client, created, out.response,
+                                                                    conversation.items, body.background))
+        except BaseException:
+            for stream in run.streams:  # not generating for nobody
+                stream.cancel()
+            raise
     out.response["status"] = "in_progress"
     first.append(out.lifecycle("response.in_progress"))
 
     async def ended(response: dict[str, Any], choice: Choice) -> None:
         if not body.store:
             return
-        stored.response = response
-        try:  # a background response deleted meanwhile stays deleted
-            await asyncio.to_thread(state.store.update if body.background else state.store.add,
-                                    *((rid, response) if body.background else (stored,)))
+        try:  # (one deleted meanwhile stays deleted)
+            await asyncio.to_thread(state.store.update, rid, response)
         except Exception:  # noqa: BLE001 - the answer still goes out; what could not be kept is logged
             log.exception("could not store the response %s", rid)
 
-    reader = ReplyReader(out, run.plan, body.logprobs_wanted(), _cache_block(request, run.model))
+    reader = ReplyReader(out, run.plan, body.logprobs_wanted(), _cache_block(run.model, request))
     generating = ResponseRun(out, reader, run.streams, ended, time.time, first)
-    if body.background:
+    if body.store:  # (followed by GET ?stream=true, stopped by cancel or delete, while it generates)
         state.running[rid] = generating
         generating.task.add_done_callback(lambda _: state.running.pop(rid, None))
+    if body.background:
         if body.stream:
             return _sse(generating.follow())  # leaving the stream does not stop a background response
         return keep_answer(request, first[0]["response"])
@@ -204,9 +211,10 @@ async def create_response(body: ResponsesRequest, request: Request) -> dict | St
         return _sse(events())
     await _until_done(generating, request)
     error = out.response.get("error")
+    if reader.queue_timed_out:
+        raise APIError(503, error["message"], type="service_unavailable", code="queue_timeout")
     if error is not None:
-        status = 503 if "free slot" in error["message"] else 500
-        raise APIError(status, error["message"], type="service_unavailable" if status == 503 else "server_error")
+        raise APIError(500, error["message"], type="server_error")
     return kept()
 
 

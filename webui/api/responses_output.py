@@ -140,6 +140,7 @@ class ReplyReader:
         self.calls = CallStream() if plan is not None and plan.choice != "auto" else None
         self.held: str | None = "" if plan is not None and plan.choice == "auto" else None
         self.pending: list[dict[str, Any]] = []  # logprobs of text held back
+        self.queue_timed_out = False  # it never got a slot in the engine
 
     def feed(self, event: GenerationEvent) -> list[dict[str, Any]]:
         if self.logprobs:
@@ -182,6 +183,7 @@ class ReplyReader:
                 events += self.out.call(call.id, call.name) + self.out.arguments(call.arguments)
         reason = choice.finish_reason
         if reason == "timeout" and not choice.token_ids:
+            self.queue_timed_out = True
             return events + self.out.end("failed", None, error={
                 "code": "server_error", "message": "the request timed out waiting for a free slot in the engine"})
         status = {"length": "incomplete", "timeout": "incomplete", "cancelled": "cancelled"}.get(reason or "",
