@@ -94,6 +94,7 @@ def test_streamed_events_come_in_order_and_build_the_same_response(client):
     assert [e.sequence_number for e in events] == list(range(len(events)))
     deltas = [e for e in events if e.type == "response.output_text.delta"]
     item_id = events[2].item.id
+    assert events[2].item.content == [] and events[3].part.text == "" and events[-2].item.status == "completed"
     assert all(d.item_id == item_id and d.output_index == 0 and d.content_index == 0 and d.logprobs == []
                for d in deltas)
     final = events[-1].response

@@ -211,7 +211,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> dict | St
         return _sse(events())
     await _until_done(generating, request)
     error = out.response.get("error")
-    if reader.queue_timed_out:
+    if error is not None and reader.queue_timed_out:
         raise APIError(503, error["message"], type="service_unavailable", code="queue_timeout")
     if error is not None:
         raise APIError(500, error["message"], type="server_error")

@@ -70,19 +70,20 @@ class ResponseEvents:
     def text(self, delta: str, logprobs: list[dict[str, Any]], id: str | None = None) -> list[dict[str, Any]]:
         """A piece of the reply's text (its message opened first if need be)."""
         events = []
-        if self.item is None or self.item["type"] != "message":
-            events += self._open({"id": id or item_id("msg"), "type": "message", "status": "in_progress",
-                                  "role": "assistant", "content": []})
+        item = self.item
+        if item is None or item["type"] != "message":
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            self.item["content"].append(part)
-            events.append(self._event("response.content_part.added", item_id=self.item["id"],
+            item = {"id": id or item_id("msg"), "type": "message", "status": "in_progress", "role": "assistant",
+                    "content": []}
+            events += self._open(item)  # (added without its part, which is added next)
+            item["content"].append(part)
+            events.append(self._event("response.content_part.added", item_id=item["id"],
                                       output_index=self._index(), content_index=0, part=copy.deepcopy(part)))
-        assert self.item is not None
-        part = self.item["content"][0]
+        part = item["content"][0]
         part["text"] += delta
         part["logprobs"] += logprobs
         if delta or logprobs:
-            events.append(self._event("response.output_text.delta", item_id=self.item["id"],
+            events.append(self._event("response.output_text.delta", item_id=item["id"],
                                       output_index=self._index(), content_index=0, delta=delta, logprobs=logprobs))
         return events
 
