@@ -342,6 +342,12 @@ def test_each_api_key_sees_its_own_responses(api, client):
     ({"tools": WEATHER, "tool_choice": "required", "text": {"format": {"type": "json_object"}}}, 400, "tool_choice",
      "text.format"),
     ({"metadata": {"k": 5}}, 400, "metadata.k", "metadata"),
+    ({"tools": [{**WEATHER[0], "strict": "yes"}]}, 400, "tools[0].strict", "true or false"),
+    ({"text": {"verbosity": "loud"}}, 400, "text.verbosity", "low, medium or high"),
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image"}]}]}, 400,
+     "input[0].output[0].type", "input_text"),
+    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]}, 400,
+     "input[0].content[0].file_id", "file_data"),
 ])
 def test_errors_name_the_field_in_openai_shape(api, fields, status, param, said):
     body = {"model": MODEL, "input": "hi", "max_output_tokens": 2, **fields}

@@ -45,7 +45,8 @@ pytestmark = [pytest.mark.real_model, pytest.mark.timeout(300)]
 
 MAX_EXAMPLES = 25
 OPERATIONS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/tokenize", "/detokenize",
-              "/v1/internal/logits", "/v1/internal/model/load", "/v1/embeddings")
+              "/v1/internal/logits", "/v1/internal/model/load", "/v1/embeddings", "/v1/responses",
+              "/v1/responses/input_tokens")
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +93,8 @@ CASES = [("POST", "/v1/chat/completions", "positive"), ("POST", "/v1/chat/comple
          ("POST", "/detokenize", "positive"), ("POST", "/detokenize", "negative"),
          ("POST", "/v1/internal/logits", "positive"), ("POST", "/v1/internal/logits", "negative"),
          ("POST", "/v1/embeddings", "positive"), ("POST", "/v1/embeddings", "negative"),
+         ("POST", "/v1/responses", "positive"), ("POST", "/v1/responses", "negative"),
+         ("POST", "/v1/responses/input_tokens", "positive"),
          ("POST", "/v1/internal/model/load", "positive")]  # no admin key here: always a 403
 
 

@@ -59,7 +59,7 @@ def read_input(given: str | list[Any] | None, reference: Callable[[str], dict[st
             if not isinstance(output, (str, list)):
                 raise _bad(f"{path}.output", "a function_call_output item needs 'output': a string or input_text "
                                              "parts")
-            parts = output if isinstance(output, str) else [_part(p, f"{path}.output[{j}]", "user")
+            parts = output if isinstance(output, str) else [_output_part(p, f"{path}.output[{j}]")
                                                             for j, p in enumerate(output)]
             out.append({"id": item.get("id") or item_id("fco"), "type": "function_call_output",
                         "call_id": item["call_id"], "output": parts, "status": "completed"})
@@ -125,6 +125,13 @@ def _part(part: Any, path: str, role: str) -> dict:
         return {"type": "input_file", "file_data": part["file_data"],
                 **({"filename": part["filename"]} if isinstance(part.get("filename"), str) else {})}
     raise _bad(f"{path}.type", f"unknown content part type {kind!r}; send input_text, input_image or input_file")
+
+
+def _output_part(part: Any, path: str) -> dict:
+    """A part of a function call's output: text (the result goes into the prompt as a tool message's text)."""
+    if not isinstance(part, dict) or part.get("type") != "input_text":
+        raise _bad(f"{path}.type", "a function call's output takes input_text parts here (or a string)")
+    return _part(part, path, "user")
 
 
 def _chat_parts(parts: list[dict]) -> list[dict]:

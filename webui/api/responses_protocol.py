@@ -119,6 +119,10 @@ class ResponsesRequest(TextRequest):
                 raise APIError(400, f"tools[{i}]: type must be 'function', got {kind!r}", param=f"tools[{i}].type")
             if not isinstance(tool.get("name"), str) or not tool["name"]:
                 raise APIError(400, f"tools[{i}]: a function tool needs a 'name'", param=f"tools[{i}].name")
+            for key, kind, said in (("description", str, "a string"), ("parameters", dict, "a JSON schema object"),
+                                    ("strict", bool, "true or false")):
+                if tool.get(key) is not None and not isinstance(tool[key], kind):
+                    raise APIError(400, f"tools[{i}].{key} must be {said}", param=f"tools[{i}].{key}")
             function = {key: tool[key] for key in ("name", "description", "parameters", "strict")
                         if tool.get(key) is not None}
             out.append({"type": "function", "function": function})
@@ -146,6 +150,8 @@ class ResponsesRequest(TextRequest):
     def text_format(self) -> dict[str, Any]:
         """text.format as given (default: plain text), checked."""
         text = self.text or {}
+        if text.get("verbosity") not in (None, "low", "medium", "high"):
+            raise APIError(400, "text.verbosity must be low, medium or high", param="text.verbosity")
         given = text.get("format") or {"type": "text"}
         if not isinstance(given, dict):
             raise APIError(400, "text.format must be an object with a 'type'", param="text.format")
