@@ -143,10 +143,10 @@ def openai_sdist() -> Path:
     return target
 
 
-def model_names(sdist: Path) -> list[str]:
-    """Every model="..." the three test files send."""
+def model_names(sdist: Path, files: tuple[str, ...] = FILES) -> list[str]:
+    """Every model="..." the test ``files`` send."""
     names = set()
-    for f in FILES:
+    for f in files:
         names.update(re.findall(r'\bmodel="([^"]+)"', (sdist / f).read_text()))
     return sorted(names)
 
@@ -174,14 +174,15 @@ def suite_api(tmp_path_factory, default_model_dir, sdist):
 
 def run_suite(sdist: Path, api: APIServer, *args: str, seeds: dict[str, str] | None = None
               ) -> subprocess.CompletedProcess:
-    """Their tests ``args`` against ``api``, with the seed plugin putting real objects under their ids: the stored
-    completion ``api.seed`` (if set), and what ``seeds`` names (tests/api/suite_plugin/workbench_seed.py)."""
+    """Their tests ``args`` against ``api``; ``seeds``: what the seed plugin copies before each test under their
+    ids (the plugin's environment variables, tests/api/suite_plugin/workbench_seed.py; default: ``api.seed``, the
+    stored completion their "completion_id" names)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_"))}
     env.pop("PYTHONPATH", None)
     env.update(TEST_API_BASE_URL=api.base_url, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",
                COLUMNS="200", PYTHONPATH=str(SEED_PLUGIN), WORKBENCH_SEED_DB=str(api.server.log.parent /
                                                                                  "workbench.sqlite3"),
-               WORKBENCH_SEED_FROM=getattr(api, "seed", ""), **(seeds or {}))
+               **(seeds if seeds is not None else {"WORKBENCH_SEED_FROM": getattr(api, "seed", "")}))
     cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-p", "workbench_seed", "-q",
            "--tb=short", "-rfEX", *args]
     return subprocess.run(cmd, cwd=sdist, env=env, capture_output=True, text=True, timeout=800)

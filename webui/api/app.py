@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Scope, Send
 
-from webui.api import batches, embeddings, files, manage, stored, utility
+from webui.api import batches, embeddings, files, manage, responses, stored, utility
 from webui.api.auth import require_key
 from webui.api.batch_jobs import BatchJobs
 from webui.api.capture import Capture
@@ -20,6 +20,7 @@ from webui.api.errors import APIError, install_error_handlers
 from webui.api.routes import router
 from webui.api.serving import APIConfig, Serving
 from webui.services import Services
+from webui.store.responses import ResponseStore
 
 log = logging.getLogger("webui.api")
 
@@ -155,8 +156,9 @@ def create_api_app(services: Services, config: APIConfig) -> FastAPI:
     install_error_handlers(app)
     app.state.request_counts = Counter()
     app.state.batch_jobs = BatchJobs(app, services.api_batches, services.api_files)
-    for routes in (router, embeddings.router, stored.router, manage.router, utility.router, files.router,
-                   batches.router):
+    app.state.responses = responses.Responses(ResponseStore(services.db))
+    for routes in (router, embeddings.router, stored.router, responses.router, manage.router, utility.router,
+                   files.router, batches.router):
         app.include_router(routes, dependencies=[Depends(require_key)])
 
     @app.get("/health")

@@ -95,4 +95,7 @@ def _check_line(raw: bytes, number: int, endpoint: str, seen: set[str]) -> RowIn
     if body.get("stream") not in (None, False):
         return batch_error("invalid_request", f"line {number}: a batch's requests are answered whole; leave "
                                               f"body.stream out", "body.stream", number)
+    if body.get("background") not in (None, False):
+        return batch_error("invalid_request", f"line {number}: a batch's requests already run in the background; "
+                                              f"leave body.background out", "body.background", number)
     return RowInput(number, custom_id, url, json.dumps(body))  # (ASCII: a lone surrogate sent stays an escape)

@@ -32,9 +32,10 @@ ENDPOINTS: tuple[str, ...] = (
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
+    "/v1/responses",
 )
 """The endpoints a batch's rows may go to. A row runs through this app as an HTTP request to its endpoint would, so
-another of this app's JSON endpoints (``/v1/responses``, Anthropic's ``/v1/messages``) is one more line here."""
+another of this app's JSON endpoints (Anthropic's ``/v1/messages``) is one more line here."""
 COMPLETION_WINDOWS = {"24h": 24 * 3600}  # OpenAI's only window; a batch not done by then expires
 TIMED = ("in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled")  # <status>_at
 

@@ -27,7 +27,7 @@ from webui.store.requests import CapturedRequest, RequestStore
 
 log = logging.getLogger("webui.api")
 
-GENERATING = ("/v1/chat/completions", "/v1/completions")
+GENERATING = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 REPLAY_OF = "x-workbench-replay-of"  # a replay (webui/api/replay.py): kept whatever capture says, marked as such
 REPLAY_ID = "x-workbench-replay-id"  # the id a replay is kept under when its answer has none (an error)
 

@@ -9,10 +9,10 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from loaders.base import LoadedModel, ModelLoadError, Tokenizer
+from loaders.base import LoadedModel, ModelLoadError, PromptImage, Tokenizer
 from webui.api.auth import request_priority
 from webui.api.body import JSONBodyRoute
-from webui.api.documents import documents_as_text, request_documents, with_document_tokens
+from webui.api.documents import PartIndex, documents_as_text, request_documents, with_document_tokens
 from webui.api.errors import APIError
 from webui.api.images import request_images
 from webui.api.modes import instruction_template, needs_template, request_mode
@@ -22,6 +22,7 @@ from webui.api.serving import (DONE, FINISH_REASONS, Choice, Serving, collect, e
                                now, sse, usage)
 from webui.chat import ChatPromptError, render_chat_prompt
 from webui.chat.modes import ChatMode
+from webui.documents import Document
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
 from webui.engine import Interleaved, InvalidParameter, RequestStream
 from webui.engine.params import SamplingParams
@@ -112,11 +113,39 @@ class ChatRun:
     streams: list[RequestStream]
 
 
+@dataclass
+class PreparedChat:
+    """A chat request read and rendered, not yet submitted: what ``start_chat`` submits, and what counting its
+    prompt's tokens needs (the Responses API's input_tokens)."""
+
+    model: LoadedModel
+    loras: tuple[tuple[str, float], ...]
+    params: SamplingParams
+    plan: ToolPlan | None
+    prompt: str
+    messages: list[dict]
+    images: tuple[PromptImage, ...]
+    documents: dict[PartIndex, Document]
+
+
 async def start_chat(body: ChatCompletionRequest, request: Request) -> ChatRun:
     """Everything a chat request goes through before its tokens come: the model and adapters it names, sampling
     parameters, tools, images and documents, the chat template and mode, the prompt as rendered (kept when the
     request is), then its streams on the engine. The Responses and Messages APIs (webui/api/responses.py,
     webui/api/messages.py) read their bodies into a ChatCompletionRequest and start here too."""
+    chat = await prepare_chat(body, request)
+    try:
+        streams = serving(request).submit([chat.prompt], chat.params, body.n, body.logprobs_wanted(),
+                                          add_special_tokens=False, prompt_param="messages", model=chat.model,
+                                          loras=chat.loras, messages=chat.messages, images=chat.images,
+                                          priority=request_priority(request))
+    except APIError as exc:  # too long for the context: say what each document takes of it
+        raise await asyncio.to_thread(with_document_tokens, exc, chat.documents, chat.model) from exc
+    return ChatRun(chat.model, chat.plan, streams)
+
+
+async def prepare_chat(body: ChatCompletionRequest, request: Request) -> PreparedChat:
+    """``start_chat`` up to the engine: the request read, checked and rendered (and noted, for a kept request)."""
     s = serving(request)
     model, loras = s.resolve_model(body.model, body.loras)
     params = s.sampling_params(body)
@@ -153,13 +182,7 @@ async def start_chat(body: ChatCompletionRequest, request: Request) -> ChatRun:
     if calls_only is not None:
         sources["structured_outputs"] = "request (tool_choice)"
     note_seen(request, prompt, params, model, loras, sources)
-    try:
-        streams = s.submit([prompt], params, body.n, body.logprobs_wanted(), add_special_tokens=False,
-                           prompt_param="messages", model=model, loras=loras, messages=messages, images=images,
-                           priority=request_priority(request))
-    except APIError as exc:  # too long for the context: say what each document takes of it
-        raise await asyncio.to_thread(with_document_tokens, exc, documents, model) from exc
-    return ChatRun(model, plan, streams)
+    return PreparedChat(model, loras, params, plan, prompt, messages, images, documents)
 
 
 @router.post("/v1/chat/completions", response_model=None)  # a JSON body, or an SSE stream

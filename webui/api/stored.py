@@ -72,13 +72,23 @@ def retrieve_stored(completion_id: str, request: Request) -> dict:
 def stored_messages(completion_id: str, request: Request, after: str | None = None,
                     limit: int = Query(20, ge=0, le=100), order: Literal["asc", "desc"] = "asc") -> dict:
     item = _found(request, completion_id)
-    messages = [_message(f"{item.id}-{i}", m) for i, m in enumerate(item.request.get("messages", []))]
-    if order == "desc":
-        messages.reverse()
-    if after is not None:
-        ids = [m["id"] for m in messages]
-        messages = messages[ids.index(after) + 1:] if after in ids else messages
-    return cursor_page(messages[:limit], len(messages) > limit)
+    return page_of([_message(f"{item.id}-{i}", m) for i, m in enumerate(item.request.get("messages", []))],
+                   after=after, limit=limit, order=order)
+
+
+def page_of(data: list[dict[str, Any]], *, after: str | None = None, before: str | None = None, limit: int = 20,
+            order: Literal["asc", "desc"] = "asc") -> dict[str, Any]:
+    """One cursor page (OpenAI's list shape) of a stored object's items, given in ascending order, each with an
+    "id": ``order``ed, those after the item ``after`` and before the item ``before`` (an id not among them: no
+    bound), at most ``limit``. Stored completions' messages and stored responses' input items page with it."""
+    data = data[::-1] if order == "desc" else list(data)
+    ids = [x["id"] for x in data]
+    if after in ids:
+        data = data[ids.index(after) + 1:]
+    ids = [x["id"] for x in data]
+    if before in ids:
+        data = data[:ids.index(before)]
+    return cursor_page(data[:limit], len(data) > limit)
 
 
 def _message(message_id: str, message: dict[str, Any]) -> dict[str, Any]:

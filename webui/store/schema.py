@@ -260,5 +260,22 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (batch_seq, line)
     );
     CREATE INDEX api_batch_rows_pending ON api_batch_rows (batch_seq, status_code, line);
+    # 14: OpenAI's Responses API (webui/api/responses.py): each response stored (store: true, the default) with the
+    # input items it was given, so it can be retrieved, continued (previous_response_id) and listed; ``client``
+    # names the API key that made it (a label, never the key), which alone sees it. A background response is
+    # written when it is taken and again when it ends.
+    """
+    CREATE TABLE responses (
+        seq        INTEGER PRIMARY KEY,
+        id         TEXT NOT NULL UNIQUE,     -- resp_...
+        client     TEXT NOT NULL,
+        created    REAL NOT NULL,
+        status     TEXT NOT NULL,            -- queued, in_progress, completed, incomplete, failed, cancelled
+        background INTEGER NOT NULL DEFAULT 0,
+        previous   TEXT,                     -- previous_response_id (NULL: none)
+        response   TEXT NOT NULL,            -- JSON: the response object as last answered
+        input      TEXT NOT NULL             -- JSON: the request's input items, each with its id
+    );
+    CREATE INDEX responses_by_client ON responses (client, seq);
     """,
 )

@@ -6,8 +6,10 @@ each of their tests this puts a real stored completion of our server under that 
 file from one the suite's fixture created with store: true (so a test that deleted it leaves none missing for the
 next). Their files and batches tests name the ids "file_id", "input_file_id" and "batch_id": those are copies of a
 real uploaded batch input (its row and its bytes) and of a real batch, put back in progress, with no rows left to
-run, so it can be cancelled. Not a package of ours: loaded by name with -p, from this folder on PYTHONPATH, because
-their own tests directory is also called "tests".
+run, so it can be cancelled. Their stored-responses tests (tests/api/test_openai_suite_responses.py) name the ids in
+WORKBENCH_SEED_RESPONSE_IDS; each gets a copy of the stored response WORKBENCH_SEED_RESPONSE the same way. Not a
+package of ours: loaded by name with -p, from this folder on PYTHONPATH, because their own tests directory is also
+called "tests".
 """
 
 from __future__ import annotations
@@ -63,3 +65,19 @@ def _file_and_batch_ids() -> None:
                                      json_object('in_progress', created_at)
                               FROM api_batches WHERE id = ?""", (batch_id,)).rowcount
         assert found, f"the seed batch {batch_id} is not in {db_path}"
+
+
+@pytest.fixture(autouse=True)
+def _stored_response_ids() -> None:
+    db_path, source = os.environ.get("WORKBENCH_SEED_DB"), os.environ.get("WORKBENCH_SEED_RESPONSE")
+    if not db_path or not source:
+        return
+    with sqlite3.connect(db_path, timeout=30) as db:
+        row = db.execute("SELECT response FROM responses WHERE id = ?", (source,)).fetchone()
+        assert row is not None, f"the seed response {source} is not in {db_path}"
+        for wanted in os.environ.get("WORKBENCH_SEED_RESPONSE_IDS", "").split(","):
+            response = json.dumps({**json.loads(row[0]), "id": wanted})
+            db.execute("DELETE FROM responses WHERE id = ?", (wanted,))
+            db.execute("""INSERT INTO responses (id, client, created, status, background, previous, response, input)
+                          SELECT ?, client, created, status, background, previous, ?, input FROM responses
+                          WHERE id = ?""", (wanted, response, source))
