@@ -260,6 +260,7 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (batch_seq, line)
     );
     CREATE INDEX api_batch_rows_pending ON api_batch_rows (batch_seq, status_code, line);
+    """,
     # 14: OpenAI's Responses API (webui/api/responses.py): each response stored (store: true, the default) with the
     # input items it was given, so it can be retrieved, continued (previous_response_id) and listed; ``client``
     # names the API key that made it (a label, never the key), which alone sees it. A background response is
