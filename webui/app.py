@@ -88,7 +88,8 @@ def serve(services: Services, config: AppConfig) -> None:
             config.api_keys, config.admin_keys, config.served_model_names, config.api_timeout,
             config.api_queue_timeout, config.log_prompts, int(config.api_max_body_mb * 2**20) or None,
             int(config.max_image_mb * 2**20) or None, local_images_dir=config.local_images_dir,
-            allow_image_urls=config.allow_image_urls, allow_private_image_urls=config.allow_private_image_urls))
+            allow_image_urls=config.allow_image_urls, allow_private_image_urls=config.allow_private_image_urls,
+            max_file_bytes=int(config.api_max_file_mb * 2**20) or None))
         servers.append(uvicorn.Server(uvicorn.Config(api, host=config.api_host, port=config.api_port,
                                                      log_level="warning", timeout_graceful_shutdown=3)))
         print(f"OpenAI-compatible API ready: http://{config.api_host}:{config.api_port}/v1"

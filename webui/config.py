@@ -48,6 +48,7 @@ class AppConfig:
     api_queue_timeout: float | None = 120.0
     log_prompts: bool = False
     api_max_body_mb: float = 8.0  # 0: no limit
+    api_max_file_mb: float = 200.0  # the largest upload to /v1/files (OpenAI's batch input limit); 0: no limit
     max_image_mb: float = 5.0  # the largest image a prompt may carry (API and Chat tab), as sent
     local_images_dir: Path | None = None  # the API's image_url may name a file under this folder (resolved)
     allow_image_urls: bool = False  # the API's image_url may be an http(s) URL, which the server then fetches
@@ -104,6 +105,11 @@ class AppConfig:
     def converted_dir(self) -> Path:
         """Safetensors folders made once from .gguf files, so later loads take seconds."""
         return self.user_data_dir / "converted"
+
+    @property
+    def api_files_dir(self) -> Path:
+        """The bytes of the API's files (/v1/files: batch inputs, outputs and errors), one file each, named by id."""
+        return self.user_data_dir / "api_files"
 
     @property
     def db_path(self) -> Path:
@@ -261,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--api-max-body-mb", type=_megabytes, default=8.0, metavar="MB",
                    help="request bodies over this size are refused with a 413 before they are read (default 8; "
                         "0: no limit)")
+    g.add_argument("--api-max-file-mb", type=_megabytes, default=200.0, metavar="MB",
+                   help="the largest file /v1/files takes (a batch's input), refused with a 413 while it arrives "
+                        "(default 200, OpenAI's limit for a batch input; 0: no limit). Only uploads get it: every "
+                        "other request body stays under --api-max-body-mb")
     g.add_argument("--max-image-mb", type=_megabytes, default=5.0, metavar="MB",
                    help="the largest image a prompt may carry, over the API or in the Chat tab, in MB as sent "
                         "(default 5; 0: no limit; an image over it is refused with a message saying so). A base64 "
@@ -323,7 +333,7 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         api_keys=read_keys(args.api_key, args.api_key_file, "--api-key"),
         admin_keys=read_keys(args.admin_key, args.admin_key_file, "--admin-key"), served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts,
-        api_max_body_mb=args.api_max_body_mb, capture_requests=args.capture_requests,
+        api_max_body_mb=args.api_max_body_mb, api_max_file_mb=args.api_max_file_mb, capture_requests=args.capture_requests,
         max_image_mb=args.max_image_mb, local_images_dir=args.local_images_dir,
         allow_image_urls=args.allow_image_urls, allow_private_image_urls=args.allow_private_image_urls,
         capture_max_requests=args.capture_max_requests, capture_max_mb=args.capture_max_mb,

@@ -38,11 +38,14 @@ def embedding_model(model: LoadedModel | None) -> EmbeddingModel:
     return model
 
 
-def embed_ids(engine: Engine, model: EmbeddingModel, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
-    """One vector per input of token ids, computed between the steps of ``engine`` (which serves ``model``)."""
+def embed_ids(engine: Engine, model: EmbeddingModel, inputs: Sequence[Sequence[int]],
+              background: bool = False) -> list[list[float]]:
+    """One vector per input of token ids, computed between the steps of ``engine`` (which serves ``model``);
+    ``background`` (a batch job's): one forward batch per call, so the engine's other work goes on between them."""
+    per_call = EMBED_BATCH if background else PER_CALL
     out: list[list[float]] = []
-    for start in range(0, len(inputs), PER_CALL):
-        out += engine.call_between_steps(functools.partial(model.embed, inputs[start:start + PER_CALL]))
+    for start in range(0, len(inputs), per_call):
+        out += engine.call_between_steps(functools.partial(model.embed, inputs[start:start + per_call]))
     return out
 
 

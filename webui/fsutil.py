@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -29,8 +28,20 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def atomic_copy(source: Path, path: Path) -> None:
     """Copy the file ``source`` to ``path`` as atomic_write_bytes writes: whole or not at all, never through a
     link at ``path``."""
-    with _replacing(path) as f, open(source, "rb") as src:
-        shutil.copyfileobj(src, f, 2**20)
+    with open(source, "rb") as src:
+        atomic_write_stream(path, src)
+
+
+def atomic_write_stream(path: Path, source: BinaryIO | Iterable[bytes]) -> int:
+    """Write what ``source`` holds (a binary file read to its end, or byte chunks) to ``path`` as
+    atomic_write_bytes writes; returns the number of bytes written."""
+    written = 0
+    chunks = iter(lambda: source.read(2**20), b"") if hasattr(source, "read") else source
+    with _replacing(path) as f:
+        for chunk in chunks:
+            f.write(chunk)
+            written += len(chunk)
+    return written
 
 
 @contextlib.contextmanager

@@ -19,6 +19,8 @@ from webui.owner import current as current_owner
 from webui.presets import PresetStore
 from webui.settings import SettingsStore
 from webui.store import ChatStore, Database, NotebookStore
+from webui.store.api_batches import APIBatchStore
+from webui.store.api_files import FileStore
 from webui.store.perplexity import PerplexityStore
 from webui.store.requests import RequestStore, Retention
 from webui.tools import ToolBox
@@ -45,6 +47,10 @@ class Services:
     training: TrainingRunner
     tools: ToolBox
     """The tools chats may offer (built-ins, ``<user data>/tools/``, the MCP servers of ``mcp_servers.json``)."""
+    api_files: FileStore
+    """The API's files (/v1/files): batch inputs, outputs and errors."""
+    api_batches: APIBatchStore
+    """The API's batches (/v1/batches), with their rows and results."""
 
     # -- the edge: who is calling is read here, once per use, and passed down to the ModelManager --------------
     @property
@@ -96,12 +102,14 @@ class Services:
         models = ModelManager(config, engine, registry, settings)
         presets, templates = PresetStore(config.presets_dir), TemplateStore(config.templates_dir)
         runner = BatchRunner(models, presets, templates, batches, ResponseCache(db))
+        api_files = FileStore(db, config.api_files_dir)
         return cls(config, registry, models, presets, templates, settings, db, ChatStore(db), NotebookStore(db),
                    batches, runner, PerplexityStore(db), JobRunner(),
                    RequestStore(db, Retention(config.capture_max_requests, int(config.capture_max_mb * 2**20)),
                                 capture_all=config.capture_requests),
                    characters=CharacterStore(config.characters_dir), training=TrainingRunner(models),
-                   tools=ToolBox.for_user_data(config.user_data_dir))
+                   tools=ToolBox.for_user_data(config.user_data_dir), api_files=api_files,
+                   api_batches=APIBatchStore(db, api_files))
 
     def close(self) -> None:
         """Unload the model, stop the engine, close the database; a second call does nothing."""

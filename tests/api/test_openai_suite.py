@@ -83,8 +83,9 @@ SEED_PLUGIN = Path(__file__).parent / "suite_plugin"
 
 
 def _tests(file: str, names: list[str]) -> list[str]:
-    """--deselect prefixes for these tests in the sync and async class (all their parametrizations)."""
-    sync = {CHAT: "TestCompletions", COMPLETIONS: "TestCompletions", MODELS: "TestModels", MESSAGES: "TestMessages"}[file]
+    """--deselect prefixes for these tests in the sync and async class (all their parametrizations); the class is
+    named after the file (test_completions.py: TestCompletions, TestAsyncCompletions)."""
+    sync = "Test" + Path(file).stem.removeprefix("test_").title().replace("_", "")
     return [f"{file}::{cls}::{name}[" for cls in (sync, sync.replace("Test", "TestAsync", 1)) for name in names]
 
 
@@ -111,10 +112,15 @@ DESELECTED: dict[str, list[str]] = {
 KNOWN_BUGS: dict[str, tuple[str, str, list[str]]] = {}
 
 
-def model_names(sdist: Path) -> list[str]:
-    """Every model="..." the three test files send."""
+def openai_sdist() -> Path:
+    """The unpacked sdist of the installed openai version, fetched once into the test cache."""
+    return client_sdist("openai")
+
+
+def model_names(sdist: Path, files: tuple[str, ...] = FILES) -> list[str]:
+    """Every model="..." the test ``files`` send."""
     names = set()
-    for f in FILES:
+    for f in files:
         names.update(re.findall(r'\bmodel="([^"]+)"', (sdist / f).read_text()))
     return sorted(names)
 
@@ -140,13 +146,17 @@ def suite_api(tmp_path_factory, default_model_dir, sdist):
         yield api
 
 
-def run_suite(sdist: Path, api: APIServer, *args: str) -> subprocess.CompletedProcess:
+def run_suite(sdist: Path, api: APIServer, *args: str, seeds: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess:
+    """Their tests ``args`` against ``api``; ``seeds``: what the seed plugin copies before each test under their
+    ids (the plugin's environment variables, tests/api/suite_plugin/workbench_seed.py; default: ``api.seed``, the
+    stored completion their "completion_id" names)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_"))}
     env.pop("PYTHONPATH", None)
     env.update(TEST_API_BASE_URL=api.base_url, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",
                COLUMNS="200", PYTHONPATH=str(SEED_PLUGIN), WORKBENCH_SEED_DB=str(api.server.log.parent /
                                                                                  "workbench.sqlite3"),
-               WORKBENCH_SEED_FROM=api.seed)
+               **(seeds if seeds is not None else {"WORKBENCH_SEED_FROM": getattr(api, "seed", "")}))
     cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-p", "workbench_seed", "-q",
            "--tb=short", "-rfEX", *args]
     return subprocess.run(cmd, cwd=sdist, env=env, capture_output=True, text=True, timeout=800)

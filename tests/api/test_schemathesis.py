@@ -45,7 +45,8 @@ pytestmark = [pytest.mark.real_model, pytest.mark.timeout(300)]
 
 MAX_EXAMPLES = 25
 OPERATIONS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/tokenize", "/detokenize",
-              "/v1/internal/logits", "/v1/internal/model/load", "/v1/embeddings")
+              "/v1/internal/logits", "/v1/internal/model/load", "/v1/embeddings", "/v1/batches", "/v1/files", "/v1/responses",
+              "/v1/responses/input_tokens")
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,11 @@ CASES = [("POST", "/v1/chat/completions", "positive"), ("POST", "/v1/chat/comple
          ("POST", "/detokenize", "positive"), ("POST", "/detokenize", "negative"),
          ("POST", "/v1/internal/logits", "positive"), ("POST", "/v1/internal/logits", "negative"),
          ("POST", "/v1/embeddings", "positive"), ("POST", "/v1/embeddings", "negative"),
-         ("POST", "/v1/internal/model/load", "positive")]  # no admin key here: always a 403
+         ("POST", "/v1/internal/model/load", "positive"),  # no admin key here: always a 403
+         ("POST", "/v1/batches", "positive"), ("POST", "/v1/batches", "negative"),  # (unknown files: 404s, 400s)
+         ("GET", "/v1/batches", "negative"), ("GET", "/v1/files", "positive"), ("GET", "/v1/files", "negative"),
+         ("POST", "/v1/responses", "positive"), ("POST", "/v1/responses", "negative"),
+         ("POST", "/v1/responses/input_tokens", "positive")]
 
 
 @pytest.mark.parametrize(("method", "path", "mode"), CASES, ids=[f"{m} {p} {g}" for m, p, g in CASES])

@@ -94,6 +94,31 @@ def test_a_request_opens_as_a_chat_or_as_the_prompt_the_model_saw(services):
         c.as_text("chatcmpl-5", None)
 
 
+def test_a_responses_api_request_is_listed_shown_and_opened_as_a_chat(services):
+    """A kept /v1/responses request: its input (a string or items) is what it said, its output items the reply."""
+    sent = {"model": "tiny", "instructions": "Be brief.",
+            "input": [{"role": "user", "content": "weather?"},
+                      {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                      {"type": "function_call_output", "call_id": "c", "output": "sunny"},
+                      {"role": "user", "content": [{"type": "input_text", "text": "so?"}]}]}
+    answer = {"id": "resp_1", "object": "response", "output": [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sunny."}]},
+        {"type": "function_call", "name": "f", "arguments": '{"a": 1}', "call_id": "d"}]}
+    services.requests.add(CapturedRequest("resp_1", 1000.0, "/v1/responses", 200, "key 1", sent, answer,
+                                          model="tiny", details={"prompt": "<user>weather?"}))
+    services.requests.add(CapturedRequest("resp_2", 1001.0, "/v1/responses", 200, "key 1",
+                                          {"model": "tiny", "input": "just text"}, {"output": []}, model="tiny"))
+    c = RequestsController(services)
+    assert [(r[0], r[2], r[6]) for r in c.table(None, endpoint="responses")] == [
+        ("resp_2", "responses", "just text"), ("resp_1", "responses", '[{"type": "input_text", "text": "so?"}]')]
+    assert c.show("resp_1", None).reply == 'Sunny.\n→ f({"a": 1})'
+    chat_id = c.as_chat("resp_1", None)
+    assert services.chats.get(chat_id).system_prompt == "Be brief."
+    assert [(m.role, m.content) for m in services.chats.messages(chat_id)] == [
+        ("user", "weather?"), ("assistant", "→ f({})"), ("user", "[tool result] sunny"), ("user", "so?"),
+        ("assistant", 'Sunny.\n→ f({"a": 1})')]
+
+
 def test_the_requests_listed_become_batch_prompts_as_the_model_saw_them(services):
     services.requests.add(dataclasses.replace(kept(1, text="two\nlines"), details={"prompt": "<u>two\nlines\\x"}))
     services.requests.add(dataclasses.replace(kept(2, status=400), details={}))

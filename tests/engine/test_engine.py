@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
-from webui.engine import (Engine, EngineConfig, GenerationError, GenerationRequest, NoModelLoaded, PromptTooLong,
+from webui.engine import (BACKGROUND, Engine, EngineConfig, GenerationError, GenerationRequest, NoModelLoaded, PromptTooLong,
                           QueueFull, SamplingParams)
 from tests.conftest import run_async
 from tests.engine.scripted import ScriptedModel
@@ -436,3 +437,46 @@ def test_interleaved_streams_are_read_the_same_from_an_event_loop_and_a_failure_
     finally:
         failing.close()
     assert isinstance(items[-1][1], GenerationError) and "scripted failure" in str(items[-1][1])
+
+
+# -- background work (batch jobs) never makes an interactive request wait ------------------------------------------
+
+def test_background_requests_wait_behind_interactive_ones_and_keep_the_last_slot_free(tok):
+    model = ScriptedModel(tok, [100] * 400, step_delay=0.01)
+    engine = Engine(model, EngineConfig(max_running=3))
+    try:
+        background = [engine.submit(GenerationRequest(f"b{i}", greedy(40), priority=BACKGROUND)) for i in range(4)]
+        seen = set()
+        for _ in range(200):
+            seen.add(engine.stats().running)
+            if 2 in seen:
+                break
+            time.sleep(0.01)
+        assert max(seen) == 2  # of 3 slots: the last stays free for an interactive request
+        chat = engine.submit(GenerationRequest("chat", greedy(3)))
+        assert chat.result().usage.completion_tokens == 3  # taken at once, not after the background requests
+        assert sum(s.result().usage.completion_tokens == 40 for s in background) == 4
+    finally:
+        engine.close()
+
+
+def test_background_requests_pause_while_an_interactive_prompt_is_read(tok):
+    model = ScriptedModel(tok, [100] * 400, step_delay=0.005)
+    engine = Engine(model, EngineConfig(max_running=4, prefill_chunk=4))
+    try:
+        background = engine.submit(GenerationRequest("b", greedy(200), priority=BACKGROUND))
+        next(iter(background))
+        model.batch_sizes.clear()
+        prompt = " ".join(["word"] * 40)  # ten chunks of 4 tokens
+        chat = engine.submit(GenerationRequest(prompt, greedy(2)))
+        first = next(iter(chat))
+        read = model.batch_sizes[:model.batch_sizes.index(1) + 10] if 1 in model.batch_sizes else []
+        assert first.text and read.count(1) >= 10  # the prompt's chunks went through alone
+        background.cancel()
+    finally:
+        engine.close()
+
+
+def test_priority_must_be_interactive_or_background():
+    with pytest.raises(ValueError, match="priority must be 0"):
+        GenerationRequest("x", priority=7)

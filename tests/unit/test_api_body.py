@@ -11,7 +11,7 @@ import pytest
 from fastapi import FastAPI
 
 from tests.conftest import run_async
-from webui.api import embeddings, manage, routes, stored, utility
+from webui.api import batches, embeddings, files, manage, routes, stored, utility
 from webui.api.app import create_api_app
 from webui.api.body import MAX_DEPTH, BodyError, JSONBodyRoute, parse_json
 from webui.api.capture import _may_ask_store
@@ -44,7 +44,8 @@ def test_a_body_at_the_limits_reads():
 
 
 def test_every_api_route_reads_its_body_through_the_checked_route():
-    for router in (routes.router, embeddings.router, stored.router, manage.router, utility.router):
+    for router in (routes.router, embeddings.router, stored.router, manage.router, utility.router, files.router,
+                   batches.router):
         assert router.routes and all(isinstance(r, JSONBodyRoute) for r in router.routes), router
 
 
@@ -59,7 +60,8 @@ def captured_app(tmp_path, capture_all: bool, failing_store: bool = False) -> tu
         def add(item: CapturedRequest) -> None:
             raise OSError("disk full")
         store.add = add  # type: ignore[method-assign]
-    app = create_api_app(types.SimpleNamespace(requests=store, health=dict), APIConfig())  # type: ignore[arg-type]
+    app = create_api_app(types.SimpleNamespace(requests=store, health=dict, api_batches=None, api_files=None),
+                         APIConfig())  # type: ignore[arg-type]
     return app, store
 
 

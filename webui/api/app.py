@@ -7,17 +7,21 @@ import logging
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Scope, Send
 
-from webui.api import embeddings, manage, messages, stored, utility
+from webui.api import batches, embeddings, files, manage, messages, responses, stored, utility
 from webui.api.auth import require_key
+from webui.api.batch_jobs import BatchJobs
 from webui.api.capture import Capture
 from webui.api.errors import APIError, install_error_handlers, speaks_anthropic
 from webui.api.routes import router
 from webui.api.serving import APIConfig, Serving
 from webui.services import Services
+from webui.store.responses import ResponseStore
 
 log = logging.getLogger("webui.api")
 
@@ -58,23 +62,40 @@ class AccessLog:
             log.info(line)
 
 
+UPLOAD_SLACK = 64 * 2**10  # bytes a multipart body may hold beyond its file: boundaries, part headers, fields
+
+
 class Guard:
     """Pure ASGI middleware: refuse bodies over the limit with 413 before they are parsed (by Content-Length, or
     as soon as a chunked body grows over it), and answer any error no handler mapped with a 500 in OpenAI's error
     shape (Anthropic's on its routes; logged with its traceback), so no route can answer a bare "Internal Server
-    Error"."""
+    Error".
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int | None) -> None:
-        self.app, self.limit = app, max_body_bytes
+    ``uploads`` maps the paths that take a file (POST /v1/files) to their own limit on the file, in place of
+    ``max_body_bytes`` (their route checks the file's exact size; here the body may have ``UPLOAD_SLACK`` more)."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int | None,
+                 uploads: Mapping[str, int | None] | None = None) -> None:
+        self.app, self.body_limit, self.uploads = app, max_body_bytes, dict(uploads or {})
+
+    def _refusal(self, scope: Scope) -> tuple[int | None, APIError]:
+        """The limit on this request's body and the 413 that refuses it."""
+        if scope["method"] == "POST" and scope["path"] in self.uploads:
+            limit = self.uploads[scope["path"]]
+            return None if limit is None else limit + UPLOAD_SLACK, APIError(
+                413, f"the file is over the server's limit of {limit} bytes for an upload (--api-max-file-mb)",
+                param="file", code="file_too_large")
+        return self.body_limit, APIError(413, f"the request body is over the server's limit of {self.body_limit} "
+                                              f"bytes (--api-max-body-mb); send less per request",
+                                         code="request_too_large")
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        too_large = APIError(413, f"the request body is over the server's limit of {self.limit} bytes "
-                                  f"(--api-max-body-mb); send less per request", code="request_too_large")
-        if self.limit is not None:
+        limit, too_large = self._refusal(scope)
+        if limit is not None:
             length = dict(scope.get("headers") or []).get(b"content-length", b"")
-            if length.isdigit() and int(length) > self.limit:
+            if length.isdigit() and int(length) > limit:
                 return await self._answer(send, too_large, scope)
         started = answered = False
         seen = 0
@@ -84,9 +105,9 @@ class Guard:
             if answered:
                 return {"type": "http.disconnect"}
             message = await receive()
-            if message["type"] == "http.request" and self.limit is not None:
+            if message["type"] == "http.request" and limit is not None:
                 seen += len(message.get("body", b""))
-                if seen > self.limit:  # answer now; the route reads a disconnect and gives up
+                if seen > limit:  # answer now; the route reads a disconnect and gives up
                     answered = True
                     await self._answer(send, too_large, scope)
                     return {"type": "http.disconnect"}
@@ -118,12 +139,28 @@ class Guard:
         await send({"type": "http.response.body", "body": response.body})
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """While the app is served: its batch runner goes on with the open batches (webui/api/batch_jobs.py)."""
+    await app.state.batch_jobs.start()
+    try:
+        yield
+    finally:
+        await app.state.batch_jobs.stop()
+
+
 def create_api_app(services: Services, config: APIConfig) -> FastAPI:
-    app = FastAPI(title="LLM Workbench OpenAI-compatible API", version="1", docs_url="/docs", redoc_url=None)
+    """The API app. Served (uvicorn runs its lifespan), it runs the API's batches; an app only called in process
+    (a replay) runs none."""
+    app = FastAPI(title="LLM Workbench OpenAI-compatible API", version="1", docs_url="/docs", redoc_url=None,
+                  lifespan=_lifespan)
     app.state.serving = Serving(services, config)
     install_error_handlers(app)
     app.state.request_counts = Counter()
-    for routes in (router, messages.router, embeddings.router, stored.router, manage.router, utility.router):
+    app.state.batch_jobs = BatchJobs(app, services.api_batches, services.api_files)
+    app.state.responses = responses.Responses(ResponseStore(services.db))
+    for routes in (router, messages.router, embeddings.router, stored.router, responses.router, manage.router,
+                   utility.router, files.router, batches.router):
         app.include_router(routes, dependencies=[Depends(require_key)])
 
     @app.get("/health")
@@ -131,6 +168,6 @@ def create_api_app(services: Services, config: APIConfig) -> FastAPI:
         return services.health()
 
     app.add_middleware(Capture, store=services.requests, max_body_bytes=config.max_body_bytes)
-    app.add_middleware(Guard, max_body_bytes=config.max_body_bytes)
+    app.add_middleware(Guard, max_body_bytes=config.max_body_bytes, uploads={"/v1/files": config.max_file_bytes})
     app.add_middleware(AccessLog, counts=app.state.request_counts)
     return app

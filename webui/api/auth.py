@@ -7,10 +7,45 @@ route; when both headers come, the bearer one is the key.
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 
 from fastapi import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from webui.api.errors import APIError
+from webui.engine.types import BACKGROUND, INTERACTIVE
+
+
+@dataclass(frozen=True)
+class InProcessCaller:
+    """A request this server sends its own API app in process (a batch's row, webui/api/batch_jobs.py): it is
+    ``client``'s (the label of the key that made the batch) and runs at ``priority``. Only ``in_process`` puts one
+    in a request's ASGI scope, which nothing a remote client sends can write: no HTTP request can claim a key's
+    label or a priority with it."""
+
+    client: str
+    priority: int = BACKGROUND
+
+
+def in_process(app: ASGIApp, caller: InProcessCaller) -> ASGIApp:
+    """``app`` as ``caller`` calls it (give it to httpx.ASGITransport)."""
+
+    async def call(scope: Scope, receive: Receive, send: Send) -> None:
+        scope["state"] = {**scope.get("state", {}), "caller": caller}
+        await app(scope, receive, send)
+
+    return call
+
+
+def _caller(request: Request) -> InProcessCaller | None:
+    caller = getattr(request.state, "caller", None)
+    return caller if isinstance(caller, InProcessCaller) else None
+
+
+def request_priority(request: Request) -> int:
+    """The engine priority of a request's generations: BACKGROUND for a batch's rows, INTERACTIVE for the rest."""
+    caller = _caller(request)
+    return INTERACTIVE if caller is None else caller.priority
 
 
 def _given_key(request: Request) -> str:
@@ -38,7 +73,11 @@ def require_key(request: Request) -> None:
     """Key auth when API or admin keys are set; keys are compared in constant time and never logged.
 
     Sets ``request.state.client``, the label that names the key in kept requests ("key 2", "admin 1"; "" on a
-    server without keys), never the key itself."""
+    server without keys), never the key itself; a request sent in process (``in_process``) is its caller's."""
+    caller = _caller(request)
+    if caller is not None:  # sent in process, as the key that made the batch (checked when it was made)
+        request.state.client = caller.client
+        return
     config = request.app.state.serving.config
     keys = config.api_keys + config.admin_keys
     request.state.client = ""
@@ -58,6 +97,12 @@ def _matches(given: str, keys: tuple[str, ...]) -> bool:
 def sees_every_client(request: Request) -> bool:
     """An admin key (or a server without keys) sees every client's kept requests; an API key its own."""
     return not request.state.client or request.state.client.startswith("admin ")
+
+
+def visible_client(request: Request) -> str | None:
+    """Whose stored objects (completions, files, batches) a request sees: its key's label, or None for every
+    client's (an admin key, a server without keys)."""
+    return None if sees_every_client(request) else request.state.client
 
 
 def require_admin(request: Request) -> None:

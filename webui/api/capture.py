@@ -27,7 +27,7 @@ from webui.store.requests import CapturedRequest, RequestStore
 
 log = logging.getLogger("webui.api")
 
-GENERATING = ("/v1/chat/completions", "/v1/completions", "/v1/messages")
+GENERATING = ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses")
 # the last event of a stream: OpenAI's [DONE], Anthropic's message_stop (webui/api/messages.py)
 STREAM_ENDS = (DONE.encode(), b"event: message_stop\n")
 REPLAY_OF = "x-workbench-replay-of"  # a replay (webui/api/replay.py): kept whatever capture says, marked as such

@@ -54,14 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
 def batch_line(item: CapturedRequest) -> dict[str, Any]:
     """One line of OpenAI's batch input format, so a captured session can be run again by any batch tool."""
     body = {k: v for k, v in (item.request if isinstance(item.request, dict) else {}).items()
-            if k not in ("stream", "stream_options")}
+            if k not in ("stream", "stream_options", "background")}
     return {"custom_id": item.id, "method": "POST", "url": item.endpoint, "body": body}
 
 
 def summary(item: CapturedRequest) -> str:
     sent = item.request if isinstance(item.request, dict) else {}
     messages = sent.get("messages") or []
-    said = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else sent.get("prompt", "")
+    said = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else sent.get(
+        "prompt", sent.get("input", ""))  # (a Responses API request's input)
     text = json.dumps(said, ensure_ascii=False)[:60]
     return f"{item.id}  {item.endpoint:22} {item.status}  {item.client or '-':8} {item.model or '-':24} {text}"
 

@@ -14,12 +14,14 @@ import struct
 from fastapi import APIRouter, Request
 
 from loaders.base import EmbeddingModel
+from webui.api.auth import request_priority
 from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError
 from webui.api.protocol import EmbeddingRequest
 from webui.api.routes import serving
 from webui.embeddings import EmbeddingsUnavailable, embed_ids, embedding_model
 from webui.engine.sequence import fewest_tokens
+from webui.engine.types import BACKGROUND
 
 router = APIRouter(route_class=JSONBodyRoute)  # bodies read whole or refused (webui/api/body.py)
 
@@ -72,7 +74,8 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> dict:
                             f"and cannot shorten them; leave dimensions out or send {model.embedding_size}",
                        param="dimensions")
     ids = input_ids(model, body.inputs())
-    vectors = await asyncio.to_thread(embed_ids, s.engine_for(named), model, ids)
+    vectors = await asyncio.to_thread(embed_ids, s.engine_for(named), model, ids,
+                                      request_priority(request) == BACKGROUND)
     tokens = sum(len(x) for x in ids)
     request.state.prompt_tokens = tokens
     return {"object": "list", "model": model.embedding_source,

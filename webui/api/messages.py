@@ -36,7 +36,7 @@ from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError, to_api_error, validation_error
 from webui.api.messages_protocol import Block, CountTokensRequest, MessagesRequest, SystemBlock
 from webui.api.protocol import ChatCompletionRequest
-from webui.api.routes import ChatPrompt, keep_answer, prepare_chat, start_chat
+from webui.api.routes import PreparedChat, keep_answer, prepare_chat, start_chat
 from webui.api.serving import Choice, collect, new_id, note_usage
 from webui.chat.tools import ReplyPiece, ReplyReader, ToolCall, ToolPlan, reply_calls
 from webui.engine import EngineError, GenerationRequest, Interleaved, RequestStream
@@ -433,7 +433,7 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
         raise anthropic_error(to_api_error(exc), paths) from exc
 
 
-def _count(chat: ChatPrompt) -> int | None:
+def _count(chat: PreparedChat) -> int | None:
     """The prompt's tokens as the engine reads them (webui/engine/sequence.py: images' tokens counted); None for a
     remote server's model, whose server tokenizes."""
     model = chat.model

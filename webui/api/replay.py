@@ -26,12 +26,13 @@ class ReplayError(ValueError):
 
 
 def replay_body(item: CapturedRequest, changes: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The body to send again: the one sent, unstreamed, with ``changes`` over it (a change to None removes the
-    field)."""
+    """The body to send again: the one sent, unstreamed (and not in the background), with ``changes`` over it (a
+    change to None removes the field)."""
     if not isinstance(item.request, dict):
         raise ReplayError(f"request {item.id} was not a JSON object as sent, so it cannot be sent again")
     body = {**item.request, **(changes or {}), "stream": False}
     body.pop("stream_options", None)
+    body.pop("background", None)  # a Responses API request: answered whole, as a replay reads it
     try:  # (a body the API would not read: NaN in it, or nested too deep; sending it could not even encode it)
         check_value(body, "its body with the changes" if changes else "its body")
     except BodyError as exc:

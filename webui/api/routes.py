@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from loaders.base import LoadedModel, ModelLoadError, PromptImage, Tokenizer
+from webui.api.auth import request_priority
 from webui.api.body import JSONBodyRoute
 from webui.api.documents import PartIndex, documents_as_text, request_documents, with_document_tokens
 from webui.api.errors import APIError, speaks_anthropic
@@ -115,7 +116,7 @@ def retrieve_model(model_id: str, request: Request) -> dict:
 
 
 @dataclass
-class ChatPrompt:
+class PreparedChat:
     """A chat request read and rendered, before anything is submitted: what start_chat submits, and what a token
     count (the Messages API's count_tokens) counts."""
 
@@ -137,10 +138,10 @@ class ChatRun:
     model: LoadedModel
     plan: ToolPlan | None
     streams: list[RequestStream]
-    prompt: ChatPrompt
+    prompt: PreparedChat
 
 
-async def prepare_chat(body: ChatCompletionRequest, request: Request) -> ChatPrompt:
+async def prepare_chat(body: ChatCompletionRequest, request: Request) -> PreparedChat:
     """Everything a chat request goes through before its tokens come, but submitting it: the model and adapters it
     names, sampling parameters, tools, images and documents, the chat template and mode, the prompt as rendered
     (kept when the request is)."""
@@ -180,7 +181,7 @@ async def prepare_chat(body: ChatCompletionRequest, request: Request) -> ChatPro
     if calls_only is not None:
         sources["structured_outputs"] = "request (tool_choice)"
     note_seen(request, prompt, params, model, loras, sources)
-    return ChatPrompt(model, loras, params, plan, prompt, messages, images, documents)
+    return PreparedChat(model, loras, params, plan, prompt, messages, images, documents)
 
 
 async def start_chat(body: ChatCompletionRequest, request: Request) -> ChatRun:
@@ -192,7 +193,8 @@ async def start_chat(body: ChatCompletionRequest, request: Request) -> ChatRun:
     try:
         streams = serving(request).submit([chat.prompt], chat.params, body.n, body.logprobs_wanted(),
                                           add_special_tokens=False, prompt_param="messages", model=model,
-                                          loras=chat.loras, messages=chat.messages, images=chat.images)
+                                          loras=chat.loras, messages=chat.messages, images=chat.images,
+                                          priority=request_priority(request))
     except APIError as exc:  # too long for the context: say what each document takes of it
         raise await asyncio.to_thread(with_document_tokens, exc, chat.documents, model) from exc
     return ChatRun(model, chat.plan, streams, chat)
@@ -309,7 +311,7 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
     _log_prompt(request, prompts)
     note_seen(request, prompts, params, model, loras, s.param_sources(body, params))
     streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True, prompt_param="prompt",
-                       model=model, loras=loras)
+                       model=model, loras=loras, priority=request_priority(request))
     rid, created = new_id("cmpl"), now()
     echoed = [echo_text(model, p) if body.echo else "" for p in prompts]
     try:

@@ -16,8 +16,8 @@ from loaders.base import attached_loras, LoadedModel, PromptImage
 from webui.api.errors import APIError
 from webui.api.protocol import SamplingRequest
 from webui.documents import MAX_DOCUMENT_BYTES
-from webui.engine import (Engine, GenerationEvent, GenerationRequest, Interleaved, InvalidParameter, PromptTooLong,
-                          RequestStream, SamplingParams)
+from webui.engine import (INTERACTIVE, Engine, GenerationEvent, GenerationRequest, Interleaved, InvalidParameter,
+                          PromptTooLong, RequestStream, SamplingParams)
 from webui.engine.params import MAX_SEED, specs
 from webui.models import Slot
 from webui.services import Services
@@ -42,6 +42,7 @@ class APIConfig:
     allow_private_image_urls: bool = False  # ... from loopback and private addresses too
     image_fetch_timeout: float = 20.0  # seconds a remote image may take to download, redirects included
     max_document_bytes: int | None = MAX_DOCUMENT_BYTES  # the largest file a file part may carry (None: no limit)
+    max_file_bytes: int | None = 200 * 2**20  # the largest upload to /v1/files (it has this limit, not the above)
 
 
 def finished(reason: str | None) -> str:
@@ -195,8 +196,10 @@ class Serving:
 
     def submit(self, prompts: Sequence[str | list[int]], params: SamplingParams, n: int, logprobs: int | None,
                add_special_tokens: bool, prompt_param: str, model: LoadedModel, loras: tuple = (),
-               messages: list[dict] | None = None, images: tuple[PromptImage, ...] = ()) -> list[RequestStream]:
-        """n choices per prompt (choice i of a seeded request uses seed + i, so all differ and all repeat).
+               messages: list[dict] | None = None, images: tuple[PromptImage, ...] = (),
+               priority: int = INTERACTIVE) -> list[RequestStream]:
+        """n choices per prompt (choice i of a seeded request uses seed + i, so all differ and all repeat), at
+        ``priority`` (a batch's rows: BACKGROUND, webui/api/auth.py ``request_priority``).
 
         A prompt the engine refuses (empty, longer than the context) is a 400 naming ``prompt_param``.
         """
@@ -214,7 +217,7 @@ class Serving:
                     p = params if params.seed is None or i == 0 else params.replace(seed=(params.seed + i) % MAX_SEED)
                     streams.append(engine.submit(GenerationRequest(
                         prompt, p, add_special_tokens=add_special_tokens, logprobs=logprobs, loras=loras,
-                        messages=messages, images=images,
+                        messages=messages, images=images, priority=priority,
                         queue_timeout=self.config.queue_timeout, timeout=self.config.timeout)))
         except BaseException as exc:
             for s in streams:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request
 
-from webui.api.auth import sees_every_client
+from webui.api.auth import visible_client
 from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError
 from webui.api.protocol import check_metadata
@@ -27,7 +27,7 @@ def _store(request: Request) -> RequestStore:
 
 
 def _client(request: Request) -> str | None:
-    return None if sees_every_client(request) else request.state.client
+    return visible_client(request)
 
 
 def _completion(item: CapturedRequest) -> dict[str, Any]:
@@ -47,7 +47,8 @@ def _found(request: Request, completion_id: str) -> CapturedRequest:
     return item
 
 
-def _page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+def cursor_page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    """A list in OpenAI's cursor-page shape (stored completions, files, batches)."""
     return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None, "has_more": has_more}
 
@@ -59,7 +60,7 @@ def list_stored(request: Request, model: str | None = None, after: str | None = 
                 if (m := _METADATA_PARAM.match(key))}
     page = _store(request).page(client=_client(request), stored=True, model=model, metadata=metadata, after=after,
                                 limit=limit, order=order)
-    return _page([_completion(item) for item in page.items], page.has_more)
+    return cursor_page([_completion(item) for item in page.items], page.has_more)
 
 
 @router.get("/v1/chat/completions/{completion_id}")
@@ -71,13 +72,23 @@ def retrieve_stored(completion_id: str, request: Request) -> dict:
 def stored_messages(completion_id: str, request: Request, after: str | None = None,
                     limit: int = Query(20, ge=0, le=100), order: Literal["asc", "desc"] = "asc") -> dict:
     item = _found(request, completion_id)
-    messages = [_message(f"{item.id}-{i}", m) for i, m in enumerate(item.request.get("messages", []))]
-    if order == "desc":
-        messages.reverse()
-    if after is not None:
-        ids = [m["id"] for m in messages]
-        messages = messages[ids.index(after) + 1:] if after in ids else messages
-    return _page(messages[:limit], len(messages) > limit)
+    return page_of([_message(f"{item.id}-{i}", m) for i, m in enumerate(item.request.get("messages", []))],
+                   after=after, limit=limit, order=order)
+
+
+def page_of(data: list[dict[str, Any]], *, after: str | None = None, before: str | None = None, limit: int = 20,
+            order: Literal["asc", "desc"] = "asc") -> dict[str, Any]:
+    """One cursor page (OpenAI's list shape) of a stored object's items, given in ascending order, each with an
+    "id": ``order``ed, those after the item ``after`` and before the item ``before`` (an id not among them: no
+    bound), at most ``limit``. Stored completions' messages and stored responses' input items page with it."""
+    data = data[::-1] if order == "desc" else list(data)
+    ids = [x["id"] for x in data]
+    if after in ids:
+        data = data[ids.index(after) + 1:]
+    ids = [x["id"] for x in data]
+    if before in ids:
+        data = data[:ids.index(before)]
+    return cursor_page(data[:limit], len(data) > limit)
 
 
 def _message(message_id: str, message: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from webui.fsutil import scratch_folder
 
 COLUMNS = ["id", "time", "endpoint", "status", "client", "model", "said"]
 STATUSES = ["all", "answered (2xx)", "refused (4xx)", "failed (5xx)"]
-ENDPOINTS = ["all", "chat/completions", "completions", "messages"]
+ENDPOINTS = ["all", "chat/completions", "completions", "responses", "messages"]
 
 
 @dataclass
@@ -44,6 +44,8 @@ def reply_text(response: Any) -> str:
         return f"error: {error.get('message') if isinstance(error, dict) else error}"
     if response.get("type") == "message":  # Anthropic's Messages API: its content blocks
         return _content(response)
+    if isinstance(response.get("output"), list):  # a Responses API response: its messages' text, then its calls
+        return "\n".join(_output_text(item) for item in response["output"] if isinstance(item, dict))
     parts = []
     for choice in response.get("choices") or []:
         message = choice.get("message") or {}
@@ -54,9 +56,38 @@ def reply_text(response: Any) -> str:
     return "\n\n".join(parts)
 
 
+def _output_text(item: dict[str, Any]) -> str:
+    """A Responses API output item as text: a message's text, a function call written out."""
+    if item.get("type") == "function_call":
+        return f"→ {item.get('name')}({item.get('arguments', '')})"
+    return "".join(p.get("text", "") for p in item.get("content") or [] if isinstance(p, dict))
+
+
+def _messages(sent: dict[str, Any]) -> Any:
+    """A request's chat messages: a chat completion's, or a Responses API request's instructions and input items
+    as messages (a function call as the assistant's call, its output as a tool message)."""
+    if "messages" in sent or "input" not in sent:
+        return sent.get("messages")
+    given = sent["input"]
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else given if isinstance(given, list) \
+        else []
+    messages = [{"role": "system", "content": sent["instructions"]}] if isinstance(sent.get("instructions"), str) \
+        else []
+    for item in items:
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            messages.append({"role": "assistant", "content": None, "tool_calls": [
+                {"function": {"name": item.get("name"), "arguments": item.get("arguments", "")}}]})
+        elif isinstance(item, dict) and item.get("type") == "function_call_output":
+            output = item.get("output")
+            messages.append({"role": "tool", "content": output if isinstance(output, (str, list)) else ""})
+        elif isinstance(item, dict) and "role" in item:
+            messages.append({"role": item["role"], "content": item.get("content")})
+    return messages
+
+
 def _said(item: CapturedRequest) -> str:
     sent = item.request if isinstance(item.request, dict) else {}
-    messages = sent.get("messages")
+    messages = _messages(sent)
     if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
         said = messages[-1].get("content")
         said = _content(messages[-1]) if isinstance(said, list) else said
@@ -226,7 +257,7 @@ class RequestsController:
         """A new chat holding the request's messages and the reply it got; its id."""
         item = self.get(request_id, user)
         sent = item.request if isinstance(item.request, dict) else {}
-        messages = sent.get("messages")
+        messages = _messages(sent)
         if not isinstance(messages, list) or not messages:
             raise UserError(f"{item.id} has no chat messages (a {item.endpoint} request); open it in the Notebook")
         chats = self.services.chats

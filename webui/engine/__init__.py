@@ -3,9 +3,10 @@
 from webui.engine.engine import Engine, EngineConfig, EngineStats, QueueFull
 from webui.engine.params import InvalidParameter, SamplingParams
 from webui.engine.stream import Interleaved, RequestStream
-from webui.engine.types import (CancelToken, EngineClosed, EngineError, GenerationError, GenerationEvent,
+from webui.engine.types import (BACKGROUND, INTERACTIVE, CancelToken, EngineClosed, EngineError, GenerationError, GenerationEvent,
                                 GenerationRequest, GenerationResult, NoModelLoaded, PromptTooLong, TokenLogprob)
 
 __all__ = ["Engine", "EngineConfig", "EngineStats", "QueueFull", "InvalidParameter", "SamplingParams",
            "RequestStream", "Interleaved", "CancelToken", "EngineClosed", "EngineError", "GenerationError",
-           "GenerationEvent", "GenerationRequest", "GenerationResult", "NoModelLoaded", "PromptTooLong", "TokenLogprob"]
+           "GenerationEvent", "GenerationRequest", "GenerationResult", "NoModelLoaded", "PromptTooLong", "TokenLogprob",
+           "BACKGROUND", "INTERACTIVE"]

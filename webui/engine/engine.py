@@ -30,7 +30,7 @@ from webui.engine.sampling import sample_rows
 from webui.engine.sequence import Sequence, check_loras, encode_prompt
 from webui.engine.stream import RequestStream
 from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, GeneratesNoText, GenerationResult,
-                                NoModelLoaded, FinishReason, now)
+                                NoModelLoaded, FinishReason, BACKGROUND, INTERACTIVE, now)
 
 log = logging.getLogger(__name__)
 
@@ -223,8 +223,13 @@ class Engine:
             if reason:
                 self._waiting.remove(seq)
                 seq.stream.put(seq.finish(reason))
+        background_room = self.config.max_running - (1 if self.config.max_running > 1 else 0)
         while self._waiting and len(self._running) + len(admitted) < self.config.max_running:
-            admitted.append(self._waiting.popleft())
+            seq = min(self._waiting, key=lambda s: s.request.priority)  # the first of the most urgent
+            if seq.request.priority > INTERACTIVE and len(self._running) + len(admitted) >= background_room:
+                break  # the last slot is kept for a request someone waits for
+            self._waiting.remove(seq)
+            admitted.append(seq)
         return admitted
 
     def _start(self, admitted: list[Sequence]) -> None:
@@ -287,10 +292,13 @@ class Engine:
         A long prompt is prefilled a chunk per step, so sequences already
         decoding keep getting a token every step instead of waiting for it.
         """
-        decoding = [s for s in self._running if s.prompt_done]
+        reading = [s.request.priority for s in self._running if s.prefilling]
+        urgent = min(reading) if reading else BACKGROUND  # while an interactive prompt is read, background work waits
+        running = [s for s in self._running if s.request.priority <= urgent]
+        decoding = [s for s in running if s.prompt_done]
         plan = [(s, s.pending) for s in decoding]
         budget = self.config.max_batch_tokens - len(decoding)
-        for seq in self._running:
+        for seq in running:
             if seq.prompt_done or seq.waiting_for is not None:
                 continue
             n = min(len(seq.pending), self.config.prefill_chunk, budget)

@@ -63,6 +63,9 @@ class CancelToken:
         return self._event.is_set()
 
 
+INTERACTIVE, BACKGROUND = 0, 1  # GenerationRequest.priority
+
+
 @dataclass
 class GenerationRequest:
     """One generation: a prompt (text or token ids) and how to sample it."""
@@ -79,6 +82,10 @@ class GenerationRequest:
     cancel: CancelToken = field(default_factory=CancelToken)
     images: tuple[PromptImage, ...] = ()
     """Images for a vision-language model, in the order of the model's image placeholders in the (text) prompt."""
+    priority: int = INTERACTIVE
+    """INTERACTIVE (0): someone waits for it (Chat, the API); BACKGROUND (1): a batch job. A request waits behind
+    every waiting request of a lower number; background work never takes the last free running slot and pauses
+    while an interactive request reads its prompt, so a batch never makes a chat wait for its first token."""
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt, list) and not all(isinstance(t, int) and t >= 0 for t in self.prompt):
@@ -91,6 +98,9 @@ class GenerationRequest:
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
             raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
         self.loras = tuple((str(n), float(w)) for n, w in self.loras)
+        if self.priority not in (INTERACTIVE, BACKGROUND):
+            raise ValueError(f"priority must be {INTERACTIVE} (interactive) or {BACKGROUND} (background), got "
+                             f"{self.priority!r}")
         for name in ("queue_timeout", "timeout"):
             value = getattr(self, name)
             if value is not None and not value > 0:

@@ -204,4 +204,79 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX message_documents_by_digest ON message_documents (digest);
     """,
+    # 13: OpenAI's Files and Batch APIs (#45). A file's metadata is a row here and its bytes a file in
+    # <user data>/api_files named by its id (webui/store/api_files.py); ``client`` is the label of the API key that
+    # owns it ('' without keys). A batch keeps its input's rows, each with its result once it has run (the line
+    # of the output or error file), so a restarted server goes on from the rows not done (webui/store/api_batches.py).
+    """
+    CREATE TABLE api_files (
+        seq        INTEGER PRIMARY KEY,
+        id         TEXT NOT NULL UNIQUE,  -- file-...
+        client     TEXT NOT NULL,
+        filename   TEXT NOT NULL,
+        purpose    TEXT NOT NULL,         -- batch (uploaded) or batch_output (a batch's output and error files)
+        bytes      INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER                -- NULL: kept until deleted
+    );
+    CREATE INDEX api_files_by_client ON api_files (client, seq);
+
+    CREATE TABLE api_batches (
+        seq               INTEGER PRIMARY KEY,
+        id                TEXT NOT NULL UNIQUE,  -- batch_...
+        client            TEXT NOT NULL,
+        endpoint          TEXT NOT NULL,
+        input_file_id     TEXT NOT NULL,
+        completion_window TEXT NOT NULL,
+        status            TEXT NOT NULL CHECK (status IN ('validating', 'failed', 'in_progress', 'finalizing',
+                                                          'completed', 'expired', 'cancelling', 'cancelled')),
+        model             TEXT,                   -- the first row's body's model
+        metadata          TEXT,                   -- JSON object, or NULL
+        output_expires_after INTEGER,             -- seconds the output and error files are kept; NULL: until deleted
+        errors            TEXT,                   -- JSON list of {code, message, param, line}, or NULL
+        output_file_id    TEXT,
+        error_file_id     TEXT,
+        total             INTEGER NOT NULL DEFAULT 0,
+        completed         INTEGER NOT NULL DEFAULT 0,
+        failed            INTEGER NOT NULL DEFAULT 0,
+        input_tokens      INTEGER NOT NULL DEFAULT 0,
+        cached_tokens     INTEGER NOT NULL DEFAULT 0,
+        output_tokens     INTEGER NOT NULL DEFAULT 0,
+        created_at        INTEGER NOT NULL,
+        expires_at        INTEGER NOT NULL,
+        times             TEXT NOT NULL DEFAULT '{}'  -- JSON: when it reached each status, {"in_progress": 1700000000}
+    );
+    CREATE INDEX api_batches_by_client ON api_batches (client, seq);
+    CREATE INDEX api_batches_by_status ON api_batches (status, seq);
+
+    CREATE TABLE api_batch_rows (
+        batch_seq   INTEGER NOT NULL REFERENCES api_batches (seq) ON DELETE CASCADE,
+        line        INTEGER NOT NULL,  -- 1-based, in the input file
+        custom_id   TEXT NOT NULL,
+        url         TEXT NOT NULL,
+        body        TEXT NOT NULL,     -- JSON, as the row's request sends it
+        status_code INTEGER,           -- its answer's; NULL: not run yet
+        result      TEXT,              -- JSON: its line of the output file (status < 400) or the error file
+        PRIMARY KEY (batch_seq, line)
+    );
+    CREATE INDEX api_batch_rows_pending ON api_batch_rows (batch_seq, status_code, line);
+    """,
+    # 14: OpenAI's Responses API (webui/api/responses.py): each response stored (store: true, the default) with the
+    # input items it was given, so it can be retrieved, continued (previous_response_id) and listed; ``client``
+    # names the API key that made it (a label, never the key), which alone sees it. A background response is
+    # written when it is taken and again when it ends.
+    """
+    CREATE TABLE responses (
+        seq        INTEGER PRIMARY KEY,
+        id         TEXT NOT NULL UNIQUE,     -- resp_...
+        client     TEXT NOT NULL,
+        created    REAL NOT NULL,
+        status     TEXT NOT NULL,            -- queued, in_progress, completed, incomplete, failed, cancelled
+        background INTEGER NOT NULL DEFAULT 0,
+        previous   TEXT,                     -- previous_response_id (NULL: none)
+        response   TEXT NOT NULL,            -- JSON: the response object as last answered
+        input      TEXT NOT NULL             -- JSON: the request's input items, each with its id
+    );
+    CREATE INDEX responses_by_client ON responses (client, seq);
+    """,
 )
