@@ -1,9 +1,11 @@
 """The Requests tab (#33) in a real browser: an app's requests (the official client, in a thread) appear within a
 second or two, the one clicked is shown as sent and as the model saw it, Replay gives the same reply, a replay
-with changes is shown beside the original, and Delete takes one away."""
+with changes is shown beside the original, and Delete takes one away. A batch job an app starts shows in the
+Batch tab's "API batches" with its progress (#45)."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
@@ -11,7 +13,7 @@ import openai
 import pytest
 
 from tests.e2e.server import free_port, running_server, user_data_with_default_model
-from tests.ui.pages import open_page, screenshot, tab, wait_text
+from tests.ui.pages import LONG, open_page, screenshot, tab, wait_text
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -126,4 +128,30 @@ def test_an_apps_requests_appear_show_replay_and_go(server, browser):
     wait_text(page, "#requests-summary", "status 200", 30_000)
     page.locator("#requests-replay").click()
     page.get_by_text("Changes must be a JSON object").first.wait_for(timeout=30_000)
+    page.close()
+
+
+def test_an_apps_batch_job_shows_in_the_batch_tab_with_its_progress(server, browser):
+    """A batch an app starts through /v1/batches is listed in the Batch tab's "API batches" beside the tab's own
+    runs; the list follows its progress by itself to the end, and a click shows it in words."""
+    client = openai.OpenAI(base_url=server.api, api_key="none", max_retries=0)
+    rows = [{"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
+             "body": {"model": MODEL, "max_tokens": 4, "temperature": 0,
+                      "messages": [{"role": "user", "content": f"Count to {i + 2}."}]}} for i in range(6)]
+    uploaded = client.files.create(file=("rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode()),
+                                   purpose="batch")
+    page = open_page(browser, server.url)
+    tab(page, "Batch")
+    tab(page, "API batches")
+    wait_text(page, "#batch-api-note", "batches", 30_000)  # none yet, or an earlier test's
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h")
+    page.locator("#batch-api-refresh").click()
+    wait_text(page, "#batch-api-batches", batch.id, 30_000)
+    wait_text(page, "#batch-api-batches", "6 / 6 (100%)", LONG)  # refreshed by itself while it ran
+    wait_text(page, "#batch-api-batches", "completed", 30_000)
+    page.locator("#batch-api-batches [role='gridcell']", has_text=batch.id).first.click()
+    wait_text(page, "#batch-api-detail", "Output file file-", 30_000)  # (the id in code)
+    assert client.batches.retrieve(batch.id).request_counts.completed == 6
+    screenshot(page, "api-batches")
     page.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from webui.batch.prompts import escape_newlines
+from webui.config import AppConfig
 from webui.controllers.errors import UserError
 from webui.services import Services
 from webui.store.requests import CapturedRequest
@@ -141,14 +142,19 @@ def _status_matches(status: int, wanted: str) -> bool:
     return wanted == STATUSES[0] or str(status)[0] == {STATUSES[1]: "2", STATUSES[2]: "4", STATUSES[3]: "5"}[wanted]
 
 
+def sees_api_traffic(config: AppConfig, user: str | None) -> bool:
+    """Whether ``user`` may see what the API's clients sent (kept requests, batch jobs): anyone without a UI login,
+    an admin user with one."""
+    return not config.ui_users or (user is not None and user in config.ui_admins)
+
+
 class RequestsController:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.store = services.requests
 
     def allowed(self, user: str | None) -> bool:
-        """Whether ``user`` may see the traffic: anyone without a UI login, an admin user with one."""
-        return not self.services.config.ui_users or (user is not None and user in self.services.config.ui_admins)
+        return sees_api_traffic(self.services.config, user)
 
     def check(self, user: str | None) -> None:
         if not self.allowed(user):

@@ -13,6 +13,7 @@ from webui.batch.judge import JUDGE_PROMPT
 from webui.controllers.batch import NO_ROW, NO_RUN, BatchController, BatchForm
 from webui.controllers.errors import UserError
 from webui.services import Services
+from webui.ui.api_batches_panel import APIBatchesPanel, create_api_batches_tab, wire_api_batches
 from webui.ui.batch_views import clicked_row, compare_html, pivot_table, result_table, row_key, summary_table
 from webui.ui.feedback import Update, shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
@@ -99,6 +100,7 @@ class BatchTab:
     jsonl: gr.Button
     promptfoo: gr.Button
     export_file: gr.File
+    api: APIBatchesPanel  # the API's batch jobs, beside the tab's own runs
     controller: BatchController
 
     @property
@@ -230,7 +232,8 @@ def create_batch_tab(services: Services) -> BatchTab:
     with gr.Tabs():
         results = _result_tabs()
         stored = _runs_tab()
-    return BatchTab(**form, **results, **stored, run_id=gr.State(None), selected_row=gr.State(None),
+        api = create_api_batches_tab(services)
+    return BatchTab(**form, **results, **stored, api=api, run_id=gr.State(None), selected_row=gr.State(None),
                     controller=BatchController(services))
 
 
@@ -259,6 +262,7 @@ def wire_batch_tab(tab: BatchTab, params: ParametersTab) -> None:
     _wire_running(tab, params)
     _wire_views(tab)
     _wire_runs(tab)
+    wire_api_batches(tab.api)
 
 
 def _wire_running(tab: BatchTab, params: ParametersTab) -> None:
