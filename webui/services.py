@@ -21,6 +21,7 @@ from webui.settings import SettingsStore
 from webui.store import ChatStore, Database, NotebookStore
 from webui.store.api_batches import APIBatchStore
 from webui.store.api_files import FileStore
+from webui.store.responses import ResponseStore
 from webui.store.perplexity import PerplexityStore
 from webui.store.requests import RequestStore, Retention
 from webui.tools import ToolBox
@@ -51,6 +52,8 @@ class Services:
     """The API's files (/v1/files): batch inputs, outputs and errors."""
     api_batches: APIBatchStore
     """The API's batches (/v1/batches), with their rows and results."""
+    responses: ResponseStore
+    """The Responses API's stored responses (/v1/responses), with their input items."""
 
     # -- the edge: who is calling is read here, once per use, and passed down to the ModelManager --------------
     @property
@@ -109,7 +112,7 @@ class Services:
                                 capture_all=config.capture_requests),
                    characters=CharacterStore(config.characters_dir), training=TrainingRunner(models),
                    tools=ToolBox.for_user_data(config.user_data_dir), api_files=api_files,
-                   api_batches=APIBatchStore(db, api_files))
+                   api_batches=APIBatchStore(db, api_files), responses=ResponseStore(db))
 
     def close(self) -> None:
         """Unload the model, stop the engine, close the database; a second call does nothing."""

@@ -110,7 +110,7 @@ def test_a_responses_api_request_is_listed_shown_and_opened_as_a_chat(services):
                                           {"model": "tiny", "input": "just text"}, {"output": []}, model="tiny"))
     c = RequestsController(services)
     assert [(r[0], r[2], r[6]) for r in c.table(None, endpoint="responses")] == [
-        ("resp_2", "responses", "just text"), ("resp_1", "responses", '[{"type": "input_text", "text": "so?"}]')]
+        ("resp_2", "responses", "just text"), ("resp_1", "responses", "so?")]
     assert c.show("resp_1", None).reply == 'Sunny.\n→ f({"a": 1})'
     chat_id = c.as_chat("resp_1", None)
     assert services.chats.get(chat_id).system_prompt == "Be brief."

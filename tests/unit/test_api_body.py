@@ -60,7 +60,8 @@ def captured_app(tmp_path, capture_all: bool, failing_store: bool = False) -> tu
         def add(item: CapturedRequest) -> None:
             raise OSError("disk full")
         store.add = add  # type: ignore[method-assign]
-    app = create_api_app(types.SimpleNamespace(requests=store, health=dict, api_batches=None, api_files=None),
+    app = create_api_app(types.SimpleNamespace(requests=store, health=dict, api_batches=None, api_files=None,
+                                                 responses=None),
                          APIConfig())  # type: ignore[arg-type]
     return app, store
 

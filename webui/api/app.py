@@ -21,7 +21,6 @@ from webui.api.errors import APIError, install_error_handlers, speaks_anthropic
 from webui.api.routes import router
 from webui.api.serving import APIConfig, Serving
 from webui.services import Services
-from webui.store.responses import ResponseStore
 
 log = logging.getLogger("webui.api")
 
@@ -158,7 +157,7 @@ def create_api_app(services: Services, config: APIConfig) -> FastAPI:
     install_error_handlers(app)
     app.state.request_counts = Counter()
     app.state.batch_jobs = BatchJobs(app, services.api_batches, services.api_files)
-    app.state.responses = responses.Responses(ResponseStore(services.db))
+    app.state.responses = responses.Responses(services.responses)
     for routes in (router, messages.router, embeddings.router, stored.router, responses.router, manage.router,
                    utility.router, files.router, batches.router):
         app.include_router(routes, dependencies=[Depends(require_key)])
