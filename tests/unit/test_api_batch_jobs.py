@@ -1,7 +1,8 @@
 """The API's batch runner (#45) against a stand-in ASGI app (no model): rows go out a few at a time, as the batch's
 key at background priority; a 503 is sent again, not failed; a stopped runner's successor runs only the rows not
 done; cancel stops the rows in flight; a batch past its window expires. Also the stores under it: a row is kept
-once, an upload that fails leaves no file, the sweep clears what a crash left."""
+once, an upload that fails leaves no file, the sweep clears what a crash left. An Anthropic Message Batch runs
+through the same runner: results kept in Anthropic's shape, a 529 sent again, no files, its own list."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections import Counter
 import pytest
 
 from tests.conftest import run_async
-from webui.api.batch_input import read_input
+from webui.api.batch_input import message_requests, read_input
 from webui.api.batch_jobs import BatchJobs
 from webui.engine.types import BACKGROUND
 from webui.store.api_batches import APIBatchStore, RowUsage
@@ -28,8 +29,9 @@ class StandIn:
     """An ASGI app answering each row with what it was sent and as whom; ``hold`` keeps rows in flight until set,
     ``busy`` answers 503 to the first N requests."""
 
-    def __init__(self, busy: int = 0, hold: bool = False) -> None:
+    def __init__(self, busy: int = 0, hold: bool = False, busy_status: int = 503) -> None:
         self.calls, self.busy, self.flying, self.most, self.cancelled = Counter[str](), busy, 0, 0, 0
+        self.busy_status = busy_status  # 529: how /v1/messages says it (Anthropic's overloaded)
         self.callers: set[tuple[str, int]] = set()
         self.release = asyncio.Event() if hold else None
 
@@ -57,11 +59,13 @@ class StandIn:
             self.flying -= 1
         if self.busy:
             self.busy -= 1
-            status, answer = 503, {"error": {"message": "busy", "type": "service_unavailable"}}
+            status, answer = self.busy_status, {"error": {"message": "busy", "type": "service_unavailable"}}
         else:
             self.calls[sent["messages"][0]["content"]] += 1
             status = 400 if sent.get("bad") else 200
-            answer = {"error": {"message": "bad", "param": "bad"}} if sent.get("bad") else {
+            answer = {"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}} if sent.get(
+                "anthropic") and sent.get("bad") else {"error": {"message": "bad", "param": "bad"}} if sent.get(
+                "bad") else {
                 "echo": sent["messages"][0]["content"], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"rid")]})
@@ -228,3 +232,39 @@ def test_an_upload_that_fails_leaves_no_file_and_the_sweep_clears_a_crash(stores
     expired = files.add("", "c.jsonl", "batch", [b"y"], expires_after=-1)
     assert files.get(expired.id) is None  # past its expiry: not served
     assert files.sweep() == 2 and sorted(p.name for p in files.folder.iterdir()) == [kept.id]
+
+
+def test_an_anthropic_batch_keeps_anthropic_results_and_no_files(stores, monkeypatch):
+    files, batches = stores
+    monkeypatch.setattr("webui.api.batch_jobs.RETRY_S", (0.05, 0.1))
+    read = message_requests([{"custom_id": f"c{i}", "params": {"messages": [{"content": f"a{i}"}], "anthropic": True,
+                                                                 **({"bad": True} if i == 1 else {})}}
+                             for i in range(3)])
+    batch = batches.create(client="key 2", endpoint="/v1/messages", input_file_id="", completion_window="24h",
+                           window_s=3600, rows=read.rows, api="anthropic")
+    openai_batch = make(batches, 1)
+    app = StandIn(busy=1, busy_status=529)
+
+    async def run():
+        jobs = BatchJobs(app, batches, files, rows_in_flight=1)
+        await jobs.start()
+        await until(lambda: batches.get(openai_batch.id).status == "completed")
+        await jobs.stop()
+
+    run_async(run())
+    done = batches.get(batch.id)
+    assert batch.id.startswith("msgbatch_") and done.status == "completed" and (done.completed, done.failed) == (2, 1)
+    assert done.output_file_id is None and done.error_file_id is None and app.calls["a0"] == 1  # 529: sent again
+    results = [row.result for row in batches.rows(done.seq)]
+    assert results[0] == {"custom_id": "c0", "result": {"type": "succeeded", "message": {
+        "echo": "a0", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}}}
+    assert results[1] == {"custom_id": "c1", "result": {"type": "errored", "error": {
+        "type": "error", "error": {"type": "invalid_request_error", "message": "bad"}, "request_id": "rid"}}}
+    # each API lists and finds only its own; only an ended batch is deleted
+    assert [b.id for b in batches.page(api="anthropic")[0]] == [batch.id]
+    assert [b.id for b in batches.page(api="openai")[0]] == [openai_batch.id]
+    assert batches.get(batch.id, api="openai") is None and batches.get(batch.id, "key 2", "anthropic") is not None
+    running = batches.create(client="key 2", endpoint="/v1/messages", input_file_id="", completion_window="24h",
+                             window_s=3600, rows=read.rows, api="anthropic")
+    assert not batches.delete(running.seq) and batches.delete(done.seq)
+    assert batches.get(batch.id) is None and list(batches.rows(done.seq)) == []

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Scope, Send
 
-from webui.api import batches, embeddings, files, manage, messages, responses, stored, utility
+from webui.api import batches, embeddings, files, manage, message_batches, messages, responses, stored, utility
 from webui.api.auth import require_key
 from webui.api.batch_jobs import BatchJobs
 from webui.api.capture import Capture
@@ -159,7 +159,7 @@ def create_api_app(services: Services, config: APIConfig) -> FastAPI:
     app.state.batch_jobs = BatchJobs(app, services.api_batches, services.api_files)
     app.state.responses = responses.Responses(services.responses)
     for routes in (router, messages.router, embeddings.router, stored.router, responses.router, manage.router,
-                   utility.router, files.router, batches.router):
+                   utility.router, files.router, batches.router, message_batches.router):
         app.include_router(routes, dependencies=[Depends(require_key)])
 
     @app.get("/health")

@@ -1,4 +1,7 @@
-"""Reading a batch's input file (#45): OpenAI's batch JSONL, one request a line,
+"""Reading a batch's requests: OpenAI's batch input file (#45), and the requests of an Anthropic Message Batch
+(``message_requests``, below).
+
+OpenAI's batch JSONL holds one request a line,
 
     {"custom_id": "request-1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": ..., ...}}
 
@@ -11,16 +14,21 @@ is an error naming it (``line``, 1-based) and the field (``param``), as OpenAI l
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from webui.api.body import BodyError, parse_json
+from webui.api.errors import APIError
 from webui.store.api_batches import RowInput
 
 MAX_ROWS = 50_000  # OpenAI's limit on the requests of one batch
 MAX_ERRORS = 100  # listed of a bad file; the last error says how many more lines are bad
 MAX_CUSTOM_ID = 512
+MAX_MESSAGE_REQUESTS = 100_000  # Anthropic's limit on the requests of one Message Batch
+MESSAGES = "/v1/messages"
+MESSAGE_CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # Anthropic's pattern for a request's custom_id
 
 
 @dataclass
@@ -99,3 +107,41 @@ def _check_line(raw: bytes, number: int, endpoint: str, seen: set[str]) -> RowIn
         return batch_error("invalid_request", f"line {number}: a batch's requests already run in the background; "
                                               f"leave body.background out", "body.background", number)
     return RowInput(number, custom_id, url, json.dumps(body))  # (ASCII: a lone surrogate sent stays an escape)
+
+
+def message_requests(requests: list[Any]) -> BatchInput:
+    """The rows of an Anthropic Message Batch's ``requests`` (``[{"custom_id", "params"}]``, each params a
+    /v1/messages body), checked whole before anything runs; the first bad one is a 400 naming it
+    (``requests.3.custom_id``). As with OpenAI's lines, a body's own fields are checked when its row runs, by
+    /v1/messages itself (a bad one is that request's ``errored`` result)."""
+    if not requests:
+        raise APIError(400, "requests must hold at least one request", param="requests")
+    if len(requests) > MAX_MESSAGE_REQUESTS:
+        raise APIError(400, f"requests holds {len(requests)} requests; a batch takes at most {MAX_MESSAGE_REQUESTS}: "
+                            f"split it into several batches", param="requests")
+    out, seen = BatchInput(), dict[str, int]()
+    for i, request in enumerate(requests):
+        where = f"requests.{i}"
+        if not isinstance(request, dict):
+            raise APIError(400, f"{where} must be an object: {{\"custom_id\", \"params\"}}", param=where)
+        for name in ("custom_id", "params"):
+            if name not in request:
+                raise APIError(400, f"{where}.{name} is required", param=f"{where}.{name}")
+        custom_id, params = request["custom_id"], request["params"]
+        if not isinstance(custom_id, str) or not MESSAGE_CUSTOM_ID.fullmatch(custom_id):
+            raise APIError(400, f"{where}.custom_id must be 1 to 64 letters, digits, '_' or '-', got "
+                                f"{json.dumps(custom_id)}", param=f"{where}.custom_id")
+        if custom_id in seen:
+            raise APIError(400, f"{where}.custom_id '{custom_id}' is also requests.{seen[custom_id]}'s; each request "
+                                f"of a batch needs its own custom_id", param=f"{where}.custom_id")
+        if not isinstance(params, dict):
+            raise APIError(400, f"{where}.params must be an object (a /v1/messages request's body)",
+                           param=f"{where}.params")
+        if params.get("stream") not in (None, False):
+            raise APIError(400, f"{where}.params.stream: a batch's requests are answered whole; leave stream out",
+                           param=f"{where}.params.stream")
+        seen[custom_id] = i
+        out.rows.append(RowInput(i + 1, custom_id, MESSAGES, json.dumps(params)))
+        if out.model is None and isinstance(params.get("model"), str):
+            out.model = params["model"]
+    return out

@@ -13,7 +13,10 @@ the engine full) is not done: the batch waits and sends it again (the wait doubl
 output file (rows answered below 400) and the error file (the others, and the rows a cancel or the completion
 window left unrun, as OpenAI's ``batch_cancelled`` and ``batch_expired`` errors) are written.
 
-Each of a batch's lines is made by ``result_line``, or ``unrun_line`` for a row that never ran.
+Each of a batch's lines is made by ``result_line``, or ``unrun_line`` for a row that never ran. A batch made through
+Anthropic's Message Batches API (webui/api/message_batches.py) runs the same way, its rows sent to ``/v1/messages``;
+each row's result is kept in Anthropic's shape (``message_result``) and the batch writes no files: its results are
+read from its rows (a row that never ran: ``message_unrun_result``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ log = logging.getLogger("webui.api")
 
 ROWS_IN_FLIGHT = 4
 RETRY_S = (1.0, 60.0)  # the first and the longest wait before a row answered 503 is sent again
+BUSY = (503, 529)  # "cannot take it now": 503, which /v1/messages answers as Anthropic's 529 (overloaded)
 UNRUN = {"cancelled": ("batch_cancelled", "the batch was cancelled before this request ran"),
          "expired": ("batch_expired", "this request could not run before the batch's completion window ended")}
 
@@ -57,6 +61,31 @@ def result_line(custom_id: str, answer: Answer) -> dict[str, Any]:
     return {"id": f"batch_req_{uuid.uuid4().hex[:24]}", "custom_id": custom_id,
             "response": {"status_code": answer.status_code, "request_id": answer.request_id, "body": answer.body},
             "error": None}
+
+
+def message_result(custom_id: str, answer: Answer) -> dict[str, Any]:
+    """A row's result in Anthropic's shape: its message, or the error it was answered (Anthropic's error body)."""
+    if answer.status_code < 400:
+        return {"custom_id": custom_id, "result": {"type": "succeeded", "message": answer.body}}
+    error = answer.body if isinstance(answer.body, dict) and answer.body.get("type") == "error" else None
+    if error is None:  # (not answered by the endpoint: a row that could not be sent, an answer not JSON)
+        inner = answer.body.get("error") if isinstance(answer.body, dict) else None
+        said = inner.get("message") if isinstance(inner, dict) else None
+        error = APIError(answer.status_code, str(said or answer.body), type="server_error").anthropic_body()[1]
+    return {"custom_id": custom_id, "result": {"type": "errored", "error": {**error, "request_id": answer.request_id}}}
+
+
+RESULTS = {"openai": result_line, "anthropic": message_result}  # how each API keeps a row's result
+
+
+def message_unrun_result(custom_id: str, batch: APIBatch) -> dict[str, Any]:
+    """The result of a row of an ended Anthropic batch that never ran: canceled, expired, or (the batch stopped on
+    an error of this server) errored with that error."""
+    if batch.status in ("cancelled", "expired"):
+        return {"custom_id": custom_id, "result": {"type": "canceled" if batch.status == "cancelled" else "expired"}}
+    said = "; ".join(str(e.get("message")) for e in batch.errors or []) or "the batch ended before this request ran"
+    return {"custom_id": custom_id, "result": {"type": "errored", "error": APIError(
+        500, said, type="server_error").anthropic_body()[1]}}
 
 
 def unrun_line(custom_id: str, code: str, message: str) -> dict[str, Any]:
@@ -181,7 +210,7 @@ class BatchJobs:
                     done, woken = await self._next(running, paused_until)
                     for task in done:
                         row, answer = running.pop(task), task.result()
-                        if answer.status_code == 503:  # busy or no model: not done; the batch waits and tries again
+                        if answer.status_code in BUSY:  # busy or no model: not done; the batch waits and tries again
                             queue.appendleft(row)
                             paused_until, wait = time.monotonic() + wait, min(wait * 2, RETRY_S[1])
                         else:
@@ -225,14 +254,18 @@ class BatchJobs:
 
     def _keep(self, batch: APIBatch, row: BatchRow, answer: Answer) -> None:
         usage = row_usage(answer.body) if answer.status_code < 400 else RowUsage()
-        self.batches.finish_row(batch.seq, row.line, answer.status_code, result_line(row.custom_id, answer), usage)
+        self.batches.finish_row(batch.seq, row.line, answer.status_code, RESULTS[batch.api](row.custom_id, answer),
+                                usage)
 
     async def _end(self, batch: APIBatch, status: str) -> None:
         await asyncio.to_thread(self._write_and_end, batch, status)
         await asyncio.to_thread(self.files.sweep)
 
     def _write_and_end(self, batch: APIBatch, status: str) -> None:
-        """Write the output and error files from the kept rows, then end the batch with them in ``status``."""
+        """Write the output and error files from the kept rows, then end the batch with them in ``status`` (an
+        Anthropic batch ends without files: its results are read from its rows)."""
+        if batch.api == "anthropic":
+            return self.batches.end(batch.seq, status, None, None)
         unrun = UNRUN.get(status)
 
         def lines(ok: bool) -> Iterator[dict[str, Any]]:

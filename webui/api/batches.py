@@ -4,7 +4,8 @@ OpenAI's shapes.
 A batch reads a file uploaded with purpose ``batch`` (webui/api/files.py), checked whole when the batch is made
 (webui/api/batch_input.py): a bad line fails the batch at once with ``errors.data`` naming it. Its rows then run
 in the background, one batch at a time in the order they were made, each through this very app as a request to
-its endpoint would (webui/api/batch_jobs.py). A batch and its files are its API key's; another key's is a 404.
+its endpoint would (webui/api/batch_jobs.py). A batch and its files are its API key's; another key's is a 404, as
+is a batch made through Anthropic's Message Batches API (webui/api/message_batches.py), which these do not list.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def batch_object(batch: APIBatch) -> dict[str, Any]:
 
 
 def _found(request: Request, batch_id: str) -> APIBatch:
-    batch = batch_store(request).get(batch_id, visible_client(request))
+    batch = batch_store(request).get(batch_id, visible_client(request), api="openai")
     if batch is None:
         raise APIError(404, f"no batch has the id '{batch_id}' (each API key sees its own batches)",
                        param="batch_id", code="not_found")
@@ -129,7 +130,8 @@ async def create_batch(body: BatchCreateRequest, request: Request) -> dict[str, 
 
 @router.get("/v1/batches")
 def list_batches(request: Request, after: str | None = None, limit: int = Query(20, ge=0, le=100)) -> dict[str, Any]:
-    batches, more = batch_store(request).page(client=visible_client(request), after=after, limit=limit)
+    batches, more = batch_store(request).page(client=visible_client(request), api="openai", after=after,
+                                              limit=limit)
     return cursor_page([batch_object(b) for b in batches], more)
 
 

@@ -26,7 +26,7 @@ def anthropic_page(entries: list[dict[str, Any]], query: Mapping[str, str], life
     """A page of the models in Anthropic's list shape, by its query: ``limit`` (1 to 1000, default 20), and
     ``after_id`` / ``before_id``: the models after (before) the one named; a 400 naming the field for a value it
     cannot take."""
-    limit = _limit(query.get("limit"))
+    limit = page_limit(query.get("limit"))
     unknown = [value for value in lifecycles if value not in LIFECYCLES]
     if unknown:
         raise APIError(400, f"lifecycle: each must be one of {', '.join(LIFECYCLES)}, got {unknown[0]!r}",
@@ -49,7 +49,8 @@ def anthropic_page(entries: list[dict[str, Any]], query: Mapping[str, str], life
             "last_id": page[-1]["id"] if page else None}
 
 
-def _limit(given: str | None) -> int:
+def page_limit(given: str | None) -> int:
+    """A list's ``limit`` query (Anthropic's: 1 to 1000, default 20), or a 400 naming it."""
     if given is None:
         return 20
     if not given.isdigit() or not 1 <= int(given) <= MAX_LIMIT:

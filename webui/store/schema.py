@@ -279,4 +279,12 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX responses_by_client ON responses (client, seq);
     """,
+    # 15: Anthropic's Message Batches API (webui/api/message_batches.py) on the same batches and rows: ``api`` names
+    # the API a batch was made through, whose shapes it is answered in and whose list it is in ('openai': /v1/batches,
+    # the batches made before; 'anthropic': /v1/messages/batches, whose requests come inline, so its input_file_id
+    # is ''). An Anthropic batch's results are its rows' results, read from here (it writes no files).
+    """
+    ALTER TABLE api_batches ADD COLUMN api TEXT NOT NULL DEFAULT 'openai' CHECK (api IN ('openai', 'anthropic'));
+    CREATE INDEX api_batches_by_api ON api_batches (api, client, seq);
+    """,
 )
