@@ -51,22 +51,21 @@ def client_sdist(package: str) -> Path:
 
 def suite_packages(sdist: Path, names: tuple[str, ...]) -> Path:
     """A folder holding ``names`` (test packages the suite's conftest imports that our environment lacks) at the
-    versions the sdist's requirements-dev.lock pins, installed once with ``pip install --no-deps --target`` beside
-    the sdist; put it on the suite's PYTHONPATH. Our environment is left as it is (their pytest plugins would load
-    in every run of ours)."""
+    versions the sdist's requirements-dev.lock pins, installed with ``pip install --no-deps --target`` beside the
+    sdist; put it on the suite's PYTHONPATH. Our environment is left as it is (their pytest plugins would load in
+    every run of ours). A package is installed once: one whose pinned version's ``.dist-info`` (which pip writes
+    last) is in the folder is there; a name added later is installed beside the others."""
     target = sdist.parent / f"{sdist.name}-test-packages"
-    marker = target / ".complete"
-    if marker.exists():
-        return target
     lock = (sdist / "requirements-dev.lock").read_text()
-    pins = []
+    missing = []
     for name in names:
         found = re.search(rf"^{re.escape(name)}==(\S+)", lock, re.M | re.I)
         if found is None:
             pytest.fail(f"{sdist.name}'s requirements-dev.lock pins no {name}")
-        pins.append(f"{name}=={found.group(1)}")
-    if target.exists():
-        shutil.rmtree(target)
-    _pip("install", "--no-deps", "--target", str(target), *pins, what=f"install {', '.join(pins)} for its tests")
-    marker.write_text("\n".join(pins) + "\n")
+        installed = target / f"{re.sub(r'[-_.]+', '_', name).lower()}-{found.group(1)}.dist-info"
+        if not installed.is_dir():
+            missing.append(f"{name}=={found.group(1)}")
+    if missing:
+        _pip("install", "--no-deps", "--target", str(target), *missing,
+             what=f"install {', '.join(missing)} for its tests")
     return target

@@ -6,21 +6,28 @@ The sdist of the installed ``anthropic`` version is fetched once into ``.test-ca
 
 * tests/api_resources/test_messages.py
 * tests/api_resources/test_models.py
-
-and not tests/api_resources/messages/test_batches.py: Message Batches are not served yet (``NOT_RUN``).
+* tests/api_resources/messages/test_batches.py
 
 Upstream runs them against a prism mock of Anthropic's spec; here ``TEST_API_BASE_URL`` points at our server's
 root (their client appends ``/v1/messages``). Their key is hard-coded ``"my-anthropic-api-key"`` (sent as
 ``x-api-key``), so our server runs with that key and checks it. The model names they send (``claude-opus-5-5``,
 ``model_id`` for their retrieve, and the client's DEPRECATED_MODELS, which their deprecation-warning test sends)
 are served as ``--served-model-name`` aliases of the loaded model. ``--api-timeout 3`` cuts their
-``max_tokens=1024`` requests after 3 s. Their conftest needs inline-snapshot and http-snapshot (with asttokens
-and executing), which our environment lacks: they are installed at the versions their requirements-dev.lock pins,
-with ``pip install --no-deps --target`` beside the sdist, and put on the subprocess's PYTHONPATH only. Their
-pyproject's ``addopts`` (``-n auto``, and ``-p tests._alias_httpx`` for respx, which these files do not use) is
-dropped; the rest of their pytest config applies (``filterwarnings = error``, ``xfail_strict``, asyncio mode).
-Their sync tests run twice (loose/strict response validation), their async tests three times (loose, strict,
-aiohttp).
+``max_tokens=1024`` requests after 3 s (a Message Batch's rows too: they run in the background). Their conftest
+needs inline-snapshot and http-snapshot (with asttokens and executing), and test_batches.py needs respx: our
+environment lacks them, so they are installed at the versions their requirements-dev.lock pins, with
+``pip install --no-deps --target`` beside the sdist, and put on the subprocess's PYTHONPATH only. Their pyproject's
+``addopts`` is dropped but for ``-p tests._alias_httpx`` (respx mocks httpx; their client is built on httpx2, which
+that plugin aliases as httpx); ``-n auto`` is left out. The rest of their pytest config applies
+(``filterwarnings = error``, ``xfail_strict``, asyncio mode). Their sync tests run twice (loose/strict response
+validation), their async tests three times (loose, strict, aiohttp).
+
+Their Message Batches tests name the batch "message_batch_id" (and list with after_id="after_id" and
+before_id="before_id"): before each test the seed plugin (tests/api/suite_plugin/workbench_seed.py) puts under
+those ids copies of a real Message Batch the fixture ran to its end, with its results (for their cancel tests,
+"message_batch_id" back in progress with its request not run, as a batch that can be canceled). Their three
+``results`` tests mock the server with respx (their results come from the mock, not from us; with the aiohttp
+client their conftest skips them).
 
 Deselected, each for a documented reason (``DESELECTED`` below).
 """
@@ -31,9 +38,10 @@ import os
 import re
 import subprocess
 import sys
-import urllib.request
+import time
 from pathlib import Path
 
+import anthropic
 import pytest
 from anthropic.resources.messages import DEPRECATED_MODELS
 
@@ -43,17 +51,17 @@ from tests.api.sdists import client_sdist, suite_packages
 pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
 
 ANTHROPIC_KEY = "my-anthropic-api-key"  # hard-coded in anthropic-sdk-python's tests/conftest.py
-FILES = ("tests/api_resources/test_messages.py", "tests/api_resources/test_models.py")
-MESSAGES, MODELS = FILES
-# their test files for what this server does not serve yet -> why (not run: collecting them needs respx too)
-NOT_RUN = {"tests/api_resources/messages/test_batches.py": "Message Batches (/v1/messages/batches) are not served "
-                                                           "yet: they come with the Files and Batches APIs"}
-TEST_PACKAGES = ("inline-snapshot", "http-snapshot", "asttokens", "executing")  # their conftest's imports we lack
+FILES = ("tests/api_resources/test_messages.py", "tests/api_resources/test_models.py",
+         "tests/api_resources/messages/test_batches.py")
+MESSAGES, MODELS, BATCHES = FILES
+# their conftest's imports we lack, and respx (test_batches.py's)
+TEST_PACKAGES = ("inline-snapshot", "http-snapshot", "asttokens", "executing", "respx")
+SEED_PLUGIN = Path(__file__).parent / "suite_plugin"
 
 
 def _tests(file: str, names: list[str]) -> list[str]:
     """--deselect prefixes for these tests in the sync and async class (all their parametrizations)."""
-    sync = {MESSAGES: "TestMessages", MODELS: "TestModels"}[file]
+    sync = {MESSAGES: "TestMessages", MODELS: "TestModels", BATCHES: "TestBatches"}[file]
     return [f"{file}::{cls}::{name}[" for cls in (sync, sync.replace("Test", "TestAsync", 1)) for name in names]
 
 
@@ -75,10 +83,12 @@ DESELECTED: dict[str, list[str]] = {
 
 
 def model_names(sdist: Path) -> list[str]:
-    """Every model="..." and model_id="..." the test files run send, and the client's deprecated models."""
+    """Every model="..." and model_id="..." the test files run send (and "model": "..." in a batch's params), and
+    the client's deprecated models."""
     names = set(DEPRECATED_MODELS)
     for f in FILES:
-        names.update(re.findall(r'\bmodel(?:_id)?="([^"]+)"', (sdist / f).read_text()))
+        found = re.findall(r'\bmodel(?:_id)?="([^"]+)"|"model": "([^"]+)"', (sdist / f).read_text())
+        names.update(keyword or in_params for keyword, in_params in found)
     return sorted(names)
 
 
@@ -94,21 +104,34 @@ def packages(sdist) -> Path:
 
 @pytest.fixture(scope="module")
 def suite_api(tmp_path_factory, default_model_dir, sdist):
-    """The API with anthropic-sdk-python's test key, their model names as aliases, and requests cut after 3 s."""
+    """The API with anthropic-sdk-python's test key, their model names as aliases, requests cut after 3 s, and a
+    Message Batch run to its end to copy under their ids (``api.seed_batch``)."""
     ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--served-model-name", *model_names(sdist),
                                "--api-timeout", "3", key=ANTHROPIC_KEY)
     with ctx as server:
-        with urllib.request.urlopen(base.removesuffix("/v1") + "/health", timeout=10):
-            pass
-        yield APIServer(base, key, server)
+        api = APIServer(base, key, server)
+        with anthropic.Anthropic(base_url=api.root, api_key=key, max_retries=0, timeout=120) as client:
+            # a request long enough (cut after 3 s) that a copy put back in progress is still running when canceled
+            batch = client.messages.batches.create(requests=[{"custom_id": "seed", "params": {
+                "model": "claude-opus-5-5", "max_tokens": 1024,
+                "messages": [{"role": "user", "content": "Write a long story about a dragon who likes tea."}]}}])
+            deadline = time.monotonic() + 120
+            while (batch := client.messages.batches.retrieve(batch.id)).processing_status != "ended":
+                assert time.monotonic() < deadline, batch
+                time.sleep(0.1)
+            assert batch.request_counts.succeeded == 1, batch
+        api.seed_batch = batch.id  # type: ignore[attr-defined]
+        yield api
 
 
 def run_suite(sdist: Path, packages: Path, api: APIServer, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "ANTHROPIC_"))}
     env.update(TEST_API_BASE_URL=api.root, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",
-               COLUMNS="200", PYTHONPATH=str(packages))
-    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-q", "--tb=short", "-rfEX",
-           *args]
+               COLUMNS="200", PYTHONPATH=os.pathsep.join([str(packages), str(SEED_PLUGIN)]),
+               WORKBENCH_SEED_DB=str(api.server.log.parent / "workbench.sqlite3"),
+               WORKBENCH_SEED_MESSAGE_BATCH=getattr(api, "seed_batch", ""))
+    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "tests._alias_httpx", "-p", "no:cacheprovider",
+           "-p", "workbench_seed", "-q", "--tb=short", "-rfEXs", *args]
     return subprocess.run(cmd, cwd=sdist, env=env, capture_output=True, text=True, timeout=800)
 
 
