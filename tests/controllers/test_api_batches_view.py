@@ -1,5 +1,5 @@
 """The Batch tab's view of the API's batch jobs (#45) on a real SQLite store: what the table lists, a batch in
-words, Cancel, and who sees them with a login."""
+words, Cancel, and who sees them with a login; Anthropic's Message Batches listed beside OpenAI's."""
 
 from __future__ import annotations
 
@@ -68,3 +68,18 @@ def test_with_a_login_only_admins_see_the_apis_batches(services):
         with pytest.raises(UserError, match="Only admin users"):
             act()
     assert services.api_batches.get(batch.id).status == "in_progress"
+
+
+def test_anthropic_message_batches_are_listed_beside_openais(services):
+    services.config = dataclasses.replace(services.config, api=True)
+    openai_batch = a_batch(services)
+    rows = [RowInput(1, "a", "/v1/messages", json.dumps({"model": "tiny", "max_tokens": 8, "messages": []}))]
+    message_batch = services.api_batches.create(client="key 2", endpoint="/v1/messages", input_file_id="",
+                                                completion_window="24h", window_s=86400, rows=rows, model="tiny",
+                                                api="anthropic")
+    view = APIBatchesView(services)
+    listed = view.table(None).rows
+    assert [(r[0], r[4]) for r in listed] == [(message_batch.id, "/v1/messages"), (openai_batch.id, CHAT)]
+    said = view.detail(message_batch.id, None)
+    assert "Anthropic's Message Batches API" in said and f"/v1/messages/batches/{message_batch.id}/results" in said
+    assert "requests not run are canceled" in view.cancel(message_batch.id, None)

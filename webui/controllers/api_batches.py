@@ -1,5 +1,6 @@
-"""The Batch tab's view of the API's batch jobs (#45): batches apps made through ``/v1/batches``, shown beside the
-tab's own runs with their progress, what each did and why one failed; one still running can be cancelled here.
+"""The Batch tab's view of the API's batch jobs (#45): batches apps made through ``/v1/batches`` (OpenAI's Batch API)
+and ``/v1/messages/batches`` (Anthropic's Message Batches API, endpoint ``/v1/messages``), shown beside the tab's
+own runs with their progress, what each did and why one failed; one still running can be cancelled here.
 
 They hold every API key's prompts, so with a UI login only admin users see them (as the Requests tab's traffic).
 
@@ -58,7 +59,8 @@ class APIBatchesView:
             note = "The API is off: start the workbench with `--api` to take batch jobs (`/v1/files`, `/v1/batches`)."
         elif not batches:
             note = ("No API batches yet: an app uploads a JSONL of requests to `/v1/files` and starts it with "
-                    "`/v1/batches` (docs/api.md, \"Files and batches\"). Its progress shows here.")
+                    "`/v1/batches`, or sends its requests to `/v1/messages/batches` (docs/api.md, \"Files and "
+                    "batches\", \"Message Batches\"). Its progress shows here.")
         else:
             note = f"The newest {SHOWN} of the API's batches." if more else "The API's batches, newest first."
             note += " Click a batch to see it."
@@ -81,8 +83,10 @@ class APIBatchesView:
         b = self._get(batch_id, user)
         lines = [f"**{b.id}** · {b.status} · {progress(b)} rows done, {b.failed} failed · `{b.endpoint}` · "
                  f"model {b.model or '-'} · key {b.client or '(no keys)'}",
-                 f"Input file `{b.input_file_id}` · made {_when(b.created_at)} · window {b.completion_window} "
-                 f"(until {_when(b.expires_at)})",
+                 (f"Input file `{b.input_file_id}`" if b.api == "openai" else
+                  "Anthropic's Message Batches API (requests sent inline; results at "
+                  f"`GET /v1/messages/batches/{b.id}/results` once ended)") +
+                 f" · made {_when(b.created_at)} · window {b.completion_window} (until {_when(b.expires_at)})",
                  "Times: " + ", ".join(f"{status} {_when(at)}" for status, at in b.times.items()),
                  f"Tokens: {b.usage.input_tokens} in ({b.usage.cached_tokens} from the prefix cache), "
                  f"{b.usage.output_tokens} out"]
@@ -97,10 +101,12 @@ class APIBatchesView:
         return "\n\n".join(lines)
 
     def cancel(self, batch_id: str | None, user: str | None) -> str:
-        """Ask the API's runner to stop the batch (it stops its rows in flight and writes the files of what ran)."""
+        """Ask the API's runner to stop the batch (it stops its rows in flight and writes the files of what ran; an
+        Anthropic batch's requests not run are canceled)."""
         b = self._get(batch_id, user)
         if b.status in ("cancelling", "cancelled"):
             return f"{b.id} is {b.status} already."
         if not self.store.set_status(b.seq, "cancelling", only_from=CANCELLABLE):
             raise UserError(f"{b.id} is {self.store.status(b.seq)}: only a batch in progress can be cancelled.")
-        return f"{b.id} is being cancelled: the rows running now stop, and the files of what ran are written."
+        after = "the files of what ran are written" if b.api == "openai" else "the requests not run are canceled"
+        return f"{b.id} is being cancelled: the rows running now stop, and {after}."
