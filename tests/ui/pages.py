@@ -48,7 +48,7 @@ def wait_parameters_shown(page, after: str = "0") -> None:
 
 
 def tab(page, name: str) -> None:
-    page.get_by_role("tab", name=name).click()
+    page.get_by_role("tab", name=name, exact=True).click()  # (exact: "Batch" is also in "API batches")
 
 
 def choose(page, elem_id: str, option: str) -> None:
