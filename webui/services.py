@@ -106,13 +106,15 @@ class Services:
         presets, templates = PresetStore(config.presets_dir), TemplateStore(config.templates_dir)
         runner = BatchRunner(models, presets, templates, batches, ResponseCache(db))
         api_files = FileStore(db, config.api_files_dir)
+        responses = ResponseStore(db)
+        responses.mark_interrupted()  # stored responses a previous process was generating died with it
         return cls(config, registry, models, presets, templates, settings, db, ChatStore(db), NotebookStore(db),
                    batches, runner, PerplexityStore(db), JobRunner(),
                    RequestStore(db, Retention(config.capture_max_requests, int(config.capture_max_mb * 2**20)),
                                 capture_all=config.capture_requests),
                    characters=CharacterStore(config.characters_dir), training=TrainingRunner(models),
                    tools=ToolBox.for_user_data(config.user_data_dir), api_files=api_files,
-                   api_batches=APIBatchStore(db, api_files), responses=ResponseStore(db))
+                   api_batches=APIBatchStore(db, api_files), responses=responses)
 
     def close(self) -> None:
         """Unload the model, stop the engine, close the database; a second call does nothing."""

@@ -66,6 +66,20 @@ class ResponseStore:
             return conn.execute("UPDATE responses SET status = ?, response = ? WHERE id = ?",
                                 (str(response.get("status")), _dumps(response), id)).rowcount > 0
 
+    def mark_interrupted(self) -> int:
+        """Responses a previous process left queued or generating died with it: failed now, saying so (a client
+        polling a background one gets an answer, and can send it again). Returns how many."""
+        with self._db.transaction() as conn:
+            rows = conn.execute("SELECT id, response FROM responses WHERE status IN ('queued', 'in_progress')"
+                                ).fetchall()
+            for row in rows:
+                response = {**json.loads(row["response"]), "status": "failed", "error": {
+                    "code": "server_error", "message": "the server stopped while this response was being generated; "
+                                                      "send the request again"}}
+                conn.execute("UPDATE responses SET status = 'failed', response = ? WHERE id = ?",
+                             (_dumps(response), row["id"]))
+        return len(rows)
+
     def get(self, id: str, client: str | None = None) -> StoredResponse | None:
         """The response ``id`` if ``client`` (None: any) made it."""
         where, args = self._where(client)
