@@ -10,6 +10,11 @@ thread count for all. Prints a table; the last line is `ratio: X`
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))  # the repository root: loaders/, webui/
+
 import argparse
 import statistics
 import time

@@ -17,6 +17,11 @@ X = engine median tok/s / generate median tok/s (1.0 = no engine overhead).
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))  # the repository root: loaders/, webui/
+
 import argparse
 import statistics
 import time

@@ -18,6 +18,11 @@ sampler on, 16 streams, >= 0.3. The last line is ``ratio: X``, the common sample
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))  # the repository root: loaders/, webui/
+
 import argparse
 import statistics
 import tempfile

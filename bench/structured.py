@@ -11,6 +11,11 @@ wall time of the batch (prefill included, the same for both). The last line is
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))  # the repository root: loaders/, webui/
+
 import argparse
 import json
 import statistics

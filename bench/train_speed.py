@@ -13,6 +13,11 @@ last, read from its own per-step callback, so loading and set-up are left out of
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))  # the repository root: loaders/, webui/
+
 import argparse
 import statistics
 import tempfile
