@@ -31,17 +31,15 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from loaders.base import is_stepped
 from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError, to_api_error, validation_error
 from webui.api.messages_protocol import Block, CountTokensRequest, MessagesRequest, SystemBlock
 from webui.api.protocol import ChatCompletionRequest
-from webui.api.routes import PreparedChat, keep_answer, prepare_chat, start_chat
+from webui.api.routes import count_prompt, keep_answer, prepare_chat, start_chat
 from webui.api.serving import Choice, collect, new_id, note_usage
 from webui.chat.tools import ReplyPiece, ReplyReader, ToolCall, ToolPlan, reply_calls
-from webui.engine import EngineError, GenerationRequest, Interleaved, RequestStream
+from webui.engine import EngineError, Interleaved, RequestStream
 from webui.engine.params import specs
-from webui.engine.sequence import encode_prompt
 
 router = APIRouter(route_class=JSONBodyRoute)  # bodies read whole or refused (webui/api/body.py)
 
@@ -362,12 +360,7 @@ async def create_message(body: MessagesRequest, request: Request) -> dict | Stre
             raise anthropic_error(exc, paths) from exc
         return keep_answer(request, message(rid, model.name, reply_content(choice, plan), choice,
                                             body.stop_sequences))
-    try:  # message_start says the prompt's tokens (the engine says its count only when the reply ends)
-        counted = await asyncio.to_thread(_count, run.prompt) or 0
-    except BaseException:
-        for stream in streams:
-            stream.cancel()
-        raise
+    counted = streams[0].prompt_tokens or 0  # message_start says the prompt's tokens, as the engine read them
     return StreamingResponse(_events(request, rid, model.name, counted, plan, streams, body.stop_sequences),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -424,7 +417,7 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
     chat, paths = chat_request(body)
     try:
         prepared = await prepare_chat(chat, request)
-        counted = await asyncio.to_thread(_count, prepared)
+        counted = await asyncio.to_thread(count_prompt, prepared)
         if counted is None:
             raise APIError(400, f"counting tokens needs a local model; '{prepared.model.name}' is a remote server",
                            param="model")
@@ -432,13 +425,3 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
     except (APIError, ValueError, EngineError) as exc:
         raise anthropic_error(to_api_error(exc), paths) from exc
 
-
-def _count(chat: PreparedChat) -> int | None:
-    """The prompt's tokens as the engine reads them (webui/engine/sequence.py: images' tokens counted); None for a
-    remote server's model, whose server tokenizes."""
-    model = chat.model
-    if not (model.capabilities.tokenizes and is_stepped(model)):
-        return None
-    ids, _ = encode_prompt(model, GenerationRequest(chat.prompt, chat.params, add_special_tokens=False,
-                                                    images=chat.images))
-    return len(ids)

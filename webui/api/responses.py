@@ -24,7 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from loaders.base import LoadedModel, is_stepped
+from loaders.base import LoadedModel
 from webui.api.auth import sees_every_client
 from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError, validation_error
@@ -32,11 +32,10 @@ from webui.api.protocol import ChatCompletionRequest
 from webui.api.responses_items import chat_messages, item_id, output_as_items, read_input, translated
 from webui.api.responses_output import ReplyReader, ResponseEvents, ResponseRun, replayed
 from webui.api.responses_protocol import ResponsesRequest, check_includes
-from webui.api.routes import keep_answer, prepare_chat, serving, start_chat
+from webui.api.routes import count_prompt, keep_answer, prepare_chat, serving, start_chat
 from webui.api.serving import Choice, note_usage
 from webui.api.stored import page_of
-from webui.engine import EngineError, GenerationRequest, InvalidParameter
-from webui.engine.sequence import encode_prompt
+from webui.engine import EngineError, InvalidParameter
 from webui.store.responses import ResponseStore, StoredResponse
 
 log = logging.getLogger("webui.api")
@@ -288,14 +287,13 @@ async def input_tokens(body: ResponsesRequest, request: Request) -> dict:
     conversation = read_request(body, request)
     try:
         chat = await prepare_chat(conversation.chat, request)
-        if is_stepped(chat.model):
-            ids, _ = await asyncio.to_thread(encode_prompt, chat.model, GenerationRequest(
-                chat.prompt, chat.params, add_special_tokens=False, messages=chat.messages, images=chat.images))
-        else:  # a remote server's model: its tokenizer's count of the prompt
-            ids = chat.model.tokenizer.encode(chat.prompt, add_special_tokens=False)
+        counted = await asyncio.to_thread(count_prompt, chat)
+        if counted is None:
+            raise APIError(400, f"counting tokens needs a local model; '{chat.model.name}' is a remote server",
+                           param="model")
     except (APIError, EngineError) as exc:
         raise translated(exc, conversation.origins) from exc
-    return {"object": "response.input_tokens", "input_tokens": len(ids)}
+    return {"object": "response.input_tokens", "input_tokens": counted}
 
 
 @router.post("/v1/responses/compact")

@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from loaders.base import LoadedModel, ModelLoadError, PromptImage, Tokenizer
+from loaders.base import LoadedModel, ModelLoadError, PromptImage, Tokenizer, is_stepped
 from webui.api.auth import request_priority
 from webui.api.body import JSONBodyRoute
 from webui.api.documents import PartIndex, documents_as_text, request_documents, with_document_tokens
@@ -25,8 +25,9 @@ from webui.chat import ChatPromptError, render_chat_prompt
 from webui.chat.modes import ChatMode
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
 from webui.documents import Document
-from webui.engine import Interleaved, InvalidParameter, RequestStream
+from webui.engine import GenerationRequest, Interleaved, InvalidParameter, RequestStream
 from webui.engine.params import SamplingParams
+from webui.engine.sequence import encode_prompt
 from webui.engine.types import GenerationEvent, TokenLogprob
 from webui.images import image_placeholder
 from webui.insight import prompt_logprobs
@@ -132,13 +133,12 @@ class PreparedChat:
 
 @dataclass
 class ChatRun:
-    """A chat request on its way: the model answering, the tools offered (None: none), one stream per choice, and
-    the prompt they were submitted with."""
+    """A chat request on its way: the model answering, the tools offered (None: none), one stream per choice (each
+    says its prompt's token count)."""
 
     model: LoadedModel
     plan: ToolPlan | None
     streams: list[RequestStream]
-    prompt: PreparedChat
 
 
 async def prepare_chat(body: ChatCompletionRequest, request: Request) -> PreparedChat:
@@ -197,7 +197,20 @@ async def start_chat(body: ChatCompletionRequest, request: Request) -> ChatRun:
                                           priority=request_priority(request))
     except APIError as exc:  # too long for the context: say what each document takes of it
         raise await asyncio.to_thread(with_document_tokens, exc, chat.documents, model) from exc
-    return ChatRun(model, chat.plan, streams, chat)
+    return ChatRun(model, chat.plan, streams)
+
+
+def count_prompt(chat: PreparedChat) -> int | None:
+    """The prompt's tokens as the engine reads them (webui/engine/sequence.py: images' tokens counted), without
+    generating: the Responses API's input_tokens, the Messages API's count_tokens. None for a remote server's model
+    that does not tokenize here."""
+    model = chat.model
+    if is_stepped(model):
+        ids, _ = encode_prompt(model, GenerationRequest(chat.prompt, chat.params, add_special_tokens=False,
+                                                        messages=chat.messages, images=chat.images))
+        return len(ids)
+    return len(model.tokenizer.encode(chat.prompt, add_special_tokens=False)) if model.capabilities.tokenizes \
+        else None
 
 
 @router.post("/v1/chat/completions", response_model=None)  # a JSON body, or an SSE stream

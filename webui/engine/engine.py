@@ -111,6 +111,7 @@ class Engine:
                                              "only); load a vision-language model here", len(request.images))
         prompt_ids, images = encode_prompt(model, request) if is_stepped(model) else ([], None)  # a text backend
         stream = RequestStream(request.request_id, request.cancel, self._wake)  # tokenizes itself
+        stream.prompt_tokens = len(prompt_ids) if is_stepped(model) else None
         seq = Sequence(request, stream, now(), tokenized_for=(model, prompt_ids, images))
         with self._cond:
             self._waiting.append(seq)

@@ -64,6 +64,7 @@ class RequestStream:
         self._inbox = _Inbox()
         self._lock = threading.Lock()
         self._merged: tuple[_Inbox, int] | None = None
+        self.prompt_tokens: int | None = None  # the prompt's tokens as the engine read it (None: a remote server's)
 
     # -- engine side ---------------------------------------------------------
     def put(self, event: GenerationEvent, exc: BaseException | None = None) -> None:
