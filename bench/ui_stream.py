@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api_concurrency import default_model_dir  # noqa: E402  (bench/ is the script's folder)
 from tests.e2e.server import running_server, user_data_with_default_model  # noqa: E402
-from tests.ui.pages import (bot_messages, choose_preset, open_page, send, set_number, tab,  # noqa: E402
-                            wait_reply_done)
+from tests.ui.pages import (REPLY_SO_FAR_JS, bot_messages, choose_preset, open_page, reply_so_far,  # noqa: E402
+                            send, set_number, tab, wait_reply_done)
 
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -75,8 +75,7 @@ def open_time(page, label: str, shows: str) -> float:
 
 
 def streamed_chars(page) -> int:
-    replies = bot_messages(page)
-    return len(replies[-1]) if replies else 0
+    return len(reply_so_far(page))
 
 
 def measure(url: str, args: argparse.Namespace) -> tuple[list[float], list[float], float, float]:
@@ -103,9 +102,7 @@ def measure(url: str, args: argparse.Namespace) -> tuple[list[float], list[float
         page.wait_for_function("() => !document.querySelector('#chat-log').innerText.includes('Say hello')")
         send(page, LONG_QUESTION)
         half = args.tokens * 2  # about four characters a token: half of the reply
-        page.wait_for_function("n => { const r = document.querySelectorAll(\"#chat-log [data-testid='bot']\");"
-                               " return r.length && r[r.length - 1].innerText.length >= n; }", arg=half,
-                               timeout=600_000)
+        page.wait_for_function(f"n => ({REPLY_SO_FAR_JS})().length >= n", arg=half, timeout=600_000)
         typing_streaming = typing_times(page, args.keys)
         shown_before = streamed_chars(page)
         open_streaming = open_time(page, PAST_QUESTION, past_reply)

@@ -32,6 +32,7 @@ def create_server(services: Services) -> FastAPI:
     from webui.training.data import MAX_DATASET_BYTES
     from webui.ui.app import CSS, build_ui
     from webui.ui.chat_tab import PASTE_IMAGES_JS
+    from webui.ui.live import LIVE_CSS, LIVE_JS, LiveReplies
 
     app = FastAPI(title="LLM Workbench", docs_url=None, redoc_url=None)
 
@@ -39,10 +40,13 @@ def create_server(services: Services) -> FastAPI:
     def health() -> dict:
         return services.health()
 
-    demo = build_ui(services)
+    live = LiveReplies()
+    live.mount(app)  # before the UI's catch-all mount at /
+    demo = build_ui(services, live)
     demo.queue(default_concurrency_limit=None)
     users = dict(services.config.ui_users)
-    return gr.mount_gradio_app(app, demo, path="", css=CSS, js=PASTE_IMAGES_JS, footer_links=[],
+    page_js = f"() => {{ {LIVE_JS}; ({PASTE_IMAGES_JS})(); }}"
+    return gr.mount_gradio_app(app, demo, path="", css=CSS + LIVE_CSS, js=page_js, footer_links=[],
                                auth=authenticator(users) if users else None,
                                auth_message="Log in to the LLM Workbench" if users else None,
                                max_file_size=MAX_DATASET_BYTES)  # the largest any tab takes: a 1 GB upload

@@ -111,6 +111,25 @@ def bot_messages(page) -> list[str]:
     return page.locator("#chat-log [data-testid='bot']").all_inner_texts()
 
 
+REPLY_SO_FAR_JS = """() => { const live = document.querySelector('#chat-log .chat-live-text');
+    const bots = document.querySelectorAll("#chat-log [data-testid='bot']");
+    return live ? live.innerText : (bots.length ? bots[bots.length - 1].innerText : ''); }"""
+
+
+def reply_so_far(page) -> str:
+    """The reply being written (its text streams into a bubble at the end of the log: webui.ui.live), else the last
+    reply in the log."""
+    return page.evaluate(REPLY_SO_FAR_JS)
+
+
+def wait_streaming(page, chars: int = 0, timeout: int = LONG) -> None:
+    """Wait until the reply being written shows more than ``chars`` characters in its bubble (or has finished)."""
+    page.wait_for_function("n => { const t = document.querySelector('#chat-log .chat-live-text');"
+                           " return (t && t.innerText.length > n)"
+                           " || document.querySelector('#chat-stats').innerText.includes('finish:'); }",
+                           arg=chars, timeout=timeout)
+
+
 def send(page, text: str) -> None:
     tab(page, "Chat")
     page.locator("#chat-message textarea").fill(text)

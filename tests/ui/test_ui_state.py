@@ -10,9 +10,10 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, code_text, open_page, ready_page,
+from tests.ui.pages import (bot_messages, choose, choose_preset, code_text, open_page, ready_page,
                             reload, reload_parameters, reply_when, rows, screenshot, send, set_number, showing, tab,
-                            toast, wait_new_reply, wait_parameters_shown, wait_reply_done, wait_text, wait_until)
+                            toast, wait_new_reply, wait_parameters_shown, wait_reply_done, wait_streaming, wait_text,
+                            wait_until)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -197,8 +198,7 @@ def test_a_reply_cut_off_by_a_reload_is_stored_as_stop_stores_it(server, browser
     question = "Write a long story about a lighthouse keeper and his cat."
     page = ready_page(browser, server.url, max_new_tokens=300)
     send(page, question)
-    page.wait_for_function("() => { const b = document.querySelectorAll('#chat-log [data-testid=bot]');"
-                           " return b.length && b[b.length - 1].innerText.length > 30; }", timeout=LONG)
+    wait_streaming(page, 30)
     page.reload()
     reply = reply_when(server.user_data, question, lambda r: r[2] is not None)
     stats = json.loads(reply[2] or "null")
@@ -238,15 +238,14 @@ def test_switching_chats_during_a_reply_shows_the_chat_clicked_while_the_reply_g
     is stored in A; a message sent in B is answered there, from B's history; A shows its whole reply again."""
     page = ready_page(browser, server.url, max_new_tokens=90)
     send(page, "Name a colour.")  # chat B: a short exchange, stopped by the user
-    page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=bot]').length", timeout=LONG)
+    wait_streaming(page)
     page.locator("#chat-stop").click()
     wait_text(page, "#chat-stats", "finish:")  # cancelled, or stop where the short answer ended before the click
     page.locator("#chat-new").click()
     page.wait_for_function("() => !document.querySelector('#chat-log [data-testid=bot]')", timeout=30_000)
     poem = "Write a poem about clouds."
     send(page, poem)  # chat A
-    page.wait_for_function("() => { const b = document.querySelectorAll('#chat-log [data-testid=bot]');"
-                           " return b.length && b[0].innerText.length > 10; }", timeout=LONG)
+    wait_streaming(page, 10)
     page.locator("#chat-list").get_by_text("Name a colour.", exact=True).first.click()
     page.wait_for_function("() => document.querySelector('#chat-log').innerText.includes('Name a colour.')",
                            timeout=30_000)

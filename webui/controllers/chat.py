@@ -3,7 +3,7 @@ message's inspector shows, over Services, with no Gradio in it. The stored chats
 versions, export) are its ``library`` (:class:`webui.controllers.chat_library.ChatLibrary`).
 
 Every message goes to SQLite before it is shown (the assistant's reply is appended with its first text and updated
-as it streams), so a restart or a kill -9 loses nothing already on screen. Methods take the open chat's id and
+with each view of it as it streams), so a restart or a kill -9 loses nothing already on screen. Methods take the open chat's id and
 return what the tab shows (a ChatView), so no panel can describe another chat. A reply resolves the model in use
 once (its slot: model, engine, adapters) and runs and is recorded on that.
 """
@@ -21,7 +21,7 @@ from webui.chat.characters import CharacterError
 from webui.chat.modes import CHAT_INSTRUCT, DEFAULT_COMMAND, INSTRUCT, ChatMode, ModeError
 from webui.chat.reply import ReplyRecord, written_by
 from webui.chat.templates import ChatTemplate, TemplateError, from_record
-from webui.controllers.chat_library import ChatLibrary, ChatView, require_chat, to_chatbot
+from webui.controllers.chat_library import ChatLibrary, ChatView, require_chat
 from webui.controllers.chat_tools import ToolReplies, chat_plan, edited_steps, tool_turns, uses_tools
 from webui.chat.tool_steps import history_of
 from webui.chat.tools import plan_tools, render_with_tools
@@ -29,7 +29,8 @@ from webui.engine.params import InvalidParameter
 from webui.store import StoreError
 from webui.tools import ToolList
 from webui.controllers.errors import UserError
-from webui.controllers.generation import STOP, ActiveRequests, Streamed, new_request, stream_request
+from webui.controllers.generation import STOP, ActiveRequests, Pace, Streamed, VIEW_INTERVAL, new_request, \
+    stream_request
 from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.engine import GenerationEvent, GenerationRequest, SamplingParams
 from webui.engine.sequence import token_budget
@@ -85,6 +86,7 @@ class ChatSession:
         self.library = ChatLibrary(services)
         self.tool_replies = ToolReplies(self)
         self._shown: dict[str, int | None] = {}  # browser tab (Gradio's session hash) -> the chat on its screen
+        self.view_interval = VIEW_INTERVAL  # the shortest time between two views of a streaming reply
 
     # -- generating -------------------------------------------------------------------------------------
     def send(self, chat_id: int | None, text: str, system_prompt: str, sampling: SamplingParams,
@@ -597,24 +599,30 @@ class ChatSession:
                      events: Streamed, request: GenerationRequest, model: LoadedModel,
                      template: ChatTemplate | None = None, fitted: FittedChat | None = None,
                      mode: ChatMode | None = None) -> Iterator[ChatView]:
-        """Store the streamed reply as it grows (after ``before``)."""
+        """Store the streamed reply as it grows (after ``before``) and show it: a view at most every
+        ``view_interval`` (the tokens between go with the next; the first text and the end at once), each stored
+        before it is shown. The chat's earlier messages are read and built once, so a token costs the same
+        however long the chat is."""
         base, ids, rows = before.text, list(before.token_ids), list(before.rows)
-        head = self.library.view(cid)  # title and system prompt stay while it streams: one query per token, not two
+        head = self.library.view(cid)  # title, system prompt and the earlier messages stay while it streams
+        earlier = head.messages if target is None else head.messages[:-1]  # (a stored target: the last, no calls)
+        pace = Pace(self.view_interval)
 
         def keep(text: str, event: GenerationEvent) -> ChatView | None:
             nonlocal target, ids, rows
             ids += event.token_ids
             rows += token_rows(event.logprobs)
-            if not (event.text or event.finish_reason):
+            final = event.finish_reason is not None
+            if not (event.text or final) or not pace.due(now=final or target is None):
                 return None
-            content, final = base + text, event.finish_reason is not None
+            content = base + text
             stat = final_stats(event, request, model, template, before, ids, rows, fitted, mode) if final else None
-            if target is None and (content or final):
+            if target is None:
                 target = self.chats.append(cid, "assistant", content, stats=stat)
-            elif target is not None:
+            else:
                 self.chats.update(target.id, content=content, stats=stat)
-            return replace(head, messages=to_chatbot(self.chats.messages(cid), self.chats),
-                           stats=stat.summary if stat is not None else "generating…")
+            return replace(head, messages=[*earlier, {"role": "assistant", "content": content}],
+                           stats=stat.summary if stat is not None else "generating…", replying=not final)
 
         try:
             for text, event in events:

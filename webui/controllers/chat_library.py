@@ -13,9 +13,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from webui.chat.modes import INSTRUCT, ChatMode, ModeError
+from webui.chat.tool_steps import ToolStep
 from webui.chat.templates import STOPS, ChatTemplate
 from webui.controllers.errors import UserError
 from webui.engine import SamplingParams
@@ -43,6 +44,8 @@ class ChatView:
     """The chat's mode (webui.chat.modes.MODES)."""
     character: str | None = None
     """The name of the chat's character (None: none)."""
+    replying: bool = False
+    """Whether the last message is a reply still being written (its text grows with the next views)."""
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,19 @@ class Entry:
 def _entries(message: Message, index: int, chats: ChatStore) -> list[tuple[Entry, dict[str, Any]]]:
     """The log entries of one stored message: a reply's tool steps as blocks, then the message itself (its text
     exactly as stored, nothing added: Copy and Edit take it as it is; a message with images shows them first)."""
+    out = tool_blocks(message.record.tool_steps, index) if message.role == "assistant" else []
+    files = [*({"path": image_file(chats, name)} for name in message.images),
+             *({"path": document_file(chats, d.digest, d.name)} for d in message.documents)]
+    content: Any = [*files, message.content] if files else message.content
+    out.append((Entry(index), {"role": message.role, "content": content}))
+    return out
+
+
+def tool_blocks(steps: Sequence[ToolStep], index: int) -> list[tuple[Entry, dict[str, Any]]]:
+    """The blocks that show a reply's tool steps (message ``index`` of the chat's path): each step's own words,
+    and each of its calls' arguments and result."""
     out: list[tuple[Entry, dict[str, Any]]] = []
-    for s, step in enumerate(message.record.tool_steps if message.role == "assistant" else ()):
+    for s, step in enumerate(steps):
         if step.text:
             out.append((Entry(index, s, -1, "said"), block(step.text, "Written before its calls")))
         for c, call in enumerate(step.calls):
@@ -72,10 +86,6 @@ def _entries(message: Message, index: int, chats: ChatStore) -> list[tuple[Entry
             took = f" · {call.seconds:.2f}s" + (f" · error: {call.error}" if call.error else "") + (
                 " · cut to the output limit" if call.truncated else "")
             out.append((Entry(index, s, c, "result"), block(call.result, f"{call.name} · result{took}")))
-    files = [*({"path": image_file(chats, name)} for name in message.images),
-             *({"path": document_file(chats, d.digest, d.name)} for d in message.documents)]
-    content: Any = [*files, message.content] if files else message.content
-    out.append((Entry(index), {"role": message.role, "content": content}))
     return out
 
 

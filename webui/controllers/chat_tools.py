@@ -23,9 +23,9 @@ from webui.chat.tool_loop import LoopUpdate, run_call, run_tool_loop
 from webui.chat.tool_steps import CallRecord, ToolStep, history_of
 from webui.chat.templates import ChatTemplate
 from webui.chat.tools import ToolPlan, may_be_a_call, plan_tools, render_with_tools
-from webui.controllers.chat_library import ChatView, block, to_chatbot
+from webui.controllers.chat_library import ChatView, block, tool_blocks
 from webui.controllers.errors import UserError
-from webui.controllers.generation import new_request, stream_request
+from webui.controllers.generation import Pace, new_request, stream_request
 from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.documents import with_documents
 from webui.engine import GenerationEvent, SamplingParams
@@ -174,16 +174,18 @@ class ToolReplies:
                template: ChatTemplate, model: Any, flag: threading.Event) -> Iterator[ChatView]:
         """Store the reply as the loop goes: its steps (each call as it finishes) and the answer's text as it
         streams; the answer's run record at the end."""
-        chats, library = self.session.chats, self.session.library
-        head = library.view(cid)
+        chats, session = self.session.chats, self.session
+        head = session.library.view(cid)  # title, system prompt and the earlier messages stay while it streams
+        pace = Pace(session.view_interval)
         target: Message | None = None
         ids: list[int] = []
         rows: list[dict[str, Any]] = []
         seen: GenerationEvent | None = None
         steps: list[ToolStep] = []
+        shape: Any = None  # what the last view showed besides the answer's text: its steps and the call running
 
-        def keep(update: LoopUpdate) -> ChatView:
-            nonlocal target, ids, rows, seen, steps
+        def keep(update: LoopUpdate) -> ChatView | None:
+            nonlocal target, ids, rows, seen, steps, shape
             steps = list(update.steps)
             if update.running is not None:  # the turn called: its tokens go with its step, the next turn's are new
                 if not update.steps[-1].calls:  # (its first call)
@@ -195,6 +197,10 @@ class ToolReplies:
                 rows += token_rows(update.event.logprobs)
             event = update.event if update.done else None
             final = event is not None
+            now = (update.running, [(step.text, len(step.calls)) for step in steps])
+            if not pace.due(now=final or target is None or now != shape):
+                return None
+            shape = now
             text = update.text if update.done or not may_be_a_call(update.text) else ""
             if event is not None and "request" in turn:
                 stat = replace(final_stats(event, turn["request"], model, template, ReplyStart(), ids, rows,
@@ -206,14 +212,14 @@ class ToolReplies:
                 target = chats.append(cid, "assistant", text, stats=stat)
             else:
                 chats.update(target.id, content=text, stats=stat)
-            shown = to_chatbot(chats.messages(cid), chats)
+            shown = [*head.messages, *(b for _, b in tool_blocks(steps, 0)), {"role": "assistant", "content": text}]
             if update.running is not None:  # the call running now, as a block after those done
                 call = update.running
                 shown[-1:-1] = [block(call.arguments, f"Tool call: {call.name} · arguments"),
                                 block("", f"{call.name} · running…", running=True)]
             status = stat.summary if final else (f"calling {update.running.name}…" if update.running is not None
                                                  else "generating…")
-            return replace(head, messages=shown, stats=status)
+            return replace(head, messages=shown, stats=status, replying=not final)
 
         last: LoopUpdate | None = None
         try:
@@ -222,7 +228,9 @@ class ToolReplies:
                 if update.running is None and update.event is not None and update.event is seen \
                         and not update.done and update.steps == steps:
                     continue  # the step's end repeats the turn's last event: nothing new to show
-                yield keep(update)
+                view = keep(update)
+                if view is not None:
+                    yield view
         except GeneratorExit:  # the tab was closed or reloaded mid-reply: the calls made are kept, the loop ends
             flag.set()
             close = getattr(loop, "close", None)

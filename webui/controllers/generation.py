@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Generator
 
 from loaders.base import PromptImage
@@ -114,6 +115,25 @@ marked as cut off."""
 
 Streamed = Generator[tuple[str, GenerationEvent], object, None]
 """What ``stream_text`` gives: (text so far, event) pairs, into which a caller may send STOP."""
+
+VIEW_INTERVAL = 0.05
+"""The shortest time between two views of a streaming reply (20 a second, as fast as the eye follows): the tokens
+between them are shown together, so a page's cost per second stays the same however fast a model writes."""
+
+
+class Pace:
+    """When the next view of a stream is due: at most one per ``interval`` seconds, and always when ``now`` says
+    so (the first, the last, a change of what is shown besides the text)."""
+
+    def __init__(self, interval: float = VIEW_INTERVAL) -> None:
+        self.interval, self.last = interval, float("-inf")
+
+    def due(self, now: bool = False) -> bool:
+        at = time.monotonic()
+        if now or at - self.last >= self.interval:
+            self.last = at
+            return True
+        return False
 
 
 def stream_text(slot: Slot, active: ActiveRequests, key: tuple[str, str], prompt: str | list[int],

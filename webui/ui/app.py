@@ -18,6 +18,7 @@ import gradio as gr
 from webui.controllers.generation import ActiveRequests, status_text
 from webui import owner
 from webui.services import Services
+from webui.ui.live import LiveReplies
 from webui.ui import (ab_tab, account, batch_tab, chat_tab, insight_tab, model_tab, notebook_tab, parameters_tab,
                       requests_tab, training_tab)
 
@@ -50,7 +51,8 @@ def logged_in_user() -> str | None:
     return getattr(LocalContext.request.get(None), "username", None)
 
 
-def build_ui(services: Services) -> gr.Blocks:
+def build_ui(services: Services, live: LiveReplies | None = None) -> gr.Blocks:
+    """The page; ``live``: where the Chat tab streams a reply's text (create_server mounts its route)."""
     owner.set_resolver(logged_in_user)  # the stores keep each logged-in user's data apart
     active = ActiveRequests()
     with gr.Blocks(title="LLM Workbench", analytics_enabled=False) as demo:
@@ -79,7 +81,7 @@ def build_ui(services: Services) -> gr.Blocks:
                 requests = requests_tab.create_requests_tab(services)
             requests_tab.wire_refresh(requests, tabs)
             with chat_panel:
-                chat = chat_tab.create_chat_tab(services, params, active)
+                chat = chat_tab.create_chat_tab(services, params, active, live or LiveReplies())
             with notebook_panel:
                 notebook = notebook_tab.create_notebook_tab(services, params, active)
             batch_tab.wire_batch_tab(batch, params)

@@ -11,6 +11,7 @@ import gradio as gr
 from webui.controllers import UserError
 from webui.chat.modes import INSTRUCT
 from webui.controllers.chat import ChatSession, ChatView
+from webui.controllers.chat_library import IMAGE_FILES
 from webui.controllers.parameters import constraint_note, pipeline_text, values_from_params
 from webui.engine.params import specs
 from webui.controllers.generation import ActiveRequests
@@ -18,6 +19,7 @@ from webui.services import Services
 from webui.ui.characters_panel import CharactersPanel, chat_values, chosen, create_characters_panel
 from webui.ui.characters_panel import preview_values, start_values, wire_characters_panel
 from webui.ui.feedback import Update, session_key, shows_errors
+from webui.ui.live import LiveReplies
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
 from webui.ui.save_order import SaveOrder
@@ -62,6 +64,7 @@ class ChatTab:
     export_file: gr.File
     system: gr.Textbox
     chatbot: gr.Chatbot
+    live: gr.Textbox
     selected: gr.State
     version: gr.Markdown
     previous: gr.Button
@@ -136,6 +139,8 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
     # ungrouped: a reply's tool calls are blocks of their own, each with its own Edit (its arguments, its result)
     chatbot = gr.Chatbot(elem_id="chat-log", height="min(460px, 42vh)", editable="all", buttons=["copy"],
                          sanitize_html=True, group_consecutive_messages=False)
+    # the token of the reply being written: the page follows its text on a stream of its own (webui.ui.live)
+    live = gr.Textbox("", visible="hidden", elem_id="chat-live-token", container=False)
     stats = gr.Markdown("", elem_id="chat-stats")
     with gr.Row(equal_height=False):
         # lines=1 (growing to max_lines): Gradio sends on Enter and keeps Shift+Enter for a new line
@@ -175,7 +180,7 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
     with gr.Accordion("Prompt and reproduce record (click a message; default: the last reply)",
                       open=False, elem_id="chat-inspect-panel"):
         inspector = create_inspector_panel("chat", with_record=True)
-    return dict(system=system, chatbot=chatbot, version=version, previous=previous, next_=next_,
+    return dict(system=system, chatbot=chatbot, live=live, version=version, previous=previous, next_=next_,
                 branch_new=branch_new, message=message, images=images, documents=documents, start=start,
                 impersonate=impersonate,
                 to_notebook=to_notebook, use_params=use_params, send=send, stop=stop, regenerate=regenerate,
@@ -185,8 +190,12 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
                 constraint=constraint, constraint_off=constraint_off)
 
 
-def create_chat_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> ChatTab:
+def create_chat_tab(services: Services, params: ParametersTab, active: ActiveRequests,
+                    live: LiveReplies) -> ChatTab:
     session = ChatSession(services, active)
+    # the log's images and documents are served where they are (named by their content, written once): not read,
+    # hashed and copied into Gradio's cache again with each view of a streaming reply
+    gr.set_static_paths([IMAGE_FILES])
     with gr.Row():
         with gr.Column(scale=1, min_width=240):
             left = _chat_list_column()
@@ -194,7 +203,8 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
             right = _conversation_column(services, session)
     tab = ChatTab(chat_id=gr.State(None), confirm=gr.State(False), selected=gr.State(None), session=session,
                   params=params, **left, **right)
-    _wire_generation(tab, session, params)
+    _wire_generation(tab, session, params, live)
+    tab.live.change(None, [tab.live], None, js="(token) => window.workbenchLive && window.workbenchLive(token)")
     _wire_constraint(tab)
     _wire_chat_list(tab, session)
     wire_template_panel(tab.template, tab.chat_id, tab.message, tab.system)
@@ -240,16 +250,37 @@ def panel_updates(session: ChatSession, chat_id: int | None, index: int | None =
         rows, branchable)
 
 
-def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) -> None:
+def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, live: LiveReplies) -> None:
     def on_screen(view: ChatView, request: gr.Request) -> bool:
         """Whether the browser tab shows the view's chat now (a reply goes on being written and stored in its chat
         while the tab shows another: only that chat's view gets its text)."""
         return session.shows(session_key(request, PANEL)[0], view.chat_id)
 
-    def streamed(views: Iterator[ChatView], request: gr.Request) -> Iterator[tuple | Update]:
-        """ChatViews as [chatbot, stats] updates, while their chat is on screen."""
-        for view in views:
-            yield (view.messages, view.stats) if on_screen(view, request) else gr.skip()
+    def streamed(views: Iterator[ChatView], request: gr.Request) -> Iterator[tuple]:
+        """ChatViews as [chatbot, stats, live token] updates, while their chat is on screen: the log and the stats
+        when they change (the first view, a tool call's blocks, the finished reply); a reply's growing text on its
+        own stream (webui.ui.live), so that a token costs the page no Gradio update."""
+        token, shown = live.open(), None
+        try:
+            for view in views:
+                if live.gone(token):  # the page went away mid-reply: stored as Stop stores it
+                    getattr(views, "close", lambda: None)()
+                    return
+                if not on_screen(view, request):
+                    live.put(token, "")
+                    if shown is not None or not view.replying:  # (Gradio sends the last update again at the end)
+                        yield gr.skip(), gr.skip(), gr.skip()  # (the page may follow another reply by now)
+                    shown = None  # back on screen: the log is sent again
+                    continue
+                if not view.replying:
+                    yield view.messages, view.stats, ""
+                    continue
+                live.put(token, view.messages[-1]["content"])
+                if (view.messages[:-1], view.stats) != shown:
+                    shown = (view.messages[:-1], view.stats)
+                    yield view.messages[:-1], view.stats, token
+        finally:
+            live.close(token)
 
     @shows_errors
     def send(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
@@ -260,10 +291,9 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
                              tools=data[tab.tools.box] or [],
                              documents=[(Path(f).read_bytes(), Path(f).name) for f in data[tab.documents] or []])
         first = next(views)  # the message is stored: clear the box and the attachments
-        yield *view_updates(session, first, data[tab.search], request), "", None, None
-        for view in views:
-            yield (view.messages, *[gr.skip()] * 4, view.stats, *[gr.skip()] * 5) if on_screen(view, request) \
-                else gr.skip()
+        yield *view_updates(session, first, data[tab.search], request), "", None, None, gr.skip()
+        for log, stats, token in streamed(views, request):
+            yield log, *[gr.skip()] * 4, stats, *[gr.skip()] * 5, token
 
     @shows_errors
     def regenerate(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
@@ -287,7 +317,8 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
                                              params.params(data), session_key(request, PANEL)), request)
         except UserError as exc:  # the box shows the edit; put back what is stored
             gr.Warning(str(exc))
-            yield session.library.view(data[tab.chat_id]).messages if data[tab.chat_id] is not None else [], gr.skip()
+            yield session.library.view(data[tab.chat_id]).messages if data[tab.chat_id] is not None else [], \
+                gr.skip(), gr.skip()
 
     @shows_errors
     def branch(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
@@ -298,14 +329,15 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     def stop(cid: int | None, request: gr.Request) -> None:
         session.stop(session_key(request, PANEL), cid)  # the reply of the chat shown (and an Impersonate)
 
-    inputs, short = {tab.chat_id, tab.start, *params.inputs}, [tab.chatbot, tab.stats]
+    inputs, short = {tab.chat_id, tab.start, *params.inputs}, [tab.chatbot, tab.stats, tab.live]
     send_inputs: set[gr.blocks.Block] = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs,
                                          tab.characters.mode, tab.characters.character, tab.images,
                                          tab.tools.box, tab.documents}
     tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message],
                           concurrency_limit=None)
     for trigger in (tab.send.click, tab.message.submit):
-        trigger(send, send_inputs, [*tab.view, tab.message, tab.images, tab.documents], concurrency_limit=None,
+        trigger(send, send_inputs, [*tab.view, tab.message, tab.images, tab.documents, tab.live],
+                concurrency_limit=None,
                 trigger_mode="multiple").then(
             lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
     for trigger, handler in ((tab.regenerate.click, regenerate), (tab.continue_.click, continue_reply),

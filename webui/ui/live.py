@@ -1,0 +1,160 @@
+"""The reply a chat is writing, shown as it grows on a channel of its own (#46).
+
+Every message a Gradio event sends to the page while it runs makes the page update the loading status of every
+component any event has ever filled (Gradio 6's ``update_loading_stati_state``): a few hundred here, each found by
+a walk of the whole component tree and deep-copied. Streamed through a Gradio event, each token cost the page that
+(a fifth of a second on this machine), so typing and clicking waited seconds behind a long reply.
+
+So the Chat tab's event sends the page only what changes the log's shape (the message sent, a tool call's blocks,
+the finished reply), and the reply's text goes on a plain stream of its own: ``GET /chat-live/{token}``, server-sent
+events with the text so far, at most ``VIEW_INTERVAL`` apart, read by a small page script that shows it in a
+bubble at the end of the log. The token is made per reply (unguessable, as a capability) and handed to the page in
+the event's first update; the stream ends when the reply does, and the event's last update puts the finished
+reply in the log and clears the bubble.
+
+The stream is also how the server learns that the page went away: when its reader disconnects and none comes back
+within ``GONE_AFTER`` seconds, :meth:`LiveReplies.gone` says so and the tab stops the reply as Stop would (before,
+Gradio closed the event at its next update; the event now sends none while the text streams).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+
+from webui.controllers.generation import VIEW_INTERVAL
+
+GONE_AFTER = 3.0
+"""Seconds a reply's stream may stay without a reader (after it had one) before its page counts as gone."""
+
+
+@dataclass
+class _Reply:
+    text: str = ""
+    version: int = 0
+    done: bool = False
+    readers: int = 0
+    left_at: float | None = None  # when its last reader disconnected (None: one reads now, or none came yet)
+    changed: threading.Event = field(default_factory=threading.Event)
+
+
+class LiveReplies:
+    """The replies being written now, by token."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._replies: dict[str, _Reply] = {}
+
+    def open(self) -> str:
+        token = secrets.token_urlsafe(18)
+        with self._lock:
+            self._replies[token] = _Reply()
+        return token
+
+    def put(self, token: str, text: str) -> None:
+        with self._lock:
+            reply = self._replies.get(token)
+            if reply is not None and reply.text != text:
+                reply.text, reply.version = text, reply.version + 1
+
+    def close(self, token: str) -> None:
+        with self._lock:
+            reply = self._replies.pop(token, None)
+            if reply is not None:
+                reply.done = True
+
+    def gone(self, token: str) -> bool:
+        """Whether the page that showed this reply went away (its reader left, and none came back)."""
+        with self._lock:
+            reply = self._replies.get(token)
+            return reply is not None and reply.left_at is not None and time.monotonic() - reply.left_at > GONE_AFTER
+
+    async def follow(self, token: str, disconnected) -> AsyncIterator[str]:
+        """Server-sent events: ``data: {"text": ...}`` each time the text changes (at most every VIEW_INTERVAL),
+        then ``event: done``. ``disconnected``: an awaitable function, true once the reader has gone."""
+        with self._lock:
+            reply = self._replies.get(token)
+            if reply is None:
+                return
+            reply.readers += 1
+            reply.left_at = None
+        sent = -1
+        try:
+            while True:
+                with self._lock:
+                    version, text, done = reply.version, reply.text, reply.done
+                if version != sent:
+                    sent = version
+                    yield f"data: {json.dumps({'text': text})}\n\n"
+                if done:
+                    yield "event: done\ndata: {}\n\n"
+                    return
+                if await disconnected():
+                    return
+                await asyncio.sleep(VIEW_INTERVAL)
+        finally:
+            with self._lock:
+                reply.readers -= 1
+                if not reply.readers and not reply.done:
+                    reply.left_at = time.monotonic()
+
+    def mount(self, app) -> None:
+        """``GET /chat-live/{token}`` on the FastAPI ``app`` (outside the UI's own routes)."""
+        def route(token: str, request: Request) -> Response:
+            with self._lock:
+                known = token in self._replies
+            if not known:  # done already (the log has it), or never made
+                return Response(status_code=204)
+            return StreamingResponse(self.follow(token, request.is_disconnected), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+        app.add_api_route("/chat-live/{token}", route, methods=["GET"], include_in_schema=False)
+
+
+LIVE_JS = """
+window.workbenchLive = (() => {
+    let source = null;
+    const bubble = () => document.querySelector("#chat-log .chat-live");
+    const clear = () => { if (source) { source.close(); source = null; } const b = bubble(); if (b) b.remove(); };
+    const show = (text) => {
+        const log = document.querySelector("#chat-log");
+        const wrap = log && log.querySelector(".bubble-wrap");
+        if (!wrap) return;
+        if (!text) { const b = bubble(); if (b) b.remove(); return; }
+        const near = log.scrollHeight - log.scrollTop - log.clientHeight < 80;  // following the end: keep at it
+        let b = bubble();
+        if (!b) {
+            b = document.createElement("div");
+            b.className = "chat-live message-row bubble bot-row";
+            b.innerHTML = '<div class="message bot"><div data-testid="bot-live" class="chat-live-text"></div></div>';
+            wrap.appendChild(b);
+        }
+        b.querySelector(".chat-live-text").textContent = text;
+        if (near) log.scrollTop = log.scrollHeight;
+    };
+    return (token) => {
+        clear();
+        if (!token) return;
+        source = new EventSource("chat-live/" + encodeURIComponent(token));  // beside the page, wherever it is
+        source.onmessage = (event) => show(JSON.parse(event.data).text);
+        source.addEventListener("done", () => { if (source) { source.close(); source = null; } });
+        source.onerror = () => { if (source && source.readyState === EventSource.CLOSED) source = null; };
+    };
+})();
+"""
+"""Page script: ``workbenchLive(token)`` follows a reply's stream into a bubble at the end of the log (an empty
+token: the reply is in the log now, the bubble goes)."""
+
+LIVE_CSS = """
+#chat-log .chat-live .message {padding: var(--spacing-md) var(--spacing-lg); border-radius: var(--radius-lg);
+    background: var(--color-accent-soft); margin: var(--spacing-sm) 0; max-width: 100%}
+#chat-log .chat-live-text {white-space: pre-wrap; overflow-wrap: anywhere}
+"""
