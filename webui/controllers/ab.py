@@ -117,7 +117,7 @@ class ABController:
             return ()
         if side.adapter not in attached_loras(slot.model):
             try:
-                self.services.models.load_lora(side.adapter, slot.name)
+                self.services.models.load_lora(side.adapter, slot.name, self.services.owner)
             except (LoaderError, InvalidName) as exc:
                 raise UserError(f"Side {name}: the adapter '{side.adapter}' cannot run on {slot.name}: {exc}; "
                                 "choose another") from exc
