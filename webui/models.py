@@ -456,15 +456,25 @@ class ModelManager:
         """Load an adapter into a loaded model (no reload) and make it active with ``weight``."""
         from loaders.lora import LoRAError
 
-        name = check_name("LoRA adapter", name)
         if not (isinstance(weight, (int, float)) and -10 <= weight <= 10) or isinstance(weight, bool):
             raise LoRAError(f"a LoRA weight must be a number in [-10, 10], got {weight!r}")
         with self._lock:
-            slot, lora_model = self._lora_slot(model, owner)
-            path = set_dir(self.config.loras_dir) / name
-            slot.engine.call_between_steps(lambda: lora_model.add_lora(name, path))
+            slot = self.load_lora(name, model, owner)
             slot.loras[name] = float(weight)
         log.info("attached LoRA %s (weight %g) to %s", name, weight, slot.name)
+
+    def load_lora(self, name: str, model: str | None = None, owner: str = "") -> Slot:
+        """Load an adapter into a loaded model (no reload) for the requests that name it, without making it
+        active: requests that name none (Chat, the status line's) run as before. Nothing if it is loaded already;
+        returns the model's slot."""
+        name = check_name("LoRA adapter", name)
+        with self._lock:
+            slot, lora_model = self._lora_slot(model, owner)
+            if name not in lora_model.loras:
+                path = set_dir(self.config.loras_dir) / name
+                slot.engine.call_between_steps(lambda: lora_model.add_lora(name, path))
+                log.info("loaded LoRA %s into %s (not active)", name, slot.name)
+        return slot
 
     def detach_lora(self, name: str, model: str | None = None, owner: str = "") -> None:
         """Remove an adapter; requests still running with it end with an error that says so."""

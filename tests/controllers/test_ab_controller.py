@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import last
+from loaders.base import attached_loras
+from tests.conftest import SECRET_PROMPT, SECRET_WORD, last
 from webui.controllers import UserError
 from webui.controllers.ab import CURRENT, IN_USE, NO_ADAPTER, ABController, Side
-from webui.engine import SamplingParams
+from webui.controllers.generation import status_text
+from webui.engine import GenerationRequest, SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=5, ban_eos=True)
 
@@ -50,7 +52,8 @@ def test_each_side_on_its_own_loaded_model(controller, services, tiny_model_dir)
     assert services.models.slot("tiny-copy").engine.stats().model == "tiny-copy"
     with pytest.raises(UserError, match=r"Side B: the model 'nope' is not loaded; loaded: tiny, tiny-copy"):
         list(controller.run("Hi", True, (Side(CURRENT, None), Side(CURRENT, None, "nope")), GREEDY, "tab"))
-    with pytest.raises(UserError, match=r"Side A: the adapter 'secret' is not attached to tiny-copy"):
+    with pytest.raises(UserError, match=r"Side A: the adapter 'secret' cannot run on tiny-copy: LoRA adapter "
+                                        r"'secret' does not exist in .*; choose another"):
         list(controller.run("Hi", True, (Side(CURRENT, "secret", "tiny-copy"), Side(CURRENT, None)), GREEDY, "tab"))
 
 
@@ -63,3 +66,21 @@ def test_a_side_on_a_preset_keeps_the_parameters_tabs_length_unless_the_preset_s
     texts, notes = last(controller.run("Hello", False, (Side(CURRENT, None), Side("Short", None)), GREEDY, "tab"))
     assert notes[1].startswith("2 tokens") and notes[1].endswith("max_new_tokens 2 (preset Short)")
     assert notes[0].startswith("5 tokens") and notes[0].endswith("max_new_tokens 5 (Parameters tab)")
+
+
+def test_a_sides_adapter_runs_with_its_request_alone_and_leaves_the_models_adapters_as_they_were(
+        controller, services, tiny_lora_dir):
+    (services.config.loras_dir / "secret").symlink_to(tiny_lora_dir, target_is_directory=True)
+    assert "secret" in controller.choices()[1]  # offered from the loras dir: it fits the model, nothing attached
+    assert attached_loras(services.loaded) == {} and services.active_loras == ()
+    texts, notes = last(controller.run(SECRET_PROMPT, False, (Side(CURRENT, NO_ADAPTER), Side(CURRENT, "secret")),
+                                       GREEDY, "tab"))
+    assert texts[1].startswith(SECRET_WORD) and not texts[0].startswith(SECRET_WORD)  # only B runs with it
+    assert "· LoRA: secret ×1 ·" in notes[1] and "· LoRA: none ·" in notes[0]  # the stats name each side's adapter
+    assert services.active_loras == () and "LoRA" not in status_text(services)  # the model is as it was
+    assert "secret" in attached_loras(services.loaded)  # loaded for the requests that name it
+    chat = services.engine.generate(GenerationRequest(SECRET_PROMPT, GREEDY, loras=services.active_loras))
+    assert chat.text == texts[0]  # a request that names no adapter (Chat's) runs without it
+    again, _ = last(controller.run(SECRET_PROMPT, False, (Side(CURRENT, "secret"), Side(CURRENT, None)), GREEDY,
+                                   "tab"))
+    assert again == [texts[1], texts[0]] and services.active_loras == ()

@@ -72,13 +72,14 @@ def test_a_run_from_the_form_trains_while_serving_and_its_adapter_attaches_compa
     assert train[-1][1] < train[0][1] - 0.1 and evals[-1][1] < evals[0][1]
     assert "zorbl" in [e.name for e in services.models.compatible_loras()]
 
-    assert controller.attach() == "Attached **zorbl** ×1 to tiny." and services.active_loras == (("zorbl", 1.0),)
     assert controller.ab_sides() == (Side(CURRENT, NO_ADAPTER, "tiny"), Side(CURRENT, "zorbl", "tiny"))
     note = controller.perplexity()
+    assert services.active_loras == ()  # compared and measured with their own requests: Chat runs as before
     assert "on the eval split of `zorbl.txt` (2 examples" in note
     after, before = services.perplexity.list()  # newest first
     assert before.loras == [] and after.loras == [["zorbl", 1.0]] and after.ppl < 0.8 * before.ppl, (before, after)
     assert f"**{before.ppl:.2f}** without the adapter, **{after.ppl:.2f}** with **zorbl**" in note
+    assert controller.attach() == "Attached **zorbl** ×1 to tiny." and services.active_loras == (("zorbl", 1.0),)
 
 
 def test_stop_keeps_a_checkpoint_and_resume_continues_the_curve(services, controller, tmp_path):

@@ -1,7 +1,8 @@
 """The Training tab in a real browser, on the tiny model (a workbench started with --model tiny): upload a dataset,
 fill the settings, preview, a bad setting refused, start, watch the loss plot grow, stop, reload (the run and its
-form are shown again), resume to the end; the adapter is listed in the Model tab's LoRA panel and attaches there;
-the tab's own buttons compare it in A/B and measure its perplexity.
+form are shown again), resume to the end; the tab's own buttons compare it in A/B (side B's requests alone: the
+status line shows no adapter after the run, the side's stats name it) and measure its perplexity; the adapter is
+listed in the Model tab's LoRA panel and attaches there.
 
 600 steps (~15 s at ~40 steps/s on one core) leave room for the page's own latency between Start and Stop."""
 
@@ -11,7 +12,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import (choose, open_page, reload, screenshot, set_number, tab, toast, upload_file,
+from tests.ui.pages import (choose, choose_preset, open_page, reload, screenshot, set_number, tab, toast, upload_file,
                             wait_text)
 
 pytestmark = [pytest.mark.browser]
@@ -80,19 +81,33 @@ def test_train_watch_the_loss_stop_resume_and_attach(server, browser):
     assert (server.user_data / "loras" / "notes" / "training.json").is_file()
     screenshot(page, "training-done")
 
-    tab(page, "Model")
-    choose(page, "lora-pick", "notes")  # listed in the LoRA panel
-    page.locator("#lora-attach").click()
-    wait_text(page, "#lora-active", "Attached: notes ×1", 30_000)
-
+    choose_preset(page, "Deterministic", "0")  # greedy: the sides differ by the adapter alone
+    set_number(page, "params-max_new_tokens", 8)
     tab(page, "Training")
     page.locator("#train-compare").click()
     page.wait_for_function("() => document.querySelector('#ab-b-lora input')?.value === 'notes'",
                            timeout=30_000)  # the A/B tab opens: the base model, without and with it
     assert page.locator("#ab-a-lora input").input_value() == "no adapter"
     assert page.locator("#ab-a-model input").input_value() == page.locator("#ab-b-model input").input_value() == "tiny"
+    page.locator("#ab-prompt textarea").press_sequentially("Zorbl is", delay=30)
+    page.locator("#ab-chat input").uncheck()
+    page.locator("#ab-run").click()
+    wait_text(page, "#ab-a-stats", "finish:", 60_000)
+    wait_text(page, "#ab-b-stats", "finish:", 60_000)
+    assert "LoRA: notes ×1" in page.locator("#ab-b-stats").inner_text()  # each side's stats name its adapter
+    assert "LoRA: none" in page.locator("#ab-a-stats").inner_text()
+    assert page.locator("#ab-a-output textarea").input_value() != page.locator("#ab-b-output textarea").input_value()
+    wait_text(page, "#status-line", "idle", 30_000)  # the status line after the run (it refreshes each second):
+    assert "LoRA" not in page.locator("#status-line").inner_text()  # the model runs Chat as before, no adapter
     tab(page, "Training")
     page.locator("#train-perplexity").click()
     wait_text(page, "#train-result", "Perplexity on the eval split of notes.txt (1 examples", 60_000)
     assert "without the adapter" in page.locator("#train-result").inner_text()
+    assert "LoRA" not in page.locator("#status-line").inner_text()
+
+    tab(page, "Model")
+    choose(page, "lora-pick", "notes")  # listed in the LoRA panel; attaching it is what Chat then runs with
+    page.locator("#lora-attach").click()
+    wait_text(page, "#lora-active", "Attached: notes ×1", 30_000)
+    wait_text(page, "#status-line", "LoRA: notes ×1", 30_000)
     page.close()

@@ -1,16 +1,20 @@
 """ABController: one prompt under two settings (current parameters or a preset, with or without an adapter, on
 the model in use or another loaded model), streamed side by side. Both requests are submitted together, so on
-one model they share the engine's decode steps, and on two they generate at the same time."""
+one model they share the engine's decode steps, and on two they generate at the same time.
+
+A side's adapter runs with that side's request only, as a batch cell's or an API request's does: running A/B
+loads it into the model if it is not there yet, but never makes it active, so the model's attached adapters (the
+status line's, those Chat and the API run with) stay as they were."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterator
 
-from loaders.base import ModelLoadError, attached_loras
+from loaders.base import LoaderError, ModelLoadError, attached_loras, is_lora_model
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.controllers.errors import UserError
-from webui.controllers.generation import ActiveRequests, stats_text
+from webui.controllers.generation import ActiveRequests, lora_text, stats_text
 from webui.engine import EngineError, GenerationError, GenerationRequest, SamplingParams
 from webui.engine.stream import Interleaved, RequestStream
 from webui.names import InvalidName
@@ -29,7 +33,8 @@ class Side:
     parameters: str | None
     """CURRENT or a preset's name."""
     adapter: str | None
-    """NO_ADAPTER or an attached adapter's name (applied at the weight it was attached with)."""
+    """NO_ADAPTER or an adapter's name: one loaded into the side's model, or one in the loras dir that fits it (loaded
+    for this side's request, not made active). Applied at the weight it was attached with, else 1."""
     model: str | None = IN_USE
     """IN_USE or a loaded model's name."""
 
@@ -39,9 +44,12 @@ class ABController:
         self.services, self.active = services, active
 
     def choices(self) -> tuple[list[str], list[str], list[str]]:
-        """(parameter choices, adapter choices, model choices) for each side; the adapters of every loaded model."""
-        slots = self.services.models.slots()
-        adapters = dict.fromkeys(n for s in slots for n in attached_loras(s.model))
+        """(parameter choices, adapter choices, model choices) for each side; the adapters loaded into every loaded
+        model, then those in the loras dir that fit one."""
+        models = self.services.models
+        slots = [s for s in models.slots() if is_lora_model(s.model)]
+        adapters = dict.fromkeys([*(n for s in slots for n in attached_loras(s.model)),
+                                  *(e.name for s in slots for e in models.compatible_loras(s.name))])
         return ([CURRENT, *self.services.presets.names()], [NO_ADAPTER, *adapters],
                 [IN_USE, *self.services.models.names()])
 
@@ -59,8 +67,9 @@ class ABController:
             raise UserError("Type a prompt first.")
         slots = [self._slot(side, name) for side, name in zip(sides, "AB")]
         chosen = [self._sampling(side, name, current) for side, name in zip(sides, "AB")]
-        requests = [self._request(side, name, sampling, prompt, chat, slot)
-                    for side, name, (sampling, _), slot in zip(sides, "AB", chosen, slots)]
+        loras = [self._loras(side, name, slot) for side, name, slot in zip(sides, "AB", slots)]
+        requests = [self._request(name, sampling, prompt, chat, slot, adapters)
+                    for name, (sampling, _), slot, adapters in zip("AB", chosen, slots, loras)]
         streams = []
         try:
             for slot, request in zip(slots, requests):
@@ -69,7 +78,8 @@ class ABController:
             for stream in streams:
                 stream.cancel()
             raise UserError(str(exc)) from exc
-        yield from self._follow(streams, session, [length for _, length in chosen])
+        yield from self._follow(streams, session, [f"LoRA: {lora_text(adapters) or 'none'} · {length}"
+                                                   for adapters, (_, length) in zip(loras, chosen)])
 
     def _slot(self, side: Side, name: str) -> Slot:
         try:
@@ -101,14 +111,20 @@ class ABController:
             raise UserError(f"Side {name}: preset {side.parameters} with the Parameters tab's max_new_tokens: "
                             f"{exc}") from exc
 
-    def _request(self, side: Side, name: str, sampling: SamplingParams, prompt: str, chat: bool,
-                 slot: Slot) -> GenerationRequest:
-        loras: tuple[tuple[str, float], ...] = ()
-        if side.adapter not in (None, NO_ADAPTER):
-            if side.adapter not in attached_loras(slot.model):
-                raise UserError(f"Side {name}: the adapter '{side.adapter}' is not attached to {slot.name}; attach "
-                                "it to that model in the Model tab, or choose another")
-            loras = ((side.adapter, slot.loras.get(side.adapter, 1.0)),)  # as attached in the Model tab
+    def _loras(self, side: Side, name: str, slot: Slot) -> tuple[tuple[str, float], ...]:
+        """The side's adapter for its request alone: loaded into the model if need be, never made active."""
+        if side.adapter in (None, "", NO_ADAPTER):
+            return ()
+        if side.adapter not in attached_loras(slot.model):
+            try:
+                self.services.models.load_lora(side.adapter, slot.name, self.services.owner)
+            except (LoaderError, InvalidName) as exc:
+                raise UserError(f"Side {name}: the adapter '{side.adapter}' cannot run on {slot.name}: {exc}; "
+                                "choose another") from exc
+        return ((side.adapter, slot.loras.get(side.adapter, 1.0)),)  # as attached in the Model tab, if it is
+
+    def _request(self, name: str, sampling: SamplingParams, prompt: str, chat: bool, slot: Slot,
+                 loras: tuple[tuple[str, float], ...]) -> GenerationRequest:
         messages, text = None, prompt
         if chat:
             try:

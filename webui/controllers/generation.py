@@ -56,6 +56,11 @@ class ActiveRequests:
         return True
 
 
+def lora_text(loras: tuple[tuple[str, float], ...]) -> str:
+    """Adapters with their weights as the status line and A/B's stats name them ("notes ×1, style ×0.5")."""
+    return ", ".join(f"{n} ×{w:g}" for n, w in loras)
+
+
 def status_text(services: Services) -> str:
     model = services.loaded
     if model is None:
@@ -64,7 +69,7 @@ def status_text(services: Services) -> str:
     state = (f"generating · {stats.running} running, {stats.waiting} waiting · {stats.tokens_per_second:.1f} tok/s"
              if stats.busy else "idle")
     loras = services.active_loras
-    adapters = f" · LoRA: {', '.join(f'{n} ×{w:g}' for n, w in loras)}" if loras else ""
+    adapters = f" · LoRA: {lora_text(loras)}" if loras else ""
     cache = stats.prefix_cache
     size = f" {cache.bytes / 2**20:.0f} MB," if cache and cache.budget_bytes else ""
     cached = f" · prefix cache{size} {cache.hit_rate:.0%} hit" if cache else ""

@@ -1,8 +1,9 @@
 """TrainingController: the Training tab's behaviour. A dataset from the training folder (or uploaded into it), a
 base model from the catalog, the settings from the one table (webui/training/settings.py); every input checked
 before anything runs (the backend's messages, naming the tab's controls); the run in the background
-(webui/training/runner.py) with its progress and loss curves; the adapter it writes attached, compared in the A/B
-tab against its base, and its perplexity measured on the run's eval split with and without it.
+(webui/training/runner.py) with its progress and loss curves; the adapter it writes attached (Attach: Chat then
+runs with it), or compared in the A/B tab against its base and its perplexity measured on the run's eval split with
+and without it (for those requests alone: the model's attached adapters stay as they were).
 
 Datasets and format files live where text-generation-webui keeps them: ``<user data>/training/datasets`` and
 ``<user data>/training/formats``.
@@ -233,26 +234,34 @@ class TrainingController:
                 raise UserError(str(exc)) from exc
         return f"Attached **{job.name}** ×{slot.loras[job.name]:g} to {slot.name}."
 
-    def ab_sides(self) -> tuple[Side, Side]:
-        """A/B: the base model without the adapter against it with the adapter (attached first)."""
-        self.attach()
+    def load(self) -> tuple[Slot, tuple[tuple[str, float], ...]]:
+        """The last run's base model, with its adapter loaded into it for the requests that name it (not made
+        active: Chat and the API run as before), and that adapter at its weight (its attached one, else 1)."""
         job = self.finished()
         slot = self.base_slot(job)
-        return Side(CURRENT, NO_ADAPTER, slot.name), Side(CURRENT, job.name, slot.name)
+        try:
+            self.services.models.load_lora(job.name, slot.name)
+        except (LoaderError, InvalidName) as exc:
+            raise UserError(str(exc)) from exc
+        return slot, ((job.name, slot.loras.get(job.name, 1.0)),)
+
+    def ab_sides(self) -> tuple[Side, Side]:
+        """A/B: the base model without the adapter against it with the adapter, that side's request alone."""
+        slot, ((name, _),) = self.load()
+        return Side(CURRENT, NO_ADAPTER, slot.name), Side(CURRENT, name, slot.name)
 
     def perplexity(self, progress: Any = None) -> str:
         """The perplexity of the run's eval split (its training data when it had none) without and with the
         adapter, both kept in Insight's perplexity list."""
         job = self.finished()
-        self.attach()
-        slot = self.base_slot(job)
+        slot, adapter = self.load()
         data = job.dataset
         assert data is not None, "prepared"
         examples, what = (data.eval, "eval split") if data.eval else (data.train, "training data (no eval split)")
         sequences = [(e.input_ids, e.labels) for e in examples]
         window = max(len(ids) for ids, _ in sequences)
         results = []
-        for n, loras in enumerate(((), ((job.name, slot.loras[job.name]),))):
+        for n, loras in enumerate(((), adapter)):
             step = (lambda f, m, n=n: progress((n + f) / 2, m)) if progress else None
             try:
                 result = sequences_perplexity(slot.engine, sequences, window, loras, step)

@@ -45,7 +45,9 @@ def _side_column(name: str, side: Side, choices: tuple[list[str], list[str], lis
                                  info="A preset sets the sampling; the length stays the Parameters tab's "
                                       "max_new_tokens unless the preset sets its own (the side's stats say which)")
         adapter = gr.Dropdown(choices=choices[1], value=side.adapter, label=f"{name.upper()}: LoRA adapter",
-                              elem_id=f"ab-{name}-lora")
+                              elem_id=f"ab-{name}-lora",
+                              info="Runs with this side's request alone (loaded if need be, not attached: Chat and "
+                                   "the API run as before)")
         output = gr.Textbox(label=f"Output {name.upper()}", lines=10, interactive=False, elem_id=f"ab-{name}-output")
         stats = gr.Markdown("", elem_id=f"ab-{name}-stats")
     return SideColumn(model, parameters, adapter, output, stats)
@@ -84,7 +86,7 @@ def _wire(tab: ABTab, params: ParametersTab) -> None:
 
     inputs: set[Block] = {tab.prompt, tab.chat, *[x for s in tab.sides for x in (s.parameters, s.adapter, s.model)], *params.inputs}
     tab.run.click(run, inputs, [a.output, a.stats, b.output, b.stats], concurrency_limit=None)
-    for side in tab.sides:  # adapters attached or presets saved since the page loaded
+    for side in tab.sides:  # adapters added or presets saved since the page loaded
         side.parameters.focus(lambda: gr.update(choices=c.choices()[0]), None, side.parameters)
         side.adapter.focus(lambda: gr.update(choices=c.choices()[1]), None, side.adapter)
         side.model.focus(lambda: gr.update(choices=c.choices()[2]), None, side.model)

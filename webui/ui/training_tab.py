@@ -216,7 +216,8 @@ def wire_ab(tab: TrainingTab, ab: Any, tabs: gr.Tabs) -> None:
         for side in (side_a, side_b):
             sides += [gr.update(choices=models, value=side.model), gr.update(choices=presets, value=side.parameters),
                       gr.update(choices=adapters, value=side.adapter)]
-        return (f"Attached **{side_b.adapter}**; the A/B tab compares {side_a.model} without and with it.",
+        return (f"The A/B tab compares {side_a.model} without and with **{side_b.adapter}** (side B's requests alone: "
+                "Chat and the API run as before).",
                 *sides, gr.Tabs(selected="ab"))
 
     tab.compare.click(compare, None, [tab.result, a.model, a.parameters, a.adapter, b.model, b.parameters, b.adapter,
