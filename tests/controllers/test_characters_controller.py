@@ -60,11 +60,40 @@ def test_a_new_chat_sent_in_a_mode_gets_the_greeting_first(session, characters):
         last(session.send(None, "Hi", "", GREEDY, KEY, mode="story"))
 
 
+@pytest.mark.parametrize("mode", ["chat", "chat-instruct"])
+def test_new_chat_with_a_character_opens_with_its_greeting_shown_stored_and_sent(session, characters, mode):
+    view = characters.new_chat(mode, "Ann")  # before anything is typed: the greeting, stored
+    assert view.chat_id is not None and view.messages == [{"role": "assistant", "content": "Ahoy, Zed!"}]
+    assert [(m.role, m.content) for m in session.chats.messages(view.chat_id)] == [("assistant", "Ahoy, Zed!")]
+    expected = characters.preview(view.chat_id, mode, "Ann", "Where to?").prompt
+    assert "Ahoy, Zed!" in expected and "pirate captain" in expected
+    done = last(session.send(view.chat_id, "Where to?", "", GREEDY, KEY))
+    stored = session.chats.messages(done.chat_id)
+    assert [(m.role, m.content) for m in stored[:2]] == [("assistant", "Ahoy, Zed!"), ("user", "Where to?")]
+    assert len(stored) == 3 and stored[2].role == "assistant"  # greeting, your message, the reply
+    assert session.inspect(done.chat_id).seen.text == expected  # what was shown is what the model read
+
+
+def test_instruct_mode_leaves_the_characters_greeting_and_context_out(session, characters):
+    view = characters.new_chat("instruct", "Ann")  # nothing opens the chat: it stays empty, unstored
+    assert (view.chat_id, view.messages) == (None, [])
+    expected = characters.preview(None, "instruct", "Ann", "Hi").prompt
+    assert "Ahoy" not in expected and "pirate" not in expected
+    done = last(session.send(None, "Hi", "", GREEDY, KEY, mode="instruct", character="Ann"))
+    assert [m.role for m in session.chats.messages(done.chat_id)] == ["user", "assistant"]
+    assert session.inspect(done.chat_id).seen.text == expected
+    started = characters.start_chat("instruct", "Ann")  # "New chat with this character" in instruct: no greeting
+    assert (started.messages, started.character) == ([], "Ann")
+    assert "leaves Ann's greeting and context out" in characters.uses("instruct", "Ann")
+    assert characters.uses("chat", "Ann") == "" and characters.new_chat("chat", None).chat_id is None
+
+
 def test_the_preview_shows_each_modes_prompt(session, characters):
     instruct = characters.preview(None, "instruct", "Ann", "Hello")
     chat = characters.preview(None, "chat", "Ann", "Hello")
     both = characters.preview(None, "chat-instruct", "Ann", "Hello")
-    assert instruct.prompt.startswith("<|im_start|>") and "pirate" not in instruct.prompt
+    assert instruct.prompt.startswith("<|im_start|>") and "pirate" not in instruct.prompt and "Ahoy" not in \
+        instruct.prompt
     assert chat.prompt.endswith("Ann: Ahoy, Zed!\nZed: Hello\nAnn:") and chat.stops == ("\nZed:", "\nAnn:")
     assert ('<|im_start|>user\nContinue the chat dialogue below. Write a single reply for the character "Ann".\n\n'
             "Ann is a pirate captain.") in both.prompt and both.prompt.endswith("<|im_start|>assistant\nAnn:")

@@ -8,6 +8,7 @@ import time
 import yaml
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.conftest import ROOT
 from tests.ui.pages import (bot_messages, choose, code_text, export_file, ready_page, reload, rows, send, tab, toast,
@@ -34,10 +35,11 @@ def type_into(page, elem_id: str, text: str) -> None:
     box.press_sequentially(text, delay=20)
 
 
-def preview_has(page, text: str, absent: str | None = None) -> str:
+def preview_has(page, text: str, absent: str | None = None, elem_id: str = "chat-mode-preview") -> str:
+    """The mode's preview (or another Code, ``elem_id``) once it shows ``text`` (and not ``absent``)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        shown = code_text(page, "chat-mode-preview")
+        shown = code_text(page, elem_id)
         if text in shown and (absent is None or absent not in shown):
             return shown
         time.sleep(0.2)
@@ -59,15 +61,26 @@ def test_create_start_switch_modes_reload_and_delete_a_character(server, browser
     wait_text(page, "#chat-character-note", "Saved 'Mira'", 30_000)
     assert (server.user_data / "characters" / "Mira.yaml").is_file()
 
-    page.locator("#chat-character-start").click()  # the greeting is the chat's first message
+    page.get_by_role("radio", name="chat", exact=True).check()  # no chat open: Mira's greeting opens one
     page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=bot]').length === 1",
                            timeout=30_000)
     assert bot_messages(page) == ["Hello You, I am Mira."]
-    preview_has(page, "<|im_start|>", absent="Mira: Hello You")  # instruct: the template's markup
-    page.get_by_role("radio", name="chat", exact=True).check()
-    wait_text(page, "#chat-character-note", "now in chat mode", 30_000)
+    mira_chats = "SELECT count(*) FROM chats WHERE title = 'Mira'"
+    wait_until(page, lambda: rows(server.user_data, mira_chats) == [(1,)])
+    page.locator("#chat-character-start").click()  # another, the greeting its first message, in view
+    wait_until(page, lambda: rows(server.user_data, mira_chats) == [(2,)])
+    expect(page.locator("#chat-log [data-testid=bot]").first).to_be_in_viewport(timeout=30_000)
+    assert bot_messages(page) == ["Hello You, I am Mira."]
     shown = preview_has(page, "Mira: Hello You, I am Mira.", absent="<|im_start|>")  # a plain transcript
     assert "Mira keeps the lighthouse." in shown
+    page.locator("#chat-character-panel").scroll_into_view_if_needed()
+    page.get_by_role("radio", name="instruct", exact=True).check()
+    wait_text(page, "#chat-character-note", "now in instruct mode", 30_000)
+    wait_text(page, "#chat-character-note", "leaves Mira's greeting and context out", 30_000)
+    # instruct: the template's markup around the greeting the chat holds, and no context
+    preview_has(page, "<|im_start|>assistant\nHello You, I am Mira.", absent="lighthouse")
+    page.get_by_role("radio", name="chat", exact=True).check()
+    wait_text(page, "#chat-character-note", "now in chat mode", 30_000)
 
     reload(page)  # the open chat's mode and character come back
     unfold(page)
@@ -163,4 +176,58 @@ def test_duplicate_export_picture_a_wrong_name_and_the_next_new_chats_mode(serve
     send(page, "Hi Bo")
     wait_new_reply(page, 0)
     assert rows(server.user_data, "SELECT mode, character FROM chats WHERE title='Hi Bo'") == [("chat", "Bo (copy)")]
+    page.close()
+
+
+def chat_rows(server) -> list[tuple[str, str]]:
+    """(role, content) of the newest chat's messages, in order."""
+    return rows(server.user_data, "SELECT role, content FROM messages WHERE chat_id = (SELECT max(id) FROM chats) "
+                                  "ORDER BY position")
+
+
+def type_message(page, text: str) -> None:
+    box = page.locator("#chat-message textarea")
+    box.click()
+    box.press_sequentially(text, delay=20)
+
+
+def test_new_chat_opens_with_the_greeting_in_chat_modes_and_without_it_in_instruct(server, browser):
+    page = ready_page(browser, server.url, max_new_tokens=2)
+    page.get_by_text("Prompt and reproduce record (click a message; default: the last reply)").click()
+    unfold(page)
+    page.get_by_role("radio", name="instruct", exact=True).check()
+    page.locator("#chat-character-new").click()
+    type_into(page, "chat-character-name", "Tova")
+    type_into(page, "chat-character-greeting", "Welcome aboard, {{user}}.")
+    type_into(page, "chat-character-context", "{{char}} sails the fjords.")
+    page.locator("#chat-character-save").click()
+    wait_text(page, "#chat-character-note", "Saved 'Tova'", 30_000)
+    choose(page, "chat-character", "(no character)")
+    choose(page, "chat-character", "Tova")  # in instruct mode: no greeting, and the panel says so
+    wait_text(page, "#chat-character-note", "leaves Tova's greeting and context out", 30_000)
+    page.locator("#chat-new").click()
+    type_message(page, "Ahoy")
+    page.locator("#chat-send").click()
+    wait_new_reply(page, 0)
+    assert len(bot_messages(page)) == 1 and "Welcome aboard" not in bot_messages(page)[0]
+    assert [role for role, _ in chat_rows(server)] == ["user", "assistant"]  # no greeting stored
+    read = preview_has(page, "<|im_start|>user\nAhoy", elem_id="chat-inspect-rendered")  # what the model read
+    assert "Welcome aboard" not in read and "fjords" not in read
+
+    page.get_by_role("radio", name="chat", exact=True).check()  # this chat's mode: it keeps its messages
+    wait_text(page, "#chat-character-note", "This chat is now in chat mode with Tova", 30_000)
+    page.locator("#chat-new").click()  # a new chat with Tova in chat mode: her greeting, before anything is typed
+    page.wait_for_function("() => [...document.querySelectorAll('#chat-log [data-testid=bot]')].map("
+                           "b => b.innerText.trim()).join('|') === 'Welcome aboard, You.'", timeout=30_000)
+    assert chat_rows(server) == [("assistant", "Welcome aboard, You.")]
+    shown = preview_has(page, "Tova: Welcome aboard, You.\nTova:")  # the prompt a reply would be written from
+    assert "Tova sails the fjords." in shown
+    type_message(page, "Where to?")
+    page.locator("#chat-send").click()
+    wait_new_reply(page, 1)
+    assert bot_messages(page)[0] == "Welcome aboard, You."
+    assert [r for r, _ in chat_rows(server)] == ["assistant", "user", "assistant"]
+    assert chat_rows(server)[:2] == [("assistant", "Welcome aboard, You."), ("user", "Where to?")]
+    read = preview_has(page, "Tova: Welcome aboard, You.\nYou: Where to?\nTova:", elem_id="chat-inspect-rendered")
+    assert read.startswith("Tova sails the fjords.")  # the model read the greeting shown, after the context
     page.close()

@@ -87,6 +87,7 @@ def test_greeting_is_filled() -> None:
     assert ChatMode("chat", ANN).greeting() == "Hi Zed!"
     assert ChatMode("chat", ANN, user_name="Mo").greeting() == "Hi Mo!"
     assert ChatMode().greeting() == ""
+    assert ChatMode("instruct", ANN).greeting() == ""  # instruct leaves the character out (text-generation-webui)
 
 
 def test_fitting_drops_the_oldest_turns_in_a_chat_mode() -> None:

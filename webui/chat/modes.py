@@ -1,6 +1,7 @@
 """Chat modes, as text-generation-webui defines them: how a chat becomes the text the model reads.
 
-- ``instruct``: the model's instruction template renders the messages (what chats always did).
+- ``instruct``: the model's instruction template renders the messages (what chats always did); a character's
+  context and greeting are left out.
 - ``chat``: a plain transcript for base models, written by a Jinja *chat template* (text-generation-webui's by
   default): the character's context (then the user's bio) first, each turn as "Name: text", ending with "Char:".
 - ``chat-instruct``: the instruction template wraps an editable *command* around that transcript (``<|character|>``
@@ -97,8 +98,9 @@ class ChatMode:
         return fill_names(bio, *self.names)
 
     def greeting(self) -> str:
-        """The character's greeting with the names filled ("" without a character)."""
-        return fill_names(self.character.greeting, *self.names) if self.character else ""
+        """The greeting that opens a new chat: the character's, with the names filled ("" without a character, and
+        in instruct mode, which leaves the character out, as text-generation-webui does)."""
+        return fill_names(self.character.greeting, *self.names) if self.character and self.chat_like else ""
 
     def stops(self, template: ChatTemplate) -> tuple[str, ...]:
         """Stop strings for a reply: the template's where it wraps the turn, and in the chat modes the start of the

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.characters import Character, CharacterError, check_picture_size, check_size, parse_character
-from webui.chat.modes import CHAT_INSTRUCT, DEFAULT_COMMAND, MODES, ChatMode, ModeError
-from webui.controllers.chat import ChatSession, turns_of
+from webui.chat.modes import CHAT_INSTRUCT, DEFAULT_COMMAND, INSTRUCT, MODES, ChatMode, ModeError
+from webui.controllers.chat import ChatSession, greeting_turns, turns_of
 from webui.controllers.chat_library import ChatView
 from webui.controllers.errors import UserError
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered
@@ -134,9 +134,25 @@ class CharactersController:
 
     # -- chats in a mode ---------------------------------------------------------------------------------
     def start_chat(self, mode: str, character: str | None, system_prompt: str = "") -> ChatView:
-        """A new chat in ``mode`` with ``character``, its greeting shown as the first message."""
+        """A new chat in ``mode`` with ``character``, stored now: in chat and chat-instruct its greeting is the first
+        message (instruct mode leaves the character out)."""
         title = character or f"New {mode} chat"
         return self.session.library.view(self.session.new_chat(title, system_prompt, mode, character or None))
+
+    def new_chat(self, mode: str, character: str | None, system_prompt: str = "") -> ChatView:
+        """The New chat button with ``mode`` and ``character`` chosen: where the character's greeting opens a chat
+        (chat and chat-instruct, as text-generation-webui), that chat, stored with its greeting before anything is
+        typed; otherwise an empty new chat (stored when its first message is sent)."""
+        if self.session.mode_of(mode, character or None).greeting():
+            return self.start_chat(mode, character, system_prompt)
+        return self.session.library.view(None)
+
+    def uses(self, mode: str, character: str | None) -> str:
+        """What ``mode`` does with ``character``, for the panel's note ("" where there is nothing to say)."""
+        if character and mode == INSTRUCT:
+            return (f"Instruct mode leaves {character}'s greeting and context out; choose chat or chat-instruct to "
+                    "use them.")
+        return ""
 
     def set_chat_mode(self, chat_id: int | None, mode: str, character: str | None) -> ChatView:
         """Write the open chat's next replies in ``mode`` as ``character`` (its messages stay as they are)."""
@@ -176,9 +192,8 @@ class CharactersController:
         if chat_id is not None:
             turns, system_prompt = turns_of(self.services.chats.messages(chat_id)), \
                 self.services.chats.get(chat_id).system_prompt
-        else:
-            greeting = chat_mode.greeting()
-            turns = [{"role": "assistant", "content": greeting}] if greeting else []
+        else:  # a new chat: its greeting where the mode uses one, as ChatSession.send stores it
+            turns = greeting_turns(chat_mode)
         if draft.strip():
             turns.append({"role": "user", "content": draft})
         model = self.services.loaded

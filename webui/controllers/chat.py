@@ -68,7 +68,7 @@ def turns_of(messages: list[Message], image_placeholder: str = "") -> list[dict[
 
 
 def greeting_turns(mode: ChatMode) -> list[dict[str, str]]:
-    """A new chat's first message: the character's greeting (none without one)."""
+    """A new chat's first message: the character's greeting (none without one, and none in instruct mode)."""
     return [{"role": "assistant", "content": greeting}] if (greeting := mode.greeting()) else []
 
 
@@ -553,7 +553,7 @@ class ChatSession:
     def new_chat(self, title: str, system_prompt: str = "", mode: str = INSTRUCT, character: str | None = None,
                  tools: Sequence[str] = ()) -> int:
         """A new chat in ``mode`` with ``character`` (checked first) offering ``tools``, its greeting (names
-        filled) the first message; the chat's id."""
+        filled; chat and chat-instruct only) the first message; the chat's id."""
         chat_mode = self.mode_of(mode, character)
         cid = self.chats.create(title, system_prompt, mode, chat_mode.character.name if chat_mode.character
                                 else None, tools).id

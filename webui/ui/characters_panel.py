@@ -141,16 +141,19 @@ def wire_characters_panel(panel: CharactersPanel, chat_id: gr.State, message: gr
     def apply(cid: int | None, mode: str, character: str | None) -> tuple[str, str, str]:
         """(mode, character, note): the open chat's next replies in ``mode`` as ``character`` (a new chat: the next
         one starts so); one that cannot be used leaves the chat as it was, and the panel shows that."""
-        if cid is None:
-            return mode, character or NO_CHARACTER, f"The next new chat starts in **{mode}** mode" + (
-                f" with **{chosen(character)}**." if chosen(character) else ".")
+        if cid is None:  # (where the character's greeting opens a chat, the Chat tab opens it: start_on_choice)
+            name = chosen(character)
+            opens = "A new chat opens" if c.session.mode_of(mode, name).greeting() else "The next new chat starts"
+            return mode, character or NO_CHARACTER, " ".join(filter(None, (
+                f"{opens} in **{mode}** mode" + (f" with **{name}**." if name else "."), c.uses(mode, name))))
         try:
             view, note = c.set_chat_mode(cid, mode, chosen(character)), "This chat is now in"
         except UserError as exc:
             gr.Warning(str(exc))
             view, note = c.session.library.view(cid), f"Not changed ({exc}); this chat stays in"
         with_character = f" with **{view.character}**." if view.character else "."
-        return view.mode, view.character or NO_CHARACTER, f"{note} **{view.mode}** mode{with_character}"
+        return view.mode, view.character or NO_CHARACTER, " ".join(filter(None, (
+            f"{note} **{view.mode}** mode{with_character}", c.uses(view.mode, view.character))))
 
     @shows_errors
     def pick(cid: int | None, mode: str, character: str | None) -> tuple:
@@ -201,6 +204,7 @@ def chat_values(panel: CharactersPanel, chat_id: int | None) -> tuple:
     view = panel.controller.session.library.view(chat_id)
     try:
         shown = panel.show(panel.controller.open(view.character))
+        shown = (*shown[:7], panel.controller.uses(view.mode, view.character), *shown[8:])  # instruct: no character
     except UserError as exc:  # its character was deleted: say so, show none
         shown = (*panel.show(panel.controller.open(None))[:7], f"This chat's character: {exc}", False,
                  gr.update(value="Delete"))
@@ -208,6 +212,17 @@ def chat_values(panel: CharactersPanel, chat_id: int | None) -> tuple:
 
 
 def start_values(panel: CharactersPanel, mode: str, character: str | None, system_prompt: str) -> Any:
-    """A new chat in ``mode`` with ``character`` (its greeting first): the ChatView to show."""
+    """A new chat in ``mode`` with ``character`` (in chat and chat-instruct, its greeting first): the ChatView to
+    show."""
     return panel.controller.start_chat(mode, chosen(character), system_prompt)
+
+
+def new_chat_values(panel: CharactersPanel, mode: str, character: str | None, system_prompt: str) -> Any:
+    """New chat with the panel's ``mode`` and ``character``: the ChatView to show (one opened by the character's
+    greeting where the mode uses it, else an empty one)."""
+    return panel.controller.new_chat(mode, chosen(character), system_prompt)
+
+
+SHOW_LOG = "() => document.getElementById('chat-log')?.scrollIntoView({block: 'nearest'})"
+"""Brings the chat log into view (a chat started from the panel, below it, opens with its greeting there)."""
 

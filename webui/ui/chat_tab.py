@@ -17,7 +17,7 @@ from webui.engine.params import specs
 from webui.controllers.generation import ActiveRequests
 from webui.services import Services
 from webui.ui.characters_panel import CharactersPanel, chat_values, chosen, create_characters_panel
-from webui.ui.characters_panel import preview_values, start_values, wire_characters_panel
+from webui.ui.characters_panel import SHOW_LOG, new_chat_values, preview_values, start_values, wire_characters_panel
 from webui.ui.feedback import Update, session_key, shows_errors
 from webui.ui.live import LiveReplies
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
@@ -436,10 +436,29 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
 
     with_confirm = [*tab.view, tab.confirm, tab.delete]
     tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh)
-    def new_chat(query: str, request: gr.Request) -> tuple:
-        return open_chat(None, query, request)
+    chars = tab.characters
 
-    tab.new.click(new_chat, [tab.search], with_confirm).then(**refresh)
+    @shows_errors
+    def new_chat(mode: str, character: str | None, system: str, query: str, request: gr.Request) -> tuple:
+        """In a mode that uses the panel's character, its greeting opens the new chat (shown and stored now)."""
+        view = new_chat_values(chars, mode, character, system)
+        return *view_updates(session, view, query, request), *disarmed()
+
+    def start_on_choice(cid: int | None, mode: str, character: str | None, system: str, query: str,
+                        request: gr.Request) -> tuple:
+        """A mode or character chosen for a new chat (none open yet): where its greeting opens a chat, it does."""
+        try:
+            view = new_chat_values(chars, mode, character, system) if cid is None else None
+        except UserError:  # (the panel says why)
+            view = None
+        if view is None or view.chat_id is None:
+            return tuple(gr.skip() for _ in with_confirm)
+        return *view_updates(session, view, query, request), *disarmed()
+
+    tab.new.click(new_chat, [chars.mode, chars.character, tab.system, tab.search], with_confirm).then(**refresh)
+    for chosen_now in (chars.mode.input, chars.character.input):
+        chosen_now(start_on_choice, [tab.chat_id, chars.mode, chars.character, tab.system, tab.search],
+                   with_confirm).then(**refresh)
     # no .clear listener: the log's own trash icon (shown only with one) cleared the view and deleted nothing
     @shows_errors
     def remove_last(cid: int | None, typed: str) -> tuple:
@@ -463,8 +482,8 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
         view = start_values(tab.characters, mode, character, system)
         return *view_updates(session, view, query, request), *disarmed()
 
-    chars = tab.characters
-    chars.start.click(start_with, [chars.mode, chars.character, tab.system, tab.search], with_confirm).then(**refresh)
+    chars.start.click(start_with, [chars.mode, chars.character, tab.system, tab.search], with_confirm).then(
+        **refresh).then(None, js=SHOW_LOG)  # the panel is below the log: its greeting comes into view
 
 
 def wire_notebook(tab: ChatTab, notebook_text: gr.Textbox, tabs: gr.Tabs) -> None:
