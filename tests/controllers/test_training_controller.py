@@ -205,3 +205,23 @@ def test_closing_the_workbench_stops_a_run_and_keeps_its_checkpoint(services, co
     services.close()
     assert controller.view().state.phase == STOPPED
     assert (services.config.training_dir / "checkpoints" / "notes" / "trainer_state.pt").is_file()
+
+
+def test_a_dataset_gets_the_format_that_reads_it_and_says_so(services, controller, tmp_path):
+    """#46 item 9: instruction records get the format that reads every record (the refusal at Start named it but
+    left the choice to the user); raw text and chat records take none; records no format reads say what to do."""
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"question": "a", "answer": "b"}\n')
+    for path in (DATA / "alpaca.jsonl", DATA / "chat.jsonl", DATA / "notes.txt", odd):
+        controller.upload(str(path))
+    chosen, note = controller.dataset_format("alpaca.jsonl", AUTO_FORMAT)
+    assert chosen == "alpaca" and "holds instruction records (keys category, input, instruction, output)" in note
+    assert "format **alpaca** reads every one (it is chosen for them)" in note
+    assert controller.dataset_format("alpaca.jsonl", "alpaca")[0] == "alpaca"  # a fitting choice is kept
+    assert controller.dataset_format("chat.jsonl", "alpaca")[0] == AUTO_FORMAT
+    assert controller.dataset_format("notes.txt", "vicuna") == (AUTO_FORMAT, "**notes.txt** is raw text: it takes "
+                                                                             "no format.")
+    chosen, note = controller.dataset_format("odd.jsonl", AUTO_FORMAT)
+    assert chosen == AUTO_FORMAT and note.startswith("⚠ **odd.jsonl** holds instruction records (keys answer, "
+                                                     "question) that no format here reads: add a format file")
+    assert controller.dataset_format("missing.jsonl", AUTO_FORMAT)[1].startswith("⚠ The dataset 'missing.jsonl' is")
