@@ -158,7 +158,8 @@ def test_an_apps_batch_job_shows_in_the_batch_tab_with_its_progress(server, brow
 
 
 def test_the_promptfoo_export_keeps_a_replays_seed_and_the_tools(server, browser, tmp_path):
-    """#46 item 10: a request with tools, replayed with seed 3, exported as a promptfoo suite: the replay's provider
+    """#46 items 10 and 11: a request with tools, replayed with seed 3 (the replay line names the change), exported
+    as a promptfoo suite: the replay's provider
     has seed 3 and both have the tools, and our reader reads them back (the suite sends them again as they were)."""
     import yaml
 
@@ -179,6 +180,7 @@ def test_the_promptfoo_export_keeps_a_replays_seed_and_the_tools(server, browser
     page.locator("#requests-changes textarea").fill('{"seed": 3}')
     page.locator("#requests-replay").click()
     wait_text(page, "#requests-replay-summary", "Replayed as", 120_000)
+    assert "; changed seed 3 (was not sent)." in page.locator("#requests-replay-summary").inner_text()  # item 11
     page.locator("#requests-text input, #requests-text textarea").first.press_sequentially("Bergen", delay=30)
     saved = export_file(page, "requests-to-promptfoo", "requests-suite-file", tmp_path / "promptfooconfig.yaml")
     suite = yaml.safe_load(saved.read_text())
