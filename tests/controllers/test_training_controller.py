@@ -225,3 +225,16 @@ def test_a_dataset_gets_the_format_that_reads_it_and_says_so(services, controlle
     assert chosen == AUTO_FORMAT and note.startswith("⚠ **odd.jsonl** holds instruction records (keys answer, "
                                                      "question) that no format here reads: add a format file")
     assert controller.dataset_format("missing.jsonl", AUTO_FORMAT)[1].startswith("⚠ The dataset 'missing.jsonl' is")
+
+
+def test_the_time_a_run_would_take_is_estimated_from_a_few_steps(services, controller):
+    """#46 item 11: Estimate runs a few of the run's steps on a copy of the model (nothing is saved, no run starts)
+    and says steps × the measured time per step; the steps come from the dataset, epochs and batch sizes."""
+    controller.upload(str(DATA / "alpaca.jsonl"))
+    said = controller.estimate(form("alpaca.jsonl", fmt="alpaca", epochs=4, micro_batch_size=1, grad_accum=1))
+    assert said.startswith("About **") and " on cpu: 12 steps × " in said  # 3 examples × 4 epochs
+    assert "(timed over 2 of them just now)" in said and "to load the model copy" in said
+    assert controller.view().state.phase == "idle" and not (services.config.loras_dir / "zorbl").exists()
+    assert services.models.reserved() == {}  # its copy's memory is given back
+    with pytest.raises(UserError, match="holds instruction records: name their format"):
+        controller.estimate(form("alpaca.jsonl"))

@@ -100,7 +100,8 @@ def test_train_watch_the_loss_stop_resume_and_attach(server, browser):
 
 def test_instruction_records_get_their_format_and_a_refusal_stays_beside_them(server, browser):
     """#46 item 9: an instruction dataset gets the format that reads it, said beside it; with the format set back to
-    none, Start is refused on the page (not in a vanishing toast) and the format that reads it is chosen again."""
+    none, Start is refused on the page (not in a vanishing toast) and the format that reads it is chosen again.
+    Item 11: Estimate says how long the run would take, from a few of its steps, before Start."""
     page = open_page(browser, server.url)
     tab(page, "Training")
     upload_file(page, "train-upload", ROOT / "tests" / "data" / "training" / "alpaca.jsonl")
@@ -116,4 +117,10 @@ def test_instruction_records_get_their_format_and_a_refusal_stays_beside_them(se
     page.wait_for_function("() => document.querySelector('#train-format input').value === 'alpaca'", timeout=30_000)
     assert "Refused" in page.locator("#train-start-note").inner_text()  # it stays on the page
     assert "recipes" not in page.locator("#train-status").inner_text()
+    set_number(page, "train-max_steps", 40)  # item 11: before Start, how long the run would take
+    page.locator("#train-estimate-button").click()
+    wait_text(page, "#train-estimate", "About", 120_000)
+    said = page.locator("#train-estimate").inner_text()
+    assert " on cpu: 40 steps × " in said and "(timed over 2 of them just now)" in said
+    assert "recipes" not in page.locator("#train-status").inner_text()  # nothing ran
     page.close()

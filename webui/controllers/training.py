@@ -201,6 +201,20 @@ class TrainingController:
                          f"```text\n{item.text.replace('```', '` ` `')}\n```")
         return "\n\n".join(lines)
 
+    def estimate(self, form: TrainingForm) -> str:
+        """How long the form's run would take: its steps (from the dataset's size, epochs, batch sizes, or
+        max_steps) times the time per step of a few of them run now on a copy of the model (nothing is saved), the
+        eval passes and the model's loading."""
+        job = self.job(replace(form, name=form.name or "estimate", replace=True))  # writes nothing: any name
+        try:
+            p = self.runner.probe(job)
+        except (TrainingError, LoaderError) as exc:
+            raise UserError(str(exc)) from exc
+        evals = f" + {p.evals} eval passes × {p.eval_s:.2f} s" if p.evals else ""
+        return (f"About **{_duration(p.seconds)}** on {job.device}: {p.total} steps × {p.step_s:.2f} s a step "
+                f"(timed over {p.timed} of them just now){evals} + {p.load_s:.1f} s to load the model copy. "
+                "Chat and API requests meanwhile share the device and slow it.")
+
     # -- running -------------------------------------------------------------------------------------------
     def start(self, form: TrainingForm, resume: bool = False) -> TrainingView:
         """Check the form and start the run (``resume``: from the checkpoint of the adapter name's stopped run)."""
@@ -327,3 +341,10 @@ class TrainingController:
             return chosen
         return str(self._file(self.formats_dir, chosen, "format file", MAX_FORMAT_BYTES))
 
+
+def _duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``2 h 5 min``."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 90 else f"{minutes // 60} h {minutes % 60} min"

@@ -42,6 +42,9 @@ class TrainingTab:
     fields: dict[str, Component]
     """A control per training setting, by its name."""
     show_preview: gr.Button
+    estimate: gr.Button
+    estimate_note: gr.Markdown
+    """How long the run would take (its steps × the time per step of a few run when asked)."""
     start: gr.Button
     stop: gr.Button
     resume: gr.Button
@@ -134,10 +137,12 @@ def create_training_tab(services: Services) -> TrainingTab:
     fields = _settings_form(controller)
     with gr.Row():
         show_preview = gr.Button("Preview the data", elem_id="train-preview-button")
+        estimate = gr.Button("Estimate the time (runs a few steps)", elem_id="train-estimate-button")
         start = gr.Button("Start", variant="primary", elem_id="train-start")
         stop = gr.Button("Stop (saves a checkpoint)", variant="stop", elem_id="train-stop")
         resume = gr.Button("Resume from the checkpoint", elem_id="train-resume")
     start_note = gr.Markdown("", elem_id="train-start-note")
+    estimate_note = gr.Markdown("", elem_id="train-estimate")
     with gr.Accordion("Preview: the first examples as the model sees them", open=True):
         preview = gr.Markdown("", elem_id="train-preview")
     view = controller.view()
@@ -152,7 +157,8 @@ def create_training_tab(services: Services) -> TrainingTab:
         compare = gr.Button("Compare with the base model in A/B", elem_id="train-compare")
         perplexity = gr.Button("Perplexity on the eval split, without and with it", elem_id="train-perplexity")
     result = gr.Markdown("", elem_id="train-result")
-    tab = TrainingTab(**top, fields=fields, show_preview=show_preview, start=start, stop=stop, resume=resume,
+    tab = TrainingTab(**top, fields=fields, show_preview=show_preview, estimate=estimate,
+                      estimate_note=estimate_note, start=start, stop=stop, resume=resume,
                       start_note=start_note, preview=preview, bar=bar, status=status, plot=plot, timer=timer, seen=seen,
                       attach=attach, compare=compare, perplexity=perplexity, result=result, controller=controller)
     _wire(tab)
@@ -222,6 +228,14 @@ def _wire(tab: TrainingTab) -> None:
             format_, note, refusal = refused(form, exc)
             return gr.skip(), refusal, format_, note
 
+    def estimate(data: dict) -> tuple:
+        form = tab.form(data)
+        try:
+            return c.estimate(form), "", gr.skip(), gr.skip()
+        except UserError as exc:
+            format_, note, refusal = refused(form, exc)
+            return gr.skip(), refusal, format_, note
+
     def start(data: dict, resume: bool = False) -> tuple:
         form = tab.form(data)
         try:
@@ -234,6 +248,7 @@ def _wire(tab: TrainingTab) -> None:
     told = [tab.start_note, tab.format, tab.dataset_note]
     tab.dataset.change(dataset_chosen, [tab.dataset, tab.format], [tab.format, tab.dataset_note])
     tab.show_preview.click(preview_, inputs, [tab.preview, *told])
+    tab.estimate.click(estimate, inputs, [tab.estimate_note, *told])
     tab.start.click(start, inputs, [*shown, *told])
     tab.resume.click(lambda data: start(data, resume=True), inputs, [*shown, *told])
     tab.stop.click(shows_errors(lambda: _shown(c.stop())), None, shown, concurrency_limit=None)
