@@ -143,6 +143,19 @@ def test_an_uploaded_promptfoo_suite_runs_its_providers_as_settings(controller, 
         controller.upload(bad)
 
 
+def test_a_refused_upload_is_said_in_its_note_and_the_text_box_is_used(controller, tmp_path):
+    """#46 item 9: a refusal is the upload note (it stays on the page), not only a toast; nothing is uploaded."""
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text("prompts: ['Say {{word}}']\nproviders:\n  - id: workbench\ntests:\n  - vars: {word: hi}\n")
+    upload, note = controller.take_upload([str(suite)])
+    assert upload is None and note.startswith("⚠ **Not used**: promptfoo config: providers\\[0\\]: workbench: "
+                                              "needs a model name")
+    assert note.endswith("The prompts in the text box are used until an upload is accepted.")
+    suite.write_text("prompts: ['Say {{word}}']\ntests:\n  - vars: {word: hi}\n")
+    upload, note = controller.take_upload([str(suite)])
+    assert upload is not None and "1 prompts × 1 providers" in note
+
+
 def test_a_suite_uploaded_with_the_files_it_reads_finds_them(controller, tmp_path):
     """#32: a promptfoo config is uploaded unchanged with its file:// files; they are read from beside it."""
     (tmp_path / "chat.json").write_text('[{"role": "user", "content": "Say {{word}}"}]')

@@ -164,3 +164,14 @@ def test_the_tab_says_whether_the_model_takes_images(controller, services, tiny_
     info = controller.load("tiny-llava", AUTO_LOADER, "cpu", "float32", 1)
     assert "**tiny-llava** · loader `transformers`" in info.text and "images: yes" in info.text
     assert "| images |" in controller.capability_table()
+
+
+def test_an_unavailable_loader_gets_no_estimate_but_why_and_how_to_install(controller, services):
+    """#46 item 11: a loader whose backend is missing says so where the estimate would be (it cannot load)."""
+    status = {s.name: s for s in services.registry.status()}
+    if status["exllamav2"].available:
+        pytest.skip("exllamav2 is installed and usable on this machine")
+    said = controller.estimate_text("tiny", "exllamav2", "auto", "auto", None, {})
+    assert said.startswith("⚠ **The exllamav2 loader is unavailable** (") and "needs about" not in said
+    assert f"Install: {status['exllamav2'].install_hint}." in said
+    assert "needs about" in controller.estimate_text("tiny", "transformers", "cpu", "float32", 1, {})

@@ -147,3 +147,26 @@ def test_the_requests_listed_become_a_promptfoo_suite_file(services, tmp_path):
     assert settings[0].model == "tiny"
     with pytest.raises(UserError, match="No promptfoo suite: none of these requests can be a prompt"):
         c.as_promptfoo(["chatcmpl-2"], None)
+
+
+def test_a_replay_says_which_fields_it_changed(services):
+    """#46 item 11: the replay line names each field sent otherwise, with what the original sent."""
+    services.requests.add(kept(1))
+    c = RequestsController(services)
+    again = c.replay("chatcmpl-1", '{"seed": 3, "max_tokens": 2, "temperature": 0}', None)
+    said = c.replay_said("chatcmpl-1", again, None)
+    assert said.startswith(f"Replayed as `{again.id}`: a different reply from the original; changed `max_tokens` 2 "
+                           "(was not sent), `seed` 3 (was not sent), `temperature` 0 (was not sent).")
+    same = c.replay(again.id, "", None)
+    assert c.replay_said(again.id, same, None).startswith(f"Replayed as `{same.id}`: the same reply as the "
+                                                          "original; sent as the original was.")
+
+
+def test_the_keep_every_request_switch_is_read_only_for_a_non_admin(services):
+    """#46 item 11: a non-admin sees the switch read-only and why (not on and clickable until refused)."""
+    services.config = dataclasses.replace(services.config, ui_users=(("alice", "x"), ("bob", "y")),
+                                          ui_admins=("alice",))
+    c = RequestsController(services)
+    assert c.capture_switch("alice")["interactive"] is True
+    bob = c.capture_switch("bob")
+    assert bob["interactive"] is False and bob["info"].startswith("Read-only: only admin users")

@@ -206,3 +206,36 @@ def test_closing_the_workbench_stops_a_run_and_keeps_its_checkpoint(services, co
     services.close()
     assert controller.view().state.phase == STOPPED
     assert (services.config.training_dir / "checkpoints" / "notes" / "trainer_state.pt").is_file()
+
+
+def test_a_dataset_gets_the_format_that_reads_it_and_says_so(services, controller, tmp_path):
+    """#46 item 9: instruction records get the format that reads every record (the refusal at Start named it but
+    left the choice to the user); raw text and chat records take none; records no format reads say what to do."""
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"question": "a", "answer": "b"}\n')
+    for path in (DATA / "alpaca.jsonl", DATA / "chat.jsonl", DATA / "notes.txt", odd):
+        controller.upload(str(path))
+    chosen, note = controller.dataset_format("alpaca.jsonl", AUTO_FORMAT)
+    assert chosen == "alpaca" and "holds instruction records (keys category, input, instruction, output)" in note
+    assert "format **alpaca** reads every one (it is chosen for them)" in note
+    assert controller.dataset_format("alpaca.jsonl", "alpaca")[0] == "alpaca"  # a fitting choice is kept
+    assert controller.dataset_format("chat.jsonl", "alpaca")[0] == AUTO_FORMAT
+    assert controller.dataset_format("notes.txt", "vicuna") == (AUTO_FORMAT, "**notes.txt** is raw text: it takes "
+                                                                             "no format.")
+    chosen, note = controller.dataset_format("odd.jsonl", AUTO_FORMAT)
+    assert chosen == AUTO_FORMAT and note.startswith("⚠ **odd.jsonl** holds instruction records (keys answer, "
+                                                     "question) that no format here reads: add a format file")
+    assert controller.dataset_format("missing.jsonl", AUTO_FORMAT)[1].startswith("⚠ The dataset 'missing.jsonl' is")
+
+
+def test_the_time_a_run_would_take_is_estimated_from_a_few_steps(services, controller):
+    """#46 item 11: Estimate runs a few of the run's steps on a copy of the model (nothing is saved, no run starts)
+    and says steps × the measured time per step; the steps come from the dataset, epochs and batch sizes."""
+    controller.upload(str(DATA / "alpaca.jsonl"))
+    said = controller.estimate(form("alpaca.jsonl", fmt="alpaca", epochs=4, micro_batch_size=1, grad_accum=1))
+    assert said.startswith("About **") and " on cpu: 12 steps × " in said  # 3 examples × 4 epochs
+    assert "(timed over 2 of them just now)" in said and "to load the model copy" in said
+    assert controller.view().state.phase == "idle" and not (services.config.loras_dir / "zorbl").exists()
+    assert services.models.reserved() == {}  # its copy's memory is given back
+    with pytest.raises(UserError, match="holds instruction records: name their format"):
+        controller.estimate(form("alpaca.jsonl"))

@@ -37,3 +37,21 @@ def test_a_promptfoo_suite_uploaded_runs_and_exports_promptfoos_shape(server, br
     italy = next(r for r in results if r["vars"]["country"] == "Italy")
     assert [c["assertion"]["type"] for c in italy["gradingResult"]["componentResults"]] == ["levenshtein"]
     page.close()
+
+
+def test_a_refused_upload_says_why_in_its_note_and_it_stays(server, browser, tmp_path):
+    """#46 item 9: a suite whose provider is `id: workbench` (no model) is refused in the upload note, which keeps
+    saying so (a toast vanishes); an earlier accepted upload is no longer used."""
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text("prompts: ['Say {{word}}']\nproviders:\n  - id: workbench\ntests:\n  - vars: {word: hi}\n")
+    page = open_page(browser, server.url)
+    tab(page, "Batch")
+    with page.expect_file_chooser() as chooser:
+        page.locator("#batch-upload").click()
+    chooser.value.set_files(str(suite))
+    wait_text(page, "#batch-upload-note", "Not used: promptfoo config: providers[0]: workbench: needs a model name",
+              30_000)
+    wait_text(page, "#batch-upload-note", "The prompts in the text box are used until an upload is accepted.")
+    page.wait_for_function("() => !document.querySelector('.toast-body')", timeout=30_000)  # no toast, or it went
+    assert "workbench: needs a model name" in page.locator("#batch-upload-note").inner_text()
+    page.close()

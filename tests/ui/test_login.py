@@ -127,6 +127,20 @@ def test_the_page_names_who_is_logged_in_and_logs_out(server, browser):
     page.close()
 
 
+def test_a_non_admin_sees_the_keep_every_request_switch_read_only_with_why(server, browser):
+    """#46 item 11: bob (not --ui-admin) sees the switch disabled and why; alice (an admin) can click it."""
+    page = logged_in(browser, server.url, "bob", "b0b-secret")
+    tab(page, "Requests")
+    wait_text(page, "#requests-capture", "Read-only: only admin users", 30_000)
+    assert page.locator("#requests-capture input").is_disabled()
+    page.close()
+    page = logged_in(browser, server.url, "alice", "wonderland")
+    tab(page, "Requests")
+    page.wait_for_function("() => !document.querySelector('#requests-capture input').disabled", timeout=30_000)
+    assert "Read-only" not in page.locator("#requests-capture").inner_text()
+    page.close()
+
+
 SUITE = """prompts: [file://prompt.txt]
 providers: [{id: 'openai:chat:SmolLM2-135M-Instruct', config: {temperature: 0, max_tokens: 1}}]
 tests: [{vars: {doc: 'a short document'}}]

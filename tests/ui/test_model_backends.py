@@ -229,3 +229,18 @@ def test_the_load_options_fit_a_narrow_window(server, browser):
     assert label.bounding_box()["width"] > 100  # on one line, not a word per line
     screenshot(page, "model-options-800px")
     page.close()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("exllamav2") is not None, reason="exllamav2 is installed here")
+def test_an_unavailable_loader_is_marked_and_shows_why_and_how_to_install_not_an_estimate(server, browser):
+    """#46 item 11: choosing a loader whose package is missing shows why and how to install it, not an estimate."""
+    page = open_page(browser, server.url)
+    tab(page, "Model")
+    wait_text(page, "#model-estimate", "needs about", 30_000)
+    page.locator("#model-loader input").click()
+    option = page.locator("#model-loader").get_by_role("option", name=re.compile(r"^exllamav2 — unavailable: "))
+    option.click()
+    wait_text(page, "#model-estimate", "The exllamav2 loader is unavailable", 30_000)
+    said = page.locator("#model-estimate").inner_text()
+    assert "Install: python launch.py install exllamav2" in said and "needs about" not in said
+    page.close()

@@ -155,3 +155,39 @@ def test_an_apps_batch_job_shows_in_the_batch_tab_with_its_progress(server, brow
     assert client.batches.retrieve(batch.id).request_counts.completed == 6
     screenshot(page, "api-batches")
     page.close()
+
+
+def test_the_promptfoo_export_keeps_a_replays_seed_and_the_tools(server, browser, tmp_path):
+    """#46 items 10 and 11: a request with tools, replayed with seed 3 (the replay line names the change), exported
+    as a promptfoo suite: the replay's provider
+    has seed 3 and both have the tools, and our reader reads them back (the suite sends them again as they were)."""
+    import yaml
+
+    from tests.ui.pages import export_file
+    from webui.batch.promptfoo import load_config
+
+    page = open_page(browser, server.url)
+    tab(page, "Requests")
+    page.locator("#requests-capture input").check()
+    wait_text(page, "#requests-note", "Keeping every API request", 30_000)
+    client = openai.OpenAI(base_url=server.api, api_key="none", max_retries=0)
+    sent = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Weather in Bergen?"}],
+                                          tools=[WEATHER_TOOL], temperature=0.5, max_tokens=6, stop=["\n\n"])
+    page.wait_for_function("id => document.querySelector('#requests-table').innerText.includes(id)", arg=sent.id,
+                           timeout=30_000)
+    click_row(page, sent.id)
+    wait_text(page, "#requests-summary", "status 200", 30_000)
+    page.locator("#requests-changes textarea").fill('{"seed": 3}')
+    page.locator("#requests-replay").click()
+    wait_text(page, "#requests-replay-summary", "Replayed as", 120_000)
+    assert "; changed seed 3 (was not sent)." in page.locator("#requests-replay-summary").inner_text()  # item 11
+    page.locator("#requests-text input, #requests-text textarea").first.press_sequentially("Bergen", delay=30)
+    saved = export_file(page, "requests-to-promptfoo", "requests-suite-file", tmp_path / "promptfooconfig.yaml")
+    suite = yaml.safe_load(saved.read_text())
+    assert len(suite["prompts"]) == 2 and all(p["config"] == {"temperature": 0.5, "max_tokens": 6, "stop": ["\n\n"]}
+                                              for p in suite["prompts"])
+    configs = [p["config"] for p in suite["providers"]]
+    assert configs == [{"tools": [WEATHER_TOOL]}, {"seed": 3, "tools": [WEATHER_TOOL]}]
+    _, rows, settings = load_config(saved)
+    assert [s.params.seed for s in settings][1] == 3 and all(s.prompt and s.prompt.tools for s in settings)
+    page.close()

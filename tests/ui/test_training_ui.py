@@ -111,3 +111,31 @@ def test_train_watch_the_loss_stop_resume_and_attach(server, browser):
     wait_text(page, "#lora-active", "Attached: notes ×1", 30_000)
     wait_text(page, "#status-line", "LoRA: notes ×1", 30_000)
     page.close()
+
+
+def test_instruction_records_get_their_format_and_a_refusal_stays_beside_them(server, browser):
+    """#46 item 9: an instruction dataset gets the format that reads it, said beside it; with the format set back to
+    none, Start is refused on the page (not in a vanishing toast) and the format that reads it is chosen again.
+    Item 11: Estimate says how long the run would take, from a few of its steps, before Start."""
+    page = open_page(browser, server.url)
+    tab(page, "Training")
+    upload_file(page, "train-upload", ROOT / "tests" / "data" / "training" / "alpaca.jsonl")
+    wait_text(page, "#train-dataset-note", "the format alpaca reads every one (it is chosen for them)", 30_000)
+    page.wait_for_function("() => document.querySelector('#train-format input').value === 'alpaca'", timeout=30_000)
+    choose(page, "train-format", "none: raw text (.txt) or chat records")
+    page.locator("#train-name textarea").fill("")
+    page.locator("#train-name textarea").press_sequentially("recipes", delay=30)
+    page.locator("#train-start").click()
+    wait_text(page, "#train-start-note", "Refused: 'alpaca.jsonl' holds instruction records: name their format",
+              30_000)
+    wait_text(page, "#train-start-note", "The format alpaca reads this dataset; it is now chosen")
+    page.wait_for_function("() => document.querySelector('#train-format input').value === 'alpaca'", timeout=30_000)
+    assert "Refused" in page.locator("#train-start-note").inner_text()  # it stays on the page
+    assert "recipes" not in page.locator("#train-status").inner_text()
+    set_number(page, "train-max_steps", 40)  # item 11: before Start, how long the run would take
+    page.locator("#train-estimate-button").click()
+    wait_text(page, "#train-estimate", "About", 120_000)
+    said = page.locator("#train-estimate").inner_text()
+    assert " on cpu: 40 steps × " in said and "(timed over 2 of them just now)" in said
+    assert "recipes" not in page.locator("#train-status").inner_text()  # nothing ran
+    page.close()

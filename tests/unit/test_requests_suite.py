@@ -44,15 +44,49 @@ def test_what_a_prompt_cannot_carry_and_requests_no_model_read_are_named(tmp_pat
              kept("emb-4", {"input": "x"}, endpoint="/v1/embeddings")]
     suite = promptfoo_suite(items)
     assert suite.prompts == 2
-    assert suite.notes == ["chatcmpl-1: tools not carried (a promptfoo prompt's config takes sampling parameters)",
-                           "chatcmpl-3: left out (refused with status 422, so no model read it)",
+    assert suite.notes == ["chatcmpl-3: left out (refused with status 422, so no model read it)",
                            "emb-4: left out (/v1/embeddings is not a chat or completion request)"]
     providers = yaml.safe_load(suite.text)["providers"]
     assert [(p["label"], p["prompts"], p["config"]) for p in providers] == [
-        ("SmolLM2-135M-Instruct", ["chatcmpl-1"], {"seed": 1}), ("other", ["chatcmpl-2"], {"seed": 2})]
+        ("SmolLM2-135M-Instruct", ["chatcmpl-1"], {"seed": 1, "tools": tools}), ("other", ["chatcmpl-2"], {"seed": 2})]
     _, rows, settings = read_config(suite.text, tmp_path)
     assert [(r.id, r.settings) for r in rows] == [("test 1 · chatcmpl-1", ("SmolLM2-135M-Instruct",)),
                                                   ("test 1 · chatcmpl-2", ("other",))]
+
+
+def test_a_replay_keeps_its_seed_tools_and_every_parameter_and_reads_back(tmp_path):
+    """#46 item 10: a replay sent with seed 3 beside its original without one, a request with tools, stop,
+    response_format, top_p and max_completion_tokens: each is sent again as it was (its own provider where its seed
+    or tools differ); what no promptfoo config takes (logprobs) is named."""
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    schema = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}
+    items = [kept("chatcmpl-1", {"messages": CHAT, "temperature": 0.7}),
+             kept("chatcmpl-2", {"messages": CHAT, "temperature": 0.7, "seed": 3}),
+             kept("chatcmpl-3", {"messages": CHAT, "tools": tools, "tool_choice": "auto", "seed": 3, "top_p": 0.9,
+                                 "stop": ["."], "max_completion_tokens": 9, "logprobs": True}),
+             kept("chatcmpl-4", {"messages": CHAT, "response_format": schema, "max_tokens": 7})]
+    suite = promptfoo_suite(items)
+    assert suite.notes == ["chatcmpl-3: logprobs not carried (neither a promptfoo prompt's config nor its "
+                           "provider's takes them)"]
+    data = yaml.safe_load(suite.text)
+    assert [(p["label"], p.get("config"), p["prompts"]) for p in data["providers"]] == [
+        ("SmolLM2-135M-Instruct #1", None, ["chatcmpl-1", "chatcmpl-4"]),
+        ("SmolLM2-135M-Instruct #2", {"seed": 3}, ["chatcmpl-2"]),
+        ("SmolLM2-135M-Instruct #3", {"seed": 3, "tools": tools, "tool_choice": "auto"}, ["chatcmpl-3"])]
+    assert [p.get("config") for p in data["prompts"]] == [
+        {"temperature": 0.7}, {"temperature": 0.7}, {"top_p": 0.9, "stop": ["."], "max_tokens": 9},
+        {"response_format": schema, "max_tokens": 7}]
+    _, rows, settings = read_config(suite.text, tmp_path)
+    by_label = {s.label: s for s in settings}
+    assert [(r.id.split(" · ")[1], r.settings) for r in rows] == [
+        ("chatcmpl-1", ("SmolLM2-135M-Instruct #1",)), ("chatcmpl-2", ("SmolLM2-135M-Instruct #2",)),
+        ("chatcmpl-3", ("SmolLM2-135M-Instruct #3",)), ("chatcmpl-4", ("SmolLM2-135M-Instruct #1",))]
+    assert by_label["SmolLM2-135M-Instruct #2"].params.seed == 3
+    replayed = by_label["SmolLM2-135M-Instruct #3"]
+    assert replayed.params.seed == 3 and replayed.prompt is not None and replayed.prompt.tools is not None
+    assert rows[2].params == {"top_p": 0.9, "stop": ["."], "max_tokens": 9}
+    assert rows[3].params is not None and rows[3].params["max_tokens"] == 7 and rows[3].params["structured_outputs"]
 
 
 def test_nothing_to_export_says_why():

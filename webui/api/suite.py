@@ -2,12 +2,14 @@
 batch suite.yaml``, the Batch tab) or in promptfoo itself.
 
 Each request is one prompt, as its app sent it: a chat request's ``messages`` (promptfoo's chat JSON), a completion
-request's ``prompt``, labelled with the request's id, with the sampling parameters it set as the prompt's
-``config`` (promptfoo merges a prompt's config over its provider's). The model that answered is the provider
-(``workbench:MODEL``); with several models each provider runs only its own requests (its ``prompts`` filter). A
-seed goes on the provider when all of its requests sent the same one. What a promptfoo prompt cannot carry (tools,
-response_format, a different seed per request) is named in the notes, never dropped unsaid; a request that never
-reached a model (refused) or is not a chat or completion is left out, also said.
+request's ``prompt``, labelled with the request's id, with the sampling parameters it set (stop, top_p, max_tokens,
+response_format...) as the prompt's ``config`` (promptfoo merges a prompt's config over its provider's). What
+promptfoo's openai provider takes in its own config, a request's ``seed`` and its ``tools`` (with tool_choice,
+parallel_tool_calls), goes on the provider: the model that answered (``workbench:MODEL``), one provider for each
+model and such config its requests sent, each running only its own requests (its ``prompts`` filter) when there are
+several, so that every request is sent again as it was (#46 item 10). What neither can carry is named in the notes,
+never dropped unsaid; a request that never reached a model (refused) or is not a chat or completion is left out,
+also said.
 """
 
 from __future__ import annotations
@@ -24,9 +26,15 @@ from webui.store.requests import CapturedRequest
 ENDPOINTS = {"/v1/chat/completions": "messages", "/v1/completions": "prompt"}
 """Endpoints whose requests become prompts, and the field holding what the model reads."""
 NOT_PARAMETERS = frozenset(("model", "messages", "prompt", "stream", "stream_options", "store", "metadata", "user",
-                            "n", "seed"))
-"""Body fields that are not a prompt's sampling parameters (``n``: promptfoo runs each prompt once; ``seed``: the
-provider's)."""
+                            "n"))
+"""Body fields that are not a prompt's parameters and change nothing a suite reproduces (``n``: promptfoo runs each
+prompt once)."""
+PROVIDER_KEYS = ("seed", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")
+"""Body fields a promptfoo openai provider's config takes and a prompt's config does not: its provider's."""
+PROMPT_KEYS = frozenset(api_names().values()) - NOT_PARAMETERS - set(PROVIDER_KEYS) | {"response_format"}
+"""Body fields a prompt's config carries: the sampling parameters, and the reply's format."""
+OTHER_NAMES = {"max_completion_tokens": "max_tokens"}
+"""Newer OpenAI names of parameters, carried under the name a promptfoo config and our reader take."""
 
 
 @dataclass
@@ -41,7 +49,7 @@ class Suite:
 def promptfoo_suite(items: Sequence[CapturedRequest], description: str = "") -> Suite:
     """The promptfoo YAML for ``items`` (kept requests, in order); ValueError when none can be a prompt."""
     prompts: list[dict[str, Any]] = []
-    by_model: dict[str, list[tuple[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[str]] = {}  # (model, its provider config as JSON) -> request ids
     notes: list[str] = []
     for item in items:
         prompt, why = _prompt(item)
@@ -50,15 +58,27 @@ def promptfoo_suite(items: Sequence[CapturedRequest], description: str = "") -> 
             continue
         prompts.append(prompt)
         model = item.model or str(item.request.get("model") or "")
-        by_model.setdefault(model, []).append((item.id, item.request.get("seed")))
-        left = sorted(set(item.request) - NOT_PARAMETERS - set(prompt.get("config", {})))
+        config = {k: item.request[k] for k in PROVIDER_KEYS if item.request.get(k) is not None}
+        groups.setdefault((model, json.dumps(config, sort_keys=True)), []).append(item.id)
+        carried = NOT_PARAMETERS | set(PROVIDER_KEYS) | PROMPT_KEYS | set(OTHER_NAMES)
+        left = sorted(set(item.request) - carried)
         if left:
-            notes.append(f"{item.id}: {', '.join(left)} not carried (a promptfoo prompt's config takes sampling "
-                         "parameters)")
+            notes.append(f"{item.id}: {', '.join(left)} not carried (neither a promptfoo prompt's config nor its "
+                         "provider's takes them)")
     if not prompts:
         raise ValueError("none of these requests can be a prompt: " + "; ".join(notes) if notes else
                          "no requests to export")
-    providers = [_provider(model, kept, len(by_model) > 1, notes) for model, kept in by_model.items()]
+    per_model: dict[str, int] = {}
+    for model, _ in groups:
+        per_model[model] = per_model.get(model, 0) + 1
+    seen: dict[str, int] = {}
+    providers = []
+    for (model, config), ids in groups.items():
+        seen[model] = seen.get(model, 0) + 1
+        label = model if per_model[model] == 1 else f"{model} #{seen[model]}"
+        providers.append({"id": f"workbench:{model}", "label": label, **({"config": json.loads(config)}
+                                                                          if config != "{}" else {}),
+                          **({"prompts": ids} if len(groups) > 1 else {})})
     suite = {"description": description or f"{len(prompts)} API requests kept by the workbench",
              "prompts": prompts, "providers": providers}
     return Suite(yaml.safe_dump(suite, sort_keys=False, allow_unicode=True, width=120), len(prompts), notes)
@@ -78,17 +98,8 @@ def _prompt(item: CapturedRequest) -> tuple[dict[str, Any] | None, str]:
         raw = said
     else:
         return None, "its prompt is a list or token ids, which a promptfoo prompt cannot be"
-    names = set(api_names().values())
-    config = {k: v for k, v in item.request.items() if k in names and k not in NOT_PARAMETERS}
+    config = {k: v for k, v in item.request.items() if k in PROMPT_KEYS and v is not None}
+    for other, name in OTHER_NAMES.items():
+        if item.request.get(other) is not None and name not in config:
+            config[name] = item.request[other]
     return {"label": item.id, "raw": raw, **({"config": config} if config else {})}, ""
-
-
-def _provider(model: str, kept: list[tuple[str, Any]], filtered: bool, notes: list[str]) -> dict[str, Any]:
-    """The provider of ``model``'s requests (their ids and seeds): its seed when they share one."""
-    seeds = {seed for _, seed in kept}
-    config = {"seed": seeds.pop()} if len(seeds) == 1 and None not in seeds else {}
-    if len({seed for _, seed in kept}) > 1:
-        notes.append(f"{model}: its requests sent different seeds; a promptfoo provider has one, so they run with "
-                     "the provider's (greedy requests repeat regardless)")
-    return {"id": f"workbench:{model}", "label": model, **({"config": config} if config else {}),
-            **({"prompts": [request_id for request_id, _ in kept]} if filtered else {})}

@@ -283,6 +283,15 @@ class BatchController:
                 "whole run (each row's tok/s is its own share)")
 
     # -- stored runs ----------------------------------------------------------------------------------------
+    def take_upload(self, paths: list[str]) -> tuple[tuple[str, bytes] | None, str]:
+        """(the upload, the note beside it) of :meth:`upload_files`; a refused upload is None (the text box is used)
+        and its note, which stays on the page, says why."""
+        try:
+            return self.upload_files(paths)
+        except UserError as exc:
+            return None, (f"⚠ **Not used**: {_md(str(exc))}  \nThe prompts in the text box are used until an "
+                          "upload is accepted.")
+
     def upload_files(self, paths: list[str]) -> tuple[tuple[str, bytes], str]:
         """What :meth:`upload` gives for one file; for several, a promptfoo config and the files it reads, copied
         into a folder of their own so its ``file://`` paths find them (the config is named by its path there). On a

@@ -157,6 +157,11 @@ class ModelController:
         warning when it cannot fit (more than the whole budget, or beside the models that would stay)."""
         if not name:
             return ""
+        chosen = self.effective_loader(name, loader)
+        missing = next((s for s in self.services.registry.status() if s.name == chosen and not s.available), None)
+        if missing is not None:  # it cannot load: an estimate would say it could
+            return (f"⚠ **The {missing.name} loader is unavailable** ({missing.reason}), so no estimate: it cannot "
+                    f"load until installed. Install: {missing.install_hint}.")
         try:
             options = LoadOptions(device, self._dtype(name, loader, dtype), int(threads) if threads else None,
                                   extra=extra)

@@ -173,6 +173,14 @@ class RequestsController:
                 f"Keeping only requests that ask `store: true`; turn on keeping everything to see every request "
                 f"an app sends. {kept}.")
 
+    def capture_switch(self, user: str | None) -> dict[str, Any]:
+        """The "Keep every API request" switch as ``user`` sees it: its value, and whether they can change it (an
+        admin can; anyone else sees it read-only, with why)."""
+        if self.allowed(user):
+            return {"value": self.store.capture_all, "interactive": True, "info": None}
+        return {"value": self.store.capture_all, "interactive": False,
+                "info": "Read-only: only admin users (the server's --ui-admin) turn this on or off."}
+
     def set_capture(self, on: bool, user: str | None) -> None:
         self.check(user)
         self.store.capture_all = bool(on)
@@ -247,6 +255,17 @@ class RequestsController:
             return replay(self.services, item, changes)
         except ReplayError as exc:
             raise UserError(str(exc)) from None
+
+    def replay_said(self, request_id: str | None, again: CapturedRequest, user: str | None) -> str:
+        """What the page says of ``again``, a replay of ``request_id``: its id, whether its reply is the original's,
+        the fields it sent otherwise (each with what the original sent), and its summary."""
+        original = self.get(request_id, user)
+        same = "the same reply as" if self.show(again.id, user).reply == self.show(original.id, user).reply \
+            else "a different reply from"
+        changed = changed_fields(original, again)
+        what = ("changed " + ", ".join(f"`{k}` {_short(new)} (was {_short(old)})" for k, (old, new) in changed.items())
+                if changed else "sent as the original was")
+        return f"Replayed as `{again.id}`: {same} the original; {what}. {self.show(again.id, user).summary}"
 
     def as_text(self, request_id: str | None, user: str | None) -> str:
         """The prompt as the model saw it (for the Notebook, which continues it, and Insight)."""
@@ -347,3 +366,25 @@ class RequestsController:
         item = self.get(request_id, user)
         self.store.delete(item.id)
         return f"Deleted {item.id}."
+
+
+REPLAY_SENDS = frozenset(("stream", "stream_options", "background"))
+"""Fields a replay sends its own way whatever the changes (answered whole, not streamed or in the background)."""
+
+
+def changed_fields(original: CapturedRequest, again: CapturedRequest) -> dict[str, tuple[Any, Any]]:
+    """The body fields ``again`` sent otherwise than ``original``: name -> (original's, again's; None: not sent);
+    the model only where another model answered."""
+    before = original.request if isinstance(original.request, dict) else {}
+    after = again.request if isinstance(again.request, dict) else {}
+    return {key: (before.get(key), after.get(key)) for key in sorted(set(before) | set(after))
+            if key not in REPLAY_SENDS and before.get(key) != after.get(key)
+            and (key != "model" or original.model != again.model)}
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """A field's value in a line: its JSON, cut at ``limit`` characters; 'not sent' for None."""
+    if value is None:
+        return "not sent"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -24,7 +24,7 @@ from webui.models import Slot
 from webui.names import InvalidName, check_name, inside
 from webui.services import Services
 from webui.training.data import (MAX_DATASET_BYTES, MAX_FORMAT_BYTES, RAW_SUFFIXES, RECORD_SUFFIXES, check_dataset,
-                                 check_size, preview, shipped_formats)
+                                 check_size, fits, load_format, preview, read_records, shipped_formats)
 from webui.training.runner import DONE, FAILED, IDLE, LOADING, RUNNING, STOPPED, STOPPING, TRAINING, RunState
 from webui.training.settings import TrainingError, parse_settings
 from webui.training.trainer import TrainJob, Words, base_model_folder, checkpoint_dir, prepare
@@ -94,6 +94,40 @@ class TrainingController:
         """None (raw text or chat records), the shipped formats, then format files in the formats folder."""
         own = sorted(p.name for p in self.formats_dir.glob("*.json")) if self.formats_dir.is_dir() else []
         return [AUTO_FORMAT, *shipped_formats(), *own]
+
+    def dataset_format(self, dataset: str | None, chosen: str | None) -> tuple[str, str]:
+        """(the format to read the dataset ``dataset`` with, a note on what it holds for beside it): ``chosen`` when
+        it reads the dataset, else the one the dataset needs (none for raw text and chat records; for instruction
+        records the first format, shipped then own files, that reads every record). A dataset that cannot be read,
+        or instruction records no format reads, keep ``chosen`` and the note says what to do."""
+        chosen = chosen or AUTO_FORMAT
+        if not dataset:
+            return chosen, ""
+        try:
+            path = self._file(self.datasets_dir, dataset, "dataset")
+            if path.suffix in RAW_SUFFIXES:
+                return AUTO_FORMAT, f"**{dataset}** is raw text: it takes no format."
+            records = read_records(path)
+        except (UserError, TrainingError) as exc:
+            return chosen, f"⚠ {exc}"
+        if any("messages" in record for _, record in records):
+            return AUTO_FORMAT, (f"**{dataset}** holds chat records: they are read with the model's chat template, "
+                                 "no format.")
+        keys = ", ".join(sorted({k for _, record in records for k in record}))
+        reading = [name for name in ([chosen] if chosen != AUTO_FORMAT else []) + self.format_choices()[1:]
+                   if self._reads(name, records)]
+        if not reading:
+            return chosen, (f"⚠ **{dataset}** holds instruction records (keys {keys}) that no format here reads: "
+                            f"add a format file for them to {self.formats_dir}, then choose it.")
+        return reading[0], (f"**{dataset}** holds instruction records (keys {keys}): the format **{reading[0]}** "
+                            "reads every one" + (" (it is chosen for them)." if reading[0] != chosen else "."))
+
+    def _reads(self, name: str, records: list[tuple[int, dict]]) -> bool:
+        try:
+            format_file = self._format(name)
+            return format_file is not None and fits(records, load_format(format_file)[1])
+        except (UserError, TrainingError):
+            return False
 
     def model_choices(self) -> list[str]:
         return [e.name for e in self.services.models.catalog.available()]
@@ -167,6 +201,20 @@ class TrainingController:
             lines.append(f"**Example {i}**: {item.tokens} tokens, {item.trained_tokens} trained{cut}\n\n"
                          f"```text\n{item.text.replace('```', '` ` `')}\n```")
         return "\n\n".join(lines)
+
+    def estimate(self, form: TrainingForm) -> str:
+        """How long the form's run would take: its steps (from the dataset's size, epochs, batch sizes, or
+        max_steps) times the time per step of a few of them run now on a copy of the model (nothing is saved), the
+        eval passes and the model's loading."""
+        job = self.job(replace(form, name=form.name or "estimate", replace=True))  # writes nothing: any name
+        try:
+            p = self.runner.probe(job)
+        except (TrainingError, LoaderError) as exc:
+            raise UserError(str(exc)) from exc
+        evals = f" + {p.evals} eval passes × {p.eval_s:.2f} s" if p.evals else ""
+        return (f"About **{_duration(p.seconds)}** on {job.device}: {p.total} steps × {p.step_s:.2f} s a step "
+                f"(timed over {p.timed} of them just now){evals} + {p.load_s:.1f} s to load the model copy. "
+                "Chat and API requests meanwhile share the device and slow it.")
 
     # -- running -------------------------------------------------------------------------------------------
     def start(self, form: TrainingForm, resume: bool = False) -> TrainingView:
@@ -302,3 +350,10 @@ class TrainingController:
             return chosen
         return str(self._file(self.formats_dir, chosen, "format file", MAX_FORMAT_BYTES))
 
+
+def _duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``2 h 5 min``."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 90 else f"{minutes // 60} h {minutes % 60} min"

@@ -283,6 +283,13 @@ def _pick_template(record: dict, templates: dict[str, str], where: str, format_n
                         f"needs the keys {needs}; this record has {', '.join(sorted(present)) or 'no text keys'})")
 
 
+def fits(records: Sequence[tuple[int, dict]], templates: dict[str, str]) -> bool:
+    """Whether the format of ``templates`` reads every record (each has the keys of one of its templates)."""
+    keysets = [frozenset(k.strip() for k in keys.split(",")) for keys in templates]
+    return all(any(keys <= {k for k, v in record.items() if isinstance(v, str) and v.strip()} for keys in keysets)
+               for _, record in records)
+
+
 def format_examples(records: Sequence[tuple[int, dict]], source: str, format_name: str, templates: dict[str, str],
                     tokenizer: Tokenizer, settings: TrainingSettings) -> list[Example]:
     eos = _eos_id(tokenizer) if settings.add_eos else None

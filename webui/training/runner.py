@@ -17,8 +17,8 @@ from pathlib import Path
 from loaders.base import LoaderError
 from webui.models import ModelManager
 from webui.training.settings import TrainingError
-from webui.training.trainer import (TrainJob, TrainProgress, checkpoint_curves, failure_message, memory_estimate,
-                                    train)
+from webui.training.trainer import (Probe, TrainJob, TrainProgress, checkpoint_curves, failure_message, memory_estimate,
+                                    probe, train)
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,19 @@ class TrainingRunner:
             self._thread = threading.Thread(target=self._run, args=(job, resume, holder), daemon=True,
                                             name=f"train-{job.name}")
             self._thread.start()
+
+    def probe(self, job: TrainJob) -> Probe:
+        """Time a few steps of the prepared ``job`` here and now (:func:`probe`), its model copy counted in the
+        memory budget meanwhile. TrainingBusy while a run goes (it would share the cores and slow both)."""
+        with self._lock:
+            if self._state.running:
+                raise TrainingBusy(f"'{self._state.name}' is training; estimate the time when it has ended")
+            holder = f"the time probe of {job.model_name} (for '{job.name}')"
+            self.models.reserve(holder, memory_estimate(job))
+        try:
+            return probe(job)
+        finally:
+            self.models.release(holder)
 
     def stop(self) -> bool:
         """Ask the run to stop after its current step (it saves a checkpoint); False when none runs."""

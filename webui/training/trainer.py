@@ -329,20 +329,103 @@ def load_checkpoint(job: TrainJob, model: Any, optimizer: Any, scheduler: Any) -
     return int(state["step"]), dict(state["run"])
 
 
+def _optimizer(model: Any, s: TrainingSettings, total: int) -> tuple[Any, Any]:
+    """The run's AdamW over the adapter's weights and its learning-rate schedule over ``total`` steps."""
+    import torch
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=s.learning_rate)
+    return optimizer, get_scheduler(SCHEDULER_NAMES[s.scheduler], optimizer, num_warmup_steps=s.warmup_steps,
+                                    num_training_steps=total)
+
+
+def train_step(job: TrainJob, model: Any, optimizer: Any, scheduler: Any, step: int, pad_id: int
+               ) -> tuple[float, int]:
+    """Optimizer step ``step`` of the run (its micro-batches, gradients accumulated): (its loss per labelled token,
+    the tokens it read)."""
+    s, data = job.settings, job.dataset
+    assert data is not None, "prepared"
+    step_loss, step_tokens = 0.0, 0
+    micro = [collate([data.train[i] for i in micro_batch(s, len(data.train), step * s.grad_accum + k)],
+                     pad_id, job.device) for k in range(s.grad_accum)]
+    labelled = sum(int((b["labels"][:, 1:] != IGNORE).sum()) for b in micro)
+    for batch in micro:
+        loss, _ = token_loss_sum(model, batch)
+        (loss / max(labelled, 1)).backward()
+        step_loss += float(loss.detach())
+        step_tokens += int(batch["attention_mask"].sum())
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return step_loss / max(labelled, 1), step_tokens
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How long a run would take, from a few of its steps timed (:func:`probe`)."""
+
+    total: int
+    """The run's optimizer steps."""
+    timed: int
+    """How many steps the time per step was measured over."""
+    step_s: float
+    evals: int
+    """How many times the run measures the eval loss."""
+    eval_s: float
+    load_s: float
+    """Loading the model copy the run trains."""
+
+    @property
+    def seconds(self) -> float:
+        return self.load_s + self.total * self.step_s + self.evals * self.eval_s
+
+
+PROBE_STEPS = 3
+"""Optimizer steps a probe makes: the first warms up (allocations, kernels), the others are timed."""
+
+
+def probe(job: TrainJob, steps: int = PROBE_STEPS) -> Probe:
+    """Time the prepared ``job``'s first steps (on a copy of the model; nothing is saved) and one eval pass: what
+    the whole run would take at that pace."""
+    import torch
+
+    if job.dataset is None:
+        raise TrainingError("prepare(job) reads and checks the dataset first")
+    s, data = job.settings, job.dataset
+    total = total_steps(s, len(data.train))
+    started = time.monotonic()
+    model = build_model(job)
+    optimizer, scheduler = _optimizer(model, s, total)
+    torch.manual_seed(s.seed + 1)
+    pad_id = _pad_id(job)
+    load_s = time.monotonic() - started
+    made = min(steps, total)
+    times = []
+    for step in range(made):
+        begun = time.monotonic()
+        train_step(job, model, optimizer, scheduler, step, pad_id)
+        times.append(time.monotonic() - begun)
+    timed = times[1:] or times  # the first step warms up
+    eval_s = 0.0
+    if data.eval:
+        begun = time.monotonic()
+        eval_loss(model, data.eval, s, pad_id, job.device)
+        eval_s = time.monotonic() - begun
+    evals = (total // s.eval_every + (1 if total % s.eval_every else 0)) if data.eval else 0
+    return Probe(total, len(timed), sum(timed) / len(timed), evals, eval_s, load_s)
+
+
 def train(job: TrainJob, progress: Callable[[TrainProgress], None] | None = None,
           stop: Callable[[], bool] | None = None, resume: bool = False) -> TrainResult:
     """Train the prepared ``job`` to its end or until ``stop()`` is true (then a checkpoint is saved)."""
     import torch
-    from transformers import get_scheduler
 
     if job.dataset is None:
         raise TrainingError("prepare(job) reads and checks the dataset first")
     s, data = job.settings, job.dataset
     total = total_steps(s, len(data.train))
     model = build_model(job)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=s.learning_rate)
-    scheduler = get_scheduler(SCHEDULER_NAMES[s.scheduler], optimizer, num_warmup_steps=s.warmup_steps,
-                              num_training_steps=total)
+    optimizer, scheduler = _optimizer(model, s, total)
     run: dict = {"curve": [], "eval_curve": [], "seconds": 0.0, "tokens": 0}
     step = 0
     if resume:
@@ -353,21 +436,10 @@ def train(job: TrainJob, progress: Callable[[TrainProgress], None] | None = None
     last_eval: float | None = run["eval_curve"][-1][1] if run["eval_curve"] else None
     eval_step: int | None = run["eval_curve"][-1][0] if run["eval_curve"] else None
     while step < total:
-        step_loss, step_tokens = 0.0, 0
-        micro = [collate([data.train[i] for i in micro_batch(s, len(data.train), step * s.grad_accum + k)],
-                         pad_id, job.device) for k in range(s.grad_accum)]
-        labelled = sum(int((b["labels"][:, 1:] != IGNORE).sum()) for b in micro)
-        for batch in micro:
-            loss, _ = token_loss_sum(model, batch)
-            (loss / max(labelled, 1)).backward()
-            step_loss += float(loss.detach())
-            step_tokens += int(batch["attention_mask"].sum())
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss, step_tokens = train_step(job, model, optimizer, scheduler, step, pad_id)
         step += 1
         tokens_now += step_tokens
-        run["curve"].append([step, step_loss / max(labelled, 1)])
+        run["curve"].append([step, loss])
         if data.eval and (step % s.eval_every == 0 or step == total):
             last_eval, eval_step = eval_loss(model, data.eval, s, pad_id, job.device), step
             run["eval_curve"].append([step, last_eval])

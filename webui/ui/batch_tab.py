@@ -279,10 +279,10 @@ def _wire_running(tab: BatchTab, params: ParametersTab) -> None:
         for step in c.run(job):
             yield plan, step.status, step.run_id, *view_updates(tab, step.run_id)
 
-    @shows_errors
-    def upload(files: Any) -> tuple[tuple[str, bytes], str]:  # paths, or things with .name
+    def upload(files: Any) -> tuple[tuple[str, bytes] | None, str]:  # paths, or things with .name
+        """The upload and its note; a refused one is said in the note, where it stays, and the text box is used."""
         given = files if isinstance(files, list) else [files]
-        return c.upload_files([f if isinstance(f, str) else f.name for f in given])
+        return c.take_upload([f if isinstance(f, str) else f.name for f in given])
 
     inputs = tab.form.inputs | set(params.inputs)
     tab.check.click(check, inputs, [tab.plan])

@@ -71,7 +71,8 @@ def create_requests_tab(services: Services) -> RequestsTab:
     note = gr.Markdown("", elem_id="requests-note")
     with gr.Row():
         capture = gr.Checkbox(label="Keep every API request (not only those that ask store: true)",
-                              value=services.requests.capture_all, elem_id="requests-capture", scale=2)
+                              value=services.requests.capture_all, elem_id="requests-capture", scale=2,
+                              interactive=not services.config.ui_users)  # with a login: an admin's, on load
         text = gr.Textbox(label="Text in the request", elem_id="requests-text", scale=2)
         status = gr.Dropdown(STATUSES, value=STATUSES[0], label="Status", elem_id="requests-status", scale=1)
         model = gr.Textbox(label="Model", elem_id="requests-model", scale=1)
@@ -141,10 +142,7 @@ def _wire(tab: RequestsTab) -> None:
 
     def replay(selected: str | None, changes: str, request: gr.Request) -> tuple[str, str]:
         again = c.replay(selected, changes, _user(request))
-        original = c.show(selected, _user(request)).reply
-        shown = c.show(again.id, _user(request))
-        same = "the same reply as the original" if shown.reply == original else "a different reply"
-        return f"Replayed as `{again.id}`: {same}. {shown.summary}", shown.reply
+        return c.replay_said(selected, again, _user(request)), c.show(again.id, _user(request)).reply
 
     def delete(selected: str | None, text: str, status: str, model: str, endpoint: str, client: str,
                request: gr.Request) -> tuple[str | pd.DataFrame | None, ...]:
@@ -226,7 +224,8 @@ def wire_refresh(tab: RequestsTab, tabs: gr.Tabs) -> None:
 
 def on_load(tab: RequestsTab) -> tuple[list, object]:
     """(outputs, function): a page (re)load fills the table and the note for the user who opened it."""
-    def load(request: gr.Request) -> tuple[pd.DataFrame, str, bool]:
+    def load(request: gr.Request) -> tuple[pd.DataFrame, str, dict]:
         user = _user(request)
-        return _frame(tab.controller.table(user)), tab.controller.note(user), tab.controller.store.capture_all
+        return _frame(tab.controller.table(user)), tab.controller.note(user), gr.update(
+            **tab.controller.capture_switch(user))
     return [tab.table, tab.note, tab.capture], load

@@ -16,6 +16,7 @@ from gradio.blocks import Block
 from gradio.components import Component
 
 from loaders.base import available_devices
+from webui.controllers.errors import UserError
 from webui.controllers.training import AUTO_FORMAT, TrainingController, TrainingForm, TrainingView
 from webui.services import Services
 from webui.training.data import MAX_DATASET_MB
@@ -34,14 +35,21 @@ class TrainingTab:
     dataset: gr.Dropdown
     upload: gr.UploadButton
     format: gr.Dropdown
+    dataset_note: gr.Markdown
+    """What the chosen dataset holds and the format it takes (chosen for it when the workbench finds one)."""
     name: gr.Textbox
     replace: gr.Checkbox
     fields: dict[str, Component]
     """A control per training setting, by its name."""
     show_preview: gr.Button
+    estimate: gr.Button
+    estimate_note: gr.Markdown
+    """How long the run would take (its steps × the time per step of a few run when asked)."""
     start: gr.Button
     stop: gr.Button
     resume: gr.Button
+    start_note: gr.Markdown
+    """Why Preview, Start or Resume was refused (it stays until one of them is clicked again)."""
     preview: gr.Markdown
     bar: gr.HTML
     status: gr.Markdown
@@ -114,12 +122,13 @@ def _data_rows(controller: TrainingController) -> dict[str, Any]:
         format_ = gr.Dropdown(choices=controller.format_choices(), value=AUTO_FORMAT, elem_id="train-format", scale=2,
                               label="Format of instruction records",
                               info=f"text-generation-webui format files; your own go in {controller.formats_dir}")
+    dataset_note = gr.Markdown("", elem_id="train-dataset-note")
     with gr.Row(equal_height=True):
         name = gr.Textbox(label="Adapter name (its folder in the loras dir)", elem_id="train-name", scale=3)
         replace = gr.Checkbox(label="Replace an adapter or checkpoint of that name", value=False,
                               elem_id="train-replace", scale=2)
-    return dict(model=model, device=device, dataset=dataset, upload=upload, format=format_, name=name,
-                replace=replace)
+    return dict(model=model, device=device, dataset=dataset, upload=upload, format=format_, dataset_note=dataset_note,
+                name=name, replace=replace)
 
 
 def create_training_tab(services: Services) -> TrainingTab:
@@ -128,9 +137,12 @@ def create_training_tab(services: Services) -> TrainingTab:
     fields = _settings_form(controller)
     with gr.Row():
         show_preview = gr.Button("Preview the data", elem_id="train-preview-button")
+        estimate = gr.Button("Estimate the time (runs a few steps)", elem_id="train-estimate-button")
         start = gr.Button("Start", variant="primary", elem_id="train-start")
         stop = gr.Button("Stop (saves a checkpoint)", variant="stop", elem_id="train-stop")
         resume = gr.Button("Resume from the checkpoint", elem_id="train-resume")
+    start_note = gr.Markdown("", elem_id="train-start-note")
+    estimate_note = gr.Markdown("", elem_id="train-estimate")
     with gr.Accordion("Preview: the first examples as the model sees them", open=True):
         preview = gr.Markdown("", elem_id="train-preview")
     view = controller.view()
@@ -145,9 +157,10 @@ def create_training_tab(services: Services) -> TrainingTab:
         compare = gr.Button("Compare with the base model in A/B", elem_id="train-compare")
         perplexity = gr.Button("Perplexity on the eval split, without and with it", elem_id="train-perplexity")
     result = gr.Markdown("", elem_id="train-result")
-    tab = TrainingTab(**top, fields=fields, show_preview=show_preview, start=start, stop=stop, resume=resume,
-                      preview=preview, bar=bar, status=status, plot=plot, timer=timer, seen=seen, attach=attach,
-                      compare=compare, perplexity=perplexity, result=result, controller=controller)
+    tab = TrainingTab(**top, fields=fields, show_preview=show_preview, estimate=estimate,
+                      estimate_note=estimate_note, start=start, stop=stop, resume=resume,
+                      start_note=start_note, preview=preview, bar=bar, status=status, plot=plot, timer=timer, seen=seen,
+                      attach=attach, compare=compare, perplexity=perplexity, result=result, controller=controller)
     _wire(tab)
     return tab
 
@@ -177,23 +190,67 @@ def _wire(tab: TrainingTab) -> None:
             return (gr.skip(),) * 4 + (gr.Timer(active=True),)
         return _shown(view)
 
-    @shows_errors
-    def upload(file: Any) -> tuple[dict, dict]:
-        name = c.upload(file if isinstance(file, str) else getattr(file, "name", None))
+    def upload(file: Any, chosen: str | None) -> tuple[Any, ...]:
+        """The dataset list with the upload chosen, its format and note; a refused upload is said beside the
+        dataset, where it stays."""
+        try:
+            name = c.upload(file if isinstance(file, str) else getattr(file, "name", None))
+        except UserError as exc:
+            return gr.skip(), gr.skip(), gr.skip(), f"⚠ Not uploaded: {exc}"
         names = c.dataset_choices()
-        return gr.update(choices=names, value=name), gr.update(choices=["", *names])
+        return gr.update(choices=names, value=name), gr.update(choices=["", *names]), *dataset_chosen(name, chosen)
 
     tab.timer.tick(tick, [tab.seen], shown, show_progress="hidden", concurrency_limit=None)  # every page's, cheap
-    tab.upload.upload(upload, [tab.upload], [tab.dataset, tab.eval_file])
+    tab.upload.upload(upload, [tab.upload, tab.format], [tab.dataset, tab.eval_file, tab.format, tab.dataset_note])
     # both list the files put in the folder since the page loaded
     tab.dataset.focus(lambda: gr.update(choices=c.dataset_choices()), None, tab.dataset)
     tab.eval_file.focus(lambda: gr.update(choices=["", *c.dataset_choices()]), None, tab.eval_file)
     tab.format.focus(lambda: gr.update(choices=c.format_choices()), None, tab.format)
     tab.model.focus(lambda: gr.update(choices=c.model_choices()), None, tab.model)
+    def dataset_chosen(dataset: str | None, chosen: str | None) -> tuple[Any, str]:
+        format_, note = c.dataset_format(dataset, chosen)
+        return (gr.update(value=format_) if format_ != chosen else gr.skip()), note
+
+    def refused(form: TrainingForm, exc: UserError) -> tuple[Any, str, str]:
+        """(the format, the dataset's note, the refusal) shown when Preview, Start or Resume is refused: where the
+        dataset needs another format the workbench finds, it is chosen and the refusal says so."""
+        format_, note = c.dataset_format(form.dataset, form.format)
+        if format_ == form.format:
+            return gr.skip(), note, f"⚠ Refused: {exc}"
+        return gr.update(value=format_), note, (f"⚠ Refused: {exc}  \nThe format **{format_}** reads this dataset; "
+                                                "it is now chosen: click again to use it.")
+
+    def preview_(data: dict) -> tuple:
+        form = tab.form(data)
+        try:
+            return c.preview(form), "", gr.skip(), gr.skip()
+        except UserError as exc:
+            format_, note, refusal = refused(form, exc)
+            return gr.skip(), refusal, format_, note
+
+    def estimate(data: dict) -> tuple:
+        form = tab.form(data)
+        try:
+            return c.estimate(form), "", gr.skip(), gr.skip()
+        except UserError as exc:
+            format_, note, refusal = refused(form, exc)
+            return gr.skip(), refusal, format_, note
+
+    def start(data: dict, resume: bool = False) -> tuple:
+        form = tab.form(data)
+        try:
+            return *_shown(c.start(form, resume=resume)), "", gr.skip(), gr.skip()
+        except UserError as exc:
+            format_, note, refusal = refused(form, exc)
+            return *(gr.skip(),) * len(shown), refusal, format_, note
+
     inputs = tab.form_inputs
-    tab.show_preview.click(shows_errors(lambda data: c.preview(tab.form(data))), inputs, [tab.preview])
-    tab.start.click(shows_errors(lambda data: _shown(c.start(tab.form(data)))), inputs, shown)
-    tab.resume.click(shows_errors(lambda data: _shown(c.start(tab.form(data), resume=True))), inputs, shown)
+    told = [tab.start_note, tab.format, tab.dataset_note]
+    tab.dataset.change(dataset_chosen, [tab.dataset, tab.format], [tab.format, tab.dataset_note])
+    tab.show_preview.click(preview_, inputs, [tab.preview, *told])
+    tab.estimate.click(estimate, inputs, [tab.estimate_note, *told])
+    tab.start.click(start, inputs, [*shown, *told])
+    tab.resume.click(lambda data: start(data, resume=True), inputs, [*shown, *told])
     tab.stop.click(shows_errors(lambda: _shown(c.stop())), None, shown, concurrency_limit=None)
     tab.attach.click(shows_errors(c.attach), None, [tab.result])
 
