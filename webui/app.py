@@ -32,6 +32,7 @@ def create_server(services: Services) -> FastAPI:
     from webui.training.data import MAX_DATASET_BYTES
     from webui.ui.app import CSS, build_ui
     from webui.ui.chat_tab import PASTE_IMAGES_JS
+    from webui.ui.typed_slider import TYPED_BOXES_HEAD
 
     app = FastAPI(title="LLM Workbench", docs_url=None, redoc_url=None)
 
@@ -42,7 +43,8 @@ def create_server(services: Services) -> FastAPI:
     demo = build_ui(services)
     demo.queue(default_concurrency_limit=None)
     users = dict(services.config.ui_users)
-    return gr.mount_gradio_app(app, demo, path="", css=CSS, js=PASTE_IMAGES_JS, footer_links=[],
+    return gr.mount_gradio_app(app, demo, path="", css=CSS, js=PASTE_IMAGES_JS, head=TYPED_BOXES_HEAD,
+                               footer_links=[],
                                auth=authenticator(users) if users else None,
                                auth_message="Log in to the LLM Workbench" if users else None,
                                max_file_size=MAX_DATASET_BYTES)  # the largest any tab takes: a 1 GB upload
