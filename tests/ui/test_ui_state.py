@@ -66,7 +66,7 @@ def test_a_keystroke_that_reaches_the_server_late_is_not_saved_over_the_ones_aft
 
     def hold(route):  # the request for "0.3" is held until the one for "0.35" is saved
         values = json.loads(route.request.post_data or "{}").get("data") or []
-        late.append(route) if 0.3 in values else route.continue_()
+        late.append(route) if "0.3" in values else route.continue_()  # (the box's text, as typed)
 
     page.route("**/queue/join*", hold)
     box.click()
@@ -374,16 +374,16 @@ def test_a_wrong_value_stays_as_typed_is_not_used_and_its_warning_says_what_is(s
     page.close()
 
 
-def test_the_template_preview_follows_the_template_and_the_chat_shown(server, browser):
-    """#30 (7): once shown, the preview is re-rendered when another template is chosen or another chat opened; it
-    kept the old template's text until Preview was clicked again."""
+def test_the_template_preview_follows_the_template_the_chat_shown_and_the_message_typed(server, browser):
+    """#30 (7): the preview is re-rendered when another template is chosen or another chat opened; it kept the old
+    template's text until Preview was clicked again. #46 (5): it shows as soon as the panel opens (it was empty
+    until Preview was clicked) and follows the message as it is typed."""
     page = ready_page(browser, server.url, max_new_tokens=2)
     send(page, "A question about owls?")
     wait_new_reply(page, 0)
     page.locator("#chat-new").click()
     page.locator("#chat-template-panel").get_by_text("Instruction template and context").first.click()  # unfold
     wait_text(page, "#chat-template-note", "own template", 30_000)
-    page.locator("#chat-template-preview-button").click()
 
     def preview_has(text: str) -> None:
         deadline = time.monotonic() + 30
@@ -399,6 +399,16 @@ def test_the_template_preview_follows_the_template_and_the_chat_shown(server, br
     choose(page, "chat-template", "the model's own")
     wait_text(page, "#chat-template-note", "own template", 30_000)
     preview_has("<|im_start|>user\nA question about owls?")
+    box = page.locator("#chat-message textarea")
+    box.click()
+    box.press_sequentially("And one about bats", delay=60)  # typed: the preview follows
+    preview_has("<|im_start|>user\nAnd one about bats")
+    box.press("Control+a")
+    box.press("Backspace")
+    deadline = time.monotonic() + 30
+    while "And one about bats" in code_text(page, "chat-template-preview") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "And one about bats" not in code_text(page, "chat-template-preview")
     page.close()
 
 

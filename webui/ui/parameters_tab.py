@@ -73,9 +73,10 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         return *tab.panel.show(chosen.params), said, pipeline_text(chosen.params)
 
     @shows_errors
-    def save_preset(data: dict) -> tuple[Update, str]:
+    def save_preset(data: dict) -> tuple[Update, str, Update]:
         saved = controller.save(data[save_name], tab.params(data))
-        return gr.update(choices=controller.presets.names(), value=saved), f"Saved preset '{saved}'."
+        return (gr.update(choices=controller.presets.names(), value=saved, info=controller.preset_line(saved)),
+                f"Saved preset '{saved}'.", gr.update(interactive=True))  # (also under the name shown: no change)
 
     @shows_errors
     def delete_preset(name: str | None, armed: str | None) -> tuple[Update, str, str | None, Update]:
@@ -97,12 +98,14 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
 
     tab.preset.input(apply_preset, [tab.preset], [*shown, tab.note, tab.running])
     tab.preset.change(preset_shown, [tab.preset], [tab.preset, delete, confirm], show_progress="hidden")
+
     def reset():
         params = controller.neutral()
-        return *tab.panel.show(params), None, "Neutral: every sampler off.", pipeline_text(params)
+        return (*tab.panel.show(params), gr.update(value=None, info=controller.preset_line(None)),
+                "Neutral: every sampler off.", pipeline_text(params))
 
     neutral.click(reset, None, [*shown, tab.preset, tab.note, tab.running])
-    save.click(save_preset, {save_name, *inputs}, [tab.preset, tab.note])
+    save.click(save_preset, {save_name, *inputs}, [tab.preset, tab.note, delete])
     delete.click(delete_preset, [tab.preset, confirm], [tab.preset, tab.note, confirm, delete])
 
 
@@ -134,7 +137,8 @@ def _wire_controls(tab: ParametersTab) -> None:
         # user does (a preset or a reload setting all of them must not queue a check per control).
         event = control.change if specs()[name].widget in ("lines", "text", "json", "constraint") else control.input
         order.wire(event, functools.partial(remember, name), inputs,
-                   [tab.preset, tab.note, tab.running, *(panel.field(n) for n in shown_with(name))])
+                   [tab.preset, tab.note, tab.running, *(panel.field(n) for n in shown_with(name))],
+                   at_once=specs()[name].widget == "slider")
 
 
 def on_load(tab: ParametersTab) -> tuple[list, object]:
