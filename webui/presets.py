@@ -18,7 +18,7 @@ import yaml
 
 from webui.engine.params import InvalidParameter, SamplingParams
 from webui.fsutil import atomic_write_text
-from webui.names import check_name, inside
+from webui.names import InvalidName, check_name, inside
 from webui.owner import current as current_owner
 from webui.owner import folder_name
 
@@ -118,6 +118,13 @@ class PresetStore:
 
     def is_builtin(self, name: str) -> bool:
         return (self.builtin_dir / f"{name}.yaml").is_file()
+
+    def is_own(self, name: str) -> bool:
+        """Whether the user has a preset file of this name (one Delete can delete)."""
+        try:
+            return (self.user_dir / f"{check_name('preset', name)}.yaml").is_file()
+        except InvalidName:
+            return False
 
     def _path(self, name: str) -> Path:
         name = check_name("preset", name)

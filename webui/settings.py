@@ -32,6 +32,7 @@ class Settings:
     """'model@loader' -> the loader's own load options last loaded with (those not at their default)."""
     last_preset: str | None = "Balanced"  # a fresh install starts from a sensible preset, not neutral
     params: dict[str, Any] | None = None  # keys that differ from neutral; None: the last preset's
+    changed_from: str | None = None  # the preset the parameters were changed from (last_preset is None then)
     system_prompt: str = ""
     use_chat_template: bool = True
     chat_template: str = ""  # the Chat tab's instruction template: "" the model's own, else a template's name

@@ -55,44 +55,87 @@ def test_a_form_without_text_is_no_constraint_and_a_bad_one_is_named(controller,
     before = services.settings.get()
     for held, said in ((constraint_json("JSON schema", '{"type": '), "structured_outputs: the JSON schema is not "
                                                                      "valid JSON"),
+                       (constraint_json("JSON schema", '{"type": "objectx"}'), "structured_outputs: not a valid JSON "
+                                                                               "schema: Invalid type: objectx"),
                        (constraint_json("regex", "[a-"), "structured_outputs: invalid regex")):
-        edited = controller.edit(values(structured_outputs=held), "structured_outputs")
-        assert edited.params is None and edited.message.startswith(f"⚠ {said}"), edited
+        edited = controller.edit(values(controller.saved()[0], structured_outputs=held), "structured_outputs")
+        message = edited.messages["structured_outputs"]
+        assert not edited.changed and said in message and message.endswith("; using none (the last good value)."), \
+            message
     assert services.settings.get() == before
 
 
-@pytest.mark.parametrize("name, bad, said", [
-    ("max_new_tokens", 99999999, "⚠ max_new_tokens must be in [1, 32768], got 99999999. Not used; 512 stays saved: "
-                                 "correct it (Send asks for that first)."),
-    ("max_new_tokens", None, "⚠ type a number in [1, 32768] (the box is empty or holds no number). Not used; 512 "
-                             "stays saved"),
-    ("seed", 1.5, "⚠ seed must be an integer in [0, 9223372036854775807], got 1.5. Not used; -1 stays saved"),
-    ("logit_bias", "{2: -100", "⚠ logit_bias must be a JSON object"),
+# #46 (7): one rule for every field: the box keeps what was typed, the value is not used, the last good value
+# (what was used before it was typed) is, and the message beside the field says all three.
+@pytest.mark.parametrize("name, typed, said", [
+    ("temperature", "-1", "⚠ -1 is not used: temperature must be in [0, 5]; using 0.7 (the last good value)."),
+    ("temperature", "9", "⚠ 9 is not used: temperature must be in [0, 5]; using 0.7 (the last good value)."),
+    ("temperature", "abc", "⚠ abc is not used: temperature must be a number in [0, 5]; using 0.7 (the last good "
+                           "value)."),
+    ("temperature", "", "⚠ An empty box is not used: temperature must be a number in [0, 5]; using 0.7 (the last "
+                        "good value)."),
+    ("top_p", 1.5, "⚠ 1.5 is not used: top_p must be in (0, 1]; using 0.9 (the last good value)."),
+    ("max_new_tokens", "0", "⚠ 0 is not used: max_new_tokens must be in [1, 32768]; using 200 (the last good "
+                            "value)."),
+    ("max_new_tokens", 99999999, "⚠ 99999999 is not used: max_new_tokens must be in [1, 32768]; using 200"),
+    ("max_new_tokens", None, "⚠ An empty box is not used: max_new_tokens must be a number in [1, 32768]; using 200"),
+    ("seed", "1.5", "⚠ 1.5 is not used: seed must be an integer in [0, 9223372036854775807]; using 7 (the last good "
+                    "value)."),
+    ("logit_bias", "{2: -100", "⚠ {2: -100 is not used: logit_bias must be a JSON object like {\"2\": -100}; using "
+                               "none (the last good value)."),
+    ("stop", "a\n" + "x" * 1001, f"⚠ a · {'x' * 35}… is not used: stop strings are at most 1000 characters long, "
+                                 "got one of 1001; using END (the last good value)."),
 ])
-def test_a_wrong_value_is_named_with_what_it_takes_and_kept_out(controller, services, name, bad, said):
-    """#30 (3): never silently changed: the message (shown beside the control) names it, and what is saved stays."""
+def test_a_wrong_value_is_not_used_the_last_good_one_is_and_its_message_says_so(controller, services, name, typed,
+                                                                                said):
+    good = controller.use(SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=200, seed=7, stop=("END",)))
     before = services.settings.get()
-    edited = controller.edit(values(**{name: bad}), name)
-    assert edited.params is None and not edited.changed and edited.message.startswith(said), edited.message
-    assert services.settings.get() == before  # the last good values are kept
-    with pytest.raises(UserError, match="Parameters tab: " + name):  # and Send refuses them
-        controller.current(values(**{name: bad}))
+    edited = controller.edit(values(good, **{name: typed}), name)
+    assert edited.messages[name].startswith(said), edited.messages[name]
+    assert list(edited.messages) == [name] and edited.params == good and not edited.changed
+    assert services.settings.get() == before  # the last good values stay saved
+    assert controller.current(values(good, **{name: typed})) == good  # and generation uses them
 
 
-@pytest.mark.parametrize("typed, used, said", [
-    (9, 5.0, "⚠ 9 is outside [0, 5]: the slider goes to 5, and 5 is used."),
-    (-1, 0.0, "⚠ -1 is outside [0, 5]: the slider goes to 0, and 0 is used."),
-    (None, 0.0, "⚠ The box is empty: the slider goes to 0, and 0 is used."),
-])
-def test_a_slider_left_out_of_range_is_used_where_it_goes_and_says_so(controller, services, typed, used, said):
-    edited = controller.edit(values(SamplingParams(temperature=0.7), temperature=typed), "temperature")
-    assert edited.message == said and edited.params.temperature == used and edited.changed
-    assert services.settings.get().params["temperature"] == used
+def test_a_right_value_typed_beside_a_wrong_one_is_used_and_the_wrong_one_still_is_not(controller, services):
+    controller.use(SamplingParams(temperature=0.7, seed=7))
+    edited = controller.edit(values(controller.saved()[0], temperature="0.5", seed="1.5"), "temperature")
+    assert edited.params.temperature == 0.5 and edited.params.seed == 7 and edited.changed
+    assert list(edited.messages) == ["seed"] and services.settings.get().params["temperature"] == 0.5
+    assert controller.current(values(edited.params, top_k="40", seed="x")).top_k == 40
 
 
-def test_another_wrong_value_keeps_a_good_edit_from_being_saved_and_says_which(controller, services):
-    edited = controller.edit(values(temperature=0.5, seed=1.5), "temperature")
-    assert edited.params is None and edited.message == "⚠ Not saved yet: seed is wrong (its message is beside it)."
+def test_numbers_typed_as_text_are_read(controller):
+    used = controller.current(values(temperature=" 0.45", max_new_tokens="64", seed="-1", top_k="1e1"))
+    assert (used.temperature, used.max_new_tokens, used.seed, used.top_k) == (0.45, 64, None, 10)
+    assert controller.current(values(seed="")).seed is None  # an empty seed box: random
+
+
+def test_a_rule_between_fields_blames_the_value_just_typed(controller, services):
+    controller.use(SamplingParams(min_new_tokens=10, max_new_tokens=100))
+    edited = controller.edit(values(controller.saved()[0], max_new_tokens="5"), "max_new_tokens")
+    assert edited.params.max_new_tokens == 100 and list(edited.messages) == ["max_new_tokens"]
+    assert edited.messages["max_new_tokens"] == ("⚠ 5 is not used: min_new_tokens must be <= max_new_tokens (5); "
+                                                 "using 100 (the last good value).")
+    edited = controller.edit(values(controller.saved()[0], max_new_tokens="5", min_new_tokens="2"), "min_new_tokens")
+    assert (edited.params.min_new_tokens, edited.params.max_new_tokens) == (2, 5) and edited.messages == {}
+
+
+def test_values_changed_from_a_preset_say_which_and_typed_back_are_the_preset_again(controller, services):
+    """#46 (12): the preset's name went blank on a change, without a word that the values were custom."""
+    precise = controller.apply("Precise")
+    assert controller.preset_line("Precise").startswith("'Precise' is built in: it cannot be deleted.")
+    edited = controller.edit(values(precise.params, temperature="1.3"), "temperature")
+    assert edited.changed and services.settings.get().last_preset is None
+    assert controller.preset_line(None).startswith("Custom values: changed from 'Precise': temperature.")
+    controller.edit(values(edited.params, top_k="3"), "top_k")
+    assert controller.preset_line(None).startswith("Custom values: changed from 'Precise': temperature, top_k.")
+    controller.edit(values(precise.params), "top_k")  # every value typed back
+    assert services.settings.get().last_preset == "Precise" and services.settings.get().changed_from is None
+    controller.neutral()
+    assert controller.preset_line(None).startswith("Custom values (no preset).")
+    controller.save("mine", SamplingParams(top_k=3))
+    assert controller.preset_line("mine") == ""  # the user's own: Delete is offered
 
 
 def test_an_edit_is_remembered_and_the_preset_no_longer_claims_it(controller, services):
@@ -100,7 +143,7 @@ def test_an_edit_is_remembered_and_the_preset_no_longer_claims_it(controller, se
     assert services.settings.get().last_preset == "Precise"
     edited = controller.edit(values(controller.saved()[0], stop="END\nSTOP"), "stop")
     params, preset, note = controller.saved()
-    assert edited.changed and edited.message == "" and params.stop == ("END", "STOP") and preset is None
+    assert edited.changed and edited.messages == {} and params.stop == ("END", "STOP") and preset is None
     assert note == "" and not controller.edit(values(params), "stop").changed  # the same values again
 
 
@@ -113,6 +156,7 @@ def test_save_apply_and_delete_a_preset(controller, services):
     assert "mine" not in controller.presets.names() and services.settings.get().last_preset is None
     with pytest.raises(UserError, match="built-in preset"):
         controller.delete("Precise")
+    assert not controller.presets.is_own("Precise") and not controller.presets.is_own("../x")
     with pytest.raises(UserError, match="Choose a preset"):
         controller.delete(None)
     with pytest.raises(UserError, match="plain name"):

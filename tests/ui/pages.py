@@ -10,6 +10,7 @@ from tests.conftest import ROOT
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 LONG = 180_000  # ms; the real model on a shared CPU
+TEMPERATURE = "#params-temperature input[data-testid=number-input]"  # a slider's box (it keeps what was typed)
 
 
 def watch(page) -> None:
@@ -63,9 +64,8 @@ def choose_preset(page, name: str, temperature: str) -> None:
         before = showing(page)
         choose(page, "preset", name)
         wait_parameters_shown(page, before)
-    page.wait_for_function(
-        f"() => document.querySelector('#params-temperature input[type=number]').value === '{temperature}'",
-        timeout=30_000)
+    page.wait_for_function("([s, v]) => document.querySelector(s).value === v", arg=[TEMPERATURE, temperature],
+                           timeout=30_000)
 
 
 def reload(page) -> None:

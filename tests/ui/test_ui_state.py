@@ -10,10 +10,10 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import (bot_messages, choose, choose_preset, code_text, open_page, ready_page,
-                            reload, reload_parameters, reply_when, rows, screenshot, send, set_number, showing, tab,
-                            toast, wait_new_reply, wait_parameters_shown, wait_reply_done, wait_streaming, wait_text,
-                            wait_until)
+from tests.ui.pages import (TEMPERATURE, bot_messages, choose, choose_preset, code_text, last_reply, open_page,
+                            ready_page, reload, reload_parameters, reply_when, rows, screenshot, send, set_number,
+                            showing, tab, wait_new_reply, wait_parameters_shown, wait_reply_done,
+                            wait_streaming, wait_text, wait_until)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -37,7 +37,7 @@ def test_numbers_typed_at_a_persons_speed_are_saved_exactly_as_typed(server, bro
         return json.loads(settings.read_text())["params"].get(name)
 
     for name, selector, typed in (("max_new_tokens", "#params-max_new_tokens input", ["64", "48", "32", "96"]),
-                                  ("temperature", "#params-temperature input[type=number]", ["0.45", "1.25"])):
+                                  ("temperature", TEMPERATURE, ["0.45", "1.25"])):
         box = page.locator(selector)
         for value in typed:
             box.click()
@@ -50,7 +50,7 @@ def test_numbers_typed_at_a_persons_speed_are_saved_exactly_as_typed(server, bro
             time.sleep(0.8)  # a save of an earlier keystroke arriving late would land now
             assert saved(name) == float(value), (name, value, saved(name))
     reload_parameters(page, "96")
-    assert page.locator("#params-temperature input[type=number]").input_value() == "1.25"
+    assert page.locator(TEMPERATURE).input_value() == "1.25"
     page.close()
 
 
@@ -61,12 +61,12 @@ def test_a_keystroke_that_reaches_the_server_late_is_not_saved_over_the_ones_aft
     page = open_page(browser, server.url)
     tab(page, "Parameters")
     settings = server.user_data / "settings.json"
-    box = page.locator("#params-temperature input[type=number]")
+    box = page.locator(TEMPERATURE)
     late = []
 
     def hold(route):  # the request for "0.3" is held until the one for "0.35" is saved
         values = json.loads(route.request.post_data or "{}").get("data") or []
-        late.append(route) if 0.3 in values else route.continue_()
+        late.append(route) if "0.3" in values else route.continue_()  # (the box's text, as typed)
 
     page.route("**/queue/join*", hold)
     box.click()
@@ -80,8 +80,7 @@ def test_a_keystroke_that_reaches_the_server_late_is_not_saved_over_the_ones_aft
     assert json.loads(settings.read_text())["params"]["temperature"] == 0.35
     reload(page)  # what the page showed is what it shows again
     tab(page, "Parameters")
-    page.wait_for_function("() => document.querySelector('#params-temperature input[type=number]').value === '0.35'",
-                           timeout=30_000)
+    page.wait_for_function("s => document.querySelector(s).value === '0.35'", arg=TEMPERATURE, timeout=30_000)
     page.close()
 
 
@@ -119,7 +118,7 @@ def test_a_value_typed_while_a_preset_is_on_its_way_never_leaves_the_page_and_se
     page.wait_for_timeout(3000)
     shown = page.locator("#params-max_new_tokens input").input_value()
     saved = json.loads(settings.read_text())["params"]
-    assert page.locator("#params-temperature input[type=number]").input_value() == "0" and saved["temperature"] == 0
+    assert page.locator(TEMPERATURE).input_value() == "0" and saved["temperature"] == 0
     assert int(shown) == saved.get("max_new_tokens", 512), (shown, saved)
     reload_parameters(page, shown)
     page.close()
@@ -306,11 +305,12 @@ def test_copy_and_edit_hold_the_message_text_only(server, browser):
     page.close()
 
 
-def test_a_wrong_value_is_named_beside_its_field_and_never_silently_changed(server, browser):
-    """#30 (3): a wrong value's message is beside its field (with what it takes), not in a note at the top of the
-    page; a slider left past its end says where it went and that is what is saved; a number box keeps
-    what was typed, and the last good value stays saved until it is corrected (Send asks for that)."""
-    page = open_page(browser, server.url)
+def test_a_wrong_value_stays_as_typed_is_not_used_and_its_warning_says_what_is(server, browser):
+    """#46 (7): one rule for every field: the box keeps exactly what was typed, the value is not used, the last
+    good one is, and the warning beside the field (styled as one) says so. Before, temperature -1 and 9 were
+    changed to 0 and 5, "abc" left an empty box and used 0 (greedy), while seed 1.5 kept what was typed and Send
+    refused it; a JSON schema that was valid JSON but no schema said "invalid json"."""
+    page = ready_page(browser, server.url, max_new_tokens=4)
     tab(page, "Parameters")
     settings = server.user_data / "settings.json"
 
@@ -328,56 +328,60 @@ def test_a_wrong_value_is_named_beside_its_field_and_never_silently_changed(serv
         page.wait_for_function("([s, v]) => document.querySelector(s).value === v", arg=[selector, value],
                                timeout=30_000)
 
-    temperature = "#params-temperature input[type=number]"
-    type_in(temperature, "0.7")
+    type_in(TEMPERATURE, "0.7")
     wait_text(page, "#params-running", "temperature", 30_000)
-    for typed, end, said in (("9", "5", "9 is outside [0, 5]: the slider goes to 5, and 5 is used."),
-                             ("-1", "0", "-1 is outside [0, 5]: the slider goes to 0, and 0 is used.")):
-        type_in(temperature, "0.7")
-        type_in(temperature, typed)
-        wait_text(page, "#params-temperature", said, 30_000)
-        shows(temperature, end)
-        page.wait_for_timeout(500)
-        assert saved("temperature") == float(end), (typed, saved("temperature"))
-    type_in(temperature, "0.7")
-    page.wait_for_function("() => !document.querySelector('#params-temperature').innerText.includes('⚠')",
-                           timeout=30_000)  # a right value: the message is gone
+    wait_until(page, lambda: saved("temperature") == 0.7)
+    for typed in ("9", "-1", "abc"):
+        type_in(TEMPERATURE, typed)
+        wait_text(page, "#params-temperature", f"⚠ {typed} is not used: temperature must be ", 30_000)
+        wait_text(page, "#params-temperature", "; using 0.7 (the last good value).", 30_000)
+        page.wait_for_timeout(500)  # the box has lost focus: it still holds what was typed
+        shows(TEMPERATURE, typed)
+        assert saved("temperature") == 0.7, (typed, saved("temperature"))
+    colour = page.evaluate("() => getComputedStyle(document.querySelector('#params-temperature .info-text')).color")
+    assert colour == "rgb(194, 65, 12)", colour  # a warning, not help-text grey
     for field, selector, typed, said in (
-            ("seed", "#params-seed input", "1.5", "seed must be an integer in [0, 9223372036854775807], got 1.5. "
-                                                  "Not used; 1 stays saved"),
-            ("max_new_tokens", "#params-max_new_tokens input", "99999999", "max_new_tokens must be in [1, 32768], "
-                                                                           "got 99999999. Not used;"),
-            ("logit_bias", "#params-logit_bias textarea", "{2: -100", "logit_bias must be a JSON object")):
+            ("seed", "#params-seed input", "1.5", "⚠ 1.5 is not used: seed must be an integer in [0, "
+                                                  "9223372036854775807]; using 1 (the last good value)."),
+            ("max_new_tokens", "#params-max_new_tokens input", "0", "⚠ 0 is not used: max_new_tokens must be in "
+                                                                    "[1, 32768]; using 4 (the last good value)."),
+            ("logit_bias", "#params-logit_bias textarea", "{2: -100", "⚠ {2: -100 is not used: logit_bias must be a "
+                                                                      "JSON object")):
         before = saved(field)
         type_in(selector, typed)
         wait_text(page, f"#params-{field}", said, 30_000)
         shows(selector, typed)  # what was typed stays, to be corrected
         assert saved(field) == before or (field == "seed" and saved(field) == 1)  # its first keystroke, "1"
     choose(page, "params-constraint-form", "JSON schema")
-    type_in("#params-constraint-text textarea", '{"type": ')
-    wait_text(page, "#params-constraint-text", "the JSON schema is not valid JSON", 30_000)
-    assert "⚠" not in page.locator("#preset-note").inner_text()
-    send(page, "Hello?")
-    toast(page, "Parameters tab: ")  # Send asks for a fix first (naming one of the wrong values)
+    constraint = "#params-constraint-text textarea"
+    type_in(constraint, '{"type": "objectx"}')  # valid JSON, not a schema; its message follows each keystroke
+    wait_text(page, "#params-constraint-text", "not a valid JSON schema: Invalid type: objectx", 30_000)
+    type_in(constraint, '{"type": "object"}')
+    page.wait_for_function("() => !document.querySelector('#params-constraint-text').innerText.includes('⚠')",
+                           timeout=30_000)
+    choose(page, "params-constraint-form", "none")
+    send(page, "Hello?")  # sent with what the warnings said is used
+    wait_new_reply(page, 0)
+    used = json.loads(last_reply(server.user_data, "Hello?")[2])["params"]
+    assert (used["temperature"], used["seed"], used["max_new_tokens"]) == (0.7, 1, 4), used
     tab(page, "Parameters")
     choose_preset(page, "Deterministic", "0")  # every control holds a right value again: no message is left
-    for field in ("seed", "max_new_tokens", "logit_bias", "constraint-text"):
+    for field in ("temperature", "seed", "max_new_tokens", "logit_bias"):
         page.wait_for_function("f => !(document.querySelector('#params-' + f)?.innerText ?? '').includes('⚠')",
-                               arg=field,
-                               timeout=30_000)
+                               arg=field, timeout=30_000)
     page.close()
 
 
-def test_the_template_preview_follows_the_template_and_the_chat_shown(server, browser):
-    """#30 (7): once shown, the preview is re-rendered when another template is chosen or another chat opened; it
-    kept the old template's text until Preview was clicked again."""
+def test_the_template_preview_follows_the_template_the_chat_shown_and_the_message_typed(server, browser):
+    """#30 (7): the preview is re-rendered when another template is chosen or another chat opened; it kept the old
+    template's text until Preview was clicked again. #46 (5): it shows as soon as the panel opens (it was empty
+    until Preview was clicked) and follows the message as it is typed."""
     page = ready_page(browser, server.url, max_new_tokens=2)
     send(page, "A question about owls?")
     wait_new_reply(page, 0)
     page.locator("#chat-new").click()
     page.locator("#chat-template-panel").get_by_text("Instruction template and context").first.click()  # unfold
     wait_text(page, "#chat-template-note", "own template", 30_000)
-    page.locator("#chat-template-preview-button").click()
 
     def preview_has(text: str) -> None:
         deadline = time.monotonic() + 30
@@ -393,6 +397,16 @@ def test_the_template_preview_follows_the_template_and_the_chat_shown(server, br
     choose(page, "chat-template", "the model's own")
     wait_text(page, "#chat-template-note", "own template", 30_000)
     preview_has("<|im_start|>user\nA question about owls?")
+    box = page.locator("#chat-message textarea")
+    box.click()
+    box.press_sequentially("And one about bats", delay=60)  # typed: the preview follows
+    preview_has("<|im_start|>user\nAnd one about bats")
+    box.press("Control+a")
+    box.press("Backspace")
+    deadline = time.monotonic() + 30
+    while "And one about bats" in code_text(page, "chat-template-preview") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "And one about bats" not in code_text(page, "chat-template-preview")
     page.close()
 
 
@@ -490,6 +504,34 @@ def test_preset_delete_asks_about_the_preset_shown_and_opening_the_list_changes_
     page.locator("#preset-delete").click()
     wait_text(page, "#preset-note", "Deleted preset 'mine'.", 30_000)
     assert not (server.user_data / "presets" / "mine.yaml").exists()
+    choose_preset(page, "Deterministic", "0")
+    page.close()
+
+
+def test_a_built_in_preset_offers_no_delete_and_changed_values_say_from_which_preset(server, browser):
+    """#46 (6, 12): Delete on a built-in preset asked for a confirmation, then refused in a toast and stayed armed;
+    after a value changed, the preset's name went blank without a word that the values were now custom."""
+    page = open_page(browser, server.url)
+    choose_preset(page, "Precise", "0.3")
+    delete = page.locator("#preset-delete")
+    page.wait_for_function("() => document.querySelector('#preset-delete').disabled", timeout=30_000)
+    wait_text(page, "#preset", "'Precise' is built in: it cannot be deleted. To change it, change its values and "
+                               "save them under another name.", 30_000)
+    box = page.locator(TEMPERATURE)
+    box.click()
+    box.press("Control+a")
+    box.press_sequentially("0.45", delay=60)
+    wait_text(page, "#preset", "Custom values: changed from 'Precise': temperature.", 30_000)
+    assert page.locator("#preset input").input_value() == ""
+    assert delete.is_disabled()  # no preset shown: nothing to delete
+    reload(page)
+    tab(page, "Parameters")
+    wait_text(page, "#preset", "Custom values: changed from 'Precise': temperature.", 30_000)
+    box.click()
+    box.press("Control+a")
+    box.press_sequentially("0.3", delay=60)  # Precise's value again: the values are Precise's
+    page.wait_for_function("() => document.querySelector('#preset input').value === 'Precise'", timeout=30_000)
+    wait_text(page, "#preset", "'Precise' is built in", 30_000)
     choose_preset(page, "Deterministic", "0")
     page.close()
 

@@ -11,9 +11,10 @@ import pytest
 
 from tests.conftest import random_lora
 from tests.e2e.server import running_server, user_data_with_default_model
-from tests.ui.pages import (LONG, bot_messages, choose, choose_preset, code_text, export_file, last_reply, open_page,
-                            ready_page, reload, reload_parameters, reply_so_far, reply_when, rows, screenshot, send, tab,
-                            toast, upload_file, wait_reply_done, wait_streaming, wait_text)
+from tests.ui.pages import (LONG, TEMPERATURE, bot_messages, choose, choose_preset, code_text, export_file,
+                            last_reply, open_page, ready_page, reload, reload_parameters, reply_so_far, reply_when,
+                            rows, screenshot, send, tab, toast, upload_file, wait_reply_done, wait_streaming,
+                            wait_text)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -103,7 +104,7 @@ def test_regenerate_at_temperature_zero_gives_the_same_reply(server, browser):
 def test_preset_moves_the_sliders_and_the_next_reply_uses_them(server, browser):
     page = ready_page(browser, server.url, preset="Precise", temperature="0.3", max_new_tokens=6)
     tab(page, "Parameters")
-    assert page.locator("#params-top_k input[type=number]").input_value() == "40"
+    assert page.locator("#params-top_k input[data-testid=number-input]").input_value() == "40"
     screenshot(page, "parameters")
     send(page, "Say hello.")
     wait_reply_done(page)
@@ -115,7 +116,7 @@ def test_preset_moves_the_sliders_and_the_next_reply_uses_them(server, browser):
 def test_parameters_persist_across_reload(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=33)
     reload_parameters(page, "33")
-    assert page.locator("#params-temperature input[type=number]").input_value() == "0"
+    assert page.locator(TEMPERATURE).input_value() == "0"
     stop = page.locator("#params-stop textarea")
     stop.focus()
     page.keyboard.insert_text("END")  # what a paste does: no key presses

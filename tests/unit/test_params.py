@@ -68,7 +68,7 @@ BAD_VALUES = [
     ("guidance_scale", 3, "guidance_scale must be in [-0.5, 2.5]"),
     ("negative_prompt", 5, "negative_prompt must be a string, got 5"),
     ("structured_outputs", {"regex": "[a-"}, "structured_outputs: invalid regex: "),
-    ("structured_outputs", {"json": {"type": "foo"}}, "structured_outputs: invalid json: Invalid type: foo"),
+    ("structured_outputs", {"json": {"type": "foo"}}, "structured_outputs: not a valid JSON schema: Invalid type: foo"),
     ("structured_outputs", {"json": "{not json"}, "structured_outputs: the JSON schema is not valid JSON"),
     ("structured_outputs", {"choice": []}, "structured_outputs: choice must be a list of non-empty strings"),
     ("structured_outputs", {"grammar": "root ::= ("}, "structured_outputs: invalid grammar"),

@@ -1,8 +1,9 @@
 """ParametersController: the Parameters tab's behaviour (the controls' values, presets, what is remembered).
 
-The controls hold plain values (numbers, a checkbox, text for stop strings,
-logit_bias and the other list parameters); ``params_from_values`` turns them into SamplingParams and names
-the parameter and its range when one is wrong, the moment it is typed.
+The controls hold what was typed (numbers as text too); ``resolve`` turns them into the SamplingParams used, by
+one rule for every field: a wrong value stays in its box as typed, is not used, and the message beside it says
+why and what is used instead, the last good value (what was used before it was typed). ``params_from_values``
+is the strict form (an InvalidParameter names the parameter).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webui.controllers.errors import UserError
-from webui.engine.params import InvalidParameter, ParamSpec, SamplingParams, specs
+from webui.engine.params import InvalidParameter, ParamSpec, SamplingParams, check_value, specs
 from webui.engine.sampling import active_samplers
 from webui.names import InvalidName
 from webui.presets import Preset, PresetError
@@ -31,6 +32,66 @@ def values_from_params(params: SamplingParams) -> list[Any]:
     return [_to_control(spec, d[name]) for name, spec in specs().items()]
 
 
+@dataclass(frozen=True)
+class Resolved:
+    params: SamplingParams
+    """What is used: each right value as typed, each wrong one's last good value."""
+    messages: dict[str, str]
+    """Parameter -> the message beside its control, for each control holding a wrong value."""
+
+
+def resolve(values: dict[str, Any], last: SamplingParams) -> Resolved:
+    """The parameters the controls' ``values`` give, by one rule for every field: a wrong value is not used, the
+    last good one (its value in ``last``) is, and its message says so."""
+    good: dict[str, Any] = {}
+    wrong: dict[str, InvalidParameter] = {}
+    for name, value in values.items():
+        try:
+            good[name] = check_value(name, _from_control(name, specs()[name].widget, value))
+        except InvalidParameter as exc:
+            wrong[name] = exc
+    while True:
+        try:
+            params = last.replace(**good)
+            break
+        except InvalidParameter as exc:  # a rule between fields (min_new_tokens <= max_new_tokens)
+            new = [name for name, value in good.items() if value != getattr(last, name)]
+            blamed = [exc.param] if exc.param in new else new  # the value just typed, not the one it meets
+            if not blamed:
+                params = last
+                break
+            for name in blamed:
+                wrong[name] = exc
+                del good[name]
+    return Resolved(params, {name: not_used_text(name, values[name], exc, last) for name, exc in wrong.items()})
+
+
+def shown_with(name: str) -> list[str]:
+    """The parameters whose messages a change of ``name`` can change: its own, and the other side of a rule
+    between fields (a wrong min_new_tokens can be put right by max_new_tokens)."""
+    pair = ("min_new_tokens", "max_new_tokens")
+    return list(pair) if name in pair else [name]
+
+
+def not_used_text(name: str, typed: Any, exc: InvalidParameter, last: SamplingParams) -> str:
+    """The message beside a control holding a wrong value: what is not used, why, and what is used instead."""
+    reason, tail = str(exc), f", got {exc.value!r}"
+    reason = reason[:-len(tail)] if reason.endswith(tail) else reason  # the box shows what was typed
+    used = _short(_to_control(specs()[name], last.to_dict()[name])) or "none"
+    typed_text = _short(typed)
+    if specs()[name].widget == "constraint":  # its box holds the form's text, not this JSON
+        typed_text = "This constraint"
+    said = f"{typed_text} is" if typed_text else "An empty box is"
+    return f"⚠ {said} not used: {reason}; using {used} (the last good value)."
+
+
+def _short(value: Any) -> str:
+    """A control's value on one short line ("" for an empty box)."""
+    text = "" if value is None else str(value)
+    text = " · ".join(line.strip() for line in text.splitlines() if line.strip())
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 def _from_control(name: str, widget: str, value: Any) -> Any:
     if widget == "lines":  # one string a line, with \n and \t typed as escapes
         return [s.replace("\\n", "\n").replace("\\t", "\t") for s in (value or "").splitlines() if s]
@@ -42,7 +103,14 @@ def _from_control(name: str, widget: str, value: Any) -> Any:
         if not isinstance(parsed, dict):
             raise InvalidParameter(name, f'{name} must be a JSON object like {{"2": -100}}, got {value!r}', value)
         return parsed
-    return None if value == "" else value
+    if isinstance(value, str):  # a number box holds what was typed
+        text = value.strip()
+        for number in (int, float):
+            try:
+                return number(text) if text else None
+            except ValueError:
+                pass
+    return value
 
 
 def _to_control(spec: ParamSpec, value: Any) -> Any:
@@ -144,26 +212,10 @@ def pipeline_text(params: SamplingParams) -> str:
     return f"**Runs now, in order:** {steps}; then {then}."
 
 
-def user_error(exc: InvalidParameter) -> UserError:
-    return UserError(f"Parameters tab: {exc}")
-
-
 def field_text(name: str) -> str:
     """A control's own line under its label: the parameter's help (and range, for a number box)."""
     spec = specs()[name]
     return f"{spec.help} {spec.range_text()}" if spec.widget == "number" else spec.help
-
-
-def slider_end(name: str, value: Any) -> float | None:
-    """Where a slider goes when its box is left holding a value out of its range (its nearer end) or nothing (its
-    low end): the page moves it there, so that is the value used; None for a value in range or another control."""
-    spec = specs()[name]
-    if spec.widget != "slider" or isinstance(value, bool) or not isinstance(value, (int, float, type(None))):
-        return None
-    low, high, _ = slider_range(spec)
-    if value is None or value < low:
-        return low
-    return high if value > high else None
 
 
 def slider_range(spec: ParamSpec) -> tuple[float, float, float]:
@@ -176,57 +228,67 @@ def slider_range(spec: ParamSpec) -> tuple[float, float, float]:
 
 @dataclass(frozen=True)
 class Edited:
-    """What became of one control's change: the parameters now kept (None: nothing was saved) and the message
-    shown beside that control ("" when its value is right)."""
+    """What became of one control's change: the parameters now used and saved, and the messages beside the
+    controls holding wrong values."""
 
-    params: SamplingParams | None
-    message: str = ""
+    params: SamplingParams
+    messages: dict[str, str]
     changed: bool = False
-    """Whether the kept parameters differ from those saved before (the preset no longer describes them)."""
+    """Whether the parameters differ from those saved before."""
+
+
+BUILT_IN = ("'{}' is built in: it cannot be deleted. To change it, change its values and save them under another "
+            "name.")
 
 
 class ParametersController:
     def __init__(self, services: Services) -> None:
         self.services, self.presets, self.settings = services, services.presets, services.settings
 
-    def current(self, values: dict[str, Any], changed: str | None = None) -> SamplingParams:
-        """The controls' values as SamplingParams; UserError names the parameter, its range and the tab
-        (the ``changed`` one first, when it is wrong too: the control the user just touched)."""
-        try:
-            if changed is not None:
-                params_from_values({changed: values[changed]})
-            return params_from_values(values)
-        except InvalidParameter as exc:
-            raise user_error(exc) from exc
+    def current(self, values: dict[str, Any]) -> SamplingParams:
+        """What the controls' values give, as generation uses them: a wrong value's last good value (its message
+        beside it says so)."""
+        return resolve(values, self.saved()[0]).params
 
     def edit(self, values: dict[str, Any], name: str) -> Edited:
-        """Check and keep the controls' values after the user changed control ``name``. A wrong value is kept
-        out (the last good one stays saved) and named beside its control with what it takes; a number typed
-        past a slider's end is used at that end (where the slider moves), and the message says so."""
-        value, spec = values[name], specs()[name]
-        try:
-            if value is None and spec.widget == "number" and getattr(SamplingParams(), name) is not None:
-                raise InvalidParameter(name, f"type a number in {spec.range_text()} (the box is empty or holds no "
-                                             "number)", value)  # (an empty seed box means "random")
-            params_from_values({name: value})
-            moved = ""
-        except InvalidParameter as exc:
-            end = slider_end(name, value)
-            if end is None:
-                kept = _to_control(spec, self.saved()[0].to_dict()[name])
-                still = f"; {kept!r} stays saved" if kept not in (None, "") else ""
-                return Edited(None, f"⚠ {exc}. Not used{still}: correct it (Send asks for that first).")
-            values = {**values, name: end}
-            typed = "The box is empty" if value is None else f"{value:g} is outside {spec.range_text()}"
-            moved = f"⚠ {typed}: the slider goes to {end:g}, and {end:g} is used."
-        try:
-            params = params_from_values(values)
-        except InvalidParameter as exc:
-            return Edited(None, f"⚠ Not saved yet: {exc.param} is wrong (its message is beside it).")
-        changed = params.changed() != self.settings.get().params  # not a value typed back, say
+        """Keep the controls' values after the user changed control ``name``: a wrong value is not used (the last
+        good one stays saved and is used) and each is named beside its control. Values changed from a preset
+        remember it, to say so; typed back to the preset's, they are the preset again."""
+        s, last = self.settings.get(), self.saved()[0]
+        resolved = resolve(values, last)
+        params = resolved.params
+        changed = params != last  # not a wrong value, or a value typed back
         if changed:
-            self.settings.update(params=params.changed(), last_preset=None)
-        return Edited(params, moved, changed)
+            base = s.last_preset or s.changed_from
+            differs = self.changed_fields(base, params)
+            if base and differs == []:
+                self.settings.update(params=params.changed(), last_preset=base, changed_from=None)
+            else:
+                self.settings.update(params=params.changed(), last_preset=None,
+                                     changed_from=base if differs is not None else None)
+        return Edited(params, resolved.messages, changed)
+
+    def changed_fields(self, preset: str | None, params: SamplingParams) -> list[str] | None:
+        """The parameters whose values in ``params`` differ from preset ``preset``'s (None: no such preset)."""
+        if not preset:
+            return None
+        try:
+            base = self.presets.get(preset).params.to_dict()
+        except (PresetError, InvalidName):
+            return None
+        return [name for name, value in params.to_dict().items() if base[name] != value]
+
+    def preset_line(self, shown: str | None) -> str:
+        """The line under the preset's name: why a built-in preset has no Delete, or, with none shown, that the
+        values are custom and what was changed from which preset ("" for the user's own preset)."""
+        if shown:
+            return "" if self.presets.is_own(shown) else BUILT_IN.format(shown)
+        base = self.settings.get().changed_from
+        differs = self.changed_fields(base, self.saved()[0])
+        if base and differs:
+            return (f"Custom values: changed from '{base}': {', '.join(differs)}. Choose a preset to use its values, "
+                    "or save these under a name.")
+        return "Custom values (no preset). Save them under a name to keep them."
 
     def saved(self) -> tuple[SamplingParams, str | None, str]:
         """(parameters, preset name or None, note): what the page shows on (re)load.
@@ -250,7 +312,7 @@ class ParametersController:
 
     def use(self, params: SamplingParams) -> SamplingParams:
         """Make ``params`` the current parameters (e.g. a chat's own), as if they had been set by hand."""
-        self.settings.update(params=params.changed(), last_preset=None)
+        self.settings.update(params=params.changed(), last_preset=None, changed_from=None)
         return params
 
     def apply(self, name: str) -> Preset:
@@ -258,11 +320,11 @@ class ParametersController:
             chosen = self.presets.get(name)
         except (PresetError, InvalidName) as exc:
             raise UserError(str(exc)) from exc
-        self.settings.update(last_preset=chosen.name, params=chosen.params.changed())
+        self.settings.update(last_preset=chosen.name, params=chosen.params.changed(), changed_from=None)
         return chosen
 
     def neutral(self) -> SamplingParams:
-        self.settings.update(last_preset=None, params={})
+        self.settings.update(last_preset=None, params={}, changed_from=None)
         return SamplingParams()
 
     def save(self, name: str, params: SamplingParams) -> str:
@@ -271,7 +333,7 @@ class ParametersController:
             self.presets.save(name or "", params)
         except (InvalidName, OSError) as exc:
             raise UserError(f"Could not save the preset: {exc}") from exc
-        self.settings.update(last_preset=name.strip())
+        self.settings.update(last_preset=name.strip(), changed_from=None)
         return name.strip()
 
     def delete(self, name: str | None) -> None:
@@ -283,3 +345,5 @@ class ParametersController:
             raise UserError(str(exc)) from exc
         if self.settings.get().last_preset == name:
             self.settings.update(last_preset=None)
+        if self.settings.get().changed_from == name:
+            self.settings.update(changed_from=None)

@@ -503,6 +503,13 @@ def specs() -> dict[str, ParamSpec]:
     return {f.name: f.metadata["spec"] for f in dataclasses.fields(SamplingParams)}
 
 
+def check_value(name: str, value: Any) -> Any:
+    """One field's value normalised and checked on its own (the rules between fields aside); InvalidParameter
+    names it."""
+    field = next(f for f in dataclasses.fields(SamplingParams) if f.name == name)
+    return _normalise(field, value, name)
+
+
 def api_names() -> dict[str, str]:
     """Field -> the OpenAI request field that sets it."""
     return {name: spec.api_name or name for name, spec in specs().items()}

@@ -65,7 +65,8 @@ def grammar_of(form: str, value: Any) -> str:
         raise StructuredError(f"unknown form '{form}'; forms: {', '.join(FORMS)}")
     error = llg.LLMatcher.validate_grammar(grammar)
     if error:
-        raise StructuredError(f"invalid {form}: {error.strip()}")
+        raise StructuredError(f"not a valid JSON schema: {error.strip()}" if form == "json"
+                              else f"invalid {form}: {error.strip()}")
     return grammar
 
 

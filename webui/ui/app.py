@@ -39,6 +39,8 @@ mark.diff-add {background: #dfd}
 #batch-results th, #batch-results .header-content {white-space: nowrap}  /* a header never breaks inside a word */
 #batch-pivot {overflow-x: auto}
 #requests-table td {white-space: nowrap}
+.param-wrong .info-text {color: #c2410c; font-weight: 600}  /* a value not used: a warning, not help-text grey */
+.dark .param-wrong .info-text {color: #fb923c}
 #params-showing {display: none}  /* which parameters the page applied last: for the page's own checks, not shown */
 .load-option {min-width: min(160px, 100%) !important}  /* a checkbox ignores min_width: narrow, its text was cut */
 """

@@ -364,7 +364,8 @@ def _wire_selection(tab: ChatTab, session: ChatSession, params: ParametersTab) -
     def use_params(cid: int | None) -> tuple:
         used = params.controller.use(session.library.chat_params(cid))
         gr.Info("The Parameters tab now holds this chat's parameters.")
-        return *params.panel.show(used), None, "Parameters taken from a chat's last reply.", pipeline_text(used)
+        return (*params.panel.show(used), gr.update(value=None, info=params.controller.preset_line(None)),
+                "Parameters taken from a chat's last reply.", pipeline_text(used))
 
     tab.chatbot.select(select_message, [tab.chat_id], [*tab.panels, tab.selected, tab.version])
     tab.use_params.click(use_params, [tab.chat_id], [*params.panel.shown, params.preset, params.note, params.running])

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import gradio as gr
 from gradio.blocks import Block
 
-from webui.controllers.parameters import ParametersController, field_text, pipeline_text
+from webui.controllers.parameters import ParametersController, pipeline_text, shown_with
 from webui.engine.params import SamplingParams, specs
 from webui.services import Services
 from webui.ui.feedback import Update, shows_errors
@@ -24,6 +24,8 @@ class ParametersTab:
     running: gr.Markdown
     controller: ParametersController
     panel: ParamsPanel
+    delete: gr.Button
+    """Offered only for the user's own presets (the preset's line says why a built-in one has none)."""
 
     @property
     def inputs(self) -> list[gr.components.Component]:
@@ -39,17 +41,18 @@ def create_parameters_tab(services: Services) -> ParametersTab:
     params, preset_name, _ = controller.saved()
     with gr.Row():
         preset = gr.Dropdown(choices=services.presets.names(), value=preset_name, label="Preset", elem_id="preset",
-                             scale=3)
+                             info=controller.preset_line(preset_name), scale=3)
         neutral = gr.Button("Reset to neutral", elem_id="params-neutral", scale=1)
     with gr.Row():
         save_name = gr.Textbox(label="Save current parameters as", placeholder="preset name", elem_id="preset-name",
                                scale=3)
         save = gr.Button("Save preset", elem_id="preset-save", scale=1)
-        delete = gr.Button("Delete preset", variant="stop", elem_id="preset-delete", scale=1)
+        delete = gr.Button("Delete preset", variant="stop", elem_id="preset-delete", scale=1,
+                           interactive=_deletable(controller, preset_name))
     note = gr.Markdown("", elem_id="preset-note")
     confirm = gr.State(None)  # the preset whose Delete asks for a confirmation now
     panel = build_params_panel(params)
-    tab = ParametersTab(panel.controls, preset, note, panel.running, controller, panel)
+    tab = ParametersTab(panel.controls, preset, note, panel.running, controller, panel, delete)
     _wire_presets(tab, save_name, save, delete, neutral, confirm)
     _wire_controls(tab)
     return tab
@@ -70,9 +73,10 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         return *tab.panel.show(chosen.params), said, pipeline_text(chosen.params)
 
     @shows_errors
-    def save_preset(data: dict) -> tuple[Update, str]:
+    def save_preset(data: dict) -> tuple[Update, str, Update]:
         saved = controller.save(data[save_name], tab.params(data))
-        return gr.update(choices=controller.presets.names(), value=saved), f"Saved preset '{saved}'."
+        return (gr.update(choices=controller.presets.names(), value=saved, info=controller.preset_line(saved)),
+                f"Saved preset '{saved}'.", gr.update(interactive=True))  # (also under the name shown: no change)
 
     @shows_errors
     def delete_preset(name: str | None, armed: str | None) -> tuple[Update, str, str | None, Update]:
@@ -86,34 +90,45 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         return (gr.update(choices=controller.presets.names(), value=None), f"Deleted preset '{name}'.", None,
                 gr.update(value="Delete preset"))
 
-    def disarm(name: str | None, armed: str | None) -> tuple[Update | None, Update]:
-        # another preset chosen: Delete asks again
-        return (gr.skip(), gr.skip()) if name == armed else (None, gr.update(value="Delete preset"))
+    def preset_shown(name: str | None) -> tuple[Update, Update, None]:
+        """Another preset shows (chosen, saved, deleted, or none: custom values): its line says what it is,
+        Delete is offered for the user's own, and asks again."""
+        return (gr.update(info=controller.preset_line(name)),
+                gr.update(value="Delete preset", interactive=_deletable(controller, name)), None)
 
     tab.preset.input(apply_preset, [tab.preset], [*shown, tab.note, tab.running])
-    tab.preset.input(disarm, [tab.preset, confirm], [confirm, delete])
+    tab.preset.change(preset_shown, [tab.preset], [tab.preset, delete, confirm], show_progress="hidden")
+
     def reset():
         params = controller.neutral()
-        return *tab.panel.show(params), None, "Neutral: every sampler off.", pipeline_text(params)
+        return (*tab.panel.show(params), gr.update(value=None, info=controller.preset_line(None)),
+                "Neutral: every sampler off.", pipeline_text(params))
 
     neutral.click(reset, None, [*shown, tab.preset, tab.note, tab.running])
-    save.click(save_preset, {save_name, *inputs}, [tab.preset, tab.note])
+    save.click(save_preset, {save_name, *inputs}, [tab.preset, tab.note, delete])
     delete.click(delete_preset, [tab.preset, confirm], [tab.preset, tab.note, confirm, delete])
 
 
+def _deletable(controller: ParametersController, name: str | None) -> bool:
+    return bool(name) and controller.presets.is_own(name)
+
+
 def _wire_controls(tab: ParametersTab) -> None:
-    """Every change (typed, dragged, pasted, deleted) is checked and kept; a wrong value is named beside its
-    control, with what it takes, and kept out until it is corrected."""
+    """Every change (typed, dragged, pasted, deleted) is checked and kept; a wrong value stays as typed, is not
+    used, and is named beside its control with what is used instead (see ``resolve``)."""
     controller, panel = tab.controller, tab.panel
 
     def remember(name: str, data: dict) -> tuple:
+        messaged = shown_with(name)
         if panel.outdated(data):  # made before the page showed a preset (say) that replaces it
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), gr.skip(), *(gr.skip() for _ in messaged)
         edited = controller.edit({key: data[c] for key, c in tab.controls.items()}, name)
-        field = gr.update(info=edited.message or field_text(name))
-        if not edited.changed or edited.params is None:  # nothing kept (a wrong value), or nothing new (a value typed back, say)
-            return gr.skip(), gr.skip(), gr.skip(), field
-        return None, "", pipeline_text(edited.params), field  # edited: the preset no longer describes them
+        fields = [panel.message(n, edited.messages.get(n, "")) for n in messaged]
+        if not edited.changed:  # nothing new used (a wrong value, or a value typed back)
+            return gr.skip(), gr.skip(), gr.skip(), *fields
+        preset = controller.settings.get().last_preset  # None: custom values (the preset's line says so)
+        return (gr.update(value=preset, info=controller.preset_line(preset)), "", pipeline_text(edited.params),
+                *fields)
 
     order = SaveOrder()  # one order for all controls: each change saves them all
     inputs: set[Block] = {*tab.inputs, panel.page_showing, panel.showing}  # the showing: see ParamsPanel.outdated
@@ -122,13 +137,16 @@ def _wire_controls(tab: ParametersTab) -> None:
         # user does (a preset or a reload setting all of them must not queue a check per control).
         event = control.change if specs()[name].widget in ("lines", "text", "json", "constraint") else control.input
         order.wire(event, functools.partial(remember, name), inputs,
-                   [tab.preset, tab.note, tab.running, panel.field(name)], at_once=specs()[name].widget == "slider")
+                   [tab.preset, tab.note, tab.running, *(panel.field(n) for n in shown_with(name))],
+                   at_once=specs()[name].widget == "slider")
 
 
 def on_load(tab: ParametersTab) -> tuple[list, object]:
     """(outputs, function): a page (re)load shows the parameters last used, and says if they could not be."""
     def load():
-        params, preset_name, note = tab.controller.saved()
-        return *tab.panel.show(params), gr.update(choices=tab.controller.presets.names(),
-                                                  value=preset_name), note, pipeline_text(params)
-    return [*tab.panel.shown, tab.preset, tab.note, tab.running], load
+        c = tab.controller
+        params, preset_name, note = c.saved()
+        return (*tab.panel.show(params), gr.update(choices=c.presets.names(), value=preset_name,
+                                                   info=c.preset_line(preset_name)),
+                note, pipeline_text(params), gr.update(interactive=_deletable(c, preset_name)))
+    return [*tab.panel.shown, tab.preset, tab.note, tab.running, tab.delete], load

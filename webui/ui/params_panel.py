@@ -21,13 +21,15 @@ from webui.controllers.parameters import (CONSTRAINT_FORMS, CONSTRAINT_HINTS, co
 from webui.engine.params import ParamSpec, SamplingParams, specs
 from webui.ui.feedback import Update
 from webui.ui.save_order import SaveOrder
-from webui.ui.typed_slider import TypedSlider
+from webui.ui.typed_slider import TYPED, TypedNumber, TypedSlider
 
-ParamControl = gr.Textbox | gr.Checkbox | gr.Number | TypedSlider
+ParamControl = gr.Textbox | gr.Checkbox | TypedNumber | TypedSlider
 """The control a sampling parameter gets (from its spec's widget)."""
 
 COLUMNS = (("Sampling", "Temperature shaping", "Mirostat and adaptive-p", "Guidance (CFG)", "Constrain output"),
            ("Sampler order", "Repetition", "Length, stops and tokens"))
+WRONG = "param-wrong"
+"""The class of a control whose message says its value is not used (the page styles it as a warning)."""
 CLOSED = ("Temperature shaping", "Mirostat and adaptive-p")  # rarely used: folded until opened
 _SHOWINGS = itertools.count(1)
 
@@ -55,7 +57,7 @@ class ParamsPanel:
         before is gone."""
         values = values_from_params(params)
         showing = next(_SHOWINGS)
-        return [*(gr.update(value=v, info=field_text(name)) for name, v in zip(specs(), values)),
+        return [*({**self.message(name, ""), "value": v} for name, v in zip(specs(), values)),
                 *_constraint_updates(dict(zip(specs(), values))["structured_outputs"]), showing, showing]
 
     def outdated(self, data: dict) -> bool:
@@ -68,6 +70,12 @@ class ParamsPanel:
     def show_constraint(self, value: str) -> tuple:
         """Updates for (form, text) showing a structured_outputs JSON value."""
         return _constraint_updates(value)
+
+    def message(self, name: str, message: str) -> dict[str, Any]:
+        """An update for the control where a message about parameter ``name`` shows: ``message``, styled as a
+        warning, or ("") its help line back."""
+        classes = [TYPED] if specs()[name].widget in ("slider", "number") else []
+        return gr.update(info=message or field_text(name), elem_classes=classes + ([WRONG] if message else []))
 
     def field(self, name: str) -> gr.components.Component:
         """The control where a message about parameter ``name`` is shown (the constraint's: its text box)."""
@@ -128,9 +136,9 @@ def _control(name: str, spec: ParamSpec, value: Any) -> ParamControl:
     if spec.widget == "checkbox":
         return gr.Checkbox(value=value, **common)
     if spec.widget == "number":
-        return gr.Number(value=value, **common)
+        return TypedNumber(value=value, elem_classes=[TYPED], **common)
     low, high, step = slider_range(spec)
-    return TypedSlider(minimum=low, maximum=high, step=step, value=value, **common)
+    return TypedSlider(minimum=low, maximum=high, step=step, value=value, elem_classes=[TYPED], **common)
 
 
 def _constraint_controls(name: str, value: str) -> tuple[gr.Dropdown, gr.Textbox, gr.Textbox]:
@@ -166,6 +174,7 @@ class _TextShown(TypedDict, total=False):
     visible: bool
     placeholder: str
     info: str
+    elem_classes: list[str]
     value: str
 
 
@@ -173,7 +182,7 @@ def _text_shown(form_label: str, value: str | None = None) -> _TextShown:
     """The constraint text box for a form: hidden where the form takes no text, with an example."""
     form = CONSTRAINT_FORMS.get(form_label)
     shown = _TextShown(visible=form not in (None, "json_object"),
-                       placeholder="" if form is None else CONSTRAINT_HINTS.get(form, ""), info="")
+                       placeholder="" if form is None else CONSTRAINT_HINTS.get(form, ""), info="", elem_classes=[])
     if value is not None:
         shown["value"] = value
     return shown

@@ -26,6 +26,12 @@ class TemplatePanel:
     rendered: gr.Code
     policy: gr.Radio
     controller: TemplatesController
+    accordion: gr.Accordion
+    previewing: gr.State
+    """Whether the panel is open: its preview then follows what it shows (rendered only while it can be seen)."""
+    typed: gr.Textbox
+    """The message box's text, copied in the page while the panel is open (so typing with it closed costs the
+    server nothing); its changes re-render the preview."""
 
     @property
     def outputs(self) -> list:
@@ -38,7 +44,7 @@ class TemplatePanel:
 
 def create_template_panel(services: Services) -> TemplatePanel:
     controller = TemplatesController(services)
-    with gr.Accordion("Instruction template and context", open=False, elem_id="chat-template-panel"):
+    with gr.Accordion("Instruction template and context", open=False, elem_id="chat-template-panel") as accordion:
         choice = gr.Dropdown(choices=controller.choices(), label="Template", elem_id="chat-template",
                              info="The model's own by default; a built-in for a model without one (or with a wrong "
                                   "one), or your own. Also used by Batch runs.")
@@ -57,22 +63,31 @@ def create_template_panel(services: Services) -> TemplatePanel:
                           info="Leave out the oldest messages (never the system prompt or your last message; the "
                                "reply says how many), or refuse and say so. Parameters' truncation_length lowers "
                                "the context used.")
-    return TemplatePanel(choice, note, source, name, save, delete, preview, rendered, policy, controller)
+        typed = gr.Textbox(visible=False)
+    return TemplatePanel(choice, note, source, name, save, delete, preview, rendered, policy, controller,
+                         accordion, gr.State(False), typed)
 
 
 def wire_template_panel(panel: TemplatePanel, chat_id: gr.State, message: gr.Textbox, system: gr.Textbox) -> None:
     c = panel.controller
-    def refreshed(cid: int | None, typed: str, system_prompt: str, source: str, shown: str) -> str | Update:
-        """A preview on screen follows what it shows (the template, the chat, the system prompt): never the text
-        of one that is no longer chosen."""
-        if not shown:
+    def refreshed(cid: int | None, typed: str, system_prompt: str, source: str, previewing: bool) -> str | Update:
+        """The preview, while the panel is open, follows what it shows (the template, the chat, the system prompt,
+        the message being typed): never the text of one that is no longer chosen."""
+        if not previewing:
             return gr.skip()
         try:
             return c.preview(cid, typed, system_prompt, source)
         except UserError as exc:
             return f"(No preview: {exc})"
 
-    follows = [chat_id, message, system, panel.source, panel.rendered]
+    follows = [chat_id, message, system, panel.source, panel.previewing]
+    # opened: the preview shows at once (it was empty until Preview was clicked), and follows until closed
+    panel.accordion.expand(lambda: True, None, panel.previewing, js="() => { window.wbPreviewing = true; }").then(
+        refreshed, follows, [panel.rendered], show_progress="hidden")
+    panel.accordion.collapse(lambda: False, None, panel.previewing, js="() => { window.wbPreviewing = false; }")
+    # a message typed: copied in the page only while the panel is open, and its copy re-renders the preview
+    message.change(None, [message, panel.typed], [panel.typed], js="(m, copy) => window.wbPreviewing ? m : copy")
+    panel.typed.change(refreshed, follows, [panel.rendered], show_progress="hidden", trigger_mode="always_last")
     panel.choice.input(shows_errors(lambda chosen: panel.show(c.choose(chosen))), [panel.choice],
                        panel.outputs).then(refreshed, follows, [panel.rendered], show_progress="hidden")
     panel.save.click(shows_errors(lambda name, source: panel.show(c.save(name, source))), [panel.name, panel.source],
