@@ -311,7 +311,17 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab) 
     for trigger, handler in ((tab.regenerate.click, regenerate), (tab.continue_.click, continue_reply),
                              (tab.chatbot.edit, edit), (tab.token_view.submit, branch)):
         trigger(handler, inputs | {tab.token_view}, short, concurrency_limit=None, trigger_mode="multiple").then(
-            lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
+            lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden").then(
+            lambda cid, index: version_text(session, cid, index), [tab.chat_id, tab.selected], [tab.version],
+            show_progress="hidden")  # the version it added (the message selected: the one edited)
+
+    def edited_message(cid: int | None, edited: gr.EditData) -> int | None:
+        """The message an edit makes a new version of (a call's block: its reply): the one the line describes."""
+        try:
+            return session.library.entry(cid, edited.index if isinstance(edited.index, int) else edited.index[0]).index
+        except UserError:
+            return None
+    tab.chatbot.edit(edited_message, [tab.chat_id], [tab.selected], show_progress="hidden")
     tab.stop.click(stop, [tab.chat_id], None, concurrency_limit=None)
     _wire_selection(tab, session, params)
     _wire_versions(tab, session)
