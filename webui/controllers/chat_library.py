@@ -286,11 +286,13 @@ class ChatLibrary:
         title = f"{self.chats.get(cid).title} (branch)"
         return self.view(self.chats.branch(history[index].id, title[-200:]).id)
 
-    def remove_last(self, chat_id: int | None) -> tuple[ChatView, str]:
-        """Remove your last message and everything after it; the chat, and that message's text (for the message
-        box, to edit and send again)."""
+    def remove_last(self, chat_id: int | None, typed: str = "") -> tuple[ChatView, str]:
+        """Remove your last message and everything after it; the chat, and what the message box then holds: that
+        message's text (to edit and send again) before what it held (``typed``: a message removed before, or a
+        draft), a blank line between, so nothing removed or typed is lost."""
         cid = require_chat(chat_id)
         users = [m for m in self.chats.messages(cid) if m.role == "user"]
         if users:
             self.chats.truncate(cid, users[-1].position)
-        return self.view(cid), users[-1].content if users else ""
+        removed = users[-1].content if users else ""
+        return self.view(cid), "\n\n".join(part for part in (removed, typed) if part.strip())
