@@ -153,6 +153,21 @@ def test_remove_last_puts_the_removed_message_back_in_the_box(server, browser):
     page.wait_for_function("() => document.querySelector('#chat-message textarea').value === 'Name a vegetable.'",
                            timeout=30_000)
     assert len(bot_messages(page)) == 1 and "Name a vegetable." not in page.locator("#chat-log").inner_text()
+    page.locator("#chat-remove-last").click()  # #46 (12): again, the box holding the first: both are kept
+    page.wait_for_function("() => document.querySelector('#chat-message textarea').value === "
+                           "'Name a fruit.\\n\\nName a vegetable.'", timeout=30_000)
+    assert len(bot_messages(page)) == 0
+    page.close()
+
+
+def test_a_text_only_model_says_it_reads_no_images_and_one_token_reads_1_token(server, browser):
+    """#46 (12): the image box of a text-only model says the model reads none (and takes none), and a reply of one
+    token says "1 token", not "1 tokens"."""
+    page = ready_page(browser, server.url, max_new_tokens=1)
+    wait_text(page, "#chat-images", "reads no images (a text-only model); load a vision-language model", 30_000)
+    assert page.locator("#chat-images input[type=file]").count() == 0
+    send(page, "Say one word.")
+    assert wait_reply_done(page).startswith("1 token · prompt ")
     page.close()
 
 
@@ -303,7 +318,9 @@ def test_copy_and_edit_hold_the_message_text_only(server, browser):
     assert page.evaluate("() => window.copied[0]") == stored
     page.locator("#chat-log button[aria-label='Edit']").last.click()
     assert page.locator("#chat-log textarea.edit-textarea").last.input_value() == stored
-    page.locator("#chat-log button[aria-label='Cancel']").last.click()
+    page.locator("#chat-log textarea.edit-textarea").last.press_sequentially(" Edited.", delay=15)
+    page.locator("#chat-log button[aria-label='Submit']").last.click()  # #46 (8): the line follows, no click
+    wait_text(page, "#chat-version", "Message 2: version 3 of 3 · edited", 30_000)
     page.close()
 
 

@@ -88,6 +88,7 @@ def build_ui(services: Services) -> gr.Blocks:
                 notebook = notebook_tab.create_notebook_tab(services, params, active)
             batch_tab.wire_batch_tab(batch, params)
             chat_tab.wire_notebook(chat, notebook.text, tabs)
+            chat_tab.wire_model_in_use(chat, picker)
             with insight_panel:
                 insight = insight_tab.create_insight_tab(services, params)
             with ab_panel:

@@ -13,6 +13,7 @@ from webui.chat.modes import INSTRUCT
 from webui.controllers.chat import ChatSession, ChatView
 from webui.controllers.parameters import constraint_note, pipeline_text, values_from_params
 from webui.engine.params import specs
+from webui.images import image_placeholder
 from webui.controllers.generation import ActiveRequests
 from webui.services import Services
 from webui.ui.characters_panel import CharactersPanel, chat_values, chosen, create_characters_panel
@@ -40,6 +41,7 @@ PASTE_IMAGES_JS = """() => document.addEventListener("paste", (event) => {
     input.dispatchEvent(new Event("change", {bubbles: true}));
 })"""
 """Page script: images pasted into the message box go to its image input (Gradio's File takes no paste)."""
+IMAGES_LABEL = "Images for the message (vision models)"
 NO_SELECTION = "Click a message: its versions, a branch from it, and what the model read show here and below."
 
 Messages = tuple[list[dict[str, str]], str, str]
@@ -145,8 +147,8 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
             send = gr.Button("Send", variant="primary", elem_id="chat-send")
             stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
     with gr.Row():
-        images = gr.File(label="Images for the message (vision models)", file_count="multiple",
-                         file_types=["image"], height=100, elem_id="chat-images")
+        images = gr.File(label=IMAGES_LABEL, file_count="multiple", file_types=["image"], height=100,
+                         elem_id="chat-images")
         documents = gr.File(label="Documents for the message: text, Markdown, code, CSV, PDF, .docx (the model "
                                   "reads their text)", file_count="multiple", height=150, elem_id="chat-documents")
     with gr.Row(visible=False, elem_id="chat-constraint-row") as constraint_row:
@@ -201,6 +203,20 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
     wire_characters_panel(tab.characters, tab.chat_id, tab.message, tab.system)
     wire_tools_panel(tab.tools, session, tab.chat_id)
     return tab
+
+
+def images_box(services: Services) -> Update:
+    """The image box as the model in use takes images: a text-only model's says so and takes none."""
+    model = services.loaded
+    if model is not None and not image_placeholder(model):
+        return gr.update(interactive=False, label=f"Images: {model.name} reads no images (a text-only model); "
+                                                 "load a vision-language model to attach them")
+    return gr.update(interactive=True, label=IMAGES_LABEL)
+
+
+def wire_model_in_use(tab: ChatTab, picker: gr.Dropdown) -> None:
+    """The model in use changed (picked, loaded or unloaded): the image box follows it."""
+    picker.change(lambda: images_box(tab.session.services), None, [tab.images], show_progress="hidden")
 
 
 def constraint_updates(held: str) -> tuple:
@@ -421,8 +437,8 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     # no .clear listener: the log's own trash icon (shown only with one) cleared the view and deleted nothing
     @shows_errors
     def remove_last(cid: int | None, typed: str) -> tuple:
-        view, removed = session.library.remove_last(cid)
-        return *_messages_and_stats(view), (removed if removed and not typed.strip() else gr.skip())
+        view, box = session.library.remove_last(cid, typed)
+        return *_messages_and_stats(view), (box if box != typed else gr.skip())
 
     tab.remove_last.click(remove_last, [tab.chat_id, tab.message], [tab.chatbot, tab.stats, tab.message]).then(
         **refresh)
@@ -465,9 +481,10 @@ def on_load(tab: ChatTab) -> tuple[list, Any]:
             seen = preview_values(tab.characters.controller.preview(view.chat_id, mode, character, command=command))
         except UserError as exc:
             seen = (f"(No preview: {exc})", "")
-        return (*view_updates(tab.session, view, "", request), *constraint_updates(held),
+        return (*view_updates(tab.session, view, "", request), images_box(tab.session.services),
+                *constraint_updates(held),
                 *panel_updates(tab.session, view.chat_id), *template_values(), *chars, *seen, command,
                 *panel_values(tab.session, view.chat_id, tab.tools.controller))
     chars = tab.characters
-    return [*tab.view, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs, chars.mode, *chars.editor,
+    return [*tab.view, tab.images, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs, chars.mode, *chars.editor,
             chars.preview, chars.stops, chars.command, *tab.tools.shown], load
