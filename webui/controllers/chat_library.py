@@ -194,6 +194,15 @@ class ChatLibrary:
             raise UserError("That message is not in this chat any more; click one of the chat's messages.")
         return listed[shown]
 
+    def keep_draft(self, text: str) -> None:
+        """The message box as it is now (typed, not sent), for the next page load."""
+        if self.services.settings.get().chat_draft != (text or ""):
+            self.services.settings.update(chat_draft=text or "")
+
+    def draft(self) -> str:
+        """What the message box held last (typed, not sent)."""
+        return self.services.settings.get().chat_draft
+
     def title(self, chat_id: int | None) -> str:
         return self.chats.get(require_chat(chat_id)).title
 

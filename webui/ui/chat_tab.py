@@ -448,6 +448,11 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], with_confirm).then(**refresh)
     SaveOrder().wire(tab.system.change, lambda d: session.library.save_system(d[tab.chat_id], d[tab.system]),
                      {tab.chat_id, tab.system}, key=lambda d: d[tab.chat_id])  # as typed, for the chat it was in
+    # every change of the message box (typed, sent, put back) is kept, as the Notebook's text is: a reload shows it;
+    # a key typed is sent at once (a reload right after it kept only what an earlier save had sent)
+    drafts = SaveOrder()
+    for event, at_once in ((tab.message.change, False), (tab.message.input, True)):
+        drafts.wire(event, lambda d: session.library.keep_draft(d[tab.message]), {tab.message}, at_once=at_once)
     tab.export.click(export(False), [tab.chat_id], [tab.export_file])
     tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
     tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)
@@ -481,10 +486,11 @@ def on_load(tab: ChatTab) -> tuple[list, Any]:
             seen = preview_values(tab.characters.controller.preview(view.chat_id, mode, character, command=command))
         except UserError as exc:
             seen = (f"(No preview: {exc})", "")
-        return (*view_updates(tab.session, view, "", request), images_box(tab.session.services),
+        return (*view_updates(tab.session, view, "", request), tab.session.library.draft(),
+                images_box(tab.session.services),
                 *constraint_updates(held),
                 *panel_updates(tab.session, view.chat_id), *template_values(), *chars, *seen, command,
                 *panel_values(tab.session, view.chat_id, tab.tools.controller))
     chars = tab.characters
-    return [*tab.view, tab.images, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs, chars.mode, *chars.editor,
+    return [*tab.view, tab.message, tab.images, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs, chars.mode, *chars.editor,
             chars.preview, chars.stops, chars.command, *tab.tools.shown], load
