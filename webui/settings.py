@@ -39,6 +39,7 @@ class Settings:
     context_policy: str = "drop oldest messages"  # or "refuse": a chat longer than the context
     notebook_text: str = ""  # the Notebook as last typed or generated, saved or not (a reload shows it again)
     notebook_name: str = ""  # the name in its box, saved or not
+    chat_draft: str = ""  # the Chat tab's message box as last typed, not sent yet (a reload shows it again)
     chat_instruct_command: str = ""  # chat-instruct's command as last typed; "": text-generation-webui's default
     max_tool_steps: int = 5  # turns of a chat reply that may call tools before the model must answer (#44)
     tool_choice: str = "auto"  # a chat reply's first turn: "auto" (the model chooses) or "required" (it calls one)

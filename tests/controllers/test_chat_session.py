@@ -136,6 +136,18 @@ def test_remove_last_drops_your_last_message_and_its_reply(session):
     assert removed == "Two"  # back in the message box, to edit and send again
 
 
+def test_remove_last_again_keeps_what_the_box_holds(session):
+    """#46 (12): a second Remove last, with the first removed message (or a draft) in the box, puts the message
+    it removes before it: nothing removed or typed is lost."""
+    done = last(session.send(None, "One", "", GREEDY, KEY))
+    last(session.send(done.chat_id, "Two", "", GREEDY, KEY))
+    _, box = session.library.remove_last(done.chat_id)
+    view, box = session.library.remove_last(done.chat_id, box)
+    assert view.messages == [] and box == "One\n\nTwo"
+    _, box = session.library.remove_last(done.chat_id, "a draft")  # nothing left to remove: the draft stays
+    assert box == "a draft"
+
+
 def test_branch_continues_from_the_chosen_alternative(session):
     done = last(session.send(None, "Hello", "", GREEDY, KEY))
     rows, branchable = session.last_tokens(done.chat_id)

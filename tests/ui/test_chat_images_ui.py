@@ -87,3 +87,44 @@ def test_an_image_pasted_into_the_message_box_is_attached(vision_server, browser
     page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=user] img').length === 1",
                            timeout=30_000)
     page.close()
+
+
+
+def test_a_message_with_an_image_is_edited_by_its_text_and_keeps_the_image(vision_server, browser, tmp_path):
+    """#46 (2, 4, 8): the log shows a message's image as a row of its own; its Edit opened no text box and its
+    Submit failed in the page (nothing sent), and its Share needs Hugging Face Spaces. The message has one Edit,
+    under its text: the edit is a new version with the image kept, and the version line says so at once."""
+    picture = tmp_path / "green.png"
+    picture.write_bytes(png((30, 200, 30), stripe=4))
+    question, edited = "Which colour is this?", "Which colour is this, in one word?"
+    page = ready_page(browser, vision_server.url, max_new_tokens=3)
+    page.locator("#chat-images input[type=file]").set_input_files(str(picture))
+    page.locator("#chat-images").get_by_text("green.png").wait_for(timeout=30_000)
+    page.locator("#chat-message textarea").press_sequentially(question, delay=15)
+    page.locator("#chat-send").click()
+    wait_reply_done(page)
+    page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=user] img').length === 1",
+                           timeout=30_000)
+    page.locator("#chat-log [data-testid='user'] img").hover()
+    assert not [b for b in page.locator("#chat-log button[aria-label='Share']").all() if b.is_visible()]
+    page.locator("#chat-log [data-testid='user']").last.hover()
+    [b for b in page.locator("#chat-log button[aria-label='Edit']").all() if b.is_visible()][0].click()
+    box = page.locator("#chat-log textarea.edit-textarea")
+    box.wait_for(timeout=10_000)  # the message's first Edit edits its text
+    assert box.input_value() == question
+    box.fill("")
+    box.press_sequentially(edited, delay=15)
+    page.locator("#chat-log button[aria-label='Submit']").click()
+    page.wait_for_function("q => document.querySelector('#chat-log').innerText.includes(q)", arg=edited,
+                           timeout=30_000)
+    wait_reply_done(page)
+    page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=user] img').length === 1",
+                           timeout=30_000)
+    assert rows(vision_server.user_data, "SELECT COUNT(*) FROM message_images i JOIN messages m "
+                                         "ON m.id = i.message_id WHERE m.content = ?", edited) == [(1,)]
+    wait_text(page, "#chat-version", "Message 1: version 2 of 2", 30_000)  # the edited one, without a click
+    page.locator("#chat-version-prev").click()
+    wait_text(page, "#chat-log", question, 30_000)
+    page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=user] img').length === 1",
+                           timeout=30_000)
+    page.close()

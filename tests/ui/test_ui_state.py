@@ -153,6 +153,21 @@ def test_remove_last_puts_the_removed_message_back_in_the_box(server, browser):
     page.wait_for_function("() => document.querySelector('#chat-message textarea').value === 'Name a vegetable.'",
                            timeout=30_000)
     assert len(bot_messages(page)) == 1 and "Name a vegetable." not in page.locator("#chat-log").inner_text()
+    page.locator("#chat-remove-last").click()  # #46 (12): again, the box holding the first: both are kept
+    page.wait_for_function("() => document.querySelector('#chat-message textarea').value === "
+                           "'Name a fruit.\\n\\nName a vegetable.'", timeout=30_000)
+    assert len(bot_messages(page)) == 0
+    page.close()
+
+
+def test_a_text_only_model_says_it_reads_no_images_and_one_token_reads_1_token(server, browser):
+    """#46 (12): the image box of a text-only model says the model reads none (and takes none), and a reply of one
+    token says "1 token", not "1 tokens"."""
+    page = ready_page(browser, server.url, max_new_tokens=1)
+    wait_text(page, "#chat-images", "reads no images (a text-only model); load a vision-language model", 30_000)
+    assert page.locator("#chat-images input[type=file]").count() == 0
+    send(page, "Say one word.")
+    assert wait_reply_done(page).startswith("1 token · prompt ")
     page.close()
 
 
@@ -204,6 +219,43 @@ def test_a_reply_cut_off_by_a_reload_is_stored_as_stop_stores_it(server, browser
     assert stats and stats["finish_reason"] == "cancelled" and stats["completion_tokens"] < 300, reply
     page.wait_for_selector("#chat-message textarea")
     wait_text(page, "#chat-stats", "finish: cancelled", 30_000)  # the reloaded page shows it as Stop leaves it
+    page.close()
+
+
+def test_a_chat_message_typed_just_before_a_reload_comes_back(server, browser):
+    """#46 (12): the message box, typed and not sent, is there again after a reload 0.1 s after the last key."""
+    page = open_page(browser, server.url)
+    box = page.locator("#chat-message textarea")
+    typed = "A question typed, not sent yet"
+    box.press_sequentially(typed, delay=40)
+    page.wait_for_timeout(100)
+    reload(page)
+    page.wait_for_function("t => document.querySelector('#chat-message textarea').value === t", arg=typed,
+                           timeout=30_000)
+    box.fill("")  # sent or cleared: no draft comes back
+    page.wait_for_timeout(1000)
+    reload(page)
+    page.wait_for_timeout(1000)
+    assert box.input_value() == ""
+    page.close()
+
+
+def test_notebook_text_typed_just_before_a_reload_comes_back(server, browser):
+    """#46 (12): a reload 0.1 s after the last keystroke lost it (its save was still waiting to be sent)."""
+    page = open_page(browser, server.url)
+    tab(page, "Notebook")
+    text = page.locator("#notebook-text textarea")
+    text.click()
+    text.press("Control+a")
+    typed = "Typed right before a reload, every key kept."
+    text.press_sequentially(typed, delay=40)
+    page.wait_for_timeout(100)
+    reload(page)
+    tab(page, "Notebook")
+    page.wait_for_function("t => document.querySelector('#notebook-text textarea').value === t", arg=typed,
+                           timeout=30_000)
+    text.fill("")
+    page.wait_for_timeout(1000)
     page.close()
 
 
@@ -301,7 +353,9 @@ def test_copy_and_edit_hold_the_message_text_only(server, browser):
     assert page.evaluate("() => window.copied[0]") == stored
     page.locator("#chat-log button[aria-label='Edit']").last.click()
     assert page.locator("#chat-log textarea.edit-textarea").last.input_value() == stored
-    page.locator("#chat-log button[aria-label='Cancel']").last.click()
+    page.locator("#chat-log textarea.edit-textarea").last.press_sequentially(" Edited.", delay=15)
+    page.locator("#chat-log button[aria-label='Submit']").last.click()  # #46 (8): the line follows, no click
+    wait_text(page, "#chat-version", "Message 2: version 3 of 3 · edited", 30_000)
     page.close()
 
 

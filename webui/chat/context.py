@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from webui.chat.modes import ChatMode
 from webui.chat.prompt import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.templates import ChatTemplate
+from webui.counts import counted
 
 DROP_OLDEST, REFUSE = "drop oldest messages", "refuse"
 POLICIES = (DROP_OLDEST, REFUSE)
@@ -67,14 +68,14 @@ def fit_chat(tokenizer: Any, turns: Iterable[Mapping[str, str]], system_prompt: 
         if size <= budget:
             return FittedChat(prompt, kept, dropped)
         if policy == REFUSE:
-            raise ChatPromptError(f"the chat is {size} tokens and the context leaves {budget} for it (after "
+            raise ChatPromptError(f"the chat is {counted(size)} and the context leaves {budget} for it (after "
                                   f"max_new_tokens); start a new chat, lower max_new_tokens, or let the oldest "
                                   f"messages be left out")
         following = head + dropped + 1
         while following < last_user and messages[following]["role"] != "user":
             following += 1
         if following > last_user:
-            raise ChatPromptError(f"the last message (with the system prompt) is {size} tokens and the context "
+            raise ChatPromptError(f"the last message (with the system prompt) is {counted(size)} and the context "
                                   f"leaves {budget} for it (after max_new_tokens); shorten it or lower "
                                   f"max_new_tokens")
         dropped = following - head

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from webui.chat.context import left_out
 from webui.chat.tool_steps import ToolStep
+from webui.counts import counted
 
 EDITED = "edited by hand"
 BRANCHED_AT_END = "branched at the last token"
@@ -72,8 +73,8 @@ class RunStats:
         ttft = f"{self.time_to_first_token:.2f}s" if self.time_to_first_token is not None else "-"
         reason = self.finish_reason + (f" ({self.stop_string!r})" if self.stop_string else "")
         cached = f" ({self.cached_tokens} cached)" if self.cached_tokens else ""
-        guided = f" · CFG ran {self.guidance_tokens} more tokens" if self.guidance_tokens else ""
-        return (f"{count or f'{self.completion_tokens} tokens'} · prompt {self.prompt_tokens}{cached}{guided} · "
+        guided = f" · CFG ran {counted(self.guidance_tokens, 'more token')}" if self.guidance_tokens else ""
+        return (f"{count or counted(self.completion_tokens)} · prompt {self.prompt_tokens}{cached}{guided} · "
                 f"first token {ttft} · {self.tokens_per_second:.1f} tok/s · finish: {reason} · seed {self.seed}")
 
     def to_json(self) -> dict[str, Any]:
@@ -203,11 +204,11 @@ def reply_summary(record: ReplyRecord) -> str:
         return EDITED
     if record.run is None:
         if record.token_ids:
-            return f"{len(record.token_ids)} tokens · {BRANCHED_AT_END}"
+            return f"{counted(len(record.token_ids))} · {BRANCHED_AT_END}"
         kept = record.extra.get("summary")  # a record with nothing to format from shows the line it was stored with
         return kept if isinstance(kept, str) else ""
     given = record.given.token_ids if record.given is not None else ()
-    count = f"{len(record.token_ids)} tokens, {len(record.token_ids) - len(given)} new" if given else ""
+    count = f"{counted(len(record.token_ids))}, {len(record.token_ids) - len(given)} new" if given else ""
     parts = [record.run.line(count), f"by {written_by(record.model, record.loader)}" if record.model else "",
              tool_calls(record), left_out(record.dropped, record.dropped_over)]
     return " · ".join(p for p in parts if p)
@@ -219,7 +220,7 @@ def tool_calls(record: ReplyRecord) -> str:
     if not calls:
         return ""
     failed = sum(c.error is not None for c in calls)
-    return (f"{len(calls)} tool call{'s' if len(calls) > 1 else ''} ({sum(c.seconds for c in calls):.2f}s"
+    return (f"{counted(len(calls), 'tool call')} ({sum(c.seconds for c in calls):.2f}s"
             + (f", {failed} failed" if failed else "") + ")")
 
 

@@ -32,6 +32,7 @@ from webui.reproduce import RecordError, record_for_batch_row
 from webui.services import Services
 from webui.store import StoreError
 from webui.fsutil import in_scratch, scratch_folder
+from webui.counts import counted
 
 REFRESH_SECONDS = 0.7
 NO_RUN = "Choose a stored run first."
@@ -279,8 +280,8 @@ class BatchController:
         if not tokens:
             return "no token yet (reading the prompts)" if running else "no tokens generated, so no tok/s"
         elapsed = max(time.monotonic() - handle.started, 1e-6)
-        return (f"{tokens:,} tokens {'so far' if running else 'generated'}, {tokens / elapsed:.1f} tok/s for the "
-                "whole run (each row's tok/s is its own share)")
+        return (f"{counted(tokens, grouped=True)} {'so far' if running else 'generated'}, {tokens / elapsed:.1f} "
+                "tok/s for the whole run (each row's tok/s is its own share)")
 
     # -- stored runs ----------------------------------------------------------------------------------------
     def take_upload(self, paths: list[str]) -> tuple[tuple[str, bytes] | None, str]:

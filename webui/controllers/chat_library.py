@@ -204,6 +204,15 @@ class ChatLibrary:
             raise UserError("That message is not in this chat any more; click one of the chat's messages.")
         return listed[shown]
 
+    def keep_draft(self, text: str) -> None:
+        """The message box as it is now (typed, not sent), for the next page load."""
+        if self.services.settings.get().chat_draft != (text or ""):
+            self.services.settings.update(chat_draft=text or "")
+
+    def draft(self) -> str:
+        """What the message box held last (typed, not sent)."""
+        return self.services.settings.get().chat_draft
+
     def title(self, chat_id: int | None) -> str:
         return self.chats.get(require_chat(chat_id)).title
 
@@ -296,11 +305,13 @@ class ChatLibrary:
         title = f"{self.chats.get(cid).title} (branch)"
         return self.view(self.chats.branch(history[index].id, title[-200:]).id)
 
-    def remove_last(self, chat_id: int | None) -> tuple[ChatView, str]:
-        """Remove your last message and everything after it; the chat, and that message's text (for the message
-        box, to edit and send again)."""
+    def remove_last(self, chat_id: int | None, typed: str = "") -> tuple[ChatView, str]:
+        """Remove your last message and everything after it; the chat, and what the message box then holds: that
+        message's text (to edit and send again) before what it held (``typed``: a message removed before, or a
+        draft), a blank line between, so nothing removed or typed is lost."""
         cid = require_chat(chat_id)
         users = [m for m in self.chats.messages(cid) if m.role == "user"]
         if users:
             self.chats.truncate(cid, users[-1].position)
-        return self.view(cid), users[-1].content if users else ""
+        removed = users[-1].content if users else ""
+        return self.view(cid), "\n\n".join(part for part in (removed, typed) if part.strip())

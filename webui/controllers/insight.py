@@ -16,6 +16,7 @@ from webui.insight import InsightUnavailable, NextToken, PromptInspection, inspe
 from webui.images import image_placeholder
 from webui.reproduce import RecordError, parse_record
 from webui.services import Services
+from webui.counts import counted
 
 TOP = 20
 PERPLEXITY_COLUMNS = ["model", "loader", "text", "tokens", "perplexity", "window", "when"]
@@ -100,7 +101,7 @@ class InsightController:
                      "stage drew them; the same seed now draws other tokens (greedy records repeat exactly). ")
         given = " (after the reply's given start)" if record.continue_from else ""
         return record.reply(model.tokenizer, list(result.token_ids), result.text), (
-            f"{note}{result.usage.completion_tokens} tokens{given} · finish: {result.finish_reason} · "
+            f"{note}{counted(result.usage.completion_tokens)}{given} · finish: {result.finish_reason} · "
             f"seed {result.seed}")
 
     def perplexity(self, text: str, window: float | None, progress: Progress | None = None) -> str:

@@ -28,6 +28,7 @@ from webui.training.data import (MAX_DATASET_BYTES, MAX_FORMAT_BYTES, RAW_SUFFIX
 from webui.training.runner import DONE, FAILED, IDLE, LOADING, RUNNING, STOPPED, STOPPING, TRAINING, RunState
 from webui.training.settings import TrainingError, parse_settings
 from webui.training.trainer import TrainJob, Words, base_model_folder, checkpoint_dir, prepare
+from webui.counts import counted
 
 AUTO_FORMAT = "none: raw text (.txt) or chat records"
 DATASET_SUFFIXES = RAW_SUFFIXES + RECORD_SUFFIXES
@@ -198,7 +199,7 @@ class TrainingController:
                  f"for eval, **{data.cut} cut** at cutoff_len {job.settings.cutoff_len} tokens"]
         for i, item in enumerate(preview(data, folder_tokenizer(job.model_dir), count), 1):
             cut = " (cut at the cutoff)" if item.cut else ""
-            lines.append(f"**Example {i}**: {item.tokens} tokens, {item.trained_tokens} trained{cut}\n\n"
+            lines.append(f"**Example {i}**: {counted(item.tokens)}, {item.trained_tokens} trained{cut}\n\n"
                          f"```text\n{item.text.replace('```', '` ` `')}\n```")
         return "\n\n".join(lines)
 

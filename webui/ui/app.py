@@ -28,6 +28,10 @@ CSS = """
 #status-line {font-family: ui-monospace, monospace; font-size: 0.9em}
 #status-line p {margin: 0}
 #chat-log button[aria-label='Clear'] {display: none}  /* it blanked the view and deleted nothing: Delete deletes */
+/* a message's image or document is a row of its own in Gradio 6's log, with its own Edit (its Submit failed in the
+   page: "….slice is not a function") and Share (Hugging Face Spaces only): a message is edited by its text's Edit */
+#chat-log .message-row:has(.message.component) + .message-buttons button[aria-label='Edit'] {display: none}
+#chat-log .message-buttons button[aria-label='Share'] {display: none}
 #notebook-text textarea {font-family: ui-monospace, monospace}
 .batch-compare {width: 100%; border-collapse: collapse; font-size: 0.9em}
 .batch-compare td, .batch-compare th {border: 1px solid var(--border-color-primary); padding: 4px; vertical-align: top}
@@ -88,6 +92,7 @@ def build_ui(services: Services, live: LiveReplies | None = None) -> gr.Blocks:
                 notebook = notebook_tab.create_notebook_tab(services, params, active)
             batch_tab.wire_batch_tab(batch, params)
             chat_tab.wire_notebook(chat, notebook.text, tabs)
+            chat_tab.wire_model_in_use(chat, picker)
             with insight_panel:
                 insight = insight_tab.create_insight_tab(services, params)
             with ab_panel:

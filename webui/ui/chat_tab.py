@@ -14,6 +14,7 @@ from webui.controllers.chat import ChatSession, ChatView
 from webui.controllers.chat_library import IMAGE_FILES
 from webui.controllers.parameters import constraint_note, pipeline_text, values_from_params
 from webui.engine.params import specs
+from webui.images import image_placeholder
 from webui.controllers.generation import ActiveRequests
 from webui.services import Services
 from webui.ui.characters_panel import CharactersPanel, chat_values, chosen, create_characters_panel
@@ -42,6 +43,7 @@ PASTE_IMAGES_JS = """() => document.addEventListener("paste", (event) => {
     input.dispatchEvent(new Event("change", {bubbles: true}));
 })"""
 """Page script: images pasted into the message box go to its image input (Gradio's File takes no paste)."""
+IMAGES_LABEL = "Images for the message (vision models)"
 NO_SELECTION = "Click a message: its versions, a branch from it, and what the model read show here and below."
 
 Messages = tuple[list[dict[str, str]], str, str]
@@ -150,8 +152,8 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
             send = gr.Button("Send", variant="primary", elem_id="chat-send")
             stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
     with gr.Row():
-        images = gr.File(label="Images for the message (vision models)", file_count="multiple",
-                         file_types=["image"], height=100, elem_id="chat-images")
+        images = gr.File(label=IMAGES_LABEL, file_count="multiple", file_types=["image"], height=100,
+                         elem_id="chat-images")
         documents = gr.File(label="Documents for the message: text, Markdown, code, CSV, PDF, .docx (the model "
                                   "reads their text)", file_count="multiple", height=150, elem_id="chat-documents")
     with gr.Row(visible=False, elem_id="chat-constraint-row") as constraint_row:
@@ -211,6 +213,20 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
     wire_characters_panel(tab.characters, tab.chat_id, tab.message, tab.system)
     wire_tools_panel(tab.tools, session, tab.chat_id)
     return tab
+
+
+def images_box(services: Services) -> Update:
+    """The image box as the model in use takes images: a text-only model's says so and takes none."""
+    model = services.loaded
+    if model is not None and not image_placeholder(model):
+        return gr.update(interactive=False, label=f"Images: {model.name} reads no images (a text-only model); "
+                                                 "load a vision-language model to attach them")
+    return gr.update(interactive=True, label=IMAGES_LABEL)
+
+
+def wire_model_in_use(tab: ChatTab, picker: gr.Dropdown) -> None:
+    """The model in use changed (picked, loaded or unloaded): the image box follows it."""
+    picker.change(lambda: images_box(tab.session.services), None, [tab.images], show_progress="hidden")
 
 
 def constraint_updates(held: str) -> tuple:
@@ -343,7 +359,17 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
     for trigger, handler in ((tab.regenerate.click, regenerate), (tab.continue_.click, continue_reply),
                              (tab.chatbot.edit, edit), (tab.token_view.submit, branch)):
         trigger(handler, inputs | {tab.token_view}, short, concurrency_limit=None, trigger_mode="multiple").then(
-            lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
+            lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden").then(
+            lambda cid, index: version_text(session, cid, index), [tab.chat_id, tab.selected], [tab.version],
+            show_progress="hidden")  # the version it added (the message selected: the one edited)
+
+    def edited_message(cid: int | None, edited: gr.EditData) -> int | None:
+        """The message an edit makes a new version of (a call's block: its reply): the one the line describes."""
+        try:
+            return session.library.entry(cid, edited.index if isinstance(edited.index, int) else edited.index[0]).index
+        except UserError:
+            return None
+    tab.chatbot.edit(edited_message, [tab.chat_id], [tab.selected], show_progress="hidden")
     tab.stop.click(stop, [tab.chat_id], None, concurrency_limit=None)
     _wire_selection(tab, session, params)
     _wire_versions(tab, session)
@@ -463,8 +489,8 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     # no .clear listener: the log's own trash icon (shown only with one) cleared the view and deleted nothing
     @shows_errors
     def remove_last(cid: int | None, typed: str) -> tuple:
-        view, removed = session.library.remove_last(cid)
-        return *_messages_and_stats(view), (removed if removed and not typed.strip() else gr.skip())
+        view, box = session.library.remove_last(cid, typed)
+        return *_messages_and_stats(view), (box if box != typed else gr.skip())
 
     tab.remove_last.click(remove_last, [tab.chat_id, tab.message], [tab.chatbot, tab.stats, tab.message]).then(
         **refresh)
@@ -474,6 +500,11 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], with_confirm).then(**refresh)
     SaveOrder().wire(tab.system.change, lambda d: session.library.save_system(d[tab.chat_id], d[tab.system]),
                      {tab.chat_id, tab.system}, key=lambda d: d[tab.chat_id])  # as typed, for the chat it was in
+    # every change of the message box (typed, sent, put back) is kept, as the Notebook's text is: a reload shows it;
+    # a key typed is sent at once (a reload right after it kept only what an earlier save had sent)
+    drafts = SaveOrder()
+    for event, at_once in ((tab.message.change, False), (tab.message.input, True)):
+        drafts.wire(event, lambda d: session.library.keep_draft(d[tab.message]), {tab.message}, at_once=at_once)
     tab.export.click(export(False), [tab.chat_id], [tab.export_file])
     tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
     tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)
@@ -507,9 +538,11 @@ def on_load(tab: ChatTab) -> tuple[list, Any]:
             seen = preview_values(tab.characters.controller.preview(view.chat_id, mode, character, command=command))
         except UserError as exc:
             seen = (f"(No preview: {exc})", "")
-        return (*view_updates(tab.session, view, "", request), *constraint_updates(held),
+        return (*view_updates(tab.session, view, "", request), tab.session.library.draft(),
+                images_box(tab.session.services),
+                *constraint_updates(held),
                 *panel_updates(tab.session, view.chat_id), *template_values(), *chars, *seen, command,
                 *panel_values(tab.session, view.chat_id, tab.tools.controller))
     chars = tab.characters
-    return [*tab.view, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs, chars.mode, *chars.editor,
+    return [*tab.view, tab.message, tab.images, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs, chars.mode, *chars.editor,
             chars.preview, chars.stops, chars.command, *tab.tools.shown], load

@@ -9,14 +9,15 @@ import pandas as pd
 
 from webui.insight import PromptInspection
 from webui.reproduce import ReproduceRecord
+from webui.counts import counted
 
 
 def inspection_views(seen: PromptInspection) -> tuple[str, pd.DataFrame, str]:
     """(exact text, token table, summary: count and share of the context)."""
     tokens = pd.DataFrame({"#": range(len(seen.ids)), "id": seen.ids,
                            "token": [repr(t)[1:-1] for t in seen.tokens]})
-    note = (f"**{len(seen.ids)} tokens** · {seen.used:.1%} of the {seen.context_length:,}-token context"
-            if seen.context_length else f"**{len(seen.ids)} tokens**")
+    note = (f"**{counted(len(seen.ids))}** · {seen.used:.1%} of the {seen.context_length:,}-token context"
+            if seen.context_length else f"**{counted(len(seen.ids))}**")
     return seen.text, tokens, note
 
 

@@ -120,6 +120,9 @@ def _wire_files(tab: NotebookTab) -> None:
     order = SaveOrder()
     for box in (tab.text, tab.name):  # typed, pasted, deleted or generated: kept for the next page load
         order.wire(box.change, lambda d: session.keep_draft(d[tab.name], d[tab.text]), {tab.name, tab.text})
+        # a key typed is sent at once: a reload right after it kept only what an earlier save had sent (#46)
+        order.wire(box.input, lambda d: session.keep_draft(d[tab.name], d[tab.text]), {tab.name, tab.text},
+                   at_once=True)
     tab.save.click(save, [tab.name, tab.text], [tab.name, tab.stats, tab.confirm])
     tab.name.input(open_notebook, [tab.name], [tab.text, tab.undo, tab.confirm, tab.delete])
     tab.delete.click(delete, [tab.name, tab.confirm], [tab.name, tab.stats, tab.confirm, tab.delete])
