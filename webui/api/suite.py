@@ -73,11 +73,11 @@ def promptfoo_suite(items: Sequence[CapturedRequest], description: str = "") -> 
         per_model[model] = per_model.get(model, 0) + 1
     seen: dict[str, int] = {}
     providers = []
-    for (model, config), ids in groups.items():
+    for (model, config_json), ids in groups.items():
         seen[model] = seen.get(model, 0) + 1
         label = model if per_model[model] == 1 else f"{model} #{seen[model]}"
-        providers.append({"id": f"workbench:{model}", "label": label, **({"config": json.loads(config)}
-                                                                          if config != "{}" else {}),
+        providers.append({"id": f"workbench:{model}", "label": label, **({"config": json.loads(config_json)}
+                                                                          if config_json != "{}" else {}),
                           **({"prompts": ids} if len(groups) > 1 else {})})
     suite = {"description": description or f"{len(prompts)} API requests kept by the workbench",
              "prompts": prompts, "providers": providers}

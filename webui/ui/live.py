@@ -25,9 +25,9 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, Callable
 
-from fastapi import Request
+from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from webui.controllers.generation import VIEW_INTERVAL
@@ -77,7 +77,7 @@ class LiveReplies:
             reply = self._replies.get(token)
             return reply is not None and reply.left_at is not None and time.monotonic() - reply.left_at > GONE_AFTER
 
-    async def follow(self, token: str, disconnected) -> AsyncIterator[str]:
+    async def follow(self, token: str, disconnected: Callable[[], Awaitable[bool]]) -> AsyncIterator[str]:
         """Server-sent events: ``data: {"text": ...}`` each time the text changes (at most every VIEW_INTERVAL),
         then ``event: done``. ``disconnected``: an awaitable function, true once the reader has gone."""
         with self._lock:
@@ -106,7 +106,7 @@ class LiveReplies:
                 if not reply.readers and not reply.done:
                     reply.left_at = time.monotonic()
 
-    def mount(self, app) -> None:
+    def mount(self, app: FastAPI) -> None:
         """``GET /chat-live/{token}`` on the FastAPI ``app`` (outside the UI's own routes)."""
         def route(token: str, request: Request) -> Response:
             with self._lock:

@@ -110,7 +110,7 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
 
 
 def _deletable(controller: ParametersController, name: str | None) -> bool:
-    return bool(name) and controller.presets.is_own(name)
+    return name is not None and bool(name) and controller.presets.is_own(name)
 
 
 def _wire_controls(tab: ParametersTab) -> None:

@@ -45,7 +45,7 @@ class TypedSlider(gr.Slider):
     is_template = True  # the page draws it as a Slider
 
     # Slider says -> float; what was typed is passed on as it is, for the controller to read or name
-    def preprocess(self, payload: Any) -> Any:  # type: ignore[override]
+    def preprocess(self, payload: Any) -> Any:  # type: ignore[override,unused-ignore]
         return payload
 
 
@@ -53,5 +53,5 @@ class TypedNumber(gr.Number):
     is_template = True  # the page draws it as a Number
 
     # Number says -> float; what was typed is passed on as it is, for the controller to read or name
-    def preprocess(self, payload: Any) -> Any:  # type: ignore[override]
+    def preprocess(self, payload: Any) -> Any:  # type: ignore[override,unused-ignore]
         return payload
