@@ -222,21 +222,29 @@ def test_a_reply_cut_off_by_a_reload_is_stored_as_stop_stores_it(server, browser
     page.close()
 
 
+def typed_just_before_a_reload_comes_back(page, box: str, typed: str) -> None:
+    """Type into ``box`` (a textarea's selector) at a person's speed, reload 0.1 s after the last key, and see it
+    come back; then clear it (sent or cleared: no draft comes back)."""
+    text = page.locator(box)
+    text.click()
+    text.press("Control+a")
+    text.press_sequentially(typed, delay=40)
+    page.wait_for_timeout(100)
+    reload(page)
+    if box.startswith("#notebook"):
+        tab(page, "Notebook")
+    page.wait_for_function("([s, t]) => document.querySelector(s).value === t", arg=[box, typed], timeout=30_000)
+    text.fill("")
+    page.wait_for_timeout(1000)
+
+
 def test_a_chat_message_typed_just_before_a_reload_comes_back(server, browser):
     """#46 (12): the message box, typed and not sent, is there again after a reload 0.1 s after the last key."""
     page = open_page(browser, server.url)
-    box = page.locator("#chat-message textarea")
-    typed = "A question typed, not sent yet"
-    box.press_sequentially(typed, delay=40)
-    page.wait_for_timeout(100)
-    reload(page)
-    page.wait_for_function("t => document.querySelector('#chat-message textarea').value === t", arg=typed,
-                           timeout=30_000)
-    box.fill("")  # sent or cleared: no draft comes back
-    page.wait_for_timeout(1000)
+    typed_just_before_a_reload_comes_back(page, "#chat-message textarea", "A question typed, not sent yet")
     reload(page)
     page.wait_for_timeout(1000)
-    assert box.input_value() == ""
+    assert page.locator("#chat-message textarea").input_value() == ""
     page.close()
 
 
@@ -244,18 +252,8 @@ def test_notebook_text_typed_just_before_a_reload_comes_back(server, browser):
     """#46 (12): a reload 0.1 s after the last keystroke lost it (its save was still waiting to be sent)."""
     page = open_page(browser, server.url)
     tab(page, "Notebook")
-    text = page.locator("#notebook-text textarea")
-    text.click()
-    text.press("Control+a")
-    typed = "Typed right before a reload, every key kept."
-    text.press_sequentially(typed, delay=40)
-    page.wait_for_timeout(100)
-    reload(page)
-    tab(page, "Notebook")
-    page.wait_for_function("t => document.querySelector('#notebook-text textarea').value === t", arg=typed,
-                           timeout=30_000)
-    text.fill("")
-    page.wait_for_timeout(1000)
+    typed_just_before_a_reload_comes_back(page, "#notebook-text textarea",
+                                          "Typed right before a reload, every key kept.")
     page.close()
 
 

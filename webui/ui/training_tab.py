@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import gradio as gr
 import pandas as pd
@@ -220,21 +220,16 @@ def _wire(tab: TrainingTab) -> None:
         return gr.update(value=format_), note, (f"⚠ Refused: {exc}  \nThe format **{format_}** reads this dataset; "
                                                 "it is now chosen: click again to use it.")
 
-    def preview_(data: dict) -> tuple:
-        form = tab.form(data)
-        try:
-            return c.preview(form), "", gr.skip(), gr.skip()
-        except UserError as exc:
-            format_, note, refusal = refused(form, exc)
-            return gr.skip(), refusal, format_, note
-
-    def estimate(data: dict) -> tuple:
-        form = tab.form(data)
-        try:
-            return c.estimate(form), "", gr.skip(), gr.skip()
-        except UserError as exc:
-            format_, note, refusal = refused(form, exc)
-            return gr.skip(), refusal, format_, note
+    def told_or_refused(step: Callable[[Any], str]) -> Callable[[dict], tuple]:
+        """A button whose answer is one text (Preview, Estimate), or the refusal beside the dataset."""
+        def answer(data: dict) -> tuple:
+            form = tab.form(data)
+            try:
+                return step(form), "", gr.skip(), gr.skip()
+            except UserError as exc:
+                format_, note, refusal = refused(form, exc)
+                return gr.skip(), refusal, format_, note
+        return answer
 
     def start(data: dict, resume: bool = False) -> tuple:
         form = tab.form(data)
@@ -247,8 +242,8 @@ def _wire(tab: TrainingTab) -> None:
     inputs = tab.form_inputs
     told = [tab.start_note, tab.format, tab.dataset_note]
     tab.dataset.change(dataset_chosen, [tab.dataset, tab.format], [tab.format, tab.dataset_note])
-    tab.show_preview.click(preview_, inputs, [tab.preview, *told])
-    tab.estimate.click(estimate, inputs, [tab.estimate_note, *told])
+    tab.show_preview.click(told_or_refused(c.preview), inputs, [tab.preview, *told])
+    tab.estimate.click(told_or_refused(c.estimate), inputs, [tab.estimate_note, *told])
     tab.start.click(start, inputs, [*shown, *told])
     tab.resume.click(lambda data: start(data, resume=True), inputs, [*shown, *told])
     tab.stop.click(shows_errors(lambda: _shown(c.stop())), None, shown, concurrency_limit=None)
