@@ -50,15 +50,20 @@ def field(page, elem_id: str) -> str:
     return page.locator(f"#{elem_id} textarea").input_value()
 
 
+def make_character(page, name: str, greeting: str, context: str) -> None:
+    """New character in the panel, its fields typed as a person does, saved."""
+    page.locator("#chat-character-new").click()
+    type_into(page, "chat-character-name", name)
+    type_into(page, "chat-character-greeting", greeting)
+    type_into(page, "chat-character-context", context)
+    page.locator("#chat-character-save").click()
+    wait_text(page, "#chat-character-note", f"Saved '{name}'", 30_000)
+
+
 def test_create_start_switch_modes_reload_and_delete_a_character(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=2)
     unfold(page)
-    page.locator("#chat-character-new").click()
-    type_into(page, "chat-character-name", "Mira")
-    type_into(page, "chat-character-greeting", "Hello {{user}}, I am {{char}}.")
-    type_into(page, "chat-character-context", "{{char}} keeps the lighthouse.")
-    page.locator("#chat-character-save").click()
-    wait_text(page, "#chat-character-note", "Saved 'Mira'", 30_000)
+    make_character(page, "Mira", "Hello {{user}}, I am {{char}}.", "{{char}} keeps the lighthouse.")
     assert (server.user_data / "characters" / "Mira.yaml").is_file()
 
     page.get_by_role("radio", name="chat", exact=True).check()  # no chat open: Mira's greeting opens one
@@ -196,12 +201,7 @@ def test_new_chat_opens_with_the_greeting_in_chat_modes_and_without_it_in_instru
     page.get_by_text("Prompt and reproduce record (click a message; default: the last reply)").click()
     unfold(page)
     page.get_by_role("radio", name="instruct", exact=True).check()
-    page.locator("#chat-character-new").click()
-    type_into(page, "chat-character-name", "Tova")
-    type_into(page, "chat-character-greeting", "Welcome aboard, {{user}}.")
-    type_into(page, "chat-character-context", "{{char}} sails the fjords.")
-    page.locator("#chat-character-save").click()
-    wait_text(page, "#chat-character-note", "Saved 'Tova'", 30_000)
+    make_character(page, "Tova", "Welcome aboard, {{user}}.", "{{char}} sails the fjords.")
     choose(page, "chat-character", "(no character)")
     choose(page, "chat-character", "Tova")  # in instruct mode: no greeting, and the panel says so
     wait_text(page, "#chat-character-note", "leaves Tova's greeting and context out", 30_000)
