@@ -602,3 +602,23 @@ def test_in_a_narrow_window_the_message_box_and_send_are_in_view(server, browser
         assert page.locator(selector).bounding_box()["height"] < 60, selector
     screenshot(page, "chat-narrow")
     page.close()
+
+
+def test_no_event_fills_the_pages_tabs_or_a_large_part_of_the_page(server):
+    """#46: a component an event fills gets the page's loading status with every later Gradio message, which for a
+    layout block means a deep copy of everything in it each time: handlers that open a tab fill the hidden opener
+    (webui.ui.feedback.create_tab_opener), and no event fills a block holding more than a few dozen components."""
+    import urllib.request
+
+    config = json.load(urllib.request.urlopen(server.url + "/config", timeout=60))
+    inside: dict[int, int] = {}
+
+    def count(node: dict) -> int:
+        inside[node["id"]] = 1 + sum(count(child) for child in node.get("children", []))
+        return inside[node["id"]]
+
+    count(config["layout"])
+    named = {c["id"]: c["props"].get("elem_id") or c["type"] for c in config["components"]}
+    filled = {o for d in config["dependencies"] for o in d["outputs"]}
+    assert not [named[o] for o in filled if inside.get(o, 1) > 30], "events that fill a large part of the page"
+    assert any(named[o] == "open-tab" for o in filled)

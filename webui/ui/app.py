@@ -18,6 +18,7 @@ import gradio as gr
 from webui.controllers.generation import ActiveRequests, status_text
 from webui import owner
 from webui.services import Services
+from webui.ui.feedback import create_tab_opener
 from webui.ui.live import LiveReplies
 from webui.ui import (ab_tab, account, batch_tab, chat_tab, insight_tab, model_tab, notebook_tab, parameters_tab,
                       requests_tab, training_tab)
@@ -70,6 +71,7 @@ def build_ui(services: Services, live: LiveReplies | None = None) -> gr.Blocks:
                                  elem_id="model-in-use", scale=1, min_width=260)
             status = gr.Markdown(status_text(services), elem_id="status-line", scale=3)
             user = account.create_account(services)  # with a login: who, and Log out
+        opener = create_tab_opener()
         with gr.Tabs(elem_id="tabs") as tabs:
             chat_panel = gr.Tab("Chat", id="chat", elem_id="tab-chat")
             notebook_panel = gr.Tab("Notebook", id="notebook", elem_id="tab-notebook")
@@ -91,14 +93,14 @@ def build_ui(services: Services, live: LiveReplies | None = None) -> gr.Blocks:
             with notebook_panel:
                 notebook = notebook_tab.create_notebook_tab(services, params, active)
             batch_tab.wire_batch_tab(batch, params)
-            chat_tab.wire_notebook(chat, notebook.text, tabs)
+            chat_tab.wire_notebook(chat, notebook.text, opener)
             chat_tab.wire_model_in_use(chat, picker)
             with insight_panel:
                 insight = insight_tab.create_insight_tab(services, params)
             with ab_panel:
                 ab = ab_tab.create_ab_tab(services, params, active)
-            requests_tab.wire_open(requests, chat, notebook.text, insight, batch, tabs)
-            training_tab.wire_ab(training, ab, tabs)
+            requests_tab.wire_open(requests, chat, notebook.text, insight, batch, opener)
+            training_tab.wire_ab(training, ab, opener)
         params.panel.page_showing.render()  # outside the tabs, so that it is in the page whichever tab is open
         gr.Timer(1.0).tick(lambda: status_text(services), None, status, show_progress="hidden")
         parts = [parameters_tab.on_load(params), chat_tab.on_load(chat), notebook_tab.on_load(notebook),

@@ -19,7 +19,7 @@ from webui.controllers.generation import ActiveRequests
 from webui.services import Services
 from webui.ui.characters_panel import CharactersPanel, chat_values, chosen, create_characters_panel
 from webui.ui.characters_panel import SHOW_LOG, new_chat_values, preview_values, start_values, wire_characters_panel
-from webui.ui.feedback import Update, session_key, shows_errors
+from webui.ui.feedback import Update, opens, session_key, shows_errors
 from webui.ui.live import LiveReplies
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
@@ -518,10 +518,10 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
         **refresh).then(None, js=SHOW_LOG)  # the panel is below the log: its greeting comes into view
 
 
-def wire_notebook(tab: ChatTab, notebook_text: gr.Textbox, tabs: gr.Tabs) -> None:
+def wire_notebook(tab: ChatTab, notebook_text: gr.Textbox, opener: gr.Textbox) -> None:
     """"Send to Notebook": the chat as the model reads it goes into the Notebook's text, and the Notebook opens."""
-    tab.to_notebook.click(shows_errors(lambda cid: (tab.session.as_text(cid), gr.Tabs(selected="notebook"))),
-                          [tab.chat_id], [notebook_text, tabs])
+    tab.to_notebook.click(shows_errors(lambda cid: (tab.session.as_text(cid), opens("notebook"))),
+                          [tab.chat_id], [notebook_text, opener])
 
 
 def on_load(tab: ChatTab) -> tuple[list, Any]:

@@ -1,4 +1,4 @@
-"""How the UI turns a controller's UserError into a message, and names a browser tab's running request.
+"""How the UI turns a controller's UserError into a message, names a browser tab's running request, and opens a tab.
 
 A mistake the user can fix is shown as a warning toast; the handler's outputs
 are skipped, so every panel keeps its content (the text just typed included)
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from typing import Any, Callable
 
 import gradio as gr
@@ -45,3 +46,27 @@ def shows_errors(fn: Callable) -> Callable:
             gr.Warning(str(exc))
             return gr.skip()
     return call
+
+
+OPEN_TAB_JS = """(value) => {
+    const id = (value || "").split(" ")[0];
+    const button = id && document.querySelector(`#tabs [role=tab][data-tab-id="${id}"]`);
+    if (button) button.click();
+}"""
+"""Page script for the page's tab opener: opens the tab its value names."""
+
+
+def create_tab_opener() -> gr.Textbox:
+    """A hidden box whose new value ("<tab id> <nonce>", see ``opens``) opens that tab of the page.
+
+    A handler that opens a tab (Send to Notebook, say) fills this box, not the page's Tabs: every component an event
+    ever filled gets the page's loading status with every later Gradio message, and for the Tabs that means a deep
+    copy of every component in the page each time (#46)."""
+    opener = gr.Textbox("", visible="hidden", elem_id="open-tab", container=False)
+    opener.change(None, [opener], None, js=OPEN_TAB_JS)
+    return opener
+
+
+def opens(tab_id: str) -> str:
+    """The opener's value that opens tab ``tab_id`` (a new value each time, so the same tab opens again)."""
+    return f"{tab_id} {time.monotonic_ns()}"

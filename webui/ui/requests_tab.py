@@ -18,7 +18,7 @@ from webui.services import Services
 from webui.ui.batch_tab import BatchTab
 from webui.ui.chat_tab import ChatTab, view_updates
 from webui.ui.insight_tab import InsightTab
-from webui.ui.feedback import Update, shows_errors
+from webui.ui.feedback import Update, opens, shows_errors
 
 REFRESH_SECONDS = 1.0
 
@@ -170,7 +170,7 @@ def _wire(tab: RequestsTab) -> None:
 
 
 def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insight: InsightTab, batch: BatchTab,
-              tabs: gr.Tabs) -> None:
+              opener: gr.Textbox) -> None:
     """Open in Chat (a new chat with the request's messages and its reply), Notebook (the prompt as the model saw
     it, to continue) or Insight (that prompt, raw, to inspect the next token); the requests listed to the Batch tab
     (each prompt as the model saw it, run raw)."""
@@ -181,7 +181,7 @@ def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insigh
         ids = [row[0] for row in c.table(_user(request), text, status, model, endpoint, client)][::-1]  # oldest 1st
         prompts, note = c.as_batch(ids, _user(request))
         gr.Info(note)
-        return prompts, True, "", "API requests", gr.Tabs(selected="batch")
+        return prompts, True, "", "API requests", opens("batch")
 
     def to_promptfoo(text: str, status: str, model: str, endpoint: str, client: str, request: gr.Request
                      ) -> dict[str, object]:
@@ -192,20 +192,20 @@ def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insigh
 
     def to_chat(selected: str | None, request: gr.Request) -> tuple[object, ...]:
         chat_id = c.as_chat(selected, _user(request))
-        return (*view_updates(chat.session, chat.session.library.view(chat_id), "", request), gr.Tabs(selected="chat"))
+        return (*view_updates(chat.session, chat.session.library.view(chat_id), "", request), opens("chat"))
 
-    def to_notebook(selected: str | None, request: gr.Request) -> tuple[str, gr.Tabs]:
-        return c.as_text(selected, _user(request)), gr.Tabs(selected="notebook")
+    def to_notebook(selected: str | None, request: gr.Request) -> tuple[str, str]:
+        return c.as_text(selected, _user(request)), opens("notebook")
 
-    def to_insight(selected: str | None, request: gr.Request) -> tuple[str, bool, gr.Tabs]:
-        return c.as_text(selected, _user(request)), False, gr.Tabs(selected="insight")
+    def to_insight(selected: str | None, request: gr.Request) -> tuple[str, bool, str]:
+        return c.as_text(selected, _user(request)), False, opens("insight")
 
-    tab.to_chat.click(shows_errors(to_chat), [tab.selected], [*chat.view, tabs])
-    tab.to_notebook.click(shows_errors(to_notebook), [tab.selected], [notebook_text, tabs])
-    tab.to_insight.click(shows_errors(to_insight), [tab.selected], [insight.text, insight.chat, tabs])
+    tab.to_chat.click(shows_errors(to_chat), [tab.selected], [*chat.view, opener])
+    tab.to_notebook.click(shows_errors(to_notebook), [tab.selected], [notebook_text, opener])
+    tab.to_insight.click(shows_errors(to_insight), [tab.selected], [insight.text, insight.chat, opener])
     form = batch.form
     tab.to_batch.click(shows_errors(to_batch), _filters(tab),
-                       [form.prompts, form.raw, form.template, form.name, tabs])
+                       [form.prompts, form.raw, form.template, form.name, opener])
     tab.to_promptfoo.click(shows_errors(to_promptfoo), _filters(tab), [tab.suite_file])
 
 

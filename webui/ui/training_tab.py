@@ -21,7 +21,7 @@ from webui.controllers.training import AUTO_FORMAT, TrainingController, Training
 from webui.services import Services
 from webui.training.data import MAX_DATASET_MB
 from webui.training.settings import SETTINGS, TrainSetting
-from webui.ui.feedback import shows_errors
+from webui.ui.feedback import opens, shows_errors
 from webui.ui.model_tab import option_control
 
 PLOT_COLUMNS = ["step", "loss", "series"]
@@ -255,7 +255,7 @@ def _wire(tab: TrainingTab) -> None:
     tab.perplexity.click(shows_errors(perplexity), None, [tab.result])
 
 
-def wire_ab(tab: TrainingTab, ab: Any, tabs: gr.Tabs) -> None:
+def wire_ab(tab: TrainingTab, ab: Any, opener: gr.Textbox) -> None:
     """Compare: the A/B tab opened with side A the base model and side B the same with the adapter."""
     c = tab.controller
     a, b = ab.sides
@@ -270,10 +270,10 @@ def wire_ab(tab: TrainingTab, ab: Any, tabs: gr.Tabs) -> None:
                       gr.update(choices=adapters, value=side.adapter)]
         return (f"The A/B tab compares {side_a.model} without and with **{side_b.adapter}** (side B's requests alone: "
                 "Chat and the API run as before).",
-                *sides, gr.Tabs(selected="ab"))
+                *sides, opens("ab"))
 
     tab.compare.click(compare, None, [tab.result, a.model, a.parameters, a.adapter, b.model, b.parameters, b.adapter,
-                                      tabs])
+                                      opener])
 
 
 def on_load(tab: TrainingTab) -> tuple[list, object]:
