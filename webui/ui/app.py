@@ -59,7 +59,9 @@ def logged_in_user() -> str | None:
 
 
 def build_ui(services: Services, live: LiveReplies | None = None) -> gr.Blocks:
-    """The page; ``live``: where the Chat tab streams a reply's text (create_server mounts its route)."""
+    """The page; ``live``: where the Chat and Notebook tabs stream a reply's text (create_server mounts its
+    route)."""
+    live = live or LiveReplies()
     owner.set_resolver(logged_in_user)  # the stores keep each logged-in user's data apart
     active = ActiveRequests()
     with gr.Blocks(title="LLM Workbench", analytics_enabled=False) as demo:
@@ -89,9 +91,9 @@ def build_ui(services: Services, live: LiveReplies | None = None) -> gr.Blocks:
                 requests = requests_tab.create_requests_tab(services)
             requests_tab.wire_refresh(requests, tabs)
             with chat_panel:
-                chat = chat_tab.create_chat_tab(services, params, active, live or LiveReplies())
+                chat = chat_tab.create_chat_tab(services, params, active, live)
             with notebook_panel:
-                notebook = notebook_tab.create_notebook_tab(services, params, active)
+                notebook = notebook_tab.create_notebook_tab(services, params, active, live)
             batch_tab.wire_batch_tab(batch, params)
             chat_tab.wire_notebook(chat, notebook.text, opener)
             chat_tab.wire_model_in_use(chat, picker)

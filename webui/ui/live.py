@@ -1,4 +1,4 @@
-"""The reply a chat is writing, shown as it grows on a channel of its own (#46).
+"""The reply a chat (or the Notebook) is writing, shown as it grows on a channel of its own (#46).
 
 Every message a Gradio event sends to the page while it runs makes the page update the loading status of every
 component any event has ever filled (Gradio 6's ``update_loading_stati_state``): a few hundred here, each found by
@@ -121,37 +121,47 @@ class LiveReplies:
 
 LIVE_JS = """
 window.workbenchLive = (() => {
-    let source = null;
+    const sources = {};
     const bubble = () => document.querySelector("#chat-log .chat-live");
-    const clear = () => { if (source) { source.close(); source = null; } const b = bubble(); if (b) b.remove(); };
-    const show = (text) => {
-        const log = document.querySelector("#chat-log");
-        const wrap = log && log.querySelector(".bubble-wrap");
-        if (!wrap) return;
-        if (!text) { const b = bubble(); if (b) b.remove(); return; }
-        const near = log.scrollHeight - log.scrollTop - log.clientHeight < 80;  // following the end: keep at it
-        let b = bubble();
-        if (!b) {
-            b = document.createElement("div");
-            b.className = "chat-live message-row bubble bot-row";
-            b.innerHTML = '<div class="message bot"><div data-testid="bot-live" class="chat-live-text"></div></div>';
-            wrap.appendChild(b);
-        }
-        b.querySelector(".chat-live-text").textContent = text;
-        if (near) log.scrollTop = log.scrollHeight;
+    const shows = {  // where each tab shows the text that streams
+        chat: (text) => {
+            const log = document.querySelector("#chat-log");
+            const wrap = log && log.querySelector(".bubble-wrap");
+            if (!text) { const b = bubble(); if (b) b.remove(); return; }
+            if (!wrap) return;
+            const near = log.scrollHeight - log.scrollTop - log.clientHeight < 80;  // following the end: keep at it
+            let b = bubble();
+            if (!b) {
+                b = document.createElement("div");
+                b.className = "chat-live message-row bubble bot-row";
+                b.innerHTML = '<div class="message bot"><div data-testid="bot-live" class="chat-live-text"></div></div>';
+                wrap.appendChild(b);
+            }
+            b.querySelector(".chat-live-text").textContent = text;
+            if (near) log.scrollTop = log.scrollHeight;
+        },
+        notebook: (text) => {  // the box shows the text as it grows; the event's last update sets it for good
+            const box = document.querySelector("#notebook-text textarea");
+            if (!box || !text) return;
+            const near = box.scrollHeight - box.scrollTop - box.clientHeight < 80;
+            box.value = text;
+            if (near) box.scrollTop = box.scrollHeight;
+        },
     };
-    return (token) => {
-        clear();
+    const ends = {chat: () => shows.chat(""), notebook: () => {}};
+    return (token, where = "chat") => {
+        if (sources[where]) { sources[where].close(); delete sources[where]; }
+        ends[where]();
         if (!token) return;
-        source = new EventSource("chat-live/" + encodeURIComponent(token));  // beside the page, wherever it is
-        source.onmessage = (event) => show(JSON.parse(event.data).text);
-        source.addEventListener("done", () => { if (source) { source.close(); source = null; } });
-        source.onerror = () => { if (source && source.readyState === EventSource.CLOSED) source = null; };
+        const source = new EventSource("chat-live/" + encodeURIComponent(token));  // beside the page, wherever it is
+        sources[where] = source;
+        source.onmessage = (event) => shows[where](JSON.parse(event.data).text);
+        source.addEventListener("done", () => { source.close(); if (sources[where] === source) delete sources[where]; });
     };
 })();
 """
-"""Page script: ``workbenchLive(token)`` follows a reply's stream into a bubble at the end of the log (an empty
-token: the reply is in the log now, the bubble goes)."""
+"""Page script: ``workbenchLive(token, where)`` follows a reply's stream into the place ``where`` (a tab) shows it:
+the Chat tab's bubble at the end of the log, the Notebook's box. An empty token: the text is in place now."""
 
 LIVE_CSS = """
 #chat-log .chat-live .message {padding: var(--spacing-md) var(--spacing-lg); border-radius: var(--radius-lg);

@@ -12,6 +12,7 @@ from webui.controllers.generation import ActiveRequests
 from webui.controllers.notebook import PANEL, NotebookSession, NotebookView
 from webui.services import Services
 from webui.ui.feedback import Update, session_key, shows_errors
+from webui.ui.live import LiveReplies
 from webui.ui.parameters_tab import ParametersTab
 from webui.ui.save_order import SaveOrder
 from webui.ui.token_view import branch_of, create_token_view, view_value
@@ -31,15 +32,17 @@ class NotebookTab:
     undo: gr.State
     last: gr.State
     confirm: gr.State
+    live: gr.Textbox
     session: NotebookSession
 
     @property
     def outputs(self) -> list:
         """What a NotebookView fills, in ``view_updates`` order."""
-        return [self.text, self.stats, self.undo, self.last, self.token_view]
+        return [self.text, self.stats, self.undo, self.last, self.token_view, self.live]
 
 
-def create_notebook_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> NotebookTab:
+def create_notebook_tab(services: Services, params: ParametersTab, active: ActiveRequests,
+                        live: LiveReplies) -> NotebookTab:
     session = NotebookSession(services, active)
     with gr.Row():
         name = gr.Dropdown(choices=session.names(), value=None, allow_custom_value=True,
@@ -55,35 +58,56 @@ def create_notebook_tab(services: Services, params: ParametersTab, active: Activ
     stats = gr.Markdown("", elem_id="notebook-stats")
     with gr.Accordion("Tokens of the last generation", open=False, elem_id="notebook-tokens-panel"):
         token_view = create_token_view("notebook-tokens")
+    # the token of the generation streaming now: the page follows its text on a stream of its own (webui.ui.live)
+    following = gr.Textbox("", visible="hidden", elem_id="notebook-live-token", container=False)
     tab = NotebookTab(name, save, delete, text, generate, stop, undo_button, stats, token_view, gr.State([]),
-                      gr.State(None), gr.State(False), session)
-    _wire_generation(tab, params)
+                      gr.State(None), gr.State(False), following, session)
+    _wire_generation(tab, params, live)
+    following.change(None, [following], None, js="(token) => window.workbenchLive && window.workbenchLive(token, "
+                                                  "'notebook')")
     _wire_files(tab)
     return tab
 
 
-def view_updates(view: NotebookView) -> tuple:
+def view_updates(view: NotebookView, live: str = "") -> tuple:
     """Values for ``NotebookTab.outputs``; the token view and the branch record change only at the end."""
     if view.last is None:
-        return view.text, view.stats, view.undo, gr.skip(), gr.skip()
-    return view.text, view.stats, view.undo, view.last, view_value(view.last.tokens, view.branchable)
+        return view.text, view.stats, view.undo, gr.skip(), gr.skip(), live
+    return view.text, view.stats, view.undo, view.last, view_value(view.last.tokens, view.branchable), live
 
 
-def _wire_generation(tab: NotebookTab, params: ParametersTab) -> None:
+def _wire_generation(tab: NotebookTab, params: ParametersTab, live: LiveReplies) -> None:
     session = tab.session
+
+    def followed(views: Iterator[NotebookView]) -> Iterator[tuple]:
+        """The first and the last view through the event; the text between on its own stream (webui.ui.live), so
+        that a token costs the page no Gradio update."""
+        token, started = live.open(), False
+        try:
+            for view in views:
+                if live.gone(token):  # the page went away mid-generation: it ends as Stop ends it
+                    getattr(views, "close", lambda: None)()
+                    return
+                if view.last is not None:  # the end
+                    yield view_updates(view)
+                    continue
+                live.put(token, view.text)
+                if not started:
+                    started = True
+                    yield view_updates(view, token)
+        finally:
+            live.close(token)
 
     @shows_errors
     def generate(data: dict, request: gr.Request) -> Iterator[tuple]:
-        for view in session.generate(data[tab.name], data[tab.text], list(data[tab.undo]), params.params(data),
-                                     session_key(request, PANEL)):
-            yield view_updates(view)
+        yield from followed(session.generate(data[tab.name], data[tab.text], list(data[tab.undo]),
+                                             params.params(data), session_key(request, PANEL)))
 
     @shows_errors
     def branch(data: dict, request: gr.Request) -> Iterator[tuple]:
         pos, token_id = branch_of(data[tab.token_view])
-        for view in session.branch(data[tab.name], data[tab.text], list(data[tab.undo]), data[tab.last], pos,
-                                   token_id, params.params(data), session_key(request, PANEL)):
-            yield view_updates(view)
+        yield from followed(session.branch(data[tab.name], data[tab.text], list(data[tab.undo]), data[tab.last], pos,
+                                           token_id, params.params(data), session_key(request, PANEL)))
 
     inputs: set[Block] = {tab.text, tab.undo, tab.name, tab.last, tab.token_view, *params.inputs}
     tab.generate.click(generate, inputs, tab.outputs, concurrency_limit=None, trigger_mode="multiple")
