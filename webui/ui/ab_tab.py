@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -12,6 +13,7 @@ from webui.controllers.ab import ABController, Side
 from webui.controllers.generation import ActiveRequests
 from webui.services import Services
 from webui.ui.feedback import session_key, shows_errors
+from webui.ui.live import LiveReplies
 from webui.ui.parameters_tab import ParametersTab
 
 PANEL = "ab"
@@ -53,7 +55,7 @@ def _side_column(name: str, side: Side, choices: tuple[list[str], list[str], lis
     return SideColumn(model, parameters, adapter, output, stats)
 
 
-def create_ab_tab(services: Services, params: ParametersTab, active: ActiveRequests) -> ABTab:
+def create_ab_tab(services: Services, params: ParametersTab, active: ActiveRequests, live: LiveReplies) -> ABTab:
     controller = ABController(services, active)
     prompt = gr.Textbox(label="Prompt", lines=3, elem_id="ab-prompt", placeholder="Write a haiku about rain.")
     chat = gr.Checkbox(label="Chat format (the model's chat template)", value=True, elem_id="ab-chat")
@@ -65,27 +67,43 @@ def create_ab_tab(services: Services, params: ParametersTab, active: ActiveReque
         run = gr.Button("Run both", variant="primary", elem_id="ab-run")
         stop = gr.Button("Stop", variant="stop", elem_id="ab-stop")
     tab = ABTab(prompt, chat, sides, run, stop, controller)
-    _wire(tab, params)
+    _wire(tab, params, live)
     return tab
 
 
-def _wire(tab: ABTab, params: ParametersTab) -> None:
+def _wire(tab: ABTab, params: ParametersTab, live: LiveReplies) -> None:
     c = tab.controller
     a, b = tab.sides
+    # the token of the run streaming now: the page follows both sides' texts on a stream of their own (webui.ui.live)
+    following = gr.Textbox("", visible="hidden", elem_id="ab-live-token", container=False)
+    following.change(None, [following], None, js="(token) => window.workbenchLive && window.workbenchLive(token, 'ab')")
 
     @shows_errors
-    def run(data: dict, request: gr.Request) -> Iterator[tuple[str, str, str, str]]:
+    def run(data: dict, request: gr.Request) -> Iterator[tuple[str, str, str, str, str]]:
+        """The sides' texts through the event when a side's stats change (it starts, it ends); in between on their
+        own stream, so that a token costs the page no Gradio update."""
         sides = (Side(data[a.parameters], data[a.adapter], data[a.model]),
                  Side(data[b.parameters], data[b.adapter], data[b.model]))
-        for texts, notes in c.run(data[tab.prompt], data[tab.chat], sides, params.params(data),
-                                  session_key(request, PANEL)[0]):
-            yield texts[0], notes[0], texts[1], notes[1]
+        runs = c.run(data[tab.prompt], data[tab.chat], sides, params.params(data), session_key(request, PANEL)[0])
+        token, shown, texts, notes = live.open(), None, ["", ""], ["", ""]
+        try:
+            for texts, notes in runs:
+                if live.gone(token):  # the page went away mid-run: both end as Stop ends them
+                    getattr(runs, "close", lambda: None)()
+                    return
+                live.put(token, json.dumps(texts))
+                if notes != shown:
+                    shown = list(notes)
+                    yield texts[0], notes[0], texts[1], notes[1], token
+        finally:
+            live.close(token)
+        yield texts[0], notes[0], texts[1], notes[1], ""
 
     def stop(request: gr.Request) -> None:
         c.stop(session_key(request, PANEL)[0])
 
     inputs: set[Block] = {tab.prompt, tab.chat, *[x for s in tab.sides for x in (s.parameters, s.adapter, s.model)], *params.inputs}
-    tab.run.click(run, inputs, [a.output, a.stats, b.output, b.stats], concurrency_limit=None)
+    tab.run.click(run, inputs, [a.output, a.stats, b.output, b.stats, following], concurrency_limit=None)
     for side in tab.sides:  # adapters added or presets saved since the page loaded
         side.parameters.focus(lambda: gr.update(choices=c.choices()[0]), None, side.parameters)
         side.adapter.focus(lambda: gr.update(choices=c.choices()[1]), None, side.adapter)

@@ -100,7 +100,7 @@ def build_ui(services: Services, live: LiveReplies | None = None) -> gr.Blocks:
             with insight_panel:
                 insight = insight_tab.create_insight_tab(services, params)
             with ab_panel:
-                ab = ab_tab.create_ab_tab(services, params, active)
+                ab = ab_tab.create_ab_tab(services, params, active, live)
             requests_tab.wire_open(requests, chat, notebook.text, insight, batch, opener)
             training_tab.wire_ab(training, ab, opener)
         params.panel.page_showing.render()  # outside the tabs, so that it is in the page whichever tab is open

@@ -1,4 +1,5 @@
-"""The reply a chat (or the Notebook) is writing, shown as it grows on a channel of its own (#46).
+"""The reply a chat (or the Notebook, or the A/B tab's two sides) is writing, shown as it grows on a channel of its
+own (#46).
 
 Every message a Gradio event sends to the page while it runs makes the page update the loading status of every
 component any event has ever filled (Gradio 6's ``update_loading_stati_state``): a few hundred here, each found by
@@ -147,8 +148,15 @@ window.workbenchLive = (() => {
             box.value = text;
             if (near) box.scrollTop = box.scrollHeight;
         },
+        ab: (text) => {  // both sides' texts, as a JSON list
+            const texts = JSON.parse(text || "[]");
+            ["a", "b"].forEach((side, i) => {
+                const box = document.querySelector(`#ab-${side}-output textarea`);
+                if (box && texts[i] !== undefined) box.value = texts[i];
+            });
+        },
     };
-    const ends = {chat: () => shows.chat(""), notebook: () => {}};
+    const ends = {chat: () => shows.chat(""), notebook: () => {}, ab: () => {}};
     return (token, where = "chat") => {
         if (sources[where]) { sources[where].close(); delete sources[where]; }
         ends[where]();
@@ -161,7 +169,8 @@ window.workbenchLive = (() => {
 })();
 """
 """Page script: ``workbenchLive(token, where)`` follows a reply's stream into the place ``where`` (a tab) shows it:
-the Chat tab's bubble at the end of the log, the Notebook's box. An empty token: the text is in place now."""
+the Chat tab's bubble at the end of the log, the Notebook's box, the A/B tab's two outputs. An empty token: the
+text is in place now."""
 
 LIVE_CSS = """
 #chat-log .chat-live .message {padding: var(--spacing-md) var(--spacing-lg); border-radius: var(--radius-lg);
