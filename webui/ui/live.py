@@ -33,8 +33,9 @@ from fastapi.responses import Response, StreamingResponse
 
 from webui.controllers.generation import VIEW_INTERVAL
 
-GONE_AFTER = 3.0
-"""Seconds a reply's stream may stay without a reader (after it had one) before its page counts as gone."""
+GONE_AFTER = 0.5
+"""Seconds a reply's stream may stay without a reader (after it had one) before its page counts as gone: a reload
+closes it at once, and the reloaded page reads the chat only after the reply is stored as Stop stores it."""
 
 
 @dataclass
