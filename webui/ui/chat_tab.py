@@ -306,7 +306,8 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
                              images=[Path(f).read_bytes() for f in data[tab.images] or []],
                              tools=data[tab.tools.box] or [],
                              documents=[(Path(f).read_bytes(), Path(f).name) for f in data[tab.documents] or []])
-        first = next(views)  # the message is stored: clear the box and the attachments
+        first = next(views)  # the message is stored: clear the box (and its kept draft) and the attachments
+        session.library.keep_draft("")
         yield *view_updates(session, first, data[tab.search], request), "", None, None, gr.skip()
         for log, stats, token in streamed(views, request):
             yield log, *[gr.skip()] * 4, stats, *[gr.skip()] * 5, token
@@ -500,11 +501,10 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], with_confirm).then(**refresh)
     SaveOrder().wire(tab.system.change, lambda d: session.library.save_system(d[tab.chat_id], d[tab.system]),
                      {tab.chat_id, tab.system}, key=lambda d: d[tab.chat_id])  # as typed, for the chat it was in
-    # every change of the message box (typed, sent, put back) is kept, as the Notebook's text is: a reload shows it;
-    # a key typed is sent at once (a reload right after it kept only what an earlier save had sent)
-    drafts = SaveOrder()
-    for event, at_once in ((tab.message.change, False), (tab.message.input, True)):
-        drafts.wire(event, lambda d: session.library.keep_draft(d[tab.message]), {tab.message}, at_once=at_once)
+    # the message box, typed and not sent, is kept when the user leaves it (a reload shows it; Send clears it): not
+    # with every key, as each Gradio event costs the page a pass over every component's loading status (#46: a
+    # save per key made typing lag half a second)
+    SaveOrder().wire(tab.message.blur, lambda d: session.library.keep_draft(d[tab.message]), {tab.message})
     tab.export.click(export(False), [tab.chat_id], [tab.export_file])
     tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
     tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)
