@@ -174,7 +174,11 @@ the Chat tab's bubble at the end of the log, the Notebook's box, the A/B tab's t
 text is in place now."""
 
 LIVE_CSS = """
-#chat-log .chat-live .message {padding: var(--spacing-md) var(--spacing-lg); border-radius: var(--radius-lg);
-    background: var(--color-accent-soft); margin: var(--spacing-sm) 0; max-width: 100%}
+#chat-log .chat-live {display: flex; justify-content: flex-start; padding: 0 var(--spacing-xl)}
+#chat-log .chat-live .message {padding: var(--spacing-xl) calc(var(--spacing-xl) + var(--spacing-md));
+    border: 1px solid var(--border-color-primary); border-radius: var(--radius-xl);
+    background: var(--background-fill-secondary); color: var(--body-text-color);
+    font-size: var(--chatbot-text-size, var(--text-lg)); line-height: var(--line-md);
+    max-width: 90%; width: fit-content; margin: var(--spacing-lg) 0}
 #chat-log .chat-live-text {white-space: pre-wrap; overflow-wrap: anywhere}
 """
