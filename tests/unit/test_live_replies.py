@@ -67,3 +67,24 @@ def test_tokens_are_unguessable_and_apart():
     replies.close(a)
     replies.put(b, "for b")
     replies.close(b)
+
+
+def test_following_views_closes_them_when_the_page_goes_and_always_ends_the_stream(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(live_module.time, "monotonic", lambda: clock[0])
+    replies, closed = LiveReplies(), []
+
+    def views():
+        try:
+            yield from range(10)
+        finally:
+            closed.append(True)  # (GeneratorExit: a reply is stored as Stop stores it)
+
+    seen = []
+    for token, view in replies.following(views()):
+        seen.append(view)
+        if view == 2:  # the page's reader came and left
+            read(replies, token, [], leave_after=1)
+            clock[0] += live_module.GONE_AFTER + 0.1
+    assert seen == [0, 1, 2] and closed == [True]
+    assert not replies.gone(token) and read(replies, token, []) == []  # its stream is closed

@@ -85,18 +85,12 @@ def _wire(tab: ABTab, params: ParametersTab, live: LiveReplies) -> None:
         sides = (Side(data[a.parameters], data[a.adapter], data[a.model]),
                  Side(data[b.parameters], data[b.adapter], data[b.model]))
         runs = c.run(data[tab.prompt], data[tab.chat], sides, params.params(data), session_key(request, PANEL)[0])
-        token, shown, texts, notes = live.open(), None, ["", ""], ["", ""]
-        try:
-            for texts, notes in runs:
-                if live.gone(token):  # the page went away mid-run: both end as Stop ends them
-                    getattr(runs, "close", lambda: None)()
-                    return
-                live.put(token, json.dumps(texts))
-                if notes != shown:
-                    shown = list(notes)
-                    yield texts[0], notes[0], texts[1], notes[1], token
-        finally:
-            live.close(token)
+        shown, texts, notes = None, ["", ""], ["", ""]
+        for token, (texts, notes) in live.following(runs):
+            live.put(token, json.dumps(texts))
+            if notes != shown:
+                shown = list(notes)
+                yield texts[0], notes[0], texts[1], notes[1], token
         yield texts[0], notes[0], texts[1], notes[1], ""
 
     def stop(request: gr.Request) -> None:

@@ -276,27 +276,20 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
         """ChatViews as [chatbot, stats, live token] updates, while their chat is on screen: the log and the stats
         when they change (the first view, a tool call's blocks, the finished reply); a reply's growing text on its
         own stream (webui.ui.live), so that a token costs the page no Gradio update."""
-        token, shown = live.open(), None
-        try:
-            for view in views:
-                if live.gone(token):  # the page went away mid-reply: stored as Stop stores it
-                    getattr(views, "close", lambda: None)()
-                    return
-                if not on_screen(view, request):
-                    live.put(token, "")
-                    if shown is not None or not view.replying:  # (Gradio sends the last update again at the end)
-                        yield gr.skip(), gr.skip(), gr.skip()  # (the page may follow another reply by now)
-                    shown = None  # back on screen: the log is sent again
-                    continue
-                if not view.replying:
-                    yield view.messages, view.stats, ""
-                    continue
+        shown = None
+        for token, view in live.following(views):
+            if not on_screen(view, request):
+                live.put(token, "")
+                if shown is not None or not view.replying:  # (Gradio sends the last update again at the end)
+                    yield gr.skip(), gr.skip(), gr.skip()  # (the page may follow another reply by now)
+                shown = None  # back on screen: the log is sent again
+            elif not view.replying:
+                yield view.messages, view.stats, ""
+            else:
                 live.put(token, view.messages[-1]["content"])
                 if (view.messages[:-1], view.stats) != shown:
                     shown = (view.messages[:-1], view.stats)
                     yield view.messages[:-1], view.stats, token
-        finally:
-            live.close(token)
 
     @shows_errors
     def send(data: dict, request: gr.Request) -> Iterator[tuple | Update]:

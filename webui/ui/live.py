@@ -26,12 +26,14 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, Iterator, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from webui.controllers.generation import VIEW_INTERVAL
+
+V = TypeVar("V")
 
 GONE_AFTER = 0.5
 """Seconds a reply's stream may stay without a reader (after it had one) before its page counts as gone: a reload
@@ -107,6 +109,20 @@ class LiveReplies:
                 reply.readers -= 1
                 if not reply.readers and not reply.done:
                     reply.left_at = time.monotonic()
+
+    def following(self, views: Iterator[V]) -> Iterator[tuple[str, V]]:
+        """(token, view) for each of ``views``, the token of a stream opened for them and closed when they end;
+        when the page that follows it goes away, ``views`` are closed (a reply is stored as Stop stores it) and
+        this ends."""
+        token = self.open()
+        try:
+            for view in views:
+                if self.gone(token):
+                    getattr(views, "close", lambda: None)()
+                    return
+                yield token, view
+        finally:
+            self.close(token)
 
     def mount(self, app: FastAPI) -> None:
         """``GET /chat-live/{token}`` on the FastAPI ``app`` (outside the UI's own routes)."""

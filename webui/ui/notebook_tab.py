@@ -82,21 +82,15 @@ def _wire_generation(tab: NotebookTab, params: ParametersTab, live: LiveReplies)
     def followed(views: Iterator[NotebookView]) -> Iterator[tuple]:
         """The first and the last view through the event; the text between on its own stream (webui.ui.live), so
         that a token costs the page no Gradio update."""
-        token, started = live.open(), False
-        try:
-            for view in views:
-                if live.gone(token):  # the page went away mid-generation: it ends as Stop ends it
-                    getattr(views, "close", lambda: None)()
-                    return
-                if view.last is not None:  # the end
-                    yield view_updates(view)
-                    continue
-                live.put(token, view.text)
-                if not started:
-                    started = True
-                    yield view_updates(view, token)
-        finally:
-            live.close(token)
+        started = False
+        for token, view in live.following(views):
+            if view.last is not None:  # the end
+                yield view_updates(view)
+                continue
+            live.put(token, view.text)
+            if not started:
+                started = True
+                yield view_updates(view, token)
 
     @shows_errors
     def generate(data: dict, request: gr.Request) -> Iterator[tuple]:
