@@ -30,7 +30,7 @@ from webui.api.body import JSONBodyRoute
 from webui.api.errors import APIError, validation_error
 from webui.api.protocol import ChatCompletionRequest
 from webui.api.responses_items import chat_messages, item_id, output_as_items, read_input, translated
-from webui.api.responses_output import ReplyReader, ResponseEvents, ResponseRun, replayed
+from webui.api.responses_output import ResponseEvents, ResponseReader, ResponseRun, replayed
 from webui.api.responses_protocol import ResponsesRequest, check_includes
 from webui.api.routes import count_prompt, keep_answer, prepare_chat, serving, start_chat
 from webui.api.serving import Choice, note_usage
@@ -183,7 +183,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> dict | St
         except Exception:  # noqa: BLE001 - the answer still goes out; what could not be kept is logged
             log.exception("could not store the response %s", rid)
 
-    reader = ReplyReader(out, run.plan, body.logprobs_wanted(), _cache_block(run.model, request))
+    reader = ResponseReader(out, run.plan, body.logprobs_wanted(), _cache_block(run.model, request))
     generating = ResponseRun(out, reader, run.streams, ended, time.time, first)
     if body.store:  # (followed by GET ?stream=true, stopped by cancel or delete, while it generates)
         state.running[rid] = generating

@@ -1,9 +1,9 @@
 """A response as it is generated: its output items and its stream of typed events, read from the engine's events.
 
 ``ResponseEvents`` holds the response object and writes every event (``response.created`` ... ``response.completed``,
-each with its ``sequence_number``); ``ReplyReader`` reads a reply into it: text as a ``message`` item, tool calls
-as ``function_call`` items (streamed as they are generated when tool_choice constrains the reply to calls; read
-from the finished text with tool_choice auto, as chat completions do). A stored response is streamed again by
+each with its ``sequence_number``); ``ResponseReader`` reads a reply into it: text as a ``message`` item, tool
+calls as ``function_call`` items (streamed as they are generated when tool_choice constrains the reply to calls;
+with tool_choice auto read once the reply can no longer be one, as chat completions do). A stored response is streamed again by
 feeding its output items through the same ``ResponseEvents`` (``replayed``). ``ResponseRun`` drives a reply on
 the engine for any number of readers: the request's own stream, a background response's pollers.
 """
@@ -16,9 +16,9 @@ import logging
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from webui.api.responses_items import item_id
-from webui.api.routes import chat_logprobs
+from webui.api.chunks import chat_logprobs
 from webui.api.serving import Choice, usage
-from webui.chat.tools import CallStream, ToolPlan, may_be_a_call, reply_calls
+from webui.chat.tools import ReplyReader, ToolPlan
 from webui.engine import Interleaved, RequestStream
 from webui.engine.types import GenerationEvent, TokenLogprob
 
@@ -131,66 +131,48 @@ def _logprobs(items: list[TokenLogprob]) -> list[dict[str, Any]]:
     return chat_logprobs(items)["content"]
 
 
-class ReplyReader:
-    """Reads one reply's engine events into ``out``: plain text, calls constrained by the tool choice (streamed as
-    they come), or with tool_choice auto text held back while it may still be a call."""
+class ResponseReader:
+    """Reads one reply's engine events into ``out``: plain text, or with tools offered (``plan``) each call as soon
+    as it is known (webui/chat/tools.py ``ReplyReader``, as the chat completions and Messages streams read them)."""
 
     def __init__(self, out: ResponseEvents, plan: ToolPlan | None, logprobs: bool,
                  cache_block: int | None) -> None:
-        self.out, self.plan, self.logprobs, self.cache_block = out, plan, logprobs, cache_block
-        self.calls = CallStream() if plan is not None and plan.choice != "auto" else None
-        self.held: str | None = "" if plan is not None and plan.choice == "auto" else None
+        self.out, self.logprobs, self.cache_block = out, logprobs, cache_block
+        self.tools = ReplyReader(plan) if plan is not None else None
         self.pending: list[dict[str, Any]] = []  # logprobs of text held back
         self.queue_timed_out = False  # it never got a slot in the engine
 
     def feed(self, event: GenerationEvent) -> list[dict[str, Any]]:
         if self.logprobs:
             self.pending += _logprobs(event.logprobs)
-        if self.calls is not None:
-            return self._call_deltas(self.calls.feed(event.text))
-        if self.held is not None:
-            self.held += event.text
-            if may_be_a_call(self.held):
-                return []
-            text, self.held = self.held, None
-            return self._text(text)
-        return self._text(event.text)
+        if self.tools is None or self.tools.is_text:
+            return self._text(event.text)
+        events = []
+        for piece in self.tools.feed(event.text, event.finish_reason):
+            if piece.id is not None:
+                events += self.out.call(piece.id, piece.name or "")
+            elif piece.call is not None:
+                events += self.out.arguments(piece.arguments)
+            else:
+                events += self._text(piece.text)
+        return events
 
     def _text(self, text: str) -> list[dict[str, Any]]:
         logprobs, self.pending = self.pending, []
         return self.out.text(text, logprobs) if text or logprobs else []
 
-    def _call_deltas(self, deltas: list[dict]) -> list[dict[str, Any]]:
-        events = []
-        for delta in deltas:
-            function = delta["function"]
-            if "id" in delta:
-                events += self.out.call(delta["id"], function["name"])
-            if function["arguments"]:
-                events += self.out.arguments(function["arguments"])
-        return events
-
     def finish(self, choice: Choice, now: float) -> list[dict[str, Any]]:
-        """The reply ended (``choice`` has its finish reason and usage): the calls read, the response ended."""
-        events = []
-        if self.calls is not None:
-            events += self._call_deltas(self.calls.end())
-        elif self.held is not None and self.plan is not None:
-            content, calls = reply_calls(self.held, self.plan, choice.finish_reason)
-            self.held = None
-            if content:
-                events += self._text(content)
-            for call in calls:
-                events += self.out.call(call.id, call.name) + self.out.arguments(call.arguments)
+        """The reply ended (``choice`` has its finish reason and usage; its last event was fed): the response
+        ended."""
         reason = choice.finish_reason
         if reason == "timeout" and not choice.token_ids:
             self.queue_timed_out = True
-            return events + self.out.end("failed", None, error={
+            return self.out.end("failed", None, error={
                 "code": "server_error", "message": "the request timed out waiting for a free slot in the engine"})
         status = {"length": "incomplete", "timeout": "incomplete", "cancelled": "cancelled"}.get(reason or "",
                                                                                                   "completed")
-        return events + self.out.end(status, response_usage(choice, self.cache_block),
-                                     "max_output_tokens" if status == "incomplete" else None, now=now)
+        return self.out.end(status, response_usage(choice, self.cache_block),
+                            "max_output_tokens" if status == "incomplete" else None, now=now)
 
     def fail(self, message: str) -> list[dict[str, Any]]:
         return self.out.end("failed", None, error={"code": "server_error", "message": message})
@@ -221,7 +203,7 @@ class ResponseRun:
     (``follow``), ``ended`` (given the finished response) awaited before the terminal event is seen, ``cancel``
     stopping it within a step."""
 
-    def __init__(self, out: ResponseEvents, reader: ReplyReader, streams: list[RequestStream],
+    def __init__(self, out: ResponseEvents, reader: ResponseReader, streams: list[RequestStream],
                  ended: Callable[[dict[str, Any], Choice], Awaitable[None]], clock: Callable[[], float],
                  first: list[dict[str, Any]]) -> None:
         self.out, self.reader, self.streams, self.ended, self.clock = out, reader, streams, ended, clock

@@ -18,9 +18,11 @@ from webui.api.images import request_images
 from webui.api.messages_models import anthropic_model, anthropic_page
 from webui.api.modes import instruction_template, needs_template, request_mode
 from webui.api.protocol import ChatCompletionRequest, CompletionRequest, chat_rows
-from webui.chat.tools import ReplyReader, ToolPlan, plan_tools, render_with_tools, reply_calls
-from webui.api.serving import (DONE, FINISH_REASONS, Choice, Serving, collect, error_chunk, finished, new_id, note_usage,
-                               now, sse, usage)
+from webui.api.chunks import (ChatChunker, Chunker, CompletionChunker, StreamHead, chat_logprobs,
+                              completion_logprobs, envelope)
+from webui.api.serving import (DONE, FINISH_REASONS, Choice, Serving, Submission, collect, error_chunk, finished,
+                               new_id, note_usage, now, sse, usage)
+from webui.chat.tools import ToolPlan, plan_tools, render_with_tools, reply_calls
 from webui.chat import ChatPromptError, render_chat_prompt
 from webui.chat.modes import ChatMode
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore, check_source, guess
@@ -28,7 +30,7 @@ from webui.documents import Document
 from webui.engine import GenerationRequest, Interleaved, InvalidParameter, RequestStream
 from webui.engine.params import SamplingParams
 from webui.engine.sequence import encode_prompt
-from webui.engine.types import GenerationEvent, TokenLogprob
+from webui.engine.types import TokenLogprob
 from webui.images import image_placeholder
 from webui.insight import prompt_logprobs
 
@@ -37,31 +39,6 @@ router = APIRouter(route_class=JSONBodyRoute)  # bodies read whole or refused (w
 
 def serving(request: Request) -> Serving:
     return request.app.state.serving
-
-
-def _bytes(token: str) -> list[int]:
-    return list(token.encode("utf-8"))
-
-
-def chat_logprobs(items: list[TokenLogprob]) -> dict:
-    return {"content": [{"token": lp.token, "logprob": lp.logprob, "bytes": _bytes(lp.token),
-                         "top_logprobs": [{"token": t, "logprob": v, "bytes": _bytes(t)} for _, t, v in lp.top]}
-                        for lp in items], "refusal": None}
-
-
-def completion_logprobs(items: list[TokenLogprob], offset: int) -> dict:
-    offsets, position = [], offset
-    for lp in items:
-        offsets.append(position)
-        position += len(lp.token)
-    return {"tokens": [lp.token for lp in items], "token_logprobs": [lp.logprob for lp in items],
-            "top_logprobs": [{t: v for _, t, v in lp.top} for lp in items], "text_offset": offsets}
-
-
-def envelope(rid: str, obj: str, created: int, model: str, choices: list, **extra: Any) -> dict:
-    """The fields every completion body and chunk shares."""
-    return {"id": rid, "object": obj, "created": created, "model": model, "system_fingerprint": None,
-            "choices": choices, **extra}
 
 
 def note_seen(request: Request, prompt: Any, params: SamplingParams, model: LoadedModel, loras: tuple,
@@ -191,10 +168,10 @@ async def start_chat(body: ChatCompletionRequest, request: Request) -> ChatRun:
     chat = await prepare_chat(body, request)
     model = chat.model
     try:
-        streams = serving(request).submit([chat.prompt], chat.params, body.n, body.logprobs_wanted(),
-                                          add_special_tokens=False, prompt_param="messages", model=model,
-                                          loras=chat.loras, messages=chat.messages, images=chat.images,
-                                          priority=request_priority(request))
+        streams = serving(request).submit(Submission(
+            [chat.prompt], chat.params, model, body.n, body.logprobs_wanted(), add_special_tokens=False,
+            prompt_param="messages", loras=chat.loras, messages=chat.messages, images=chat.images,
+            priority=request_priority(request)))
     except APIError as exc:  # too long for the context: say what each document takes of it
         raise await asyncio.to_thread(with_document_tokens, exc, chat.documents, model) from exc
     return ChatRun(model, chat.plan, streams)
@@ -225,44 +202,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
             for c in choices], usage=usage(choices))
 
     if body.stream:
-        usage_field = {"usage": None} if body.include_usage else {}
-
-        def chunk(index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None) -> dict:
-            return envelope(rid, "chat.completion.chunk", created, model.name, [
-                {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}], **usage_field)
-
-        # with tools: each call as soon as it is known, text that may be a call held back (webui/chat/tools.py)
-        readers = {i: ReplyReader(plan) for i in range(len(streams))} if plan is not None else {}
-
-        def on_event(index: int, event: GenerationEvent) -> list[dict]:
-            out = []
-            reader = readers.get(index)
-            if reader is not None and not reader.is_text:
-                for piece in reader.feed(event.text, event.finish_reason):
-                    if piece.id is not None:  # as OpenAI streams a call: id and name, then the arguments
-                        call = {"index": piece.call, "id": piece.id, "type": "function",
-                                "function": {"name": piece.name, "arguments": ""}}
-                        out.append(chunk(index, {"tool_calls": [call]}))
-                    elif piece.call is not None:
-                        out.append(chunk(index, {"tool_calls": [{"index": piece.call,
-                                                                 "function": {"arguments": piece.arguments}}]}))
-                    else:
-                        out.append(chunk(index, {"content": piece.text}))
-                if event.finish_reason is not None:
-                    finish = "tool_calls" if reader.calls and event.finish_reason == "stop" else \
-                        FINISH_REASONS[event.finish_reason]
-                    out.append(chunk(index, {}, finish))
-                return out
-            if event.text or event.logprobs:
-                lp = chat_logprobs(event.logprobs) if body.logprobs else None
-                out.append(chunk(index, {"content": event.text}, logprobs=lp))
-            if event.finish_reason is not None:
-                out.append(chunk(index, {}, FINISH_REASONS[event.finish_reason]))
-            return out
-
-        first = [chunk(i, {"role": "assistant", "content": ""}) for i in range(len(streams))]
-        return _streaming(request, streams, first, on_event, body.include_usage, rid, created, model.name,
-                          "chat.completion.chunk", whole=whole)
+        head = StreamHead(rid, created, model.name, body.include_usage)
+        return _streaming(request, streams, ChatChunker(head, len(streams), plan, bool(body.logprobs)), whole)
     return keep_answer(request, whole(await collect(streams, request)))
 
 
@@ -323,8 +264,8 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
     prompts = body.prompts()
     _log_prompt(request, prompts)
     note_seen(request, prompts, params, model, loras, s.param_sources(body, params))
-    streams = s.submit(prompts, params, body.n, body.logprobs, add_special_tokens=True, prompt_param="prompt",
-                       model=model, loras=loras, priority=request_priority(request))
+    streams = s.submit(Submission(prompts, params, model, body.n, body.logprobs, loras=loras,
+                                  priority=request_priority(request)))
     rid, created = new_id("cmpl"), now()
     echoed = [echo_text(model, p) if body.echo else "" for p in prompts]
     try:
@@ -342,31 +283,13 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
         return scored[index // body.n]
 
     if body.stream and not scores_only:
-        usage_field = {"usage": None} if body.include_usage else {}
-
-        def chunk(index: int, text: str, finish: str | None = None, logprobs: dict | None = None) -> dict:
-            return envelope(rid, "text_completion", created, model.name, [
-                {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}], **usage_field)
-
-        offsets = [len(prefix(i)) for i in range(len(streams))]
-
-        def on_event(index: int, event: GenerationEvent) -> list[dict]:
-            lp = None
-            if body.logprobs is not None and event.logprobs:
-                lp = completion_logprobs(event.logprobs, offsets[index])
-            offsets[index] += len(event.text)
-            finish = FINISH_REASONS[event.finish_reason] if event.finish_reason else None
-            if event.text or lp or finish:
-                return [chunk(index, event.text, finish, lp)]
-            return []
-
-        first = [chunk(i, prefix(i), logprobs=prefix_logprobs(i)) for i in range(len(streams)) if prefix(i)]
-        return _streaming(request, streams, first, on_event, body.include_usage, rid, created, model.name,
-                          "text_completion", prompts=len(prompts), whole=lambda choices: envelope(
-                              rid, "text_completion", created, model.name,
-                              [{"index": c.index, "text": prefix(c.index) + c.text, "logprobs": None,
-                                "finish_reason": FINISH_REASONS.get(c.finish_reason or "cancelled")}
-                               for c in choices], usage=usage(choices, len(prompts))))
+        head = StreamHead(rid, created, model.name, body.include_usage)
+        chunker = CompletionChunker(head, len(streams), body.n, echoed, scored, body.logprobs is not None)
+        return _streaming(request, streams, chunker, lambda choices: envelope(
+            rid, "text_completion", created, model.name,
+            [{"index": c.index, "text": prefix(c.index) + c.text, "logprobs": None,
+              "finish_reason": FINISH_REASONS.get(c.finish_reason or "cancelled")} for c in choices],
+            usage=usage(choices, len(prompts))))
     choices = await collect(streams, request)
     if scores_only:
         for c in choices:
@@ -415,11 +338,9 @@ def joined_logprobs(prompt: dict | None, items: list[TokenLogprob], offset: int)
     return {key: prompt[key] + generated[key] for key in generated}
 
 
-def _streaming(request: Request, streams: list[RequestStream], first: list[dict],
-               on_event: Callable[[int, Any], list[dict]], include_usage: bool, rid: str, created: int, model: str,
-               obj: str, prompts: int = 1, whole: Callable[[list[Choice]], dict] | None = None
-               ) -> StreamingResponse:
-    """SSE: the opening chunks, one chunk per event, a usage chunk if asked, then [DONE].
+def _streaming(request: Request, streams: list[RequestStream], chunker: Chunker,
+               whole: Callable[[list[Choice]], dict]) -> StreamingResponse:
+    """SSE: the chunker's opening chunks, its chunks for each event, its closing ones, then [DONE].
 
     A client that disconnects cancels the generator, which cancels every stream. ``whole`` puts the choices
     together as the body the request would have had unstreamed, kept when the request is (webui/api/capture.py).
@@ -429,22 +350,21 @@ def _streaming(request: Request, streams: list[RequestStream], first: list[dict]
 
         def ended() -> None:
             note_usage(request, seen)
-            if whole is not None:
-                keep_answer(request, whole(seen))
+            keep_answer(request, whole(seen))
 
         try:
-            for c in first:
+            for c in chunker.opening():
                 yield sse(c)
             async for index, item in Interleaved(streams):
                 if isinstance(item, BaseException):
                     yield error_chunk(f"generation failed: {item}")
                     break
                 seen[index].add(item)
-                for c in on_event(index, item):
+                for c in chunker.feed(index, item):
                     yield sse(c)
             else:
-                if include_usage:
-                    yield sse(envelope(rid, obj, created, model, [], usage=usage(seen, prompts)))
+                for c in chunker.closing(seen):
+                    yield sse(c)
             ended()  # before [DONE]: a kept request is written before the client reads its end (capture.py)
             yield DONE
         finally:

@@ -78,6 +78,26 @@ class Choice:
             self.first_token = event.timings.first_token
 
 
+@dataclass(frozen=True)
+class Submission:
+    """What a request puts on the engine (``Serving.submit``): its prompts, each ``n`` times, with these sampling
+    parameters, on this model and adapters. ``logprobs``: the top alternatives each token reports (None: no
+    logprobs); ``prompt_param``: the request field a refused prompt is blamed on; ``messages`` and ``images``: a
+    chat's turns and the images its prompt's placeholders stand for."""
+
+    prompts: Sequence[str | list[int]]
+    params: SamplingParams
+    model: LoadedModel
+    n: int = 1
+    logprobs: int | None = None
+    add_special_tokens: bool = True
+    prompt_param: str = "prompt"
+    loras: tuple[tuple[str, float], ...] = ()
+    messages: list[dict] | None = None
+    images: tuple[PromptImage, ...] = ()
+    priority: int = INTERACTIVE
+
+
 def _truncate_all() -> int:
     maximum = specs()["truncation_length"].maximum
     if maximum is None:
@@ -194,17 +214,15 @@ class Serving:
                 f"preset {req.preset}" if "max_new_tokens" in preset else "server default")
         return out
 
-    def submit(self, prompts: Sequence[str | list[int]], params: SamplingParams, n: int, logprobs: int | None,
-               add_special_tokens: bool, prompt_param: str, model: LoadedModel, loras: tuple = (),
-               messages: list[dict] | None = None, images: tuple[PromptImage, ...] = (),
-               priority: int = INTERACTIVE) -> list[RequestStream]:
-        """n choices per prompt (choice i of a seeded request uses seed + i, so all differ and all repeat), at
-        ``priority`` (a batch's rows: BACKGROUND, webui/api/auth.py ``request_priority``).
+    def submit(self, job: Submission) -> list[RequestStream]:
+        """n choices per prompt (choice i of a seeded request uses seed + i, so all differ and all repeat), at the
+        job's priority (a batch's rows: BACKGROUND, webui/api/auth.py ``request_priority``).
 
-        A prompt the engine refuses (empty, longer than the context) is a 400 naming ``prompt_param``.
+        A prompt the engine refuses (empty, longer than the context) is a 400 naming ``job.prompt_param``.
         """
+        prompts, params, n, prompt_param = job.prompts, job.params, job.n, job.prompt_param
         streams: list[RequestStream] = []
-        engine = self.engine_for(model)
+        engine = self.engine_for(job.model)
         most = engine.config.max_running + engine.config.max_waiting
         if len(prompts) * n > most:  # could never be taken whole: a client error, not a busy server
             raise APIError(400, f"this request asks for {len(prompts)} prompt(s) × n={n} = {len(prompts) * n} "
@@ -216,8 +234,8 @@ class Serving:
                 for i in range(n):
                     p = params if params.seed is None or i == 0 else params.replace(seed=(params.seed + i) % MAX_SEED)
                     streams.append(engine.submit(GenerationRequest(
-                        prompt, p, add_special_tokens=add_special_tokens, logprobs=logprobs, loras=loras,
-                        messages=messages, images=images, priority=priority,
+                        prompt, p, add_special_tokens=job.add_special_tokens, logprobs=job.logprobs, loras=job.loras,
+                        messages=job.messages, images=job.images, priority=job.priority,
                         queue_timeout=self.config.queue_timeout, timeout=self.config.timeout)))
         except BaseException as exc:
             for s in streams:
