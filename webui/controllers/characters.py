@@ -14,7 +14,8 @@ from pathlib import Path
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.characters import Character, CharacterError, check_picture_size, check_size, parse_character
 from webui.chat.modes import CHAT_INSTRUCT, DEFAULT_COMMAND, INSTRUCT, MODES, ChatMode, ModeError
-from webui.controllers.chat import ChatSession, greeting_turns, turns_of
+from webui.controllers.chat import ChatSession, turns_of
+from webui.controllers.chat_modes import greeting_turns
 from webui.controllers.chat_library import ChatView
 from webui.controllers.errors import UserError
 from webui.insight import InsightUnavailable, PromptInspection, inspect_rendered

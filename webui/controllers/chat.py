@@ -17,11 +17,11 @@ from typing import Any, Iterator, Sequence
 from loaders.base import LoadedModel, PromptImage, SupportsImages
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.context import FittedChat, fit_chat, kept_messages, left_out
-from webui.chat.characters import CharacterError
-from webui.chat.modes import CHAT_INSTRUCT, DEFAULT_COMMAND, INSTRUCT, ChatMode, ModeError
+from webui.chat.modes import INSTRUCT, ChatMode, ModeError
 from webui.chat.reply import ReplyRecord, written_by
-from webui.chat.templates import ChatTemplate, TemplateError, from_record
+from webui.chat.templates import ChatTemplate, TemplateError
 from webui.controllers.chat_library import ChatLibrary, ChatView, require_chat
+from webui.controllers.chat_modes import ChatModes, greeting_turns
 from webui.controllers.chat_tools import ToolReplies, chat_plan, edited_steps, tool_turns, uses_tools
 from webui.chat.tool_steps import history_of
 from webui.chat.tools import plan_tools, render_with_tools
@@ -67,11 +67,6 @@ def turns_of(messages: list[Message], image_placeholder: str = "") -> list[dict[
             for m in messages]
 
 
-def greeting_turns(mode: ChatMode) -> list[dict[str, str]]:
-    """A new chat's first message: the character's greeting (none without one, and none in instruct mode)."""
-    return [{"role": "assistant", "content": greeting}] if (greeting := mode.greeting()) else []
-
-
 def reply_key(key: Key, chat_id: int | None) -> Key:
     """The running reply's key: one per browser tab and chat, so a reply goes on in its chat while the tab shows
     another one (where another reply can be written meanwhile)."""
@@ -84,6 +79,7 @@ class ChatSession:
     def __init__(self, services: Services, active: ActiveRequests) -> None:
         self.services, self.chats, self.active = services, services.chats, active
         self.library = ChatLibrary(services)
+        self.modes = ChatModes(services)  # the template and mode each reply is written in
         self.tool_replies = ToolReplies(self)
         self._shown: dict[str, int | None] = {}  # browser tab (Gradio's session hash) -> the chat on its screen
         self.view_interval = VIEW_INTERVAL  # the shortest time between two views of a streaming reply
@@ -289,7 +285,7 @@ class ChatSession:
             ids, rows = list(made.token_ids), list(made.tokens)
             if last is None or not ids or not rows or len(ids) != len(rows):
                 raise BranchError("the last reply has no token record to branch from; regenerate it first")
-            template, chat_mode = self._template(model, made), self._mode(cid, made)
+            template, chat_mode = self.modes.reply_template(model, made), self.modes.reply_mode(cid, made)
             sent = kept_messages(chat_messages(turns_of(self.chats.messages(cid)[:-1]),
                                                self.chats.get(cid).system_prompt), made.dropped)
             prompt = render_chat_prompt(model.tokenizer, sent, template=template, mode=chat_mode)
@@ -344,7 +340,8 @@ class ChatSession:
         if model is None or not model.capabilities.tokenizes:
             return MessageInspection(which, None, "Tokens need a local model loaded in the Model tab.", record)
         try:
-            template, chat_mode = self._template(model, made if reply else None), self._mode(chat_id, made)
+            template = self.modes.reply_template(model, made if reply else None)
+            chat_mode = self.modes.reply_mode(chat_id, made)
             if tooled:  # the answer's turn as it was read: the calls before it, the tools it was offered
                 sent = kept_messages(chat_messages(
                     tool_turns(history[:index + (0 if reply else 1)]) + history_of(list(made.tool_steps)),
@@ -419,8 +416,8 @@ class ChatSession:
             raise UserError("Continue needs a local model: a remote server cannot extend a reply it did not start.")
         target = history[-1] if continue_last else None
         made = target.record if target else ReplyRecord()
-        template = self._template(model, made if continue_last else None)
-        chat_mode = self._mode(cid, made if continue_last else None)
+        template = self.modes.reply_template(model, made if continue_last else None)
+        chat_mode = self.modes.reply_mode(cid, made if continue_last else None)
         given = list(made.token_ids) if target is not None and model.capabilities.tokenizes and not placeholder \
             else None  # (a prompt with images is text, with the images' placeholders)
         if given and target is not None and model.tokenizer.decode(given) != target.content:
@@ -527,27 +524,8 @@ class ChatSession:
             self._fitted(model, turns, system_prompt, sampling, self.template(model), mode)
 
     def template(self, model: LoadedModel | None = None) -> ChatTemplate:
-        """The instruction template chats use now (the Chat tab's choice; the model's own by default)."""
-        model = model or self.services.loaded
-        choice = self.services.settings.get().chat_template
-        if model is None or model.capabilities.renders_chats:
-            if choice:
-                raise UserError(f"the instruction template '{choice}' cannot apply: a remote server renders chats "
-                                "with its own template; choose \"the model's own\" in Chat")
-            return ChatTemplate("")
-        try:
-            return self.services.templates.resolve(choice, model.tokenizer)
-        except TemplateError as exc:
-            raise UserError(f"Instruction template: {exc}") from exc
-
-    def _template(self, model: LoadedModel, made: ReplyRecord | None) -> ChatTemplate:
-        """The template a stored reply was made with (to continue or branch it), else the current one."""
-        if made is not None and made.model is not None:  # its record names its template (None: the model's own)
-            try:
-                return from_record(made.chat_template) or ChatTemplate("")
-            except TemplateError as exc:
-                raise UserError(str(exc)) from exc
-        return self.template(model)
+        """The instruction template chats use now (ChatModes.template)."""
+        return self.modes.template(model)
 
     # -- modes and characters -----------------------------------------------------------------------------
     def new_chat(self, title: str, system_prompt: str = "", mode: str = INSTRUCT, character: str | None = None,
@@ -562,38 +540,16 @@ class ChatSession:
         return cid
 
     def mode(self, chat_id: int | None) -> ChatMode:
-        """Chat ``chat_id``'s mode now, its character as its file says now (None: instruct)."""
-        if chat_id is None:
-            return ChatMode()
-        chat = self.chats.get(chat_id)
-        try:
-            return self.mode_of(chat.mode, chat.character)
-        except UserError as exc:
-            raise UserError(f"This chat's character: {exc}; choose another character (or none) for this chat, or "
-                            "import it again") from exc
+        """Chat ``chat_id``'s mode now (ChatModes.mode)."""
+        return self.modes.mode(chat_id)
 
     def mode_of(self, mode: str, character: str | None) -> ChatMode:
-        """``mode`` with the character named ``character`` (None: none) and, in chat-instruct, the command saved
-        (``command``); UserError for a wrong one."""
-        try:
-            return ChatMode(mode, self.services.characters.get(character) if character else None,
-                            **({"command": self.command()} if mode == CHAT_INSTRUCT else {}))
-        except (ModeError, CharacterError) as exc:
-            raise UserError(f"{exc}") from exc
+        """``mode`` with ``character`` (ChatModes.mode_of)."""
+        return self.modes.mode_of(mode, character)
 
     def command(self) -> str:
-        """chat-instruct's command as last typed in the Chat tab (text-generation-webui's default until then)."""
-        return self.services.settings.get().chat_instruct_command or DEFAULT_COMMAND
-
-    def _mode(self, chat_id: int | None, made: ReplyRecord | None) -> ChatMode:
-        """The mode a stored reply was written in, its character as it was then (to continue, branch or inspect
-        it), else the chat's now."""
-        if made is not None and made.model is not None:
-            try:
-                return ChatMode.from_record(made.chat_mode)
-            except ModeError as exc:
-                raise UserError(f"this reply's record: {exc}") from exc
-        return self.mode(chat_id)
+        """chat-instruct's command now (ChatModes.command)."""
+        return self.modes.command()
 
     def _store_reply(self, cid: int, target: Message | None, before: ReplyStart,
                      events: Streamed, request: GenerationRequest, model: LoadedModel,
