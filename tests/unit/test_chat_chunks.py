@@ -17,7 +17,8 @@ HEAD = StreamHead("chatcmpl-1", 1700000000, "tiny")
 
 
 def step(text: str, finish: str | None = None, logprobs: list[TokenLogprob] | None = None) -> GenerationEvent:
-    return GenerationEvent("r", text, token_ids=[7], logprobs=logprobs or [], finish_reason=finish,  # type: ignore[arg-type]
+    return GenerationEvent("r", text, token_ids=[7], logprobs=logprobs or [],
+                           finish_reason=finish,  # type: ignore[arg-type]
                            usage=Usage(prompt_tokens=5, cached_tokens=2) if finish else None,
                            timings=Timings(first_token=0.1) if finish else None)
 

@@ -3,9 +3,10 @@
 ``ResponseEvents`` holds the response object and writes every event (``response.created`` ... ``response.completed``,
 each with its ``sequence_number``); ``ResponseReader`` reads a reply into it: text as a ``message`` item, tool
 calls as ``function_call`` items (streamed as they are generated when tool_choice constrains the reply to calls;
-with tool_choice auto read once the reply can no longer be one, as chat completions do). A stored response is streamed again by
-feeding its output items through the same ``ResponseEvents`` (``replayed``). ``ResponseRun`` drives a reply on
-the engine for any number of readers: the request's own stream, a background response's pollers.
+with tool_choice auto read once the reply can no longer be one, as chat completions do). A stored response is
+streamed again by feeding its output items through the same ``ResponseEvents`` (``replayed``). ``ResponseRun``
+drives a reply on the engine for any number of readers: the request's own stream, a background response's
+pollers.
 """
 
 from __future__ import annotations
