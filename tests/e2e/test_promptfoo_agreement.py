@@ -23,8 +23,8 @@ import yaml
 from tests.conftest import ROOT
 from tests.e2e.promptfoo_cli import promptfoo, promptfoo_eval
 from webui import bootstrap
-from webui.batch.asserts import AssertResult, Observed, row_score
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.types import AssertResult, Observed, row_score
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.promptfoo import read_config, supported
 from webui.batch.results import asserts_pass
 

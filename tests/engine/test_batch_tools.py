@@ -12,7 +12,8 @@ import pytest
 
 from tests.engine.test_batch_runner import run, scripted_loader
 from webui.api.routes import render_messages
-from webui.batch import BatchInputError, GridSpec
+from webui.batch import GridSpec
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.export import from_csv, from_jsonl, to_csv, to_jsonl
 from webui.batch.promptfoo import read_suite
 from webui.batch.promptfoo_export import to_promptfoo

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from webui.batch import BatchInputError, GridSpec, parse_assert, parse_lines
-from webui.batch.classify import folder_names
+from webui.batch import GridSpec, parse_lines
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
+from webui.batch.asserts.classify import folder_names
 from webui.batch.promptfoo import read_config
 from webui.batch.runner import BatchJob
 

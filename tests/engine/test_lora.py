@@ -130,7 +130,8 @@ def test_switching_models_clears_the_adapters(services):
 
 
 def test_the_batch_grid_can_vary_the_adapter(services):
-    from webui.batch import BatchInputError, GridSpec, parse_lines
+    from webui.batch import GridSpec, parse_lines
+    from webui.batch.asserts.errors import BatchInputError
     from webui.batch.runner import BatchJob
 
     base = answer(services)

@@ -9,12 +9,13 @@ from dataclasses import replace
 import pytest
 
 from tests.conftest import ROOT
-from webui.batch import Assert, BatchInputError, assert_label, parse_assert
-from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, kinds_help
+from webui.batch.asserts.assertion import Assert, assert_label, parse_assert
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.kinds import ASSERT_KINDS, AssertKind, kinds_help
 from webui.batch.assert_promptfoo import DIALECT
-from webui.batch.assert_values import NONE, NUMBER, TEXT
-from webui.batch.asserts import Observed
-from webui.batch.outcome import Outcome
+from webui.batch.asserts.values import NONE, NUMBER, TEXT
+from webui.batch.asserts.types import Observed
+from webui.batch.asserts.types import Outcome
 from webui.batch.cli import build_parser
 from webui.batch.prompts import load_prompts_text
 from webui.batch.promptfoo import read_config, supported

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from webui.batch import BatchInputError, parse_assert
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
 from webui.batch.assert_promptfoo import DIALECT, json_objects
-from webui.batch.errors import ScriptError
-from webui.batch.js_regex import js_regex_test
+from webui.batch.asserts.errors import ScriptError
+from webui.batch.asserts.js_regex import js_regex_test
 from webui.batch.promptfoo import read_config
 from webui.batch.promptfoo_export import promptfoo_assertion
 from webui.batch.prompts import PromptRow

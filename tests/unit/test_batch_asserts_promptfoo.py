@@ -8,11 +8,12 @@ import json
 
 import pytest
 
-from webui.batch import BatchInputError, parse_assert
-from webui.batch.asserts import Observed
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
+from webui.batch.asserts.types import Observed
 from webui.batch.promptfoo import read_config
-from webui.batch.rouge_tokens import sentences, treebank_tokens
-from webui.batch.text_metrics import bleu, gleu, levenshtein, perplexity, rouge_n
+from webui.batch.asserts.rouge_tokens import sentences, treebank_tokens
+from webui.batch.asserts.text_metrics import bleu, gleu, levenshtein, perplexity, rouge_n
 
 # (output, references, promptfoo's BLEU, GLEU, ROUGE-N against the first reference)
 PROMPTFOO_SCORES = [

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from webui.batch import BatchInputError, parse_assert
-from webui.batch.asserts import AssertResult, Observed, row_score, similarity
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
+from webui.batch.asserts.types import AssertResult, Observed, row_score
+from webui.batch.asserts.kinds import similarity
 from webui.batch.results import wilson
 from webui.embeddings import TextEmbeddings
 

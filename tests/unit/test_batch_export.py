@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webui.batch import (
-    AssertResult, BatchInputError, GridSpec, ResultRow, compare, expand, from_csv, from_jsonl, load_prompts_text,
-    pivot, plan, result_for, summarize, to_csv, to_jsonl,
+    GridSpec, ResultRow, compare, expand, from_csv, from_jsonl, load_prompts_text, pivot, plan, result_for, summarize,
+    to_csv, to_jsonl,
 )
+from webui.batch.asserts.types import AssertResult
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.export import CSV_COLUMNS
 from webui.engine.params import SamplingParams
 from webui.presets import PresetStore

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from webui.batch import (
-    BatchInputError, Cell, GridSpec, estimate_seconds, expand, parse_axes, parse_axis, parse_lines, plan, plan_grid,
-)
+from webui.batch import Cell, GridSpec, estimate_seconds, expand, parse_axes, parse_axis, parse_lines, plan, plan_grid
+from webui.batch.asserts.errors import BatchInputError
 from webui.engine.params import SamplingParams
 from webui.presets import PresetStore
 

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from webui.batch import (
-    Assert, BatchInputError, PromptRow, load_prompts, load_prompts_text, parse_lines, render, rows_from_texts,
-    template_variables, unescape_newlines,
+    PromptRow, load_prompts, load_prompts_text, parse_lines, render, rows_from_texts, template_variables,
+    unescape_newlines,
 )
+from webui.batch.asserts.assertion import Assert
+from webui.batch.asserts.errors import BatchInputError
 
 
 # -- .txt / plain lines ---------------------------------------------------------------

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from webui.batch import BatchInputError
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.promptfoo import read_suite
 from webui.batch.provider_prompt import ProviderPrompt
 from webui.batch.tool_answers import CannedResult, ToolAnswers

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from webui.batch import BatchInputError, parse_assert
-from webui.batch.asserts import Observed
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
+from webui.batch.asserts.types import Observed
 from webui.batch.promptfoo import read_suite
 
 

@@ -1,4 +1,4 @@
-"""The model-graded kinds (webui.batch.graded, webui.batch.judge) without a model: each kind's grading prompt as
+"""The model-graded kinds (webui.batch.asserts.graded, webui.batch.judge) without a model: each kind's grading prompt as
 rendered, and fixed judge answers turned into verdicts and assert results."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from typing import Any, Mapping
 
 import pytest
 
-from webui.batch import BatchInputError, parse_assert
-from webui.batch.asserts import Observed, Verdict
-from webui.batch.graded import GRADED, missing_vars, verdict_key
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
+from webui.batch.asserts.types import Observed, Verdict
+from webui.batch.asserts.graded import GRADED, missing_vars, verdict_key
 from webui.batch.grid import Cell, Setting
 from webui.batch.judge import (
     JudgeError, grade, graded, inputs_for, judge_request, read_answer, rubrics, select_best, step_text,

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from tests.unit.test_graded import judged
-from webui.batch import BatchInputError, parse_assert
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
 from webui.batch.promptfoo import read_config
 from webui.batch.promptfoo_export import to_promptfoo
 from webui.batch.results import ResultRow

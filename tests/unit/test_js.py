@@ -1,4 +1,4 @@
-"""webui.batch.js: JavaScript run with promptfoo's calling convention (inline expressions, declarations then an
+"""webui.batch.asserts.js: JavaScript run with promptfoo's calling convention (inline expressions, declarations then an
 expression, bodies with return, CommonJS files with a function name), in an engine that cannot hang, exhaust
 memory or reach files, modules or the network."""
 
@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from webui.batch import BatchInputError
-from webui.batch.errors import ScriptError
-from webui.batch.js import call_javascript, check_javascript, function_body, run_javascript
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.errors import ScriptError
+from webui.batch.asserts.js import call_javascript, check_javascript, function_body, run_javascript
 
 CONTEXT = {"prompt": "Name a fruit.", "vars": {"topic": "bananas", "min": "3"}, "config": {"limit": 5}}
 

@@ -11,8 +11,9 @@ import tarfile
 import pytest
 
 from webui import bootstrap
-from webui.batch import BatchInputError, parse_assert
-from webui.batch import assert_kinds, meteor
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
+from webui.batch.asserts import kinds as assert_kinds, meteor
 from webui.batch.promptfoo import read_config
 
 # (output, references, promptfoo's score): exact words only; synonyms (fast/quick, car/auto, begin/start);

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from webui.batch import BatchInputError
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.promptfoo import load_config, read_config
 from webui.batch.promptfoo_export import to_promptfoo
 from webui.batch.results import ResultRow

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from webui.batch.asserts import Observed
+from webui.batch.asserts.types import Observed
 from webui.batch.grid import Setting, plan
 from webui.batch.prompts import PromptRow
 from webui.batch.promptfoo import read_suite

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from webui.batch import BatchInputError
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.promptfoo import load_config
 
 EXAMPLES = ROOT / "tests" / "data" / "promptfoo" / "examples"

@@ -8,8 +8,9 @@ import re
 
 import pytest
 
-from webui.batch import BatchInputError, GridSpec
-from webui.batch.asserts import AssertResult
+from webui.batch import GridSpec
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.types import AssertResult
 from webui.batch.promptfoo import read_suite
 from webui.batch.promptfoo_export import to_promptfoo
 from webui.batch.promptfoo_options import evaluate_metric, metric_names

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from webui.batch import BatchInputError
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.grid import plan
 from webui.batch.promptfoo import read_suite
 from webui.batch.runner import BatchJob

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from tests.conftest import ROOT
-from webui.batch import BatchInputError
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.promptfoo import load_config, read_config
 from webui.batch.promptfoo_tests import assertion_from_string
 from webui.batch.prompts import PromptRow

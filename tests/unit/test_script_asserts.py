@@ -7,8 +7,9 @@ import textwrap
 
 import pytest
 
-from webui.batch import BatchInputError, parse_assert
-from webui.batch.asserts import Observed
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
+from webui.batch.asserts.types import Observed
 from webui.batch.cli import build_parser
 from webui.batch.grid import plan
 from webui.batch.prompts import PromptRow, load_prompts_text

@@ -7,8 +7,9 @@ into results and summaries (:mod:`.results`), export and import them
 anything runs.
 """
 
-from webui.batch.asserts import KINDS, Assert, AssertResult, assert_label, check_all, parse_assert, parse_asserts
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.assertion import KINDS, Assert, assert_label, check_all, parse_assert, parse_asserts
+from webui.batch.asserts.types import AssertResult
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.export import assert_summary, from_csv, from_jsonl, to_csv, to_jsonl
 from webui.batch.grid import (
     DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, estimate_seconds, expand, format_value, parse_axes, parse_axis,

@@ -1,7 +1,7 @@
 """promptfoo's side of the assert kinds: how its dict form reads into ours, and its checks where they differ.
 
 Readers: promptfoo's assert (a dict; ``file://`` paths relative to the config's folder) -> the dict form's fields
-besides type and weight (:attr:`~webui.batch.assert_kinds.AssertKind.promptfoo`).
+besides type and weight (:attr:`~webui.batch.asserts.kinds.AssertKind.promptfoo`).
 
 Checks: an assert read from a promptfoo file (``Assert.dialect == "promptfoo"``) is checked as promptfoo 0.115
 checks it, so a promptfoo suite gives the same pass/fail here (tests/e2e/test_promptfoo_agreement.py): the output
@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import yaml
 
-from webui.batch.assert_values import same_json
-from webui.batch.errors import BatchInputError, ScriptError
+from webui.batch.asserts.values import same_json
+from webui.batch.asserts.errors import BatchInputError, ScriptError
 from webui.safeload import load_yaml
-from webui.batch.suite_files import SuiteFiles
-from webui.batch.js_regex import js_regex_test
-from webui.batch.outcome import Outcome
-from webui.batch.xml_checks import xml_problem
+from webui.batch.asserts.suite_files import SuiteFiles
+from webui.batch.asserts.js_regex import js_regex_test
+from webui.batch.asserts.types import Outcome
+from webui.batch.asserts.xml_checks import xml_problem
 
 if TYPE_CHECKING:
-    from webui.batch.asserts import Assert, Observed
+    from webui.batch.asserts.types import AssertData, Observed
 
 DIALECT = "promptfoo"
 """``Assert.dialect`` of the asserts read from a promptfoo file."""
@@ -127,7 +127,7 @@ def read_tools(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
 # -- promptfoo's checks, where they differ from ours -------------------------------------------------------
 
 
-def equals(a: Assert, seen: Observed) -> Outcome:
+def equals(a: AssertData, seen: Observed) -> Outcome:
     """The output exactly; an object or list value: the output parsed as JSON and deeply equal to it."""
     if a.options.get("json"):
         try:
@@ -138,16 +138,16 @@ def equals(a: Assert, seen: Observed) -> Outcome:
     return Outcome(seen.output == a.value, f"output is '{seen.output}', expected '{a.value}'")
 
 
-def starts_with(a: Assert, seen: Observed) -> Outcome:
+def starts_with(a: AssertData, seen: Observed) -> Outcome:
     return Outcome(seen.output.startswith(str(a.value)), f"output does not start with '{a.value}'")
 
 
-def icontains(a: Assert, seen: Observed) -> Outcome:
+def icontains(a: AssertData, seen: Observed) -> Outcome:
     return Outcome(str(a.value).lower() in seen.output.lower(), f"output does not contain '{a.value}' (ignoring case)")
 
 
-def icontains_list(every: bool) -> Callable[[Assert, Observed], Outcome]:
-    def check(a: Assert, seen: Observed) -> Outcome:
+def icontains_list(every: bool) -> Callable[[AssertData, Observed], Outcome]:
+    def check(a: AssertData, seen: Observed) -> Outcome:
         out = seen.output.lower()
         missing = [t for t in a.value if t.lower() not in out]
         if every:
@@ -157,7 +157,7 @@ def icontains_list(every: bool) -> Callable[[Assert, Observed], Outcome]:
     return check
 
 
-def regex(a: Assert, seen: Observed) -> Outcome:
+def regex(a: AssertData, seen: Observed) -> Outcome:
     try:
         return Outcome(js_regex_test(str(a.value), seen.output), f"output does not match the regex {a.value}")
     except ScriptError as exc:
@@ -195,7 +195,7 @@ def _flow_mapping(text: str) -> Any:
         return None
 
 
-def is_xml(a: Assert, seen: Observed) -> Outcome:
+def is_xml(a: AssertData, seen: Observed) -> Outcome:
     if not seen.output.startswith("<"):
         return Outcome(False, "output is not XML (it does not start with '<')")
     why = xml_problem(seen.output, a.value, fragment=True)
@@ -205,7 +205,7 @@ def is_xml(a: Assert, seen: Observed) -> Outcome:
 _XML_CANDIDATE = re.compile(r"<\?xml[^\n\r\u2028\u2029]*?>[\s\S]*</[^>]+>|\S*<[^>]+>[\s\S]*</[^>]+>")
 
 
-def contains_xml(a: Assert, seen: Observed) -> Outcome:
+def contains_xml(a: AssertData, seen: Observed) -> Outcome:
     """promptfoo's one candidate: from the first tag (or XML declaration) to the last closing tag."""
     found = _XML_CANDIDATE.search(seen.output)
     if found is None:

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from loaders.base import DTYPES, LoaderError
-from webui.batch.assert_kinds import kinds_help
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.kinds import kinds_help
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.export import to_csv, to_jsonl
 from webui.batch.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge

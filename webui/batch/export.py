@@ -21,8 +21,8 @@ import io
 import json
 from typing import Any, Iterable
 
-from webui.batch.asserts import AssertResult
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.types import AssertResult
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.results import ResultRow
 
 CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "model", "loader", "setting", "sample", "seed", "output",

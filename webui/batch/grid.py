@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.prompts import PromptRow
 from webui.batch.provider_prompt import ProviderPrompt
 from webui.engine.params import MAX_SEED, InvalidParameter, SamplingParams, field_names

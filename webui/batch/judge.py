@@ -1,4 +1,4 @@
-"""The judge: a model asked about an output for the model-graded asserts (webui.batch.graded).
+"""The judge: a model asked about an output for the model-graded asserts (webui.batch.asserts.graded).
 
 The judge is the loaded model, asked through the run's chat template with each
 graded kind's grading prompt (llm-rubric's is shown and editable in the Batch
@@ -23,9 +23,10 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 import httpx
 import jsonschema
 
-from webui.batch.asserts import Assert, Verdict
-from webui.batch.errors import BatchInputError
-from webui.batch.graded import (
+from webui.batch.asserts.assertion import Assert
+from webui.batch.asserts.types import Verdict
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.graded import (
     GRADED, JUDGE_PROMPT, VERDICT_SCHEMA, Embed, GradedKind, numbered_outputs, select_grades, select_schema,
     verdict_key,
 )

@@ -23,7 +23,7 @@ from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, Undefine
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import load_json
 
 _TAG = re.compile(r"\{%|\{#")

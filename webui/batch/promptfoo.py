@@ -19,10 +19,10 @@ Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python and javascript (inline or ``file://``, with ``config``), latency,
 llm-rubric and the other model-graded kinds (judged by the run's judge, with ``rubricPrompt``;
-webui.batch.graded), their ``not-`` forms, ``weight``,
+webui.batch.asserts.graded), their ``not-`` forms, ``weight``,
 ``threshold``, ``metric`` and ``transform``; values filled from the test's vars);
 any other type (levenshtein...) is an error that names it, never skipped. Every
-problem of a suite is reported at once. Transforms: webui.batch.transform.
+problem of a suite is reported at once. Transforms: webui.batch.asserts.transform.
 """
 
 from __future__ import annotations
@@ -36,19 +36,20 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from webui.batch.assert_kinds import ASSERT_KINDS
+from webui.batch.asserts.kinds import ASSERT_KINDS
 from webui.batch.assert_promptfoo import DIALECT
-from webui.batch.asserts import Assert, parse_assert
-from webui.batch.classify import CLASSIFIER
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.assertion import Assert, parse_assert
+from webui.batch.asserts.classify import CLASSIFIER
+from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import DataTooLarge, load_json, load_yaml
-from webui.batch.suite_files import SuiteFiles
+from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
 from webui.batch.promptfoo_options import SuiteOptions, metric_names, resolve_refs, suite_options
 from webui.batch.promptfoo_providers import provider_params, provider_setting
 from webui.batch.promptfoo_tests import SET_KEY, Case, Problems, read_cases
-from webui.batch.transform import check_transforms, resolved, with_transforms
+from webui.batch.asserts.transform import check_transforms, resolved
+from webui.batch.asserts.assertion import with_transforms
 from webui.engine.params import InvalidParameter, SamplingParams
 
 CONFIG_SUFFIXES = (".yaml", ".yml")

@@ -22,8 +22,8 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from webui.batch.classify import names_classifier
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.classify import names_classifier
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.promptfoo_tests import Problems
 
 NOT_APPLIED = {

@@ -20,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from webui.batch.errors import BatchInputError
-from webui.batch.suite_files import SuiteFiles
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.grid import Setting
 from webui.batch.provider_prompt import KEYS, provider_prompt
 from webui.engine.params import InvalidParameter, SamplingParams, api_names

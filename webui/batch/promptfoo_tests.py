@@ -32,11 +32,11 @@ from typing import Any, Iterator
 
 import yaml
 
-from webui.batch.assert_kinds import ASSERT_KINDS
-from webui.batch.classify import names_classifier
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.kinds import ASSERT_KINDS
+from webui.batch.asserts.classify import names_classifier
+from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import load_json, load_yaml
-from webui.batch.suite_files import SuiteFiles
+from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.prompts import render
 
 MAX_SHOWN = 20
@@ -198,7 +198,7 @@ def _check_test_keys(test: dict[str, Any], where: str, problems: Problems) -> No
         grading = GRADING_KEYS if where == "defaultTest" else ()
         for key in sorted(set(options) - set(OPTION_KEYS) - set(grading)):
             if key == "provider" and names_classifier(options[key]):
-                continue  # the test's classifier asserts' model (webui.batch.classify)
+                continue  # the test's classifier asserts' model (webui.batch.asserts.classify)
             why = " (the judge is the run's: set it in defaultTest.options)" if key in GRADING_KEYS else ""
             problems.add(f"{where}.options.{key}", f"not supported here{why} (options here: {', '.join(OPTION_KEYS)}"
                                                    f"; defaultTest's also {', '.join(GRADING_KEYS)})")

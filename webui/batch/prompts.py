@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from webui.batch.assert_kinds import ASSERT_KINDS
-from webui.batch.asserts import Assert, parse_asserts
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.kinds import ASSERT_KINDS
+from webui.batch.asserts.assertion import Assert, parse_asserts
+from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import DataTooLarge, load_json
 from webui.batch.nunjucks import PLACEHOLDER as _PLACEHOLDER, is_nunjucks, render_nunjucks
 from webui.chat.prompt import ROLES
@@ -218,7 +218,7 @@ def load_prompts(path: Path, template: str | None = None) -> list[PromptRow]:
 def load_prompts_text(name: str, content: str | bytes, template: str | None = None,
                       files_allowed: bool = True) -> list[PromptRow]:
     """Like :func:`load_prompts` for uploaded content; ``name``'s suffix picks the format. ``files_allowed``
-    False: its asserts may not name files (see :func:`~webui.batch.asserts.parse_asserts`)."""
+    False: its asserts may not name files (see :func:`~webui.batch.asserts.assertion.parse_asserts`)."""
     suffix = _suffix(name)
     if isinstance(content, bytes):
         try:

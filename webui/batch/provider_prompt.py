@@ -25,9 +25,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import load_yaml
-from webui.batch.suite_files import SuiteFiles
+from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.tool_answers import KEYS as ANSWER_KEYS, ToolAnswers, check_local_choice, tool_answers
 from webui.chat.tools import ToolPlan, plan_tools, reply_calls
 from webui.engine.params import InvalidParameter

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from loaders.base import LoaderError
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.errors import BatchInputError
 from webui.catalog import ModelEntry
 from webui.models import ModelId, ModelManager, NotLoaded, Slot
 from webui.names import InvalidName

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
-from webui.batch.asserts import AssertResult, Observed, row_score
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.types import AssertResult, Observed, row_score
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.grid import Cell
 from webui.chat.tool_loop import ToolStep, history_of
 

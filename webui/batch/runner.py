@@ -15,11 +15,12 @@ from typing import Any, Mapping
 
 from loaders.base import EmbeddingModel, LoadedModel, ModelLoadError, attached_loras, is_embedding_model
 from webui.batch.cache import ResponseCache, cache_key
-from webui.batch.classify import CLASSIFIER, Classifiers
-from webui.batch.errors import BatchInputError, ScriptError
-from webui.batch.asserts import Assert, Observed, Verdict
+from webui.batch.asserts.classify import CLASSIFIER, Classifiers
+from webui.batch.asserts.errors import BatchInputError, ScriptError
+from webui.batch.asserts.assertion import Assert
+from webui.batch.asserts.types import Observed, Verdict
 from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
-from webui.batch.graded import Embed, missing_vars, verdict_key
+from webui.batch.asserts.graded import Embed, missing_vars, verdict_key
 from webui.batch.loop_rows import (
     LoopTurns, RowReply, local_toolbox, needs_local_tools, offer_local_tools, run_loop_row,
 )
@@ -31,7 +32,7 @@ from webui.batch.provider_prompt import ProviderPrompt
 from webui.batch.rerun import RanOn, ran_on, stored_ran_on
 from webui.batch.results import ResultRow, rejudged, result_for
 from webui.batch.store import BatchRun, BatchStore
-from webui.batch.transform import transformed
+from webui.batch.asserts.transform import transformed
 from webui.catalog import set_dir
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
 from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore

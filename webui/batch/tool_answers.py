@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from webui.batch.assert_values import same_json
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.values import same_json
+from webui.batch.asserts.errors import BatchInputError
 from webui.chat.tool_loop import MAX_STEPS
 from webui.chat.tools import ToolPlan
 from webui.tools.spec import ToolResult, failed

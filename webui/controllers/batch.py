@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from webui.batch import BatchInputError, GridSpec, ResultRow, load_prompts_text, parse_axes, parse_lines, to_csv, \
-    to_jsonl, with_asserts
+from webui.batch import GridSpec, ResultRow, load_prompts_text, parse_axes, parse_lines, to_csv, to_jsonl, with_asserts
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.loop_rows import most_turns
 from webui.batch.promptfoo import Suite, is_config, read_suite
 from webui.batch.promptfoo_export import to_promptfoo
-from webui.batch.suite_files import SuiteFiles
+from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.rerun import is_loaded, provide
-from webui.batch.transform import is_python_transform
+from webui.batch.asserts.transform import is_python_transform
 from webui.batch.runner import BatchJob, RunHandle
 from webui.batch.prompts import PromptRow
 from webui.batch.store import BatchRun, RunNotFound

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from webui.batch import BatchInputError
-from webui.batch.asserts import parse_assert
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
 from webui.batch.grid import BASE_LABEL, GridSpec, format_value
 from webui.batch.prompts import PromptRow, escape_newlines
 from webui.batch.store import BatchRun

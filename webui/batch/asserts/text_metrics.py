@@ -11,7 +11,7 @@ when it passes there:
   over the references.
 - :func:`rouge_n` is js-rouge's ``n()`` as promptfoo calls it (no options:
   unigrams, F1, case-sensitive) on its sentences' Penn Treebank tokens
-  (ported in webui.batch.rouge_tokens).
+  (ported in webui.batch.asserts.rouge_tokens).
 - :func:`levenshtein` is the plain edit distance (fastest-levenshtein in
   promptfoo, rapidfuzz here: the same number).
 - :func:`perplexity` is exp of minus the mean of the chosen tokens' logprobs.
@@ -26,7 +26,7 @@ from typing import Sequence
 
 from rapidfuzz.distance import Levenshtein
 
-from webui.batch.rouge_tokens import sentences, treebank_tokens
+from webui.batch.asserts.rouge_tokens import sentences, treebank_tokens
 
 BLEU_N = 4
 ZERO_PRECISION = 1e-7  # promptfoo's smoothing of a zero n-gram precision in BLEU

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 import quickjs
 
-from webui.batch.errors import ScriptError
+from webui.batch.asserts.errors import ScriptError
 
 REGEX_TIMEOUT = 5.0  # seconds one match may take
 

@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import jsonschema
 import regex
 
-from webui.batch.errors import BatchInputError
-from webui.batch.js import check_javascript
-from webui.batch.js_regex import js_regex_problem
-from webui.batch.python_assert import check_python
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.js import check_javascript
+from webui.batch.asserts.js_regex import js_regex_problem
+from webui.batch.asserts.python import check_python
 
 if TYPE_CHECKING:
-    from webui.batch.assert_kinds import AssertKind
-    from webui.batch.asserts import Assert
+    from webui.batch.asserts.types import AssertData, KindData
 
 LENGTH_UNITS = {"chars": "chars", "char": "chars", "characters": "chars", "character": "chars",
                 "tokens": "tokens", "token": "tokens"}
@@ -43,27 +42,27 @@ class ValueForm:
     keys: tuple[str, ...] = ()
     """The dict form's keys it reads besides type, value, weight and threshold."""
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         """The value and options as an Assert holds them; BatchInputError when they are not valid."""
         if not isinstance(value, str) or value == "":
             raise BatchInputError(f"{kind.name} needs a non-empty text value, e.g. {kind.name}:{kind.example}; "
                                   f"got {value!r}")
         return value, options
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         """(value, options) from the text after ``kind:`` (spaces around it stripped)."""
         return _needed(kind, text), {}
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         """(value, options) from the dict form: ``value`` is its schema or value key, ``given`` the whole dict."""
         value = _needed_in_dict(kind, value)
         return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), {}
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         """The value as written after ``kind:`` (None: the kind alone)."""
         return _one_line(str(item.value))
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         """The dict form's keys besides type, weight and threshold."""
         return {"value": item.value}
 
@@ -73,7 +72,7 @@ class PatternValue(ValueForm):
 
     name = "pattern"
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         value, options = super().hold(kind, value, options)
         compiled(value)
         return value, options
@@ -84,7 +83,7 @@ class JsPatternValue(ValueForm):
 
     name = "JavaScript pattern"
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         value, options = super().hold(kind, value, options)
         why = js_regex_problem(value)
         if why:
@@ -100,7 +99,7 @@ class EqualsValue(ValueForm):
     name = "text or JSON"
     options = frozenset({"json"})
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if options.get("json"):
             try:
                 json.loads(value)
@@ -109,12 +108,12 @@ class EqualsValue(ValueForm):
             return value, options
         return super().hold(kind, value, options)
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         if isinstance(value, (dict, list)):
             return json.dumps(value, ensure_ascii=False), {"json": True}
         return super().read_dict(kind, value, given)
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         return {"value": json.loads(item.value) if item.options.get("json") else item.value}
 
 
@@ -123,17 +122,17 @@ class NumberValue(ValueForm):
 
     name = "number"
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         _number(kind, value)
         return value, options
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         return _number(kind, _needed(kind, text)), {}
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         return _number(kind, _needed_in_dict(kind, value)), {}
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         number = float(item.value)
         return str(int(number) if number.is_integer() else number)
 
@@ -143,7 +142,7 @@ class ListValue(ValueForm):
 
     name = "list"
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if isinstance(value, str):
             try:
                 value = json.loads(value)
@@ -156,16 +155,16 @@ class ListValue(ValueForm):
                                   f"got {value!r}")
         return tuple(value), options
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         return [v.strip() for v in _needed(kind, text).split(",")], {}
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         return _needed_in_dict(kind, value), {}
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         return _one_line(",".join(item.value))
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         return {"value": list(item.value)}
 
 
@@ -175,25 +174,25 @@ class SchemaValue(ValueForm):
     name = "schema"
     keys = ("schema",)
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if value is None:
             return value, options
         if not isinstance(value, str):
             raise BatchInputError(f"is-json: the schema must be JSON text, got {value!r}")
         return _schema_text(value), options
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         return text or None, {}
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         if value is None or value == "":
             return None, {}
         return (value if isinstance(value, str) else _dump_schema(value)), {}
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         return None if item.value is None else str(item.value)
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         return {} if item.value is None else {"schema": json.loads(str(item.value))}
 
 
@@ -204,7 +203,7 @@ class LengthValue(ValueForm):
     options = frozenset({"unit"})
     keys = ("unit",)
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise BatchInputError(f"max-length needs a whole number >= 0, got {value!r}")
         unit = options.get("unit", "chars")
@@ -213,7 +212,7 @@ class LengthValue(ValueForm):
                                   "tokens)")
         return value, {"unit": unit}
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         number, _, unit = text.strip().partition(" ")
         unit = unit.strip().lower()
         if not (number.isascii() and number.isdigit()):
@@ -224,16 +223,16 @@ class LengthValue(ValueForm):
                                   "tokens)")
         return int(number), ({"unit": LENGTH_UNITS[unit]} if unit else {})
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         unit = given.get("unit")
         if isinstance(value, str):
             return self.read(kind, value if unit is None else f"{value} {unit}")
         return value, ({"unit": LENGTH_UNITS.get(str(unit).lower(), str(unit))} if unit else {})
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         return f"{item.value}" + (" tokens" if item.options.get("unit") == "tokens" else "")
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         return {"value": item.value, "unit": item.options.get("unit", "chars")}
 
 
@@ -249,15 +248,15 @@ class CodeValue(ValueForm):
     def __init__(self, check: Callable[[Any, Mapping[str, Any]], None]) -> None:
         self.check = check
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         self.check(value, options)
         return value, options
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         value, _ = super().read_dict(kind, value, given)
         return value, {key: given[key] for key in self.keys if given.get(key) is not None}
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         return {"value": item.value, **{key: item.options[key] for key in self.keys if key in item.options}}
 
 
@@ -267,13 +266,13 @@ class OptionalListValue(ListValue):
 
     name = "optional list"
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         return (None, options) if value is None else super().hold(kind, value, options)
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         return (super().read(kind, text) if text else (None, {}))
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         """promptfoo writes the list as comma-separated text, a list, or ``{requiredElements: [...]}``."""
         if isinstance(value, Mapping):
             value = value.get("requiredElements")
@@ -281,10 +280,10 @@ class OptionalListValue(ListValue):
             return None, {}
         return ([v.strip() for v in value.split(",")] if isinstance(value, str) else value), {}
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         return None if item.value is None else super().write(item)
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         return {} if item.value is None else super().write_dict(item)
 
 
@@ -293,21 +292,21 @@ class NoValue(ValueForm):
 
     name = "none"
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if value is not None:
             raise BatchInputError(f"{kind.name} takes no value (write {kind.usage or kind.name}), got {value!r}")
         return None, options
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         return text or None, {}
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         return (None if value == "" else value), {}
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         return None
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         return {}
 
 
@@ -317,7 +316,7 @@ class ReferencesValue(ValueForm):
 
     name = "references"
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) and v.strip() for v in value):
             return tuple(value), options
         if isinstance(value, str) and value.strip():
@@ -325,7 +324,7 @@ class ReferencesValue(ValueForm):
         raise BatchInputError(f"{kind.name} needs a reference text or a list of them, e.g. {kind.name}:{kind.example}"
                               f" or {{\"type\": \"{kind.name}\", \"value\": [\"one\", \"another\"]}}; got {value!r}")
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         text = _needed(kind, text)
         if text.startswith("["):
             try:
@@ -334,14 +333,14 @@ class ReferencesValue(ValueForm):
                 pass
         return text, {}
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         return _needed_in_dict(kind, value), {}
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         return _one_line(item.value if isinstance(item.value, str) else json.dumps(list(item.value),
                                                                                   ensure_ascii=False))
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         return {"value": item.value if isinstance(item.value, str) else list(item.value)}
 
 
@@ -354,7 +353,7 @@ class JsonValue(ValueForm):
     def __init__(self, check: Callable[[str, Any], None], optional: bool) -> None:
         self.check, self.optional = check, optional
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if value is None and self.optional:
             return None, options
         if not isinstance(value, str):
@@ -367,19 +366,19 @@ class JsonValue(ValueForm):
         self.check(kind.name, data)
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")), options
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         return (text or None) if self.optional else _needed(kind, text), {}
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         if (value is None or value == "") and self.optional:
             return None, {}
         value = _needed_in_dict(kind, value)
         return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), {}
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         return None if item.value is None else str(item.value)
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         return {} if item.value is None else {"value": json.loads(str(item.value))}
 
 
@@ -390,7 +389,7 @@ class WordCountValue(NumberValue):
 
     name = "word count"
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if isinstance(value, Mapping):
             extra = set(value) - {"min", "max"}
             if extra:
@@ -407,21 +406,21 @@ class WordCountValue(NumberValue):
             raise BatchInputError(f"{kind.name}: the minimum ({low:g}) is more than the maximum ({high:g})")
         return (low, high), options
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         low, dash, high = _needed(kind, text).partition("-")
         if not dash:
             return super().read(kind, text)
         return (low.strip() or None, high.strip() or None), {}
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         return (value, {}) if isinstance(value, Mapping) else super().read_dict(kind, value, given)
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         if not isinstance(item.value, tuple):
             return super().write(item)
         return "-".join("" if v is None else f"{v:g}" for v in item.value)
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         if not isinstance(item.value, tuple):
             return super().write_dict(item)
         return {"value": {k: v for k, v in zip(("min", "max"), item.value) if v is not None}}
@@ -435,20 +434,20 @@ OPTIONAL_LIST = OptionalListValue()
 NONE, REFERENCES, WORD_COUNT = NoValue(), ReferencesValue(), WordCountValue()
 
 
-def _needed(kind: AssertKind, text: str) -> str:
+def _needed(kind: KindData, text: str) -> str:
     if not text:
         raise BatchInputError(f"{kind.name} needs a value, e.g. {kind.name}:{kind.example}")
     return text
 
 
-def _needed_in_dict(kind: AssertKind, value: Any) -> Any:
+def _needed_in_dict(kind: KindData, value: Any) -> Any:
     if value is None:
         raise BatchInputError(f"{kind.name} needs a \"value\", e.g. {{\"type\": \"{kind.name}\", "
                               f"\"value\": \"{kind.example}\"}}")
     return value
 
 
-def _number(kind: AssertKind, value: Any) -> float:
+def _number(kind: KindData, value: Any) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -516,7 +515,7 @@ def schema_validator(text: str) -> Any:
     return cls(schema)
 
 
-REGEX_SECONDS = 5.0  # one match of our own regex assert (promptfoo's: webui/batch/js_regex.py)
+REGEX_SECONDS = 5.0  # one match of our own regex assert (promptfoo's: webui/batch/asserts/js_regex.py)
 
 
 @lru_cache(maxsize=256)

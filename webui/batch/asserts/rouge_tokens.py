@@ -2,7 +2,7 @@
 
 A port of js-rouge 3.2.1 (the version promptfoo 0.115 installs; src/utils.ts:
 ``sentenceSegment`` with case-sensitive rules, and ``treeBankTokenize``), rule
-for rule, so :func:`webui.batch.text_metrics.rouge_n` counts the same tokens.
+for rule, so :func:`webui.batch.asserts.text_metrics.rouge_n` counts the same tokens.
 Sentence boundaries matter to ROUGE only through full stops: the last one of a
 sentence is a token of its own, others stay on their word. Known differences:
 JavaScript walks UTF-16 units and its ``\\s`` and upper-case tests are

@@ -46,7 +46,7 @@ import jsonschema
 import sqlglot
 from sqlglot import exp
 
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.errors import BatchInputError
 
 # -- SQL ------------------------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from webui.batch.errors import BatchInputError
+from webui.batch.asserts.errors import BatchInputError
 from webui.userpaths import PathRefused, inside
 
 UPLOAD_RULE = ("the files uploaded with the suite: on this server a suite reads only those (choose the config and "

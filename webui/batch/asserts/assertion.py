@@ -28,49 +28,48 @@ The detail says which was used; the default threshold is promptfoo's 0.75.
 limit; ``python:<code>`` runs inline code (an expression, or
 a body with ``return``); it returns a bool, a score, or ``{"pass", "score",
 "reason"}``. ``javascript:<code>`` and ``javascript:file://<file.js>[:function]``
-do the same in JavaScript (webui.batch.js). Both get promptfoo's ``context``
+do the same in JavaScript (webui.batch.asserts.js). Both get promptfoo's ``context``
 (prompt, vars, test, config). An assert's ``transform`` (dict form) rewrites the
-output before it is checked (webui.batch.transform). ``latency:<ms>``, ``ttft:<ms>`` and ``tokens-per-second:<n>`` check
+output before it is checked (webui.batch.asserts.transform). ``latency:<ms>``, ``ttft:<ms>`` and ``tokens-per-second:<n>`` check
 the row's timing. ``llm-rubric:<rubric>`` and promptfoo's other model-graded kinds
 (factuality, g-eval, context-*, select-best, answer-relevance...:
-webui.batch.graded) are judged by a model (the batch runner asks it, see
+webui.batch.asserts.graded) are judged by a model (the batch runner asks it, see
 webui.batch.judge); the verdict and its reason are the result, and one the judge
 could not give fails, negated or not.
 
 promptfoo's deterministic kinds run as promptfoo 0.115 runs them: ``levenshtein``,
-``rouge-n``, ``bleu``, ``gleu`` (webui.batch.text_metrics), ``is-sql``,
+``rouge-n``, ``bleu``, ``gleu`` (webui.batch.asserts.text_metrics), ``is-sql``,
 ``contains-sql``, ``is-html``, ``contains-html``, ``is-refusal`` and the OpenAI
-tool and function call checks (webui.batch.output_checks), ``finish-reason``, and
+tool and function call checks (webui.batch.asserts.output_checks), ``finish-reason``, and
 ``perplexity``/``perplexity-score`` on the chosen tokens' logprobs, which the
 runner asks the engine for only when a prompt has such an assert; ``meteor``
-(webui.batch.meteor: nltk and WordNet 3.0, ``launch.py install meteor``) and
-``classifier`` (webui.batch.classify: a local text-classification model).
+(webui.batch.asserts.meteor: nltk and WordNet 3.0, ``launch.py install meteor``) and
+``classifier`` (webui.batch.asserts.classify: a local text-classification model).
 
-Each kind is one spec in :data:`webui.batch.assert_kinds.ASSERT_KINDS`; everything
+Each kind is one spec in :data:`webui.batch.asserts.kinds.ASSERT_KINDS`; everything
 here reads that table.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from webui.batch.assert_kinds import ASSERT_KINDS, AssertKind, similarity
+from webui.batch.asserts.kinds import ASSERT_KINDS, AssertKind
 from webui.batch.assert_promptfoo import DIALECT
-from webui.batch.assert_values import excerpt
-from webui.batch.errors import BatchInputError, ScriptError
-from webui.batch.graded import GRADED, own_provider_refused, verdict_key
-from webui.batch.js import js_target
-from webui.batch.python_assert import is_python_file
-from webui.batch.transform import check_transforms, transformed
+from webui.batch.asserts.values import excerpt
+from webui.batch.asserts.errors import BatchInputError, ScriptError
+from webui.batch.asserts.graded import GRADED, own_provider_refused, verdict_key
+from webui.batch.asserts.js import js_target
+from webui.batch.asserts.python import is_python_file
+from webui.batch.asserts.transform import check_transforms, transformed
+from webui.batch.asserts.types import AssertResult, Observed
 
-if TYPE_CHECKING:
-    from webui.embeddings import TextEmbeddings
-
-__all__ = ["KINDS", "Assert", "AssertResult", "Observed", "Verdict", "assert_label", "check_all", "parse_assert",
-           "parse_asserts", "row_score", "similarity"]
+__all__ = ["KINDS", "Assert", "assert_label", "check_all", "named_file", "parse_assert", "parse_asserts",
+           "with_transforms"]
 
 KINDS = tuple(ASSERT_KINDS)
 """The kind names, in the table's order."""
@@ -81,88 +80,6 @@ _EXAMPLES = ("contains:Paris, icontains:paris, not-contains:London, equals:4, re
 _DICT_KEYS = ("type", "kind", "value", "weight", "threshold", "transform", "metric", "dialect")
 DIALECTS = ("", DIALECT)
 """The dict form's keys every kind takes; a kind's value form adds its own (schema, unit, timeout)."""
-
-
-@dataclass(frozen=True)
-class AssertResult:
-    """The outcome of one assert on one output; ``detail`` says why it failed ("" when it passed; a scored
-    kind says its score either way)."""
-
-    passed: bool
-    detail: str = ""
-    label: str = ""
-    score: float | None = None
-    """In [0, 1] for kinds that score; None: 1 if passed else 0."""
-    weight: float = 1.0
-
-    @property
-    def value(self) -> float:
-        return self.score if self.score is not None else float(self.passed)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"label": self.label, "passed": self.passed, "detail": self.detail}
-        if self.score is not None:
-            out["score"] = self.score
-        if self.weight != 1.0:
-            out["weight"] = self.weight
-        return out
-
-
-@dataclass(frozen=True)
-class Observed:
-    """What an assert looks at: the output, and how it was made."""
-
-    output: str
-    completion_tokens: int = 0
-    ttft: float | None = None  # seconds
-    tokens_per_second: float | None = None
-    prompt: str = ""
-    judged: Mapping[str, "Verdict"] = field(default_factory=dict)
-    """The graded asserts' verdicts (by :func:`webui.batch.graded.verdict_key`): what the judge said of this
-    output."""
-    variables: Mapping[str, str] = field(default_factory=dict)
-    """The row's variables (a promptfoo test's vars), which scripts see as ``context.vars``."""
-    description: str = ""
-    """The row's test description (promptfoo's), "" when it has none."""
-    finish_reason: str = ""
-    """Why generation stopped (stop, length, ...); "": not known."""
-    logprobs: Sequence[float] = ()
-    """The chosen tokens' logprobs under the model (perplexity asserts ask the runner for them); (): none."""
-    embeddings: TextEmbeddings | None = None
-    """Vectors of the output (and of it as each assert's transform rewrites it) and of the ``similar`` references,
-    from the run's embedding model; None: no model gives them (``similar`` then scores by trigrams)."""
-    output_value: Any = None
-    """The output as the provider returns it when that is not text (a reply of tool calls: the calls, as
-    promptfoo's openai provider returns them; ``output`` is then their JSON), which python and javascript asserts
-    and transforms get as ``output``; None: the output is the text."""
-
-    tool_calls: tuple[Mapping[str, Any], ...] | None = None
-    """The calls the row's tool loop made, every step's, as OpenAI writes them ({id, type, function: {name,
-    arguments}}), which the call asserts read (webui.batch.tool_checks); None: the row ran no loop (they read the
-    calls its output is)."""
-
-    @property
-    def script_output(self) -> Any:
-        """What a python or javascript assert or a transform gets as ``output``."""
-        return self.output if self.output_value is None else self.output_value
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A judge model's verdict on one output against one rubric."""
-
-    passed: bool
-    score: float
-    reason: str
-    unscored: bool = False
-    """True: no score could be computed (the judge could not answer, answer-relevance had no embeddings): the
-    assert fails whatever its threshold, negated or not."""
-
-
-def row_score(results: list[AssertResult]) -> float | None:
-    """The weighted mean of the asserts' scores (None without asserts, or with no weight at all)."""
-    total = sum(r.weight for r in results)
-    return sum(r.value * r.weight for r in results) / total if results and total > 0 else None
 
 
 @dataclass(frozen=True)
@@ -180,7 +97,7 @@ class Assert:
     threshold: float | None = None
     """For scored kinds: the score that passes (None: the kind's default)."""
     transform: tuple[str, ...] = ()
-    """Code that rewrites the output before the check, in order (webui.batch.transform); the dict form's
+    """Code that rewrites the output before the check, in order (webui.batch.asserts.transform); the dict form's
     ``transform``."""
     metric: str | None = None
     """A promptfoo metric name: the export's namedScores gives each metric its asserts' weighted score."""
@@ -358,6 +275,13 @@ def named_file(spec: Any) -> str | None:
                                    or (kind == "javascript" and js_target(value) is not None)):
         named.insert(0, value)
     return named[0].strip() if named else None
+
+
+def with_transforms(asserts: Sequence[Assert], transforms: Sequence[str]) -> list[Assert]:
+    """``asserts`` with ``transforms`` applied before each one's own."""
+    if not transforms:
+        return list(asserts)
+    return [dataclasses.replace(a, transform=(*transforms, *a.transform)) for a in asserts]
 
 
 def check_all(asserts: list[Assert], output: str, completion_tokens: int) -> list[AssertResult]:

@@ -6,12 +6,12 @@ starts with ``const``/``let``/``var`` declarations returns its last statement), 
 body with ``return``; it is called as ``(output, context, process)``. ``file://checks.js[:functionName]`` is a
 CommonJS file (``module.exports = (output, context) => ...``, or an object of functions, or ``.default``).
 ``context`` is what promptfoo passes: ``{prompt, vars, test, config, ...}``. An assert returns a bool, a score
-or ``{pass, score, reason}`` (read by :func:`webui.batch.python_assert.script_result`); a transform returns the
+or ``{pass, score, reason}`` (read by :func:`webui.batch.asserts.python.script_result`); a transform returns the
 new output. A promise is awaited.
 
 Each call gets a fresh engine with a time limit and a memory limit, and nothing to reach files, the network or
 other modules (``require`` and ``import`` fail with a message saying so; ``console`` output is dropped). An
-error, a timeout or running out of memory is a :class:`~webui.batch.errors.ScriptError` naming the line and the
+error, a timeout or running out of memory is a :class:`~webui.batch.asserts.errors.ScriptError` naming the line and the
 message, which the assert reports as its failure: a script can neither crash nor hang a batch.
 """
 
@@ -25,8 +25,8 @@ from typing import Any, Mapping
 
 import quickjs
 
-from webui.batch.errors import BatchInputError, ScriptError
-from webui.batch.python_assert import PYTHON_TIMEOUT, check_script_options, script_result
+from webui.batch.asserts.errors import BatchInputError, ScriptError
+from webui.batch.asserts.python import PYTHON_TIMEOUT, check_script_options, script_result
 
 JS_TIMEOUT = PYTHON_TIMEOUT  # seconds a javascript assert may take, as a python one
 JS_MEMORY = 128 << 20  # bytes one call's engine may allocate

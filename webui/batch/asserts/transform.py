@@ -1,8 +1,8 @@
 """Transforms: code that rewrites an output before asserts check it (promptfoo's ``transform``).
 
 A transform is inline JavaScript (``output.trim().toLowerCase()``; one line is an expression, several a function
-body with ``return``), a JavaScript file (``file://clean.js[:functionName]``, run by webui.batch.js) or a Python
-file (``file://clean.py[:function]``, default function ``get_transform``, run by webui.batch.python_assert). It is
+body with ``return``), a JavaScript file (``file://clean.js[:functionName]``, run by webui.batch.asserts.js) or a Python
+file (``file://clean.py[:function]``, default function ``get_transform``, run by webui.batch.asserts.python). It is
 called with (output, context) where context is ``{vars, prompt}``, and returns the new output (anything that is
 not text becomes its JSON).
 
@@ -18,13 +18,13 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from webui.batch.errors import BatchInputError, ScriptError
-from webui.batch.suite_files import SuiteFiles
-from webui.batch.js import JS_TIMEOUT, call_javascript, check_javascript
-from webui.batch.python_assert import call_python, python_target
+from webui.batch.asserts.errors import BatchInputError, ScriptError
+from webui.batch.asserts.suite_files import SuiteFiles
+from webui.batch.asserts.js import JS_TIMEOUT, call_javascript, check_javascript
+from webui.batch.asserts.python import call_python, python_target
 
 if TYPE_CHECKING:
-    from webui.batch.asserts import Assert, Observed
+    from webui.batch.asserts.types import Observed
 
 TRANSFORM_TIMEOUT = JS_TIMEOUT  # seconds a transform may take
 
@@ -62,13 +62,6 @@ def resolved(value: Any, files: SuiteFiles) -> Any:
     if isinstance(value, str) and value.strip().startswith("file://"):
         return f"file://{files.path(value.strip().removeprefix('file://'))}"
     return value
-
-
-def with_transforms(asserts: Sequence[Assert], transforms: Sequence[str]) -> list[Assert]:
-    """``asserts`` with ``transforms`` applied before each one's own."""
-    if not transforms:
-        return list(asserts)
-    return [dataclasses.replace(a, transform=(*transforms, *a.transform)) for a in asserts]
 
 
 def transformed(transforms: Sequence[str], seen: Observed) -> Observed:

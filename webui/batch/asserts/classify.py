@@ -25,15 +25,14 @@ from typing import TYPE_CHECKING, Any, Mapping
 from loaders.base import ModelLoadError
 from loaders.text_classifier import TextClassifier, load_text_classifier
 from webui.batch.assert_promptfoo import read_threshold
-from webui.batch.assert_values import ValueForm, _one_line
-from webui.batch.errors import BatchInputError
-from webui.batch.suite_files import SuiteFiles
-from webui.batch.graded import verdict_key
-from webui.batch.outcome import Outcome
+from webui.batch.asserts.values import ValueForm, _one_line
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.suite_files import SuiteFiles
+from webui.batch.asserts.graded import verdict_key
+from webui.batch.asserts.types import Outcome
 
 if TYPE_CHECKING:
-    from webui.batch.assert_kinds import AssertKind
-    from webui.batch.asserts import Assert, Observed
+    from webui.batch.asserts.types import AssertData, KindData, Observed
 
 CLASSIFIER = "classifier"
 WRITTEN = "toxic by ORG/MODEL"
@@ -100,13 +99,13 @@ class ClassifierValue(ValueForm):
     options = frozenset({"provider"})
     keys = ("provider",)
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise BatchInputError(f"classifier: the value is a label of the model (a text) or left out, got "
                                   f"{value!r}")
         return value, {**options, "provider": provider_id(options.get("provider"))}
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         """``LABEL by ORG/MODEL``, or ``by ORG/MODEL`` (the top label)."""
         label, by, name = ("", "by ", text[3:]) if text.startswith("by ") else text.rpartition(" by ")
         if not by or not name.strip():
@@ -114,14 +113,14 @@ class ClassifierValue(ValueForm):
                                   f"classifier:by ORG/MODEL for the top label), or the object form: {EXAMPLE}")
         return (label.strip() or None), {"provider": PREFIX + name.strip().removeprefix(PREFIX)}
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         return (None if value == "" else value), {"provider": given.get("provider")}
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         label = "" if item.value is None else _one_line(str(item.value)) + " "
         return f"{label}by {model_name(item.options['provider'])}"
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         return {**({} if item.value is None else {"value": item.value}), "provider": item.options["provider"]}
 
 
@@ -148,7 +147,7 @@ def classification_grade(probabilities: Mapping[str, float], label: str | None, 
     return score >= THRESHOLD, score, f"{said}; labels by {source}: {shown}"
 
 
-def check(a: Assert, seen: Observed) -> Outcome:
+def check(a: AssertData, seen: Observed) -> Outcome:
     """A classifier assert's outcome: the verdict the runner got from its model, held against the threshold."""
     verdict = seen.judged.get(verdict_key(a))
     if verdict is None:
@@ -175,7 +174,7 @@ class Classifiers:
                 self._loaded[folder] = load_text_classifier(folder)
             return self._loaded[folder]
 
-    def grade(self, item: Assert, text: str) -> tuple[bool, float, str, bool]:
+    def grade(self, item: AssertData, text: str) -> tuple[bool, float, str, bool]:
         """(passed at the default threshold, score, reason, unscored) of a classifier assert on ``text``; a
         model that cannot be loaded gives an unscored verdict saying why."""
         provider = item.options["provider"]

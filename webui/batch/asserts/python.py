@@ -4,7 +4,7 @@ a separate Python process with a time limit.
 promptfoo's convention: a file's ``get_assert(output, context)`` (``get_transform`` for a transform) returns a
 bool, a score in [0, 1], or ``{"pass", "score", "reason"}``; inline code is an expression (``output.lower()
 .startswith('x')``) or a multi-line function body with ``return``, run as ``main(output, context)``. What the
-javascript kind (webui.batch.js) shares with this one lives here too: how a script's result becomes an outcome
+javascript kind (webui.batch.asserts.js) shares with this one lives here too: how a script's result becomes an outcome
 (:func:`script_result`) and the options both take (:func:`check_script_options`).
 """
 
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from webui.batch.errors import BatchInputError, ScriptError
+from webui.batch.asserts.errors import BatchInputError, ScriptError
 
 PYTHON_TIMEOUT = 10.0  # seconds a python assert may take
 INLINE_NAME = "inline python"

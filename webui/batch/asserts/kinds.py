@@ -1,7 +1,7 @@
 """The assert kinds: one :class:`AssertKind` each, in one table, :data:`ASSERT_KINDS`.
 
 A kind's spec says what its value is (a
-:class:`~webui.batch.assert_values.ValueForm`: a text, a pattern, a number, a
+:class:`~webui.batch.asserts.values.ValueForm`: a text, a pattern, a number, a
 list of texts, an optional JSON schema, a length, a Python or JavaScript script, reference texts,
 checked JSON, a word count or range, nothing), how it checks
 an output, whether it scores (a score in [0, 1] held against a threshold) and
@@ -25,20 +25,20 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from webui.batch import assert_promptfoo as pf
-from webui.batch import classify, meteor, output_checks, text_metrics, tool_checks
-from webui.batch.assert_values import (
+from webui.batch.asserts import classify, meteor, output_checks, text_metrics, tool_checks
+from webui.batch.asserts.values import (
     CODE, EQUALS, JS_CODE, JS_PATTERN, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, REGEX_SECONDS,
     SCHEMA, TEXT, WORD_COUNT, JsonValue, ValueForm, compiled, excerpt, same_json, schema_problem,
 )
-from webui.batch.graded import GRADED, GRADED_VALUE, REFUSED, promptfoo_graded, verdict_key
-from webui.batch.js import JS_TIMEOUT, run_javascript
-from webui.batch.outcome import Outcome
-from webui.batch.suite_files import SuiteFiles
-from webui.batch.python_assert import PYTHON_TIMEOUT, run_python
-from webui.batch.xml_checks import xml_inside, xml_problem
+from webui.batch.asserts.graded import GRADED, GRADED_VALUE, REFUSED, promptfoo_graded, verdict_key
+from webui.batch.asserts.js import JS_TIMEOUT, run_javascript
+from webui.batch.asserts.types import Outcome
+from webui.batch.asserts.suite_files import SuiteFiles
+from webui.batch.asserts.python import PYTHON_TIMEOUT, run_python
+from webui.batch.asserts.xml_checks import xml_inside, xml_problem
 
 if TYPE_CHECKING:
-    from webui.batch.asserts import Assert, Observed
+    from webui.batch.asserts.types import AssertData, Observed
 
 SIMILAR_THRESHOLD = 0.75
 LEVENSHTEIN_THRESHOLD = 5  # promptfoo's default largest edit distance
@@ -57,7 +57,7 @@ class AssertKind:
 
     name: str
     value: ValueForm
-    check: Callable[[Assert, Observed], Outcome]
+    check: Callable[[AssertData, Observed], Outcome]
     """(the assert, what was observed) -> the outcome, before the threshold and ``not-``."""
     example: str = ""
     """A value, as written after ``kind:``, for error messages (``e.g. contains:Paris``)."""
@@ -71,7 +71,7 @@ class AssertKind:
     """Whether it gives a score in [0, 1] that a threshold decides (its detail is shown even when it passes)."""
     threshold: float = 0.5
     """The score that passes when the assert gives none."""
-    negated_why: Callable[[Assert, Observed], str] | None = None
+    negated_why: Callable[[AssertData, Observed], str] | None = None
     """Why ``not-<kind>`` failed; None: "the output passes <kind>:<value>"."""
     promptfoo: Callable[[Mapping[str, Any], SuiteFiles], dict[str, Any]] | None = pf.read_value
     """promptfoo's assert (a dict; ``file://`` paths relative to the folder) -> the dict form's fields besides
@@ -84,13 +84,13 @@ class AssertKind:
     """Why the kind cannot run here (an assert of it is a BatchInputError saying so); "": it can."""
     needs_logprobs: bool = False
     """Whether its check reads the output's token logprobs (the runner then asks the engine for them)."""
-    promptfoo_check: Callable[[Assert, Observed], Outcome] | None = None
+    promptfoo_check: Callable[[AssertData, Observed], Outcome] | None = None
     """promptfoo 0.115's check where it differs from ours, for asserts read from a promptfoo file
     (webui.batch.assert_promptfoo); None: the same check."""
     promptfoo_form: ValueForm | None = None
     """How such an assert's value is held where it differs (regex: a JavaScript RegExp); None: as ``value``."""
 
-    def check_of(self, dialect: str) -> Callable[[Assert, Observed], Outcome]:
+    def check_of(self, dialect: str) -> Callable[[AssertData, Observed], Outcome]:
         return self.promptfoo_check if dialect == pf.DIALECT and self.promptfoo_check else self.check
 
     def form_of(self, dialect: str) -> ValueForm:
@@ -100,20 +100,20 @@ class AssertKind:
 # -- checks -------------------------------------------------------------------------------------------
 
 
-def _contains(a: Assert, seen: Observed) -> Outcome:
+def _contains(a: AssertData, seen: Observed) -> Outcome:
     return Outcome(str(a.value) in seen.output, f"output does not contain '{a.value}'")
 
 
-def _contains_at(a: Assert, seen: Observed) -> str:
+def _contains_at(a: AssertData, seen: Observed) -> str:
     return f"output contains '{a.value}' (at character {seen.output.find(str(a.value))})"
 
 
-def _icontains(a: Assert, seen: Observed) -> Outcome:
+def _icontains(a: AssertData, seen: Observed) -> Outcome:
     return Outcome(str(a.value).casefold() in seen.output.casefold(),
                    f"output does not contain '{a.value}' (ignoring case)")
 
 
-def _equals(a: Assert, seen: Observed) -> Outcome:
+def _equals(a: AssertData, seen: Observed) -> Outcome:
     out = seen.output.strip()
     if a.options.get("json"):  # an object or list value: the output as JSON, deeply equal to it
         try:
@@ -123,13 +123,13 @@ def _equals(a: Assert, seen: Observed) -> Outcome:
     return Outcome(out == a.value, f"output is '{excerpt(out)}', expected '{a.value}'")
 
 
-def _starts_with(a: Assert, seen: Observed) -> Outcome:
+def _starts_with(a: AssertData, seen: Observed) -> Outcome:
     start = seen.output.lstrip()
     return Outcome(start.startswith(str(a.value)),
                    f"output starts with '{excerpt(start, len(str(a.value)) + 20)}', expected '{a.value}'")
 
 
-def _regex(a: Assert, seen: Observed) -> Outcome:
+def _regex(a: AssertData, seen: Observed) -> Outcome:
     try:
         found = compiled(str(a.value)).search(seen.output, timeout=REGEX_SECONDS, concurrent=True)
     except TimeoutError:
@@ -138,9 +138,9 @@ def _regex(a: Assert, seen: Observed) -> Outcome:
     return Outcome(found is not None, f"output does not match the regex {a.value}")
 
 
-def _contains_list(every: bool, fold: bool) -> Callable[[Assert, Observed], Outcome]:
+def _contains_list(every: bool, fold: bool) -> Callable[[AssertData, Observed], Outcome]:
     """The check of a list kind: ``every`` text (else any) must be in the output, ``fold``: ignoring case."""
-    def check(a: Assert, seen: Observed) -> Outcome:
+    def check(a: AssertData, seen: Observed) -> Outcome:
         texts, out = list(a.value), seen.output
         found = [t for t in texts if (t.casefold() in out.casefold() if fold else t in out)]
         if not every:
@@ -154,7 +154,7 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _is_json(a: Assert, seen: Observed) -> Outcome:
+def _is_json(a: AssertData, seen: Observed) -> Outcome:
     try:
         data = json.loads(seen.output.strip(), parse_constant=_not_json)  # NaN, Infinity: Python's, not JSON
     except json.JSONDecodeError as exc:
@@ -178,10 +178,10 @@ def _json_objects(text: str) -> list[Any]:
     return found
 
 
-def _contains_json(objects: Callable[[str], list[Any]]) -> Callable[[Assert, Observed], Outcome]:
+def _contains_json(objects: Callable[[str], list[Any]]) -> Callable[[AssertData, Observed], Outcome]:
     """contains-json: some JSON object that ``objects`` finds in the output (ours: strict JSON; promptfoo's:
     webui.batch.assert_promptfoo.json_objects) matches the schema when one is given."""
-    def check(a: Assert, seen: Observed) -> Outcome:
+    def check(a: AssertData, seen: Observed) -> Outcome:
         found = objects(seen.output)
         if not found:
             return Outcome(False, "output contains no valid JSON object")
@@ -192,7 +192,7 @@ def _contains_json(objects: Callable[[str], list[Any]]) -> Callable[[Assert, Obs
     return check
 
 
-def _word_count(a: Assert, seen: Observed) -> Outcome:
+def _word_count(a: AssertData, seen: Observed) -> Outcome:
     """promptfoo's word-count: exactly that many words (runs of non-space), or between a min and a max (both
     included; either may be open)."""
     words = len(seen.output.split())
@@ -206,19 +206,19 @@ def _word_count(a: Assert, seen: Observed) -> Outcome:
     return Outcome(words <= high, f"output has {words} words, more than {high:g}")
 
 
-def _references(a: Assert) -> list[str]:
+def _references(a: AssertData) -> list[str]:
     return [a.value] if isinstance(a.value, str) else list(a.value)
 
 
-def _levenshtein(a: Assert, seen: Observed) -> Outcome:
+def _levenshtein(a: AssertData, seen: Observed) -> Outcome:
     """promptfoo's levenshtein: the edit distance to the value is at most the threshold (default 5)."""
     distance, limit = text_metrics.levenshtein(seen.output, str(a.value)), a.pass_at
     return Outcome(distance <= limit, f"edit distance {distance} from the value, more than {limit:g}")
 
 
-def _reference_metric(name: str, metric: Callable[[str, list[str]], float]) -> Callable[[Assert, Observed], Outcome]:
+def _reference_metric(name: str, metric: Callable[[str, list[str]], float]) -> Callable[[AssertData, Observed], Outcome]:
     """A scored check: ``metric(output, references)`` held against the threshold (promptfoo: score >= threshold)."""
-    def check(a: Assert, seen: Observed) -> Outcome:
+    def check(a: AssertData, seen: Observed) -> Outcome:
         if not seen.output:
             return Outcome(False, f"{name} of an empty output", 0.0, True)
         return Outcome(True, f"{name} against the reference{'s' if len(_references(a)) > 1 else ''}",
@@ -230,9 +230,9 @@ def _rouge(output: str, references: list[str]) -> float:
     return text_metrics.rouge_n(output, references[0]) if output.strip() else 0.0
 
 
-def _sql(inside: bool) -> Callable[[Assert, Observed], Outcome]:
+def _sql(inside: bool) -> Callable[[AssertData, Observed], Outcome]:
     """is-sql (the whole output) or contains-sql (a ```sql block in it, else the whole output)."""
-    def check(a: Assert, seen: Observed) -> Outcome:
+    def check(a: AssertData, seen: Observed) -> Outcome:
         options = {} if a.value is None else json.loads(str(a.value))
         why = output_checks.sql_problem(output_checks.sql_in(seen.output) if inside else seen.output,
                                         options.get("databaseType", "MySQL"), options.get("allowedTables"),
@@ -241,22 +241,22 @@ def _sql(inside: bool) -> Callable[[Assert, Observed], Outcome]:
     return check
 
 
-def _is_html(a: Assert, seen: Observed) -> Outcome:
+def _is_html(a: AssertData, seen: Observed) -> Outcome:
     why = output_checks.html_problem(seen.output)
     return Outcome(not why, why)
 
 
-def _contains_html(a: Assert, seen: Observed) -> Outcome:
+def _contains_html(a: AssertData, seen: Observed) -> Outcome:
     return Outcome(output_checks.has_html(seen.output), "output does not contain HTML")
 
 
-def _is_refusal(a: Assert, seen: Observed) -> Outcome:
+def _is_refusal(a: AssertData, seen: Observed) -> Outcome:
     if not seen.output.strip():  # promptfoo: passes, with score 0 (no answer is taken as a refusal)
         return Outcome(True, "the output is empty, taken as a refusal", 0.0)
     return Outcome(output_checks.is_refusal(seen.output), "output is not a refusal")
 
 
-def _finish_reason(a: Assert, seen: Observed) -> Outcome:
+def _finish_reason(a: AssertData, seen: Observed) -> Outcome:
     """promptfoo's finish-reason: the reason generation stopped, compared ignoring case."""
     if not seen.finish_reason:
         return Outcome(False, "this row has no finish reason recorded")
@@ -264,10 +264,10 @@ def _finish_reason(a: Assert, seen: Observed) -> Outcome:
                    f"finish reason is '{seen.finish_reason}', expected '{a.value}'")
 
 
-def _call(tools: bool) -> Callable[[Assert, Observed], Outcome]:
+def _call(tools: bool) -> Callable[[AssertData, Observed], Outcome]:
     """is-valid-openai-tools-call / -function-call: the output is the JSON of the call(s), valid against the
     value's tools (functions); on a row that ran the tool loop, every call it made is."""
-    def check(a: Assert, seen: Observed) -> Outcome:
+    def check(a: AssertData, seen: Observed) -> Outcome:
         if seen.tool_calls is not None:
             why = tool_checks.loop_calls_problem(seen.tool_calls, json.loads(str(a.value)), tools)
             return Outcome(not why, why)
@@ -282,17 +282,17 @@ def _call(tools: bool) -> Callable[[Assert, Observed], Outcome]:
     return check
 
 
-def _refused(a: Assert, seen: Observed) -> Outcome:
+def _refused(a: AssertData, seen: Observed) -> Outcome:
     """The check of a kind that cannot run here (never reached: such an assert is not made)."""
-    return Outcome(False, a.spec.refused)
+    return Outcome(False, ASSERT_KINDS[a.kind].refused)
 
 
-def _no_logprobs(a: Assert) -> Outcome:
+def _no_logprobs(a: AssertData) -> Outcome:
     return Outcome(False, f"{a.kind}: this row has no token logprobs (rows from the response cache or from before "
                           "logprobs were kept have none)", 0.0)
 
 
-def _perplexity(a: Assert, seen: Observed) -> Outcome:
+def _perplexity(a: AssertData, seen: Observed) -> Outcome:
     """promptfoo's perplexity: exp(-mean token logprob) at most the threshold (no threshold: always passes)."""
     if not seen.logprobs:
         return _no_logprobs(a)
@@ -300,19 +300,19 @@ def _perplexity(a: Assert, seen: Observed) -> Outcome:
     return Outcome(not a.pass_at or value <= a.pass_at, f"perplexity {value:.2f}, more than {a.pass_at:g}")
 
 
-def _perplexity_score(a: Assert, seen: Observed) -> Outcome:
+def _perplexity_score(a: AssertData, seen: Observed) -> Outcome:
     """promptfoo's perplexity-score: 1 / (1 + perplexity), held against the threshold (default 0: passes)."""
     if not seen.logprobs:
         return _no_logprobs(a)
     return Outcome(True, "1 / (1 + perplexity)", 1 / (1 + text_metrics.perplexity(seen.logprobs)), True)
 
 
-def _is_xml(a: Assert, seen: Observed) -> Outcome:
+def _is_xml(a: AssertData, seen: Observed) -> Outcome:
     why = xml_problem(seen.output, a.value)
     return Outcome(not why, why)
 
 
-def _contains_xml(a: Assert, seen: Observed) -> Outcome:
+def _contains_xml(a: AssertData, seen: Observed) -> Outcome:
     candidates = xml_inside(seen.output)
     whys = [xml_problem(text, a.value) for text in candidates]
     if any(not why for why in whys):
@@ -320,13 +320,13 @@ def _contains_xml(a: Assert, seen: Observed) -> Outcome:
     return Outcome(False, f"no XML element in the output passes: {whys[0]}" if whys else "output contains no XML")
 
 
-def _max_length(a: Assert, seen: Observed) -> Outcome:
+def _max_length(a: AssertData, seen: Observed) -> Outcome:
     tokens = a.options.get("unit") == "tokens"
     size, what = (seen.completion_tokens, "tokens") if tokens else (len(seen.output), "characters")
     return Outcome(size <= int(a.value), f"output has {size} {what}, more than {a.value}")
 
 
-def _similar(a: Assert, seen: Observed) -> Outcome:
+def _similar(a: AssertData, seen: Observed) -> Outcome:
     """The cosine of the output's and the reference's embeddings when the runner computed them, else of their
     trigram counts; the detail names which."""
     reference, vectors = str(a.value), seen.embeddings
@@ -338,7 +338,7 @@ def _similar(a: Assert, seen: Observed) -> Outcome:
     return Outcome(True, why, similarity(seen.output, reference), True)
 
 
-def script_context(a: Assert, seen: Observed) -> dict[str, Any]:
+def script_context(a: AssertData, seen: Observed) -> dict[str, Any]:
     """The ``context`` a python or javascript assert gets, as promptfoo passes it (prompt, vars, test, config),
     and the row's token count and timing."""
     test = {"vars": dict(seen.variables), **({"description": seen.description} if seen.description else {})}
@@ -347,19 +347,19 @@ def script_context(a: Assert, seen: Observed) -> dict[str, Any]:
             "ttft": seen.ttft, "tokens_per_second": seen.tokens_per_second}
 
 
-def _python(a: Assert, seen: Observed) -> Outcome:
+def _python(a: AssertData, seen: Observed) -> Outcome:
     timeout = float(a.options.get("timeout", PYTHON_TIMEOUT))
     return _scored_as_promptfoo(a, Outcome(*run_python(str(a.value), timeout, seen.script_output,
                                                        script_context(a, seen))))
 
 
-def _javascript(a: Assert, seen: Observed) -> Outcome:
+def _javascript(a: AssertData, seen: Observed) -> Outcome:
     timeout = float(a.options.get("timeout", JS_TIMEOUT))
     return _scored_as_promptfoo(a, Outcome(*run_javascript(str(a.value), timeout, seen.script_output,
                                                            script_context(a, seen))))
 
 
-def _scored_as_promptfoo(a: Assert, outcome: Outcome) -> Outcome:
+def _scored_as_promptfoo(a: AssertData, outcome: Outcome) -> Outcome:
     """A script's outcome as promptfoo reads it: a bare score passes above 0, or at the threshold when one is set;
     a threshold also fails a {pass, score} result whose score is below it."""
     if outcome.by_score and a.threshold is None and outcome.score is not None:
@@ -371,7 +371,7 @@ def _scored_as_promptfoo(a: Assert, outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _graded(a: Assert, seen: Observed) -> Outcome:
+def _graded(a: AssertData, seen: Observed) -> Outcome:
     """A model-graded kind: the judge's verdict (the runner asks it, webui.batch.judge)."""
     verdict = seen.judged.get(verdict_key(a))
     if verdict is None:
@@ -391,11 +391,11 @@ def _refused_graded(name: str) -> AssertKind:
     return AssertKind(name, NONE, _refused, "", refused=REFUSED[name])
 
 
-def _untimed(a: Assert) -> Outcome:
+def _untimed(a: AssertData) -> Outcome:
     return Outcome(False, f"{a.kind}: this row has no timing recorded")
 
 
-def _latency(a: Assert, seen: Observed) -> Outcome:
+def _latency(a: AssertData, seen: Observed) -> Outcome:
     if seen.ttft is None or not seen.tokens_per_second:
         return _untimed(a)
     ms = (seen.ttft + seen.completion_tokens / float(seen.tokens_per_second)) * 1000
@@ -403,19 +403,19 @@ def _latency(a: Assert, seen: Observed) -> Outcome:
     return Outcome(ms <= limit, f"took {ms:.0f} ms, more than {limit:g} ms")
 
 
-def _cost(a: Assert, seen: Observed) -> Outcome:
+def _cost(a: AssertData, seen: Observed) -> Outcome:
     """promptfoo's cost: a local model costs nothing, so the output always costs 0 and passes any limit."""
     return Outcome(True, "cost 0 (a local model is not billed)")
 
 
-def _ttft(a: Assert, seen: Observed) -> Outcome:
+def _ttft(a: AssertData, seen: Observed) -> Outcome:
     if seen.ttft is None:
         return _untimed(a)
     limit, ms = float(a.value), seen.ttft * 1000
     return Outcome(ms <= limit, f"first token after {ms:.0f} ms, more than {limit:g} ms")
 
 
-def _tokens_per_second(a: Assert, seen: Observed) -> Outcome:
+def _tokens_per_second(a: AssertData, seen: Observed) -> Outcome:
     if seen.ttft is None or not seen.tokens_per_second:
         return _untimed(a)
     limit, tps = float(a.value), float(seen.tokens_per_second)

@@ -26,7 +26,7 @@ answer-relevance asks the judge for questions the output could answer (its one
 step), then compares them by embeddings with the query (the ``query`` var, else
 the prompt): its :attr:`GradedKind.scored` gets the run's embedding model (the
 runner's), and without one the assert fails saying so. classifier asks no judge: a text-classification
-model named with the assert scores the output (webui.batch.classify; its entry here has no steps). Any use of
+model named with the assert scores the output (webui.batch.asserts.classify; its entry here has no steps). Any use of
 ``contextTransform`` is refused by name.
 """
 
@@ -37,13 +37,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, NamedTuple
 
-from webui.batch.assert_values import ValueForm, _needed, _needed_in_dict, _one_line
-from webui.batch.errors import BatchInputError
-from webui.batch.suite_files import SuiteFiles
+from webui.batch.asserts.values import ValueForm, _needed, _needed_in_dict, _one_line
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.suite_files import SuiteFiles
 
 if TYPE_CHECKING:
-    from webui.batch.assert_kinds import AssertKind
-    from webui.batch.asserts import Assert
+    from webui.batch.asserts.types import AssertData, KindData
     from webui.embeddings import TextEmbeddings
 
 Embed = Callable[[list[str]], Awaitable["TextEmbeddings | None"]]
@@ -489,7 +488,7 @@ class GradedValue(ValueForm):
     options = frozenset({"rubricPrompt", "factuality"})
     keys = ("rubricPrompt", "contextTransform", "factuality")
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if "rubricPrompt" in options:
             options = {**options, "rubricPrompt": custom_prompts(options["rubricPrompt"], kind.name)}
         if "factuality" in options:
@@ -508,10 +507,10 @@ class GradedValue(ValueForm):
             return tuple(value), options
         return super().hold(kind, value, options)
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         return (_needed(kind, text) if GRADED[kind.name].example else text or None), {}
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         if given.get("contextTransform") is not None:
             raise BatchInputError(f"{kind.name}: {CONTEXT_TRANSFORM_REFUSED}")
         options = {key: given[key] for key in ("rubricPrompt", "factuality") if given.get(key) is not None}
@@ -522,12 +521,12 @@ class GradedValue(ValueForm):
             return value, options
         return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), options
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         if isinstance(item.value, tuple):
             return json.dumps(list(item.value), ensure_ascii=False)
         return None if item.value is None else _one_line(str(item.value))
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         value = {} if item.value is None else {"value": list(item.value) if isinstance(item.value, tuple) else
                                                item.value}
         custom = item.options.get("rubricPrompt")
@@ -570,7 +569,7 @@ def _file_text(given: Any, files: SuiteFiles) -> Any:
         raise BatchInputError(f"cannot read the rubricPrompt file {path}: {exc.strerror or exc}") from None
 
 
-def verdict_key(item: Assert) -> str:
+def verdict_key(item: AssertData) -> str:
     """The key of an assert's verdict in ``Observed.judged``: an llm-rubric with the run's judge prompt is keyed
     by its rubric, any other by its kind, value and custom prompt."""
     custom, scores = item.options.get("rubricPrompt"), item.options.get("factuality")
@@ -581,6 +580,6 @@ def verdict_key(item: Assert) -> str:
     return json.dumps([item.kind, item.value, list(custom or ()), *([scores] if scores else [])], ensure_ascii=False)
 
 
-def missing_vars(item: Assert, variables: Mapping[str, str]) -> list[str]:
+def missing_vars(item: AssertData, variables: Mapping[str, str]) -> list[str]:
     """The test vars a graded assert needs that ``variables`` lacks."""
     return [name for name in GRADED[item.kind].needs if not str(variables.get(name, "")).strip()]

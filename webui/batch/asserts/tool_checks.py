@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from webui.batch.assert_values import ValueForm, excerpt, schema_problem, schema_validator
-from webui.batch.errors import BatchInputError
-from webui.batch.outcome import Outcome
-from webui.batch.output_checks import function_call_problem, tools_call_problem
+from webui.batch.asserts.values import ValueForm, excerpt, schema_problem, schema_validator
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.types import Outcome
+from webui.batch.asserts.output_checks import function_call_problem, tools_call_problem
 
 if TYPE_CHECKING:
-    from webui.batch.assert_kinds import AssertKind
-    from webui.batch.asserts import Assert, Observed
+    from webui.batch.asserts.types import AssertData, KindData, Observed
 
 F1_THRESHOLD = 1.0
 """promptfoo's default for tool-call-f1: exactly the expected tools."""
@@ -74,7 +73,7 @@ def loop_calls_problem(calls: Sequence[Mapping[str, Any]], given: Any, tools: bo
     return next((why for why in (function_call_problem(c.get("function"), given) for c in calls) if why), "")
 
 
-def tool_call_f1(a: Assert, seen: Observed) -> Outcome:
+def tool_call_f1(a: AssertData, seen: Observed) -> Outcome:
     expected = set(a.value)
     called = {name for name in map(call_name, seen_calls(seen)) if name}
     both = len(expected & called)
@@ -86,7 +85,7 @@ def tool_call_f1(a: Assert, seen: Observed) -> Outcome:
     return Outcome(True, why, f1, True)
 
 
-def called_tool(a: Assert, seen: Observed) -> Outcome:
+def called_tool(a: AssertData, seen: Observed) -> Outcome:
     wanted = json.loads(str(a.value))
     name, schema = wanted["name"], wanted.get("arguments")
     calls = seen_calls(seen)
@@ -124,7 +123,7 @@ class CalledToolValue(ValueForm):
 
     name = "called tool"
 
-    def hold(self, kind: AssertKind, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         example = f'{kind.name}:get_weather or {kind.name}:{kind.example}'
         if not isinstance(value, str) or not value.strip():
             raise BatchInputError(f"{kind.name} needs a tool name, or {{name, arguments: schema}}, e.g. {example}; "
@@ -146,18 +145,18 @@ class CalledToolValue(ValueForm):
                                       f"{str(exc).removeprefix('is-json: ')}") from None
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")), options
 
-    def read(self, kind: AssertKind, text: str) -> tuple[Any, dict[str, Any]]:
+    def read(self, kind: KindData, text: str) -> tuple[Any, dict[str, Any]]:
         return text, {}
 
-    def read_dict(self, kind: AssertKind, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def read_dict(self, kind: KindData, value: Any, given: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         return (value if isinstance(value, str) or value is None
                 else json.dumps(value, ensure_ascii=False)), {}
 
-    def write(self, item: Assert) -> str | None:
+    def write(self, item: AssertData) -> str | None:
         data = json.loads(str(item.value))
         return data["name"] if set(data) == {"name"} else str(item.value)
 
-    def write_dict(self, item: Assert) -> dict[str, Any]:
+    def write_dict(self, item: AssertData) -> dict[str, Any]:
         data = json.loads(str(item.value))
         return {"value": data["name"] if set(data) == {"name"} else data}
 
