@@ -133,7 +133,7 @@ def test_the_requests_listed_become_batch_prompts_as_the_model_saw_them(services
 
 
 def test_the_requests_listed_become_a_promptfoo_suite_file(services, tmp_path):
-    from webui.batch.promptfoo import load_config
+    from webui.batch.promptfoo.reader import load_config
 
     services.requests.add(kept(1, text="Name a colour."))
     services.requests.add(kept(2, status=400))

@@ -25,7 +25,7 @@ from tests.e2e.promptfoo_cli import promptfoo, promptfoo_eval
 from webui import bootstrap
 from webui.batch.asserts.types import AssertResult, Observed, row_score
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.promptfoo import read_config, supported
+from webui.batch.promptfoo.reader import read_config, supported
 from webui.batch.results import asserts_pass
 
 pytestmark = pytest.mark.node

@@ -13,8 +13,8 @@ from tests.engine.scripted import ScriptedModel, loader_of
 from tests.engine.test_batch_runner import run
 from webui.batch import GridSpec
 from webui.batch.export import CSV_COLUMNS, from_csv, from_jsonl, to_csv, to_jsonl
-from webui.batch.promptfoo import read_suite
-from webui.batch.promptfoo_export import to_promptfoo
+from webui.batch.promptfoo.reader import read_suite
+from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.results import ResultRow, summarize
 from webui.batch.runner import BatchJob
 from webui.chat.tool_loop import MAX_STEPS

@@ -14,7 +14,7 @@ from webui.batch import GridSpec, parse_lines
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert
 from webui.batch.asserts.classify import folder_names
-from webui.batch.promptfoo import read_config
+from webui.batch.promptfoo.reader import read_config
 from webui.batch.runner import BatchJob
 
 PROVIDER = "huggingface:text-classification:acme/tiny-toxic"
@@ -172,7 +172,7 @@ def test_a_promptfoo_suite_with_classifier_asserts_runs(services, classifier_dir
 
 
 def test_a_tests_options_provider_is_the_model_of_its_classifier_asserts_without_their_own(tmp_path):
-    from webui.batch.promptfoo import read_suite
+    from webui.batch.promptfoo.reader import read_suite
 
     suite = read_suite("prompts: [hi]\n"
                        "defaultTest:\n  options: {provider: 'huggingface:text-classification:org/a'}\n"
@@ -191,7 +191,7 @@ def test_a_tests_options_provider_is_the_model_of_its_classifier_asserts_without
 
 
 def test_the_batch_tabs_jsonl_takes_a_classifier_and_the_export_writes_it_as_promptfoo(tmp_path):
-    from webui.batch.promptfoo_export import promptfoo_assertion
+    from webui.batch.promptfoo.export import promptfoo_assertion
     from webui.batch.prompts import load_prompts_text
 
     given = cls(value="toxic", threshold=0.5)

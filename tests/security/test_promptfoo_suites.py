@@ -15,7 +15,7 @@ import pytest
 from webui.batch import load_prompts_text
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert, parse_asserts
-from webui.batch.promptfoo import read_suite
+from webui.batch.promptfoo.reader import read_suite
 from webui.batch.asserts.suite_files import SuiteFiles
 
 SURFACE = "promptfoo suites"
@@ -144,7 +144,7 @@ TEMPLATES = {
 
 @pytest.mark.parametrize("template, said", TEMPLATES.values(), ids=TEMPLATES.keys())
 def test_hostile_nunjucks_is_stopped_with_a_message(template, said, upload, monkeypatch):
-    monkeypatch.setattr("webui.batch.nunjucks.RENDER_SECONDS", 1.0)
+    monkeypatch.setattr("webui.batch.promptfoo.nunjucks.RENDER_SECONDS", 1.0)
     started = time.monotonic()
     with pytest.raises(BatchInputError, match=said):
         read_suite(f"prompts: [{json.dumps(template)}]\ntests: [{{vars: {{q: hi}}}}]\n", upload)

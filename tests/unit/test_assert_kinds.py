@@ -12,13 +12,14 @@ from tests.conftest import ROOT
 from webui.batch.asserts.assertion import Assert, assert_label, parse_assert
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.kinds import ASSERT_KINDS, AssertKind, kinds_help
-from webui.batch.assert_promptfoo import DIALECT
+from webui.batch.promptfoo.dialect import DIALECT
+from webui.batch.promptfoo.kinds import PROMPTFOO_KINDS, PromptfooKind
 from webui.batch.asserts.values import NONE, NUMBER, TEXT
 from webui.batch.asserts.types import Observed
 from webui.batch.asserts.types import Outcome
 from webui.batch.cli import build_parser
 from webui.batch.prompts import load_prompts_text
-from webui.batch.promptfoo import read_config, supported
+from webui.batch.promptfoo.reader import read_config, supported
 
 
 @pytest.fixture
@@ -107,7 +108,8 @@ def _shortness(a, seen: Observed) -> Outcome:
 def test_a_kind_added_to_the_table_alone_works_everywhere(monkeypatch, tmp_path):
     monkeypatch.setitem(ASSERT_KINDS, "ends-with", AssertKind("ends-with", TEXT, _ends_with, "Paris."))
     monkeypatch.setitem(ASSERT_KINDS, "short", AssertKind("short", NUMBER, _shortness, "5", unit="words",
-                                                          scored=True, threshold=0.8, promptfoo=None))
+                                                          scored=True, threshold=0.8))
+    monkeypatch.setitem(PROMPTFOO_KINDS, "short", PromptfooKind(read=None))
     item = parse_assert("ends-with:Paris.")
     assert parse_assert(item.to_dict()) == item == parse_assert({"type": "ends-with", "value": "Paris."})
     assert item.check("It is Paris.").passed

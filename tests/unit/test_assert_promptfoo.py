@@ -1,4 +1,4 @@
-"""Asserts read from a promptfoo file are checked as promptfoo 0.115 checks them (webui/batch/assert_promptfoo.py);
+"""Asserts read from a promptfoo file are checked as promptfoo 0.115 checks them (webui/batch/promptfoo/dialect.py);
 the Batch tab's own asserts keep ours. The agreement with promptfoo itself is tests/e2e/test_promptfoo_agreement.py;
 these pin each difference from both sides, and that the dialect survives storing and re-reading a row."""
 
@@ -11,11 +11,11 @@ import pytest
 
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert
-from webui.batch.assert_promptfoo import DIALECT, json_objects
+from webui.batch.promptfoo.dialect import DIALECT, json_objects
 from webui.batch.asserts.errors import ScriptError
 from webui.batch.asserts.js_regex import js_regex_test
-from webui.batch.promptfoo import read_config
-from webui.batch.promptfoo_export import promptfoo_assertion
+from webui.batch.promptfoo.reader import read_config
+from webui.batch.promptfoo.export import promptfoo_assertion
 from webui.batch.prompts import PromptRow
 
 
@@ -104,6 +104,6 @@ def test_a_check_that_cannot_judge_fails_negated_or_not(monkeypatch):
     def stopped(pattern: str, text: str) -> bool:
         raise ScriptError(f"regex {pattern} took more than 5 s on this output and was stopped")
 
-    monkeypatch.setattr("webui.batch.assert_promptfoo.js_regex_test", stopped)
+    monkeypatch.setattr("webui.batch.promptfoo.dialect.js_regex_test", stopped)
     result = parse_assert({"type": "not-regex", "value": "^(a+)+$", "dialect": DIALECT}).check("aaab")
     assert not result.passed and "was stopped" in result.detail

@@ -11,7 +11,7 @@ import pytest
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert
 from webui.batch.asserts.types import Observed
-from webui.batch.promptfoo import read_config
+from webui.batch.promptfoo.reader import read_config
 from webui.batch.asserts.rouge_tokens import sentences, treebank_tokens
 from webui.batch.asserts.text_metrics import bleu, gleu, levenshtein, perplexity, rouge_n
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.promptfoo import read_suite
+from webui.batch.promptfoo.reader import read_suite
 from webui.batch.provider_prompt import ProviderPrompt
 from webui.batch.tool_answers import CannedResult, ToolAnswers
 from webui.chat.tool_loop import MAX_STEPS

@@ -10,7 +10,7 @@ import pytest
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert
 from webui.batch.asserts.types import Observed
-from webui.batch.promptfoo import read_suite
+from webui.batch.promptfoo.reader import read_suite
 
 
 def openai_call(name: str, arguments: str = "{}") -> dict:

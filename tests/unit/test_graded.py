@@ -228,7 +228,7 @@ def test_what_cannot_be_graded_is_refused_by_name(spec, message):
 
 
 def test_a_promptfoo_suite_reads_graded_asserts_with_their_rubric_prompts_and_refuses_a_grading_provider(tmp_path):
-    from webui.batch.promptfoo import read_config
+    from webui.batch.promptfoo.reader import read_config
 
     head = ("prompts: ['{{q}}']\nproviders: [{id: a}, {id: b}]\ntests:\n  - vars: {q: hi, query: hi, context: c}\n"
             "    assert:\n")
@@ -247,7 +247,7 @@ def test_a_promptfoo_suite_reads_graded_asserts_with_their_rubric_prompts_and_re
 
 
 def test_a_tests_options_rubric_prompt_grades_its_graded_asserts_and_may_be_a_file(tmp_path):
-    from webui.batch.promptfoo import read_config
+    from webui.batch.promptfoo.reader import read_config
 
     (tmp_path / "grade.txt").write_text("Does {{output}} meet {{criteria}}?")
     config = ("prompts: ['{{q}}']\ndefaultTest:\n  options:\n    rubricPrompt: 'Judge {{output}} by {{rubric}}'\n"

@@ -10,8 +10,8 @@ import pytest
 from tests.unit.test_graded import judged
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert
-from webui.batch.promptfoo import read_config
-from webui.batch.promptfoo_export import to_promptfoo
+from webui.batch.promptfoo.reader import read_config
+from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.results import ResultRow
 
 SCORES = {"subset": 0.4, "superset": 0, "agree": 1, "disagree": 0.2, "differButFactual": 0}

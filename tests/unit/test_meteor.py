@@ -14,7 +14,7 @@ from webui import bootstrap
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert
 from webui.batch.asserts import kinds as assert_kinds, meteor
-from webui.batch.promptfoo import read_config
+from webui.batch.promptfoo.reader import read_config
 
 # (output, references, promptfoo's score): exact words only; synonyms (fast/quick, car/auto, begin/start);
 # stems (running/runs, dogs/dog); the best of two references; a leading space and a trailing newline, which

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.promptfoo import read_config
+from webui.batch.promptfoo.reader import read_config
 from webui.batch.prompts import parse_csv, render
 
 VARS = {"name": " ada ", "items": '["a", "b"]', "obj": '{"k": 1, "deep": {"x": "y"}}', "n": "3"}

@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import ROOT
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.promptfoo import load_config, read_config
-from webui.batch.promptfoo_export import to_promptfoo
+from webui.batch.promptfoo.reader import load_config, read_config
+from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.results import ResultRow
 
 SUITE = ROOT / "tests" / "data" / "promptfoo" / "promptfooconfig.yaml"

@@ -10,7 +10,7 @@ import pytest
 from webui.batch.asserts.types import Observed
 from webui.batch.grid import Setting, plan
 from webui.batch.prompts import PromptRow
-from webui.batch.promptfoo import read_suite
+from webui.batch.promptfoo.reader import read_suite
 from webui.batch.results import asserts_pass, result_for
 from webui.engine import SamplingParams
 
@@ -59,7 +59,7 @@ def test_a_threshold_of_0_is_none_as_promptfoo_reads_it(tmp_path):
 
 
 def test_the_export_nests_a_sets_results_and_writes_the_set_as_given(tmp_path):
-    from webui.batch.promptfoo_export import to_promptfoo
+    from webui.batch.promptfoo.export import to_promptfoo
 
     (row,) = read_suite(SUITE, tmp_path).rows
     (cell,) = plan([row], [Setting("s", SamplingParams())], 1, 0)

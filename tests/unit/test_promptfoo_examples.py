@@ -10,7 +10,7 @@ import yaml
 
 from tests.conftest import ROOT
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.promptfoo import load_config
+from webui.batch.promptfoo.reader import load_config
 
 EXAMPLES = ROOT / "tests" / "data" / "promptfoo" / "examples"
 NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "promptfooconfig.yaml").is_file())

@@ -11,9 +11,9 @@ import pytest
 from webui.batch import GridSpec
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.types import AssertResult
-from webui.batch.promptfoo import read_suite
-from webui.batch.promptfoo_export import to_promptfoo
-from webui.batch.promptfoo_options import evaluate_metric, metric_names
+from webui.batch.promptfoo.reader import read_suite
+from webui.batch.promptfoo.export import to_promptfoo
+from webui.batch.promptfoo.options import evaluate_metric, metric_names
 from webui.batch.results import ResultRow
 from webui.batch.runner import BatchJob
 

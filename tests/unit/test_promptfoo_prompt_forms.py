@@ -8,7 +8,7 @@ import re
 import pytest
 
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.promptfoo import read_suite
+from webui.batch.promptfoo.reader import read_suite
 
 
 def test_a_mapping_of_files_to_labels_and_file_objects_with_labels(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.grid import plan
-from webui.batch.promptfoo import read_suite
+from webui.batch.promptfoo.reader import read_suite
 from webui.batch.runner import BatchJob
 from webui.batch.grid import GridSpec
 

@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import ROOT
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.promptfoo import load_config, read_config
-from webui.batch.promptfoo_tests import assertion_from_string
+from webui.batch.promptfoo.reader import load_config, read_config
+from webui.batch.promptfoo.tests import assertion_from_string
 from webui.batch.prompts import PromptRow
 
 FILES = ROOT / "tests" / "data" / "promptfoo" / "files" / "promptfooconfig.yaml"
@@ -171,7 +171,7 @@ def test_an_assert_set_shares_its_weight_and_a_threshold_passes_on_the_weighted_
 
 
 def test_metrics_are_the_exports_named_scores():
-    from webui.batch.promptfoo_export import to_promptfoo
+    from webui.batch.promptfoo.export import to_promptfoo
 
     _, rows, _ = load_config(SCENARIOS)
     data = json.loads(to_promptfoo([_result(rows[0], "Katze!")], "Scenarios", rows))

@@ -13,8 +13,8 @@ from webui.batch.asserts.types import Observed
 from webui.batch.cli import build_parser
 from webui.batch.grid import plan
 from webui.batch.prompts import PromptRow, load_prompts_text
-from webui.batch.promptfoo import read_config
-from webui.batch.promptfoo_export import promptfoo_assertion
+from webui.batch.promptfoo.reader import read_config
+from webui.batch.promptfoo.export import promptfoo_assertion
 from webui.batch.results import result_for
 
 SEEN = Observed("I like bananas", prompt="Name a fruit.", variables={"topic": "bananas", "min": "3"},

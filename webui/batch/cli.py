@@ -21,9 +21,9 @@ from webui.batch.export import to_csv, to_jsonl
 from webui.batch.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.prompts import load_prompts, unescape_newlines
-from webui.batch.promptfoo import is_config, load_suite
-from webui.batch.promptfoo_export import to_promptfoo
-from webui.batch.promptfoo_options import SuiteOptions
+from webui.batch.promptfoo.reader import is_config, load_suite
+from webui.batch.promptfoo.export import to_promptfoo
+from webui.batch.promptfoo.options import SuiteOptions
 from webui.batch.results import ResultRow, summarize
 from webui.batch.runner import BatchJob, RunHandle
 from webui.config import AppConfig, default_user_data_dir

@@ -33,7 +33,7 @@ from webui.batch.asserts.kinds import ASSERT_KINDS
 from webui.batch.asserts.assertion import Assert, parse_asserts
 from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import DataTooLarge, load_json
-from webui.batch.nunjucks import PLACEHOLDER as _PLACEHOLDER, is_nunjucks, render_nunjucks
+from webui.batch.promptfoo.nunjucks import PLACEHOLDER as _PLACEHOLDER, is_nunjucks, render_nunjucks
 from webui.chat.prompt import ROLES
 
 SUFFIXES = (".txt", ".csv", ".jsonl")
@@ -153,7 +153,7 @@ def render(template: str, variables: Mapping[str, str], *, where: str = "", noun
 
     An undefined variable is an error naming it and ``where`` (e.g. "row 3") and
     listing what the row has; ``noun`` is what the caller calls a variable ("column", "key"). A template with
-    filters, ``{% if %}`` or ``{% for %}`` is rendered as promptfoo's Nunjucks (:mod:`webui.batch.nunjucks`).
+    filters, ``{% if %}`` or ``{% for %}`` is rendered as promptfoo's Nunjucks (:mod:`webui.batch.promptfoo.nunjucks`).
     """
     if is_nunjucks(template, variables):
         return render_nunjucks(template, variables, where=where, noun=noun)

@@ -11,7 +11,7 @@ list of tool calls when the reply is only calls (``function_call`` for functions
 whole message when it has text too, the text when it has no call. The output is that
 value as promptfoo's asserts see it as text (JSON.stringify's compact JSON), and the
 value itself is what python and javascript asserts get as ``output``. A ``json_schema``
-``response_format`` (read as structured output by webui.batch.promptfoo_providers) makes a reply
+``response_format`` (read as structured output by webui.batch.promptfoo.providers) makes a reply
 that parses its JSON value, as promptfoo's openai provider does. A provider that also says who
 answers the calls (``tool_results``, ``tools_from: local``: webui.batch.tool_answers) runs the
 tool loop per row instead: its output is the final answer, its calls are kept with the row.
@@ -33,7 +33,7 @@ from webui.chat.tools import ToolPlan, plan_tools, reply_calls
 from webui.engine.params import InvalidParameter
 
 KEYS = ("prompt", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", *ANSWER_KEYS)
-"""The provider config keys read here (the others are sampling parameters: webui.batch.promptfoo_providers)."""
+"""The provider config keys read here (the others are sampling parameters: webui.batch.promptfoo.providers)."""
 
 
 @dataclass(frozen=True)

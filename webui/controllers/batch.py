@@ -14,8 +14,8 @@ from webui.batch import GridSpec, ResultRow, load_prompts_text, parse_axes, pars
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.loop_rows import most_turns
-from webui.batch.promptfoo import Suite, is_config, read_suite
-from webui.batch.promptfoo_export import to_promptfoo
+from webui.batch.promptfoo.reader import Suite, is_config, read_suite
+from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.rerun import is_loaded, provide
 from webui.batch.asserts.transform import is_python_transform

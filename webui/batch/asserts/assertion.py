@@ -59,7 +59,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from webui.batch.asserts.kinds import ASSERT_KINDS, AssertKind
-from webui.batch.assert_promptfoo import DIALECT
+from webui.batch.promptfoo.dialect import DIALECT
+from webui.batch.promptfoo.kinds import check_of, form_of
 from webui.batch.asserts.values import excerpt
 from webui.batch.asserts.errors import BatchInputError, ScriptError
 from webui.batch.asserts.graded import GRADED, own_provider_refused, verdict_key
@@ -103,7 +104,7 @@ class Assert:
     """A promptfoo metric name: the export's namedScores gives each metric its asserts' weighted score."""
     dialect: str = ""
     """"promptfoo": read from a promptfoo file, so checked as promptfoo 0.115 checks it where ours differs
-    (webui.batch.assert_promptfoo); "": ours."""
+    (webui.batch.promptfoo.dialect); "": ours."""
 
     def __post_init__(self) -> None:
         spec = ASSERT_KINDS.get(self.kind)
@@ -118,7 +119,7 @@ class Assert:
         if self.dialect not in DIALECTS:
             raise BatchInputError(f"{self.kind}: dialect must be \"{DIALECT}\" or left out, got {self.dialect!r}")
         object.__setattr__(self, "transform", check_transforms(self.transform))
-        value, options = spec.form_of(self.dialect).hold(spec, self.value, self.options)
+        value, options = form_of(spec, self.dialect).hold(spec, self.value, self.options)
         object.__setattr__(self, "value", value)
         object.__setattr__(self, "options", options)
         if spec.negation_of:
@@ -178,7 +179,7 @@ class Assert:
             except ScriptError as exc:
                 return AssertResult(False, f"transform: {exc}", self.label, 0.0 if spec.scored else None,
                                     self.weight)
-        passed, detail, score, by_score, broken = spec.check_of(self.dialect)(self, seen)
+        passed, detail, score, by_score, broken = check_of(spec, self.dialect)(self, seen)
         if by_score and score is not None:
             passed = score >= self.pass_at
             detail = f"{detail} (score {score:.2f}, needs {self.pass_at:g})".strip()

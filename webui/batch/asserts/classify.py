@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from loaders.base import ModelLoadError
 from loaders.text_classifier import TextClassifier, load_text_classifier
-from webui.batch.assert_promptfoo import read_threshold
+from webui.batch.promptfoo.dialect import read_threshold
 from webui.batch.asserts.values import ValueForm, _one_line
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.suite_files import SuiteFiles

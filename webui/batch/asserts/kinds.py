@@ -4,10 +4,11 @@ A kind's spec says what its value is (a
 :class:`~webui.batch.asserts.values.ValueForm`: a text, a pattern, a number, a
 list of texts, an optional JSON schema, a length, a Python or JavaScript script, reference texts,
 checked JSON, a word count or range, nothing), how it checks
-an output, whether it scores (a score in [0, 1] held against a threshold) and
-how promptfoo writes it. Parsing, validation, labels, the dict form, checking,
-the promptfoo reader and the help of the Batch form and the CLI all read the
-table, so a new kind is one entry (and its check).
+an output and whether it scores (a score in [0, 1] held against a threshold).
+Parsing, validation, labels, the dict form, checking, the promptfoo reader and
+the help of the Batch form and the CLI all read the table, so a new kind is one
+entry (and its check). How promptfoo writes and runs a kind where it differs is
+not here: webui.batch.promptfoo.kinds overlays this table by kind name.
 
 ``not-`` before a kind negates it (``Assert.negate``), every kind alike. (promptfoo 0.115 ignores ``not-`` on
 levenshtein, perplexity, perplexity-score and the OpenAI tool and function call checks: there ``not-levenshtein``
@@ -22,18 +23,16 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
-from webui.batch import assert_promptfoo as pf
 from webui.batch.asserts import classify, meteor, output_checks, text_metrics, tool_checks
 from webui.batch.asserts.values import (
-    CODE, EQUALS, JS_CODE, JS_PATTERN, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, REGEX_SECONDS,
+    CODE, EQUALS, JS_CODE, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, REGEX_SECONDS,
     SCHEMA, TEXT, WORD_COUNT, JsonValue, ValueForm, compiled, excerpt, same_json, schema_problem,
 )
-from webui.batch.asserts.graded import GRADED, GRADED_VALUE, REFUSED, promptfoo_graded, verdict_key
+from webui.batch.asserts.graded import GRADED, GRADED_VALUE, REFUSED, verdict_key
 from webui.batch.asserts.js import JS_TIMEOUT, run_javascript
 from webui.batch.asserts.types import Outcome
-from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.asserts.python import PYTHON_TIMEOUT, run_python
 from webui.batch.asserts.xml_checks import xml_inside, xml_problem
 
@@ -73,9 +72,6 @@ class AssertKind:
     """The score that passes when the assert gives none."""
     negated_why: Callable[[AssertData, Observed], str] | None = None
     """Why ``not-<kind>`` failed; None: "the output passes <kind>:<value>"."""
-    promptfoo: Callable[[Mapping[str, Any], SuiteFiles], dict[str, Any]] | None = pf.read_value
-    """promptfoo's assert (a dict; ``file://`` paths relative to the folder) -> the dict form's fields besides
-    type and weight; None: a type promptfoo has not, or not as we run it."""
     negation_of: str = ""
     """Set on a name that only stands for ``not-<negation_of>`` (``not-contains``)."""
     threshold_unit: str = ""
@@ -84,17 +80,6 @@ class AssertKind:
     """Why the kind cannot run here (an assert of it is a BatchInputError saying so); "": it can."""
     needs_logprobs: bool = False
     """Whether its check reads the output's token logprobs (the runner then asks the engine for them)."""
-    promptfoo_check: Callable[[AssertData, Observed], Outcome] | None = None
-    """promptfoo 0.115's check where it differs from ours, for asserts read from a promptfoo file
-    (webui.batch.assert_promptfoo); None: the same check."""
-    promptfoo_form: ValueForm | None = None
-    """How such an assert's value is held where it differs (regex: a JavaScript RegExp); None: as ``value``."""
-
-    def check_of(self, dialect: str) -> Callable[[AssertData, Observed], Outcome]:
-        return self.promptfoo_check if dialect == pf.DIALECT and self.promptfoo_check else self.check
-
-    def form_of(self, dialect: str) -> ValueForm:
-        return self.promptfoo_form if dialect == pf.DIALECT and self.promptfoo_form else self.value
 
 
 # -- checks -------------------------------------------------------------------------------------------
@@ -178,9 +163,10 @@ def _json_objects(text: str) -> list[Any]:
     return found
 
 
-def _contains_json(objects: Callable[[str], list[Any]]) -> Callable[[AssertData, Observed], Outcome]:
+def contains_json(objects: Callable[[str], list[Any]]) -> Callable[[AssertData, Observed], Outcome]:
     """contains-json: some JSON object that ``objects`` finds in the output (ours: strict JSON; promptfoo's:
-    webui.batch.assert_promptfoo.json_objects) matches the schema when one is given."""
+    webui.batch.promptfoo.dialect.json_objects, by webui.batch.promptfoo.kinds) matches the schema when one is
+    given."""
     def check(a: AssertData, seen: Observed) -> Outcome:
         found = objects(seen.output)
         if not found:
@@ -384,7 +370,7 @@ def _graded_kind(name: str) -> AssertKind:
     kind = GRADED[name]
     usage = f"{name}:text" if kind.example else name
     return AssertKind(name, GRADED_VALUE, _graded, kind.example, usage=usage, note=kind.note, scored=True,
-                      threshold=kind.threshold, promptfoo=promptfoo_graded)
+                      threshold=kind.threshold)
 
 
 def _refused_graded(name: str) -> AssertKind:
@@ -427,57 +413,48 @@ def _tokens_per_second(a: AssertData, seen: Observed) -> Outcome:
 
 def _spelling(name: str, of: AssertKind, example: str) -> AssertKind:
     """A name of its own for ``not-<of>``: parsed to ``of`` with negate=True."""
-    return replace(of, name=name, example=example, negation_of=of.name, promptfoo=None, usage="", note="")
+    return replace(of, name=name, example=example, negation_of=of.name, usage="", note="")
 
 
 _CONTAINS = AssertKind("contains", TEXT, _contains, "Paris", negated_why=_contains_at)
 
 ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     _CONTAINS,
-    AssertKind("icontains", TEXT, _icontains, "paris", promptfoo_check=pf.icontains),
+    AssertKind("icontains", TEXT, _icontains, "paris"),
     _spelling("not-contains", _CONTAINS, "London"),
-    AssertKind("equals", EQUALS, _equals, "4", promptfoo_check=pf.equals),
-    AssertKind("regex", PATTERN, _regex, "^\\d+$", promptfoo_check=pf.regex, promptfoo_form=JS_PATTERN),
-    AssertKind("starts-with", TEXT, _starts_with, "The", promptfoo_check=pf.starts_with),
+    AssertKind("equals", EQUALS, _equals, "4"),
+    AssertKind("regex", PATTERN, _regex, "^\\d+$"),
+    AssertKind("starts-with", TEXT, _starts_with, "The"),
     AssertKind("similar", TEXT, _similar, "The capital of France is Paris", usage="similar:text",
                note=f"score ≥ {SIMILAR_THRESHOLD:g}", scored=True, threshold=SIMILAR_THRESHOLD),
     _graded_kind("llm-rubric"),
-    AssertKind("contains-any", LIST, _contains_list(every=False, fold=False), "Paris,Lyon", usage="contains-any:a,b",
-               promptfoo=pf.read_list),
-    AssertKind("contains-all", LIST, _contains_list(every=True, fold=False), "Paris,France", usage="contains-all:a,b",
-               promptfoo=pf.read_list),
-    AssertKind("icontains-any", LIST, _contains_list(every=False, fold=True), "paris,lyon", usage="icontains-any:a,b",
-               promptfoo=pf.read_list, promptfoo_check=pf.icontains_list(every=False)),
-    AssertKind("icontains-all", LIST, _contains_list(every=True, fold=True), "paris,france", usage="icontains-all:a,b",
-               promptfoo=pf.read_list, promptfoo_check=pf.icontains_list(every=True)),
-    AssertKind("is-json", SCHEMA, _is_json, '{"type":"object"}', usage="is-json[:schema]", promptfoo=pf.read_schema),
-    AssertKind("contains-json", SCHEMA, _contains_json(_json_objects), '{"type":"object"}',
-               usage="contains-json[:schema]", promptfoo=pf.read_schema,
-               promptfoo_check=_contains_json(pf.json_objects)),
-    AssertKind("is-xml", OPTIONAL_LIST, _is_xml, "analysis.summary", usage="is-xml[:root.element,...]",
-               promptfoo_check=pf.is_xml),
-    AssertKind("contains-xml", OPTIONAL_LIST, _contains_xml, "analysis", usage="contains-xml[:root.element,...]",
-               promptfoo_check=pf.contains_xml),
+    AssertKind("contains-any", LIST, _contains_list(every=False, fold=False), "Paris,Lyon", usage="contains-any:a,b"),
+    AssertKind("contains-all", LIST, _contains_list(every=True, fold=False), "Paris,France", usage="contains-all:a,b"),
+    AssertKind("icontains-any", LIST, _contains_list(every=False, fold=True), "paris,lyon", usage="icontains-any:a,b"),
+    AssertKind("icontains-all", LIST, _contains_list(every=True, fold=True), "paris,france", usage="icontains-all:a,b"),
+    AssertKind("is-json", SCHEMA, _is_json, '{"type":"object"}', usage="is-json[:schema]"),
+    AssertKind("contains-json", SCHEMA, contains_json(_json_objects), '{"type":"object"}',
+               usage="contains-json[:schema]"),
+    AssertKind("is-xml", OPTIONAL_LIST, _is_xml, "analysis.summary", usage="is-xml[:root.element,...]"),
+    AssertKind("contains-xml", OPTIONAL_LIST, _contains_xml, "analysis", usage="contains-xml[:root.element,...]"),
     AssertKind("word-count", WORD_COUNT, _word_count, "5-20", usage="word-count:N|min-max", unit="words"),
-    AssertKind("max-length", LENGTH, _max_length, "50 tokens", usage="max-length:N [tokens]", promptfoo=None),
+    AssertKind("max-length", LENGTH, _max_length, "50 tokens", usage="max-length:N [tokens]"),
     AssertKind("python", CODE, _python, "checks.py:get_assert", usage="python:file.py[:function] or python:code",
-               scored=True, promptfoo=pf.read_script("")),
+               scored=True),
     AssertKind("javascript", JS_CODE, _javascript, "output.length < 100",
-               usage="javascript:code or javascript:file://file.js[:function]", scored=True,
-               promptfoo=pf.read_script("file://")),
-    AssertKind("latency", NUMBER, _latency, "5000", usage="latency:ms", unit="milliseconds",
-               promptfoo=pf.read_limit),
+               usage="javascript:code or javascript:file://file.js[:function]", scored=True),
+    AssertKind("latency", NUMBER, _latency, "5000", usage="latency:ms", unit="milliseconds"),
     AssertKind("cost", NUMBER, _cost, "0.01", usage="cost:dollars", unit="dollars",
-               note="always 0 here: a local model is not billed", promptfoo=pf.read_limit),
-    AssertKind("ttft", NUMBER, _ttft, "500", usage="ttft:ms", unit="milliseconds", promptfoo=None),
+               note="always 0 here: a local model is not billed"),
+    AssertKind("ttft", NUMBER, _ttft, "500", usage="ttft:ms", unit="milliseconds"),
     AssertKind("tokens-per-second", NUMBER, _tokens_per_second, "5", usage="tokens-per-second:N",
-               unit="tokens per second", promptfoo=None),
+               unit="tokens per second"),
     AssertKind("levenshtein", TEXT, _levenshtein, "The capital is Paris", usage="levenshtein:text",
                note=f"edit distance ≤ threshold, default {LEVENSHTEIN_THRESHOLD}", threshold=LEVENSHTEIN_THRESHOLD,
-               threshold_unit="characters of edit distance", promptfoo=pf.read_one_text),
+               threshold_unit="characters of edit distance"),
     AssertKind("rouge-n", TEXT, _reference_metric("ROUGE-1", _rouge), "The capital of France is Paris",
                usage="rouge-n:reference", note=f"score ≥ {ROUGE_THRESHOLD:g}", scored=True,
-               threshold=ROUGE_THRESHOLD, promptfoo=pf.read_one_text),
+               threshold=ROUGE_THRESHOLD),
     AssertKind("bleu", REFERENCES, _reference_metric("BLEU", text_metrics.bleu), "The capital of France is Paris",
                usage="bleu:reference", note="score ≥ 0.5; a JSON list for several", scored=True),
     AssertKind("gleu", REFERENCES, _reference_metric("GLEU", text_metrics.gleu), "The capital of France is Paris",
@@ -495,13 +472,13 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     AssertKind("finish-reason", TEXT, _finish_reason, "stop", usage="finish-reason:stop|length"),
     AssertKind("is-valid-openai-tools-call", JsonValue(output_checks.check_tools, optional=False), _call(tools=True),
                '[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]',
-               usage="is-valid-openai-tools-call:[tools]", promptfoo=pf.read_tools),
+               usage="is-valid-openai-tools-call:[tools]"),
     AssertKind("is-valid-openai-function-call", JsonValue(output_checks.check_functions, optional=False),
                _call(tools=False), '[{"name":"get_weather","parameters":{"type":"object"}}]',
-               usage="is-valid-openai-function-call:[functions]", promptfoo=pf.read_tools),
+               usage="is-valid-openai-function-call:[functions]"),
     AssertKind("tool-call-f1", LIST, tool_checks.tool_call_f1, "get_weather,get_time", usage="tool-call-f1:a,b",
                note="F1 of the called tool names against these, ≥ threshold, default 1", scored=True,
-               threshold=tool_checks.F1_THRESHOLD, promptfoo=pf.read_list),
+               threshold=tool_checks.F1_THRESHOLD),
     AssertKind("called-tool", tool_checks.CALLED_TOOL, tool_checks.called_tool,
                '{"name":"get_weather","arguments":{"type":"object","required":["city"]}}',
                usage="called-tool:TOOL or called-tool:{name, arguments: schema}"),
@@ -512,8 +489,7 @@ ASSERT_KINDS: dict[str, AssertKind] = {kind.name: kind for kind in (
     *(_graded_kind(name) for name in GRADED if name not in ("llm-rubric", classify.CLASSIFIER)),
     AssertKind(classify.CLASSIFIER, classify.CLASSIFIER_VALUE, classify.check, classify.WRITTEN,
                usage="classifier:[label] by ORG/MODEL",
-               note=GRADED[classify.CLASSIFIER].note, scored=True, threshold=classify.THRESHOLD,
-               promptfoo=classify.read_promptfoo),
+               note=GRADED[classify.CLASSIFIER].note, scored=True, threshold=classify.THRESHOLD),
     *map(_refused_graded, REFUSED),
 )}
 """Every assert kind by name, in the order the help and error messages list them."""

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from webui.batch.asserts.classify import names_classifier
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.promptfoo_tests import Problems
+from webui.batch.promptfoo.tests import Problems
 
 NOT_APPLIED = {
     "maxConcurrency": "the engine batches every cell it can", "delay": "no API is called between cells",

@@ -1,7 +1,7 @@
 """promptfoo's side of the assert kinds: how its dict form reads into ours, and its checks where they differ.
 
 Readers: promptfoo's assert (a dict; ``file://`` paths relative to the config's folder) -> the dict form's fields
-besides type and weight (:attr:`~webui.batch.asserts.kinds.AssertKind.promptfoo`).
+besides type and weight (:attr:`~webui.batch.promptfoo.kinds.PromptfooKind.read`).
 
 Checks: an assert read from a promptfoo file (``Assert.dialect == "promptfoo"``) is checked as promptfoo 0.115
 checks it, so a promptfoo suite gives the same pass/fail here (tests/e2e/test_promptfoo_agreement.py): the output

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from webui.batch.asserts.assertion import Assert
 from webui.batch.asserts.types import AssertResult, row_score
 from webui.batch.prompts import PromptRow
-from webui.batch.promptfoo_options import evaluate_metric
+from webui.batch.promptfoo.options import evaluate_metric
 from webui.batch.asserts.python import is_python_file
 from webui.batch.results import ResultRow
 

@@ -46,7 +46,7 @@ OPTION_KEYS = ("prefix", "suffix", "transform", "rubricPrompt", "factuality")
 """A test's options the workbench applies; any other (a grading provider...) is refused by name, except a
 ``huggingface:text-classification:`` provider: the model of the test's classifier asserts without their own."""
 GRADING_KEYS = ("provider",)
-"""defaultTest's options read by :mod:`webui.batch.promptfoo_options` (the run's judge: one for every test)."""
+"""defaultTest's options read by :mod:`webui.batch.promptfoo.options` (the run's judge: one for every test)."""
 SCRIPT_SUFFIXES = (".py", ".js", ".ts", ".mjs", ".cjs")
 PROMPTFOO_ASSERT_TYPES = frozenset((
     "answer-relevance", "bleu", "classifier", "contains", "contains-all", "contains-any", "contains-html",

@@ -8,13 +8,13 @@ on lines of ``---`` as promptfoo splits them, .json/.yaml chats (Anthropic's
 and ``{id: file://path, label, config}`` objects; a message's ``[{type: text, text}]``
 content blocks joined; prompt functions (.py, .js) refused by name),
 ``tests``, ``defaultTest`` and ``scenarios`` (read by
-:mod:`webui.batch.promptfoo_tests`: test files, CSV, vars, expansion, ``options``
-prefix/suffix/transform) and ``providers`` (read by :mod:`webui.batch.promptfoo_providers`:
+:mod:`webui.batch.promptfoo.tests`: test files, CSV, vars, expansion, ``options``
+prefix/suffix/transform) and ``providers`` (read by :mod:`webui.batch.promptfoo.providers`:
 each provider one setting, labelled by its ``label`` or ``id``, its ``config`` that
 setting's parameters; ``launch.py batch`` loads a ``workbench:NAME`` provider's model).
 What a suite names that cannot change an output is listed in the suite's notes. Run-wide keys
 (evaluateOptions, outputPath, env, sharing, derivedMetrics, ``$ref`` templates,
-defaultTest's grading options): :mod:`webui.batch.promptfoo_options`.
+defaultTest's grading options): :mod:`webui.batch.promptfoo.options`.
 Asserts keep promptfoo's names (contains, icontains,
 contains-any, contains-all, equals, regex, starts-with, is-json, similar,
 python and javascript (inline or ``file://``, with ``config``), latency,
@@ -37,7 +37,8 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from webui.batch.asserts.kinds import ASSERT_KINDS
-from webui.batch.assert_promptfoo import DIALECT
+from webui.batch.promptfoo.dialect import DIALECT
+from webui.batch.promptfoo.kinds import promptfoo_kind
 from webui.batch.asserts.assertion import Assert, parse_assert
 from webui.batch.asserts.classify import CLASSIFIER
 from webui.batch.asserts.errors import BatchInputError
@@ -45,9 +46,9 @@ from webui.safeload import DataTooLarge, load_json, load_yaml
 from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.grid import Setting
 from webui.batch.prompts import PromptRow, chat_messages_of, render
-from webui.batch.promptfoo_options import SuiteOptions, metric_names, resolve_refs, suite_options
-from webui.batch.promptfoo_providers import provider_params, provider_setting
-from webui.batch.promptfoo_tests import SET_KEY, Case, Problems, read_cases
+from webui.batch.promptfoo.options import SuiteOptions, metric_names, resolve_refs, suite_options
+from webui.batch.promptfoo.providers import provider_params, provider_setting
+from webui.batch.promptfoo.tests import SET_KEY, Case, Problems, read_cases
 from webui.batch.asserts.transform import check_transforms, resolved
 from webui.batch.asserts.assertion import with_transforms
 from webui.engine.params import InvalidParameter, SamplingParams
@@ -56,8 +57,9 @@ CONFIG_SUFFIXES = (".yaml", ".yml")
 
 
 def supported() -> list[str]:
-    """promptfoo's assert types we run (promptfoo names them as we do): the kinds with a promptfoo reader."""
-    return [name for name, kind in ASSERT_KINDS.items() if kind.promptfoo is not None]
+    """promptfoo's assert types we run (promptfoo names them as we do): the kinds promptfoo has
+    (webui.batch.promptfoo.kinds)."""
+    return [name for name in ASSERT_KINDS if promptfoo_kind(name) is not None]
 
 
 def is_config(name: str | Path) -> bool:
@@ -416,7 +418,7 @@ def _sets(case: Case) -> tuple[tuple[tuple[int, ...], float], ...]:
 
 
 def _set_groups(case: Case) -> list[dict[str, Any]]:
-    """A case's assert-sets as the export writes them back (webui.batch.promptfoo_export): the indices of their
+    """A case's assert-sets as the export writes them back (webui.batch.promptfoo.export): the indices of their
     asserts among the case's, each one's own weight, and the set's threshold, weight and metric."""
     groups: dict[str, dict[str, Any]] = {}
     for i, (_, item) in enumerate(case.asserts):
@@ -454,7 +456,8 @@ def _assert(item: dict[str, Any], files: SuiteFiles, options: Mapping[str, Any] 
     whose factuality scores apply to factuality asserts."""
     kind = item["type"]
     spec = ASSERT_KINDS.get(kind.removeprefix("not-"))
-    if spec is None or spec.promptfoo is None:
+    own = promptfoo_kind(spec.name) if spec is not None else None
+    if spec is None or own is None or own.read is None:
         raise BatchInputError(f"the assert type '{kind}' is not supported here "
                               f"(supported: {', '.join(supported())}, and not- before each)")
     given = options or {}
@@ -471,7 +474,7 @@ def _assert(item: dict[str, Any], files: SuiteFiles, options: Mapping[str, Any] 
         raise BatchInputError(f"unknown key(s) {', '.join(sorted(unknown))}")
     extra = {key: item[key] for key in ("weight", "metric") if item.get(key) is not None}
     transform = {"transform": resolved(item["transform"], files)} if item.get("transform") is not None else {}
-    return parse_assert({"type": kind, **spec.promptfoo(item, files), **extra, **transform, "dialect": DIALECT})
+    return parse_assert({"type": kind, **own.read(item, files), **extra, **transform, "dialect": DIALECT})
 
 
 def _settings(given: Any, problems: Problems, notes: list[str], files: SuiteFiles
