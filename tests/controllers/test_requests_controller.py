@@ -125,7 +125,7 @@ def test_the_requests_listed_become_batch_prompts_as_the_model_saw_them(services
     services.requests.add(dataclasses.replace(kept(3), details={"prompt": ["<a>", "<b>"]}))  # several prompts
     c = RequestsController(services)
     text, note = c.as_batch(["chatcmpl-1", "chatcmpl-2", "chatcmpl-3"], None)
-    from webui.batch.prompts import parse_lines
+    from webui.batch.run.prompts import parse_lines
     assert [row.text for row in parse_lines(text)] == ["<u>two\nlines\\x", "<a>", "<b>"]  # back exactly
     assert note.startswith("3 prompt(s)") and "1 left out" in note
     with pytest.raises(UserError, match="None of the requests listed reached the model"):

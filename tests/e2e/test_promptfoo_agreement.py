@@ -26,7 +26,7 @@ from webui import bootstrap
 from webui.batch.asserts.types import AssertResult, Observed, row_score
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.promptfoo.reader import read_config, supported
-from webui.batch.results import asserts_pass
+from webui.batch.run.results import asserts_pass
 
 pytestmark = pytest.mark.node
 

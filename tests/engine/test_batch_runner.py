@@ -13,10 +13,11 @@ import pytest
 from loaders.base import BaseLoader
 from tests.conftest import TEST_THREADS
 from tests.engine.scripted import ScriptedModel, loader_of
-from webui.batch import GridSpec, parse_lines
+from webui.batch.run.grid import GridSpec
+from webui.batch.run.prompts import parse_lines
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.results import summarize
-from webui.batch.runner import BatchJob
+from webui.batch.run.results import summarize
+from webui.batch.run.runner import BatchJob
 from webui.services import Services
 
 
@@ -293,7 +294,7 @@ def test_graded_kinds_run_end_to_end_on_the_tiny_model(services):
 
 
 def test_a_raw_setting_reads_the_prompt_as_it_is_beside_one_through_the_chat_template(services):
-    from webui.batch.grid import Setting
+    from webui.batch.run.grid import Setting
     from webui.engine import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_new_tokens=2)

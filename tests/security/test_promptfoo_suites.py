@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from webui.batch import load_prompts_text
+from webui.batch.run.prompts import load_prompts_text
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert, parse_asserts
 from webui.batch.promptfoo.reader import read_suite

@@ -17,8 +17,8 @@ from webui.batch.promptfoo.kinds import PROMPTFOO_KINDS, PromptfooKind
 from webui.batch.asserts.values import NONE, NUMBER, TEXT
 from webui.batch.asserts.types import Observed
 from webui.batch.asserts.types import Outcome
-from webui.batch.cli import build_parser
-from webui.batch.prompts import load_prompts_text
+from webui.batch.run.cli import build_parser
+from webui.batch.run.prompts import load_prompts_text
 from webui.batch.promptfoo.reader import read_config, supported
 
 

@@ -16,7 +16,7 @@ from webui.batch.asserts.errors import ScriptError
 from webui.batch.asserts.js_regex import js_regex_test
 from webui.batch.promptfoo.reader import read_config
 from webui.batch.promptfoo.export import promptfoo_assertion
-from webui.batch.prompts import PromptRow
+from webui.batch.run.prompts import PromptRow
 
 
 def _both(spec: dict) -> tuple:

@@ -10,7 +10,7 @@ from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert
 from webui.batch.asserts.types import AssertResult, Observed, row_score
 from webui.batch.asserts.kinds import similarity
-from webui.batch.results import wilson
+from webui.batch.run.results import wilson
 from webui.embeddings import TextEmbeddings
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from webui.batch import Cell, GridSpec, estimate_seconds, expand, parse_axes, parse_axis, parse_lines, plan, plan_grid
+from webui.batch.run.grid import Cell, GridSpec, estimate_seconds, expand, parse_axes, parse_axis, plan, plan_grid
+from webui.batch.run.prompts import parse_lines
 from webui.batch.asserts.errors import BatchInputError
 from webui.engine.params import SamplingParams
 from webui.presets import PresetStore
@@ -251,8 +252,8 @@ def test_the_time_left_is_bounded_before_the_first_cell_finishes_and_estimated_a
     the tokens the cells may still make at the speed so far; after, estimated from the cells generated."""
     import time
 
-    from webui.batch.results import result_for
-    from webui.batch.runner import RunHandle
+    from webui.batch.run.results import result_for
+    from webui.batch.run.runner import RunHandle
 
     settings = expand(GridSpec([], {"max_new_tokens": [10]}), presets)
     cells = plan(parse_lines("a\nb\nc\nd"), settings)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from webui.batch import (
+from webui.batch.run.prompts import (
     PromptRow, load_prompts, load_prompts_text, parse_lines, render, rows_from_texts, template_variables,
     unescape_newlines,
 )
@@ -247,7 +247,7 @@ def test_prompt_rows_round_trip_through_json():
 
 def test_a_jsonl_line_may_be_a_chat():
     """#32: a chat prompt (messages) kept as messages, e.g. a stored promptfoo chat run opened in the form."""
-    from webui.batch.prompts import parse_jsonl
+    from webui.batch.run.prompts import parse_jsonl
 
     rows = parse_jsonl('{"id": "a", "messages": [{"role": "system", "content": "Be brief."}, '
                        '{"role": "user", "content": "Hi"}], "asserts": ["contains:hi"]}\n{"prompt": "plain"}\n')

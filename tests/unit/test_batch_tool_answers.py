@@ -9,8 +9,8 @@ import pytest
 
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.promptfoo.reader import read_suite
-from webui.batch.provider_prompt import ProviderPrompt
-from webui.batch.tool_answers import CannedResult, ToolAnswers
+from webui.batch.run.provider_prompt import ProviderPrompt
+from webui.batch.run.tool_answers import CannedResult, ToolAnswers
 from webui.chat.tool_loop import MAX_STEPS
 
 TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}

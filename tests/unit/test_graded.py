@@ -1,4 +1,4 @@
-"""The model-graded kinds (webui.batch.asserts.graded, webui.batch.judge) without a model: each kind's grading prompt as
+"""The model-graded kinds (webui.batch.asserts.graded, webui.batch.run.judge) without a model: each kind's grading prompt as
 rendered, and fixed judge answers turned into verdicts and assert results."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert
 from webui.batch.asserts.types import Observed, Verdict
 from webui.batch.asserts.graded import GRADED, missing_vars, verdict_key
-from webui.batch.grid import Cell, Setting
-from webui.batch.judge import (
+from webui.batch.run.grid import Cell, Setting
+from webui.batch.run.judge import (
     JudgeError, grade, graded, inputs_for, judge_request, read_answer, rubrics, select_best, step_text,
 )
-from webui.batch.prompts import PromptRow
-from webui.batch.results import rejudged, result_for
+from webui.batch.run.prompts import PromptRow
+from webui.batch.run.results import rejudged, result_for
 from webui.engine import SamplingParams
 
 VARS = {"query": "What is the capital of France?", "context": "Paris is the capital of France. It has 2 million "

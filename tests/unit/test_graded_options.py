@@ -12,7 +12,7 @@ from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert
 from webui.batch.promptfoo.reader import read_config
 from webui.batch.promptfoo.export import to_promptfoo
-from webui.batch.results import ResultRow
+from webui.batch.run.results import ResultRow
 
 SCORES = {"subset": 0.4, "superset": 0, "agree": 1, "disagree": 0.2, "differButFactual": 0}
 

@@ -9,7 +9,7 @@ import pytest
 
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.promptfoo.reader import read_config
-from webui.batch.prompts import parse_csv, render
+from webui.batch.run.prompts import parse_csv, render
 
 VARS = {"name": " ada ", "items": '["a", "b"]', "obj": '{"k": 1, "deep": {"x": "y"}}', "n": "3"}
 

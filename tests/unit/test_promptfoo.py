@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.promptfoo.reader import load_config, read_config
 from webui.batch.promptfoo.export import to_promptfoo
-from webui.batch.results import ResultRow
+from webui.batch.run.results import ResultRow
 
 SUITE = ROOT / "tests" / "data" / "promptfoo" / "promptfooconfig.yaml"
 
@@ -78,7 +78,7 @@ def test_results_in_promptfoos_output_shape():
 
 def test_a_providers_seed_is_the_seed_its_rows_run_with():
     """#32: `config: {seed: 7}` was read, then every cell ran with the batch's base seed (0)."""
-    from webui.batch.grid import plan
+    from webui.batch.run.grid import plan
 
     _, rows, settings = load_config(SUITE)
     cells = plan(rows, settings, samples=2, base_seed=100)
@@ -135,9 +135,9 @@ def test_prompt_files_by_glob_and_chats_a_line(tmp_path):
 def test_a_stored_chat_run_opens_in_the_form_as_chats():
     """Opening a stored promptfoo chat run fills the Batch form with a JSONL whose lines are the chats (the text
     box shows their JSON and is not what runs)."""
-    from webui.batch.grid import GridSpec
-    from webui.batch.prompts import parse_jsonl
-    from webui.batch.store import BatchRun
+    from webui.batch.run.grid import GridSpec
+    from webui.batch.run.prompts import parse_jsonl
+    from webui.store.batch_runs import BatchRun
     from webui.controllers.batch_refill import form_values
 
     _, rows, _ = load_config(CHAT_SUITE)
@@ -151,8 +151,8 @@ def test_a_stored_chat_run_opens_in_the_form_as_chats():
 def test_results_carry_promptfoos_vars_labels_provider_ids_and_assertions():
     """#32: vars were {} on every row, the test's description stood in prompt.label, provider.id was the label,
     icontains-any values were flattened to one string and weight was dropped."""
-    from webui.batch.grid import plan
-    from webui.batch.results import result_for
+    from webui.batch.run.grid import plan
+    from webui.batch.run.results import result_for
 
     _, rows, settings = load_config(SUITE)
     cells = plan(rows, settings)

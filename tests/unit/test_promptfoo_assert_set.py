@@ -8,10 +8,10 @@ import json
 import pytest
 
 from webui.batch.asserts.types import Observed
-from webui.batch.grid import Setting, plan
-from webui.batch.prompts import PromptRow
+from webui.batch.run.grid import Setting, plan
+from webui.batch.run.prompts import PromptRow
 from webui.batch.promptfoo.reader import read_suite
-from webui.batch.results import asserts_pass, result_for
+from webui.batch.run.results import asserts_pass, result_for
 from webui.engine import SamplingParams
 
 SUITE = """prompts: ['{{q}}']

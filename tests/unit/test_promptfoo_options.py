@@ -8,14 +8,14 @@ import re
 
 import pytest
 
-from webui.batch import GridSpec
+from webui.batch.run.grid import GridSpec
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.types import AssertResult
 from webui.batch.promptfoo.reader import read_suite
 from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.promptfoo.options import evaluate_metric, metric_names
-from webui.batch.results import ResultRow
-from webui.batch.runner import BatchJob
+from webui.batch.run.results import ResultRow
+from webui.batch.run.runner import BatchJob
 
 SUITE = """prompts: ['{{q}}']
 providers: [a]
@@ -102,7 +102,7 @@ def test_what_is_wrong_in_run_wide_keys_is_named(change, said, tmp_path):
 
 
 def test_the_cli_prints_the_notes_and_checks_the_output_path_before_loading_a_model(tmp_path, capsys):
-    from webui.batch.cli import main
+    from webui.batch.run.cli import main
 
     config = tmp_path / "promptfooconfig.yaml"
     config.write_text(SUITE.replace("out.json", "report.html"))

@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.promptfoo.reader import load_config, read_config
 from webui.batch.promptfoo.tests import assertion_from_string
-from webui.batch.prompts import PromptRow
+from webui.batch.run.prompts import PromptRow
 
 FILES = ROOT / "tests" / "data" / "promptfoo" / "files" / "promptfooconfig.yaml"
 
@@ -134,8 +134,8 @@ SCENARIOS = ROOT / "tests" / "data" / "promptfoo" / "scenarios" / "promptfooconf
 
 
 def _result(row: object, output: str) -> object:
-    from webui.batch.grid import Cell, Setting
-    from webui.batch.results import result_for
+    from webui.batch.run.grid import Cell, Setting
+    from webui.batch.run.results import result_for
     from webui.engine.params import SamplingParams
 
     cell = Cell(row, Setting("greedy", SamplingParams()), 0, 0)  # type: ignore[arg-type]
@@ -222,7 +222,7 @@ tests:
 
 
 def test_a_prompts_config_applies_to_its_rows_and_a_providers_prompts_filter_picks_its_prompts(tmp_path):
-    from webui.batch.grid import plan
+    from webui.batch.run.grid import plan
 
     _, rows, settings = read_config(PER_PROMPT, tmp_path)
     assert rows[0].params == {"max_tokens": 5, "temperature": 0.2, "stop": ["END"]} and rows[1].params is None

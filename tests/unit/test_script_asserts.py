@@ -10,12 +10,12 @@ import pytest
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert
 from webui.batch.asserts.types import Observed
-from webui.batch.cli import build_parser
-from webui.batch.grid import plan
-from webui.batch.prompts import PromptRow, load_prompts_text
+from webui.batch.run.cli import build_parser
+from webui.batch.run.grid import plan
+from webui.batch.run.prompts import PromptRow, load_prompts_text
 from webui.batch.promptfoo.reader import read_config
 from webui.batch.promptfoo.export import promptfoo_assertion
-from webui.batch.results import result_for
+from webui.batch.run.results import result_for
 
 SEEN = Observed("I like bananas", prompt="Name a fruit.", variables={"topic": "bananas", "min": "3"},
                 description="fruit")

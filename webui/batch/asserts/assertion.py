@@ -34,7 +34,7 @@ output before it is checked (webui.batch.asserts.transform). ``latency:<ms>``, `
 the row's timing. ``llm-rubric:<rubric>`` and promptfoo's other model-graded kinds
 (factuality, g-eval, context-*, select-best, answer-relevance...:
 webui.batch.asserts.graded) are judged by a model (the batch runner asks it, see
-webui.batch.judge); the verdict and its reason are the result, and one the judge
+webui.batch.run.judge); the verdict and its reason are the result, and one the judge
 could not give fails, negated or not.
 
 promptfoo's deterministic kinds run as promptfoo 0.115 runs them: ``levenshtein``,

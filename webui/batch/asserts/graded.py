@@ -1,6 +1,6 @@
 """The model-graded assert kinds: one :class:`GradedKind` each, in one table, :data:`GRADED`.
 
-A graded kind is asked of a judge (webui.batch.judge runs it): its steps, each a
+A graded kind is asked of a judge (webui.batch.run.judge runs it): its steps, each a
 grading prompt (``{{ name }}`` placeholders filled from the inputs below) and
 the JSON its answer is constrained to (structured output, so the answer can
 always be read when it fits the step's token budget), and how the answers

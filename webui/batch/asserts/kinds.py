@@ -358,7 +358,7 @@ def _scored_as_promptfoo(a: AssertData, outcome: Outcome) -> Outcome:
 
 
 def _graded(a: AssertData, seen: Observed) -> Outcome:
-    """A model-graded kind: the judge's verdict (the runner asks it, webui.batch.judge)."""
+    """A model-graded kind: the judge's verdict (the runner asks it, webui.batch.run.judge)."""
     verdict = seen.judged.get(verdict_key(a))
     if verdict is None:
         return Outcome(False, "no judge verdict (the judge did not run or its answer could not be read)", 0.0)

@@ -3,7 +3,7 @@ OpenAI call checks read on a row that ran the tool loop.
 
 The calls of a row are those its tool loop made, every step's (``Observed.tool_calls``), or, on a row without a
 loop, those its output is (the tool calls, or the message with them, that promptfoo's openai provider returns:
-webui.batch.provider_prompt), as is-valid-openai-tools-call reads them.
+webui.batch.run.provider_prompt), as is-valid-openai-tools-call reads them.
 
 ``tool-call-f1`` (promptfoo's, after 0.115): the set of called tool names against the expected names (a list, or
 a comma-separated text): precision = |called ∩ expected| / |called|, recall = |called ∩ expected| / |expected|,

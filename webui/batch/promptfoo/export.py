@@ -9,10 +9,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from webui.batch.asserts.assertion import Assert
 from webui.batch.asserts.types import AssertResult, row_score
-from webui.batch.prompts import PromptRow
+from webui.batch.run.prompts import PromptRow
 from webui.batch.promptfoo.options import evaluate_metric
 from webui.batch.asserts.python import is_python_file
-from webui.batch.results import ResultRow
+from webui.batch.run.results import ResultRow
 
 
 def to_promptfoo(rows: Iterable[ResultRow], description: str = "", prompts: Sequence[PromptRow] = (),

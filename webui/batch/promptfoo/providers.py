@@ -7,7 +7,7 @@ template, as a completions endpoint reads it); ``openai:chat:NAME``, ``workbench
 and the others go through the chat template. A provider's ``config`` is read as the
 OpenAI API names parameters (temperature, max_tokens, top_p, seed, stop, penalties...),
 plus ``response_format`` (json_object / json_schema: structured output), ``prompt.prefix``/``suffix`` and
-``tools`` (webui.batch.provider_prompt: ``tool_choice`` "required" or a named function
+``tools`` (webui.batch.run.provider_prompt: ``tool_choice`` "required" or a named function
 constrains the reply to calls, as the API does), and the keys
 promptfoo's Hugging Face provider takes (max_new_tokens, top_k, repetition_penalty,
 do_sample...). Keys that cannot change an output (apiKey, apiBaseUrl, organization,
@@ -22,8 +22,8 @@ from typing import Any
 
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.suite_files import SuiteFiles
-from webui.batch.grid import Setting
-from webui.batch.provider_prompt import KEYS, provider_prompt
+from webui.batch.run.grid import Setting
+from webui.batch.run.provider_prompt import KEYS, provider_prompt
 from webui.engine.params import InvalidParameter, SamplingParams, api_names
 
 NO_EFFECT = {

@@ -44,8 +44,8 @@ from webui.batch.asserts.classify import CLASSIFIER
 from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import DataTooLarge, load_json, load_yaml
 from webui.batch.asserts.suite_files import SuiteFiles
-from webui.batch.grid import Setting
-from webui.batch.prompts import PromptRow, chat_messages_of, render
+from webui.batch.run.grid import Setting
+from webui.batch.run.prompts import PromptRow, chat_messages_of, render
 from webui.batch.promptfoo.options import SuiteOptions, metric_names, resolve_refs, suite_options
 from webui.batch.promptfoo.providers import provider_params, provider_setting
 from webui.batch.promptfoo.tests import SET_KEY, Case, Problems, read_cases

@@ -37,7 +37,7 @@ from webui.batch.asserts.classify import names_classifier
 from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import load_json, load_yaml
 from webui.batch.asserts.suite_files import SuiteFiles
-from webui.batch.prompts import render
+from webui.batch.run.prompts import render
 
 MAX_SHOWN = 20
 """Problems listed in one error; the rest are counted."""

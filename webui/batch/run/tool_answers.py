@@ -14,7 +14,7 @@ A provider's config may give, beside its ``tools``:
   webui.chat.tool_loop.MAX_STEPS).
 
 With either of the first two, each row runs the tool loop (webui.chat.tool_loop): its output is the final answer
-and its calls are kept with the row (webui.batch.loop_rows).
+and its calls are kept with the row (webui.batch.run.loop_rows).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ value as promptfoo's asserts see it as text (JSON.stringify's compact JSON), and
 value itself is what python and javascript asserts get as ``output``. A ``json_schema``
 ``response_format`` (read as structured output by webui.batch.promptfoo.providers) makes a reply
 that parses its JSON value, as promptfoo's openai provider does. A provider that also says who
-answers the calls (``tool_results``, ``tools_from: local``: webui.batch.tool_answers) runs the
+answers the calls (``tool_results``, ``tools_from: local``: webui.batch.run.tool_answers) runs the
 tool loop per row instead: its output is the final answer, its calls are kept with the row.
 """
 
@@ -28,7 +28,7 @@ import yaml
 from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import load_yaml
 from webui.batch.asserts.suite_files import SuiteFiles
-from webui.batch.tool_answers import KEYS as ANSWER_KEYS, ToolAnswers, check_local_choice, tool_answers
+from webui.batch.run.tool_answers import KEYS as ANSWER_KEYS, ToolAnswers, check_local_choice, tool_answers
 from webui.chat.tools import ToolPlan, plan_tools, reply_calls
 from webui.engine.params import InvalidParameter
 
@@ -50,7 +50,7 @@ class ProviderPrompt:
     promptfoo's openai provider gives it (its text asserts then read JSON.stringify's compact text)."""
     answers: ToolAnswers | None = None
     """Who answers its tool calls (canned results or the local tools): each row then runs the tool loop
-    (webui.batch.tool_answers); None: a reply's calls are its output."""
+    (webui.batch.run.tool_answers); None: a reply's calls are its output."""
 
     def text(self, prompt: str) -> str:
         """A text prompt (its vars filled in) as this provider sends it."""

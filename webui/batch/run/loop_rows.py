@@ -1,5 +1,5 @@
 """Batch rows that run the tool loop (#44): a provider that says who answers its tool calls
-(webui.batch.tool_answers) runs webui.chat.tool_loop per row.
+(webui.batch.run.tool_answers) runs webui.chat.tool_loop per row.
 
 Each turn is rendered as the runner renders a row's prompt (the chat template's own tool support, else the
 fallback block: webui.chat.tools.render_with_tools), with the history so far, and generated on the row's engine.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from webui.batch.grid import Setting
+from webui.batch.run.grid import Setting
 from webui.chat.templates import ChatTemplate
 from webui.chat.tool_loop import Caller, ToolStep, run_tool_loop
 from webui.chat.tools import ToolPlan, plan_tools, render_with_tools
@@ -133,7 +133,7 @@ def local_toolbox(user_data_dir: Path) -> ToolBox:
 
 def offer_local_tools(settings: list[Setting], toolbox: ToolBox) -> list[Setting]:
     """``settings`` with every local tool offered where the answers are local and no tools are listed (the
-    tool_choice is then auto: webui.batch.tool_answers.check_local_choice)."""
+    tool_choice is then auto: webui.batch.run.tool_answers.check_local_choice)."""
     out = []
     for setting in settings:
         shape = setting.prompt

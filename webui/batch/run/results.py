@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
 from webui.batch.asserts.types import AssertResult, Observed, row_score
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.grid import Cell
+from webui.batch.run.grid import Cell
 from webui.chat.tool_loop import ToolStep, history_of
 
 if TYPE_CHECKING:

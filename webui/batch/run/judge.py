@@ -30,7 +30,7 @@ from webui.batch.asserts.graded import (
     GRADED, JUDGE_PROMPT, VERDICT_SCHEMA, Embed, GradedKind, numbered_outputs, select_grades, select_schema,
     verdict_key,
 )
-from webui.batch.prompts import render, template_variables
+from webui.batch.run.prompts import render, template_variables
 from webui.engine import EngineError, GenerationRequest, SamplingParams
 
 __all__ = ["JUDGE_PROMPT", "KEY_VARIABLE", "VERDICT_SCHEMA", "JudgeError", "RemoteJudge", "check_judge_prompt",

@@ -17,15 +17,15 @@ from pathlib import Path
 from loaders.base import DTYPES, LoaderError
 from webui.batch.asserts.kinds import kinds_help
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.export import to_csv, to_jsonl
-from webui.batch.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
-from webui.batch.judge import JUDGE_PROMPT, RemoteJudge
-from webui.batch.prompts import load_prompts, unescape_newlines
+from webui.batch.run.export import to_csv, to_jsonl
+from webui.batch.run.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
+from webui.batch.run.judge import JUDGE_PROMPT, RemoteJudge
+from webui.batch.run.prompts import load_prompts, unescape_newlines
 from webui.batch.promptfoo.reader import is_config, load_suite
 from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.promptfoo.options import SuiteOptions
-from webui.batch.results import ResultRow, summarize
-from webui.batch.runner import BatchJob, RunHandle
+from webui.batch.run.results import ResultRow, summarize
+from webui.batch.run.runner import BatchJob, RunHandle
 from webui.config import AppConfig, default_user_data_dir
 from webui.names import InvalidName
 from webui.store import StoreError

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 from webui.batch.asserts.types import AssertResult
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.results import ResultRow
+from webui.batch.run.results import ResultRow
 
 CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "model", "loader", "setting", "sample", "seed", "output",
                "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft", "tokens_per_second",

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.prompts import PromptRow
-from webui.batch.provider_prompt import ProviderPrompt
+from webui.batch.run.prompts import PromptRow
+from webui.batch.run.provider_prompt import ProviderPrompt
 from webui.engine.params import MAX_SEED, InvalidParameter, SamplingParams, field_names
 from webui.names import InvalidName
 from webui.presets import PresetError, PresetStore

@@ -14,24 +14,24 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from loaders.base import EmbeddingModel, LoadedModel, ModelLoadError, attached_loras, is_embedding_model
-from webui.batch.cache import ResponseCache, cache_key
+from webui.batch.run.cache import ResponseCache, cache_key
 from webui.batch.asserts.classify import CLASSIFIER, Classifiers
 from webui.batch.asserts.errors import BatchInputError, ScriptError
 from webui.batch.asserts.assertion import Assert
 from webui.batch.asserts.types import Observed, Verdict
-from webui.batch.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
+from webui.batch.run.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
 from webui.batch.asserts.graded import Embed, missing_vars, verdict_key
-from webui.batch.loop_rows import (
+from webui.batch.run.loop_rows import (
     LoopTurns, RowReply, local_toolbox, needs_local_tools, offer_local_tools, run_loop_row,
 )
-from webui.batch.judge import (
+from webui.batch.run.judge import (
     JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_request, rubrics, select_best,
 )
-from webui.batch.prompts import PromptRow
-from webui.batch.provider_prompt import ProviderPrompt
-from webui.batch.rerun import RanOn, ran_on, stored_ran_on
-from webui.batch.results import ResultRow, rejudged, result_for
-from webui.batch.store import BatchRun, BatchStore
+from webui.batch.run.prompts import PromptRow
+from webui.batch.run.provider_prompt import ProviderPrompt
+from webui.batch.run.rerun import RanOn, ran_on, stored_ran_on
+from webui.batch.run.results import ResultRow, rejudged, result_for
+from webui.store.batch_runs import BatchRun, BatchStore
 from webui.batch.asserts.transform import transformed
 from webui.catalog import set_dir
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
@@ -233,7 +233,7 @@ class BatchRunner:
 
     def rerun_job(self, run: BatchRun, name: str, use_cache: bool = True) -> tuple[BatchJob, list[RanOn], list[str]]:
         """The job that runs the stored run ``run`` again with each setting on what it ran on, what those are
-        (for :func:`webui.batch.rerun.provide` to have them loaded before :meth:`start`), and notes on what had to
+        (for :func:`webui.batch.run.rerun.provide` to have them loaded before :meth:`start`), and notes on what had to
         be assumed for a run stored without its loader."""
         job = BatchJob.from_spec(name, run.spec)
         ran, notes = stored_ran_on(run, self.store.results(run.id), self.manager)
@@ -513,7 +513,7 @@ class BatchRunner:
         return made
 
     def _loop(self, handle: RunHandle, index: int, cell: Cell, raw: bool, logprobs: bool) -> RowReply:
-        """One cell's tool loop (in a worker thread): webui.batch.loop_rows."""
+        """One cell's tool loop (in a worker thread): webui.batch.run.loop_rows."""
         shape, slot = cell.setting.prompt, handle.slots[cell.setting.model]
         assert shape is not None and shape.answers is not None and shape.tools is not None  # a loop setting's
 
