@@ -30,7 +30,8 @@ a body with ``return``); it returns a bool, a score, or ``{"pass", "score",
 "reason"}``. ``javascript:<code>`` and ``javascript:file://<file.js>[:function]``
 do the same in JavaScript (webui.batch.asserts.js). Both get promptfoo's ``context``
 (prompt, vars, test, config). An assert's ``transform`` (dict form) rewrites the
-output before it is checked (webui.batch.asserts.transform). ``latency:<ms>``, ``ttft:<ms>`` and ``tokens-per-second:<n>`` check
+output before it is checked (webui.batch.asserts.transform). ``latency:<ms>``, ``ttft:<ms>`` and
+``tokens-per-second:<n>`` check
 the row's timing. ``llm-rubric:<rubric>`` and promptfoo's other model-graded kinds
 (factuality, g-eval, context-*, select-best, answer-relevance...:
 webui.batch.asserts.graded) are judged by a model (the batch runner asks it, see

@@ -202,7 +202,8 @@ def _levenshtein(a: AssertData, seen: Observed) -> Outcome:
     return Outcome(distance <= limit, f"edit distance {distance} from the value, more than {limit:g}")
 
 
-def _reference_metric(name: str, metric: Callable[[str, list[str]], float]) -> Callable[[AssertData, Observed], Outcome]:
+def _reference_metric(name: str,
+                      metric: Callable[[str, list[str]], float]) -> Callable[[AssertData, Observed], Outcome]:
     """A scored check: ``metric(output, references)`` held against the threshold (promptfoo: score >= threshold)."""
     def check(a: AssertData, seen: Observed) -> Outcome:
         if not seen.output:

@@ -85,8 +85,8 @@ class Observed:
 
     tool_calls: tuple[Mapping[str, Any], ...] | None = None
     """The calls the row's tool loop made, every step's, as OpenAI writes them ({id, type, function: {name,
-    arguments}}), which the call asserts read (webui.batch.asserts.tool_checks); None: the row ran no loop (they read the
-    calls its output is)."""
+    arguments}}), which the call asserts read (webui.batch.asserts.tool_checks); None: the row ran no loop (they read
+    the calls its output is)."""
 
     @property
     def script_output(self) -> Any:

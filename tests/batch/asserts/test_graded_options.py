@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.unit.test_graded import judged
+from tests.batch.asserts.test_graded import judged
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.assertion import parse_assert
 from webui.batch.promptfoo.reader import read_config
