@@ -26,8 +26,7 @@ import torch
 
 from loaders.hf import ensure_converted
 from webui.batch.run.grid import GridSpec
-from webui.batch.run.prompts import parse_lines
-from webui.batch.run.prompts import PromptRow
+from webui.batch.run.prompts import parse_lines, PromptRow
 from webui.batch.run.runner import BatchJob
 from webui.config import AppConfig
 from webui.catalog import DEFAULT_MODEL, default_model_gguf

@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 
 from webui.batch.run.grid import GridSpec, parse_axes
 from webui.batch.run.results import ResultRow
-from webui.batch.run.prompts import load_prompts_text, parse_lines, with_asserts
+from webui.batch.run.prompts import load_prompts_text, parse_lines, with_asserts, PromptRow
 from webui.batch.run.export import to_csv, to_jsonl
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.run.judge import JUDGE_PROMPT, RemoteJudge
@@ -23,7 +23,6 @@ from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.run.rerun import is_loaded, provide
 from webui.batch.asserts.transform import is_python_transform
 from webui.batch.run.runner import BatchJob, RunHandle
-from webui.batch.run.prompts import PromptRow
 from webui.store.batch_runs import BatchRun, RunNotFound
 from webui.controllers.batch_refill import form_values
 from webui.controllers.chat import MessageInspection

@@ -15,8 +15,7 @@ from webui.batch.asserts.kinds import ASSERT_KINDS, AssertKind, kinds_help
 from webui.batch.promptfoo.dialect import DIALECT
 from webui.batch.promptfoo.kinds import PROMPTFOO_KINDS, PromptfooKind
 from webui.batch.asserts.values import NONE, NUMBER, TEXT
-from webui.batch.asserts.types import Observed
-from webui.batch.asserts.types import Outcome
+from webui.batch.asserts.types import Observed, Outcome
 from webui.batch.run.cli import build_parser
 from webui.batch.run.prompts import load_prompts_text
 from webui.batch.promptfoo.reader import read_config, supported

@@ -6,10 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webui.batch.asserts.assertion import KINDS, Assert, assert_label, check_all, parse_assert
+from webui.batch.asserts.assertion import KINDS, Assert, assert_label, check_all, parse_assert, parse_asserts
 from webui.batch.asserts.types import AssertResult
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.asserts.assertion import parse_asserts
 
 SCHEMA = '{"type":"object","required":["name"],"properties":{"name":{"type":"string"}}}'
 

@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from webui.batch.asserts.errors import BatchInputError
-from webui.batch.asserts.errors import ScriptError
+from webui.batch.asserts.errors import BatchInputError, ScriptError
 from webui.batch.asserts.js import call_javascript, check_javascript, function_body, run_javascript
 
 CONTEXT = {"prompt": "Name a fruit.", "vars": {"topic": "bananas", "min": "3"}, "config": {"limit": 5}}

@@ -9,10 +9,9 @@ import time
 
 import pytest
 
-from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.errors import BatchInputError, ScriptError
 from webui.batch.asserts.assertion import parse_assert
 from webui.batch.promptfoo.dialect import DIALECT, json_objects
-from webui.batch.asserts.errors import ScriptError
 from webui.batch.asserts.js_regex import js_regex_test
 from webui.batch.promptfoo.reader import read_config
 from webui.batch.promptfoo.export import promptfoo_assertion

@@ -8,10 +8,9 @@ import re
 import pytest
 
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.run.grid import plan
+from webui.batch.run.grid import plan, GridSpec
 from webui.batch.promptfoo.reader import read_suite
 from webui.batch.run.runner import BatchJob
-from webui.batch.run.grid import GridSpec
 
 
 def test_completion_runs_raw_and_chat_and_workbench_use_the_template(tmp_path):

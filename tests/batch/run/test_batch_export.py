@@ -14,11 +14,10 @@ from hypothesis import strategies as st
 
 from webui.batch.run.grid import GridSpec, expand, plan
 from webui.batch.run.results import ResultRow, compare, pivot, result_for, summarize
-from webui.batch.run.export import from_csv, from_jsonl, to_csv, to_jsonl
+from webui.batch.run.export import from_csv, from_jsonl, to_csv, to_jsonl, CSV_COLUMNS
 from webui.batch.run.prompts import load_prompts_text
 from webui.batch.asserts.types import AssertResult
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.run.export import CSV_COLUMNS
 from webui.engine.params import SamplingParams
 from webui.presets import PresetStore
 

@@ -39,7 +39,7 @@ import yaml
 from webui.batch.asserts.kinds import ASSERT_KINDS
 from webui.batch.promptfoo.dialect import DIALECT
 from webui.batch.promptfoo.kinds import promptfoo_kind
-from webui.batch.asserts.assertion import Assert, parse_assert
+from webui.batch.asserts.assertion import Assert, parse_assert, with_transforms
 from webui.batch.asserts.classify import CLASSIFIER
 from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import DataTooLarge, load_json, load_yaml
@@ -50,7 +50,6 @@ from webui.batch.promptfoo.options import SuiteOptions, metric_names, resolve_re
 from webui.batch.promptfoo.providers import provider_params, provider_setting
 from webui.batch.promptfoo.tests import SET_KEY, Case, Problems, read_cases
 from webui.batch.asserts.transform import check_transforms, resolved
-from webui.batch.asserts.assertion import with_transforms
 from webui.engine.params import InvalidParameter, SamplingParams
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
