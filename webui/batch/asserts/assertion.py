@@ -53,10 +53,9 @@ here reads that table.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from webui.batch.asserts.kinds import ASSERT_KINDS, AssertKind
@@ -283,7 +282,7 @@ def with_transforms(asserts: Sequence[Assert], transforms: Sequence[str]) -> lis
     """``asserts`` with ``transforms`` applied before each one's own."""
     if not transforms:
         return list(asserts)
-    return [dataclasses.replace(a, transform=(*transforms, *a.transform)) for a in asserts]
+    return [replace(a, transform=(*transforms, *a.transform)) for a in asserts]
 
 
 def check_all(asserts: list[Assert], output: str, completion_tokens: int) -> list[AssertResult]:
