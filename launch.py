@@ -36,7 +36,7 @@ def main(argv: list[str]) -> None:
         bootstrap.reexec_in_venv([__file__, *argv])
     bootstrap.ensure_venv()  # inside the venv: a no-op unless pyproject.toml changed
     if command == "batch":
-        from webui.batch.cli import main as batch_main
+        from webui.batch.run.cli import main as batch_main
 
         sys.exit(batch_main(argv[1:]))
     if command == "requests":

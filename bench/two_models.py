@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 from loaders.hf import ensure_converted
-from webui.batch import GridSpec, parse_lines
-from webui.batch.prompts import PromptRow
-from webui.batch.runner import BatchJob
+from webui.batch.run.grid import GridSpec
+from webui.batch.run.prompts import parse_lines, PromptRow
+from webui.batch.run.runner import BatchJob
 from webui.config import AppConfig
 from webui.catalog import DEFAULT_MODEL, default_model_gguf
 from webui.services import Services

@@ -22,7 +22,7 @@ from webui.chat.tools import plan_tools
 from webui.engine.sampling import DRAW
 
 if TYPE_CHECKING:
-    from webui.batch.results import ResultRow
+    from webui.batch.run.results import ResultRow
 
 FORMAT = "llm-workbench.record"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loaders.registry import LoaderRegistry
-from webui.batch.cache import ResponseCache
-from webui.batch.runner import BatchRunner
-from webui.batch.store import BatchStore
+from webui.batch.run.cache import ResponseCache
+from webui.batch.run.runner import BatchRunner
+from webui.store.batch_runs import BatchStore
 from webui.chat.characters import CharacterStore
 from webui.chat.templates import TemplateStore
 from webui.config import AppConfig

@@ -12,8 +12,9 @@ import pytest
 from loaders.base import ModelLoadError
 from tests.api.conftest import API_KEY
 from tests.e2e.server import free_port
-from webui.batch import GridSpec, parse_lines
-from webui.batch.runner import BatchJob
+from webui.batch.run.grid import GridSpec
+from webui.batch.run.prompts import parse_lines
+from webui.batch.run.runner import BatchJob
 from webui.config import AppConfig
 from webui.engine import GenerationRequest, SamplingParams
 from webui.services import Services

@@ -7,8 +7,9 @@ import pytest
 
 from tests.api.conftest import API_KEY
 from tests.conftest import TEST_THREADS
-from webui.batch import GridSpec, parse_lines
-from webui.batch.runner import BatchJob
+from webui.batch.run.grid import GridSpec
+from webui.batch.run.prompts import parse_lines
+from webui.batch.run.runner import BatchJob
 from webui.config import AppConfig
 from webui.engine import SamplingParams
 from webui.reproduce import ReproduceRecord, parse_record

@@ -108,7 +108,7 @@ def test_a_run_uses_the_chosen_chat_template_and_its_records_keep_it(controller,
 
 
 def test_scored_asserts_weights_and_the_summarys_interval(controller, tmp_path):
-    from webui.batch import summarize
+    from webui.batch.run.results import summarize
 
     checker = tmp_path / "check.py"
     checker.write_text("def get_assert(output, context):\n    return {'pass': True, 'score': 0.5, 'reason': 'half'}\n")
@@ -197,7 +197,7 @@ def test_an_uploaded_suite_names_what_it_does_not_apply(controller, tmp_path):
 
 
 def test_a_person_reviews_rows_and_the_review_is_stored_counted_and_exported(controller):
-    from webui.batch import summarize
+    from webui.batch.run.results import summarize
 
     done = last(controller.run(controller.job(BatchForm(prompts="Hello\nBye", samples=1), BASE)))
     first, second = controller.rows(done.run_id)
@@ -239,7 +239,7 @@ def test_cells_already_run_come_from_the_cache_and_only_new_cells_are_generated(
 
 
 def test_llm_rubric_is_judged_by_the_loaded_model_and_its_verdict_is_kept(controller):
-    from webui.batch.judge import JUDGE_PROMPT
+    from webui.batch.run.judge import JUDGE_PROMPT
 
     form = BatchForm(prompts="Hello", asserts="llm-rubric:The reply is a greeting")
     done = last(controller.run(controller.job(form, BASE)))

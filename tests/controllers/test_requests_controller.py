@@ -125,7 +125,7 @@ def test_the_requests_listed_become_batch_prompts_as_the_model_saw_them(services
     services.requests.add(dataclasses.replace(kept(3), details={"prompt": ["<a>", "<b>"]}))  # several prompts
     c = RequestsController(services)
     text, note = c.as_batch(["chatcmpl-1", "chatcmpl-2", "chatcmpl-3"], None)
-    from webui.batch.prompts import parse_lines
+    from webui.batch.run.prompts import parse_lines
     assert [row.text for row in parse_lines(text)] == ["<u>two\nlines\\x", "<a>", "<b>"]  # back exactly
     assert note.startswith("3 prompt(s)") and "1 left out" in note
     with pytest.raises(UserError, match="None of the requests listed reached the model"):
@@ -133,7 +133,7 @@ def test_the_requests_listed_become_batch_prompts_as_the_model_saw_them(services
 
 
 def test_the_requests_listed_become_a_promptfoo_suite_file(services, tmp_path):
-    from webui.batch.promptfoo import load_config
+    from webui.batch.promptfoo.reader import load_config
 
     services.requests.add(kept(1, text="Name a colour."))
     services.requests.add(kept(2, status=400))

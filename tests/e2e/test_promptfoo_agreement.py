@@ -23,10 +23,10 @@ import yaml
 from tests.conftest import ROOT
 from tests.e2e.promptfoo_cli import promptfoo, promptfoo_eval
 from webui import bootstrap
-from webui.batch.asserts import AssertResult, Observed, row_score
-from webui.batch.errors import BatchInputError
-from webui.batch.promptfoo import read_config, supported
-from webui.batch.results import asserts_pass
+from webui.batch.asserts.types import AssertResult, Observed, row_score
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.promptfoo.reader import read_config, supported
+from webui.batch.run.results import asserts_pass
 
 pytestmark = pytest.mark.node
 

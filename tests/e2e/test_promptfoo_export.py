@@ -20,10 +20,10 @@ import pytest
 
 from tests.e2e.promptfoo_cli import promptfoo, promptfoo_env, promptfoo_eval
 from webui import bootstrap
-from webui.batch.grid import plan
-from webui.batch.promptfoo import read_suite
-from webui.batch.promptfoo_export import to_promptfoo
-from webui.batch.results import result_for
+from webui.batch.run.grid import plan
+from webui.batch.promptfoo.reader import read_suite
+from webui.batch.promptfoo.export import to_promptfoo
+from webui.batch.run.results import result_for
 
 pytestmark = pytest.mark.node
 

@@ -19,9 +19,9 @@ from tests.api.conftest import start_api
 from tests.e2e.promptfoo_cli import promptfoo_eval
 from tests.engine.test_batch_runner import run
 from tests.engine.test_batch_tools import WEATHER
-from webui.batch import GridSpec
-from webui.batch.promptfoo import read_suite
-from webui.batch.runner import BatchJob
+from webui.batch.run.grid import GridSpec
+from webui.batch.promptfoo.reader import read_suite
+from webui.batch.run.runner import BatchJob
 
 pytestmark = pytest.mark.node
 

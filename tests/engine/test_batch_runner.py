@@ -13,9 +13,11 @@ import pytest
 from loaders.base import BaseLoader
 from tests.conftest import TEST_THREADS
 from tests.engine.scripted import ScriptedModel, loader_of
-from webui.batch import BatchInputError, GridSpec, parse_lines
-from webui.batch.results import summarize
-from webui.batch.runner import BatchJob
+from webui.batch.run.grid import GridSpec
+from webui.batch.run.prompts import parse_lines
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.run.results import summarize
+from webui.batch.run.runner import BatchJob
 from webui.services import Services
 
 
@@ -58,7 +60,7 @@ def test_a_grid_reads_its_prompt_once_and_rows_record_cached_tokens(services):
 
 def test_asserts_are_checked_per_row(services):
     rows = parse_lines("Hello")
-    from webui.batch import parse_assert
+    from webui.batch.asserts.assertion import parse_assert
 
     batch_job = BatchJob("asserts", [rows[0].__class__(**{**rows[0].__dict__, "asserts": [
         parse_assert("max-length:100 tokens"), parse_assert("contains:zzzz-not-there")]})],
@@ -225,7 +227,7 @@ def scripted_loader(tok, text: str, model_name: str, about: str = "a scripted mo
 
 def test_another_loaded_model_judges_llm_rubric(services, tmp_path):
     """A scripted model loaded beside the tested one answers every judge request with the same verdict."""
-    from webui.batch import parse_assert
+    from webui.batch.asserts.assertion import parse_assert
 
     verdict = '{"reason":"short and kind","pass":true,"score":0.9}'
     services.registry.register(scripted_loader(services.loaded.tokenizer, verdict, "judge", "a scripted judge"))
@@ -242,8 +244,8 @@ def test_another_loaded_model_judges_llm_rubric(services, tmp_path):
 
 
 def test_perplexity_asserts_get_the_chosen_tokens_logprobs_and_skip_the_cache(services):
-    from webui.batch import parse_assert
-    from webui.batch.text_metrics import perplexity
+    from webui.batch.asserts.assertion import parse_assert
+    from webui.batch.asserts.text_metrics import perplexity
 
     rows = [replace(parse_lines("Hello")[0], asserts=[
         parse_assert("perplexity-score"), parse_assert({"type": "perplexity", "threshold": 1.0}),
@@ -263,7 +265,7 @@ def test_graded_kinds_run_end_to_end_on_the_tiny_model(services):
     """The tiny random model judges factuality and model-graded-closedqa on each output, and select-best once the
     test's two settings have answered: its verdicts are arbitrary, the plumbing is not (each verdict is stored
     with a reason, the structured answer is always read)."""
-    from webui.batch import parse_assert
+    from webui.batch.asserts.assertion import parse_assert
 
     short = {"factuality": "{{completion}} vs {{ideal}}", "model-graded-closedqa": "{{completion}}: {{criteria}}?",
              "select-best": "{{criteria}}: {{outputs}}"}  # the tiny model reads 256 tokens: short grading prompts
@@ -292,7 +294,7 @@ def test_graded_kinds_run_end_to_end_on_the_tiny_model(services):
 
 
 def test_a_raw_setting_reads_the_prompt_as_it_is_beside_one_through_the_chat_template(services):
-    from webui.batch.grid import Setting
+    from webui.batch.run.grid import Setting
     from webui.engine import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_new_tokens=2)
@@ -308,8 +310,8 @@ def test_a_raw_setting_reads_the_prompt_as_it_is_beside_one_through_the_chat_tem
 def test_similar_asserts_score_by_the_run_models_embeddings_and_say_so(services):
     """The runner embeds the output, its transformed form and the references between engine steps; the check
     takes the cosine (the trigram score only without an embedding model)."""
-    from webui.batch import parse_assert
-    from webui.batch.assert_kinds import similarity
+    from webui.batch.asserts.assertion import parse_assert
+    from webui.batch.asserts.kinds import similarity
     from webui.embeddings import embed_texts
 
     reference = "The capital of France is Paris"
@@ -334,7 +336,7 @@ def test_similar_asserts_score_by_the_run_models_embeddings_and_say_so(services)
 def test_answer_relevance_is_the_mean_cosine_of_the_run_models_embeddings_of_the_judges_questions(services):
     """The tiny model generates the questions (structured output, so they are read) and the run's embedder embeds
     them and the query var: the score is the mean cosine of those vectors (the model is random: the plumbing)."""
-    from webui.batch import parse_assert
+    from webui.batch.asserts.assertion import parse_assert
     from webui.embeddings import embed_texts
 
     query = "How do people greet?"
@@ -356,8 +358,8 @@ def test_answer_relevance_is_the_mean_cosine_of_the_run_models_embeddings_of_the
 
 
 def test_similar_asserts_score_by_trigrams_when_no_model_gives_embeddings(services, tmp_path):
-    from webui.batch import parse_assert
-    from webui.batch.assert_kinds import similarity
+    from webui.batch.asserts.assertion import parse_assert
+    from webui.batch.asserts.kinds import similarity
 
     services.registry.register(scripted_loader(services.loaded.tokenizer, " Paris is the capital", "plain"))
     services.models.load(services.models.catalog.entry_for_path(tmp_path), loader="scripted")
@@ -371,7 +373,7 @@ def test_similar_asserts_score_by_trigrams_when_no_model_gives_embeddings(servic
 
 def test_a_loaded_sentence_embedding_model_embeds_for_similar_asserts(services, tiny_model_dir, tmp_path):
     from tests.engine.test_embeddings import sentence_folder
-    from webui.batch import parse_assert
+    from webui.batch.asserts.assertion import parse_assert
 
     sentence_folder(tiny_model_dir, services.config.models_dir / "mini-embed")
     services.models.load("mini-embed", make_current=False)

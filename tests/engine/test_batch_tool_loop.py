@@ -11,12 +11,12 @@ from pathlib import Path
 
 from tests.engine.scripted import ScriptedModel, loader_of
 from tests.engine.test_batch_runner import run
-from webui.batch import GridSpec
-from webui.batch.export import CSV_COLUMNS, from_csv, from_jsonl, to_csv, to_jsonl
-from webui.batch.promptfoo import read_suite
-from webui.batch.promptfoo_export import to_promptfoo
-from webui.batch.results import ResultRow, summarize
-from webui.batch.runner import BatchJob
+from webui.batch.run.grid import GridSpec
+from webui.batch.run.export import CSV_COLUMNS, from_csv, from_jsonl, to_csv, to_jsonl
+from webui.batch.promptfoo.reader import read_suite
+from webui.batch.promptfoo.export import to_promptfoo
+from webui.batch.run.results import ResultRow, summarize
+from webui.batch.run.runner import BatchJob
 from webui.chat.tool_loop import MAX_STEPS
 from webui.chat.tools import FALLBACK
 from webui.ui.batch_views import result_table

@@ -12,11 +12,12 @@ import pytest
 
 from tests.engine.test_batch_runner import run, scripted_loader
 from webui.api.routes import render_messages
-from webui.batch import BatchInputError, GridSpec
-from webui.batch.export import from_csv, from_jsonl, to_csv, to_jsonl
-from webui.batch.promptfoo import read_suite
-from webui.batch.promptfoo_export import to_promptfoo
-from webui.batch.runner import BatchJob, BatchRunner
+from webui.batch.run.grid import GridSpec
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.run.export import from_csv, from_jsonl, to_csv, to_jsonl
+from webui.batch.promptfoo.reader import read_suite
+from webui.batch.promptfoo.export import to_promptfoo
+from webui.batch.run.runner import BatchJob, BatchRunner
 from webui.chat.tools import plan_tools
 
 WEATHER = {"type": "function", "function": {

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from webui.batch import BatchInputError, GridSpec, parse_assert, parse_lines
-from webui.batch.classify import folder_names
-from webui.batch.promptfoo import read_config
-from webui.batch.runner import BatchJob
+from webui.batch.run.grid import GridSpec
+from webui.batch.run.prompts import parse_lines
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
+from webui.batch.asserts.classify import folder_names
+from webui.batch.promptfoo.reader import read_config
+from webui.batch.run.runner import BatchJob
 
 PROVIDER = "huggingface:text-classification:acme/tiny-toxic"
 
@@ -170,7 +173,7 @@ def test_a_promptfoo_suite_with_classifier_asserts_runs(services, classifier_dir
 
 
 def test_a_tests_options_provider_is_the_model_of_its_classifier_asserts_without_their_own(tmp_path):
-    from webui.batch.promptfoo import read_suite
+    from webui.batch.promptfoo.reader import read_suite
 
     suite = read_suite("prompts: [hi]\n"
                        "defaultTest:\n  options: {provider: 'huggingface:text-classification:org/a'}\n"
@@ -189,8 +192,8 @@ def test_a_tests_options_provider_is_the_model_of_its_classifier_asserts_without
 
 
 def test_the_batch_tabs_jsonl_takes_a_classifier_and_the_export_writes_it_as_promptfoo(tmp_path):
-    from webui.batch.promptfoo_export import promptfoo_assertion
-    from webui.batch.prompts import load_prompts_text
+    from webui.batch.promptfoo.export import promptfoo_assertion
+    from webui.batch.run.prompts import load_prompts_text
 
     given = cls(value="toxic", threshold=0.5)
     rows = load_prompts_text("suite.jsonl", '{"prompt": "hi", "asserts": [%s]}' % json.dumps(given))

@@ -130,8 +130,10 @@ def test_switching_models_clears_the_adapters(services):
 
 
 def test_the_batch_grid_can_vary_the_adapter(services):
-    from webui.batch import BatchInputError, GridSpec, parse_lines
-    from webui.batch.runner import BatchJob
+    from webui.batch.run.grid import GridSpec
+    from webui.batch.run.prompts import parse_lines
+    from webui.batch.asserts.errors import BatchInputError
+    from webui.batch.run.runner import BatchJob
 
     base = answer(services)
     job = BatchJob("lora grid", parse_lines(SECRET_PROMPT), GridSpec([], {"lora": ["none", "secret"],

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from webui.batch import BatchInputError, load_prompts_text, parse_assert, parse_asserts
-from webui.batch.promptfoo import read_suite
-from webui.batch.suite_files import SuiteFiles
+from webui.batch.run.prompts import load_prompts_text
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert, parse_asserts
+from webui.batch.promptfoo.reader import read_suite
+from webui.batch.asserts.suite_files import SuiteFiles
 
 SURFACE = "promptfoo suites"
 SECRET = "TOP-SECRET-42"
@@ -142,7 +144,7 @@ TEMPLATES = {
 
 @pytest.mark.parametrize("template, said", TEMPLATES.values(), ids=TEMPLATES.keys())
 def test_hostile_nunjucks_is_stopped_with_a_message(template, said, upload, monkeypatch):
-    monkeypatch.setattr("webui.batch.nunjucks.RENDER_SECONDS", 1.0)
+    monkeypatch.setattr("webui.batch.promptfoo.nunjucks.RENDER_SECONDS", 1.0)
     started = time.monotonic()
     with pytest.raises(BatchInputError, match=said):
         read_suite(f"prompts: [{json.dumps(template)}]\ntests: [{{vars: {{q: hi}}}}]\n", upload)
@@ -151,7 +153,7 @@ def test_hostile_nunjucks_is_stopped_with_a_message(template, said, upload, monk
 
 @pytest.mark.parametrize("written", ["regex:(a|aa)+$", "not-regex:(a|aa)+$"], ids=["ours", "ours, negated"])
 def test_our_catastrophic_regex_is_stopped_and_fails(written, monkeypatch):
-    monkeypatch.setattr("webui.batch.assert_kinds.REGEX_SECONDS", 0.5)
+    monkeypatch.setattr("webui.batch.asserts.kinds.REGEX_SECONDS", 0.5)
     started = time.monotonic()
     result = parse_assert(written).check("a" * 40 + "b")
     assert not result.passed and "stopped" in result.detail

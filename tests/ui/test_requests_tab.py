@@ -164,7 +164,7 @@ def test_the_promptfoo_export_keeps_a_replays_seed_and_the_tools(server, browser
     import yaml
 
     from tests.ui.pages import export_file
-    from webui.batch.promptfoo import load_config
+    from webui.batch.promptfoo.reader import load_config
 
     page = open_page(browser, server.url)
     tab(page, "Requests")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webui.batch import ResultRow
+from webui.batch.run.results import ResultRow
 from webui.ui.batch_views import RESULT_COLUMNS, clicked_row, result_table, row_key
 
 

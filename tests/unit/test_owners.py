@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from webui.batch.cache import ResponseCache
-from webui.batch.store import BatchStore, RunNotFound
+from webui.batch.run.cache import ResponseCache
+from webui.store.batch_runs import BatchStore, RunNotFound
 from webui.engine import SamplingParams
 from webui.owner import as_owner
 from webui.presets import PresetError, PresetStore

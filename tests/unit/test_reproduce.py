@@ -67,7 +67,7 @@ def test_a_record_says_which_draw_picked_its_sampled_tokens():
     """Records made before the batched sampling stage have no 'draw': their seeds picked tokens by another draw,
     which a re-run says; greedy records repeat whatever the draw. The response cache keeps sampled cells apart
     by draw too."""
-    from webui.batch.cache import cache_key
+    from webui.batch.run.cache import cache_key
     from webui.engine.sampling import DRAW
 
     now = parse_record(record().to_json())

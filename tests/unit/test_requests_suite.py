@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from webui.api.suite import promptfoo_suite
-from webui.batch.promptfoo import read_config
+from webui.batch.promptfoo.reader import read_config
 from webui.store.requests import CapturedRequest
 
 CHAT = [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Capital of France?"}]

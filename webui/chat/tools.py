@@ -1,5 +1,5 @@
 """OpenAI tool calling: offering tools to a model and reading its calls back, for /v1/chat/completions and for
-batch rows whose provider has tools (webui.batch.provider_prompt).
+batch rows whose provider has tools (webui.batch.run.provider_prompt).
 
 Tools reach the model through its own chat template when the template takes
 ``tools`` (Qwen, Llama 3.1, Hermes, Mistral…). A template without them gets the

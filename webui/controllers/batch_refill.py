@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from webui.batch import BatchInputError
-from webui.batch.asserts import parse_assert
-from webui.batch.grid import BASE_LABEL, GridSpec, format_value
-from webui.batch.prompts import PromptRow, escape_newlines
-from webui.batch.store import BatchRun
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.assertion import parse_assert
+from webui.batch.run.grid import BASE_LABEL, GridSpec, format_value
+from webui.batch.run.prompts import PromptRow, escape_newlines
+from webui.store.batch_runs import BatchRun
 
 
 def form_values(run: BatchRun) -> tuple[dict[str, Any], str]:

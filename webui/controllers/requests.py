@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webui.batch.prompts import escape_newlines
+from webui.batch.run.prompts import escape_newlines
 from webui.config import AppConfig
 from webui.controllers.errors import UserError
 from webui.services import Services

@@ -109,7 +109,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 6: owners. With a UI login every chat, notebook, batch run and perplexity result belongs to the user who made
     # it ('' without a login: the shared workspace, where everything made before stays). Notebook names are unique
-    # per owner. (Cached responses are kept per owner by their key: see webui/batch/cache.py.)
+    # per owner. (Cached responses are kept per owner by their key: see webui/batch/run/cache.py.)
     """
     ALTER TABLE chats ADD COLUMN owner TEXT NOT NULL DEFAULT '';
     CREATE INDEX chats_by_owner ON chats (owner, updated DESC, id DESC);

@@ -7,9 +7,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import gradio as gr
 
-from webui.batch import rows_for_setting
-from webui.batch.assert_kinds import kinds_help
-from webui.batch.judge import JUDGE_PROMPT
+from webui.batch.run.results import rows_for_setting
+from webui.batch.asserts.kinds import kinds_help
+from webui.batch.run.judge import JUDGE_PROMPT
 from webui.controllers.batch import NO_ROW, NO_RUN, BatchController, BatchForm
 from webui.controllers.errors import UserError
 from webui.services import Services

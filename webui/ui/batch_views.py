@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
-from webui.batch import ResultRow, cell_text, compare, pivot, prompt_label, summarize
+from webui.batch.run.results import ResultRow, cell_text, compare, pivot, prompt_label, summarize
 
 if TYPE_CHECKING:
     from pandas.io.formats.style import Styler  # needs jinja2 when imported

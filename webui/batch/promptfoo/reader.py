@@ -1,0 +1,495 @@
+"""promptfoo test suites: read a ``promptfooconfig.yaml`` into a batch job, write results in promptfoo's shape.
+
+What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
+``{role, content}`` messages written as text, or such a list in YAML;
+``{id/label, raw}`` objects; ``file://`` files, globs too: .txt/.md texts split
+on lines of ``---`` as promptfoo splits them, .json/.yaml chats (Anthropic's
+``{system, messages}`` too), .jsonl a chat a line; ``{file://path: label}`` mappings
+and ``{id: file://path, label, config}`` objects; a message's ``[{type: text, text}]``
+content blocks joined; prompt functions (.py, .js) refused by name),
+``tests``, ``defaultTest`` and ``scenarios`` (read by
+:mod:`webui.batch.promptfoo.tests`: test files, CSV, vars, expansion, ``options``
+prefix/suffix/transform) and ``providers`` (read by :mod:`webui.batch.promptfoo.providers`:
+each provider one setting, labelled by its ``label`` or ``id``, its ``config`` that
+setting's parameters; ``launch.py batch`` loads a ``workbench:NAME`` provider's model).
+What a suite names that cannot change an output is listed in the suite's notes. Run-wide keys
+(evaluateOptions, outputPath, env, sharing, derivedMetrics, ``$ref`` templates,
+defaultTest's grading options): :mod:`webui.batch.promptfoo.options`.
+Asserts keep promptfoo's names (contains, icontains,
+contains-any, contains-all, equals, regex, starts-with, is-json, similar,
+python and javascript (inline or ``file://``, with ``config``), latency,
+llm-rubric and the other model-graded kinds (judged by the run's judge, with ``rubricPrompt``;
+webui.batch.asserts.graded), their ``not-`` forms, ``weight``,
+``threshold``, ``metric`` and ``transform``; values filled from the test's vars);
+any other type (levenshtein...) is an error that names it, never skipped. Every
+problem of a suite is reported at once. Transforms: webui.batch.asserts.transform.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from webui.batch.asserts.kinds import ASSERT_KINDS
+from webui.batch.promptfoo.dialect import DIALECT
+from webui.batch.promptfoo.kinds import promptfoo_kind
+from webui.batch.asserts.assertion import Assert, parse_assert, with_transforms
+from webui.batch.asserts.classify import CLASSIFIER
+from webui.batch.asserts.errors import BatchInputError
+from webui.safeload import DataTooLarge, load_json, load_yaml
+from webui.batch.asserts.suite_files import SuiteFiles
+from webui.batch.run.grid import Setting
+from webui.batch.run.prompts import PromptRow, chat_messages_of, render
+from webui.batch.promptfoo.options import SuiteOptions, metric_names, resolve_refs, suite_options
+from webui.batch.promptfoo.providers import provider_params, provider_setting
+from webui.batch.promptfoo.tests import SET_KEY, Case, Problems, read_cases
+from webui.batch.asserts.transform import check_transforms, resolved
+from webui.engine.params import InvalidParameter, SamplingParams
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+def supported() -> list[str]:
+    """promptfoo's assert types we run (promptfoo names them as we do): the kinds promptfoo has
+    (webui.batch.promptfoo.kinds)."""
+    return [name for name in ASSERT_KINDS if promptfoo_kind(name) is not None]
+
+
+def is_config(name: str | Path) -> bool:
+    return Path(name).suffix.lower() in CONFIG_SUFFIXES
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A promptfoo suite read for a batch run."""
+
+    description: str
+    rows: list[PromptRow]
+    settings: list[Setting]
+    notes: list[str] = field(default_factory=list)
+    """What the suite names that is not applied because it cannot change an output (an apiKey...), each once."""
+    options: SuiteOptions = field(default_factory=SuiteOptions)
+    """Its run-wide keys: samples (evaluateOptions.repeat), cache, outputPath, derivedMetrics, the judge."""
+
+
+def load_suite(path: Path) -> Suite:
+    """The suite of a promptfoo config file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BatchInputError(f"cannot read the promptfoo config '{path}': {exc}") from None
+    return read_suite(text, Path(path).parent)
+
+
+def load_config(path: Path) -> tuple[str, list[PromptRow], list[Setting]]:
+    """(description, prompt rows, settings) of a promptfoo config file (:func:`load_suite` without its notes)."""
+    suite = load_suite(path)
+    return suite.description, suite.rows, suite.settings
+
+
+def read_config(text: str, base: Path | SuiteFiles) -> tuple[str, list[PromptRow], list[Setting]]:
+    """(description, prompt rows, settings) of config text (:func:`read_suite` without its notes)."""
+    suite = read_suite(text, base)
+    return suite.description, suite.rows, suite.settings
+
+
+def read_suite(text: str, base: Path | SuiteFiles) -> Suite:
+    """The suite of promptfoo config text; ``file://`` paths are relative to ``base`` (a folder: as promptfoo
+    reads them; :class:`SuiteFiles`: confined to an upload where it says so). Every problem found is
+    reported at once, each with where it is in the suite."""
+    try:
+        config = load_yaml(text)
+    except (yaml.YAMLError, DataTooLarge) as exc:
+        raise BatchInputError(f"promptfoo config: not valid YAML ({exc})") from None
+    if not isinstance(config, dict):
+        raise BatchInputError("promptfoo config: expected a mapping with prompts, providers and tests")
+    files = base if isinstance(base, SuiteFiles) else SuiteFiles(base)
+    problems, notes = Problems(), list[str]()
+    config = resolve_refs(config, problems)
+    unknown_top = set(config) - {"description", "prompts", "providers", "tests", "defaultTest", "outputPath",
+                                 "sharing", "env", "evaluateOptions", "scenarios", "derivedMetrics", "nunjucksFilters",
+                                 "assertionTemplates"}
+    if unknown_top:
+        problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
+    _refuse_filters(config.get("nunjucksFilters"), problems)
+    prompts = _prompts(config.get("prompts"), files, problems, notes)
+    settings, filters = _settings(config.get("providers"), problems, notes, files)
+    runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
+    offered = _offered_tools(settings)
+    rows: list[PromptRow] = []
+    for case in read_cases(config, files, problems):
+        name = case.description or f"test {case.index + 1}"
+        sets, groups = _sets(case), _set_groups(case)
+        asserts = with_transforms(_asserts(case, files, problems, offered), _case_transform(case, files, problems))
+        for p, (label, prompt, params) in enumerate(prompts):
+            at = f"{case.where} with prompt '{label}'"
+            row_id = name if len(prompts) == 1 else f"{name} · {label}"
+            origin = {"prompt": label, "promptIdx": p, "testIdx": case.index, "description": case.description,
+                      **({"metadata": case.metadata} if case.metadata else {}),
+                      **({"assertSets": groups} if groups else {})}
+            with problems.collect():
+                row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id, origin,
+                           case.threshold, at)
+                _check_affixes(row, settings, runs_with[p], at)
+                rows.append(dataclasses.replace(row, params=params, settings=runs_with[p], sets=sets))
+    options = suite_options(config, problems, notes)
+    metrics = {a.metric for row in rows for a in row.asserts if a.metric}
+    for name, expression in options.derived_metrics.items():
+        unknown = [n for n in metric_names(expression) if n not in metrics]
+        if unknown:
+            problems.add(f"derivedMetrics ({name})", f"{', '.join(unknown)}: no assert's metric has that name "
+                                                     f"(metrics: {', '.join(sorted(metrics)) or 'none'})")
+        metrics.add(name)
+    problems.raise_any()
+    return Suite(str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings,
+                 list(dict.fromkeys(notes)), options)
+
+
+def _runs_with(labels: list[str], settings: list[Setting], filters: Mapping[str, list[str]],
+               problems: Problems) -> list[tuple[str, ...] | None]:
+    """For each prompt, the settings that run it (None: all), by each provider's prompts filter: a prompt's label,
+    or the start of the labels before ``:`` (promptfoo's groups) or `` #`` (a file's prompts)."""
+    def allowed(label: str, names: list[str]) -> bool:
+        return any(label == n or label.startswith((f"{n}:", f"{n} #")) for n in names)
+
+    for setting, names in filters.items():
+        for n in names:
+            if not any(allowed(label, [n]) for label in labels):
+                problems.add(f"providers ({setting}).prompts", f"'{n}' is no prompt's label; labels: "
+                                                               f"{', '.join(labels)}")
+    out: list[tuple[str, ...] | None] = []
+    for label in labels:
+        chosen = tuple(s.label for s in settings if s.label not in filters or allowed(label, filters[s.label]))
+        out.append(None if len(chosen) == len(settings) else chosen)
+    return out
+
+
+def _refuse_filters(given: Any, problems: Problems) -> None:
+    """promptfoo's custom Nunjucks filters are JavaScript modules, which nothing here runs: each is named."""
+    if not given:
+        return
+    for name, path in (given.items() if isinstance(given, dict) else [("", given)]):
+        why = "a Python file cannot be one" if str(path).endswith(".py") else "the workbench runs no JavaScript"
+        problems.add(f"nunjucksFilters{'.' + str(name) if name else ''}",
+                     f"{path}: custom filters are not run here (promptfoo loads them as JavaScript modules; {why}); "
+                     f"use the built-in ones (upper, lower, trim, dump, length, join, default, replace...)")
+
+
+def _row(index: int, prompt: "Prompt", variables: dict[str, str], asserts: list[Assert], row_id: str,
+         origin: dict[str, Any], threshold: float | None, at: str) -> PromptRow:
+    filled = _text_or_chat(render(prompt, variables, where=at), at) if isinstance(prompt, str) else \
+        tuple({"role": m["role"], "content": render(m["content"], variables, where=at)} for m in prompt)
+    if isinstance(filled, str):
+        return PromptRow(index, filled, variables, asserts, row_id, origin=origin, threshold=threshold)
+    # a chat: its messages, and their JSON as its text (promptfoo's raw)
+    return PromptRow(index, json.dumps(filled, ensure_ascii=False), variables, asserts, row_id, filled, origin,
+                     threshold)
+
+
+def _affixed(prompt: "Prompt", options: Mapping[str, str], where: str) -> "Prompt":
+    """A prompt with a test's options.prefix and options.suffix around it, as promptfoo adds them."""
+    prefix, suffix = options.get("prefix", ""), options.get("suffix", "")
+    if not (prefix or suffix):
+        return prompt
+    if not isinstance(prompt, str):
+        raise BatchInputError(f"{where}: options.prefix/suffix apply to text prompts, not to a chat")
+    return prefix + prompt + suffix
+
+
+def _check_affixes(row: PromptRow, settings: list[Setting], runs_on: Sequence[str] | None, where: str) -> None:
+    """A chat row cannot run on a provider with a prompt.prefix/suffix (they go around a text)."""
+    if row.messages is None:
+        return
+    affixed = [s.label for s in settings if s.prompt is not None and s.prompt.affixed
+               and (runs_on is None or s.label in runs_on)]
+    if affixed:
+        raise BatchInputError(f"{where}: the provider {affixed[0]}'s prompt.prefix/suffix go around a text prompt, "
+                              "and this prompt is a chat; put the text in the chat's messages, or run the chat on "
+                              "a provider without them (its prompts filter)")
+
+
+def _offered_tools(settings: list[Setting]) -> dict[str, Any]:
+    """The tools an is-valid-openai-tools-call (functions for -function-call) checks when it gives none: the
+    providers' (promptfoo reads them from the provider that ran the row), when they all offer the same; None
+    when they differ."""
+    found: dict[str, dict[str, Any]] = {}
+    for s in settings:
+        shape = s.prompt
+        if shape is not None and shape.tools is not None:
+            kind = "is-valid-openai-function-call" if shape.functions else "is-valid-openai-tools-call"
+            listed = shape.tools.functions if shape.functions else list(shape.tools.tools)
+            found.setdefault(kind, {})[json.dumps(listed, sort_keys=True)] = listed
+    return {kind: next(iter(lists.values())) if len(lists) == 1 else None for kind, lists in found.items()}
+
+
+def _unique_ids(rows: list[PromptRow]) -> list[PromptRow]:
+    """Rows with ids that differ: a test expanded over its vars gives several rows of one description, numbered."""
+    seen: dict[str, int] = {}
+    for row in rows:
+        seen[row.id] = seen.get(row.id, 0) + 1
+    count: dict[str, int] = {}
+    out = []
+    for row in rows:
+        if seen[row.id] > 1:
+            count[row.id] = count.get(row.id, 0) + 1
+            row = dataclasses.replace(row, id=f"{row.id} #{count[row.id]}")
+        out.append(row)
+    return out
+
+
+Prompt = str | tuple[dict[str, str], ...]
+"""A promptfoo prompt: a text, or a chat (its messages)."""
+
+
+PromptSpec = tuple[str, Prompt, dict[str, Any] | None]
+"""A prompt's label, the prompt, and its own sampling parameters (None: its providers')."""
+
+
+def _prompts(given: Any, files: SuiteFiles, problems: Problems, notes: list[str]) -> list[PromptSpec]:
+    """Each prompt; a prompt that cannot be read is a problem, the others are read on."""
+    if given is None:
+        problems.add("", "prompts is missing; list at least one prompt")
+        return []
+    if isinstance(given, dict):  # {path or text: label}, promptfoo's mapping form
+        given = [{source: label} for source, label in given.items()]
+    out: list[PromptSpec] = []
+    for i, item in enumerate(given if isinstance(given, list) else [given]):
+        with problems.collect():
+            out += _prompt(item, i, files, notes)
+    if not out and not problems.found:
+        problems.add("", "prompts is empty; list at least one prompt")
+    return out
+
+
+def _prompt(item: Any, i: int, files: SuiteFiles, notes: list[str]) -> list[PromptSpec]:
+    where = f"promptfoo config: prompts[{i}]"
+    if isinstance(item, dict) and len(item) == 1 and not set(item) & {"raw", "id", "label", "config"}:
+        (source, label), = item.items()  # {file://path: label} (or {text: label}), as promptfoo reads a mapping
+        is_file = str(source).startswith("file://") or files.is_file(str(source))
+        item = {"id" if is_file else "raw": f"file://{str(source).removeprefix('file://')}" if is_file else source,
+                "label": label}
+    if isinstance(item, dict) and "raw" not in item and str(item.get("id", "")).startswith("file://"):
+        ignored = set(item) - {"label", "id", "config"}
+        if ignored:
+            raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt file takes "
+                                  f"id, label and config)")
+        found = _prompt_files(files, str(item["id"]).removeprefix("file://"), where)
+        label = item.get("label")
+        params = _prompt_params(item.get("config"), f"{where} ({label or item['id']}).config", notes)
+        return [((name if not label else str(label) if len(found) == 1 else f"{label} #{n + 1}"), prompt, params)
+                for n, (name, prompt) in enumerate(found)]
+    if isinstance(item, dict):
+        raw = item.get("raw")
+        if not isinstance(raw, str):
+            raise BatchInputError(f"{where} needs 'raw' (the prompt text)")
+        ignored = set(item) - {"raw", "label", "id", "config"}
+        if ignored:  # named, never dropped unseen
+            raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt takes "
+                                  f"raw, label, id and config)")
+        label = str(item.get("label") or item.get("id") or f"prompt {i + 1}")
+        return [(label, raw, _prompt_params(item.get("config"), f"{where} ({label}).config", notes))]
+    if isinstance(item, list):  # a chat written in YAML: a list of {role, content}
+        return [(f"prompt {i + 1}", chat_messages_of(item, where), None)]
+    if isinstance(item, str) and item.startswith("file://"):
+        return [(label, prompt, None) for label, prompt in _prompt_files(files, item.removeprefix("file://"), where)]
+    if isinstance(item, str):
+        return [(item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item, None)]
+    raise BatchInputError(f"{where} must be a text, a chat (a list of {{role, content}}), file://path or "
+                          f"{{raw: ...}}")
+
+
+def _prompt_params(given: Any, where: str, notes: list[str]) -> dict[str, Any] | None:
+    """A prompt's config: sampling parameters as the OpenAI API names them, applied over each provider's for this
+    prompt's rows (as promptfoo merges a prompt's config over the provider's)."""
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise BatchInputError(f"{where} must be a mapping of parameters (temperature, max_tokens...)")
+    if "seed" in given:  # a seed is the setting's: its samples count from it
+        raise BatchInputError(f"{where}: seed not supported here (a prompt's config takes sampling parameters such "
+                              f"as temperature, max_tokens, top_p, stop; set a seed in a provider's config)")
+    fields = provider_params(given, where, notes)
+    try:
+        SamplingParams.from_api(fields, SamplingParams())
+    except (InvalidParameter, ValueError) as exc:
+        raise BatchInputError(f"{where}: {exc}") from None
+    return fields or None
+
+
+def _text_or_chat(text: str, where: str) -> Prompt:
+    """A prompt's text once its vars are filled in: promptfoo sends a JSON list of messages as that chat, any
+    other text as one user message."""
+    if text.lstrip().startswith("["):
+        try:
+            data = load_json(text)
+        except ValueError:
+            return text
+        if isinstance(data, list) and data and all(isinstance(m, dict) and "role" in m for m in data):
+            return chat_messages_of(data, where)
+    return text
+
+
+def _prompt_files(files: SuiteFiles, pattern: str, where: str) -> list[tuple[str, Prompt]]:
+    """Prompts from file(s) (a glob gives every file it matches, in name order): .txt/.md texts (several split by
+    lines of ---), .json a chat (a list of messages) or a list of chats, .jsonl a chat per line, .yaml/.yml a chat
+    or a list of prompts."""
+    function = re.search(r"\.(py|js|ts|mjs|cjs)(:[\w.]+)?$", pattern)
+    if function:
+        kind = "Python" if function.group(1) == "py" else "JavaScript"
+        raise BatchInputError(f"{where}: {pattern} is a {kind} prompt function, which the workbench does not run; "
+                              f"save the prompt it returns in a .txt, .json or .yaml file")
+    paths = files.paths(pattern)
+    if not paths:
+        raise BatchInputError(f"{where}: no file matches {pattern}")
+    out: list[tuple[str, Prompt]] = []
+    for path in paths:
+        suffix = path.suffix.lower()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BatchInputError(f"{where}: cannot read {path}: {exc}") from None
+        if suffix in (".txt", ".md", ""):
+            parts = [p.strip() for p in text.split("\n---\n") if p.strip()]
+            out += [(path.name + (f" #{n + 1}" if len(parts) > 1 else ""), p) for n, p in enumerate(parts)]
+        elif suffix in (".json", ".yaml", ".yml"):
+            try:
+                data = load_json(text) if suffix == ".json" else load_yaml(text)
+            except (ValueError, yaml.YAMLError) as exc:
+                raise BatchInputError(f"{where}: {path.name} is not valid {suffix[1:].upper()}: {exc}") from None
+            if isinstance(data, dict) and isinstance(data.get("messages"), list):  # Anthropic's {system, messages}
+                data = _anthropic_chat(data, f"{where}: {path.name}")
+            chats = data if isinstance(data, list) and data and all(isinstance(c, list) for c in data) else [data]
+            for n, chat in enumerate(chats):
+                label = path.name + (f" #{n + 1}" if len(chats) > 1 else "")
+                out.append((label, chat if isinstance(chat, str) else chat_messages_of(chat, f"{where}: {label}")))
+        elif suffix == ".jsonl":
+            lines = [line for line in text.splitlines() if line.strip()]
+            for n, line in enumerate(lines):
+                label = f"{path.name} #{n + 1}"
+                try:
+                    out.append((label, chat_messages_of(load_json(line), f"{where}: {label}")))
+                except ValueError as exc:
+                    raise BatchInputError(f"{where}: {label} is not valid JSON: {exc}") from None
+        else:
+            raise BatchInputError(f"{where}: {path.name}: prompt files are read as .txt, .md, .json, .jsonl or "
+                                  f".yaml; JavaScript/Python prompt functions are not")
+    return out
+
+
+def _anthropic_chat(data: dict[str, Any], where: str) -> list[Any]:
+    """A ``{system, messages}`` prompt (Anthropic's request shape) as one list of messages."""
+    unknown = set(data) - {"system", "messages"}
+    if unknown:
+        raise BatchInputError(f"{where}: {', '.join(sorted(map(str, unknown)))} not supported here (a chat prompt "
+                              "object takes system and messages)")
+    system = data.get("system")
+    if system is None:
+        return list(data["messages"])
+    return [{"role": "system", "content": system}, *data["messages"]]
+
+
+def _asserts(case: Case, files: SuiteFiles, problems: Problems, offered: Mapping[str, Any]) -> list[Assert]:
+    """A case's asserts, their values filled from its vars as promptfoo renders them; a tools-call assert without
+    a value checks the tools the providers offer (``offered``, by kind; None: they differ)."""
+    out = []
+    for where, item in case.asserts:
+        with problems.collect(where):
+            kind = str(item.get("type", "")).removeprefix("not-")
+            if item.get("value") is None and kind in offered:
+                if offered[kind] is None:
+                    raise BatchInputError(f"{kind}: the providers offer different tools; give the ones this assert "
+                                          "checks as its value")
+                item = {**item, "value": offered[kind]}
+            out.append(_assert(_filled(item, case.variables, where), files, case.options))
+    return out
+
+
+def _sets(case: Case) -> tuple[tuple[tuple[int, ...], float], ...]:
+    """A case's assert-sets with a threshold: (the indices of their asserts among the case's, the threshold)."""
+    return tuple((tuple(group["members"]), group["threshold"]) for group in _set_groups(case)
+                 if group["threshold"] is not None)
+
+
+def _set_groups(case: Case) -> list[dict[str, Any]]:
+    """A case's assert-sets as the export writes them back (webui.batch.promptfoo.export): the indices of their
+    asserts among the case's, each one's own weight, and the set's threshold, weight and metric."""
+    groups: dict[str, dict[str, Any]] = {}
+    for i, (_, item) in enumerate(case.asserts):
+        mark = item.get(SET_KEY)
+        if mark is not None:
+            group = groups.setdefault(mark["where"], {"members": [], "weights": [], "threshold": mark["threshold"],
+                                                      "weight": mark["weight"], "metric": mark["metric"]})
+            group["members"].append(i)
+            group["weights"].append(mark["own"])
+    return list(groups.values())
+
+
+def _case_transform(case: Case, files: SuiteFiles, problems: Problems) -> tuple[str, ...]:
+    """The transform a case's ``options`` give its outputs (the test's own, else ``defaultTest``'s): none or one."""
+    if "transform" not in case.options:
+        return ()
+    with problems.collect(f"{case.where}.options.transform"):
+        return check_transforms(resolved(case.options["transform"], files))
+    return ()
+
+
+def _filled(item: dict[str, Any], variables: Mapping[str, str], where: str) -> dict[str, Any]:
+    item = {k: v for k, v in item.items() if k != SET_KEY}  # an assert-set's mark: read by _sets
+    value = item.get("value")
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        return {**item, "value": render(value, variables, where=f"{where}.value")}
+    if isinstance(value, list) and any(isinstance(v, str) and "{{" in v for v in value):
+        return {**item, "value": [render(v, variables, where=f"{where}.value") if isinstance(v, str) else v
+                                  for v in value]}
+    return item
+
+
+def _assert(item: dict[str, Any], files: SuiteFiles, options: Mapping[str, Any] | None = None) -> Assert:
+    """One assert; ``options``: the test's, whose rubricPrompt applies to graded kinds without their own and
+    whose factuality scores apply to factuality asserts."""
+    kind = item["type"]
+    spec = ASSERT_KINDS.get(kind.removeprefix("not-"))
+    own = promptfoo_kind(spec.name) if spec is not None else None
+    if spec is None or own is None or own.read is None:
+        raise BatchInputError(f"the assert type '{kind}' is not supported here "
+                              f"(supported: {', '.join(supported())}, and not- before each)")
+    given = options or {}
+    if given.get("rubricPrompt") is not None and "rubricPrompt" in spec.value.keys:
+        item = {"rubricPrompt": given["rubricPrompt"], **item}
+    if given.get("factuality") is not None and spec.name == "factuality":
+        item = {"factuality": given["factuality"], **item}
+    if given.get("provider") is not None and spec.name == CLASSIFIER and item.get("provider") is None:
+        item = {**item, "provider": given["provider"]}  # the test's options.provider, as promptfoo's getFinalTest
+    unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider", "transform",
+                           *(key for key in ("config", "rubricPrompt", "contextTransform") if key in spec.value.keys),
+                           *(("factuality",) if spec.name == "factuality" else ())}
+    if unknown:
+        raise BatchInputError(f"unknown key(s) {', '.join(sorted(unknown))}")
+    extra = {key: item[key] for key in ("weight", "metric") if item.get(key) is not None}
+    transform = {"transform": resolved(item["transform"], files)} if item.get("transform") is not None else {}
+    return parse_assert({"type": kind, **own.read(item, files), **extra, **transform, "dialect": DIALECT})
+
+
+def _settings(given: Any, problems: Problems, notes: list[str], files: SuiteFiles
+              ) -> tuple[list[Setting], dict[str, list[str]]]:
+    """The settings, and the prompts filter of each provider that has one (by setting label); a provider that
+    cannot be read is a problem, the others are read on; what a provider's config names that changes nothing is
+    added to ``notes``."""
+    items = given if isinstance(given, list) else [given] if given else [{"id": "loaded model"}]
+    out: list[Setting] = []
+    filters: dict[str, list[str]] = {}
+    for i, item in enumerate(items):
+        with problems.collect():
+            setting, chosen = provider_setting({"id": item} if isinstance(item, str) else item, i, notes, files)
+            if any(s.label == setting.label for s in out):
+                raise BatchInputError(f"two providers are labelled '{setting.label}'; give each a label")
+            out.append(setting)
+            if chosen is not None:
+                filters[setting.label] = chosen
+    return out, filters

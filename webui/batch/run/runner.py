@@ -1,0 +1,651 @@
+"""Running a batch on the engine: every cell submitted so they share decode steps, results stored as they finish.
+
+A run's spec stores the prompts and the fully expanded settings (every sampling
+parameter and seed), so a re-run repeats it exactly even if a preset file has
+changed since.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from loaders.base import EmbeddingModel, LoadedModel, ModelLoadError, attached_loras, is_embedding_model
+from webui.batch.run.cache import ResponseCache, cache_key
+from webui.batch.asserts.classify import CLASSIFIER, Classifiers
+from webui.batch.asserts.errors import BatchInputError, ScriptError
+from webui.batch.asserts.assertion import Assert
+from webui.batch.asserts.types import Observed, Verdict
+from webui.batch.run.grid import DEFAULT_MAX_CELLS, Cell, GridSpec, Setting, expand, plan
+from webui.batch.asserts.graded import Embed, missing_vars, verdict_key
+from webui.batch.run.loop_rows import (
+    LoopTurns, RowReply, local_toolbox, needs_local_tools, offer_local_tools, run_loop_row,
+)
+from webui.batch.run.judge import (
+    JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_request, rubrics, select_best,
+)
+from webui.batch.run.prompts import PromptRow
+from webui.batch.run.provider_prompt import ProviderPrompt
+from webui.batch.run.rerun import RanOn, ran_on, stored_ran_on
+from webui.batch.run.results import ResultRow, rejudged, result_for
+from webui.store.batch_runs import BatchRun, BatchStore
+from webui.batch.asserts.transform import transformed
+from webui.catalog import set_dir
+from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
+from webui.chat.templates import ChatTemplate, TemplateError, TemplateStore
+from webui.chat.tools import render_with_tools
+from webui.embeddings import TextEmbeddings, embed_texts
+from webui.engine import Engine, EngineError, GenerationRequest, SamplingParams
+from webui.engine.types import GeneratesNoText
+from webui.models import ModelManager, Slot
+from webui.owner import as_owner
+from webui.presets import PresetStore
+from webui.tools import ToolBox
+
+
+@dataclass
+class BatchJob:
+    name: str
+    rows: list[PromptRow]
+    grid: GridSpec
+    system_prompt: str = ""
+    raw: bool = False  # True: prompts go to the model as they are, without the chat template
+    max_cells: int = DEFAULT_MAX_CELLS
+    settings: list[Setting] | None = None  # expanded from ``grid`` unless given (a re-run)
+    chat_template: str = ""  # the instruction template's name ("": the model's own)
+    use_cache: bool = True  # take cells already run with the very same request from the response cache
+    judge_prompt: str = JUDGE_PROMPT  # what the judge model is asked for llm-rubric asserts
+    remote_judge: RemoteJudge | None = None  # a server that judges instead of a loaded model
+    judge_model: str = ""  # the loaded model that judges llm-rubric asserts ("": the model in use)
+    derived_metrics: dict[str, str] = field(default_factory=dict)  # a promptfoo suite's: name -> expression
+
+    def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
+        return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
+                "settings": [{"label": s.label, "params": s.params.to_dict(), "preset": s.preset,
+                              "overrides": s.overrides, "loras": [list(x) for x in s.loras], "model": s.model,
+                              **({"provider": s.provider} if s.provider is not None else {}),
+                              **({"raw": True} if s.raw else {}),
+                              **({"prompt": s.prompt.to_dict()} if s.prompt is not None else {})}
+                             for s in settings],
+                "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells,
+                "chat_template_name": self.chat_template, "use_cache": self.use_cache,
+                "judge_prompt": self.judge_prompt, "judge_model": self.judge_model,
+                "remote_judge": self.remote_judge.to_dict() if self.remote_judge else None,
+                **({"derived_metrics": dict(self.derived_metrics)} if self.derived_metrics else {})}
+
+    @classmethod
+    def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
+        settings = [Setting(s["label"], SamplingParams.from_dict(s["params"]), s.get("preset"), s.get("overrides", {}),
+                            tuple((n, float(w)) for n, w in s.get("loras", [])), s.get("model"), s.get("provider"),
+                            bool(s.get("raw", False)),
+                            ProviderPrompt.from_dict(s["prompt"]) if s.get("prompt") is not None else None)
+                    for s in spec["settings"]]
+        return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
+                   spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),
+                   settings, spec.get("chat_template_name", ""), spec.get("use_cache", True),
+                   spec.get("judge_prompt", JUDGE_PROMPT),
+                   RemoteJudge(**spec["remote_judge"]) if spec.get("remote_judge") else None,
+                   spec.get("judge_model", ""), dict(spec.get("derived_metrics", {})))
+
+
+@dataclass
+class RunHandle:
+    """A run in progress: progress, the rows so far, cancel."""
+
+    run_id: int
+    cells: list[Cell]
+    started: float = field(default_factory=time.monotonic)
+    status: str = "running"
+    results: dict[int, ResultRow] = field(default_factory=dict)
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+    _done: threading.Event = field(default_factory=threading.Event)
+    _streams: set = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    keys: list[str] = field(default_factory=list)
+    """Each cell's response-cache key."""
+    use_cache: bool = True
+    judge: Any = None
+    """(the judge's engine, user text -> the prompt as the judge reads it) for llm-rubric asserts (None: remote)."""
+    judge_prompt: str = ""
+    remote_judge: RemoteJudge | None = None
+    slots: dict = field(default_factory=dict)
+    """The loaded model (a Slot) each setting's model names runs on."""
+    embedder: tuple[Engine, EmbeddingModel] | None = None
+    """(its engine, the model) that embeds outputs and references for similar asserts, and queries and generated
+    questions for answer-relevance (None: none, or no model gives embeddings: similar scores by trigrams,
+    answer-relevance fails saying so)."""
+    classifiers: Classifiers | None = None
+    """The run's text-classification models for classifier asserts, each loaded once (None: the run has none)."""
+    streaming: dict[int, int] = field(default_factory=dict)
+    """Tokens each cell still generating has made so far (by cell index), so progress moves before cells end."""
+    toolbox: ToolBox | None = None
+    """The workbench's own tools, for settings whose calls they answer (closed when the run ends)."""
+    chats: dict = field(default_factory=dict)
+    """The chat each tool-loop row starts from, by (row index, *way): its first turn's messages."""
+    templates: dict = field(default_factory=dict)
+    """Each model's instruction template (None: its own), by the setting's model."""
+
+    @property
+    def total(self) -> int:
+        return len(self.cells)
+
+    @property
+    def done(self) -> int:
+        return len(self.results)
+
+    def eta_text(self) -> str:
+        """How long the rest should take: "about 12s left" from the cells generated so far (cells from the cache
+        take no time); before the first one finishes (cells run batched, so that can be late), "at most 40s left"
+        from the tokens the unfinished cells may still make (their max_new_tokens less what they made) at the
+        speed so far; "" while nothing is known."""
+        elapsed = time.monotonic() - self.started
+        with self._lock:
+            generated = sum(not r.from_cache for r in self.results.values())
+            left = self.total - len(self.results)
+            if generated:
+                return f"about {elapsed / generated * left:.0f}s left"
+            made = sum(self.streaming.values())
+            unfinished = [(i, cell.params) for i, cell in enumerate(self.cells) if i not in self.results]
+            if any(params.auto_max_new_tokens for _, params in unfinished):  # no bound known
+                return ""
+            allowed = sum(max(0, params.max_new_tokens - self.streaming.get(i, 0)) for i, params in unfinished)
+        return f"at most {elapsed * allowed / made:.0f}s left" if made else ""
+
+    def rows(self) -> list[ResultRow]:
+        with self._lock:
+            return [self.results[i] for i in sorted(self.results)]
+
+    def counts(self) -> tuple[int, int, int]:
+        """(cells taken from the cache, cells generating now, tokens generated so far: finished cells' and the
+        running cells' alike; cached cells generate none)."""
+        with self._lock:
+            cached = sum(r.from_cache for r in self.results.values())
+            tokens = sum(r.completion_tokens for r in self.results.values() if not r.from_cache)
+            return cached, len(self.streaming), tokens + sum(self.streaming.values())
+
+    def cancel(self) -> None:
+        """Stop the rest; rows already finished are kept."""
+        self._cancelled.set()
+        with self._lock:
+            streams = list(self._streams)
+        for s in streams:
+            s.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+
+class BatchRunner:
+    def __init__(self, models: ModelManager, presets: PresetStore, templates: TemplateStore, store: BatchStore,
+                 cache: ResponseCache) -> None:
+        self.manager, self.presets, self.templates, self.store, self.cache = models, presets, templates, store, cache
+        self._active: dict[int, RunHandle] = {}
+        self._lock = threading.Lock()
+
+    def active(self, run_id: int) -> RunHandle | None:
+        """The handle of a run still going in this process, if it is."""
+        with self._lock:
+            return self._active.get(run_id)
+
+    def cancel(self, run_id: int) -> bool:
+        handle = self.active(run_id)
+        if handle is None:
+            return False
+        handle.cancel()
+        return True
+
+    def plan(self, job: BatchJob, stops: Mapping[str | None, tuple[str, ...]] | None = None
+             ) -> tuple[list[Setting], list[Cell]]:
+        """Settings and cells, or a BatchInputError before anything runs. ``stops``: each model's chat template
+        stops (by the setting's model), added to its settings' stop strings."""
+        if not job.rows:
+            raise BatchInputError("there are no prompts; paste some (one per line) or upload a file")
+        settings = job.settings if job.settings is not None else expand(job.grid, self.presets)
+        if stops:
+            settings = [s if s.raw else replace(s, params=s.params.replace(stop=tuple(dict.fromkeys((
+                *s.params.stop, *stops.get(s.model, ()))))))
+                        for s in settings]
+        return settings, plan(job.rows, settings, job.grid.samples, job.grid.base_seed, job.max_cells)
+
+    def models(self, job: BatchJob, owner: str = "") -> dict[str | None, Slot]:
+        """The loaded model each setting's model names (None: the model ``owner`` uses); a model that is not loaded is a
+        BatchInputError naming those that are."""
+        settings = job.settings if job.settings is not None else expand(job.grid, self.presets)
+        out: dict[str | None, Slot] = {}
+        for name in dict.fromkeys(s.model for s in settings):
+            try:
+                out[name] = self.manager.slot(name, owner)
+            except ModelLoadError as exc:
+                raise BatchInputError(f"grid: {exc}" if name else "no model is loaded; load one in the Model tab "
+                                      "first") from None
+        return out
+
+    def rerun_job(self, run: BatchRun, name: str, use_cache: bool = True) -> tuple[BatchJob, list[RanOn], list[str]]:
+        """The job that runs the stored run ``run`` again with each setting on what it ran on, what those are
+        (for :func:`webui.batch.run.rerun.provide` to have them loaded before :meth:`start`), and notes on what had to
+        be assumed for a run stored without its loader."""
+        job = BatchJob.from_spec(name, run.spec)
+        ran, notes = stored_ran_on(run, self.store.results(run.id), self.manager)
+        settings = [replace(s, model=ran[s.label].model) for s in job.settings or []]
+        needs = list({ran[s.label].model: ran[s.label] for s in settings}.values())
+        return replace(job, settings=settings, use_cache=use_cache), needs, notes
+
+    def template(self, job: BatchJob, model: LoadedModel) -> ChatTemplate | None:
+        """The instruction template the job's prompts are rendered with (None for raw prompts)."""
+        if job.raw or model.capabilities.renders_chats:
+            return None
+        try:
+            return self.templates.resolve(job.chat_template, model.tokenizer)
+        except TemplateError as exc:
+            raise BatchInputError(f"chat template: {exc}") from exc
+
+    def start(self, job: BatchJob, owner: str = "") -> RunHandle:
+        """Start ``job`` for ``owner`` (who started it: a setting that names no model runs on the model they use,
+        and the run's rows are theirs)."""
+        toolbox = local_toolbox(self.manager.catalog.config.user_data_dir) if needs_local_tools(job.settings) \
+            else None
+        try:
+            if toolbox is not None:  # settings that offer every local tool: listed now, stored with the run
+                job = replace(job, settings=offer_local_tools(job.settings or [], toolbox))
+            handle = self._start(job, owner, toolbox)
+        except BaseException:
+            if toolbox is not None:
+                toolbox.close()
+            raise
+        return handle
+
+    def _start(self, job: BatchJob, owner: str, toolbox: ToolBox | None) -> RunHandle:
+        slots = self.models(job, owner)
+        templates = {name: self.template(job, slot.model) for name, slot in slots.items()}
+        settings, cells = self.plan(job, {name: t.stops for name, t in templates.items() if t})
+        if any(rubrics(row.asserts) for row in job.rows):
+            check_judge_prompt(job.judge_prompt)
+        self._check_graded(job, settings)
+        classifiers = self._classifiers(job)
+        for setting in settings:
+            slot = slots[setting.model]
+            if not slot.model.capabilities.generates:
+                raise BatchInputError(f"grid: {GeneratesNoText(slot.name)}")
+            attached = attached_loras(slot.model)
+            missing = [n for n, _ in setting.loras if n not in attached]
+            if missing:
+                raise BatchInputError(f"grid: LoRA adapter '{missing[0]}' is not attached to {slot.name}; attach it "
+                                      f"in the Model tab (attached: {', '.join(attached) or 'none'})")
+        judge = self._judge_slot(job, slots, owner)
+        ways = {way(s, job.raw): s.prompt for s in settings}  # each model, with its template or raw, and provider
+        prompts = {(row.index, *key): self._prompt(replace(job, raw=key[1]), row, slots[key[0]].model,
+                                                   None if key[1] else templates[key[0]], shape)
+                   for key, shape in ways.items() for row in job.rows}
+        names = list(dict.fromkeys(slot.name for slot in slots.values()))
+        spec = {**job.to_spec(settings), "loader": slots[settings[0].model].model.loader,  # so each row's record
+                "loaders": {slot.name: slot.model.loader for slot in slots.values()},  # names it
+                "load_options": {slot.name: slot.model.load_options for slot in slots.values()},
+                "chat_template": next((t.to_record() for t in templates.values() if t), None),
+                "chat_templates": {slots[n].name: t.to_record() for n, t in templates.items() if t}}
+        for stored, setting in zip(spec["settings"], settings):  # what each setting ran on, so a re-run can too
+            stored["ran_on"] = ran_on(slots[setting.model]).to_dict()
+        run = self.store.create(job.name, spec, ", ".join(names), len(cells))
+        handle = RunHandle(run.id, cells, toolbox=toolbox, templates=templates)
+        handle.chats = {(row.index, *key): self._messages(replace(job, raw=key[1]), row, shape)
+                        for key, shape in ways.items() if shape is not None and shape.answers is not None
+                        for row in job.rows}
+        with self._lock:
+            self._active[run.id] = handle
+        handle.slots = slots
+        handle.remote_judge = job.remote_judge
+        if judge is not None:
+            template = self.template(replace(job, raw=False), judge.model)
+            handle.judge = (judge.engine, lambda text: render_chat_prompt(
+                judge.model.tokenizer, [{"role": "user", "content": text}], template=template))
+        handle.judge_prompt = job.judge_prompt
+        handle.classifiers = classifiers
+        if any(a.kind in ("similar", "answer-relevance") for row in job.rows for a in row.asserts):
+            handle.embedder = self._embedder(slots, owner)
+        handle.keys = []
+        for cell in cells:
+            model = slots[cell.setting.model].model
+            raw = job.raw or cell.setting.raw
+            prompt = prompts[(cell.row.index, *way(cell.setting, job.raw))][0]
+            handle.keys.append(cache_key(model, cell.setting.loras, prompt, raw, cell.params.to_dict()))
+        handle.use_cache = job.use_cache
+
+        def drive() -> None:
+            with as_owner(owner):  # the run's thread writes its rows as the user who started it
+                asyncio.run(self._drive(handle, prompts, job.raw))  # raw for all, else each setting's own
+
+        thread = threading.Thread(target=drive, name=f"batch-run-{run.id}", daemon=True)
+        thread.start()
+        return handle
+
+    @staticmethod
+    def _check_graded(job: BatchJob, settings: list[Setting]) -> None:
+        """A graded assert whose test lacks a var it reads, or a select-best with nothing to compare, is refused
+        before the run."""
+        for row in job.rows:
+            for item in graded(row.asserts) + graded(row.asserts, select=True):
+                missing = missing_vars(item, row.variables)
+                if missing:
+                    raise BatchInputError(f"prompt {row.id}: {item.kind} reads the test's "
+                                          f"{' and '.join(f'`{m}`' for m in missing)} var, which it does not have; "
+                                          f"add it to the test's vars")
+            runs_on = [s for s in settings if row.settings is None or s.label in row.settings]
+            if graded(row.asserts, select=True) and len(runs_on) < 2:
+                raise BatchInputError(f"prompt {row.id}: select-best compares the outputs of several settings "
+                                      "(providers) for the same test, and this one runs on one; add a setting or "
+                                      "use llm-rubric")
+
+    def _classifiers(self, job: BatchJob) -> Classifiers | None:
+        """The run's classifier models (None: no classifier assert); a model not in the models dir is refused
+        before the run, naming the folders tried."""
+        providers = {a.options["provider"] for row in job.rows for a in row.asserts if a.kind == CLASSIFIER}
+        if not providers:
+            return None
+        classifiers = Classifiers(set_dir(self.manager.catalog.config.models_dir))
+        for provider in sorted(providers):
+            classifiers.folder(provider)
+        return classifiers
+
+    def _judge_slot(self, job: BatchJob, slots: dict[str | None, Slot], owner: str) -> Slot | None:
+        """The loaded model that judges llm-rubric asserts (None when a remote server does)."""
+        if job.remote_judge is not None:
+            return None
+        if not job.judge_model:
+            return self.manager.in_use(owner) or next(iter(slots.values()))
+        try:
+            return self.manager.slot(job.judge_model)
+        except ModelLoadError as exc:
+            raise BatchInputError(f"judge: {exc}") from None
+
+    def _embedder(self, slots: dict[str | None, Slot], owner: str) -> tuple[Engine, EmbeddingModel] | None:
+        """What embeds for similar asserts, one model for the whole run so its scores compare: a loaded
+        sentence-embedding model, else the model in use, else the first of the run's models that gives embeddings;
+        None when none does."""
+        dedicated = [s for s in self.manager.slots() if not s.model.capabilities.generates]
+        for slot in [*dedicated, self.manager.in_use(owner), *slots.values()]:
+            if slot is not None and is_embedding_model(slot.model):
+                return slot.engine, slot.model
+        return None
+
+    @staticmethod
+    def _prompt(job: BatchJob, row: PromptRow, model: LoadedModel, template: ChatTemplate | None,
+                shape: ProviderPrompt | None = None) -> tuple[str, list | None]:
+        """(what ``model`` reads for ``row``, the chat messages or None for a raw prompt); ``shape``: the
+        provider's prefix/suffix and tools."""
+        try:
+            messages = BatchRunner._messages(job, row, shape)
+            if isinstance(messages, str):
+                return messages, None
+            if shape is not None and shape.tools is not None:
+                return render_with_tools(model.tokenizer, messages, shape.tools, template)
+            return render_chat_prompt(model.tokenizer, messages, template=template), messages
+        except (ChatPromptError, ValueError) as exc:
+            raise BatchInputError(f"prompt {row.id}: {exc}") from exc
+
+    @staticmethod
+    def _messages(job: BatchJob, row: PromptRow, shape: ProviderPrompt | None) -> list[dict] | str:
+        """The chat messages ``row`` is (its text as it is for a raw prompt); ``shape``: the provider's
+        prefix/suffix and tools."""
+        if row.messages is not None:
+            if job.raw:
+                raise BatchInputError(f"prompt {row.id} is a chat (a list of messages), which only the chat "
+                                      f"template turns into text; turn raw prompts off")
+            if shape is not None and shape.affixed:
+                raise BatchInputError(f"prompt {row.id} is a chat; a provider's prompt.prefix/suffix go around "
+                                      "a text prompt")
+            return chat_messages(row.messages, job.system_prompt)
+        text = shape.text(row.text) if shape is not None else row.text
+        if job.raw:
+            if shape is not None and shape.tools is not None:
+                raise BatchInputError(f"prompt {row.id}: tools are offered through the chat template; turn "
+                                      "raw prompts off")
+            return text
+        return chat_messages([{"role": "user", "content": text}], job.system_prompt)
+
+    async def _drive(self, handle: RunHandle,
+                     prompts: dict[tuple[int, str | None, bool, str], tuple[str, list | None]], raw: bool) -> None:
+        # per engine, enough in flight to fill its batch, not its whole queue; each model's engine runs its cells
+        # while the others run theirs
+        windows = {name: asyncio.Semaphore(slot.engine.config.max_running * 2) for name, slot in handle.slots.items()}
+        try:
+            await asyncio.gather(*(self._cell(handle, i, cell, prompts[(cell.row.index, *way(cell.setting, raw))],
+                                              raw or cell.setting.raw, windows[cell.setting.model])
+                                   for i, cell in enumerate(handle.cells)))
+            await self._select_best(handle)
+            handle.status = "cancelled" if handle.cancelled else "done"
+        except BaseException:
+            handle.status = "failed"
+            raise
+        finally:
+            if handle.toolbox is not None:
+                handle.toolbox.close()
+            self.store.finish(handle.run_id, handle.status)
+            with self._lock:
+                self._active.pop(handle.run_id, None)
+            handle._done.set()
+
+    async def _cell(self, handle: RunHandle, index: int, cell: Cell, prompt: tuple[str, list | None], raw: bool,
+                    slots: asyncio.Semaphore) -> None:
+        logprobs = any(a.spec.needs_logprobs for a in cell.row.asserts)  # perplexity: the cache keeps no logprobs
+        loop = cell.setting.prompt is not None and cell.setting.prompt.answers is not None  # the tool loop's row
+        cached = self.cache.get(handle.keys[index]) if handle.use_cache and not logprobs and not loop else None
+        if cached is not None:  # the very same request ran before: its response, with this run's asserts
+            output, value = reply_output(cell, cached["output"], cached["finish_reason"])
+            judged = await self._judge(handle, cell, output)
+            embedded = await self._embed(handle, cell, output)
+            cached = {**cached, **ran_on(handle.slots[cell.setting.model]).row_fields(), "output": output}
+            self._keep(handle, index, result_for(cell, **cached, from_cache=True, judged=judged, embeddings=embedded,
+                                                 output_value=value))
+            return
+        async with slots:
+            if handle.cancelled:
+                return
+            if loop:
+                made = await asyncio.to_thread(self._loop, handle, index, cell, raw, logprobs)
+                if handle.cancelled:
+                    return  # cut by Cancel: not a result
+            else:
+                made = await self._generate(handle, index, cell, prompt, raw, logprobs)
+                if made.finish_reason == "cancelled" and handle.cancelled:
+                    return  # cut by Cancel: not a result
+            error = made.error
+            output, value = reply_output(cell, made.text, made.finish_reason) if error is None and not loop \
+                else (made.text, None)
+            judged = await self._judge(handle, cell, output) if error is None else {}
+            embedded = await self._embed(handle, cell, output) if error is None else None
+            row = result_for(cell, output=output, output_value=value, judged=judged, embeddings=embedded,
+                             **ran_on(handle.slots[cell.setting.model]).row_fields(),
+                             finish_reason=made.finish_reason, prompt_tokens=made.prompt_tokens,
+                             completion_tokens=made.completion_tokens, cached_tokens=made.cached_tokens,
+                             ttft=made.ttft, tokens_per_second=made.tokens_per_second, error=error,
+                             logprobs=made.logprobs,
+                             tool_steps=None if made.steps is None else [s.to_dict() for s in made.steps])
+            if error is None and not loop and made.finish_reason not in ("cancelled", "error"):
+                self.cache.put(handle.keys[index], {**row.to_dict(), "output": made.text})  # the reply as generated
+            self._keep(handle, index, row)
+
+    async def _generate(self, handle: RunHandle, index: int, cell: Cell, prompt: tuple[str, list | None], raw: bool,
+                        logprobs: bool) -> RowReply:
+        """One cell's reply, streamed from its engine."""
+        made, last = RowReply(), None
+        try:
+            engine = handle.slots[cell.setting.model].engine
+            stream = engine.submit(GenerationRequest(prompt[0], cell.params, add_special_tokens=raw,
+                                                     loras=cell.setting.loras, messages=prompt[1],
+                                                     logprobs=0 if logprobs else None))
+        except (EngineError, ValueError) as exc:
+            made.error = str(exc)
+            return made
+        with handle._lock:
+            handle._streams.add(stream)
+        try:
+            async for event in stream:
+                made.text += event.text
+                made.logprobs.extend(lp.logprob for lp in event.logprobs)
+                last = event
+                with handle._lock:
+                    count = len(event.token_ids) or bool(event.text)  # a text-only backend: ~1 a delta
+                    handle.streaming[index] = handle.streaming.get(index, 0) + count
+        except EngineError as exc:
+            made.error = str(exc)
+        finally:
+            with handle._lock:
+                handle._streams.discard(stream)
+                if last is None or last.finish_reason == "cancelled" or made.error is not None:
+                    handle.streaming.pop(index, None)  # no row will take its place
+        if last is not None:
+            made.finish_reason = last.finish_reason or "error"
+            if last.usage is not None:
+                made.prompt_tokens, made.completion_tokens = last.usage.prompt_tokens, last.usage.completion_tokens
+                made.cached_tokens = last.usage.cached_tokens
+            if last.timings is not None:
+                made.ttft, made.tokens_per_second = last.timings.first_token, last.timings.tokens_per_second
+        return made
+
+    def _loop(self, handle: RunHandle, index: int, cell: Cell, raw: bool, logprobs: bool) -> RowReply:
+        """One cell's tool loop (in a worker thread): webui.batch.run.loop_rows."""
+        shape, slot = cell.setting.prompt, handle.slots[cell.setting.model]
+        assert shape is not None and shape.answers is not None and shape.tools is not None  # a loop setting's
+
+        def watch(stream: Any, running: bool) -> None:
+            with handle._lock:
+                (handle._streams.add if running else handle._streams.discard)(stream)
+            if running and handle.cancelled:
+                stream.cancel()
+
+        def count(tokens: int) -> None:
+            with handle._lock:
+                handle.streaming[index] = handle.streaming.get(index, 0) + tokens
+
+        turns = LoopTurns(slot.engine, slot.model.tokenizer, handle.templates.get(cell.setting.model), cell.params,
+                          cell.setting.loras, shape.tools, logprobs, watch, count)
+        caller = handle.toolbox if shape.answers.local else shape.answers
+        assert caller is not None  # a run with local tools has its tool box
+        made = run_loop_row(list(handle.chats[(cell.row.index, *way(cell.setting, raw))]), turns, caller,
+                            shape.answers.max_steps, lambda: handle.cancelled)
+        if made.error is not None or handle.cancelled:
+            with handle._lock:
+                handle.streaming.pop(index, None)  # no row will take its place
+        return made
+
+    def _ask(self, handle: RunHandle) -> Ask:
+        """How this run asks its judge (a loaded model, or a server)."""
+        async def ask(text: str, schema: Mapping[str, Any], max_tokens: int) -> str:
+            if handle.remote_judge is not None:
+                return await asyncio.to_thread(handle.remote_judge.ask, text, schema, max_tokens)
+            engine, render_chat = handle.judge
+            stream = engine.submit(judge_request(render_chat, text, schema, max_tokens))
+            return "".join([event.text async for event in stream])
+        return ask
+
+    async def _judge(self, handle: RunHandle, cell: Cell, output: str) -> dict[str, Verdict]:
+        """The judge's verdict on ``output`` for each graded assert of the cell's prompt (select-best waits for
+        the test's other outputs, :meth:`_select_best`)."""
+        verdicts: dict[str, Verdict] = {}
+        for item in graded(cell.row.asserts):
+            if handle.cancelled:
+                break
+            if item.kind == CLASSIFIER:
+                verdicts[verdict_key(item)] = await self._classify(handle, item, cell, output)
+                continue
+            inputs = inputs_for(item, output, cell.row.text, cell.row.variables)
+            default = handle.judge_prompt if item.kind == "llm-rubric" else None
+            verdicts[verdict_key(item)] = await grade(item, inputs, self._ask(handle), default,
+                                                      self._embedding(handle))
+        return verdicts
+
+    @staticmethod
+    async def _classify(handle: RunHandle, item: Assert, cell: Cell, output: str) -> Verdict:
+        """A classifier assert's verdict: its model's label probabilities for the output (as the assert's
+        transform rewrites it; a transform that fails leaves the assert to fail on it)."""
+        if handle.classifiers is None:
+            return Verdict(False, 0.0, "the run has no classifier models", unscored=True)
+        text = output
+        if item.transform:
+            try:
+                text = transformed(item.transform, Observed(output, prompt=cell.row.text,
+                                                            variables=cell.row.variables)).output
+            except ScriptError as exc:
+                return Verdict(False, 0.0, f"transform: {exc}", unscored=True)
+        return Verdict(*await asyncio.to_thread(handle.classifiers.grade, item, text))
+
+    async def _select_best(self, handle: RunHandle) -> None:
+        """select-best: once every cell has run, the judge picks the best output of each test (a prompt and
+        sample, across settings) and those rows are checked again with its verdicts."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for index, cell in enumerate(handle.cells):
+            row = handle.results.get(index)
+            if graded(cell.row.asserts, select=True) and row is not None and not row.error:
+                groups.setdefault((cell.row.index, cell.sample), []).append(index)
+        for indexes in groups.values():
+            if handle.cancelled:
+                return
+            cell = handle.cells[indexes[0]]
+            outputs = [handle.results[i].output for i in indexes]
+            verdicts: list[dict[str, Verdict]] = [{} for _ in indexes]
+            for item in graded(cell.row.asserts, select=True):
+                inputs = inputs_for(item, "", cell.row.text, cell.row.variables)
+                for held, verdict in zip(verdicts, await select_best(item, outputs, inputs, self._ask(handle))):
+                    held[verdict_key(item)] = verdict
+            for index, judged in zip(indexes, verdicts):
+                self._keep(handle, index, rejudged(handle.results[index], handle.cells[index], judged))
+
+    async def _embed(self, handle: RunHandle, cell: Cell, output: str) -> TextEmbeddings | None:
+        """The vectors a cell's similar asserts compare: the output (also as each assert's transform rewrites it)
+        and the references; None without such asserts or an embedding model."""
+        similar = [a for a in cell.row.asserts if a.kind == "similar"]
+        embed = self._embedding(handle)
+        if not similar or embed is None or handle.cancelled:
+            return None
+        texts = [output, *(str(a.value) for a in similar)]
+        seen = Observed(output, prompt=cell.row.text, variables=cell.row.variables)
+        for a in similar:
+            if a.transform:
+                try:
+                    texts.append(transformed(a.transform, seen).output)
+                except ScriptError:
+                    pass  # the assert fails on it, with the transform's error
+        return await embed(texts)  # None when the model went away: the asserts then say they scored by trigrams
+
+    @staticmethod
+    def _embedding(handle: RunHandle) -> Embed | None:
+        """How this run embeds texts (None: no model of it gives embeddings)."""
+        if handle.embedder is None:
+            return None
+        engine, model = handle.embedder
+
+        async def embed(texts: list[str]) -> TextEmbeddings | None:
+            try:
+                return await asyncio.to_thread(embed_texts, engine, model, texts)
+            except EngineError:
+                return None  # the model went away
+        return embed
+
+    def _keep(self, handle: RunHandle, index: int, row: ResultRow) -> None:
+        self.store.add_result(handle.run_id, index, row.to_dict())
+        with handle._lock:
+            handle.results[index] = row
+            handle.streaming.pop(index, None)  # its tokens are the row's now
+
+
+def way(setting: Setting, raw: bool) -> tuple[str | None, bool, str]:
+    """How a setting's prompts are written: (its model, raw or through the chat template, its provider's
+    prefix/suffix and tools); ``raw``: the job's."""
+    return setting.model, raw or setting.raw, setting.prompt.key() if setting.prompt is not None else ""
+
+
+def reply_output(cell: Cell, text: str, finish_reason: str) -> tuple[str, Any]:
+    """(a cell's output, the output's value when the provider returns one that is not text: its tool calls) of
+    the text the model generated."""
+    shape = cell.setting.prompt
+    return shape.output(text, finish_reason) if shape is not None else (text, None)
