@@ -201,13 +201,13 @@ def main(argv: list[str]) -> int:
             raise QuantizeError("--rows applies to exl2; gptq calibrates on --calibration's texts")
         path = Path(args.model).expanduser()
         entry = catalog.entry_for_path(path) if path.exists() else catalog.resolve(args.model)
-        # quantizers read a Hugging Face folder: the transformers loader makes one of a .gguf (once)
-        source = catalog.registry.get("transformers").prepare(entry.path, catalog.workdir(entry), lambda f, m: print(m))
         name = entry.model_name
         assert config.models_dir is not None, "set in AppConfig.__post_init__"
         out = args.out or config.models_dir / f"{name}-{args.method}-{args.bits:g}bit"
-        if out.exists() and not args.force:
+        if out.exists() and not args.force:  # before the slow work below
             raise QuantizeError(f"'{out}' exists; pass --force to replace it or --out to write elsewhere")
+        # quantizers read a Hugging Face folder: the transformers loader makes one of a .gguf (once)
+        source = catalog.registry.get("transformers").prepare(entry.path, catalog.workdir(entry), lambda f, m: print(m))
         report = functools.partial(print, flush=True)
         if args.method == "gptq":
             texts = calibration_texts(args.calibration) if args.calibration else None

@@ -12,8 +12,9 @@ Upstream runs them against a prism mock of Anthropic's spec; here ``TEST_API_BAS
 root (their client appends ``/v1/messages``). Their key is hard-coded ``"my-anthropic-api-key"`` (sent as
 ``x-api-key``), so our server runs with that key and checks it. The model names they send (``claude-opus-5-5``,
 ``model_id`` for their retrieve, and the client's DEPRECATED_MODELS, which their deprecation-warning test sends)
-are served as ``--served-model-name`` aliases of the loaded model. ``--api-timeout 3`` cuts their
-``max_tokens=1024`` requests after 3 s (a Message Batch's rows too: they run in the background). Their conftest
+are served as ``--served-model-name`` aliases of the loaded model. ``--api-timeout 1`` cuts their
+``max_tokens=1024`` requests after 1 s (a Message Batch's rows too: they run in the background; a cut reply is
+still a whole reply, and a second is far more than a first token takes, so no request ends with nothing). Their conftest
 needs inline-snapshot and http-snapshot (with asttokens and executing), and test_batches.py needs respx: our
 environment lacks them, so they are installed at the versions their requirements-dev.lock pins, with
 ``pip install --no-deps --target`` beside the sdist, and put on the subprocess's PYTHONPATH only. Their pyproject's
@@ -104,14 +105,14 @@ def packages(sdist) -> Path:
 
 @pytest.fixture(scope="module")
 def suite_api(tmp_path_factory, default_model_dir, sdist):
-    """The API with anthropic-sdk-python's test key, their model names as aliases, requests cut after 3 s, and a
+    """The API with anthropic-sdk-python's test key, their model names as aliases, requests cut after 1 s, and a
     Message Batch run to its end to copy under their ids (``api.seed_batch``)."""
     ctx, base, key = start_api(tmp_path_factory, default_model_dir, "--served-model-name", *model_names(sdist),
-                               "--api-timeout", "3", key=ANTHROPIC_KEY)
+                               "--api-timeout", "1", key=ANTHROPIC_KEY)
     with ctx as server:
         api = APIServer(base, key, server)
         with anthropic.Anthropic(base_url=api.root, api_key=key, max_retries=0, timeout=120) as client:
-            # a request long enough (cut after 3 s) that a copy put back in progress is still running when canceled
+            # a request long enough (cut after 1 s) that a copy put back in progress is still running when canceled
             batch = client.messages.batches.create(requests=[{"custom_id": "seed", "params": {
                 "model": "claude-opus-5-5", "max_tokens": 1024,
                 "messages": [{"role": "user", "content": "Write a long story about a dragon who likes tea."}]}}])

@@ -15,19 +15,12 @@ import time
 import httpx
 import pytest
 
-from tests.api.conftest import API_KEY, start_api
+from tests.api.conftest import API_KEY
 
 pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
 ROUNDS, REQUESTS, CLIENTS = 3, 200, 16
 HI = [{"role": "user", "content": "Hi"}]
 THREAD_POOL_SLACK = 2
-
-
-@pytest.fixture(scope="module")
-def api(tmp_path_factory, default_model_dir):
-    ctx, base, _ = start_api(tmp_path_factory, default_model_dir)
-    with ctx as server:
-        yield base.removesuffix("/v1"), server
 
 
 def chat(client, **fields):
@@ -119,7 +112,8 @@ def resources(pid: int) -> tuple[int, int]:
 
 
 def test_mixed_requests_leave_no_running_sequences_threads_or_files(api):
-    root, server = api
+    """On the API tests' shared server (tests/conftest.py's api): no server of its own to start."""
+    root, server = api.root, api.server
     seen = []
     for n in range(ROUNDS):
         counts = one_round(root, seed=n)

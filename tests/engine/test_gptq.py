@@ -125,6 +125,7 @@ def test_cli_refuses_to_overwrite_and_names_unknown_models(gptq_dir, tmp_path, c
     assert main(["gptq", "SmolLM2-135M-Instruct", "--user-data-dir", str(tmp_path)]) == 2
     assert "exists; pass --force" in capsys.readouterr().err
     assert sorted(p.name for p in (models / "SmolLM2-135M-Instruct-gptq-4bit").iterdir()) == before
+    assert not any((tmp_path / "converted").iterdir())  # refused before the slow work (converting the .gguf)
     assert main(["gptq", "no-such-model", "--user-data-dir", str(tmp_path)]) == 2
     assert "unknown model 'no-such-model'" in capsys.readouterr().err
 

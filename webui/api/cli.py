@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webui.api.suite import promptfoo_suite
 from webui.config import AppConfig, default_user_data_dir
 from webui.store import Database
 from webui.store.requests import CapturedRequest, RequestStore
@@ -109,6 +108,8 @@ def main(argv: list[str]) -> int:
             items = [found for i in args.ids if (found := store.get(i))] if args.ids else \
                 [i for i in store.page(limit=10**9).items if i.status == 200]
             if args.format == "promptfoo":
+                from webui.api.suite import promptfoo_suite  # here: it imports the engine (torch), which list,
+                # show and delete do without
                 try:
                     suite = promptfoo_suite(items)
                 except ValueError as exc:
