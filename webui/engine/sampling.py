@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from webui.engine.params import SamplingParams
-from webui.engine.rows import NEG_INF, Candidates, History, Rows, dense
+from webui.engine.rows import NEG_INF, Candidates, History, Rows, dense, first_max
 from webui.engine.sampler_table import CONSTRAINTS, SAMPLER_SPECS, SAMPLERS
 from webui.engine.samplers import (CountPenalty, Dry, EncoderRepetitionPenalty, EosBan, Guidance, LogitBias,
                                    NoRepeatNGram, PerRow, Processor, RepetitionPenalty, TokenBans)
@@ -235,8 +235,8 @@ def draw(samplers: Sequence[Sampler], state: torch.Tensor | Candidates) -> tuple
     each row whether it had any token to draw."""
     values = state.values if isinstance(state, Candidates) else state
     if samplers[0].params.greedy:
-        best = values.max(-1, keepdim=True)  # the first of equal maxima, as argmax
-        places, drawable = best.indices, best.values > NEG_INF
+        places = first_max(values)
+        drawable = values.gather(1, places) > NEG_INF
     else:
         device = values.device
         u = torch.stack([torch.rand((), generator=s.context.rng(device), device=device, dtype=torch.float64)
