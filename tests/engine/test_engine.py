@@ -67,6 +67,56 @@ def test_stop_string_split_across_tokens_and_several_stops(tok):
     assert result.text == "one two" and result.stop_string == "<|stop|>" and result.finish_reason == "stop"
 
 
+class _WatchedTokenizer:
+    """A tokenizer that notes which threads decode with it."""
+
+    def __init__(self, tok):
+        self._tok, self.threads = tok, set[str]()
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+    def decode(self, *args, **kwargs):
+        self.threads.add(threading.current_thread().name)
+        return self._tok.decode(*args, **kwargs)
+
+    def token_strings(self, *args, **kwargs):
+        self.threads.add(threading.current_thread().name)
+        return self._tok.token_strings(*args, **kwargs)
+
+
+def test_the_engine_thread_does_no_detokenizing(tok):
+    """#47: the scheduler thread only runs the model and samples; text, stop strings and logprob strings are made
+    on the output thread, beside the next forward."""
+    watched = _WatchedTokenizer(tok)
+    engine, _ = scripted_engine(watched, "Answer: 42 ###\nQuestion: more")
+    try:
+        result = engine.generate(GenerationRequest("q", greedy(50, stop=["###"]), logprobs=2))
+    finally:
+        engine.close()
+    assert result.text == "Answer: 42 " and result.stop_string == "###" and result.logprobs
+    assert watched.threads and "engine-scheduler" not in watched.threads, watched.threads
+
+
+def test_a_stop_string_ends_generation_at_once(tok):
+    """A stop string found off the engine thread ends the stream at once (nothing after it is emitted, usage
+    counts up to it) and the engine drops the sequence within a step or two instead of running to max_new."""
+    head = tok.encode("Answer: 42 ###", add_special_tokens=False)
+    engine, model = scripted_engine(tok, "Answer: 42 ###" + " and then some more words" * 20, step_delay=0.005)
+    try:
+        events = list(engine.submit(GenerationRequest("q", greedy(200, stop=["###"]))))
+        deadline = time.monotonic() + 30
+        while engine.stats().running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.stats().running == 0
+    finally:
+        engine.close()
+    assert "".join(e.text for e in events) == "Answer: 42 " and events[-1].finish_reason == "stop"
+    assert [t for e in events for t in e.token_ids] == head
+    assert events[-1].usage.completion_tokens == len(head)
+    assert model.forward_calls <= len(head) + 2, model.forward_calls  # one forward a token, at most 2 more
+
+
 def test_multibyte_characters_are_never_split(tok):
     text = "Café 🙂 日本語 👨‍👩‍👧"
     ids = tok.encode(text, add_special_tokens=False)

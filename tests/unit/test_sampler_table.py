@@ -62,3 +62,14 @@ def test_the_user_guide_lists_the_default_order():
     guide = (ROOT / "docs" / "user-guide.md").read_text()
     sentence = guide.split("which by\ndefault is text-generation-webui's:")[1].split(". Reorder")[0]
     assert re.findall(r"[a-z_]+", re.sub(r"\(.*?\)", "", sentence)) == list(SAMPLER_ORDER)
+
+
+def test_each_step_is_built_by_the_one_class_that_names_it():
+    """#47: a sampler's factory is its class's ``build``; defining the class registers it (no list to extend)."""
+    from webui.engine.samplers import STEPS, Processor
+
+    assert sorted(STEPS) == sorted(NAMES)
+    assert all(FACTORIES[name] == cls.build for name, cls in STEPS.items())
+    with pytest.raises(RuntimeError, match="'top_k' is built by both TopK and Another"):
+        type("Another", (Processor,), {"step": "top_k"})
+    assert STEPS["top_k"].__name__ == "TopK"

@@ -8,9 +8,12 @@ requests join up to ``max_running``. Nothing holds a lock for a whole
 generation: the lock only guards the queues.
 
 The engine only schedules: how a model reuses prompt KV already computed is
-its PrefixReuse strategy (prefix_reuse.py, picked once per model), and a
+its PrefixReuse strategy (prefix_reuse.py, picked once per model), a
 request on a text-only backend goes to the RelayRunner (relay.py), which runs
-it on its own thread.
+it on its own thread, and the scheduler thread does only model work: what each
+step drew goes to the OutputWorker (output.py), whose thread detokenizes it,
+matches stop strings and puts the events (a stop it finds ends the sequence at
+the next step).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from loaders.base import LoadedModel, SteppedModel, is_stepped, is_text_backend
 from webui.engine.prefix_cache import BLOCK_TOKENS, PrefixCacheStats
 from webui.engine.prefix_reuse import PrefixReuse, prefix_reuse_for
 from webui.engine.params import InvalidParameter
+from webui.engine.output import Output, OutputWorker
 from webui.engine.relay import RelayRunner
 from webui.engine.sampling import sample_rows
 from webui.engine.sequence import Sequence, check_loras, encode_prompt
@@ -82,6 +86,7 @@ class Engine:
         self._running: list[Sequence] = []
         self._calls: list[tuple[Callable[[], Any], threading.Event, list[Any]]] = []
         self._relays = RelayRunner()  # requests a text-only backend is generating, each on its own thread
+        self._output = OutputWorker()  # the stepped sequences' text and events, off this thread
         self._recent: deque[tuple[float, int]] = deque()
         self._reuse = self._prefix_reuse(model)
         self._closed = False
@@ -171,6 +176,7 @@ class Engine:
             self._closed = True
             self._cond.notify()
         self._thread.join(timeout=30)
+        self._output.close()
 
     def _wake(self) -> None:
         with self._cond:
@@ -223,7 +229,7 @@ class Engine:
             reason = _ended(seq, seq.queue_expired(t))
             if reason:
                 self._waiting.remove(seq)
-                seq.stream.put(seq.finish(reason))
+                self._output.put([seq.output(None, reason)])
         background_room = self.config.max_running - (1 if self.config.max_running > 1 else 0)
         while self._waiting and len(self._running) + len(admitted) < self.config.max_running:
             seq = min(self._waiting, key=lambda s: s.request.priority)  # the first of the most urgent
@@ -259,9 +265,14 @@ class Engine:
     def _drop_cancelled(self) -> None:
         t = now()
         for seq in list(self._running):
+            if seq.stream_ended:  # the output thread ended it (a stop string): its stream has its final event
+                seq.release()
+                self._retire([seq])
+                continue
             reason = _ended(seq, seq.time_expired(t))
             if reason:
-                seq.stream.put(seq.finish(reason))
+                seq.release()
+                self._output.put([seq.output(None, reason)])
                 self._retire([seq])
 
     def _retire(self, seqs: list[Sequence]) -> None:
@@ -337,15 +348,15 @@ class Engine:
             rows = logits[:len(places)] if places == list(range(len(places))) else logits[places]
             choices = sample_rows([s.ready_to_sample() for s, _ in ready], [s.ids for s, _ in ready], rows,
                                   [s.request.logprobs for s, _ in ready])
+            outputs: list[Output] = []
             for (seq, _), choice in zip(ready, choices):
                 try:
                     if isinstance(choice, Exception):
                         raise choice
-                    event = seq.step(choice)
+                    outputs.append(seq.output(choice, seq.step(choice)))
                 except Exception as exc:
-                    self._fail([seq], exc)
-                    continue
-                seq.stream.put(event)
+                    outputs.append(self._failed(seq, exc))
+            self._output.put(outputs)
         sampled = len(ready)
         self._retire([s for s in self._running if s.finished])
         with self._cond:
@@ -355,10 +366,15 @@ class Engine:
                 self._recent.popleft()
 
     def _fail(self, seqs: list[Sequence], exc: BaseException) -> None:
-        for seq in list(seqs):
-            if not seq.finished:
-                seq.stream.put(seq.finish("error", error=str(exc) or type(exc).__name__), exc)
-            self._retire([seq])
+        seqs = list(seqs)
+        self._output.put([self._failed(seq, exc) for seq in seqs if not seq.finished])
+        self._retire(seqs)
+
+    def _failed(self, seq: Sequence, exc: BaseException) -> Output:
+        """(Scheduler thread.) ``seq`` ends with ``exc``: its caches released (it is retired after), its final
+        event."""
+        seq.release()
+        return seq.output(None, "error", str(exc) or type(exc).__name__, exc)
 
     def _shutdown(self) -> None:
         with self._cond:

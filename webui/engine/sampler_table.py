@@ -4,9 +4,11 @@ Its order is the order they run in by default: CFG and the constraints first (al
 samplers in text-generation-webui's default order, which ``sampler_priority`` can change. Everything else is a
 view of it: the default ``sampler_priority`` (``SAMPLER_ORDER``), the steps greedy decoding leaves out
 (``draw_only``), the ones ``temperature_last`` moves to the end (``temperature``), and when a step runs
-(``active``). How a step is built from its parameters (its processor, which needs torch) is attached by name in
-``sampling.py``, which checks on import that every step here has exactly one factory there. This module needs
-nothing from the engine, so ``params.py`` (which validates ``sampler_priority`` against it) stays light.
+(``active``). How a step is built from its parameters is its processor class's ``build`` (the class, which needs
+torch, names its step: ``step = "top_k"``; samplers.py, shaping.py, structured.py); ``sampling.py`` checks on
+import that every step here has exactly one class. A new sampler is a SamplingParams field, its class and its row
+here. This module needs nothing from the engine, so ``params.py`` (which validates ``sampler_priority`` against
+it) stays light.
 """
 
 from __future__ import annotations

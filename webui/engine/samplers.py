@@ -7,24 +7,63 @@ the new logits, or ``Candidates`` when it keeps few tokens (top_k): the samplers
 few (``Processor.candidates``) instead of the whole vocabulary. Samplers with state or a draw of their own
 (mirostat, adaptive-p, XTC, DRY, structured output) run row by row (``Processor.row``). Calling a processor
 on one 1-D row of logits runs it as a batch of one, so each sampler has one implementation.
+
+A sampler's class also says which step of ``sampler_table.SAMPLERS`` it is (``step``) and how that step is built
+from a sequence's parameters (``build``); defining it registers it in ``STEPS``, which ``sampling.py`` checks
+against the table on import. So a new sampler is a SamplingParams field, its class here or in ``shaping.py``,
+and its table row.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import torch
 
 from webui.engine.rows import NEG_INF, Candidates, Rows, State, dense, per_row, window_span
 
+if TYPE_CHECKING:
+    from webui.engine.params import SamplingParams
+
+STEPS: dict[str, type["Processor"]] = {}
+"""Each step of ``sampler_table.SAMPLERS`` -> the Processor class that builds it (filled as the classes are
+defined)."""
+
+
+def sequence_breaker_ids(tokenizer: Any, breakers: Sequence[str]) -> set[int]:
+    """Each breaker string's token as it ends a text (text-generation-webui encodes "a" + breaker)."""
+    if tokenizer is None:
+        return set()
+    return {ids[-1] for b in breakers if (ids := tokenizer.encode("a" + b, add_special_tokens=False))}
+
+
+def newline_ids(tokenizer: Any) -> list[int]:
+    return sorted(sequence_breaker_ids(tokenizer, ["\n"]))
+
 
 class Processor:
+    step: ClassVar[str] = ""
+    """The step of ``sampler_table.SAMPLERS`` this class is built for ("" for a base class)."""
     can_empty = False
     """It may remove every token of a row (a ban): the stage then skips it for that row."""
     on_candidates = False
     """``row`` also works on a candidate row (the row's candidate values, with ``index`` mapping them to tokens)."""
     keeps_order = False
     """On candidates it only drops the least likely, or reshapes without reordering: they stay sorted."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        step = cls.__dict__.get("step")
+        if step:
+            if step in STEPS:
+                raise RuntimeError(f"sampler step {step!r} is built by both {STEPS[step].__name__} and {cls.__name__}")
+            STEPS[step] = cls
+
+    @classmethod
+    def build(cls, p: SamplingParams, c: Any) -> "Processor | None":
+        """The step's processor for one sequence with parameters ``p`` and context ``c`` (a SamplingContext),
+        once its table row says ``p`` turn it on; None where the sequence leaves it nothing to do."""
+        raise NotImplementedError(f"{cls.__name__} builds no step")
 
     def row(self, ids: Sequence[int], logits: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
@@ -71,6 +110,12 @@ class Guidance(Processor):
     """Classifier-free guidance: ``uncond + scale * (cond - uncond)`` over log-probabilities, where uncond is
     the negative prompt's distribution at the same step (transformers' UnbatchedClassifierFreeGuidance)."""
 
+    step = "cfg"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.guidance_scale, c)
+
     def __init__(self, scale: float, ctx: Any):
         self.scale, self.ctx = scale, ctx
 
@@ -92,6 +137,12 @@ def _flat(lists: Sequence[Sequence[int]], x: torch.Tensor) -> tuple[torch.Tensor
 class LogitBias(Processor):
     """Adds a fixed bias to chosen token ids (OpenAI's logit_bias)."""
 
+    step = "logit_bias"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.logit_bias)
+
     def __init__(self, bias: Sequence[tuple[int, float]]):
         self.bias = list(bias)
 
@@ -106,6 +157,12 @@ class TokenBans(Processor):
     """Token ids that are never generated (text-generation-webui's custom_token_bans)."""
 
     can_empty = True
+
+    step = "token_bans"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.custom_token_bans)
 
     def __init__(self, ids: Sequence[int]):
         self.ids = list(ids)
@@ -122,6 +179,12 @@ class TokenBans(Processor):
 class EosBan(TokenBans):
     """Blocks end-of-sequence tokens while fewer than ``min_new`` tokens were made (or always)."""
 
+    step = "eos_ban"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(c.eos_ids, c.prompt_len, p.min_new_tokens, p.ban_eos) if c.eos_ids else None
+
     def __init__(self, eos_ids: Sequence[int], prompt_len: int, min_new: int, always: bool):
         super().__init__(sorted(set(eos_ids)))
         self.prompt_len, self.min_new, self.always = prompt_len, min_new, always
@@ -134,6 +197,12 @@ class RepetitionPenalty(Processor):
     """CTRL-style penalty on every token among the last ``last_n`` of the prompt and output (0: all)."""
 
     on_candidates = True
+
+    step = "repetition_penalty"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.repetition_penalty, p.repetition_penalty_range)
 
     def __init__(self, penalty: float, last_n: int = 0):
         self.penalty, self.last_n = penalty, last_n
@@ -168,6 +237,12 @@ class EncoderRepetitionPenalty(RepetitionPenalty):
     """Scales the logits of the prompt's tokens: a penalty above 1 makes them likelier (transformers'
     EncoderRepetitionPenaltyLogitsProcessor, with the prompt as the encoder input)."""
 
+    step = "encoder_repetition_penalty"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.encoder_repetition_penalty, c.prompt_len)
+
     def __init__(self, penalty: float, prompt_len: int):
         super().__init__(penalty)
         self.prompt_len = prompt_len
@@ -201,12 +276,35 @@ class CountPenalty(Processor):
         return x
 
 
+class PresencePenalty(CountPenalty):
+    step = "presence_penalty"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.presence_penalty, 0.0, c.prompt_len, p.repetition_penalty_range)
+
+
+class FrequencyPenalty(CountPenalty):
+    step = "frequency_penalty"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(0.0, p.frequency_penalty, c.prompt_len, p.repetition_penalty_range)
+
+
 class Dry(Processor):
     """DRY ("don't repeat yourself"): a token that would extend a sequence that already occurred, by a match of
     at least ``allowed_length`` tokens, loses ``multiplier * base ** (length - allowed_length)``. Matches do not
     cross sequence breakers and are capped at 50 tokens (text-generation-webui's DRYLogitsProcessor)."""
 
     MAX_MATCH = 50
+
+    step = "dry"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.dry_multiplier, p.dry_base, p.dry_allowed_length,
+                   sequence_breaker_ids(c.tokenizer, p.dry_sequence_breakers), p.repetition_penalty_range)
 
     def __init__(self, multiplier: float, base: float, allowed_length: int, breakers: set[int], last_n: int = 0):
         self.multiplier, self.base, self.allowed = multiplier, base, allowed_length
@@ -244,6 +342,12 @@ class NoRepeatNGram(Processor):
 
     can_empty = True
     on_candidates = True
+
+    step = "no_repeat_ngram"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.no_repeat_ngram_size)
 
     def __init__(self, n: int):
         self.n = n

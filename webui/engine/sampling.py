@@ -19,13 +19,13 @@ from typing import Any, Callable, Sequence
 import torch
 
 from webui.engine.params import SamplingParams
-from webui.engine.rows import NEG_INF, Candidates, History, Rows, dense
+from webui.engine.rows import NEG_INF, Candidates, History, Rows, dense, first_max
 from webui.engine.sampler_table import CONSTRAINTS, SAMPLER_SPECS, SAMPLERS
-from webui.engine.samplers import (CountPenalty, Dry, EncoderRepetitionPenalty, EosBan, Guidance, LogitBias,
-                                   NoRepeatNGram, PerRow, Processor, RepetitionPenalty, TokenBans)
+from webui.engine.samplers import (STEPS, CountPenalty, Dry, EncoderRepetitionPenalty, EosBan, Guidance, LogitBias,
+                                   NoRepeatNGram, Processor, RepetitionPenalty, TokenBans)
 from webui.engine.shaping import (AdaptiveP, DynamicTemperature, EpsilonCutoff, EtaCutoff, MinP, Mirostat,
                                   QuadraticSampling, TailFree, Temperature, TopA, TopK, TopNSigma, TopP, TypicalP, Xtc)
-from webui.engine.structured import mask_for
+import webui.engine.structured  # noqa: F401  (its StructuredOutputs step registers itself)
 
 __all__ = ["AdaptiveP", "CountPenalty", "Dry", "DynamicTemperature", "EncoderRepetitionPenalty", "EosBan",
            "EpsilonCutoff", "EtaCutoff", "Guidance", "LogitBias", "MinP", "Mirostat", "NoRepeatNGram",
@@ -62,23 +62,12 @@ class SamplingContext:
         return self._generator
 
 
-def sequence_breaker_ids(tokenizer: Any, breakers: Sequence[str]) -> set[int]:
-    """Each breaker string's token as it ends a text (text-generation-webui encodes "a" + breaker)."""
-    if tokenizer is None:
-        return set()
-    return {ids[-1] for b in breakers if (ids := tokenizer.encode("a" + b, add_special_tokens=False))}
-
-
-def newline_ids(tokenizer: Any) -> list[int]:
-    return sorted(sequence_breaker_ids(tokenizer, ["\n"]))
-
-
 Factory = Callable[[SamplingParams, "SamplingContext"], "Processor | None"]
 
 
 def _factories(**by_name: Factory) -> dict[str, Factory]:
-    """Each step of ``sampler_table.SAMPLERS`` -> its factory, in table order. A step without a factory, or a
-    factory for no step, fails on import; a name given twice does not even compile."""
+    """Each step of ``sampler_table.SAMPLERS`` -> its factory (its class's ``build``), in table order. A step
+    without a class, or a class for no step, fails on import; two classes for one step fail as they are defined."""
     missing = [s.name for s in SAMPLERS if s.name not in by_name]
     extra = sorted(set(by_name) - set(SAMPLER_SPECS))
     if missing or extra:
@@ -87,37 +76,10 @@ def _factories(**by_name: Factory) -> dict[str, Factory]:
     return {s.name: by_name[s.name] for s in SAMPLERS}
 
 
-# How each step is built from its parameters, once its spec says they turn it on (``SamplerSpec.active``);
-# None where the sequence leaves it nothing to do.
-FACTORIES: dict[str, Factory] = _factories(
-    cfg=lambda p, c: Guidance(p.guidance_scale, c),
-    structured_outputs=lambda p, c: PerRow(mask_for(p.structured_outputs, c.tokenizer) or (lambda ids, x: x)),
-    logit_bias=lambda p, c: LogitBias(p.logit_bias),
-    token_bans=lambda p, c: TokenBans(p.custom_token_bans),
-    eos_ban=lambda p, c: EosBan(c.eos_ids, c.prompt_len, p.min_new_tokens, p.ban_eos) if c.eos_ids else None,
-    repetition_penalty=lambda p, c: RepetitionPenalty(p.repetition_penalty, p.repetition_penalty_range),
-    presence_penalty=lambda p, c: CountPenalty(p.presence_penalty, 0.0, c.prompt_len, p.repetition_penalty_range),
-    frequency_penalty=lambda p, c: CountPenalty(0.0, p.frequency_penalty, c.prompt_len, p.repetition_penalty_range),
-    dry=lambda p, c: Dry(p.dry_multiplier, p.dry_base, p.dry_allowed_length,
-                         sequence_breaker_ids(c.tokenizer, p.dry_sequence_breakers), p.repetition_penalty_range),
-    top_n_sigma=lambda p, c: TopNSigma(p.top_n_sigma),
-    temperature=lambda p, c: Temperature(p.temperature),
-    dynamic_temperature=lambda p, c: DynamicTemperature(p.dynatemp_low, p.dynatemp_high, p.dynatemp_exponent),
-    quadratic_sampling=lambda p, c: QuadraticSampling(p.smoothing_factor, p.smoothing_curve),
-    top_k=lambda p, c: TopK(p.top_k),
-    top_p=lambda p, c: TopP(p.top_p),
-    typical_p=lambda p, c: TypicalP(p.typical_p),
-    epsilon_cutoff=lambda p, c: EpsilonCutoff(p.epsilon_cutoff),
-    eta_cutoff=lambda p, c: EtaCutoff(p.eta_cutoff),
-    tfs=lambda p, c: TailFree(p.tfs),
-    top_a=lambda p, c: TopA(p.top_a),
-    min_p=lambda p, c: MinP(p.min_p),
-    adaptive_p=lambda p, c: AdaptiveP(p.adaptive_target, p.adaptive_decay),
-    mirostat=lambda p, c: Mirostat(p.mirostat_tau, p.mirostat_eta),
-    xtc=lambda p, c: Xtc(p.xtc_threshold, p.xtc_probability, c, [*c.eos_ids, *newline_ids(c.tokenizer)]),
-    encoder_repetition_penalty=lambda p, c: EncoderRepetitionPenalty(p.encoder_repetition_penalty, c.prompt_len),
-    no_repeat_ngram=lambda p, c: NoRepeatNGram(p.no_repeat_ngram_size),
-)
+# How each step is built from its parameters: its class's ``build`` (samplers.STEPS, filled as the classes are
+# defined), once its spec says they turn it on (``SamplerSpec.active``); None where the sequence leaves it nothing
+# to do.
+FACTORIES: dict[str, Factory] = _factories(**{name: cls.build for name, cls in STEPS.items()})
 
 
 def sampler_order(params: SamplingParams) -> list[str]:
@@ -235,8 +197,8 @@ def draw(samplers: Sequence[Sampler], state: torch.Tensor | Candidates) -> tuple
     each row whether it had any token to draw."""
     values = state.values if isinstance(state, Candidates) else state
     if samplers[0].params.greedy:
-        best = values.max(-1, keepdim=True)  # the first of equal maxima, as argmax
-        places, drawable = best.indices, best.values > NEG_INF
+        places = first_max(values)
+        drawable = values.gather(1, places) > NEG_INF
     else:
         device = values.device
         u = torch.stack([torch.rand((), generator=s.context.rng(device), device=device, dtype=torch.float64)

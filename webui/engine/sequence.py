@@ -11,6 +11,7 @@ import torch
 
 from loaders.base import ImagePrompt, LoadedModel, SteppedModel, SupportsGuidance, SupportsImages, is_lora_model
 from webui.engine.detokenize import IncrementalDetokenizer
+from webui.engine.output import Output
 from webui.engine.params import InvalidParameter, SamplingParams
 from webui.engine.prefix_cache import ImageSpan
 from webui.engine.prefix_reuse import PrefixTrack
@@ -161,8 +162,10 @@ def guide_prompt(model: LoadedModel, request: GenerationRequest, prompt_ids: lis
 
 
 class Sequence:
-    """Engine-side state of one request. The engine thread owns it; a request on a text-only backend is owned by
-    its relay thread from admission to its final event (the engine only cancels it, through its request)."""
+    """Engine-side state of one request. The engine thread owns its tokens, caches and sampler; its text (the
+    detokenizer, the stop strings) and its events are the output thread's (``emit``, output.py). A request on a
+    text-only backend is owned by its relay thread from admission to its final event (the engine only cancels
+    it, through its request)."""
 
     def __init__(self, request: GenerationRequest, stream: RequestStream, submitted: float,
                  tokenized_for: tuple[LoadedModel, list[int], ImagePrompt | None] | None = None):
@@ -181,9 +184,13 @@ class Sequence:
         self.completion_tokens = 0
         self.admitted = submitted
         self.first_token: float | None = None
-        self.finished = False
+        self.finished = False  # (engine thread) it left the batch: no more steps
+        self.stream_ended = False  # (output thread) its final event is out; the engine drops it at the next step
+        self.emitted = 0  # (output thread) tokens whose events are out
+        self.guide_fed = 0  # (output thread) what its CFG guide had cost at the last output
         self.prompt_done = False  # the whole prompt is in the cache; each step now feeds one token
         self.stops = StopStringMatcher(params.stop)
+        self._detok: IncrementalDetokenizer | None = None  # made by the output thread, at the first token
         self.cached_tokens = 0  # prompt tokens whose KV was reused, not prefilled (set by resume_from)
         self.prefix = PrefixTrack("")  # its prefix-reuse state, made and kept by the engine's strategy
         self.waiting_for: "Sequence | None" = None  # a sequence prefilling the prompt's start, which it waits for
@@ -201,8 +208,6 @@ class Sequence:
                         if params.auto_max_new_tokens else min(params.max_new_tokens, room))
         tok = model.tokenizer
         self.sampler = Sampler(params, sorted(tok.eos_token_ids), len(self.prompt_ids), self.seed, tok)
-        self.detok = IncrementalDetokenizer(lambda ids: tok.decode(ids, skip_special_tokens=params.skip_special_tokens),
-                                            self.prompt_ids[-8:])
         self.cache = self._new_cache(model)
         if images is not None and isinstance(model, SupportsImages):  # (encode_prompt checked that it is)
             model.attach_images(self.cache, images.media)
@@ -282,8 +287,10 @@ class Sequence:
             self.sampler.context.guidance = self.guide.logits
         return self.sampler
 
-    def step(self, choice: TokenChoice) -> GenerationEvent:
-        """Take the token the sampling stage drew for this sequence and build this step's event."""
+    def step(self, choice: TokenChoice) -> FinishReason | None:
+        """(Engine thread.) Take the token the sampling stage drew for this sequence: "stop" when it is an
+        end-of-sequence token, "length" when it was the last one allowed (either way the sequence's caches are
+        released), else None. Its text and stop strings are the output thread's (``emit``)."""
         token = choice.token_id
         self.ids.append(token)
         if self.guide is not None:
@@ -293,38 +300,24 @@ class Sequence:
         self.completion_tokens += 1
         self.mark_first_token()
         finish: FinishReason | None = None
-        text = ""
         if token in self._started().tokenizer.eos_token_ids and (not self.request.params.ban_eos
                                                              or self.sampler.grammar_done):
             finish = "stop"
-        else:
-            text, stopped = self.stops.feed(self.detok.add(token))
-            if stopped:
-                finish = "stop"
-        if finish is None and self.completion_tokens >= self.max_new:
+        elif self.completion_tokens >= self.max_new:
             finish = "length"
-        event = GenerationEvent(self.request.request_id, token_ids=[token],
-                                logprobs=self._logprobs(choice), seed=self.seed)
         if finish is not None:
-            return self.finish(finish, event, text)
-        event.text = text
-        return event
+            self.release()
+        return finish
 
-    def finish(self, reason: FinishReason, event: GenerationEvent | None = None, text: str = "",
-               error: str | None = None, usage: Usage | None = None) -> GenerationEvent:
-        """The final event: flush held-back text (not on errors) and attach usage and timings. ``usage``: what a
-        relayed request's backend reported (else counted here)."""
+    def output(self, choice: TokenChoice | None, finish: FinishReason | None, error: str | None = None,
+               exc: BaseException | None = None) -> Output:
+        """(Engine thread.) What the output thread is handed: this step's token (``choice``, and ``finish`` when
+        the sequence ended with it), or the sequence's end (``choice`` None)."""
+        return Output(self, choice, finish, self.guide.fed if self.guide else 0, error, exc)
+
+    def release(self) -> None:
+        """(Engine thread.) The sequence leaves the batch: its caches go back to the model."""
         self.finished = True
-        event = event or GenerationEvent(self.request.request_id, seed=self.seed)
-        if self.model is not None and error is None and not self.stops.matched:
-            tail, stopped = self.stops.feed(self.detok.flush())
-            text += tail if stopped else tail + self.stops.flush()
-        event.text = text
-        event.finish_reason, event.error = reason, error
-        event.stop_string = self.stops.matched
-        event.usage = usage or Usage(len(self.prompt_ids), self.completion_tokens, self.cached_tokens,
-                                     self.guide.fed if self.guide else 0)
-        event.timings = self.timings(event.usage.completion_tokens)
         if self.model is not None:
             for cache in (self.cache, self.guide.cache if self.guide else None):
                 if cache is not None:
@@ -332,6 +325,58 @@ class Sequence:
         self.cache = None
         if self.guide is not None:
             self.guide.cache = None
+
+    def emit(self, out: Output) -> None:
+        """(Output thread.) Put ``out``'s event on the stream: a token's text, cut at the first stop string (which
+        ends the stream here), or the final event. Nothing once the stream has ended."""
+        if self.stream_ended:
+            return
+        self.guide_fed = out.guide_fed
+        choice, finish = out.choice, out.finish
+        if choice is None:
+            self.stream.put(self.finish(finish or "error", error=out.error), out.exc)
+            return
+        self.emitted += 1
+        text = ""
+        if finish != "stop":  # an end-of-sequence token has no text
+            text, stopped = self.stops.feed(self.detokenizer().add(choice.token_id))
+            if stopped:
+                finish = "stop"
+        event = GenerationEvent(self.request.request_id, token_ids=[choice.token_id],
+                                logprobs=self._logprobs(choice), seed=self.seed)
+        if finish is not None:
+            self.stream.put(self.finish(finish, event, text))
+            return
+        event.text = text
+        self.stream.put(event)
+
+    def detokenizer(self) -> IncrementalDetokenizer:
+        """(Output thread.) The output's detokenizer, made on first use (it decodes the prompt's last tokens)."""
+        if self._detok is None:
+            skip = self.request.params.skip_special_tokens
+            decode = self._started().tokenizer.decode
+            self._detok = IncrementalDetokenizer(lambda ids: decode(ids, skip_special_tokens=skip), self.prompt_ids[-8:])
+        return self._detok
+
+    def fail_stream(self, exc: BaseException) -> None:
+        """(Output thread.) Building an event failed: the request ends with that error."""
+        if not self.stream_ended:
+            self.stream.put(self.finish("error", error=str(exc) or type(exc).__name__), exc)
+
+    def finish(self, reason: FinishReason, event: GenerationEvent | None = None, text: str = "",
+               error: str | None = None, usage: Usage | None = None) -> GenerationEvent:
+        """The final event (output or relay thread): flush held-back text (not on errors) and attach usage and
+        timings. ``usage``: what a relayed request's backend reported (else counted here)."""
+        self.stream_ended = True
+        event = event or GenerationEvent(self.request.request_id, seed=self.seed)
+        if self.model is not None and error is None and not self.stops.matched:
+            tail, stopped = self.stops.feed(self.detokenizer().flush())
+            text += tail if stopped else tail + self.stops.flush()
+        event.text = text
+        event.finish_reason, event.error = reason, error
+        event.stop_string = self.stops.matched
+        event.usage = usage or Usage(len(self.prompt_ids), self.emitted, self.cached_tokens, self.guide_fed)
+        event.timings = self.timings(event.usage.completion_tokens)
         return event
 
     def _started(self) -> SteppedModel:

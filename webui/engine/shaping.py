@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from webui.engine.rows import NEG_INF, Candidates, per_row, row_sums, top_candidates
-from webui.engine.samplers import Processor
+from webui.engine.samplers import Processor, newline_ids
 
 
 def _token_position(index: torch.Tensor | None, token: int) -> int | None:
@@ -27,6 +27,12 @@ def _token_position(index: torch.Tensor | None, token: int) -> int | None:
 class Temperature(Processor):
     on_candidates = True
     keeps_order = True
+
+    step = "temperature"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.temperature)
 
     def __init__(self, temperature: float):
         self.temperature = temperature
@@ -46,6 +52,12 @@ class TopK(Processor):
 
     on_candidates = True
     keeps_order = True
+
+    step = "top_k"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.top_k)
 
     def __init__(self, k: int):
         self.k = k
@@ -75,6 +87,12 @@ class TopP(Processor):
     on_candidates = True
     keeps_order = True
     FIRST = 64  # candidates looked at first on a full row; more while the nucleus is wider
+
+    step = "top_p"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.top_p)
 
     def __init__(self, p: float):
         self.p = p
@@ -108,6 +126,12 @@ class MinP(Processor):
     on_candidates = True
     keeps_order = True
 
+    step = "min_p"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.min_p)
+
     def __init__(self, p: float):
         self.p = p
 
@@ -128,6 +152,12 @@ class TopA(Processor):
 
     on_candidates = True
     keeps_order = True
+
+    step = "top_a"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.top_a)
 
     def __init__(self, a: float):
         self.a = a
@@ -150,6 +180,12 @@ class EpsilonCutoff(Processor):
 
     on_candidates = True
     keeps_order = True
+
+    step = "epsilon_cutoff"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.epsilon_cutoff)
 
     def __init__(self, epsilon: float):
         self.epsilon = epsilon * 1e-4
@@ -181,6 +217,12 @@ class EtaCutoff(Processor):
     on_candidates = True
     keeps_order = True
 
+    step = "eta_cutoff"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.eta_cutoff)
+
     def __init__(self, eta: float):
         self.eta = eta * 1e-4
 
@@ -203,6 +245,12 @@ class TypicalP(Processor):
     """Keeps the tokens whose surprise is nearest the entropy, until their probabilities reach p."""
 
     on_candidates = True
+
+    step = "typical_p"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.typical_p)
 
     def __init__(self, p: float):
         self.p = p
@@ -238,6 +286,12 @@ class TailFree(Processor):
 
     on_candidates = True
     keeps_order = True
+
+    step = "tfs"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.tfs)
 
     def __init__(self, z: float):
         self.z = z
@@ -275,6 +329,12 @@ class TopNSigma(Processor):
     on_candidates = True
     keeps_order = True
 
+    step = "top_n_sigma"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.top_n_sigma)
+
     def __init__(self, n: float):
         self.n = n
 
@@ -299,6 +359,12 @@ class Xtc(Processor):
     remove a newline or end-of-sequence token (text-generation-webui's XTCLogitsWarper)."""
 
     on_candidates = True
+
+    step = "xtc"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.xtc_threshold, p.xtc_probability, c, [*c.eos_ids, *newline_ids(c.tokenizer)])
 
     def __init__(self, threshold: float, probability: float, ctx: Any, protected: Sequence[int]):
         self.threshold, self.probability, self.ctx = threshold, probability, ctx
@@ -340,6 +406,12 @@ class DynamicTemperature(Processor):
     on_candidates = True
     keeps_order = True
 
+    step = "dynamic_temperature"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.dynatemp_low, p.dynatemp_high, p.dynatemp_exponent)
+
     def __init__(self, low: float, high: float, exponent: float):
         self.low, self.high, self.exponent = low, high, exponent
 
@@ -362,6 +434,12 @@ class QuadraticSampling(Processor):
 
     on_candidates = True
     keeps_order = True
+
+    step = "quadratic_sampling"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.smoothing_factor, p.smoothing_curve)
 
     def __init__(self, factor: float, curve: float):
         self.factor, self.k, self.s = factor, (3 - curve) / 2, (curve - 1) / 2
@@ -386,6 +464,12 @@ class Mirostat(Processor):
 
     on_candidates = True
     keeps_order = True
+
+    step = "mirostat"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.mirostat_tau, p.mirostat_eta)
 
     def __init__(self, tau: float, eta: float):
         self.tau, self.eta, self.mu = tau, eta, 2.0 * tau
@@ -421,6 +505,12 @@ class AdaptiveP(Processor):
 
     WIDTH, PEAK, SHARPNESS = 0.3, 5.0, 10.0
     on_candidates = True
+
+    step = "adaptive_p"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(p.adaptive_target, p.adaptive_decay)
 
     def __init__(self, target: float, decay: float):
         self.target, self.decay = target, min(decay, 0.99)
