@@ -8,9 +8,12 @@ compare our asserts with it; llama.cpp's GGUF converter, from the llama-cpp-pyth
 sdist, for the tests that make tiny GGUF vision models with projector files),
 then runs pytest inside the venv.
 
-With no arguments the whole suite runs in two parts: the tests without a browser on two workers (pytest-xdist,
-a module per worker, so a module's shared server and model stay in one process), then the browser tests one at a
-time (each drives a real model and Chromium; waits are sized for a busy machine, not for two of them at once).
+With no arguments the whole suite runs in three parts. The tests without a browser, on two workers (pytest-xdist,
+a module per worker, so a module's shared server and model stay in one process). The browser tests, on two workers
+(each with its own shared server and Chromium: a browser test, mostly waiting on the model and the page, keeps about
+half a core busy, so two share two cores and their waits, sized for a busy machine, hold). Then the few tests
+marked `alone`, one at a time: their user races a clock the machine sets (Training's Stop must land before a run of
+fixed length ends).
 With arguments, pytest runs them as given, in one process.
 """
 
@@ -33,7 +36,8 @@ def main(argv: list[str]) -> int:
         import pytest
 
         return pytest.main(argv)
-    parts = (["-m", "not browser", "-n", "2", "--dist", "loadfile"], ["-m", "browser"])
+    workers = ["-n", "2", "--dist", "loadfile"]
+    parts = (["-m", "not browser", *workers], ["-m", "browser and not alone", *workers], ["-m", "alone"])
     codes = [subprocess.call([sys.executable, "-m", "pytest", *part]) for part in parts]  # a process each
     return next((code for code in codes if code), 0)
 

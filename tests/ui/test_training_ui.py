@@ -15,7 +15,7 @@ from tests.e2e.server import running_server, user_data_with_default_model
 from tests.ui.pages import (choose, choose_preset, open_page, reload, screenshot, set_number, tab, toast, upload_file,
                             wait_text)
 
-pytestmark = [pytest.mark.browser]
+pytestmark = [pytest.mark.browser, pytest.mark.alone]  # Stop must land before 600 steps end
 NOTES = ROOT / "tests" / "data" / "training" / "notes.txt"
 TRAIN_LINE = "#train-plot g.mark-line path"
 SETTINGS = {"max_steps": 600, "cutoff_len": 64, "micro_batch_size": 4, "learning_rate": 0.01, "eval_percent": 25,
