@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 import torch
 
 from webui.engine.rows import NEG_INF, Candidates, Rows, State, dense, per_row, window_span
+from webui.engine.structured import mask_for
 
 if TYPE_CHECKING:
     from webui.engine.params import SamplingParams
@@ -104,6 +105,16 @@ class PerRow(Processor):
     @property
     def done(self) -> bool:
         return bool(getattr(self.fn, "done", False))
+
+
+class StructuredOutputs(PerRow):
+    """The structured-output step: the grammar's mask, row by row (no mask where there is no tokenizer)."""
+
+    step = "structured_outputs"
+
+    @classmethod
+    def build(cls, p, c):
+        return cls(mask_for(p.structured_outputs, c.tokenizer) or (lambda ids, x: x))
 
 
 class Guidance(Processor):

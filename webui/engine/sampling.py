@@ -25,7 +25,6 @@ from webui.engine.samplers import (STEPS, CountPenalty, Dry, EncoderRepetitionPe
                                    NoRepeatNGram, Processor, RepetitionPenalty, TokenBans)
 from webui.engine.shaping import (AdaptiveP, DynamicTemperature, EpsilonCutoff, EtaCutoff, MinP, Mirostat,
                                   QuadraticSampling, TailFree, Temperature, TopA, TopK, TopNSigma, TopP, TypicalP, Xtc)
-import webui.engine.structured  # noqa: F401  (its StructuredOutputs step registers itself)
 
 __all__ = ["AdaptiveP", "CountPenalty", "Dry", "DynamicTemperature", "EncoderRepetitionPenalty", "EosBan",
            "EpsilonCutoff", "EtaCutoff", "Guidance", "LogitBias", "MinP", "Mirostat", "NoRepeatNGram",

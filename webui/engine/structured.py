@@ -23,7 +23,6 @@ from typing import Any, Callable, Sequence
 import torch
 
 from loaders.base import SupportsGuidance
-from webui.engine.samplers import PerRow
 
 FORMS = ("json", "json_object", "regex", "choice", "grammar")
 
@@ -133,13 +132,3 @@ def mask_for(form_value: tuple, tokenizer: Any) -> Callable | None:
     if not isinstance(tokenizer, SupportsGuidance):
         raise StructuredError("this model's tokenizer cannot constrain output")
     return StructuredMask(grammar_of(*form_value), tokenizer.guidance_tokenizer())
-
-
-class StructuredOutputs(PerRow):
-    """The structured-output step: the grammar's mask, row by row (no mask where there is no tokenizer)."""
-
-    step = "structured_outputs"
-
-    @classmethod
-    def build(cls, p, c):
-        return cls(mask_for(p.structured_outputs, c.tokenizer) or (lambda ids, x: x))
