@@ -3,6 +3,8 @@ tab's message box, the Notebook's text and name."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.ui.pages import (LONG, choose_preset, open_page, ready_page, reload, rows, send, set_number, tab,
@@ -91,14 +93,27 @@ def gradio_events(page) -> list[str]:
     return sent
 
 
+def quiet(page, sent: list[str], for_ms: int = 2000, timeout: float = 60) -> None:
+    """Wait until the page has sent no Gradio event (``sent``: gradio_events') for ``for_ms``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = len(sent)
+        page.wait_for_timeout(for_ms)
+        if len(sent) == before:
+            return
+    raise AssertionError(f"the page never went quiet; its last events: {sent[-3:]}")
+
+
 def test_a_chat_message_typed_without_leaving_the_box_comes_back_after_an_immediate_reload(server, browser):
     """#46: typed, pasted and deleted, the message box is saved as it is without the user leaving it, and with
     no Gradio event per key (each costs the page a pass over every component's status): a reload 0.1 s after the
     last key brings it back exactly."""
     page = ready_page(browser, server.url, max_new_tokens=2)
     box = page.locator("#chat-message textarea")
-    box.click()
     sent = gradio_events(page)
+    quiet(page, sent)  # New chat's own events are done
+    sent.clear()
+    box.click()
     box.press_sequentially("Typed here, ", delay=40)
     page.keyboard.insert_text("then pasted; ")  # as a paste puts it in
     box.press_sequentially("and a typo", delay=40)
@@ -123,6 +138,8 @@ def test_notebook_typing_sends_no_gradio_event_and_an_immediate_reload_keeps_it(
     text.click()
     text.press("Control+a")
     sent = gradio_events(page)
+    quiet(page, sent)  # the load's own events are done
+    sent.clear()
     text.press_sequentially("Every key kept, none sent as an event.", delay=40)
     assert sent == []
     page.wait_for_timeout(100)
@@ -138,9 +155,11 @@ def test_notebook_typing_sends_no_gradio_event_and_an_immediate_reload_keeps_it(
 def test_an_idle_page_sends_no_gradio_event_and_its_status_line_follows_the_server(server, browser):
     """#46: the status line (and the prefix cache's) were refreshed by Gradio timers, an event each second even
     when idle; the page now reads them itself, and the line still shows a reply's work within a second or two."""
-    page = open_page(browser, server.url)  # loaded, and nothing clicked: no event of its own still running
-    wait_text(page, "#status-line", "idle", 30_000)
+    page = open_page(browser, server.url)
     sent = gradio_events(page)
+    quiet(page, sent)  # the load's own events (the chat it opens fills panels) are done
+    wait_text(page, "#status-line", "idle", 30_000)
+    sent.clear()
     page.wait_for_timeout(3500)  # (a timer ticked each second)
     assert sent == []
     assert "SmolLM2" in page.locator("#status-line").inner_text()
