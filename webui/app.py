@@ -33,6 +33,7 @@ def create_server(services: Services) -> FastAPI:
     from webui.ui.app import CSS, build_ui
     from webui.ui.chat_tab import PASTE_IMAGES_JS
     from webui.ui.live import LIVE_CSS, LIVE_JS, LiveReplies
+    from webui.ui.page_channel import PAGE_JS, PageChannel
     from webui.ui.typed_slider import TYPED_BOXES_HEAD
 
     app = FastAPI(title="LLM Workbench", docs_url=None, redoc_url=None)
@@ -43,10 +44,12 @@ def create_server(services: Services) -> FastAPI:
 
     live = LiveReplies()
     live.mount(app)  # before the UI's catch-all mount at /
-    demo = build_ui(services, live)
+    channel = PageChannel()
+    channel.mount(app)
+    demo = build_ui(services, live, channel)
     demo.queue(default_concurrency_limit=None)
     users = dict(services.config.ui_users)
-    page_js = f"() => {{ {LIVE_JS}; ({PASTE_IMAGES_JS})(); }}"
+    page_js = f"() => {{ {LIVE_JS}; {PAGE_JS}; ({PASTE_IMAGES_JS})(); }}"
     return gr.mount_gradio_app(app, demo, path="", css=CSS + LIVE_CSS, js=page_js, head=TYPED_BOXES_HEAD,
                                footer_links=[],
                                auth=authenticator(users) if users else None,

@@ -61,6 +61,10 @@ def test_without_a_login_the_app_answers_nothing_but_health(server):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(server.url + "/config", timeout=10)
     assert e.value.code == 401
+    for path, data in (("/page-lines/a-guess", None), ("/drafts/a-guess/chat", b'{"seq": 1, "text": "x"}')):
+        with pytest.raises(urllib.error.HTTPError) as e:  # the page's own channel: only with its page's token
+            urllib.request.urlopen(server.url + path, data=data, timeout=10)
+        assert e.value.code == 404
 
 
 def logged_in(browser, url: str, user: str, password: str):
@@ -97,6 +101,7 @@ def test_each_user_sees_only_their_own_chats_notebooks_and_settings(server, brow
     tab(bob, "Notebook")
     bob.locator("#notebook-name input").click()
     assert "alice-notes" not in bob.locator("#notebook-name").inner_text()
+    assert "Alice" not in bob.locator("#notebook-text textarea").input_value()  # her draft is hers (#46)
     screenshot(bob, "logged-in-bob-sees-nothing-of-alice")
     bob.close()
 
@@ -108,6 +113,9 @@ def test_each_user_sees_only_their_own_chats_notebooks_and_settings(server, brow
     wait_text(alice, "#chat-list", "My secret plan", 30_000)
     tab(alice, "Parameters")
     assert alice.locator("#params-max_new_tokens input").first.input_value() == "2"
+    tab(alice, "Notebook")  # the page saved her draft as hers
+    alice.wait_for_function("() => document.querySelector('#notebook-text textarea').value === "
+                            "\"Alice's notebook text\"", timeout=30_000)
     alice.close()
 
 

@@ -20,6 +20,7 @@ from webui import owner
 from webui.services import Services
 from webui.ui.feedback import create_tab_opener
 from webui.ui.live import LiveReplies
+from webui.ui.page_channel import PageChannel, line_value
 from webui.ui import (ab_tab, account, batch_tab, chat_tab, insight_tab, model_tab, notebook_tab, parameters_tab,
                       requests_tab, training_tab)
 
@@ -27,7 +28,6 @@ log = logging.getLogger(__name__)
 
 CSS = """
 #status-line {font-family: ui-monospace, monospace; font-size: 0.9em}
-#status-line p {margin: 0}
 #chat-log button[aria-label='Clear'] {display: none}  /* it blanked the view and deleted nothing: Delete deletes */
 /* a message's image or document is a row of its own in Gradio 6's log, with its own Edit (its Submit failed in the
    page: "….slice is not a function") and Share (Hugging Face Spaces only): a message is edited by its text's Edit */
@@ -58,10 +58,10 @@ def logged_in_user() -> str | None:
     return getattr(LocalContext.request.get(None), "username", None)
 
 
-def build_ui(services: Services, live: LiveReplies | None = None) -> gr.Blocks:
-    """The page; ``live``: where the Chat and Notebook tabs stream a reply's text (create_server mounts its
-    route)."""
-    live = live or LiveReplies()
+def build_ui(services: Services, live: LiveReplies | None = None, channel: PageChannel | None = None) -> gr.Blocks:
+    """The page; ``live``: where the Chat and Notebook tabs stream a reply's text; ``channel``: where the page saves
+    its drafts and reads its status lines (create_server mounts their routes)."""
+    live, channel = live or LiveReplies(), channel or PageChannel()
     owner.set_resolver(logged_in_user)  # the stores keep each logged-in user's data apart
     active = ActiveRequests()
     with gr.Blocks(title="LLM Workbench", analytics_enabled=False) as demo:
@@ -71,7 +71,9 @@ def build_ui(services: Services, live: LiveReplies | None = None) -> gr.Blocks:
             picker = gr.Dropdown(choices=services.models.names(), value=current.name if current else None,
                                  label="Model in use (Chat, Notebook, Insight; load more in the Model tab)",
                                  elem_id="model-in-use", scale=1, min_width=260)
-            status = gr.Markdown(status_text(services), elem_id="status-line", scale=3)
+            # kept up to date by the page script from GET /page-lines (webui.ui.page_channel), not a Gradio timer
+            gr.HTML(line_value(status_text(services)), elem_id="status-line", scale=3)
+            channel.shows("status-line", lambda: status_text(services))
             user = account.create_account(services)  # with a login: who, and Log out
         opener = create_tab_opener()
         with gr.Tabs(elem_id="tabs") as tabs:
@@ -84,16 +86,16 @@ def build_ui(services: Services, live: LiveReplies | None = None) -> gr.Blocks:
             with gr.Tab("Parameters", id="parameters", elem_id="tab-parameters"):
                 params = parameters_tab.create_parameters_tab(services)
             with gr.Tab("Model", id="model", elem_id="tab-model") as model_panel:
-                model = model_tab.create_model_tab(services, picker, model_panel)
+                model = model_tab.create_model_tab(services, picker, model_panel, channel)
             with gr.Tab("Training", id="training", elem_id="tab-training"):
                 training = training_tab.create_training_tab(services)
             with gr.Tab("Requests", id="requests", elem_id="tab-requests"):
                 requests = requests_tab.create_requests_tab(services)
             requests_tab.wire_refresh(requests, tabs)
             with chat_panel:
-                chat = chat_tab.create_chat_tab(services, params, active, live)
+                chat = chat_tab.create_chat_tab(services, params, active, live, channel)
             with notebook_panel:
-                notebook = notebook_tab.create_notebook_tab(services, params, active, live)
+                notebook = notebook_tab.create_notebook_tab(services, params, active, live, channel)
             batch_tab.wire_batch_tab(batch, params)
             chat_tab.wire_notebook(chat, notebook.text, opener)
             chat_tab.wire_model_in_use(chat, picker)
@@ -104,12 +106,16 @@ def build_ui(services: Services, live: LiveReplies | None = None) -> gr.Blocks:
             requests_tab.wire_open(requests, chat, notebook.text, insight, batch, opener)
             training_tab.wire_ab(training, ab, opener)
         params.panel.page_showing.render()  # outside the tabs, so that it is in the page whichever tab is open
-        gr.Timer(1.0).tick(lambda: status_text(services), None, status, show_progress="hidden")
+        # the page's token for its drafts and lines (webui.ui.page_channel), handed over by the load event
+        page_token = gr.Textbox("", visible="hidden", elem_id="page-token", container=False)
+        page_token.change(None, [page_token], None,
+                          js="(token) => window.workbenchPage && window.workbenchPage.start(token)")
         parts = [parameters_tab.on_load(params), chat_tab.on_load(chat), notebook_tab.on_load(notebook),
                  batch_tab.on_load(batch), model_tab.on_load(model), insight_tab.on_load(insight), ab_tab.on_load(ab),
                  requests_tab.on_load(requests), training_tab.on_load(training)]
         if user is not None:
             parts.append(account.on_load(user))
+        parts.append(([page_token], channel.open))
         demo.load(*page_load(parts))
     return demo
 

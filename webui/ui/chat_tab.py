@@ -21,6 +21,7 @@ from webui.ui.characters_panel import CharactersPanel, chat_values, chosen, crea
 from webui.ui.characters_panel import SHOW_LOG, new_chat_values, preview_values, start_values, wire_characters_panel
 from webui.ui.feedback import Update, opens, session_key, shows_errors
 from webui.ui.live import LiveReplies
+from webui.ui.page_channel import PageChannel, draft_js
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
 from webui.ui.save_order import SaveOrder
@@ -193,7 +194,7 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
 
 
 def create_chat_tab(services: Services, params: ParametersTab, active: ActiveRequests,
-                    live: LiveReplies) -> ChatTab:
+                    live: LiveReplies, channel: PageChannel | None = None) -> ChatTab:
     session = ChatSession(services, active)
     # the log's images and documents are served where they are (named by their content, written once): not read,
     # hashed and copied into Gradio's cache again with each view of a streaming reply
@@ -209,6 +210,10 @@ def create_chat_tab(services: Services, params: ParametersTab, active: ActiveReq
     tab.live.change(None, [tab.live], None, js="(token) => window.workbenchLive && window.workbenchLive(token)")
     _wire_constraint(tab)
     _wire_chat_list(tab, session)
+    # the message box, typed and not sent, is kept as typed (a reload shows it; Send clears it): the page sends it
+    # outside Gradio's events (webui.ui.page_channel), as a Gradio event per key made typing lag (#46)
+    (channel or PageChannel()).saves("chat", lambda text, _name: session.library.keep_draft(text))
+    tab.message.change(None, [tab.message], None, js=draft_js("chat", "text"))
     wire_template_panel(tab.template, tab.chat_id, tab.message, tab.system)
     wire_characters_panel(tab.characters, tab.chat_id, tab.message, tab.system)
     wire_tools_panel(tab.tools, session, tab.chat_id)
@@ -311,9 +316,20 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
                                                data[tab.start]), request)
 
     @shows_errors
-    def impersonate(data: dict, request: gr.Request) -> Iterator[str]:
-        yield from session.impersonate(data[tab.chat_id], data[tab.system], params.params(data),
-                                       session_key(request, PANEL))
+    def impersonate(data: dict, request: gr.Request) -> Iterator[tuple]:
+        """[message, its live token]: the text streams into the box on its own stream (webui.ui.live); the box
+        ends with the whole text, kept as its draft."""
+        texts = session.impersonate(data[tab.chat_id], data[tab.system], params.params(data),
+                                    session_key(request, PANEL))
+        text, started = None, False
+        for token, text in live.following(texts):
+            live.put(token, text)
+            if not started:
+                started = True
+                yield gr.skip(), token
+        if text is not None:
+            session.library.keep_draft(text)
+        yield (gr.skip() if text is None else text), ""
 
     @shows_errors
     def continue_reply(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
@@ -343,7 +359,10 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
     send_inputs: set[gr.blocks.Block] = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs,
                                          tab.characters.mode, tab.characters.character, tab.images,
                                          tab.tools.box, tab.documents}
-    tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message],
+    impersonating = gr.Textbox("", visible="hidden", elem_id="chat-impersonate-token", container=False)
+    impersonating.change(None, [impersonating], None,
+                         js="(token) => window.workbenchLive && window.workbenchLive(token, 'message')")
+    tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message, impersonating],
                           concurrency_limit=None)
     for trigger in (tab.send.click, tab.message.submit):
         trigger(send, send_inputs, [*tab.view, tab.message, tab.images, tab.documents, tab.live],
@@ -494,10 +513,6 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], with_confirm).then(**refresh)
     SaveOrder().wire(tab.system.change, lambda d: session.library.save_system(d[tab.chat_id], d[tab.system]),
                      {tab.chat_id, tab.system}, key=lambda d: d[tab.chat_id])  # as typed, for the chat it was in
-    # the message box, typed and not sent, is kept when the user leaves it (a reload shows it; Send clears it): not
-    # with every key, as each Gradio event costs the page a pass over every component's loading status (#46: a
-    # save per key made typing lag half a second)
-    SaveOrder().wire(tab.message.blur, lambda d: session.library.keep_draft(d[tab.message]), {tab.message})
     tab.export.click(export(False), [tab.chat_id], [tab.export_file])
     tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
     tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)

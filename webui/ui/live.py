@@ -165,6 +165,10 @@ window.workbenchLive = (() => {
             box.value = text;
             if (near) box.scrollTop = box.scrollHeight;
         },
+        message: (text) => {  // Impersonate: the Chat message box shows the text as it grows (then the event's)
+            const box = document.querySelector("#chat-message textarea");
+            if (box && text) box.value = text;
+        },
         ab: (text) => {  // both sides' texts, as a JSON list
             const texts = JSON.parse(text || "[]");
             ["a", "b"].forEach((side, i) => {
@@ -173,7 +177,7 @@ window.workbenchLive = (() => {
             });
         },
     };
-    const ends = {chat: () => shows.chat(""), notebook: () => {}, ab: () => {}};
+    const ends = {chat: () => shows.chat(""), notebook: () => {}, message: () => {}, ab: () => {}};
     return (token, where = "chat") => {
         if (sources[where]) { sources[where].close(); delete sources[where]; }
         ends[where]();
@@ -186,7 +190,8 @@ window.workbenchLive = (() => {
 })();
 """
 """Page script: ``workbenchLive(token, where)`` follows a reply's stream into the place ``where`` (a tab) shows it:
-the Chat tab's bubble at the end of the log, the Notebook's box, the A/B tab's two outputs. An empty token: the
+the Chat tab's bubble at the end of the log, the Notebook's box, the Chat message box (Impersonate), the A/B tab's
+two outputs. An empty token: the
 text is in place now."""
 
 LIVE_CSS = """

@@ -17,6 +17,7 @@ from webui.controllers.model import ModelController, ModelInfo
 from webui.services import Services
 from webui.ui.backends_panel import create_backends_panel
 from webui.ui.feedback import shows_errors
+from webui.ui.page_channel import PageChannel, line_value
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class ModelTab:
     detach: gr.Button
     lora_active: gr.Markdown
     info: gr.Markdown
-    cache_info: gr.Markdown
+    cache_info: gr.HTML
     cache_clear: gr.Button
     capabilities: gr.Markdown
     template: gr.Code
@@ -165,8 +166,10 @@ def _remote_and_lora_rows(controller: ModelController) -> dict:
                 lora_pick=lora_pick, lora_weight=lora_weight, attach=attach, detach=detach, lora_active=lora_active)
 
 
-def create_model_tab(services: Services, picker: gr.Dropdown, opened: gr.Tab | None = None) -> ModelTab:
-    """The Model tab (inside ``opened``, its gr.Tab: opening it shows what is loaded now, whoever loaded it)."""
+def create_model_tab(services: Services, picker: gr.Dropdown, opened: gr.Tab | None = None,
+                     channel: PageChannel | None = None) -> ModelTab:
+    """The Model tab (inside ``opened``, its gr.Tab: opening it shows what is loaded now, whoever loaded it;
+    ``channel`` keeps its prefix cache line up to date)."""
     controller = ModelController(services)
     top = _model_rows(services, controller)
     loaded = gr.Markdown(controller.loaded_table(), elem_id="model-loaded")
@@ -174,7 +177,10 @@ def create_model_tab(services: Services, picker: gr.Dropdown, opened: gr.Tab | N
     info = controller.info()
     info_box = gr.Markdown(info.text, elem_id="model-info")
     with gr.Row(equal_height=True):
-        cache_info = gr.Markdown(controller.prefix_cache_text(), elem_id="prefix-cache-info")
+        # kept up to date by the page script from GET /page-lines (webui.ui.page_channel), not a Gradio timer
+        cache_info = gr.HTML(line_value(controller.prefix_cache_text()), elem_id="prefix-cache-info")
+        if channel is not None:
+            channel.shows("prefix-cache-info", controller.prefix_cache_text)
         cache_clear = gr.Button("Clear prefix cache", elem_id="prefix-cache-clear", size="sm", scale=0, min_width=160)
     with gr.Accordion("What each loader can do", open=False):
         capabilities = gr.Markdown(controller.capability_table(), elem_id="loader-capabilities")
@@ -258,8 +264,8 @@ def _wire(tab: ModelTab, installed: Dependency, quantized: Dependency, opened: g
     if opened is not None:  # a load or unload made elsewhere (another browser tab, the API) shows on opening it
         opened.select(loaded, sizing, after, show_progress="hidden")
     tab.refresh.click(lists, None, [tab.model, tab.loader])
-    tab.cache_clear.click(c.clear_prefix_cache, None, [tab.cache_info])
-    gr.Timer(2.0).tick(c.prefix_cache_text, None, tab.cache_info, show_progress="hidden")
+    tab.cache_clear.click(lambda: c.clear_prefix_cache() and None, None, None).then(  # the line shows it at once
+        None, js="() => window.workbenchPage && window.workbenchPage.read()")
     installed.then(lists, None, [tab.model, tab.loader]).then(c.capability_table, None, [tab.capabilities])
     quantized.then(lists, None, [tab.model, tab.loader])
     for button, fn, inputs in ((tab.attach, c.attach, [tab.lora_pick, tab.lora_weight]),

@@ -13,8 +13,8 @@ from webui.controllers.notebook import PANEL, NotebookSession, NotebookView
 from webui.services import Services
 from webui.ui.feedback import Update, session_key, shows_errors
 from webui.ui.live import LiveReplies
+from webui.ui.page_channel import PageChannel, draft_js
 from webui.ui.parameters_tab import ParametersTab
-from webui.ui.save_order import SaveOrder
 from webui.ui.token_view import branch_of, create_token_view, view_value
 
 
@@ -42,7 +42,7 @@ class NotebookTab:
 
 
 def create_notebook_tab(services: Services, params: ParametersTab, active: ActiveRequests,
-                        live: LiveReplies) -> NotebookTab:
+                        live: LiveReplies, channel: PageChannel | None = None) -> NotebookTab:
     session = NotebookSession(services, active)
     with gr.Row():
         name = gr.Dropdown(choices=session.names(), value=None, allow_custom_value=True,
@@ -65,7 +65,7 @@ def create_notebook_tab(services: Services, params: ParametersTab, active: Activ
     _wire_generation(tab, params, live)
     following.change(None, [following], None, js="(token) => window.workbenchLive && window.workbenchLive(token, "
                                                   "'notebook')")
-    _wire_files(tab)
+    _wire_files(tab, channel or PageChannel())
     return tab
 
 
@@ -113,7 +113,7 @@ def _wire_generation(tab: NotebookTab, params: ParametersTab, live: LiveReplies)
     tab.undo_button.click(shows_errors(session.undo), [tab.undo], [tab.text, tab.undo])
 
 
-def _wire_files(tab: NotebookTab) -> None:
+def _wire_files(tab: NotebookTab, channel: PageChannel) -> None:
     session = tab.session
 
     @shows_errors
@@ -135,12 +135,11 @@ def _wire_files(tab: NotebookTab) -> None:
         session.delete(name)
         return gr.update(choices=session.names(), value=None), f"Deleted '{name}'.", False, gr.update(value="Delete")
 
-    order = SaveOrder()
-    for box in (tab.text, tab.name):  # typed, pasted, deleted or generated: kept for the next page load
-        order.wire(box.change, lambda d: session.keep_draft(d[tab.name], d[tab.text]), {tab.name, tab.text})
-        # a key typed is sent at once: a reload right after it kept only what an earlier save had sent (#46)
-        order.wire(box.input, lambda d: session.keep_draft(d[tab.name], d[tab.text]), {tab.name, tab.text},
-                   at_once=True)
+    # typed, pasted, deleted or generated: kept for the next page load, sent by the page outside Gradio's events
+    # (webui.ui.page_channel), as a Gradio event per key made typing lag (#46)
+    channel.saves("notebook", lambda text, name: session.keep_draft(name, text))
+    for box in (tab.text, tab.name):
+        box.change(None, [tab.name, tab.text], None, js=draft_js("notebook", "name", "text"))
     tab.save.click(save, [tab.name, tab.text], [tab.name, tab.stats, tab.confirm])
     tab.name.input(open_notebook, [tab.name], [tab.text, tab.undo, tab.confirm, tab.delete])
     tab.delete.click(delete, [tab.name, tab.confirm], [tab.name, tab.stats, tab.confirm, tab.delete])

@@ -63,7 +63,7 @@ def create_template_panel(services: Services) -> TemplatePanel:
                           info="Leave out the oldest messages (never the system prompt or your last message; the "
                                "reply says how many), or refuse and say so. Parameters' truncation_length lowers "
                                "the context used.")
-        typed = gr.Textbox(visible=False)
+        typed = gr.Textbox("", visible="hidden", container=False)  # rendered: a copy unchanged is no change
     return TemplatePanel(choice, note, source, name, save, delete, preview, rendered, policy, controller,
                          accordion, gr.State(False), typed)
 
