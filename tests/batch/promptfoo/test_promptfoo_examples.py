@@ -45,3 +45,27 @@ def test_a_providers_prompt_prefix_and_suffix_are_its_settings():
     _, rows, (setting,) = load_config(EXAMPLES / "gemma-vs-llama" / "promptfooconfig.yaml")
     assert setting.prompt is not None and setting.prompt.text(rows[0].text) == "[INST] hello there[/INST] "
     assert len(rows) == 10 and setting.params.max_new_tokens == 1024
+
+
+def test_a_prompt_of_messages_is_a_chat_with_its_files_read():
+    """chat-messages-format: ``{label, messages: [{role, content: file://...}]}`` (newer than promptfoo 0.115, read
+    as that example and promptfoo's prompt docs describe it): each file's text, trimmed, is a message's template."""
+    _, rows, _ = load_config(EXAMPLES / "chat-messages-format" / "promptfooconfig.yaml")
+    assert [r.origin["prompt"] for r in rows[:3]] == ["Basic Text Prompt", "Chat with System and User (J2 Templates)",
+                                                      "Mixed File Formats"]
+    assert rows[0].messages is None and rows[0].text == "Explain neural networks in simple terms."
+    system, user = rows[1].messages
+    assert system["role"] == "system" and system["content"].startswith("You are a helpful assistant specialized in "
+                                                                       "machine learning.\n")
+    assert user == {"role": "user", "content": "Explain neural networks in simple terms."}  # its newline trimmed
+    mixed = rows[5].messages
+    assert [m["role"] for m in mixed] == ["system", "user", "assistant", "user"]
+    assert "**REST APIs**" in mixed[1]["content"] and "web development" in mixed[2]["content"]
+
+
+def test_a_messages_prompt_refuses_a_prompt_function_by_name(tmp_path):
+    (tmp_path / "promptfooconfig.yaml").write_text(
+        "prompts:\n  - label: chat\n    messages:\n      - role: user\n        content: file://prompt.js\n"
+        "providers: [workbench:m]\ntests:\n  - vars: {a: 1}\n", encoding="utf-8")
+    with pytest.raises(BatchInputError, match=r"prompts\[0\]\.messages\[0\]: prompt.js is a prompt function"):
+        load_config(tmp_path / "promptfooconfig.yaml")

@@ -2,7 +2,8 @@
 
 What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
 ``{role, content}`` messages written as text, or such a list in YAML;
-``{id/label, raw}`` objects; ``file://`` files, globs too: .txt/.md texts split
+``{id/label, raw}`` objects; ``{id/label, messages}`` chats (a message's content a text or a
+``file://`` file, trimmed); ``file://`` files, globs too: .txt/.md texts split
 on lines of ``---`` as promptfoo splits them, .json/.yaml chats (Anthropic's
 ``{system, messages}`` too), .jsonl a chat a line; ``{file://path: label}`` mappings
 and ``{id: file://path, label, config}`` objects; a message's ``[{type: text, text}]``
@@ -284,10 +285,13 @@ def _prompt(item: Any, i: int, files: SuiteFiles, notes: list[str]) -> list[Prom
         params = _prompt_params(item.get("config"), f"{where} ({label or item['id']}).config", notes)
         return [((name if not label else str(label) if len(found) == 1 else f"{label} #{n + 1}"), prompt, params)
                 for n, (name, prompt) in enumerate(found)]
+    if isinstance(item, dict) and "raw" not in item and "messages" in item:
+        return [_messages_prompt(item, i, files, notes)]
     if isinstance(item, dict):
         raw = item.get("raw")
         if not isinstance(raw, str):
-            raise BatchInputError(f"{where} needs 'raw' (the prompt text)")
+            raise BatchInputError(f"{where} needs 'raw' (the prompt text) or 'messages' (a chat: a list of "
+                                  f"{{role, content}})")
         ignored = set(item) - {"raw", "label", "id", "config"}
         if ignored:  # named, never dropped unseen
             raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt takes "
@@ -302,6 +306,40 @@ def _prompt(item: Any, i: int, files: SuiteFiles, notes: list[str]) -> list[Prom
         return [(item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item, None)]
     raise BatchInputError(f"{where} must be a text, a chat (a list of {{role, content}}), file://path or "
                           f"{{raw: ...}}")
+
+
+def _messages_prompt(item: dict[str, Any], i: int, files: SuiteFiles, notes: list[str]) -> PromptSpec:
+    """promptfoo's chat prompt object ``{id, label, messages: [{role, content}], config}``: a chat whose message
+    contents are texts or ``file://`` files (read as templates, trimmed as promptfoo trims loaded text)."""
+    where = f"promptfoo config: prompts[{i}]"
+    ignored = set(item) - {"messages", "label", "id", "config"}
+    if ignored:
+        raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a chat prompt takes "
+                              f"messages, label, id and config)")
+    given = item["messages"]
+    if not isinstance(given, list) or not given:
+        raise BatchInputError(f"{where}.messages must be a non-empty list of {{role, content}}")
+    messages = []
+    for n, message in enumerate(given):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str) and content.startswith("file://"):
+            message = {**message, "content": _message_file(files, content.removeprefix("file://"),
+                                                           f"{where}.messages[{n}]")}
+        messages.append(message)
+    label = str(item.get("label") or item.get("id") or f"prompt {i + 1}")
+    return (label, chat_messages_of(messages, f"{where} ({label})"),
+            _prompt_params(item.get("config"), f"{where} ({label}).config", notes))
+
+
+def _message_file(files: SuiteFiles, name: str, where: str) -> str:
+    """A chat message's ``file://`` content: the file's text, trimmed; a script is refused by name."""
+    if re.search(r"\.(py|js|ts|mjs|cjs)(:[\w.]+)?$", name):
+        raise BatchInputError(f"{where}: {name} is a prompt function, which the workbench does not run; save the "
+                              f"text it returns in a .txt, .md or .j2 file")
+    try:
+        return files.path(name).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BatchInputError(f"{where}: cannot read {name}: {exc}") from None
 
 
 def _prompt_params(given: Any, where: str, notes: list[str]) -> dict[str, Any] | None:
