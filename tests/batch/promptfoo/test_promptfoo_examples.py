@@ -10,7 +10,7 @@ import yaml
 
 from tests.conftest import ROOT
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.promptfoo.reader import load_config
+from webui.batch.promptfoo.reader import load_config, read_config
 
 EXAMPLES = ROOT / "tests" / "data" / "promptfoo" / "examples"
 NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "promptfooconfig.yaml").is_file())
@@ -69,3 +69,23 @@ def test_a_messages_prompt_refuses_a_prompt_function_by_name(tmp_path):
         "providers: [workbench:m]\ntests:\n  - vars: {a: 1}\n", encoding="utf-8")
     with pytest.raises(BatchInputError, match=r"prompts\[0\]\.messages\[0\]: prompt.js is a prompt function"):
         load_config(tmp_path / "promptfooconfig.yaml")
+
+
+def test_a_csv_of_prompts_gives_a_prompt_a_row_labelled_by_its_label_column():
+    """csv-prompts (promptfoo 0.115 reads CSV prompt files; tests/e2e/test_promptfoo_agreement.py holds all four of
+    the example's files against it): a ``prompt`` and a ``label`` column; a prompt that is a JSON chat is a chat."""
+    _, rows, _ = load_config(EXAMPLES / "csv-prompts" / "promptfooconfig.yaml")
+    assert len(rows) == 15 and [r.origin["prompt"] for r in rows[:5]] == ["Basic Query", "ELI5", "Academic",
+                                                                          "Poetry", "Facts"]
+    assert rows[0].text == "Tell me about artificial intelligence"
+    assert [m["role"] for m in rows[2].messages] == ["system", "user"]
+    assert rows[2].messages[1]["content"] == "Provide a detailed academic explanation of artificial intelligence."
+
+
+def test_a_prompt_that_is_json_has_its_strings_rendered_and_is_written_back_as_json(tmp_path):
+    """As promptfoo 0.115's renderPrompt: a var's quotes inside a JSON prompt stay JSON; a quoted string prompt is
+    written back without what follows its closing quote."""
+    text = ("prompts: ['{\"q\": \"{{q}}\"}', '\"say {{q}}\"  ']\nproviders: [workbench:m]\n"
+            "tests: [{vars: {q: 'a \"b\"'}}]")
+    _, rows, _ = read_config(text, tmp_path)
+    assert [r.text for r in rows] == ['{\n  "q": "a \\"b\\""\n}', '"say a \\"b\\""']

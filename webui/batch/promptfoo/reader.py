@@ -5,9 +5,11 @@ What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
 ``{id/label, raw}`` objects; ``{id/label, messages}`` chats (a message's content a text or a
 ``file://`` file, trimmed); ``file://`` files, globs too: .txt/.md texts split
 on lines of ``---`` as promptfoo splits them, .json/.yaml chats (Anthropic's
-``{system, messages}`` too), .jsonl a chat a line; ``{file://path: label}`` mappings
+``{system, messages}`` too), .jsonl a chat a line, .csv a prompt a row (as promptfoo 0.115 reads
+them); ``{file://path: label}`` mappings
 and ``{id: file://path, label, config}`` objects; a message's ``[{type: text, text}]``
-content blocks joined; prompt functions (.py, .js) refused by name),
+content blocks joined; prompt functions (.py, .js) refused by name; rendered as promptfoo 0.115 does:
+a prompt that is JSON has its strings rendered, and each var loses one trailing newline),
 ``tests``, ``defaultTest`` and ``scenarios`` (read by
 :mod:`webui.batch.promptfoo.tests`: test files, CSV, vars, expansion, ``options``
 prefix/suffix/transform) and ``providers`` (read by :mod:`webui.batch.promptfoo.providers`:
@@ -28,7 +30,9 @@ problem of a suite is reported at once. Transforms: webui.batch.asserts.transfor
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -184,13 +188,35 @@ def _refuse_filters(given: Any, problems: Problems) -> None:
 
 def _row(index: int, prompt: "Prompt", variables: dict[str, str], asserts: list[Assert], row_id: str,
          origin: dict[str, Any], threshold: float | None, at: str) -> PromptRow:
-    filled = _text_or_chat(render(prompt, variables, where=at), at) if isinstance(prompt, str) else \
-        tuple({"role": m["role"], "content": render(m["content"], variables, where=at)} for m in prompt)
+    given = {name: value.removesuffix("\n") for name, value in variables.items()}  # as promptfoo's renderPrompt
+    filled = _text_or_chat(_rendered(prompt, given, at), at) if isinstance(prompt, str) else \
+        tuple({"role": m["role"], "content": render(m["content"], given, where=at)} for m in prompt)
     if isinstance(filled, str):
         return PromptRow(index, filled, variables, asserts, row_id, origin=origin, threshold=threshold)
     # a chat: its messages, and their JSON as its text (promptfoo's raw)
     return PromptRow(index, json.dumps(filled, ensure_ascii=False), variables, asserts, row_id, filled, origin,
                      threshold)
+
+
+def _rendered(prompt: str, variables: Mapping[str, str], where: str) -> str:
+    """A text prompt rendered as promptfoo 0.115's renderPrompt renders it: a prompt that is valid JSON (a chat, an
+    object, a quoted string) has each of its strings rendered and is written back as JSON with a 2-space indent
+    (so a var's quotes and newlines are escaped); any other text is rendered as a template."""
+    try:
+        data = load_json(prompt)
+    except ValueError:
+        return render(prompt, variables, where=where)
+    if not isinstance(data, (str, list, dict)):
+        return render(prompt, variables, where=where)
+
+    def inside(value: Any) -> Any:
+        if isinstance(value, str):
+            return render(value, variables, where=where)
+        if isinstance(value, list):
+            return [inside(v) for v in value]
+        return {k: inside(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    return json.dumps(inside(data), ensure_ascii=False, indent=2)
 
 
 def _affixed(prompt: "Prompt", options: Mapping[str, str], where: str) -> "Prompt":
@@ -414,10 +440,29 @@ def _prompt_files(files: SuiteFiles, pattern: str, where: str) -> list[tuple[str
                     out.append((label, chat_messages_of(load_json(line), f"{where}: {label}")))
                 except ValueError as exc:
                     raise BatchInputError(f"{where}: {label} is not valid JSON: {exc}") from None
+        elif suffix == ".csv":
+            out += _csv_prompts(text)
         else:
-            raise BatchInputError(f"{where}: {path.name}: prompt files are read as .txt, .md, .json, .jsonl or "
-                                  f".yaml; JavaScript/Python prompt functions are not")
+            raise BatchInputError(f"{where}: {path.name}: prompt files are read as .txt, .md, .json, .jsonl, .csv "
+                                  f"or .yaml; JavaScript/Python prompt functions are not")
     return out
+
+
+def _csv_prompts(text: str) -> list[tuple[str, Prompt]]:
+    """A CSV of prompts as promptfoo 0.115 reads one (its processCsvPrompts): with a comma, a header row and a
+    ``prompt`` column (rows without one skipped), an optional ``label`` column, fields trimmed; without a comma,
+    one prompt a non-empty line (a first line ``prompt`` is the header). A prompt without a label is labelled
+    ``Prompt N - <its text>``. A prompt that is a JSON list of messages is a chat, as any prompt's text."""
+    lines = [line for line in re.split(r"\r?\n", text) if line.strip()]
+    if "," in text:
+        rows = list(csv.reader(io.StringIO(text.removeprefix("\ufeff"))))
+        header = [h.strip() for h in rows[0]] if rows else []
+        records = [{h: (cells[n].strip() if n < len(cells) else "") for n, h in enumerate(header)}
+                   for cells in rows[1:] if any(c.strip() for c in cells)]
+        prompts = [(r.get("label", ""), r["prompt"]) for r in records if r.get("prompt")]
+    else:
+        prompts = [("", line) for line in lines[1 if lines and lines[0].strip().lower() == "prompt" else 0:]]
+    return [(label or f"Prompt {n + 1} - {prompt}", prompt) for n, (label, prompt) in enumerate(prompts)]
 
 
 def _anthropic_chat(data: dict[str, Any], where: str) -> list[Any]:

@@ -518,7 +518,8 @@ def _text(value: Any) -> str:
 
 
 def _var_files(files: SuiteFiles, pattern: str, where: str, problems: Problems) -> list[str]:
-    """A ``file://`` var's value(s): a text file's text, a .json/.yaml file's data; scripts are refused."""
+    """A ``file://`` var's value(s): a text file's text (trimmed, as promptfoo 0.115's renderPrompt reads it), a
+    .json/.yaml file's data; scripts are refused."""
     try:
         paths = [p for p in files.paths(pattern) if p.exists()]
     except BatchInputError as exc:
@@ -542,7 +543,7 @@ def _var_files(files: SuiteFiles, pattern: str, where: str, problems: Problems) 
             with problems.collect(f"{where} ({path.name})"):
                 out.append(_text(_parsed(text, suffix)))
         else:
-            out.append(text)
+            out.append(text.strip())  # promptfoo trims a text it loads for a var
     return out
 
 
