@@ -89,3 +89,33 @@ def test_a_prompt_that_is_json_has_its_strings_rendered_and_is_written_back_as_j
             "tests: [{vars: {q: 'a \"b\"'}}]")
     _, rows, _ = read_config(text, tmp_path)
     assert [r.text for r in rows] == ['{\n  "q": "a \\"b\\""\n}', '"say a \\"b\\""']
+
+
+def test_a_tests_own_prompts_list_chooses_the_prompts_it_runs_on():
+    """config-tests-per-prompt: a test's ``prompts`` (newer than promptfoo 0.115, which runs every test on every
+    prompt; read as the example's README and promptfoo's docs describe it) by label or id; none: every prompt."""
+    _, rows, _ = load_config(EXAMPLES / "config-tests-per-prompt" / "promptfooconfig.yaml")
+    cells = [(r.origin["testIdx"], r.origin["prompt"]) for r in rows]
+    assert cells == [(0, "Factual Assistant"), (1, "Factual Assistant"), (2, "Creative Writer"),
+                     (3, "Creative Writer"), (4, "Technical Expert"), (5, "Factual Assistant"),
+                     (5, "Technical Expert"), (6, "Factual Assistant"), (6, "Creative Writer"), (6, "Technical Expert")]
+    assert rows[1].origin["promptIdx"] == 0 and rows[2].origin["promptIdx"] == 1
+
+
+@pytest.mark.parametrize("chosen,expected", [(["Math:*"], ["Math:Basic", "Math:Advanced"]),
+                                             (["*Advanced"], ["Math:Advanced"]), (["Math"], ["Math:Basic",
+                                                                                         "Math:Advanced"]),
+                                             (["w"], ["Words"])])
+def test_a_tests_prompts_match_by_wildcard_group_or_id(tmp_path, chosen, expected):
+    config = {"prompts": [{"label": "Math:Basic", "raw": "1+1"}, {"label": "Math:Advanced", "raw": "d/dx"},
+                          {"id": "w", "label": "Words", "raw": "hi"}],
+              "providers": ["workbench:m"], "tests": [{"vars": {}, "prompts": chosen}]}
+    _, rows, _ = read_config(yaml.safe_dump(config), tmp_path)
+    assert [r.origin["prompt"] for r in rows] == expected
+
+
+def test_a_tests_prompts_naming_no_prompt_is_refused(tmp_path):
+    config = {"prompts": [{"label": "A", "raw": "x"}], "providers": ["workbench:m"],
+              "tests": [{"vars": {}, "prompts": ["B*"]}]}
+    with pytest.raises(BatchInputError, match=r"tests\[0\]\.prompts: 'B\*' is no prompt's label or id; labels: A"):
+        read_config(yaml.safe_dump(config), tmp_path)

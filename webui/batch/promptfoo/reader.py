@@ -123,7 +123,7 @@ def read_suite(text: str, base: Path | SuiteFiles) -> Suite:
     if unknown_top:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
     _refuse_filters(config.get("nunjucksFilters"), problems)
-    prompts = _prompts(config.get("prompts"), files, problems, notes)
+    prompts, prompt_ids = _prompts(config.get("prompts"), files, problems, notes)
     settings, filters = _settings(config.get("providers"), problems, notes, files)
     runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
     offered = _offered_tools(settings)
@@ -132,7 +132,10 @@ def read_suite(text: str, base: Path | SuiteFiles) -> Suite:
         name = case.description or f"test {case.index + 1}"
         sets, groups = _sets(case), _set_groups(case)
         asserts = with_transforms(_asserts(case, files, problems, offered), _case_transform(case, files, problems))
+        runs_on = _test_prompts(case, [label for label, _, _ in prompts], prompt_ids, problems)
         for p, (label, prompt, params) in enumerate(prompts):
+            if p not in runs_on:
+                continue
             at = f"{case.where} with prompt '{label}'"
             row_id = name if len(prompts) == 1 else f"{name} · {label}"
             origin = {"prompt": label, "promptIdx": p, "testIdx": case.index, "description": case.description,
@@ -173,6 +176,23 @@ def _runs_with(labels: list[str], settings: list[Setting], filters: Mapping[str,
         chosen = tuple(s.label for s in settings if s.label not in filters or allowed(label, filters[s.label]))
         out.append(None if len(chosen) == len(settings) else chosen)
     return out
+
+
+def _test_prompts(case: Case, labels: list[str], ids: list[str | None], problems: Problems) -> set[int]:
+    """The indices of the prompts a test runs on: all, or those its ``prompts`` names (as promptfoo matches them:
+    a prompt's label or id, ``*`` any text, a name before ``:`` the labels it starts); a name no prompt has is a
+    problem, as promptfoo refuses it."""
+    if case.prompts is None:
+        return set(range(len(labels)))
+    chosen: set[int] = set()
+    for name in case.prompts:
+        pattern = re.compile("^" + ".*".join(map(re.escape, name.split("*"))) + "$", re.DOTALL)
+        found = {p for p, (label, own) in enumerate(zip(labels, ids))
+                 if any(n is not None and pattern.match(n) for n in (label, own)) or label.startswith(f"{name}:")}
+        if not found:
+            problems.add(f"{case.where}.prompts", f"'{name}' is no prompt's label or id; labels: {', '.join(labels)}")
+        chosen |= found
+    return chosen
 
 
 def _refuse_filters(given: Any, problems: Problems) -> None:
@@ -278,20 +298,26 @@ PromptSpec = tuple[str, Prompt, dict[str, Any] | None]
 """A prompt's label, the prompt, and its own sampling parameters (None: its providers')."""
 
 
-def _prompts(given: Any, files: SuiteFiles, problems: Problems, notes: list[str]) -> list[PromptSpec]:
-    """Each prompt; a prompt that cannot be read is a problem, the others are read on."""
+def _prompts(given: Any, files: SuiteFiles, problems: Problems, notes: list[str]
+             ) -> tuple[list[PromptSpec], list[str | None]]:
+    """Each prompt, and each one's id (its ``id``; None: it has none); a prompt that cannot be read is a problem,
+    the others are read on."""
     if given is None:
         problems.add("", "prompts is missing; list at least one prompt")
-        return []
+        return [], []
     if isinstance(given, dict):  # {path or text: label}, promptfoo's mapping form
         given = [{source: label} for source, label in given.items()]
     out: list[PromptSpec] = []
+    ids: list[str | None] = []
     for i, item in enumerate(given if isinstance(given, list) else [given]):
         with problems.collect():
-            out += _prompt(item, i, files, notes)
+            found = _prompt(item, i, files, notes)
+            own = item.get("id") if isinstance(item, dict) and len(found) == 1 else None
+            out += found
+            ids += [None if own is None else str(own)] * len(found)
     if not out and not problems.found:
         problems.add("", "prompts is empty; list at least one prompt")
-    return out
+    return out, ids
 
 
 def _prompt(item: Any, i: int, files: SuiteFiles, notes: list[str]) -> list[PromptSpec]:

@@ -41,7 +41,7 @@ from webui.batch.run.prompts import render
 
 MAX_SHOWN = 20
 """Problems listed in one error; the rest are counted."""
-TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata")
+TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata", "prompts")
 OPTION_KEYS = ("prefix", "suffix", "transform", "rubricPrompt", "factuality")
 """A test's options the workbench applies; any other (a grading provider...) is refused by name, except a
 ``huggingface:text-classification:`` provider: the model of the test's classifier asserts without their own."""
@@ -113,6 +113,8 @@ class Case:
     threshold: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    prompts: tuple[str, ...] | None = None
+    """The prompts the test runs on, by label or id (``*`` a wildcard), its own or defaultTest's; None: all."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,9 @@ def _check_test_keys(test: dict[str, Any], where: str, problems: Problems) -> No
         problems.add(f"{where}.threshold", f"must be a score between 0 and 1, got {threshold!r}")
     if test.get("metadata") is not None and not isinstance(test["metadata"], dict):
         problems.add(f"{where}.metadata", "must be a mapping")
+    chosen = test.get("prompts")
+    if chosen is not None and not (isinstance(chosen, list) and chosen and all(isinstance(p, str) for p in chosen)):
+        problems.add(f"{where}.prompts", "must be a list of prompt labels or ids (a * matches any text)")
 
 
 def _cases(index: int, test: _Test, default: dict[str, Any], files: SuiteFiles, problems: Problems) -> list[Case]:
@@ -225,12 +230,14 @@ def _cases(index: int, test: _Test, default: dict[str, Any], files: SuiteFiles, 
     options = {**_dict(default.get("options")), **_dict(data.get("options"))}
     metadata = {**_dict(default.get("metadata")), **_dict(data.get("metadata"))}
     description = data.get("description")
+    chosen = data.get("prompts", default.get("prompts"))
+    chosen = tuple(chosen) if isinstance(chosen, list) and all(isinstance(p, str) for p in chosen) else None
     out = []
     for combination in expand_vars(variables, files, where, problems):
         out.append(Case(where, index, None if description is None else str(description), combination, items,
                         threshold if isinstance(threshold, (int, float)) and threshold else None, metadata,
                         {k: v if k in _KEPT_AS_GIVEN else str(v) for k, v in options.items()
-                         if k in OPTION_KEYS or (k == "provider" and names_classifier(v))}))
+                         if k in OPTION_KEYS or (k == "provider" and names_classifier(v))}, chosen or None))
     return out
 
 
