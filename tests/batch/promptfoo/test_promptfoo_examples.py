@@ -4,6 +4,7 @@ repository and the commit) load with our reader; those that do not yet say exact
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 import yaml
@@ -119,3 +120,20 @@ def test_a_tests_prompts_naming_no_prompt_is_refused(tmp_path):
               "tests": [{"vars": {}, "prompts": ["B*"]}]}
     with pytest.raises(BatchInputError, match=r"tests\[0\]\.prompts: 'B\*' is no prompt's label or id; labels: A"):
         read_config(yaml.safe_dump(config), tmp_path)
+
+
+def test_csv_config_columns_set_the_rows_asserts_in_order(tmp_path):
+    """csv-metadata's tests.csv (asserts in __expected1 and __expected2) with promptfoo's __config columns added:
+    ``__config:__expected:threshold`` sets the row's first assert, ``__config:__expected2:threshold`` its second
+    (newer than promptfoo 0.115, which reads such columns as vars; read as promptfoo's csv.ts and its docs' CSV
+    columns table say: the index among the row's asserts, a blank cell setting nothing)."""
+    shutil.copytree(EXAMPLES / "csv-metadata", tmp_path / "csv-metadata")
+    table = tmp_path / "csv-metadata" / "tests.csv"
+    lines = table.read_text(encoding="utf-8").splitlines()
+    cells = [",__config:__expected:threshold,__config:__expected2:threshold", ",1,0.25", ",,0.5", ",,"]
+    table.write_text("\n".join(line + cell for line, cell in zip(lines, cells)) + "\n", encoding="utf-8")
+    _, rows, _ = load_config(tmp_path / "csv-metadata" / "promptfooconfig.yaml")
+    assert [[(a.kind, a.threshold) for a in r.asserts] for r in rows] == [
+        [("contains", 1.0), ("llm-rubric", 0.25)], [("contains", None), ("llm-rubric", 0.5)],
+        [("contains", None), ("llm-rubric", None)]]
+    assert rows[1].origin["metadata"] == {"category": "science", "tags": ["physics", "advanced,theory", "quantum"]}

@@ -261,7 +261,9 @@ def test_csv_config_columns_metadata_lists_and_metric(tmp_path):
     assert row.origin["metadata"] == {"tags": ["x", "y, z"]}
     for header, cell, said in (("__config:__expected:weight", "1", "write __config:__expected:threshold"),
                                ("__config:__expected:threshold", "high", "'high' is not a number"),
-                               ("__config:__expected3:threshold", "0.5", "__expected3 holds no assert in this row"),
+                               ("__config:__expected3:threshold", "0.5",
+                                "sets assert 3's threshold, but this row has 1 assert(s) (its non-empty __expected "
+                                "columns, in order: __expected)"),
                                ("__metadata", "x", "needs a key")):
         (tmp_path / "t.csv").write_text(f"q,__expected,{header}\na,contains: a,{cell}\n")
         with pytest.raises(BatchInputError, match=re.escape(f"t.csv row 1 column {header}")) as caught:

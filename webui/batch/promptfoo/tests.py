@@ -368,7 +368,7 @@ def csv_tests(text: str, name: str, problems: Problems) -> list[_Test]:
         test: dict[str, Any] = {"vars": {}, "assert": []}
         places: list[str] = []
         columns: list[str] = []  # the column of each assert
-        limits: dict[str, float] = {}  # __config:__expectedN:threshold, by the assert's column
+        limits: dict[int, tuple[str, float]] = {}  # __config:__expectedN:threshold: {assert index: (column, it)}
         metric = None
         extra, missing = row.pop(None, None), [c for c, v in row.items() if v is None]
         if extra or missing:  # promptfoo's CSV reader refuses rows of another length too
@@ -410,20 +410,25 @@ def csv_tests(text: str, name: str, problems: Problems) -> list[_Test]:
                                                                  "every output)")
             else:
                 test["vars"][column] = value
-        for column in limits:
-            if column not in columns:
-                problems.add(f"{where} column __config:{column}:threshold", f"{column} holds no assert in this row")
+        for index, (column, _) in limits.items():
+            if index >= len(columns):
+                problems.add(f"{where} column {column}", f"sets assert {index + 1}'s threshold, but this row has "
+                                                         f"{len(columns)} assert(s) (its non-empty __expected "
+                                                         f"columns, in order: {', '.join(columns) or 'none'})")
         test["assert"] = [{**a, **({"metric": metric} if metric else {}),
-                           **({"threshold": limits[c]} if c in limits else {})}
-                          for a, c in zip(test["assert"], columns)]
+                           **({"threshold": limits[i][1]} if i in limits else {})}
+                          for i, a in enumerate(test["assert"])]
         if test.get("threshold") is None:
             test.pop("threshold", None)
         out.append(_Test(where, test, tuple(places)))
     return out
 
 
-def _csv_config(column: str, value: str) -> dict[str, float]:
-    """promptfoo's ``__config:__expectedN:threshold`` column: {the assert's column: its threshold}."""
+def _csv_config(column: str, value: str) -> dict[int, tuple[str, float]]:
+    """promptfoo's ``__config:__expectedN:threshold`` column: {the index of the assert it sets: (the column, the
+    threshold)}. As promptfoo's csv.ts reads it: ``__expected`` is the row's first assert, ``__expectedN`` its Nth,
+    counting the row's non-empty ``__expected`` columns in order (not the column of that name); a blank cell sets
+    nothing."""
     parts = column.removeprefix("__config:").split(":")
     if len(parts) != 2 or not re.fullmatch(r"__expected\d*", parts[0]) or parts[1] != "threshold":
         raise BatchInputError("write __config:__expected:threshold or __config:__expectedN:threshold (threshold is "
@@ -432,7 +437,10 @@ def _csv_config(column: str, value: str) -> dict[str, float]:
         return {}
     if not _is_number(value):
         raise BatchInputError(f"'{value}' is not a number")
-    return {parts[0]: float(value)}
+    number = int(parts[0].removeprefix("__expected") or 1)
+    if number < 1:
+        raise BatchInputError("__expected0 names no assert: the first is __expected or __expected1")
+    return {number - 1: (column, float(value))}
 
 
 def assertion_from_string(text: str) -> dict[str, Any]:
