@@ -201,3 +201,12 @@ def test_csv_prompt_files_read_as_promptfoo_reads_them(tmp_path):
     files = ["file://prompts.csv", "file://single-column.csv", "file://two-column.csv", "file://no-header.csv"]
     theirs, ours = _echoed_prompts(tmp_path, "csv-prompts", files)
     assert len(theirs) == 3 * 20 and ours == theirs
+
+
+@pytest.mark.parametrize("name", ["nunjucks-custom-filters", "simple-csv"])
+def test_filters_render_as_promptfoo_renders_them(tmp_path, name):
+    """A suite's own nunjucksFilters (a JavaScript file) and promptfoo's built-in ``load`` filter: the same
+    rendered prompts as promptfoo 0.115 gives (labels aside: promptfoo labels a prompt of a file of several by
+    its path and text, we by the file's name and number)."""
+    theirs, ours = _echoed_prompts(tmp_path, name)
+    assert len(theirs) in (4, 8) and [text for _, text in ours] == [text for _, text in theirs]

@@ -44,6 +44,7 @@ import yaml
 from webui.batch.asserts.kinds import ASSERT_KINDS
 from webui.batch.promptfoo.dialect import DIALECT
 from webui.batch.promptfoo.kinds import promptfoo_kind
+from webui.batch.promptfoo.nunjucks import custom_filters
 from webui.batch.asserts.assertion import Assert, parse_assert, with_transforms
 from webui.batch.asserts.classify import CLASSIFIER
 from webui.batch.asserts.errors import BatchInputError
@@ -122,41 +123,42 @@ def read_suite(text: str, base: Path | SuiteFiles) -> Suite:
                                  "assertionTemplates"}
     if unknown_top:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
-    _refuse_filters(config.get("nunjucksFilters"), problems)
-    prompts, prompt_ids = _prompts(config.get("prompts"), files, problems, notes)
-    settings, filters = _settings(config.get("providers"), problems, notes, files)
-    runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
-    offered = _offered_tools(settings)
-    rows: list[PromptRow] = []
-    for case in read_cases(config, files, problems):
-        name = case.description or f"test {case.index + 1}"
-        sets, groups = _sets(case), _set_groups(case)
-        asserts = with_transforms(_asserts(case, files, problems, offered), _case_transform(case, files, problems))
-        runs_on = _test_prompts(case, [label for label, _, _ in prompts], prompt_ids, problems)
-        for p, (label, prompt, params) in enumerate(prompts):
-            if p not in runs_on:
-                continue
-            at = f"{case.where} with prompt '{label}'"
-            row_id = name if len(prompts) == 1 else f"{name} · {label}"
-            origin = {"prompt": label, "promptIdx": p, "testIdx": case.index, "description": case.description,
-                      **({"metadata": case.metadata} if case.metadata else {}),
-                      **({"assertSets": groups} if groups else {})}
-            with problems.collect():
-                row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id, origin,
-                           case.threshold, at)
-                _check_affixes(row, settings, runs_with[p], at)
-                rows.append(dataclasses.replace(row, params=params, settings=runs_with[p], sets=sets))
-    options = suite_options(config, problems, notes)
-    metrics = {a.metric for row in rows for a in row.asserts if a.metric}
-    for name, expression in options.derived_metrics.items():
-        unknown = [n for n in metric_names(expression) if n not in metrics]
-        if unknown:
-            problems.add(f"derivedMetrics ({name})", f"{', '.join(unknown)}: no assert's metric has that name "
-                                                     f"(metrics: {', '.join(sorted(metrics)) or 'none'})")
-        metrics.add(name)
-    problems.raise_any()
-    return Suite(str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings,
-                 list(dict.fromkeys(notes)), options)
+    with custom_filters(_custom_filters(config.get("nunjucksFilters"), files, problems)):
+        prompts, prompt_ids = _prompts(config.get("prompts"), files, problems, notes)
+        settings, filters = _settings(config.get("providers"), problems, notes, files)
+        runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
+        offered = _offered_tools(settings)
+        rows: list[PromptRow] = []
+        for case in read_cases(config, files, problems):
+            name = case.description or f"test {case.index + 1}"
+            sets, groups = _sets(case), _set_groups(case)
+            asserts = with_transforms(_asserts(case, files, problems, offered),
+                                      _case_transform(case, files, problems))
+            runs_on = _test_prompts(case, [label for label, _, _ in prompts], prompt_ids, problems)
+            for p, (label, prompt, params) in enumerate(prompts):
+                if p not in runs_on:
+                    continue
+                at = f"{case.where} with prompt '{label}'"
+                row_id = name if len(prompts) == 1 else f"{name} · {label}"
+                origin = {"prompt": label, "promptIdx": p, "testIdx": case.index, "description": case.description,
+                          **({"metadata": case.metadata} if case.metadata else {}),
+                          **({"assertSets": groups} if groups else {})}
+                with problems.collect():
+                    row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id,
+                               origin, case.threshold, at)
+                    _check_affixes(row, settings, runs_with[p], at)
+                    rows.append(dataclasses.replace(row, params=params, settings=runs_with[p], sets=sets))
+        options = suite_options(config, problems, notes)
+        metrics = {a.metric for row in rows for a in row.asserts if a.metric}
+        for name, expression in options.derived_metrics.items():
+            unknown = [n for n in metric_names(expression) if n not in metrics]
+            if unknown:
+                problems.add(f"derivedMetrics ({name})", f"{', '.join(unknown)}: no assert's metric has that name "
+                                                         f"(metrics: {', '.join(sorted(metrics)) or 'none'})")
+            metrics.add(name)
+        problems.raise_any()
+        return Suite(str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings,
+                     list(dict.fromkeys(notes)), options)
 
 
 def _runs_with(labels: list[str], settings: list[Setting], filters: Mapping[str, list[str]],
@@ -195,15 +197,26 @@ def _test_prompts(case: Case, labels: list[str], ids: list[str | None], problems
     return chosen
 
 
-def _refuse_filters(given: Any, problems: Problems) -> None:
-    """promptfoo's custom Nunjucks filters are JavaScript modules, which nothing here runs: each is named."""
+def _custom_filters(given: Any, files: SuiteFiles, problems: Problems) -> dict[str, Path]:
+    """promptfoo's ``nunjucksFilters``: {filter name: its JavaScript file (``file://x.js`` or ``./x.js``, relative to
+    the suite)}, each a CommonJS module exporting the filter function, run in the javascript asserts' sandbox."""
     if not given:
-        return
-    for name, path in (given.items() if isinstance(given, dict) else [("", given)]):
-        why = "a Python file cannot be one" if str(path).endswith(".py") else "the workbench runs no JavaScript"
-        problems.add(f"nunjucksFilters{'.' + str(name) if name else ''}",
-                     f"{path}: custom filters are not run here (promptfoo loads them as JavaScript modules; {why}); "
-                     f"use the built-in ones (upper, lower, trim, dump, length, join, default, replace...)")
+        return {}
+    if not isinstance(given, dict):
+        problems.add("nunjucksFilters", "must be a mapping of filter names to JavaScript files ({allcaps: "
+                                        "file://allcaps.js})")
+        return {}
+    out = {}
+    for name, value in given.items():
+        with problems.collect(f"nunjucksFilters.{name}"):
+            path = files.path(str(value).removeprefix("file://"))
+            if path.suffix.lower() not in (".js", ".cjs"):
+                raise BatchInputError(f"{value}: a filter is a JavaScript file (.js or .cjs) exporting the filter "
+                                      "function, as promptfoo loads them")
+            if not path.is_file():
+                raise BatchInputError(f"{value}: there is no file {path}")
+            out[str(name)] = path
+    return out
 
 
 def _row(index: int, prompt: "Prompt", variables: dict[str, str], asserts: list[Assert], row_id: str,
