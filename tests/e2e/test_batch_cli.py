@@ -236,3 +236,12 @@ def test_promptfoos_chat_messages_example_runs_its_messages_prompts_as_chats(tmp
     assert len(results) == 6 and all(r["response"]["output"] and not r["error"] for r in results)
     mixed = [r for r in results if r["prompt"]["label"] == "Mixed File Formats"]
     assert len(mixed) == 2 and all(json.loads(r["prompt"]["raw"])[2]["role"] == "assistant" for r in mixed)
+
+
+@pytest.mark.parametrize("name,cells", [("csv-prompts", 15), ("config-tests-per-prompt", 10),
+                                        ("nunjucks-custom-filters", 4), ("simple-csv", 8)])
+def test_promptfoos_examples_of_issue_49_run_every_cell(tmp_path, user_data, name, cells):
+    """CSV prompts, a test's own prompts list, a JavaScript nunjucks filter, the load filter: each example runs
+    through launch.py batch, every cell with an output."""
+    results = run_example(tmp_path, user_data, name)
+    assert len(results) == cells and all(r["response"]["output"] and not r["error"] for r in results)
