@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -214,3 +215,33 @@ def test_a_real_promptfoo_example_runs_end_to_end(tmp_path, user_data):
     assert all(r["response"]["output"] and not r["error"] for r in results)
     assert all(len(r["gradingResult"]["componentResults"]) == 1 for r in results)
     assert {r["provider"]["id"] for r in results} == {"workbench:SmolLM2-135M-Instruct"}
+
+
+def run_example(tmp_path, user_data, name, max_tokens=4):
+    """promptfoo's example ``name`` (tests/data/promptfoo/examples/, see its SOURCE.md) copied with its files and
+    run by ``launch.py batch`` on the default model, ``max_tokens`` a row: its results in promptfoo's shape."""
+    folder = tmp_path / name
+    shutil.copytree(ROOT / "tests" / "data" / "promptfoo" / "examples" / name, folder)
+    config = yaml.safe_load((folder / "promptfooconfig.yaml").read_text(encoding="utf-8"))
+    config["providers"] = [{"id": config["providers"][0], "config": {"max_tokens": max_tokens}}]
+    (folder / "promptfooconfig.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    out = tmp_path / "results.json"
+    done = batch(user_data, str(folder / "promptfooconfig.yaml"), "--out", str(out))
+    assert done.returncode in (0, 1), done.stderr  # 1: a 135M model in 4 tokens passes few asserts
+    return json.loads(out.read_text())["results"]["results"]
+
+
+def test_promptfoos_chat_messages_example_runs_its_messages_prompts_as_chats(tmp_path, user_data):
+    results = run_example(tmp_path, user_data, "chat-messages-format")
+    assert len(results) == 6 and all(r["response"]["output"] and not r["error"] for r in results)
+    mixed = [r for r in results if r["prompt"]["label"] == "Mixed File Formats"]
+    assert len(mixed) == 2 and all(json.loads(r["prompt"]["raw"])[2]["role"] == "assistant" for r in mixed)
+
+
+@pytest.mark.parametrize("name,cells", [("csv-prompts", 15), ("config-tests-per-prompt", 10),
+                                        ("nunjucks-custom-filters", 4), ("simple-csv", 8)])
+def test_promptfoos_examples_of_issue_49_run_every_cell(tmp_path, user_data, name, cells):
+    """CSV prompts, a test's own prompts list, a JavaScript nunjucks filter, the load filter: each example runs
+    through launch.py batch, every cell with an output."""
+    results = run_example(tmp_path, user_data, name)
+    assert len(results) == cells and all(r["response"]["output"] and not r["error"] for r in results)

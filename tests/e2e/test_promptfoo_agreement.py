@@ -168,3 +168,45 @@ def test_our_asserts_agree_with_promptfoo_on_the_same_outputs(tmp_path):
     assert agree + len(known) == compared and compared >= 100
     one_sided = {k: v for k, v in kinds.items() if not {True, False} <= v}
     assert not one_sided, f"kinds whose cases only pass or only fail in promptfoo: {one_sided}"
+
+
+EXAMPLES = ROOT / "tests" / "data" / "promptfoo" / "examples"
+
+
+def _echoed_prompts(tmp_path: Path, name: str, prompts: list[Any] | None = None) -> tuple[list[Any], list[Any]]:
+    """promptfoo's example ``name`` (its ``prompts`` replaced where given) run by promptfoo 0.115 on its echo
+    provider, and read by our reader: each side's (prompt label, the prompt as sent: a text or a chat's messages),
+    in the order promptfoo gives its results."""
+    folder = tmp_path / name
+    shutil.copytree(EXAMPLES / name, folder)
+    config = yaml.safe_load((folder / "promptfooconfig.yaml").read_text(encoding="utf-8"))
+    if prompts is not None:
+        config["prompts"] = prompts
+    ours_text = yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
+    (folder / "promptfooconfig.yaml").write_text(yaml.safe_dump({**config, "providers": ["echo"]}), encoding="utf-8")
+    results = promptfoo_eval(folder / "promptfooconfig.yaml", home=tmp_path / "home")["results"]["results"]
+    results.sort(key=lambda r: (r["testIdx"], r["promptIdx"]))
+
+    def sent(text: str) -> Any:
+        return [dict(m) for m in yaml.safe_load(text)] if text.lstrip().startswith("[") else text
+
+    theirs = [(r["prompt"]["label"], sent(r["response"]["output"])) for r in results]
+    _, rows, _ = read_config(ours_text, folder)
+    ours = [(row.origin["prompt"], [dict(m) for m in row.messages] if row.messages else row.text) for row in rows]
+    return theirs, ours
+
+
+def test_csv_prompt_files_read_as_promptfoo_reads_them(tmp_path):
+    """promptfoo's csv-prompts example, all four of its CSV files: the same prompts, labels and rendered texts."""
+    files = ["file://prompts.csv", "file://single-column.csv", "file://two-column.csv", "file://no-header.csv"]
+    theirs, ours = _echoed_prompts(tmp_path, "csv-prompts", files)
+    assert len(theirs) == 3 * 20 and ours == theirs
+
+
+@pytest.mark.parametrize("name", ["nunjucks-custom-filters", "simple-csv"])
+def test_filters_render_as_promptfoo_renders_them(tmp_path, name):
+    """A suite's own nunjucksFilters (a JavaScript file) and promptfoo's built-in ``load`` filter: the same
+    rendered prompts as promptfoo 0.115 gives (labels aside: promptfoo labels a prompt of a file of several by
+    its path and text, we by the file's name and number)."""
+    theirs, ours = _echoed_prompts(tmp_path, name)
+    assert len(theirs) in (4, 8) and [text for _, text in ours] == [text for _, text in theirs]

@@ -55,11 +55,35 @@ def test_a_csv_template_may_be_nunjucks():
     assert row.text == "Paris?"
 
 
+def test_a_custom_filter_is_a_javascript_file_run_in_the_sandbox(tmp_path):
+    """nunjucksFilters (promptfoo's nunjucks-custom-filters example's allcaps.js and one of two arguments): run in
+    the javascript asserts' sandbox, without require."""
+    (tmp_path / "allcaps.js").write_text("module.exports = function (str) {\n  return str.toUpperCase();\n};\n")
+    (tmp_path / "wrap.js").write_text("module.exports = (s, left, right) => left + s + right;")
+    (tmp_path / "files.js").write_text("module.exports = () => require('fs').readFileSync('/etc/passwd');")
+    _, (row,), _ = read_config("prompts: ['{{ a | allcaps }} {{ a | wrap(\"<\", \">\") }}']\nnunjucksFilters: "
+                               "{allcaps: ./allcaps.js, wrap: file://wrap.js}\ntests: [{vars: {a: hi}}]", tmp_path)
+    assert row.text == "HI <hi>"
+    with pytest.raises(BatchInputError, match=r"the filter files \(files\.js\): files\.js failed: Error: "
+                                              r"require\('fs'\) is not available"):
+        read_config("prompts: ['{{ a | files }}']\nnunjucksFilters: {files: file://files.js}\n"
+                    "tests: [{vars: {a: hi}}]", tmp_path)
+
+
 @pytest.mark.parametrize("filters, said", [
-    ("{shout: file://shout.py}", "nunjucksFilters.shout: file://shout.py: custom filters are not run here "
-                                 "(promptfoo loads them as JavaScript modules; a Python file cannot be one)"),
-    ("{shout: file://shout.js}", "the workbench runs no JavaScript"),
+    ("{shout: file://shout.py}", "nunjucksFilters.shout: file://shout.py: a filter is a JavaScript file (.js or "
+                                 ".cjs) exporting the filter function"),
+    ("{shout: file://shout.js}", "nunjucksFilters.shout: file://shout.js: there is no file"),
 ])
-def test_custom_filters_are_refused_by_name(filters, said, tmp_path):
+def test_a_custom_filter_that_is_no_javascript_file_is_refused_by_name(filters, said, tmp_path):
     with pytest.raises(BatchInputError, match=re.escape(said)):
         read_config(f"prompts: ['x']\nnunjucksFilters: {filters}", tmp_path)
+
+
+def test_promptfoos_load_filter_parses_json_and_an_unknown_filter_says_where_filters_come_from(tmp_path):
+    """simple-csv's ``{{ (style_config | load).tone }}``; promptfoo's load is a built-in filter."""
+    _, (row,), _ = read_config("prompts: ['{{ (c | load).tone }} {{ (\"[1, 2]\" | load)[1] }}']\n"
+                               "tests: [{vars: {c: '{\"tone\": \"formal\"}'}}]", tmp_path)
+    assert row.text == "formal 2"
+    with pytest.raises(BatchInputError, match=r"No filter named 'shout'.*nunjucksFilters \(\{name: file://filter"):
+        read_config("prompts: ['{{ c | shout }}']\ntests: [{vars: {c: x}}]", tmp_path)

@@ -175,17 +175,41 @@ def call_javascript(value: str, output: Any, context: Mapping[str, Any], timeout
             source = _MODULE_HEAD + path.read_text(encoding="utf-8") + _MODULE_TAIL
         except (OSError, UnicodeDecodeError) as exc:
             raise ScriptError(f"{name}: cannot read {path}: {exc}") from None
-        pick = (f"var __module = {{exports: {{}}}};"
-                f"var __fn = __pick(__user(__module, __module.exports, require, process), "
-                f"{json.dumps(function)}, {json.dumps(path.name)});")
+        pick = _module_pick(path, function)
+    return _run(name, source, pick, [output, dict(context)], timeout, with_process=True)
+
+
+def call_javascript_file(path: Path, args: list[Any], timeout: float = JS_TIMEOUT) -> tuple[str, str, Any]:
+    """Call the function a CommonJS file exports (``module.exports = function (str) {...}``, as promptfoo's custom
+    Nunjucks filters are written) with ``args`` in a fresh engine, as :func:`call_javascript` runs an assert:
+    (its name, the JavaScript type of what it returned, the value as JSON gives it)."""
+    try:
+        source = _MODULE_HEAD + path.read_text(encoding="utf-8") + _MODULE_TAIL
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScriptError(f"{path.name}: cannot read {path}: {exc}") from None
+    return _run(path.name, source, _module_pick(path, ""), list(args), timeout, with_process=False)
+
+
+def _module_pick(path: Path, function: str) -> str:
+    return (f"var __module = {{exports: {{}}}};"
+            f"var __fn = __pick(__user(__module, __module.exports, require, process), "
+            f"{json.dumps(function)}, {json.dumps(path.name)});")
+
+
+def _run(name: str, source: str, pick: str, args: list[Any], timeout: float, with_process: bool
+         ) -> tuple[str, str, Any]:
+    """Evaluate ``source`` as ``__user``, pick ``__fn`` with ``pick`` and call it with ``args`` (and ``process``
+    after them where ``with_process``), awaiting a promise; ScriptError on an error, a timeout or running out of
+    memory."""
     engine = _engine(timeout)
     deadline = time.monotonic() + timeout
     try:
         engine.eval(_PRELUDE)
-        engine.set("__args", json.dumps({"output": output, "context": dict(context)}, ensure_ascii=False))
+        engine.set("__args", json.dumps(args, ensure_ascii=False))
         engine.eval("var __user = " + source)
-        engine.eval(pick + "var __given = JSON.parse(__args); __settle(__fn(__given.output, __given.context, "
-                           "process));")
+        engine.eval(pick + "var __given = JSON.parse(__args);"
+                    + ("__given.push(process);" if with_process else "")
+                    + "__settle(__fn.apply(null, __given));")
         while engine.eval("!__state.done") and time.monotonic() < deadline:
             if not engine.execute_pending_job():
                 raise ScriptError(f"{name} returned a promise that never settled")

@@ -6,24 +6,30 @@ use: ``{{ name | upper }}``, ``{{ items | join(", ") }}``, ``{{ x | default("n/a
 rendered here by :class:`jinja2.sandbox.SandboxedEnvironment` (no attribute
 tricks reach Python internals) with :class:`jinja2.StrictUndefined`, so a missing
 var is an error naming it, as for plain ``{{ name }}`` templates; Nunjucks'
-``dump`` filter (JSON) is added. Vars are texts; one holding a JSON list or
+``dump`` filter (JSON) and promptfoo's ``load`` (JSON text parsed) are added, and a suite's own
+``nunjucksFilters`` (JavaScript files, run in the javascript asserts' sandbox: :func:`custom_filters`). Vars are
+texts; one holding a JSON list or
 object (a YAML list of numbers, a .json file) is that list or object here, so
 loops and ``.key`` work, and printed as is it is its text.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import json
 import re
 import threading
-from typing import Any, Callable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
 
 from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, UndefinedError
-from jinja2.exceptions import SecurityError
+from jinja2.exceptions import SecurityError, TemplateRuntimeError
 from jinja2.sandbox import SandboxedEnvironment
 
-from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.errors import BatchInputError, ScriptError
+from webui.batch.asserts.js import call_javascript_file
 from webui.safeload import load_json
 
 _TAG = re.compile(r"\{%|\{#")
@@ -45,12 +51,55 @@ def is_nunjucks(template: str, variables: Mapping[str, str]) -> bool:
                for name in (m.group(1).strip() for m in PLACEHOLDER.finditer(template)))
 
 
+_FILTERS: contextvars.ContextVar[Mapping[str, Path]] = contextvars.ContextVar("nunjucks_filters", default={})
+
+
+@contextlib.contextmanager
+def custom_filters(filters: Mapping[str, Path]) -> Iterator[None]:
+    """promptfoo's ``nunjucksFilters`` ({name: a CommonJS .js file exporting the filter function}) available to the
+    templates rendered inside: each call runs the function in the same sandbox as javascript asserts
+    (:func:`webui.batch.asserts.js.call_javascript_file`)."""
+    token = _FILTERS.set(dict(filters))
+    try:
+        yield
+    finally:
+        _FILTERS.reset(token)
+
+
+def _js_filter(name: str, path: Path) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        try:
+            _, kind, value = call_javascript_file(path, [_plain(a) for a in args])
+        except ScriptError as exc:
+            raise TemplateRuntimeError(f"the filter {name} ({path.name}): {exc}") from None
+        if kind in ("undefined", "null"):
+            return ""  # Nunjucks prints nothing for them
+        return _held(value) if isinstance(value, (list, dict)) else value
+    return run
+
+
+def _plain(value: Any) -> Any:
+    """A template value as JSON gives it to JavaScript (an undefined one as null)."""
+    if isinstance(value, (str, int, float, bool, list, dict)) or value is None:
+        return value
+    return None if isinstance(value, StrictUndefined) else str(value)
+
+
+def _environment() -> SandboxedEnvironment:
+    filters = _FILTERS.get()
+    if not filters:
+        return _ENV
+    env = _ENV.overlay()
+    env.filters.update({name: _js_filter(name, path) for name, path in filters.items()})
+    return env
+
+
 def render_nunjucks(template: str, variables: Mapping[str, str], *, where: str = "", noun: str = "variable") -> str:
     """``template`` rendered with ``variables``; a missing var, a syntax error or a forbidden operation is a
     BatchInputError that says where."""
     prefix = f"{where}: " if where else ""
     try:
-        compiled = _ENV.from_string(template)
+        compiled = _environment().from_string(template)
         return _within(RENDER_SECONDS, compiled.render, {name: _value(value) for name, value in variables.items()})
     except RenderTimeout:
         raise BatchInputError(f"{prefix}template: rendering took more than {RENDER_SECONDS:g} s and was stopped "
@@ -69,7 +118,11 @@ def render_nunjucks(template: str, variables: Mapping[str, str], *, where: str =
             .replace(f"{__name__}._JsonList object", "JSON list")
         raise BatchInputError(f"{prefix}template: {said} ({noun}s: {have})") from None
     except TemplateSyntaxError as exc:
-        raise BatchInputError(f"{prefix}template line {exc.lineno}: {exc.message}") from None
+        hint = ""
+        if str(exc.message).startswith("No filter named"):
+            hint = ("; a custom filter is a JavaScript file named in the suite's nunjucksFilters "
+                    "({name: file://filter.js}), as promptfoo reads them")
+        raise BatchInputError(f"{prefix}template line {exc.lineno}: {exc.message}{hint}") from None
     except TemplateError as exc:  # e.g. the sandbox refusing an unsafe attribute
         raise BatchInputError(f"{prefix}template: {exc.message or type(exc).__name__}") from None
     except (TypeError, ValueError) as exc:  # a filter given the wrong kind of value (int("x"), ...)
@@ -171,3 +224,17 @@ class _Sandbox(SandboxedEnvironment):
 
 _ENV = _Sandbox(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 _ENV.filters["dump"] = _dump
+
+
+def _load(value: Any) -> Any:
+    """promptfoo's built-in ``load`` filter: a var's JSON text parsed (``{{ (config | load).tone }}``)."""
+    if isinstance(value, (_JsonList, _JsonDict)):
+        return value  # a var holding JSON is its data already
+    try:
+        data = load_json(str(value))
+    except ValueError as exc:
+        raise TemplateRuntimeError(f"load: {str(value)[:60]!r} is not JSON ({exc})") from None
+    return _held(data) if isinstance(data, (list, dict)) else data
+
+
+_ENV.filters["load"] = _load

@@ -2,11 +2,14 @@
 
 What is read: ``prompts`` (texts with ``{{vars}}``; chats: a JSON list of
 ``{role, content}`` messages written as text, or such a list in YAML;
-``{id/label, raw}`` objects; ``file://`` files, globs too: .txt/.md texts split
+``{id/label, raw}`` objects; ``{id/label, messages}`` chats (a message's content a text or a
+``file://`` file, trimmed); ``file://`` files, globs too: .txt/.md texts split
 on lines of ``---`` as promptfoo splits them, .json/.yaml chats (Anthropic's
-``{system, messages}`` too), .jsonl a chat a line; ``{file://path: label}`` mappings
+``{system, messages}`` too), .jsonl a chat a line, .csv a prompt a row (as promptfoo 0.115 reads
+them); ``{file://path: label}`` mappings
 and ``{id: file://path, label, config}`` objects; a message's ``[{type: text, text}]``
-content blocks joined; prompt functions (.py, .js) refused by name),
+content blocks joined; prompt functions (.py, .js) refused by name; rendered as promptfoo 0.115 does:
+a prompt that is JSON has its strings rendered, and each var loses one trailing newline),
 ``tests``, ``defaultTest`` and ``scenarios`` (read by
 :mod:`webui.batch.promptfoo.tests`: test files, CSV, vars, expansion, ``options``
 prefix/suffix/transform) and ``providers`` (read by :mod:`webui.batch.promptfoo.providers`:
@@ -27,7 +30,9 @@ problem of a suite is reported at once. Transforms: webui.batch.asserts.transfor
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -39,6 +44,7 @@ import yaml
 from webui.batch.asserts.kinds import ASSERT_KINDS
 from webui.batch.promptfoo.dialect import DIALECT
 from webui.batch.promptfoo.kinds import promptfoo_kind
+from webui.batch.promptfoo.nunjucks import custom_filters
 from webui.batch.asserts.assertion import Assert, parse_assert, with_transforms
 from webui.batch.asserts.classify import CLASSIFIER
 from webui.batch.asserts.errors import BatchInputError
@@ -117,38 +123,42 @@ def read_suite(text: str, base: Path | SuiteFiles) -> Suite:
                                  "assertionTemplates"}
     if unknown_top:
         problems.add("", f"unknown key(s) {', '.join(sorted(unknown_top))}")
-    _refuse_filters(config.get("nunjucksFilters"), problems)
-    prompts = _prompts(config.get("prompts"), files, problems, notes)
-    settings, filters = _settings(config.get("providers"), problems, notes, files)
-    runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
-    offered = _offered_tools(settings)
-    rows: list[PromptRow] = []
-    for case in read_cases(config, files, problems):
-        name = case.description or f"test {case.index + 1}"
-        sets, groups = _sets(case), _set_groups(case)
-        asserts = with_transforms(_asserts(case, files, problems, offered), _case_transform(case, files, problems))
-        for p, (label, prompt, params) in enumerate(prompts):
-            at = f"{case.where} with prompt '{label}'"
-            row_id = name if len(prompts) == 1 else f"{name} · {label}"
-            origin = {"prompt": label, "promptIdx": p, "testIdx": case.index, "description": case.description,
-                      **({"metadata": case.metadata} if case.metadata else {}),
-                      **({"assertSets": groups} if groups else {})}
-            with problems.collect():
-                row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id, origin,
-                           case.threshold, at)
-                _check_affixes(row, settings, runs_with[p], at)
-                rows.append(dataclasses.replace(row, params=params, settings=runs_with[p], sets=sets))
-    options = suite_options(config, problems, notes)
-    metrics = {a.metric for row in rows for a in row.asserts if a.metric}
-    for name, expression in options.derived_metrics.items():
-        unknown = [n for n in metric_names(expression) if n not in metrics]
-        if unknown:
-            problems.add(f"derivedMetrics ({name})", f"{', '.join(unknown)}: no assert's metric has that name "
-                                                     f"(metrics: {', '.join(sorted(metrics)) or 'none'})")
-        metrics.add(name)
-    problems.raise_any()
-    return Suite(str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings,
-                 list(dict.fromkeys(notes)), options)
+    with custom_filters(_custom_filters(config.get("nunjucksFilters"), files, problems)):
+        prompts, prompt_ids = _prompts(config.get("prompts"), files, problems, notes)
+        settings, filters = _settings(config.get("providers"), problems, notes, files)
+        runs_with = _runs_with([label for label, _, _ in prompts], settings, filters, problems)
+        offered = _offered_tools(settings)
+        rows: list[PromptRow] = []
+        for case in read_cases(config, files, problems):
+            name = case.description or f"test {case.index + 1}"
+            sets, groups = _sets(case), _set_groups(case)
+            asserts = with_transforms(_asserts(case, files, problems, offered),
+                                      _case_transform(case, files, problems))
+            runs_on = _test_prompts(case, [label for label, _, _ in prompts], prompt_ids, problems)
+            for p, (label, prompt, params) in enumerate(prompts):
+                if p not in runs_on:
+                    continue
+                at = f"{case.where} with prompt '{label}'"
+                row_id = name if len(prompts) == 1 else f"{name} · {label}"
+                origin = {"prompt": label, "promptIdx": p, "testIdx": case.index, "description": case.description,
+                          **({"metadata": case.metadata} if case.metadata else {}),
+                          **({"assertSets": groups} if groups else {})}
+                with problems.collect():
+                    row = _row(len(rows), _affixed(prompt, case.options, at), case.variables, asserts, row_id,
+                               origin, case.threshold, at)
+                    _check_affixes(row, settings, runs_with[p], at)
+                    rows.append(dataclasses.replace(row, params=params, settings=runs_with[p], sets=sets))
+        options = suite_options(config, problems, notes)
+        metrics = {a.metric for row in rows for a in row.asserts if a.metric}
+        for name, expression in options.derived_metrics.items():
+            unknown = [n for n in metric_names(expression) if n not in metrics]
+            if unknown:
+                problems.add(f"derivedMetrics ({name})", f"{', '.join(unknown)}: no assert's metric has that name "
+                                                         f"(metrics: {', '.join(sorted(metrics)) or 'none'})")
+            metrics.add(name)
+        problems.raise_any()
+        return Suite(str(config.get("description") or "promptfoo suite"), _unique_ids(rows), settings,
+                     list(dict.fromkeys(notes)), options)
 
 
 def _runs_with(labels: list[str], settings: list[Setting], filters: Mapping[str, list[str]],
@@ -170,26 +180,76 @@ def _runs_with(labels: list[str], settings: list[Setting], filters: Mapping[str,
     return out
 
 
-def _refuse_filters(given: Any, problems: Problems) -> None:
-    """promptfoo's custom Nunjucks filters are JavaScript modules, which nothing here runs: each is named."""
+def _test_prompts(case: Case, labels: list[str], ids: list[str | None], problems: Problems) -> set[int]:
+    """The indices of the prompts a test runs on: all, or those its ``prompts`` names (as promptfoo matches them:
+    a prompt's label or id, ``*`` any text, a name before ``:`` the labels it starts); a name no prompt has is a
+    problem, as promptfoo refuses it."""
+    if case.prompts is None:
+        return set(range(len(labels)))
+    chosen: set[int] = set()
+    for name in case.prompts:
+        pattern = re.compile("^" + ".*".join(map(re.escape, name.split("*"))) + "$", re.DOTALL)
+        found = {p for p, (label, own) in enumerate(zip(labels, ids))
+                 if any(n is not None and pattern.match(n) for n in (label, own)) or label.startswith(f"{name}:")}
+        if not found:
+            problems.add(f"{case.where}.prompts", f"'{name}' is no prompt's label or id; labels: {', '.join(labels)}")
+        chosen |= found
+    return chosen
+
+
+def _custom_filters(given: Any, files: SuiteFiles, problems: Problems) -> dict[str, Path]:
+    """promptfoo's ``nunjucksFilters``: {filter name: its JavaScript file (``file://x.js`` or ``./x.js``, relative to
+    the suite)}, each a CommonJS module exporting the filter function, run in the javascript asserts' sandbox."""
     if not given:
-        return
-    for name, path in (given.items() if isinstance(given, dict) else [("", given)]):
-        why = "a Python file cannot be one" if str(path).endswith(".py") else "the workbench runs no JavaScript"
-        problems.add(f"nunjucksFilters{'.' + str(name) if name else ''}",
-                     f"{path}: custom filters are not run here (promptfoo loads them as JavaScript modules; {why}); "
-                     f"use the built-in ones (upper, lower, trim, dump, length, join, default, replace...)")
+        return {}
+    if not isinstance(given, dict):
+        problems.add("nunjucksFilters", "must be a mapping of filter names to JavaScript files ({allcaps: "
+                                        "file://allcaps.js})")
+        return {}
+    out = {}
+    for name, value in given.items():
+        with problems.collect(f"nunjucksFilters.{name}"):
+            path = files.path(str(value).removeprefix("file://"))
+            if path.suffix.lower() not in (".js", ".cjs"):
+                raise BatchInputError(f"{value}: a filter is a JavaScript file (.js or .cjs) exporting the filter "
+                                      "function, as promptfoo loads them")
+            if not path.is_file():
+                raise BatchInputError(f"{value}: there is no file {path}")
+            out[str(name)] = path
+    return out
 
 
 def _row(index: int, prompt: "Prompt", variables: dict[str, str], asserts: list[Assert], row_id: str,
          origin: dict[str, Any], threshold: float | None, at: str) -> PromptRow:
-    filled = _text_or_chat(render(prompt, variables, where=at), at) if isinstance(prompt, str) else \
-        tuple({"role": m["role"], "content": render(m["content"], variables, where=at)} for m in prompt)
+    given = {name: value.removesuffix("\n") for name, value in variables.items()}  # as promptfoo's renderPrompt
+    filled = _text_or_chat(_rendered(prompt, given, at), at) if isinstance(prompt, str) else \
+        tuple({"role": m["role"], "content": render(m["content"], given, where=at)} for m in prompt)
     if isinstance(filled, str):
         return PromptRow(index, filled, variables, asserts, row_id, origin=origin, threshold=threshold)
     # a chat: its messages, and their JSON as its text (promptfoo's raw)
     return PromptRow(index, json.dumps(filled, ensure_ascii=False), variables, asserts, row_id, filled, origin,
                      threshold)
+
+
+def _rendered(prompt: str, variables: Mapping[str, str], where: str) -> str:
+    """A text prompt rendered as promptfoo 0.115's renderPrompt renders it: a prompt that is valid JSON (a chat, an
+    object, a quoted string) has each of its strings rendered and is written back as JSON with a 2-space indent
+    (so a var's quotes and newlines are escaped); any other text is rendered as a template."""
+    try:
+        data = load_json(prompt)
+    except ValueError:
+        return render(prompt, variables, where=where)
+    if not isinstance(data, (str, list, dict)):
+        return render(prompt, variables, where=where)
+
+    def inside(value: Any) -> Any:
+        if isinstance(value, str):
+            return render(value, variables, where=where)
+        if isinstance(value, list):
+            return [inside(v) for v in value]
+        return {k: inside(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    return json.dumps(inside(data), ensure_ascii=False, indent=2)
 
 
 def _affixed(prompt: "Prompt", options: Mapping[str, str], where: str) -> "Prompt":
@@ -251,20 +311,26 @@ PromptSpec = tuple[str, Prompt, dict[str, Any] | None]
 """A prompt's label, the prompt, and its own sampling parameters (None: its providers')."""
 
 
-def _prompts(given: Any, files: SuiteFiles, problems: Problems, notes: list[str]) -> list[PromptSpec]:
-    """Each prompt; a prompt that cannot be read is a problem, the others are read on."""
+def _prompts(given: Any, files: SuiteFiles, problems: Problems, notes: list[str]
+             ) -> tuple[list[PromptSpec], list[str | None]]:
+    """Each prompt, and each one's id (its ``id``; None: it has none); a prompt that cannot be read is a problem,
+    the others are read on."""
     if given is None:
         problems.add("", "prompts is missing; list at least one prompt")
-        return []
+        return [], []
     if isinstance(given, dict):  # {path or text: label}, promptfoo's mapping form
         given = [{source: label} for source, label in given.items()]
     out: list[PromptSpec] = []
+    ids: list[str | None] = []
     for i, item in enumerate(given if isinstance(given, list) else [given]):
         with problems.collect():
-            out += _prompt(item, i, files, notes)
+            found = _prompt(item, i, files, notes)
+            own = item.get("id") if isinstance(item, dict) and len(found) == 1 else None
+            out += found
+            ids += [None if own is None else str(own)] * len(found)
     if not out and not problems.found:
         problems.add("", "prompts is empty; list at least one prompt")
-    return out
+    return out, ids
 
 
 def _prompt(item: Any, i: int, files: SuiteFiles, notes: list[str]) -> list[PromptSpec]:
@@ -284,10 +350,13 @@ def _prompt(item: Any, i: int, files: SuiteFiles, notes: list[str]) -> list[Prom
         params = _prompt_params(item.get("config"), f"{where} ({label or item['id']}).config", notes)
         return [((name if not label else str(label) if len(found) == 1 else f"{label} #{n + 1}"), prompt, params)
                 for n, (name, prompt) in enumerate(found)]
+    if isinstance(item, dict) and "raw" not in item and "messages" in item:
+        return [_messages_prompt(item, i, files, notes)]
     if isinstance(item, dict):
         raw = item.get("raw")
         if not isinstance(raw, str):
-            raise BatchInputError(f"{where} needs 'raw' (the prompt text)")
+            raise BatchInputError(f"{where} needs 'raw' (the prompt text) or 'messages' (a chat: a list of "
+                                  f"{{role, content}})")
         ignored = set(item) - {"raw", "label", "id", "config"}
         if ignored:  # named, never dropped unseen
             raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a prompt takes "
@@ -302,6 +371,40 @@ def _prompt(item: Any, i: int, files: SuiteFiles, notes: list[str]) -> list[Prom
         return [(item.splitlines()[0][:40] if item.strip() else f"prompt {i + 1}", item, None)]
     raise BatchInputError(f"{where} must be a text, a chat (a list of {{role, content}}), file://path or "
                           f"{{raw: ...}}")
+
+
+def _messages_prompt(item: dict[str, Any], i: int, files: SuiteFiles, notes: list[str]) -> PromptSpec:
+    """promptfoo's chat prompt object ``{id, label, messages: [{role, content}], config}``: a chat whose message
+    contents are texts or ``file://`` files (read as templates, trimmed as promptfoo trims loaded text)."""
+    where = f"promptfoo config: prompts[{i}]"
+    ignored = set(item) - {"messages", "label", "id", "config"}
+    if ignored:
+        raise BatchInputError(f"{where}: {', '.join(sorted(ignored))} not supported here (a chat prompt takes "
+                              f"messages, label, id and config)")
+    given = item["messages"]
+    if not isinstance(given, list) or not given:
+        raise BatchInputError(f"{where}.messages must be a non-empty list of {{role, content}}")
+    messages = []
+    for n, message in enumerate(given):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str) and content.startswith("file://"):
+            message = {**message, "content": _message_file(files, content.removeprefix("file://"),
+                                                           f"{where}.messages[{n}]")}
+        messages.append(message)
+    label = str(item.get("label") or item.get("id") or f"prompt {i + 1}")
+    return (label, chat_messages_of(messages, f"{where} ({label})"),
+            _prompt_params(item.get("config"), f"{where} ({label}).config", notes))
+
+
+def _message_file(files: SuiteFiles, name: str, where: str) -> str:
+    """A chat message's ``file://`` content: the file's text, trimmed; a script is refused by name."""
+    if re.search(r"\.(py|js|ts|mjs|cjs)(:[\w.]+)?$", name):
+        raise BatchInputError(f"{where}: {name} is a prompt function, which the workbench does not run; save the "
+                              f"text it returns in a .txt, .md or .j2 file")
+    try:
+        return files.path(name).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BatchInputError(f"{where}: cannot read {name}: {exc}") from None
 
 
 def _prompt_params(given: Any, where: str, notes: list[str]) -> dict[str, Any] | None:
@@ -376,10 +479,29 @@ def _prompt_files(files: SuiteFiles, pattern: str, where: str) -> list[tuple[str
                     out.append((label, chat_messages_of(load_json(line), f"{where}: {label}")))
                 except ValueError as exc:
                     raise BatchInputError(f"{where}: {label} is not valid JSON: {exc}") from None
+        elif suffix == ".csv":
+            out += _csv_prompts(text)
         else:
-            raise BatchInputError(f"{where}: {path.name}: prompt files are read as .txt, .md, .json, .jsonl or "
-                                  f".yaml; JavaScript/Python prompt functions are not")
+            raise BatchInputError(f"{where}: {path.name}: prompt files are read as .txt, .md, .json, .jsonl, .csv "
+                                  f"or .yaml; JavaScript/Python prompt functions are not")
     return out
+
+
+def _csv_prompts(text: str) -> list[tuple[str, Prompt]]:
+    """A CSV of prompts as promptfoo 0.115 reads one (its processCsvPrompts): with a comma, a header row and a
+    ``prompt`` column (rows without one skipped), an optional ``label`` column, fields trimmed; without a comma,
+    one prompt a non-empty line (a first line ``prompt`` is the header). A prompt without a label is labelled
+    ``Prompt N - <its text>``. A prompt that is a JSON list of messages is a chat, as any prompt's text."""
+    lines = [line for line in re.split(r"\r?\n", text) if line.strip()]
+    if "," in text:
+        rows = list(csv.reader(io.StringIO(text.removeprefix("\ufeff"))))
+        header = [h.strip() for h in rows[0]] if rows else []
+        records = [{h: (cells[n].strip() if n < len(cells) else "") for n, h in enumerate(header)}
+                   for cells in rows[1:] if any(c.strip() for c in cells)]
+        prompts = [(r.get("label", ""), r["prompt"]) for r in records if r.get("prompt")]
+    else:
+        prompts = [("", line) for line in lines[1 if lines and lines[0].strip().lower() == "prompt" else 0:]]
+    return [(label or f"Prompt {n + 1} - {prompt}", prompt) for n, (label, prompt) in enumerate(prompts)]
 
 
 def _anthropic_chat(data: dict[str, Any], where: str) -> list[Any]:

@@ -41,7 +41,7 @@ from webui.batch.run.prompts import render
 
 MAX_SHOWN = 20
 """Problems listed in one error; the rest are counted."""
-TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata")
+TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata", "prompts")
 OPTION_KEYS = ("prefix", "suffix", "transform", "rubricPrompt", "factuality")
 """A test's options the workbench applies; any other (a grading provider...) is refused by name, except a
 ``huggingface:text-classification:`` provider: the model of the test's classifier asserts without their own."""
@@ -113,6 +113,8 @@ class Case:
     threshold: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    prompts: tuple[str, ...] | None = None
+    """The prompts the test runs on, by label or id (``*`` a wildcard), its own or defaultTest's; None: all."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,9 @@ def _check_test_keys(test: dict[str, Any], where: str, problems: Problems) -> No
         problems.add(f"{where}.threshold", f"must be a score between 0 and 1, got {threshold!r}")
     if test.get("metadata") is not None and not isinstance(test["metadata"], dict):
         problems.add(f"{where}.metadata", "must be a mapping")
+    chosen = test.get("prompts")
+    if chosen is not None and not (isinstance(chosen, list) and chosen and all(isinstance(p, str) for p in chosen)):
+        problems.add(f"{where}.prompts", "must be a list of prompt labels or ids (a * matches any text)")
 
 
 def _cases(index: int, test: _Test, default: dict[str, Any], files: SuiteFiles, problems: Problems) -> list[Case]:
@@ -225,12 +230,14 @@ def _cases(index: int, test: _Test, default: dict[str, Any], files: SuiteFiles, 
     options = {**_dict(default.get("options")), **_dict(data.get("options"))}
     metadata = {**_dict(default.get("metadata")), **_dict(data.get("metadata"))}
     description = data.get("description")
+    chosen = data.get("prompts", default.get("prompts"))
+    chosen = tuple(chosen) if isinstance(chosen, list) and all(isinstance(p, str) for p in chosen) else None
     out = []
     for combination in expand_vars(variables, files, where, problems):
         out.append(Case(where, index, None if description is None else str(description), combination, items,
                         threshold if isinstance(threshold, (int, float)) and threshold else None, metadata,
                         {k: v if k in _KEPT_AS_GIVEN else str(v) for k, v in options.items()
-                         if k in OPTION_KEYS or (k == "provider" and names_classifier(v))}))
+                         if k in OPTION_KEYS or (k == "provider" and names_classifier(v))}, chosen or None))
     return out
 
 
@@ -361,7 +368,7 @@ def csv_tests(text: str, name: str, problems: Problems) -> list[_Test]:
         test: dict[str, Any] = {"vars": {}, "assert": []}
         places: list[str] = []
         columns: list[str] = []  # the column of each assert
-        limits: dict[str, float] = {}  # __config:__expectedN:threshold, by the assert's column
+        limits: dict[int, tuple[str, float]] = {}  # __config:__expectedN:threshold: {assert index: (column, it)}
         metric = None
         extra, missing = row.pop(None, None), [c for c, v in row.items() if v is None]
         if extra or missing:  # promptfoo's CSV reader refuses rows of another length too
@@ -403,20 +410,25 @@ def csv_tests(text: str, name: str, problems: Problems) -> list[_Test]:
                                                                  "every output)")
             else:
                 test["vars"][column] = value
-        for column in limits:
-            if column not in columns:
-                problems.add(f"{where} column __config:{column}:threshold", f"{column} holds no assert in this row")
+        for index, (column, _) in limits.items():
+            if index >= len(columns):
+                problems.add(f"{where} column {column}", f"sets assert {index + 1}'s threshold, but this row has "
+                                                         f"{len(columns)} assert(s) (its non-empty __expected "
+                                                         f"columns, in order: {', '.join(columns) or 'none'})")
         test["assert"] = [{**a, **({"metric": metric} if metric else {}),
-                           **({"threshold": limits[c]} if c in limits else {})}
-                          for a, c in zip(test["assert"], columns)]
+                           **({"threshold": limits[i][1]} if i in limits else {})}
+                          for i, a in enumerate(test["assert"])]
         if test.get("threshold") is None:
             test.pop("threshold", None)
         out.append(_Test(where, test, tuple(places)))
     return out
 
 
-def _csv_config(column: str, value: str) -> dict[str, float]:
-    """promptfoo's ``__config:__expectedN:threshold`` column: {the assert's column: its threshold}."""
+def _csv_config(column: str, value: str) -> dict[int, tuple[str, float]]:
+    """promptfoo's ``__config:__expectedN:threshold`` column: {the index of the assert it sets: (the column, the
+    threshold)}. As promptfoo's csv.ts reads it: ``__expected`` is the row's first assert, ``__expectedN`` its Nth,
+    counting the row's non-empty ``__expected`` columns in order (not the column of that name); a blank cell sets
+    nothing."""
     parts = column.removeprefix("__config:").split(":")
     if len(parts) != 2 or not re.fullmatch(r"__expected\d*", parts[0]) or parts[1] != "threshold":
         raise BatchInputError("write __config:__expected:threshold or __config:__expectedN:threshold (threshold is "
@@ -425,7 +437,10 @@ def _csv_config(column: str, value: str) -> dict[str, float]:
         return {}
     if not _is_number(value):
         raise BatchInputError(f"'{value}' is not a number")
-    return {parts[0]: float(value)}
+    number = int(parts[0].removeprefix("__expected") or 1)
+    if number < 1:
+        raise BatchInputError("__expected0 names no assert: the first is __expected or __expected1")
+    return {number - 1: (column, float(value))}
 
 
 def assertion_from_string(text: str) -> dict[str, Any]:
@@ -518,7 +533,8 @@ def _text(value: Any) -> str:
 
 
 def _var_files(files: SuiteFiles, pattern: str, where: str, problems: Problems) -> list[str]:
-    """A ``file://`` var's value(s): a text file's text, a .json/.yaml file's data; scripts are refused."""
+    """A ``file://`` var's value(s): a text file's text (trimmed, as promptfoo 0.115's renderPrompt reads it), a
+    .json/.yaml file's data; scripts are refused."""
     try:
         paths = [p for p in files.paths(pattern) if p.exists()]
     except BatchInputError as exc:
@@ -542,7 +558,7 @@ def _var_files(files: SuiteFiles, pattern: str, where: str, problems: Problems) 
             with problems.collect(f"{where} ({path.name})"):
                 out.append(_text(_parsed(text, suffix)))
         else:
-            out.append(text)
+            out.append(text.strip())  # promptfoo trims a text it loads for a var
     return out
 
 
