@@ -23,6 +23,7 @@ from webui.engine.sampling import DRAW
 
 if TYPE_CHECKING:
     from webui.batch.run.results import ResultRow
+    from webui.store.batch_runs import StoredRun
 
 FORMAT = "llm-workbench.record"
 
@@ -282,23 +283,23 @@ def record_for_reply(history: list[dict[str, Any]], system_prompt: str, reply: R
                            else None)
 
 
-def record_for_batch_row(model: str, spec: dict[str, Any], row: ResultRow,
+def record_for_batch_row(model: str, spec: StoredRun, row: ResultRow,
                          loader: str = "transformers") -> ReproduceRecord:
     """The record of one batch result row: its model (the run's, when rows did not name theirs), loader, system
     prompt and raw flag, the row's setting (its parameters with the seed the cell used, and the adapters of its
     "lora" axis value) and prompt. ``loader``: for runs stored before the run kept its loader."""
     model = row.model or model
-    loader = row.loader or spec.get("loaders", {}).get(model) or spec.get("loader") or loader
-    template = spec.get("chat_templates", {}).get(model, spec.get("chat_template"))
+    loader = row.loader or spec.loaders.get(model) or spec.loader or loader
+    template = spec.chat_templates.get(model, spec.chat_template)
     from webui.chat import chat_messages
 
-    setting: dict[str, Any] = next((s for s in spec.get("settings", []) if s.get("label") == row.setting), {})
+    setting = spec.setting(row.setting)
     params = {**row.params, "seed": row.seed}
-    loras = [list(x) for x in setting.get("loras", [])]
-    options = spec.get("load_options", {}).get(model, {}) if row.load_options is None else row.load_options
-    if spec.get("raw"):
+    loras = [list(x) for x in setting.loras] if setting is not None else []
+    options = spec.load_options.get(model, {}) if row.load_options is None else row.load_options
+    if spec.raw:
         return ReproduceRecord(model, params, prompt=row.prompt, loader=loader, loras=loras, load_options=options)
-    messages = chat_messages([{"role": "user", "content": row.prompt}], spec.get("system_prompt", ""))
+    messages = chat_messages([{"role": "user", "content": row.prompt}], spec.system_prompt)
     return ReproduceRecord(model, params, messages, loader=loader, loras=loras, load_options=options,
                            chat_template=template)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from webui.batch.run.cache import ResponseCache
-from webui.store.batch_runs import BatchStore, RunNotFound
+from webui.store.batch_runs import BatchStore, RunNotFound, StoredRun
 from webui.engine import SamplingParams
 from webui.owner import as_owner
 from webui.presets import PresetError, PresetStore
@@ -79,7 +79,7 @@ def test_notebooks_are_their_owners_and_names_are_per_owner(db):
 def test_batch_runs_are_their_owners(db):
     runs = BatchStore(db)
     with as_owner("alice"):
-        run = runs.create("alice's run", {"prompts": ["p"]}, "m", 1)
+        run = runs.create("alice's run", StoredRun(), "m", 1)
         runs.add_result(run.id, 0, {"prompt_index": 0, "setting": "s", "sample": 0, "output": "secret"})
     with as_owner("bob"):
         assert runs.list() == []
@@ -96,16 +96,16 @@ def test_batch_runs_are_their_owners(db):
 def test_batch_runs_are_numbered_per_owner_and_the_number_tells_nothing_of_others(db, tmp_path):
     runs = BatchStore(db)
     with as_owner("alice"):
-        first, second = (runs.create(f"a{n}", {}, "m", 1) for n in (1, 2))
+        first, second = (runs.create(f"a{n}", StoredRun(), "m", 1) for n in (1, 2))
     with as_owner("bob"):
-        bobs = runs.create("b1", {}, "m", 1)
+        bobs = runs.create("b1", StoredRun(), "m", 1)
         assert bobs.number == 1 and runs.list()[0].number == 1
         with pytest.raises(RunNotFound) as refused:
             runs.get(first.id)
         assert str(first.id) not in str(refused.value)  # the shared key is never said
     with as_owner("alice"):
         runs.delete(second.id)
-        assert [r.number for r in runs.list()] == [1] and runs.create("a3", {}, "m", 1).number == 2
+        assert [r.number for r in runs.list()] == [1] and runs.create("a3", StoredRun(), "m", 1).number == 2
     path = tmp_path / "old.sqlite3"  # runs made before the numbers: numbered per owner in the order they were made
     with Database(path, MIGRATIONS[:9]) as old:
         with old.transaction() as conn:
