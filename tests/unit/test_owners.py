@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from webui.batch.run.cache import ResponseCache
+from webui.batch.run.results import Generated
 from webui.store.batch_runs import BatchStore, RunNotFound, StoredRun
 from webui.engine import SamplingParams
 from webui.owner import as_owner
@@ -119,17 +121,16 @@ def test_batch_runs_are_numbered_per_owner_and_the_number_tells_nothing_of_other
 
 def test_perplexity_results_and_cached_responses_are_their_owners(db):
     ppl, cache = PerplexityStore(db), ResponseCache(db)
-    response = {"output": "o", "finish_reason": "stop", "prompt_tokens": 1, "completion_tokens": 1,
-                "cached_tokens": 0, "ttft": 0.1, "tokens_per_second": 1.0}
+    response = Generated("o", "stop", 1, 1, 0, 0.1, 1.0)
     with as_owner("alice"):
         ppl.add("m", "transformers", [], "wiki", 10, 2.0, 7.4, 512)
         cache.put("k" * 64, response)
     with as_owner("bob"):
         assert ppl.list() == [] and cache.get("k" * 64) is None
-        cache.put("k" * 64, {**response, "output": "bob's"})
+        cache.put("k" * 64, replace(response, output="bob's"))
         assert cache.clear() == 1
     with as_owner("alice"):
-        assert len(ppl.list()) == 1 and cache.get("k" * 64)["output"] == "o"
+        assert len(ppl.list()) == 1 and cache.get("k" * 64) == response
     assert cache.get("k" * 64) is None and cache.clear() == 0
 
 

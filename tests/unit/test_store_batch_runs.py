@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,41 @@ def test_a_spec_from_a_newer_workbench_or_a_broken_one_says_what_to_do():
         StoredRun.from_json({**OLD, "version": SPEC_VERSION + 1})
     with pytest.raises(StoreError, match="stored spec cannot be read .* run its prompts again from the form"):
         StoredRun.from_json({**OLD, "settings": [{"label": "no params"}]})
+
+
+def test_a_result_row_keeps_the_typed_reply_and_what_it_ran_on(tmp_path):
+    from webui.batch.asserts.assertion import parse_assert
+    from webui.batch.run.grid import Setting, plan
+    from webui.batch.run.prompts import parse_lines
+    from webui.batch.run.results import Generated, result_for
+    from webui.engine import SamplingParams
+
+    rows = [dataclasses.replace(r, asserts=(parse_assert("contains: Hi"),)) for r in parse_lines("Hello")]
+    (cell,) = plan(rows, [Setting("base", SamplingParams(max_new_tokens=4))])
+    made = Generated("Hi there", "stop", 3, 2, cached_tokens=1, ttft=0.5, tokens_per_second=4.0)
+    row = result_for(cell, made, RanOn("tiny", "transformers", {"dtype": "float32"}), from_cache=True)
+    assert (row.output, row.prompt_tokens, row.completion_tokens, row.cached_tokens, row.ttft) == ("Hi there", 3, 2,
+                                                                                                    1, 0.5)
+    assert (row.model, row.loader, row.load_options, row.from_cache, row.passed) == (
+        "tiny", "transformers", {"dtype": "float32"}, True, True)
+    assert result_for(cell, made).model is None and result_for(cell, replace(made, error="boom")).asserts == []
+
+
+def test_the_response_cache_keeps_its_json_and_reads_entries_from_before_cached_tokens(tmp_path):
+    from webui.batch.run.cache import ResponseCache
+    from webui.batch.run.results import Generated
+
+    with Database(tmp_path / "workbench.sqlite3") as db:
+        cache = ResponseCache(db)
+        made = Generated("Hi", "stop", 3, 2, 1, 0.5, 4.0, error=None, tool_steps=None, logprobs=(-0.1,))
+        cache.put("a" * 64, made)
+        (stored,) = db.query("SELECT response FROM response_cache")
+        assert json.loads(stored["response"]) == {"output": "Hi", "finish_reason": "stop", "prompt_tokens": 3,
+                                                  "completion_tokens": 2, "cached_tokens": 1, "ttft": 0.5,
+                                                  "tokens_per_second": 4.0}
+        assert cache.get("a" * 64) == replace(made, logprobs=())  # logprobs are not kept
+        with db.transaction() as conn:  # an entry written before the cache kept cached_tokens
+            conn.execute("INSERT INTO response_cache (key, response, created) VALUES (?, ?, 0)", ("b" * 64, json.dumps(
+                {"output": "Old", "finish_reason": "length", "prompt_tokens": 1, "completion_tokens": 4, "ttft": None,
+                 "tokens_per_second": None})))
+        assert cache.get("b" * 64) == Generated("Old", "length", 1, 4)

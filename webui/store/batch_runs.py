@@ -48,10 +48,6 @@ class RanOn:
         options = data.get("load_options")
         return cls(str(data["model"]), data.get("loader"), dict(options) if isinstance(options, Mapping) else None)
 
-    def row_fields(self) -> dict[str, Any]:
-        """The fields a ResultRow keeps of it."""
-        return self.to_dict()
-
     def describe(self) -> str:
         """``NAME@llamacpp (loader llamacpp, n_ctx=4096)``: what a message names."""
         options = ", ".join(f"{k}={v}" for k, v in sorted((self.load_options or {}).items()))

@@ -30,7 +30,7 @@ from webui.batch.run.judge import (
 from webui.batch.run.prompts import PromptRow
 from webui.batch.run.provider_prompt import ProviderPrompt
 from webui.batch.run.rerun import ran_on, stored_ran_on
-from webui.batch.run.results import ResultRow, rejudged, result_for
+from webui.batch.run.results import Generated, ResultRow, rejudged, result_for
 from webui.store.batch_runs import BatchRun, BatchStore, RanOn, StoredRun, StoredSetting
 from webui.batch.asserts.transform import transformed
 from webui.catalog import set_dir
@@ -437,12 +437,12 @@ class BatchRunner:
         loop = cell.setting.prompt is not None and cell.setting.prompt.answers is not None  # the tool loop's row
         cached = self.cache.get(handle.keys[index]) if handle.use_cache and not logprobs and not loop else None
         if cached is not None:  # the very same request ran before: its response, with this run's asserts
-            output, value = reply_output(cell, cached["output"], cached["finish_reason"])
+            output, value = reply_output(cell, cached.output, cached.finish_reason)
             judged = await self._judge(handle, cell, output)
             embedded = await self._embed(handle, cell, output)
-            cached = {**cached, **ran_on(handle.slots[cell.setting.model]).row_fields(), "output": output}
-            self._keep(handle, index, result_for(cell, **cached, from_cache=True, judged=judged, embeddings=embedded,
-                                                 output_value=value))
+            self._keep(handle, index, result_for(cell, replace(cached, output=output, output_value=value),
+                                                 ran_on(handle.slots[cell.setting.model]), from_cache=True,
+                                                 judged=judged, embeddings=embedded))
             return
         async with slots:
             if handle.cancelled:
@@ -460,15 +460,14 @@ class BatchRunner:
                 else (made.text, None)
             judged = await self._judge(handle, cell, output) if error is None else {}
             embedded = await self._embed(handle, cell, output) if error is None else None
-            row = result_for(cell, output=output, output_value=value, judged=judged, embeddings=embedded,
-                             **ran_on(handle.slots[cell.setting.model]).row_fields(),
-                             finish_reason=made.finish_reason, prompt_tokens=made.prompt_tokens,
-                             completion_tokens=made.completion_tokens, cached_tokens=made.cached_tokens,
-                             ttft=made.ttft, tokens_per_second=made.tokens_per_second, error=error,
-                             logprobs=made.logprobs,
-                             tool_steps=None if made.steps is None else [s.to_dict() for s in made.steps])
+            generated = Generated(output, made.finish_reason, made.prompt_tokens, made.completion_tokens,
+                                  made.cached_tokens, made.ttft, made.tokens_per_second, error, value,
+                                  None if made.steps is None else [s.to_dict() for s in made.steps],
+                                  tuple(made.logprobs))
+            row = result_for(cell, generated, ran_on(handle.slots[cell.setting.model]), judged=judged,
+                             embeddings=embedded)
             if error is None and not loop and made.finish_reason not in ("cancelled", "error"):
-                self.cache.put(handle.keys[index], {**row.to_dict(), "output": made.text})  # the reply as generated
+                self.cache.put(handle.keys[index], replace(generated, output=made.text))  # the reply as generated
             self._keep(handle, index, row)
 
     async def _generate(self, handle: RunHandle, index: int, cell: Cell, prompt: tuple[str, list | None], raw: bool,
