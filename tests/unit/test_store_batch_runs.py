@@ -75,7 +75,7 @@ def test_a_spec_stored_before_runs_kept_their_loader_reads_with_the_defaults():
     job = BatchJob.from_stored("again", stored)
     assert job.max_cells == DEFAULT_MAX_CELLS and job.judge_prompt == JUDGE_PROMPT
     record = record_for_batch_row("tiny", stored, row(), loader="llamacpp")  # the caller's fallback loader
-    assert record.loader == "llamacpp" and record.loras == [["style", 0.5]] and record.load_options == {}
+    assert record.loader == "llamacpp" and record.loras == (("style", 0.5),) and record.load_options == {}
     assert record_for_batch_row("tiny", StoredRun.from_json(OLD), row()).load_options == {"dtype": "float32"}
 
 
