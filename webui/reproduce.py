@@ -50,9 +50,9 @@ class ReproduceRecord:
     """The loader's own options the model was loaded with (n_ctx, cache_type, attention...: loaders/options.py)."""
     draw: int = DRAW
     """How sampled tokens were drawn (webui.engine.sampling.DRAW); records without it were made with draw 1."""
-    chat_mode: dict[str, Any] | None = None
-    """The chat mode (webui.chat.modes.ChatMode.to_record(): the mode, the character by content, names, command,
-    chat template); None: instruct, as records without it were made."""
+    chat_mode: ChatMode | None = None
+    """The chat mode (written as webui.chat.modes.ChatMode.to_record(): the mode, the character by content, names,
+    command, chat template); None: instruct, as records without it were made."""
     tools: list[dict[str, Any]] | None = None
     """The tools the run was offered (OpenAI's function objects), for a chat reply that called tools: its
     ``messages`` then hold the calls (``tool_calls``) and their results (``tool`` messages) before the run."""
@@ -65,6 +65,7 @@ class ReproduceRecord:
     def to_json(self) -> str:
         data = asdict(self)
         data["continue_from"] = self.continue_from.to_json() if self.continue_from is not None else None
+        data["chat_mode"] = self.chat_mode.to_record() if self.chat_mode is not None else None
         if data["chat_mode"] is None:  # an instruct record is written as records always were
             del data["chat_mode"]
         if data["tools"] is None:
@@ -159,11 +160,8 @@ class ReproduceRecord:
         return template
 
     def mode(self) -> ChatMode:
-        """The record's chat mode (instruct when it has none); RecordError when it is not one."""
-        try:
-            return ChatMode.from_record(self.chat_mode)
-        except ModeError as exc:
-            raise RecordError(f"chat_mode: {exc}") from exc
+        """The record's chat mode (instruct when it has none)."""
+        return self.chat_mode if self.chat_mode is not None else ChatMode()
 
     def api_body(self) -> tuple[str, dict[str, Any]]:
         """(route, JSON body) of the equivalent OpenAI API request."""
@@ -241,7 +239,7 @@ def parse_record(text: str) -> ReproduceRecord:
     record = ReproduceRecord(data["model"], data["params"], data.get("messages"), data.get("prompt"),
                              data.get("loader", "transformers"), _loras(data.get("loras")), data.get("chat_template"),
                              _given(data.get("continue_from")), load_options=data.get("load_options") or {},
-                             draw=draw, chat_mode=data.get("chat_mode"), tools=data.get("tools"))
+                             draw=draw, chat_mode=_mode(data.get("chat_mode")), tools=data.get("tools"))
     record.sampling()  # validates the parameters now
     if tools:
         try:
@@ -249,8 +247,17 @@ def parse_record(text: str) -> ReproduceRecord:
         except InvalidParameter as exc:
             raise RecordError(f"tools: {exc}") from exc
     record.template()
-    record.mode()
     return record
+
+
+def _mode(value: Any) -> ChatMode | None:
+    """A record's "chat_mode" (ChatMode.to_record(); none: instruct); RecordError names what is wrong."""
+    if value is None:
+        return None
+    try:
+        return ChatMode.from_record(value)
+    except ModeError as exc:
+        raise RecordError(f"chat_mode: {exc}") from exc
 
 
 def _loras(value: Any) -> tuple[tuple[str, float], ...]:
@@ -291,8 +298,8 @@ def record_for_reply(history: list[dict[str, Any]], system_prompt: str, reply: R
                            load_options=reply.load_options if reply.load_options is not None else {},
                            chat_template=reply.chat_template,
                            continue_from=reply.given,
-                           chat_mode=reply.chat_mode, tools=list(reply.tools_offered) if tools and reply.tools_offered
-                           else None)
+                           chat_mode=_mode(reply.chat_mode),
+                           tools=list(reply.tools_offered) if tools and reply.tools_offered else None)
 
 
 def record_for_batch_row(model: str, spec: StoredRun, row: ResultRow,

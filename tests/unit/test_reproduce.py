@@ -9,6 +9,7 @@ import shlex
 
 import pytest
 
+from webui.chat.modes import ChatMode
 from webui.engine import SamplingParams
 from webui.reproduce import RecordError, ReproduceRecord, parse_record
 
@@ -99,7 +100,7 @@ CHAT_MODE = {"mode": "chat-instruct", "character": {"name": "Ann", "greeting": "
 
 
 def test_a_record_keeps_the_chat_mode_and_the_character_by_content():
-    r = record(chat_mode=CHAT_MODE)
+    r = record(chat_mode=ChatMode.from_record(CHAT_MODE))
     assert parse_record(r.to_json()) == r
     assert '"chat_mode"' not in record().to_json()  # instruct records are written as they always were
     assert parse_record(record().to_json()).chat_mode is None
@@ -108,7 +109,8 @@ def test_a_record_keeps_the_chat_mode_and_the_character_by_content():
     assert body["chat_instruct_command"] == "Be {{char}}.\n<|prompt|>" and "user_name" not in body
     assert "extra_body" in r.openai_snippet() and "'mode': 'chat-instruct'" in r.openai_snippet()
     tokenizer = SimpleNamespace(chat_template=None, encode=lambda text, add_special_tokens=False: [1])
-    chat = parse_record(record(chat_mode={"mode": "chat", "character": CHAT_MODE["character"]}).to_json())
+    chat_mode = ChatMode.from_record({"mode": "chat", "character": CHAT_MODE["character"]})
+    chat = parse_record(record(chat_mode=chat_mode).to_json())
     assert chat.request(tokenizer).prompt == "Ann is a pirate.\n\nZed: Hi 'there'\nAnn:"
 
 
