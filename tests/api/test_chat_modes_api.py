@@ -103,7 +103,7 @@ def test_a_reproduce_records_body_is_the_chat_replys_prompt(app, services):
 
     mode = ChatMode("chat-instruct", services.characters.get("Ann"))
     record = ReproduceRecord("tiny", {"temperature": 0.0, "max_new_tokens": 3}, chat_messages(MESSAGES),
-                             chat_mode=mode.to_record())
+                             chat_mode=mode)
     _, body = record.api_body()
     extra = {k: body[k] for k in ("mode", "character")}
     _, seen = call(app, **extra)

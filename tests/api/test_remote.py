@@ -123,7 +123,7 @@ def test_a_remote_server_judges_llm_rubric_and_its_key_is_not_stored(api, servic
     (row,) = controller.rows(done.run_id)
     (result,) = row.asserts
     assert result.detail.startswith("judge: ") and 0 <= result.score <= 1, result  # the server's verdict, read
-    spec = controller.store.get(done.run_id).spec
+    spec = controller.store.get(done.run_id).spec.to_json()
     assert spec["remote_judge"] == {"url": api.base_url, "model": ""} and API_KEY not in json.dumps(spec)
     unreachable = BatchForm(prompts="Say hello.", asserts="llm-rubric:polite",
                             judge_url=f"http://127.0.0.1:{free_port()}/v1")

@@ -14,6 +14,7 @@ from tests.conftest import last
 from webui.controllers import UserError
 from webui.controllers.batch import BatchController, BatchForm
 from webui.engine import SamplingParams
+from webui.store.batch_runs import StoredRun
 
 BASE = SamplingParams(temperature=0, max_new_tokens=4, ban_eos=True)
 
@@ -248,7 +249,7 @@ def test_llm_rubric_is_judged_by_the_loaded_model_and_its_verdict_is_kept(contro
     assert result.detail.startswith("judge: ") and 0 <= result.score <= 1  # the tiny model always answers JSON
     assert row.passed is result.passed
     stored = controller.store.get(done.run_id).spec
-    assert stored["judge_prompt"] == JUDGE_PROMPT
+    assert stored.judge_prompt == JUDGE_PROMPT
     bad = controller.job(form, BASE)
     with pytest.raises(UserError, match=r"the judge prompt must hold \{\{output\}\} and \{\{rubric\}\}"):
         last(controller.run(replace(bad, judge_prompt="Grade {{output}}")))
@@ -313,13 +314,14 @@ def test_a_run_stored_without_its_loader_still_opens_and_reruns_with_a_note(cont
     services = other_loader
     first = last(controller.run(controller.job(BatchForm(prompts="Hello"), BASE)))
     stored = services.batches.get(first.run_id)
-    old_spec = {k: v for k, v in stored.spec.items() if k not in ("loader", "loaders", "load_options")}
+    old_spec = {k: v for k, v in stored.spec.to_json().items()
+                if k not in ("version", "loader", "loaders", "load_options")}
     old_spec["settings"] = [{k: v for k, v in s.items() if k != "ran_on"} for s in old_spec["settings"]]
     old_rows = [{k: v for k, v in r.items() if k not in ("loader", "load_options")}
                 for r in services.batches.results(first.run_id)]
 
     def stored_before(spec):
-        run = services.batches.create("old run", spec, "tiny", len(old_rows))
+        run = services.batches.create("old run", StoredRun.from_json(spec), "tiny", len(old_rows))
         for i, row in enumerate(old_rows):
             services.batches.add_result(run.id, i, row)
         services.batches.finish(run.id, "done")

@@ -296,7 +296,7 @@ def test_records_of_continued_and_branched_replies_re_create_them_exactly(sessio
         session.chats.show(reply.id)
         record = session.inspect(done.chat_id).record
         result = services.engine.generate(record.request(tokenizer))
-        assert [*record.continue_from["token_ids"], *result.token_ids] == reply.stats["token_ids"]
+        assert [*record.continue_from.token_ids, *result.token_ids] == reply.stats["token_ids"]
         output, _ = InsightController(services).rerun(record.to_json())
         assert output == reply.content  # what the Insight tab's "Re-run a record" shows
 

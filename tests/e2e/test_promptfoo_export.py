@@ -23,7 +23,7 @@ from webui import bootstrap
 from webui.batch.run.grid import plan
 from webui.batch.promptfoo.reader import read_suite
 from webui.batch.promptfoo.export import to_promptfoo
-from webui.batch.run.results import result_for
+from webui.batch.run.results import Generated, result_for
 
 pytestmark = pytest.mark.node
 
@@ -57,7 +57,7 @@ tests:
 def _ours(tmp_path: Path) -> dict[str, Any]:
     suite = read_suite(SUITE, tmp_path)
     cells = plan(suite.rows, suite.settings, 1, 0)
-    rows = [result_for(cell, output=cell.row.text, finish_reason="stop", prompt_tokens=1, completion_tokens=1)
+    rows = [result_for(cell, Generated(cell.row.text, "stop", 1, 1))
             for cell in cells]  # echo's output: the prompt
     return json.loads(to_promptfoo(rows, suite.description, suite.rows, {s.label: s.provider for s in suite.settings}))
 

@@ -19,6 +19,7 @@ from webui.batch.asserts.errors import BatchInputError
 from webui.batch.run.results import summarize
 from webui.batch.run.runner import BatchJob
 from webui.services import Services
+from webui.store.batch_runs import StoredRun
 
 
 def job(rows_text: str, **grid) -> BatchJob:
@@ -73,7 +74,7 @@ def test_a_rerun_repeats_greedy_and_seeded_outputs(services):
     first = run(services, job("Hi there\nThe weather", axes={"temperature": [0, 0.9], "max_new_tokens": [8]},
                               samples=2, base_seed=5))
     spec = services.batches.get(first.run_id).spec
-    again = run(services, BatchJob.from_spec("again", spec))
+    again = run(services, BatchJob.from_stored("again", spec))
     assert [r.output for r in again.rows()] == [r.output for r in first.rows()]
     assert [r.seed for r in again.rows()] == [r.seed for r in first.rows()]
 
@@ -82,7 +83,7 @@ def test_a_rerun_uses_the_stored_settings_even_if_a_preset_changed(services):
     services.presets.save("Mine", services.presets.get("Deterministic").params.replace(max_new_tokens=5))
     first = run(services, job("Hi", presets=["Mine"], axes={}))
     services.presets.save("Mine", services.presets.get("Creative").params)
-    again = run(services, BatchJob.from_spec("again", services.batches.get(first.run_id).spec))
+    again = run(services, BatchJob.from_stored("again", services.batches.get(first.run_id).spec))
     assert again.rows()[0].output == first.rows()[0].output and again.rows()[0].params["temperature"] == 0.0
 
 
@@ -133,7 +134,7 @@ def test_cancel_keeps_what_finished_and_rows_are_stored_as_they_finish(slow_serv
 
 
 def test_a_run_left_running_by_a_dead_process_is_marked_failed_and_keeps_its_rows(services, tmp_path):
-    run_row = services.batches.create("orphan", {"rows": []}, "tiny", 3)
+    run_row = services.batches.create("orphan", StoredRun(), "tiny", 3)
     services.batches.add_result(run_row.id, 0, {"output": "kept"})
     again = Services.create(services.config)
     try:
@@ -147,7 +148,7 @@ def test_a_run_left_running_by_a_dead_process_is_marked_failed_and_keeps_its_row
 def test_store_rename_delete_and_json_spec(services):
     handle = run(services, job("Hi"))
     assert services.batches.rename(handle.run_id, "renamed").name == "renamed"
-    spec = services.batches.get(handle.run_id).spec
+    spec = services.batches.get(handle.run_id).spec.to_json()
     assert json.loads(json.dumps(spec)) == spec and spec["settings"][0]["params"]["max_new_tokens"] == 6
     services.batches.delete(handle.run_id)
     assert handle.run_id not in [r.id for r in services.batches.list()]
@@ -158,17 +159,19 @@ def test_a_run_keeps_its_loader_for_each_rows_record(services):
 
     handle = run(services, job("Hello"))
     stored = services.batches.get(handle.run_id)
-    assert stored.spec["loader"] == "transformers"
+    assert stored.spec.loader == "transformers"
     row = handle.rows()[0]
-    assert stored.spec["loaders"] == {row.model: "transformers"} and row.model == stored.model
+    assert stored.spec.loaders == {row.model: "transformers"} and row.model == stored.model
     assert row.loader == "transformers" and row.load_options == services.in_use().model.load_options
     assert record_for_batch_row(stored.model, stored.spec, row).load_options == row.load_options
     row = replace(row, loader=None, load_options=None)  # a row stored before rows kept their loader
-    stored.spec["loaders"] = {row.model: "gptq"}  # each model of a run names its own loader
-    assert record_for_batch_row(stored.model, stored.spec, row, loader="transformers").loader == "gptq"
-    del stored.spec["loaders"]  # runs stored before runs had several models
-    stored.spec["loader"] = "llamacpp"  # what a run made with llama.cpp stores; the fallback is not used
-    assert record_for_batch_row(stored.model, stored.spec, row, loader="transformers").loader == "llamacpp"
+    spec = stored.spec.to_json()
+    spec["loaders"] = {row.model: "gptq"}  # each model of a run names its own loader
+    assert record_for_batch_row(stored.model, StoredRun.from_json(spec), row, loader="transformers").loader == "gptq"
+    del spec["loaders"]  # runs stored before runs had several models
+    spec["loader"] = "llamacpp"  # what a run made with llama.cpp stores; the fallback is not used
+    assert record_for_batch_row(stored.model, StoredRun.from_json(spec), row,
+                                loader="transformers").loader == "llamacpp"
 
 
 def test_the_cache_serves_a_cell_only_to_the_model_loaded_the_same_way(services):
@@ -303,8 +306,8 @@ def test_a_raw_setting_reads_the_prompt_as_it_is_beside_one_through_the_chat_tem
     completion, chat = sorted(handle.rows(), key=lambda r: r.setting != "completion")
     assert completion.prompt_tokens < chat.prompt_tokens  # the template's turn markers, for the chat setting only
     assert handle.keys[0] != handle.keys[1]
-    stored = services.batches.get(handle.run_id).spec["settings"]
-    assert [s.get("raw", False) for s in stored] == [True, False]
+    stored = services.batches.get(handle.run_id).spec.settings
+    assert [s.raw for s in stored] == [True, False]
 
 
 def test_similar_asserts_score_by_the_run_models_embeddings_and_say_so(services):

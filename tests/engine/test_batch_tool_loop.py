@@ -133,7 +133,7 @@ def test_a_two_step_loop_answers_from_canned_results_and_keeps_its_calls(service
     assert shown == 'get_weather({"city": "Paris"}) → Sunny, 21 °C · get_time({}) → 14:00'
 
     spec = services.batches.get(handle.run_id).spec  # a re-run repeats the loop from the stored spec
-    again = run(services, BatchJob.from_spec("again", spec)).rows()[0]
+    again = run(services, BatchJob.from_stored("again", spec)).rows()[0]
     assert again.output == row.output and not again.from_cache and len(calls_of(again)) == 2
 
 
@@ -192,7 +192,7 @@ def test_local_tools_answer_the_calls(services, tmp_path):
     assert calculation["name"] == "calculate" and "42" in calculation["result"] and calculation["error"] is None
     assert row.output == "It is 42." and row.passed, row.asserts
     assert "roll_dice" in model.prompts[0] and "get_datetime" in model.prompts[0]  # every local tool offered
-    offered = services.batches.get(handle.run_id).spec["settings"][0]["prompt"]["tools"]["tools"]
+    offered = services.batches.get(handle.run_id).spec.settings[0].prompt["tools"]["tools"]
     assert {t["function"]["name"] for t in offered} >= {"calculate", "get_datetime", "roll_dice"}  # as they ran
     assert handle.toolbox is not None and handle.toolbox._closed  # stopped with the run
 

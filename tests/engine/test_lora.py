@@ -149,5 +149,5 @@ def test_the_batch_grid_can_vary_the_adapter(services):
     tok = services.loaded.tokenizer
     assert tok.encode(rows["lora=none"].output, add_special_tokens=False)[:1] == base[:1]
     assert rows["lora=secret"].output.startswith(SECRET_WORD)
-    again = services.batch_runner.start(BatchJob.from_spec("again", services.batches.get(handle.run_id).spec))
+    again = services.batch_runner.start(BatchJob.from_stored("again", services.batches.get(handle.run_id).spec))
     assert again.wait(60) and [r.output for r in again.rows()] == [r.output for r in handle.rows()]

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from webui.batch.run.cache import ResponseCache
-from webui.store.batch_runs import BatchStore, RunNotFound
+from webui.batch.run.results import Generated
+from webui.store.batch_runs import BatchStore, RunNotFound, StoredRun
 from webui.engine import SamplingParams
 from webui.owner import as_owner
 from webui.presets import PresetError, PresetStore
@@ -79,7 +81,7 @@ def test_notebooks_are_their_owners_and_names_are_per_owner(db):
 def test_batch_runs_are_their_owners(db):
     runs = BatchStore(db)
     with as_owner("alice"):
-        run = runs.create("alice's run", {"prompts": ["p"]}, "m", 1)
+        run = runs.create("alice's run", StoredRun(), "m", 1)
         runs.add_result(run.id, 0, {"prompt_index": 0, "setting": "s", "sample": 0, "output": "secret"})
     with as_owner("bob"):
         assert runs.list() == []
@@ -96,16 +98,16 @@ def test_batch_runs_are_their_owners(db):
 def test_batch_runs_are_numbered_per_owner_and_the_number_tells_nothing_of_others(db, tmp_path):
     runs = BatchStore(db)
     with as_owner("alice"):
-        first, second = (runs.create(f"a{n}", {}, "m", 1) for n in (1, 2))
+        first, second = (runs.create(f"a{n}", StoredRun(), "m", 1) for n in (1, 2))
     with as_owner("bob"):
-        bobs = runs.create("b1", {}, "m", 1)
+        bobs = runs.create("b1", StoredRun(), "m", 1)
         assert bobs.number == 1 and runs.list()[0].number == 1
         with pytest.raises(RunNotFound) as refused:
             runs.get(first.id)
         assert str(first.id) not in str(refused.value)  # the shared key is never said
     with as_owner("alice"):
         runs.delete(second.id)
-        assert [r.number for r in runs.list()] == [1] and runs.create("a3", {}, "m", 1).number == 2
+        assert [r.number for r in runs.list()] == [1] and runs.create("a3", StoredRun(), "m", 1).number == 2
     path = tmp_path / "old.sqlite3"  # runs made before the numbers: numbered per owner in the order they were made
     with Database(path, MIGRATIONS[:9]) as old:
         with old.transaction() as conn:
@@ -119,17 +121,16 @@ def test_batch_runs_are_numbered_per_owner_and_the_number_tells_nothing_of_other
 
 def test_perplexity_results_and_cached_responses_are_their_owners(db):
     ppl, cache = PerplexityStore(db), ResponseCache(db)
-    response = {"output": "o", "finish_reason": "stop", "prompt_tokens": 1, "completion_tokens": 1,
-                "cached_tokens": 0, "ttft": 0.1, "tokens_per_second": 1.0}
+    response = Generated("o", "stop", 1, 1, 0, 0.1, 1.0)
     with as_owner("alice"):
         ppl.add("m", "transformers", [], "wiki", 10, 2.0, 7.4, 512)
         cache.put("k" * 64, response)
     with as_owner("bob"):
         assert ppl.list() == [] and cache.get("k" * 64) is None
-        cache.put("k" * 64, {**response, "output": "bob's"})
+        cache.put("k" * 64, replace(response, output="bob's"))
         assert cache.clear() == 1
     with as_owner("alice"):
-        assert len(ppl.list()) == 1 and cache.get("k" * 64)["output"] == "o"
+        assert len(ppl.list()) == 1 and cache.get("k" * 64) == response
     assert cache.get("k" * 64) is None and cache.clear() == 0
 
 

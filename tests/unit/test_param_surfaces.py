@@ -60,7 +60,7 @@ def test_request_to_record_to_api_body_and_back_gives_the_same_values():
     assert params.changed() == {name: SamplingParams.from_dict({name: example(name)}).to_dict()[name]
                                 for name in specs()}, "every field the request set reaches SamplingParams"
     record = parse_record(ReproduceRecord("m", params.to_dict(), [{"role": "user", "content": "hi"}], loader="llamacpp",
-                                          loras=[["a", 0.5], ["b", 1.25]]).to_json())
+                                          loras=(("a", 0.5), ("b", 1.25))).to_json())
     route, api_body = record.api_body()
     assert route == "/chat/completions" and record.loader == "llamacpp"
     request = ChatCompletionRequest(**api_body)

@@ -9,6 +9,7 @@ import shlex
 
 import pytest
 
+from webui.chat.modes import ChatMode
 from webui.engine import SamplingParams
 from webui.reproduce import RecordError, ReproduceRecord, parse_record
 
@@ -19,12 +20,12 @@ def record(**kw) -> ReproduceRecord:
 
 
 def test_json_round_trip():
-    r = record(loras=[["secret", 1.0]])
+    r = record(loras=(("secret", 1.0),))
     assert parse_record(r.to_json()) == r
 
 
 def test_the_api_request_carries_every_setting():
-    route, body = record(loras=[["secret", 0.5], ["other", 1.0]]).api_body()
+    route, body = record(loras=(("secret", 0.5), ("other", 1.0))).api_body()
     assert route == "/chat/completions" and body["model"] == "SmolLM2-135M-Instruct"
     assert body["loras"] == [["secret", 0.5], ["other", 1.0]]  # every adapter at the record's own weight
     assert (body["temperature"], body["top_k"], body["seed"], body["stop"], body["max_tokens"]) == (
@@ -99,7 +100,7 @@ CHAT_MODE = {"mode": "chat-instruct", "character": {"name": "Ann", "greeting": "
 
 
 def test_a_record_keeps_the_chat_mode_and_the_character_by_content():
-    r = record(chat_mode=CHAT_MODE)
+    r = record(chat_mode=ChatMode.from_record(CHAT_MODE))
     assert parse_record(r.to_json()) == r
     assert '"chat_mode"' not in record().to_json()  # instruct records are written as they always were
     assert parse_record(record().to_json()).chat_mode is None
@@ -108,7 +109,8 @@ def test_a_record_keeps_the_chat_mode_and_the_character_by_content():
     assert body["chat_instruct_command"] == "Be {{char}}.\n<|prompt|>" and "user_name" not in body
     assert "extra_body" in r.openai_snippet() and "'mode': 'chat-instruct'" in r.openai_snippet()
     tokenizer = SimpleNamespace(chat_template=None, encode=lambda text, add_special_tokens=False: [1])
-    chat = parse_record(record(chat_mode={"mode": "chat", "character": CHAT_MODE["character"]}).to_json())
+    chat_mode = ChatMode.from_record({"mode": "chat", "character": CHAT_MODE["character"]})
+    chat = parse_record(record(chat_mode=chat_mode).to_json())
     assert chat.request(tokenizer).prompt == "Ann is a pirate.\n\nZed: Hi 'there'\nAnn:"
 
 
@@ -120,3 +122,23 @@ def test_a_record_with_a_bad_chat_mode_says_what_is_wrong():
         data = json.loads(record().to_json())
         with pytest.raises(RecordError, match=message):
             parse_record(json.dumps({**data, "chat_mode": bad}))
+
+
+def test_a_records_adapters_and_given_start_are_typed_and_written_as_records_always_were():
+    from webui.chat.reply import GivenStart
+
+    written = json.loads(record().to_json())  # a record as JSON, with adapters and a given start of tokens
+    written.update(loras=[["style", 0.5]], continue_from={"token_ids": [5, 6], "text": "Once"})
+    r = parse_record(json.dumps(written))
+    assert r.loras == (("style", 0.5),) and r.continue_from == GivenStart("Once", (5, 6))
+    assert json.loads(r.to_json()) == written  # the same JSON back
+    tokens = SimpleNamespace(encode=lambda text, add_special_tokens: [1, 2], decode=lambda ids: f"<{ids}>")
+    assert r.reply(tokens, [7], "x") == "<[5, 6, 7]>"
+    text_only = parse_record(json.dumps({**written, "continue_from": {"text": "Once"}}))
+    assert text_only.continue_from == GivenStart("Once") and text_only.api_body()[1]["messages"][-1] == {
+        "role": "assistant", "content": "Once"}
+    assert parse_record(json.dumps({**written, "continue_from": None, "loras": None})).loras == ()
+    for bad, message in (({"loras": [["style"]]}, r"'loras' must be a list of \[adapter name, weight\] pairs"),
+                         ({"continue_from": {"token_ids": [-1]}}, r"continue_from must be \{\"token_ids\"")):
+        with pytest.raises(RecordError, match=message):
+            parse_record(json.dumps({**written, **bad}))

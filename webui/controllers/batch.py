@@ -402,9 +402,9 @@ class BatchController:
     def _promptfoo(self, run_id: int, rows: Iterable[ResultRow]) -> str:
         """The rows in promptfoo's results shape, with the run's prompts (vars, labels) and provider ids."""
         run = self._get(run_id)
-        prompts = [PromptRow.from_dict(r) for r in run.spec.get("rows", [])]
-        providers = {s["label"]: s["provider"] for s in run.spec.get("settings", []) if s.get("provider")}
-        return to_promptfoo(rows, run.name, prompts, providers, run.spec.get("derived_metrics"))
+        prompts = [PromptRow.from_dict(r) for r in run.spec.rows]
+        providers = {s.label: s.provider for s in run.spec.settings if s.provider}
+        return to_promptfoo(rows, run.name, prompts, providers, run.spec.derived_metrics or None)
 
     def inspect_row(self, run_id: int | None, row: ResultRow) -> MessageInspection:
         """What the model read for ``row`` of run ``run_id``, and the row's reproduce record."""

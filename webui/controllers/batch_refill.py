@@ -22,16 +22,16 @@ def form_values(run: BatchRun) -> tuple[dict[str, Any], str]:
     """(BatchForm's field values for ``run``, a note on what was filled in) ; BatchInputError for a spec that
     cannot be read."""
     spec = run.spec
-    rows = [PromptRow.from_dict(r) for r in spec.get("rows", [])]
-    grid = GridSpec.from_dict(spec.get("grid", {}))
-    remote = spec.get("remote_judge") or {}
+    rows = [PromptRow.from_dict(r) for r in spec.rows]
+    grid = GridSpec.from_dict(spec.grid)
+    remote = spec.remote_judge or {}
     values: dict[str, Any] = dict(
-        template="", system=spec.get("system_prompt", ""), raw=bool(spec.get("raw", False)),
+        template="", system=spec.system_prompt, raw=spec.raw,
         presets=tuple(grid.presets), axes=axes_text(grid.axes), samples=grid.samples, base_seed=grid.base_seed,
-        name=run.name, use_cache=bool(spec.get("use_cache", True)), judge_url=remote.get("url", ""),
-        judge_model=remote.get("model", "") or spec.get("judge_model", ""))
-    if spec.get("judge_prompt"):
-        values["judge_prompt"] = spec["judge_prompt"]
+        name=run.name, use_cache=spec.use_cache, judge_url=remote.get("url", ""),
+        judge_model=remote.get("model", "") or spec.judge_model)
+    if spec.judge_prompt:
+        values["judge_prompt"] = spec.judge_prompt
     notes = []
     if _as_lines(rows):
         values.update(prompts="\n".join(escape_newlines(r.text) for r in rows),
@@ -43,7 +43,7 @@ def form_values(run: BatchRun) -> tuple[dict[str, Any], str]:
                       upload=(f"run-{run.id}-prompts.jsonl", ("\n".join(lines) + "\n").encode("utf-8")))
         notes.append(f"Using the {len(rows)} prompts of run #{run.number} with each one's own asserts (the text box "
                      "shows them and is ignored; “Use the text box instead” drops the file).")
-    labels = [s.get("label") for s in spec.get("settings", [])]
+    labels = [s.label for s in spec.settings]
     if not grid.presets and not grid.axes and labels != [BASE_LABEL]:
         notes.append(f"Its settings ({', '.join(map(str, labels))}) came from a promptfoo suite, which the form "
                      "cannot hold; Re-run runs them again.")

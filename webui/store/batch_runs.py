@@ -2,6 +2,9 @@
 
 Each result is written in its own transaction as soon as it finishes, so a
 crash mid-run keeps every finished row.
+
+The spec is a ``StoredRun``: written by ``StoredRun.to_json`` and read back only by ``StoredRun.from_json``, which
+also reads the specs stored before specs had a version (version 0: the same keys, any of the later ones missing).
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ import builtins
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from webui.owner import current as current_owner
 from webui.store.chats import check_title
@@ -25,12 +28,135 @@ class RunNotFound(StoreError):
     pass
 
 
+SPEC_VERSION = 1
+"""The version ``StoredRun.to_json`` writes (0: specs stored before they had one; the same keys)."""
+
+
+@dataclass(frozen=True)
+class RanOn:
+    """The model one setting of a run ran on."""
+
+    model: str  # its id (model_id)
+    loader: str | None  # None: a run stored before runs kept their loader
+    load_options: dict[str, Any] | None = None  # None: not stored
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "loader": self.loader, "load_options": self.load_options}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RanOn":
+        options = data.get("load_options")
+        return cls(str(data["model"]), data.get("loader"), dict(options) if isinstance(options, Mapping) else None)
+
+    def describe(self) -> str:
+        """``NAME@llamacpp (loader llamacpp, n_ctx=4096)``: what a message names."""
+        options = ", ".join(f"{k}={v}" for k, v in sorted((self.load_options or {}).items()))
+        return f"{self.model} (loader {self.loader or 'not stored'}{', ' + options if options else ''})"
+
+
+@dataclass(frozen=True)
+class StoredSetting:
+    """One fully expanded setting of a stored run (its parts that have types of their own kept as their JSON:
+    ``params`` as SamplingParams.to_dict, ``prompt`` as ProviderPrompt.to_dict)."""
+
+    label: str
+    params: dict[str, Any]
+    preset: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    loras: tuple[tuple[str, float], ...] = ()
+    model: str | None = None  # the grid's model axis value (None: the model in use)
+    provider: str | None = None  # a promptfoo suite's provider id
+    raw: bool = False
+    prompt: dict[str, Any] | None = None
+    ran_on: RanOn | None = None  # None: stored before runs kept it, or not run yet
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "params": self.params, "preset": self.preset, "overrides": self.overrides,
+                "loras": [list(x) for x in self.loras], "model": self.model,
+                **({"provider": self.provider} if self.provider is not None else {}),
+                **({"raw": True} if self.raw else {}),
+                **({"prompt": self.prompt} if self.prompt is not None else {}),
+                **({"ran_on": self.ran_on.to_dict()} if self.ran_on is not None else {})}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "StoredSetting":
+        return cls(str(data["label"]), dict(data["params"]), data.get("preset"), dict(data.get("overrides") or {}),
+                   tuple((str(n), float(w)) for n, w in data.get("loras") or []), data.get("model"),
+                   data.get("provider"), bool(data.get("raw", False)),
+                   dict(data["prompt"]) if data.get("prompt") is not None else None,
+                   RanOn.from_dict(data["ran_on"]) if data.get("ran_on") else None)
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """What a batch run stores to be opened, re-run and reproduced: the job (prompts, grid, expanded settings,
+    options) and what it ran on (each model's loader, load options and instruction template). The prompts and
+    the grid are kept as their own JSON (PromptRow.to_dict, GridSpec.to_dict)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    grid: dict[str, Any] = field(default_factory=dict)
+    settings: list[StoredSetting] = field(default_factory=list)
+    system_prompt: str = ""
+    raw: bool = False
+    max_cells: int | None = None  # None: not stored (the default)
+    chat_template_name: str = ""  # the instruction template's name ("": each model's own)
+    use_cache: bool = True
+    judge_prompt: str | None = None  # None: not stored (the default prompt)
+    judge_model: str = ""
+    remote_judge: dict[str, Any] | None = None  # RemoteJudge.to_dict
+    derived_metrics: dict[str, str] = field(default_factory=dict)
+    loader: str | None = None  # the first setting's model's loader (None: stored before runs kept it)
+    loaders: dict[str, str] = field(default_factory=dict)  # by model name
+    load_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # by model name
+    chat_template: dict[str, str] | None = None  # the first model's template record (None: its own)
+    chat_templates: dict[str, dict[str, str] | None] = field(default_factory=dict)  # by model name
+    version: int = SPEC_VERSION
+
+    def setting(self, label: str) -> StoredSetting | None:
+        return next((s for s in self.settings if s.label == label), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": SPEC_VERSION, "rows": self.rows, "grid": self.grid,
+                "settings": [s.to_json() for s in self.settings],
+                "system_prompt": self.system_prompt, "raw": self.raw,
+                **({"max_cells": self.max_cells} if self.max_cells is not None else {}),
+                "chat_template_name": self.chat_template_name, "use_cache": self.use_cache,
+                **({"judge_prompt": self.judge_prompt} if self.judge_prompt is not None else {}),
+                "judge_model": self.judge_model, "remote_judge": self.remote_judge,
+                **({"derived_metrics": dict(self.derived_metrics)} if self.derived_metrics else {}),
+                **({"loader": self.loader} if self.loader is not None else {}),
+                "loaders": self.loaders, "load_options": self.load_options,
+                "chat_template": self.chat_template, "chat_templates": self.chat_templates}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "StoredRun":
+        """The one reader of a stored spec, of any version up to SPEC_VERSION; a StoreError for one it cannot
+        read."""
+        version = data.get("version", 0)
+        if not isinstance(version, int) or version > SPEC_VERSION:
+            raise StoreError(f"this batch run was stored by a newer version of the workbench (spec version "
+                             f"{version}); update the workbench to open it")
+        try:
+            return cls([dict(r) for r in data.get("rows") or []], dict(data.get("grid") or {}),
+                       [StoredSetting.from_json(s) for s in data.get("settings") or []],
+                       str(data.get("system_prompt") or ""), bool(data.get("raw", False)), data.get("max_cells"),
+                       str(data.get("chat_template_name") or ""), bool(data.get("use_cache", True)),
+                       data.get("judge_prompt"), str(data.get("judge_model") or ""),
+                       dict(data["remote_judge"]) if data.get("remote_judge") else None,
+                       dict(data.get("derived_metrics") or {}), data.get("loader"), dict(data.get("loaders") or {}),
+                       {k: dict(v or {}) for k, v in (data.get("load_options") or {}).items()},
+                       data.get("chat_template"), dict(data.get("chat_templates") or {}), version)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"this batch run's stored spec cannot be read ({type(exc).__name__}: {exc}); run its "
+                             "prompts again from the form") from None
+
+
 @dataclass(frozen=True)
 class BatchRun:
     id: int
     """The run's key in the store (shared by all owners: never shown)."""
     name: str
-    spec: dict[str, Any]
+    spec: StoredRun
     model: str | None
     status: str
     total: int
@@ -45,7 +171,7 @@ class BatchStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def create(self, name: str, spec: dict[str, Any], model: str | None, total: int) -> BatchRun:
+    def create(self, name: str, spec: StoredRun, model: str | None, total: int) -> BatchRun:
         name = check_title(name)
         now = time.time()
         with self._db.transaction() as conn:
@@ -54,7 +180,7 @@ class BatchStore:
                                   (owner,)).fetchone()[0]
             cur = conn.execute("INSERT INTO batch_runs (name, spec, model, status, total, created, updated, owner, "
                                "number) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)",
-                               (name, json.dumps(spec), model, total, now, now, owner, number))
+                               (name, json.dumps(spec.to_json()), model, total, now, now, owner, number))
             run_id = inserted_id(cur.lastrowid)
         return self.get(run_id)
 
@@ -133,5 +259,5 @@ def _own(conn: sqlite3.Connection, run_id: int) -> None:
 
 
 def _run(row: sqlite3.Row) -> BatchRun:
-    return BatchRun(row["id"], row["name"], json.loads(row["spec"]), row["model"], row["status"], row["total"],
-                    row["done"], row["created"], row["updated"], row["number"])
+    return BatchRun(row["id"], row["name"], StoredRun.from_json(json.loads(row["spec"])), row["model"], row["status"],
+                    row["total"], row["done"], row["created"], row["updated"], row["number"])

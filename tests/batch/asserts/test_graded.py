@@ -19,7 +19,7 @@ from webui.batch.run.judge import (
     JudgeError, grade, graded, inputs_for, judge_request, read_answer, rubrics, select_best, step_text,
 )
 from webui.batch.run.prompts import PromptRow
-from webui.batch.run.results import rejudged, result_for
+from webui.batch.run.results import Generated, rejudged, result_for
 from webui.engine import SamplingParams
 
 VARS = {"query": "What is the capital of France?", "context": "Paris is the capital of France. It has 2 million "
@@ -186,7 +186,7 @@ def test_rejudged_rows_take_select_bests_verdict_and_keep_the_rest():
     item = parse_assert("select-best:short")
     row = PromptRow(0, "Q?", asserts=[parse_assert("contains:P"), item])
     cell = Cell(row, Setting("a", SamplingParams()), 0, 0)
-    first = result_for(cell, output="Paris", finish_reason="stop", prompt_tokens=1, completion_tokens=1)
+    first = result_for(cell, Generated("Paris", "stop", 1, 1))
     assert [r.passed for r in first.asserts] == [True, False] and not first.passed  # before the judge picked
     again = rejudged(first, cell, {verdict_key(item): Verdict(True, 1.0, "selected as the best for: short")})
     assert again.passed and again.score == 1.0 and again.asserts[0] == first.asserts[0]

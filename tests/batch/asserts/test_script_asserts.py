@@ -15,7 +15,7 @@ from webui.batch.run.grid import plan
 from webui.batch.run.prompts import PromptRow, load_prompts_text
 from webui.batch.promptfoo.reader import read_config
 from webui.batch.promptfoo.export import promptfoo_assertion
-from webui.batch.run.results import result_for
+from webui.batch.run.results import Generated, result_for
 
 SEEN = Observed("I like bananas", prompt="Name a fruit.", variables={"topic": "bananas", "min": "3"},
                 description="fruit")
@@ -172,12 +172,10 @@ def test_a_promptfoo_config_with_script_asserts_and_transforms_on_fixed_outputs(
     assert rows[1].asserts[0].transform == (f"file://{tmp_path / 'shout.py'}",)  # the test's own replaces default
     assert [PromptRow.from_dict(r.to_dict()) for r in rows] == rows  # a stored run's rows keep config and transforms
     outputs = {0: "  bananas are yellow and sweet.  ", 1: " apples are red "}
-    results = [result_for(c, output=outputs[c.row.index], finish_reason="stop", prompt_tokens=5,
-                          completion_tokens=6) for c in plan(rows, settings)]
+    results = [result_for(c, Generated(outputs[c.row.index], "stop", 5, 6)) for c in plan(rows, settings)]
     assert [[a.passed for a in r.asserts] for r in results] == [[True] * 5, [True, True]]
     assert results[0].output == outputs[0]  # the stored output is the model's
-    other = [result_for(c, output="I prefer cherries", finish_reason="stop", prompt_tokens=5,
-                        completion_tokens=3) for c in plan(rows[:1], settings)]
+    other = [result_for(c, Generated("I prefer cherries", "stop", 5, 3)) for c in plan(rows[:1], settings)]
     assert [a.passed for a in other[0].asserts] == [False, False, False, False, False]
     # an inline python check is written back inline, a file as file://
     assert promptfoo_assertion(rows[0].asserts[3])["value"] == "output.lower().startswith('bananas')"

@@ -137,12 +137,12 @@ def test_a_stored_chat_run_opens_in_the_form_as_chats():
     box shows their JSON and is not what runs)."""
     from webui.batch.run.grid import GridSpec
     from webui.batch.run.prompts import parse_jsonl
-    from webui.store.batch_runs import BatchRun
+    from webui.store.batch_runs import BatchRun, StoredRun
     from webui.controllers.batch_refill import form_values
 
     _, rows, _ = load_config(CHAT_SUITE)
     spec = {"rows": [r.to_dict() for r in rows], "grid": GridSpec([], {}).to_dict(), "settings": []}
-    values, note = form_values(BatchRun(1, "chats", spec, None, "done", 16, 16, 0.0, 0.0))
+    values, note = form_values(BatchRun(1, "chats", StoredRun.from_json(spec), None, "done", 16, 16, 0.0, 0.0))
     name, data = values["upload"]
     assert [r.messages for r in parse_jsonl(data.decode())] == [r.messages for r in rows]
     assert "each one's own asserts" in note
@@ -152,12 +152,11 @@ def test_results_carry_promptfoos_vars_labels_provider_ids_and_assertions():
     """#32: vars were {} on every row, the test's description stood in prompt.label, provider.id was the label,
     icontains-any values were flattened to one string and weight was dropped."""
     from webui.batch.run.grid import plan
-    from webui.batch.run.results import result_for
+    from webui.batch.run.results import Generated, result_for
 
     _, rows, settings = load_config(SUITE)
     cells = plan(rows, settings)
-    results = [result_for(c, output="Tokyo", finish_reason="stop", prompt_tokens=5, completion_tokens=1,
-                          ttft=0.1, tokens_per_second=10.0) for c in cells]
+    results = [result_for(c, Generated("Tokyo", "stop", 5, 1, ttft=0.1, tokens_per_second=10.0)) for c in cells]
     data = json.loads(to_promptfoo(results, "Capitals", rows, {s.label: s.provider for s in settings}))
     out = data["results"]["results"]
     japan = next(r for r in out if r["vars"].get("country") == "Japan" and r["provider"]["label"] == "warm")

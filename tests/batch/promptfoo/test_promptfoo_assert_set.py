@@ -11,7 +11,7 @@ from webui.batch.asserts.types import Observed
 from webui.batch.run.grid import Setting, plan
 from webui.batch.run.prompts import PromptRow
 from webui.batch.promptfoo.reader import read_suite
-from webui.batch.run.results import asserts_pass, result_for
+from webui.batch.run.results import Generated, asserts_pass, result_for
 from webui.engine import SamplingParams
 
 SUITE = """prompts: ['{{q}}']
@@ -38,7 +38,7 @@ def test_a_set_with_a_threshold_passes_on_its_weighted_score(output, passed, sco
     (row,) = read_suite(SUITE, tmp_path).rows
     assert row.sets == (((0, 1), 0.5),)
     (cell,) = plan([row], [Setting("s", SamplingParams())], 1, 0)
-    result = result_for(cell, output=output, finish_reason="stop", prompt_tokens=1, completion_tokens=1)
+    result = result_for(cell, Generated(output, "stop", 1, 1))
     assert result.passed is passed and result.score == pytest.approx(score)
     stored = PromptRow.from_dict(json.loads(json.dumps(row.to_dict())))  # a re-run keeps its sets
     assert stored.sets == row.sets
@@ -63,7 +63,7 @@ def test_the_export_nests_a_sets_results_and_writes_the_set_as_given(tmp_path):
 
     (row,) = read_suite(SUITE, tmp_path).rows
     (cell,) = plan([row], [Setting("s", SamplingParams())], 1, 0)
-    result = result_for(cell, output="The red car", finish_reason="stop", prompt_tokens=1, completion_tokens=1)
+    result = result_for(cell, Generated("The red car", "stop", 1, 1))
     (shaped,) = json.loads(to_promptfoo([result], "s", [row]))["results"]["results"]
     the_set, red, blue, starts = shaped["gradingResult"]["componentResults"]
     assert the_set["assertion"] is None and the_set["pass"] and the_set["score"] == pytest.approx(0.75)

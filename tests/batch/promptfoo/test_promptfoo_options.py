@@ -16,6 +16,7 @@ from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.promptfoo.options import evaluate_metric, metric_names
 from webui.batch.run.results import ResultRow
 from webui.batch.run.runner import BatchJob
+from webui.store.batch_runs import StoredRun
 
 SUITE = """prompts: ['{{q}}']
 providers: [a]
@@ -54,7 +55,8 @@ def test_run_wide_keys_are_applied_or_named(tmp_path):
                  "sharing is not applied"):
         assert name in said
     job = BatchJob("x", suite.rows, GridSpec([], {}), derived_metrics=o.derived_metrics)
-    assert BatchJob.from_spec("x", json.loads(json.dumps(job.to_spec([])))).derived_metrics == o.derived_metrics
+    stored = StoredRun.from_json(json.loads(json.dumps(job.to_stored([]).to_json())))
+    assert BatchJob.from_stored("x", stored).derived_metrics == o.derived_metrics
 
 
 def test_derived_metrics_are_computed_over_each_prompts_summed_scores_in_the_export(tmp_path):

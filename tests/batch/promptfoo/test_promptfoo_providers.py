@@ -21,7 +21,7 @@ def test_completion_runs_raw_and_chat_and_workbench_use_the_template(tmp_path):
         ("openai:completion:gpt-3.5-turbo-instruct", True, None), ("openai:chat:gpt-4o", False, None),
         ("workbench:tiny", False, "tiny")]
     job = BatchJob("x", suite.rows, GridSpec([], {}), settings=suite.settings)
-    again = BatchJob.from_spec("x", job.to_spec(suite.settings))  # a stored run re-runs raw too
+    again = BatchJob.from_stored("x", job.to_stored(suite.settings))  # a stored run re-runs raw too
     assert [s.raw for s in again.settings or []] == [True, False, False]
 
 

@@ -136,11 +136,11 @@ SCENARIOS = ROOT / "tests" / "data" / "promptfoo" / "scenarios" / "promptfooconf
 
 def _result(row: object, output: str) -> object:
     from webui.batch.run.grid import Cell, Setting
-    from webui.batch.run.results import result_for
+    from webui.batch.run.results import Generated, result_for
     from webui.engine.params import SamplingParams
 
     cell = Cell(row, Setting("greedy", SamplingParams()), 0, 0)  # type: ignore[arg-type]
-    return result_for(cell, output=output, finish_reason="stop", prompt_tokens=3, completion_tokens=2)
+    return result_for(cell, Generated(output, "stop", 3, 2))
 
 
 def test_scenarios_cross_each_config_with_each_test_after_the_tests():

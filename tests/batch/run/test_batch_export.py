@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webui.batch.run.grid import GridSpec, expand, plan
-from webui.batch.run.results import ResultRow, compare, pivot, result_for, summarize
+from webui.batch.run.results import Generated, ResultRow, compare, pivot, result_for, summarize
 from webui.batch.run.export import from_csv, from_jsonl, to_csv, to_jsonl, CSV_COLUMNS
 from webui.batch.run.prompts import load_prompts_text
 from webui.batch.asserts.types import AssertResult
@@ -30,8 +30,8 @@ def cells(tmp_path: Path):
 
 
 def _result(cell, output, tps=10.0, ttft=0.1, error=None):
-    return result_for(cell, output=output, finish_reason="stop" if error is None else "error", prompt_tokens=7,
-                      completion_tokens=len(output.split()), ttft=ttft, tokens_per_second=tps, error=error)
+    return result_for(cell, Generated(output, "stop" if error is None else "error", 7, len(output.split()),
+                                      ttft=ttft, tokens_per_second=tps, error=error))
 
 
 def _run(cells, outputs):

@@ -252,7 +252,7 @@ def test_the_time_left_is_bounded_before_the_first_cell_finishes_and_estimated_a
     the tokens the cells may still make at the speed so far; after, estimated from the cells generated."""
     import time
 
-    from webui.batch.run.results import result_for
+    from webui.batch.run.results import Generated, result_for
     from webui.batch.run.runner import RunHandle
 
     settings = expand(GridSpec([], {"max_new_tokens": [10]}), presets)
@@ -261,11 +261,10 @@ def test_the_time_left_is_bounded_before_the_first_cell_finishes_and_estimated_a
     assert handle.eta_text() == ""  # nothing made yet: nothing known
     handle.streaming.update({0: 5, 1: 5, 2: 5, 3: 5})  # 20 tokens in 10 s; 20 more allowed at most
     assert handle.eta_text() == "at most 10s left"
-    handle.results[0] = result_for(cells[0], output="x", finish_reason="stop", prompt_tokens=1, completion_tokens=5,
-                                   from_cache=True)
+    handle.results[0] = result_for(cells[0], Generated("x", "stop", 1, 5), from_cache=True)
     handle.streaming.pop(0)
     assert handle.eta_text() == "at most 10s left"  # a cell from the cache took no time: still the bound
-    handle.results[1] = result_for(cells[1], output="x", finish_reason="stop", prompt_tokens=1, completion_tokens=5)
+    handle.results[1] = result_for(cells[1], Generated("x", "stop", 1, 5))
     assert handle.eta_text() == "about 20s left"  # one generated cell in 10 s, two to go
     auto = expand(GridSpec([], {"auto_max_new_tokens": [True]}), presets)
     handle = RunHandle(2, plan(parse_lines("a"), auto), started=time.monotonic() - 10, streaming={0: 5})

@@ -17,11 +17,9 @@ import time
 from typing import Any
 
 from loaders.base import LoadedModel
+from webui.batch.run.results import Generated
 from webui.owner import current as current_owner
 from webui.store.db import Database
-
-FIELDS = ("output", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft",
-          "tokens_per_second")
 
 
 def cache_key(model: LoadedModel, loras: Any, prompt: str, raw: bool, params: dict[str, Any]) -> str:
@@ -45,14 +43,15 @@ class ResponseCache:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str) -> Generated | None:
+        """The reply kept for ``key`` (its RESPONSE_FIELDS: no error, tool steps or logprobs); None: none."""
         row = self._db.query_one("SELECT response FROM response_cache WHERE key = ?", (_stored(key),))
-        return None if row is None else json.loads(row["response"])
+        return None if row is None else Generated.from_response(json.loads(row["response"]))
 
-    def put(self, key: str, response: dict[str, Any]) -> None:
+    def put(self, key: str, made: Generated) -> None:
         with self._db.transaction() as conn:
             conn.execute("INSERT OR REPLACE INTO response_cache (key, response, created) VALUES (?, ?, ?)",
-                         (_stored(key), json.dumps({k: response[k] for k in FIELDS}), time.time()))
+                         (_stored(key), json.dumps(made.response()), time.time()))
 
     def clear(self) -> int:
         """Forget this owner's cached responses."""

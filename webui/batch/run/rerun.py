@@ -13,7 +13,6 @@ load options. A run stored without any loader re-runs on its model's default loa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from loaders.base import LoaderError
@@ -21,33 +20,8 @@ from webui.batch.asserts.errors import BatchInputError
 from webui.catalog import ModelEntry
 from webui.models import ModelId, ModelManager, NotLoaded, Slot
 from webui.names import InvalidName
+from webui.store.batch_runs import BatchRun, RanOn
 from webui.store.errors import StoreError
-
-
-@dataclass(frozen=True)
-class RanOn:
-    """The model one setting of a run ran on."""
-
-    model: str  # its id (model_id)
-    loader: str | None  # None: a run stored before runs kept their loader
-    load_options: dict[str, Any] | None = None  # None: not stored
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "loader": self.loader, "load_options": self.load_options}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RanOn":
-        options = data.get("load_options")
-        return cls(str(data["model"]), data.get("loader"), dict(options) if isinstance(options, Mapping) else None)
-
-    def row_fields(self) -> dict[str, Any]:
-        """The fields a ResultRow keeps of it."""
-        return self.to_dict()
-
-    def describe(self) -> str:
-        """``NAME@llamacpp (loader llamacpp, n_ctx=4096)``: what a message names."""
-        options = ", ".join(f"{k}={v}" for k, v in sorted((self.load_options or {}).items()))
-        return f"{self.model} (loader {self.loader or 'not stored'}{', ' + options if options else ''})"
 
 
 def ran_on(slot: Slot) -> RanOn:
@@ -55,7 +29,8 @@ def ran_on(slot: Slot) -> RanOn:
     return RanOn(slot.name, slot.model.loader, dict(slot.model.load_options))
 
 
-def stored_ran_on(run: Any, rows: Sequence[Mapping[str, Any]], models: ModelManager) -> tuple[dict[str, RanOn], list[str]]:
+def stored_ran_on(run: BatchRun, rows: Sequence[Mapping[str, Any]],
+                  models: ModelManager) -> tuple[dict[str, RanOn], list[str]]:
     """(what each setting of the stored run ``run`` ran on, by setting label; notes on what had to be assumed)."""
     first_row: dict[str | None, Mapping[str, Any]] = {}
     for row in rows:
@@ -63,24 +38,24 @@ def stored_ran_on(run: Any, rows: Sequence[Mapping[str, Any]], models: ModelMana
     names = [n for n in (run.model or "").split(", ") if n]
     out: dict[str, RanOn] = {}
     guessed: list[str] = []
-    for setting in run.spec.get("settings", []):
-        label = setting["label"]
-        if setting.get("ran_on"):
-            out[label] = RanOn.from_dict(setting["ran_on"])
+    spec = run.spec
+    for setting in spec.settings:
+        label = setting.label
+        if setting.ran_on is not None:
+            out[label] = setting.ran_on
             continue
         row = first_row.get(label, {})  # older runs: the row's model, else the axis value, else the run's model
-        name = row.get("model") or setting.get("model") or (names[0] if names else None)
+        name = row.get("model") or setting.model or (names[0] if names else None)
         if not name:
             raise BatchInputError(f"run #{run.number} was stored without the model it ran on, so it cannot be re-run "
                                   "on it; run its prompts again from the form instead")
-        loader = row.get("loader") or run.spec.get("loaders", {}).get(name) or (
-            run.spec.get("loader") if len(names) <= 1 else None)
+        loader = row.get("loader") or spec.loaders.get(name) or (spec.loader if len(names) <= 1 else None)
         if loader is None:
             out[label] = RanOn(name, None)
             guessed.append(name)
             continue
         options = row.get("load_options")
-        options = options if options is not None else run.spec.get("load_options", {}).get(name)
+        options = options if options is not None else spec.load_options.get(name)
         out[label] = RanOn(_model_id(models, name, loader), loader, options)
     notes = [f"Run #{run.number} was stored without its loader, so {name} re-runs on the loader it loads with by "
              f"default ({_default_loader(models, name) or 'unknown'})." for name in dict.fromkeys(guessed)]

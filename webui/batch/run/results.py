@@ -19,6 +19,7 @@ from webui.chat.tool_loop import ToolStep, history_of
 
 if TYPE_CHECKING:
     from webui.embeddings import TextEmbeddings
+    from webui.store.batch_runs import RanOn
 
 SAMPLE_SEPARATOR = "\n\n---\n\n"
 PROMPT_LABEL_LENGTH = 60
@@ -168,32 +169,64 @@ def asserts_pass(results: Sequence[AssertResult], sets: Sequence[tuple[Sequence[
         (row_score([results[i] for i in members]) or 0.0) >= limit for members, limit in sets)
 
 
-def result_for(cell: Cell, *, output: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
-               ttft: float | None = None, tokens_per_second: float | None = None, cached_tokens: int = 0,
-               error: str | None = None, from_cache: bool = False,
-               judged: Mapping[str, Any] | None = None, model: str | None = None, loader: str | None = None,
-               load_options: Mapping[str, Any] | None = None, logprobs: Sequence[float] = (),
-               embeddings: TextEmbeddings | None = None, output_value: Any = None,
-               tool_steps: list[dict[str, Any]] | None = None) -> ResultRow:
-    """Check ``cell``'s asserts on its output and make its ResultRow (asserts are not run on an error).
-    ``logprobs``: the chosen tokens' logprobs, for perplexity asserts (they are not stored in the row);
-    ``embeddings``: the output's and the references' vectors, for similar asserts; ``output_value``: the output
-    as the provider returns it when that is not text (Observed.output_value); ``tool_steps``: the row's tool loop
-    (ResultRow.tool_steps)."""
-    error = error or None
-    seen = Observed(output, completion_tokens, ttft, tokens_per_second, cell.row.text, judged or {},
-                    cell.row.variables, str((cell.row.origin or {}).get("description") or ""), finish_reason,
-                    tuple(logprobs), embeddings, output_value, step_calls(tool_steps))
+@dataclass(frozen=True)
+class Generated:
+    """What a cell's model gave: the reply ``result_for`` checks and keeps (the response cache keeps the fields in
+    RESPONSE_FIELDS of it)."""
+
+    output: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens the prefix cache served
+    ttft: float | None = None
+    tokens_per_second: float | None = None
+    error: str | None = None
+    output_value: Any = None
+    """The output as the provider returns it when that is not text (Observed.output_value); None: text."""
+    tool_steps: list[dict[str, Any]] | None = None
+    """The row's tool loop (ResultRow.tool_steps); None: no loop ran."""
+    logprobs: tuple[float, ...] = ()
+    """The chosen tokens' logprobs, for perplexity asserts (not stored in the row)."""
+
+    def response(self) -> dict[str, Any]:
+        """The fields the response cache keeps."""
+        return {k: getattr(self, k) for k in RESPONSE_FIELDS}
+
+    @classmethod
+    def from_response(cls, data: Mapping[str, Any]) -> "Generated":
+        """A reply the response cache kept (entries from before ``cached_tokens``: 0)."""
+        return cls(str(data["output"]), str(data["finish_reason"]), int(data["prompt_tokens"]),
+                   int(data["completion_tokens"]), int(data.get("cached_tokens", 0)), data.get("ttft"),
+                   data.get("tokens_per_second"))
+
+
+RESPONSE_FIELDS = ("output", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft",
+                   "tokens_per_second")
+
+
+def result_for(cell: Cell, made: Generated, ran: RanOn | None = None, *, from_cache: bool = False,
+               judged: Mapping[str, Any] | None = None, embeddings: TextEmbeddings | None = None) -> ResultRow:
+    """Check ``cell``'s asserts on what its model ``made`` and make its ResultRow (asserts are not run on an error).
+    ``ran``: the model it ran on (None: not known); ``from_cache``: ``made`` came from the response cache;
+    ``judged``: the judge's verdicts, for graded asserts; ``embeddings``: the output's and the references' vectors,
+    for similar asserts."""
+    error = made.error or None
+    seen = Observed(made.output, made.completion_tokens, made.ttft, made.tokens_per_second, cell.row.text,
+                    judged or {}, cell.row.variables, str((cell.row.origin or {}).get("description") or ""),
+                    made.finish_reason, tuple(made.logprobs), embeddings, made.output_value,
+                    step_calls(made.tool_steps))
     asserts = [] if error else [a.check(seen) for a in cell.row.asserts]
     score, passed = _outcome(cell, asserts, error)
     return ResultRow(
         prompt_index=cell.row.index, prompt_id=cell.row.id, prompt=cell.row.text, setting=cell.setting.label,
-        params=cell.params.to_dict(), sample=cell.sample, seed=cell.seed, output=output,
-        finish_reason=finish_reason, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-        ttft=ttft, tokens_per_second=tokens_per_second, cached_tokens=cached_tokens, asserts=asserts, passed=passed,
-        error=error, score=score, from_cache=from_cache, model=model, loader=loader,
-        load_options=None if load_options is None else dict(load_options), output_json=output_value is not None,
-        tool_steps=tool_steps)
+        params=cell.params.to_dict(), sample=cell.sample, seed=cell.seed, output=made.output,
+        finish_reason=made.finish_reason, prompt_tokens=made.prompt_tokens, completion_tokens=made.completion_tokens,
+        ttft=made.ttft, tokens_per_second=made.tokens_per_second, cached_tokens=made.cached_tokens, asserts=asserts,
+        passed=passed, error=error, score=score, from_cache=from_cache, model=ran.model if ran else None,
+        loader=ran.loader if ran else None,
+        load_options=None if ran is None or ran.load_options is None else dict(ran.load_options),
+        output_json=made.output_value is not None, tool_steps=made.tool_steps)
 
 
 def _outcome(cell: Cell, asserts: list[AssertResult], error: str | None) -> tuple[float | None, bool | None]:

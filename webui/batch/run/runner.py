@@ -29,9 +29,9 @@ from webui.batch.run.judge import (
 )
 from webui.batch.run.prompts import PromptRow
 from webui.batch.run.provider_prompt import ProviderPrompt
-from webui.batch.run.rerun import RanOn, ran_on, stored_ran_on
-from webui.batch.run.results import ResultRow, rejudged, result_for
-from webui.store.batch_runs import BatchRun, BatchStore
+from webui.batch.run.rerun import ran_on, stored_ran_on
+from webui.batch.run.results import Generated, ResultRow, rejudged, result_for
+from webui.store.batch_runs import BatchRun, BatchStore, RanOn, StoredRun, StoredSetting
 from webui.batch.asserts.transform import transformed
 from webui.catalog import set_dir
 from webui.chat import ChatPromptError, chat_messages, render_chat_prompt
@@ -62,33 +62,28 @@ class BatchJob:
     judge_model: str = ""  # the loaded model that judges llm-rubric asserts ("": the model in use)
     derived_metrics: dict[str, str] = field(default_factory=dict)  # a promptfoo suite's: name -> expression
 
-    def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
-        return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
-                "settings": [{"label": s.label, "params": s.params.to_dict(), "preset": s.preset,
-                              "overrides": s.overrides, "loras": [list(x) for x in s.loras], "model": s.model,
-                              **({"provider": s.provider} if s.provider is not None else {}),
-                              **({"raw": True} if s.raw else {}),
-                              **({"prompt": s.prompt.to_dict()} if s.prompt is not None else {})}
-                             for s in settings],
-                "system_prompt": self.system_prompt, "raw": self.raw, "max_cells": self.max_cells,
-                "chat_template_name": self.chat_template, "use_cache": self.use_cache,
-                "judge_prompt": self.judge_prompt, "judge_model": self.judge_model,
-                "remote_judge": self.remote_judge.to_dict() if self.remote_judge else None,
-                **({"derived_metrics": dict(self.derived_metrics)} if self.derived_metrics else {})}
+    def to_stored(self, settings: list[Setting]) -> StoredRun:
+        """What the store keeps of the job, its settings expanded (what it ran on is added when it starts)."""
+        return StoredRun([r.to_dict() for r in self.rows], self.grid.to_dict(),
+                         [StoredSetting(s.label, s.params.to_dict(), s.preset, s.overrides, tuple(s.loras), s.model,
+                                        s.provider, s.raw, s.prompt.to_dict() if s.prompt is not None else None)
+                          for s in settings],
+                         self.system_prompt, self.raw, self.max_cells, self.chat_template, self.use_cache,
+                         self.judge_prompt, self.judge_model,
+                         self.remote_judge.to_dict() if self.remote_judge else None, dict(self.derived_metrics))
 
     @classmethod
-    def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
-        settings = [Setting(s["label"], SamplingParams.from_dict(s["params"]), s.get("preset"), s.get("overrides", {}),
-                            tuple((n, float(w)) for n, w in s.get("loras", [])), s.get("model"), s.get("provider"),
-                            bool(s.get("raw", False)),
-                            ProviderPrompt.from_dict(s["prompt"]) if s.get("prompt") is not None else None)
-                    for s in spec["settings"]]
-        return cls(name, [PromptRow.from_dict(r) for r in spec["rows"]], GridSpec.from_dict(spec["grid"]),
-                   spec.get("system_prompt", ""), spec.get("raw", False), spec.get("max_cells", DEFAULT_MAX_CELLS),
-                   settings, spec.get("chat_template_name", ""), spec.get("use_cache", True),
-                   spec.get("judge_prompt", JUDGE_PROMPT),
-                   RemoteJudge(**spec["remote_judge"]) if spec.get("remote_judge") else None,
-                   spec.get("judge_model", ""), dict(spec.get("derived_metrics", {})))
+    def from_stored(cls, name: str, stored: StoredRun) -> "BatchJob":
+        settings = [Setting(s.label, SamplingParams.from_dict(s.params), s.preset, s.overrides, s.loras, s.model,
+                            s.provider, s.raw, ProviderPrompt.from_dict(s.prompt) if s.prompt is not None else None)
+                    for s in stored.settings]
+        return cls(name, [PromptRow.from_dict(r) for r in stored.rows], GridSpec.from_dict(stored.grid),
+                   stored.system_prompt, stored.raw,
+                   stored.max_cells if stored.max_cells is not None else DEFAULT_MAX_CELLS,
+                   settings, stored.chat_template_name, stored.use_cache,
+                   stored.judge_prompt if stored.judge_prompt is not None else JUDGE_PROMPT,
+                   RemoteJudge(**stored.remote_judge) if stored.remote_judge else None,
+                   stored.judge_model, dict(stored.derived_metrics))
 
 
 @dataclass
@@ -235,7 +230,7 @@ class BatchRunner:
         """The job that runs the stored run ``run`` again with each setting on what it ran on, what those are
         (for :func:`webui.batch.run.rerun.provide` to have them loaded before :meth:`start`), and notes on what had to
         be assumed for a run stored without its loader."""
-        job = BatchJob.from_spec(name, run.spec)
+        job = BatchJob.from_stored(name, run.spec)
         ran, notes = stored_ran_on(run, self.store.results(run.id), self.manager)
         settings = [replace(s, model=ran[s.label].model) for s in job.settings or []]
         needs = list({ran[s.label].model: ran[s.label] for s in settings}.values())
@@ -288,13 +283,15 @@ class BatchRunner:
                                                    None if key[1] else templates[key[0]], shape)
                    for key, shape in ways.items() for row in job.rows}
         names = list(dict.fromkeys(slot.name for slot in slots.values()))
-        spec = {**job.to_spec(settings), "loader": slots[settings[0].model].model.loader,  # so each row's record
-                "loaders": {slot.name: slot.model.loader for slot in slots.values()},  # names it
-                "load_options": {slot.name: slot.model.load_options for slot in slots.values()},
-                "chat_template": next((t.to_record() for t in templates.values() if t), None),
-                "chat_templates": {slots[n].name: t.to_record() for n, t in templates.items() if t}}
-        for stored, setting in zip(spec["settings"], settings):  # what each setting ran on, so a re-run can too
-            stored["ran_on"] = ran_on(slots[setting.model]).to_dict()
+        stored = job.to_stored(settings)
+        spec = replace(
+            stored, loader=slots[settings[0].model].model.loader,  # so each row's record names it
+            loaders={slot.name: slot.model.loader for slot in slots.values()},
+            load_options={slot.name: slot.model.load_options for slot in slots.values()},
+            chat_template=next((t.to_record() for t in templates.values() if t), None),
+            chat_templates={slots[n].name: t.to_record() for n, t in templates.items() if t},
+            settings=[replace(s, ran_on=ran_on(slots[setting.model]))  # what each setting ran on, for a re-run
+                      for s, setting in zip(stored.settings, settings)])
         run = self.store.create(job.name, spec, ", ".join(names), len(cells))
         handle = RunHandle(run.id, cells, toolbox=toolbox, templates=templates)
         handle.chats = {(row.index, *key): self._messages(replace(job, raw=key[1]), row, shape)
@@ -440,12 +437,12 @@ class BatchRunner:
         loop = cell.setting.prompt is not None and cell.setting.prompt.answers is not None  # the tool loop's row
         cached = self.cache.get(handle.keys[index]) if handle.use_cache and not logprobs and not loop else None
         if cached is not None:  # the very same request ran before: its response, with this run's asserts
-            output, value = reply_output(cell, cached["output"], cached["finish_reason"])
+            output, value = reply_output(cell, cached.output, cached.finish_reason)
             judged = await self._judge(handle, cell, output)
             embedded = await self._embed(handle, cell, output)
-            cached = {**cached, **ran_on(handle.slots[cell.setting.model]).row_fields(), "output": output}
-            self._keep(handle, index, result_for(cell, **cached, from_cache=True, judged=judged, embeddings=embedded,
-                                                 output_value=value))
+            self._keep(handle, index, result_for(cell, replace(cached, output=output, output_value=value),
+                                                 ran_on(handle.slots[cell.setting.model]), from_cache=True,
+                                                 judged=judged, embeddings=embedded))
             return
         async with slots:
             if handle.cancelled:
@@ -463,15 +460,14 @@ class BatchRunner:
                 else (made.text, None)
             judged = await self._judge(handle, cell, output) if error is None else {}
             embedded = await self._embed(handle, cell, output) if error is None else None
-            row = result_for(cell, output=output, output_value=value, judged=judged, embeddings=embedded,
-                             **ran_on(handle.slots[cell.setting.model]).row_fields(),
-                             finish_reason=made.finish_reason, prompt_tokens=made.prompt_tokens,
-                             completion_tokens=made.completion_tokens, cached_tokens=made.cached_tokens,
-                             ttft=made.ttft, tokens_per_second=made.tokens_per_second, error=error,
-                             logprobs=made.logprobs,
-                             tool_steps=None if made.steps is None else [s.to_dict() for s in made.steps])
+            generated = Generated(output, made.finish_reason, made.prompt_tokens, made.completion_tokens,
+                                  made.cached_tokens, made.ttft, made.tokens_per_second, error, value,
+                                  None if made.steps is None else [s.to_dict() for s in made.steps],
+                                  tuple(made.logprobs))
+            row = result_for(cell, generated, ran_on(handle.slots[cell.setting.model]), judged=judged,
+                             embeddings=embedded)
             if error is None and not loop and made.finish_reason not in ("cancelled", "error"):
-                self.cache.put(handle.keys[index], {**row.to_dict(), "output": made.text})  # the reply as generated
+                self.cache.put(handle.keys[index], replace(generated, output=made.text))  # the reply as generated
             self._keep(handle, index, row)
 
     async def _generate(self, handle: RunHandle, index: int, cell: Cell, prompt: tuple[str, list | None], raw: bool,
