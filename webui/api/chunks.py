@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from webui.api.serving import FINISH_REASONS, Choice, usage
 from webui.chat.tools import ReplyReader, ToolPlan
@@ -130,7 +130,7 @@ class CompletionChunker:
     object = "text_completion"
 
     def __init__(self, head: StreamHead, choices: int, n: int, prefixes: list[str],
-                 prefix_logprobs: list[dict | None], logprobs: bool = False) -> None:
+                 prefix_logprobs: Sequence[dict | None], logprobs: bool = False) -> None:
         self.head, self.choices, self.n, self.logprobs = head, choices, n, logprobs
         self.prefixes, self.prefix_logprobs = prefixes, prefix_logprobs
         self.offsets = [len(self.prefix(i)) for i in range(choices)]
