@@ -98,6 +98,18 @@ def test_a_spec_from_a_newer_workbench_or_a_broken_one_says_what_to_do():
         StoredRun.from_json({**OLD, "settings": [{"label": "no params"}]})
 
 
+def test_a_run_whose_spec_cannot_be_read_still_lists_and_says_why_when_opened(store):
+    good = store.create("good", StoredRun.from_json(OLD), "tiny", 1)
+    for name, stored in (("broken", json.dumps({**OLD, "settings": [{"label": "no params"}]})), ("cut", "{\"rows\": [")):
+        bad = store.create(name, StoredRun(), "tiny", 1)
+        with store._db.transaction() as conn:
+            conn.execute("UPDATE batch_runs SET spec = ? WHERE id = ?", (stored, bad.id))
+        assert {r.name for r in store.list()} >= {"good", name}  # the other runs (and this one) still list
+        with pytest.raises(StoreError, match="run its prompts again from the form"):
+            store.get(bad.id).spec
+    assert store.get(good.id).spec.rows == OLD["rows"]
+
+
 def test_a_result_row_keeps_the_typed_reply_and_what_it_ran_on(tmp_path):
     from webui.batch.asserts.assertion import parse_assert
     from webui.batch.run.grid import Setting, plan

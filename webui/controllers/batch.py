@@ -369,7 +369,7 @@ class BatchController:
         run = self._get(run_id)
         try:
             values, note = form_values(run)
-        except BatchInputError as exc:
+        except (BatchInputError, StoreError) as exc:
             raise UserError(f"run #{run.number} cannot fill the form: {exc}") from exc
         gone = [name for name in values["presets"] if name not in self.services.presets.names()]
         if gone:

@@ -10,6 +10,7 @@ also reads the specs stored before specs had a version (version 0: the same keys
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 import sqlite3
 import time
@@ -156,7 +157,9 @@ class BatchRun:
     id: int
     """The run's key in the store (shared by all owners: never shown)."""
     name: str
-    spec: StoredRun
+    stored_spec: str
+    """The spec as stored (JSON), read when ``spec`` is first asked for: a run whose spec cannot be read still
+    lists, and says why when it is opened."""
     model: str | None
     status: str
     total: int
@@ -165,6 +168,17 @@ class BatchRun:
     updated: float
     number: int = 0
     """What the user sees: #1 is their first run (numbered per owner)."""
+
+    @functools.cached_property
+    def spec(self) -> StoredRun:
+        try:
+            data = json.loads(self.stored_spec)
+        except ValueError as exc:
+            raise StoreError(f"this batch run's stored spec is not JSON ({exc}); run its prompts again from the "
+                             "form") from None
+        if not isinstance(data, dict):
+            raise StoreError("this batch run's stored spec is not an object; run its prompts again from the form")
+        return StoredRun.from_json(data)
 
 
 class BatchStore:
@@ -259,5 +273,5 @@ def _own(conn: sqlite3.Connection, run_id: int) -> None:
 
 
 def _run(row: sqlite3.Row) -> BatchRun:
-    return BatchRun(row["id"], row["name"], StoredRun.from_json(json.loads(row["spec"])), row["model"], row["status"],
+    return BatchRun(row["id"], row["name"], row["spec"], row["model"], row["status"],
                     row["total"], row["done"], row["created"], row["updated"], row["number"])

@@ -137,12 +137,12 @@ def test_a_stored_chat_run_opens_in_the_form_as_chats():
     box shows their JSON and is not what runs)."""
     from webui.batch.run.grid import GridSpec
     from webui.batch.run.prompts import parse_jsonl
-    from webui.store.batch_runs import BatchRun, StoredRun
+    from webui.store.batch_runs import BatchRun
     from webui.controllers.batch_refill import form_values
 
     _, rows, _ = load_config(CHAT_SUITE)
     spec = {"rows": [r.to_dict() for r in rows], "grid": GridSpec([], {}).to_dict(), "settings": []}
-    values, note = form_values(BatchRun(1, "chats", StoredRun.from_json(spec), None, "done", 16, 16, 0.0, 0.0))
+    values, note = form_values(BatchRun(1, "chats", json.dumps(spec), None, "done", 16, 16, 0.0, 0.0))
     name, data = values["upload"]
     assert [r.messages for r in parse_jsonl(data.decode())] == [r.messages for r in rows]
     assert "each one's own asserts" in note
