@@ -214,3 +214,26 @@ def test_a_real_promptfoo_example_runs_end_to_end(tmp_path, user_data):
     assert all(r["response"]["output"] and not r["error"] for r in results)
     assert all(len(r["gradingResult"]["componentResults"]) == 1 for r in results)
     assert {r["provider"]["id"] for r in results} == {"workbench:SmolLM2-135M-Instruct"}
+
+
+def test_a_suite_written_for_a_hosted_grader_runs_with_grader(tmp_path, user_data):
+    """promptfoo's custom-grading-prompt example (tests/data/promptfoo/examples/, see its SOURCE.md) as written for
+    a hosted grader (defaultTest.options.provider: openai:gpt-4.1-mini, as promptfoo's docs write it), its
+    llm-rubric with no value graded by its rubricPrompt alone (#49 items 5, 6): --grader, promptfoo's eval
+    --grader, names the loaded model that grades instead."""
+    example = ROOT / "tests" / "data" / "promptfoo" / "examples" / "custom-grading-prompt"
+    config = yaml.safe_load((example / "promptfooconfig.yaml").read_text(encoding="utf-8"))
+    config["providers"] = [{"id": config["providers"][0], "config": {"max_tokens": 16}}]
+    config["defaultTest"]["options"]["provider"] = "openai:gpt-4.1-mini"
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    (tmp_path / "prompts.txt").write_text((example / "prompts.txt").read_text(encoding="utf-8"))
+    refused = batch(user_data, str(suite))
+    assert refused.returncode == 2 and "--grader workbench:NAME" in refused.stderr
+    out = tmp_path / "results.json"
+    done = batch(user_data, str(suite), "--grader", "workbench:SmolLM2-135M-Instruct", "--out", str(out))
+    assert done.returncode in (0, 1), done.stderr
+    assert "defaultTest.options.provider is replaced by the grader" in done.stderr
+    (result,) = json.loads(out.read_text())["results"]["results"]
+    (graded,) = result["gradingResult"]["componentResults"]
+    assert graded["assertion"]["type"] == "llm-rubric" and "the judge could not answer" not in graded["reason"]

@@ -109,10 +109,11 @@ def _python_scripts(job: BatchJob) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _read_suite(name: str, content: bytes, confined: bool) -> Suite:
+def _read_suite(name: str, content: bytes, confined: bool, grader: str = "") -> Suite:
     """An uploaded promptfoo config; its file:// paths are read from the folder it was uploaded into with the files
     uploaded beside it (``name`` is its path there), else from the folder the workbench runs in. ``confined`` (a
-    server listening beyond this machine): only from that upload folder, and nothing outside it (#43)."""
+    server listening beyond this machine): only from that upload folder, and nothing outside it (#43). ``grader``:
+    the form's judge model, which grades instead of any grader the suite names (promptfoo's eval --grader)."""
     try:
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -121,8 +122,8 @@ def _read_suite(name: str, content: bytes, confined: bool) -> Suite:
     uploaded = folder.is_absolute() and folder.is_dir()
     if confined:  # a config named without its upload folder reads no file at all: an empty folder of its own
         return read_suite(text, SuiteFiles(folder if uploaded and in_scratch(folder)
-                                           else scratch_folder("batch-suite-"), confined=True))
-    return read_suite(text, folder if uploaded else Path.cwd())
+                                           else scratch_folder("batch-suite-"), confined=True), grader)
+    return read_suite(text, folder if uploaded else Path.cwd(), grader)
 
 
 def _cut(text: str, length: int) -> str:
@@ -180,7 +181,7 @@ class BatchController:
         confined = self.confined
         try:
             if form.upload and is_config(form.upload[0]):
-                suite = _read_suite(*form.upload, confined)
+                suite = _read_suite(*form.upload, confined, form.local_judge())
                 rows, options = with_asserts(suite.rows, form.asserts.splitlines(), not confined), suite.options
                 samples = int(form.samples or 1)  # the form's when changed from 1, else the suite's repeat
                 grid = GridSpec([], {}, samples if samples != 1 else options.samples, int(form.base_seed or 0),

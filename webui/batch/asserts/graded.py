@@ -501,6 +501,8 @@ class GradedValue(ValueForm):
                 reads = f"the test's {' and '.join(needs)} vars" if needs else "the output and the prompt"
                 raise BatchInputError(f"{kind.name} takes no value: it reads {reads}; got {value!r}")
             return None, options
+        if value is None and _whole_prompt(kind.name, options):
+            return None, options
         if GRADED[kind.name].each and isinstance(value, (list, tuple)):
             if not value or not all(isinstance(v, str) and v.strip() for v in value):
                 raise BatchInputError(f"{kind.name} needs a text or a list of texts (criteria), got {value!r}")
@@ -516,6 +518,8 @@ class GradedValue(ValueForm):
         options = {key: given[key] for key in ("rubricPrompt", "factuality") if given.get(key) is not None}
         if not GRADED[kind.name].example:
             return (None if value == "" else value), options
+        if value is None and _whole_prompt(kind.name, options):
+            return None, options
         value = _needed_in_dict(kind, value)
         if GRADED[kind.name].each and isinstance(value, list):
             return value, options
@@ -539,6 +543,12 @@ class GradedValue(ValueForm):
 GRADED_VALUE = GradedValue()
 
 
+def _whole_prompt(kind: str, options: Mapping[str, Any]) -> bool:
+    """Whether an llm-rubric's own (or its test's) rubricPrompt is the whole grading prompt, so that it needs no
+    value (promptfoo grades such an llm-rubric with that prompt alone, its {{rubric}} empty)."""
+    return kind == "llm-rubric" and options.get("rubricPrompt") is not None
+
+
 def promptfoo_graded(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
     """A graded assert as promptfoo writes it: its value, threshold and rubricPrompt (and contextTransform, which
     the value form refuses by name); its own grading ``provider`` is refused (the run has one judge)."""
@@ -555,7 +565,8 @@ def promptfoo_graded(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, An
 
 def own_provider_refused(kind: str) -> str:
     return (f"{kind}: an assert's own grading provider is not used here; the judge is the run's (the Batch tab's "
-            "judge settings, or launch.py batch --judge-url / --judge-model): remove provider")
+            "judge settings, or launch.py batch --judge-url / --judge-model): remove provider, or override every "
+            "grader with launch.py batch --grader workbench:NAME (promptfoo's eval --grader)")
 
 
 def _file_text(given: Any, files: SuiteFiles) -> Any:

@@ -11,7 +11,9 @@ them (over each prompt's summed named scores), by a small arithmetic evaluator:
 numbers, metric names, + - * / and parentheses; anything else is refused by name.
 ``$ref: '#/assertionTemplates/NAME'`` (any JSON pointer into the config) is
 replaced by what it points at before the suite is read. ``defaultTest.options.provider``
-``workbench:NAME`` is the loaded model that judges; another id is refused.
+``workbench:NAME`` is the loaded model that judges; another id is refused, unless a grader is given
+(``launch.py batch --grader``, promptfoo's ``eval --grader``; the Batch tab's judge model): it overrides every
+grader the suite names (:func:`with_grader`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 from webui.batch.asserts.classify import names_classifier
 from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.graded import GRADED
 from webui.batch.promptfoo.tests import Problems
 
 NOT_APPLIED = {
@@ -87,8 +90,52 @@ def _pointed(config: Any, ref: Any, where: str, problems: Problems) -> Any:
     return node
 
 
-def suite_options(config: Mapping[str, Any], problems: Problems, notes: list[str]) -> SuiteOptions:
-    """The suite's run-wide keys read; what is not applied is added to ``notes``."""
+def grader_model(grader: str) -> str:
+    """The loaded model a grader id names (``workbench:NAME`` or a bare NAME); BatchInputError for a hosted one."""
+    name = grader.strip().removeprefix("workbench:").strip()
+    if not name or ":" in name:
+        raise BatchInputError(f"grader {grader!r}: the grader here is a model loaded by the workbench; write "
+                              "workbench:NAME (or NAME), or judge on a server with --judge-url")
+    return name
+
+
+def with_grader(config: Mapping[str, Any], grader: str, notes: list[str]) -> dict[str, Any]:
+    """``config`` with every grading provider it names (defaultTest's and a test's options.provider, a graded
+    assert's provider) taken out, each named in ``notes``: the grader judges them all, as promptfoo's
+    ``eval --grader`` overrides every grader. A classifier's model is kept (it is no grader)."""
+    def test(item: Any, where: str) -> Any:
+        if not isinstance(item, dict):
+            return item
+        out = dict(item)
+        options = out.get("options")
+        if isinstance(options, dict) and options.get("provider") is not None \
+                and not names_classifier(options["provider"]):
+            notes.append(f"{where}.options.provider is replaced by the grader {grader}")
+            out["options"] = {k: v for k, v in options.items() if k != "provider"}
+        if isinstance(out.get("assert"), list):
+            out["assert"] = [_without_provider(a, f"{where}.assert[{i}]", grader, notes)
+                             for i, a in enumerate(out["assert"])]
+        return out
+
+    out = dict(config)
+    if "defaultTest" in out:
+        out["defaultTest"] = test(out["defaultTest"], "defaultTest")
+    if isinstance(out.get("tests"), list):
+        out["tests"] = [test(t, f"tests[{i}]") for i, t in enumerate(out["tests"])]
+    return out
+
+
+def _without_provider(item: Any, where: str, grader: str, notes: list[str]) -> Any:
+    kind = str(item.get("type", "")).removeprefix("not-") if isinstance(item, dict) else ""
+    if kind not in GRADED or item.get("provider") is None or names_classifier(item["provider"]):
+        return item
+    notes.append(f"{where}.provider is replaced by the grader {grader}")
+    return {k: v for k, v in item.items() if k != "provider"}
+
+
+def suite_options(config: Mapping[str, Any], problems: Problems, notes: list[str], grader: str = "") -> SuiteOptions:
+    """The suite's run-wide keys read; what is not applied is added to ``notes``. ``grader``: the loaded model
+    that judges instead of any the suite names (a name, from :func:`grader_model`)."""
     samples, use_cache = _evaluate_options(config.get("evaluateOptions"), problems, notes)
     output = config.get("outputPath")
     if output is not None and not isinstance(output, str):
@@ -102,7 +149,7 @@ def suite_options(config: Mapping[str, Any], problems: Problems, notes: list[str
         if config.get(key):
             notes.append(f"{key} is not applied ({why})")
     return SuiteOptions(samples, use_cache, output, derived_metrics(config.get("derivedMetrics"), problems),
-                        _judge_model(config.get("defaultTest"), problems))
+                        grader or _judge_model(config.get("defaultTest"), problems))
 
 
 def _evaluate_options(given: Any, problems: Problems, notes: list[str]) -> tuple[int, bool]:
@@ -142,8 +189,10 @@ def _judge_model(default: Any, problems: Problems) -> str:
         name = pid.removeprefix("workbench:").strip() if isinstance(pid, str) else ""
         if not name or ":" in name or (isinstance(provider, dict) and set(provider) - {"id", "label"}):
             problems.add("defaultTest.options.provider", f"{pid!r} is no loaded model; write workbench:NAME with a "
-                                                         "model loaded here (the judge), or leave it out to judge with "
-                                                         "the model in use")
+                                                         "model loaded here (the judge), leave it out to judge with "
+                                                         "the model in use, or override every grader of the suite "
+                                                         "with launch.py batch --grader workbench:NAME (promptfoo's "
+                                                         "eval --grader; in the Batch tab: the judge model)")
         else:
             judge = name
     return judge

@@ -1,0 +1,90 @@
+"""Who grades a promptfoo suite (#49): ``--grader`` (promptfoo's ``eval --grader``) over every grader the suite
+names, and an llm-rubric with no value whose ``rubricPrompt`` is the whole grading prompt; built on promptfoo's
+custom-grading-prompt example (tests/data/promptfoo/examples/custom-grading-prompt, see its SOURCE.md).
+
+Both are in promptfoo 0.115: ``eval --grader`` and an llm-rubric graded by ``defaultTest.options.rubricPrompt``
+alone (its example runs there)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from tests.batch.asserts.test_graded import Judge, run
+from tests.conftest import ROOT
+from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.types import Observed
+from webui.batch.asserts.graded import verdict_key
+from webui.batch.promptfoo.options import grader_model
+from webui.batch.promptfoo.reader import load_suite, read_suite
+from webui.batch.run.judge import grade, inputs_for
+
+EXAMPLE = ROOT / "tests" / "data" / "promptfoo" / "examples" / "custom-grading-prompt"
+
+
+def hosted(tmp_path, **extra):
+    """The example as written for a hosted grader: defaultTest.options.provider as promptfoo's docs write it
+    (plus ``extra`` on its one test)."""
+    config = yaml.safe_load((EXAMPLE / "promptfooconfig.yaml").read_text(encoding="utf-8"))
+    config["defaultTest"]["options"]["provider"] = "openai:gpt-4.1-mini"
+    config["tests"][0].update(extra)
+    (tmp_path / "prompts.txt").write_text((EXAMPLE / "prompts.txt").read_text(encoding="utf-8"))
+    return yaml.safe_dump(config)
+
+
+def test_a_hosted_grader_is_refused_saying_that_grader_overrides_it(tmp_path):
+    with pytest.raises(BatchInputError, match=re.escape("'openai:gpt-4.1-mini' is no loaded model")) as caught:
+        read_suite(hosted(tmp_path), tmp_path)
+    assert "--grader workbench:NAME (promptfoo's eval --grader" in str(caught.value)
+
+
+def test_the_grader_overrides_every_grader_of_the_suite(tmp_path):
+    config = yaml.safe_load(hosted(tmp_path, options={"provider": "anthropic:claude"}))
+    config["tests"][0]["assert"] += [{"type": "llm-rubric", "value": "is polite", "provider": "openai:gpt-4o"},
+                                     {"type": "contains", "value": "economy"}]
+    suite = read_suite(yaml.safe_dump(config), tmp_path, grader="SmolLM2-135M-Instruct")
+    assert suite.options.judge_model == "SmolLM2-135M-Instruct"
+    assert [a.kind for a in suite.rows[0].asserts] == ["llm-rubric", "llm-rubric", "contains"]
+    replaced = [n for n in suite.notes if "is replaced by the grader" in n]
+    assert [n.split(" ")[0] for n in replaced] == ["defaultTest.options.provider", "tests[0].options.provider",
+                                                   "tests[0].assert[1].provider"]
+
+
+@pytest.mark.parametrize("given, name", [("workbench:SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct"),
+                                         ("SmolLM2-135M-Instruct@llamacpp", "SmolLM2-135M-Instruct@llamacpp")])
+def test_a_grader_names_a_loaded_model(given, name):
+    assert grader_model(given) == name
+
+
+def test_a_hosted_grader_id_is_refused_saying_what_to_write():
+    with pytest.raises(BatchInputError, match=re.escape("grader 'openai:gpt-4.1-mini': the grader here is a model "
+                                                        "loaded by the workbench; write workbench:NAME")):
+        grader_model("openai:gpt-4.1-mini")
+
+
+def test_the_cli_checks_its_grader_before_loading_a_model(tmp_path, capsys):
+    from webui.batch.run.cli import main
+
+    config = tmp_path / "promptfooconfig.yaml"
+    config.write_text(hosted(tmp_path))
+    assert main([str(config), "--grader", "openai:gpt-4.1-mini"]) == 2
+    assert "grader 'openai:gpt-4.1-mini': the grader here is a model" in capsys.readouterr().err
+    assert main([str(config), "--grader", "workbench:a", "--judge-model", "b"]) == 2
+    assert "--grader names the judge; leave out --judge-url and --judge-model" in capsys.readouterr().err
+
+
+def test_an_llm_rubric_without_a_value_is_graded_by_the_suites_rubric_prompt():
+    suite = load_suite(EXAMPLE / "promptfooconfig.yaml")
+    row = suite.rows[0]
+    (item,) = row.asserts
+    assert item.kind == "llm-rubric" and item.value is None
+    output = "The Federal Reserve sets rates. What do you want to know?"
+    judge = Judge({"reason": "mentions the Fed and asks", "pass": True, "score": 0.67})
+    verdict = run(grade(item, inputs_for(item, output, row.text, row.variables), judge))
+    (text, _, _), = judge.asked
+    assert "Did the output mention the Federal Reserve? +1 point" in text and f"Output: {output}" in text
+    result = item.check(Observed(output, prompt=row.text, judged={verdict_key(item): verdict},
+                                 variables=row.variables))
+    assert result.passed and result.score == 0.67
