@@ -220,7 +220,7 @@ def test_a_suite_written_for_a_hosted_grader_runs_with_grader(tmp_path, user_dat
     """promptfoo's custom-grading-prompt example (tests/data/promptfoo/examples/, see its SOURCE.md) as written for
     a hosted grader (defaultTest.options.provider: openai:gpt-4.1-mini, as promptfoo's docs write it), its
     llm-rubric with no value graded by its rubricPrompt alone (#49 items 5, 6): --grader, promptfoo's eval
-    --grader, names the loaded model that grades instead."""
+    --grader, names the loaded model that grades instead, and --grader-max-tokens its budget per step."""
     example = ROOT / "tests" / "data" / "promptfoo" / "examples" / "custom-grading-prompt"
     config = yaml.safe_load((example / "promptfooconfig.yaml").read_text(encoding="utf-8"))
     config["providers"] = [{"id": config["providers"][0], "config": {"max_tokens": 16}}]
@@ -231,9 +231,14 @@ def test_a_suite_written_for_a_hosted_grader_runs_with_grader(tmp_path, user_dat
     refused = batch(user_data, str(suite))
     assert refused.returncode == 2 and "--grader workbench:NAME" in refused.stderr
     out = tmp_path / "results.json"
-    done = batch(user_data, str(suite), "--grader", "workbench:SmolLM2-135M-Instruct", "--out", str(out))
+    grader = ["--grader", "workbench:SmolLM2-135M-Instruct"]
+    done = batch(user_data, str(suite), *grader, "--grader-max-tokens", "96", "--out", str(out))
     assert done.returncode in (0, 1), done.stderr
     assert "defaultTest.options.provider is replaced by the grader" in done.stderr
     (result,) = json.loads(out.read_text())["results"]["results"]
     (graded,) = result["gradingResult"]["componentResults"]
     assert graded["assertion"]["type"] == "llm-rubric" and "the judge could not answer" not in graded["reason"]
+    cut = batch(user_data, str(suite), *grader, "--grader-max-tokens", "4", "--no-cache", "--out", str(out))
+    assert cut.returncode == 0, cut.stderr
+    (result,) = json.loads(out.read_text())["results"]["results"]  # the budget reaches the judge: 4 tokens hold no
+    assert "the judge's answer is not the JSON asked for (cut off?)" in result["gradingResult"]["reason"]  # verdict

@@ -191,7 +191,7 @@ class BatchController:
                                 use_cache=form.use_cache and options.use_cache, judge_prompt=form.judge_prompt,
                                 remote_judge=form.remote_judge(),
                                 judge_model=form.local_judge() or options.judge_model,
-                                derived_metrics=options.derived_metrics)
+                                derived_metrics=options.derived_metrics, judge_tokens=options.judge_tokens)
             template = form.template.strip() or None
             rows = (load_prompts_text(form.upload[0], form.upload[1], template, not confined) if form.upload
                     else parse_lines(form.prompts, template))

@@ -1,5 +1,6 @@
-"""Who grades a promptfoo suite (#49): ``--grader`` (promptfoo's ``eval --grader``) over every grader the suite
-names, and an llm-rubric with no value whose ``rubricPrompt`` is the whole grading prompt; built on promptfoo's
+"""Who grades a promptfoo suite and how much it may write (#49): ``--grader`` (promptfoo's ``eval --grader``) over
+every grader the suite names, an llm-rubric with no value whose ``rubricPrompt`` is the whole grading prompt, and the
+grader's token budget; built on promptfoo's
 custom-grading-prompt example (tests/data/promptfoo/examples/custom-grading-prompt, see its SOURCE.md).
 
 Both are in promptfoo 0.115: ``eval --grader`` and an llm-rubric graded by ``defaultTest.options.rubricPrompt``
@@ -8,18 +9,21 @@ alone (its example runs there)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 import yaml
 
 from tests.batch.asserts.test_graded import Judge, run
 from tests.conftest import ROOT
+from webui.batch.asserts.assertion import parse_assert
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.types import Observed
-from webui.batch.asserts.graded import verdict_key
+from webui.batch.asserts.graded import GRADED, verdict_key
 from webui.batch.promptfoo.options import grader_model
 from webui.batch.promptfoo.reader import load_suite, read_suite
-from webui.batch.run.judge import grade, inputs_for
+from webui.batch.run.judge import grade, inputs_for, judge_budget
+from webui.batch.run.prompts import parse_lines
 
 EXAMPLE = ROOT / "tests" / "data" / "promptfoo" / "examples" / "custom-grading-prompt"
 
@@ -88,3 +92,41 @@ def test_an_llm_rubric_without_a_value_is_graded_by_the_suites_rubric_prompt():
     result = item.check(Observed(output, prompt=row.text, judged={verdict_key(item): verdict},
                                  variables=row.variables))
     assert result.passed and result.score == 0.67
+
+
+def test_a_suites_grader_config_max_tokens_is_the_judges_budget(tmp_path):
+    """promptfoo caps its grader by the grader provider's config (defaultTest.options.provider: {id, config:
+    {max_tokens}}); here the loaded judge's tokens per grading step."""
+    config = yaml.safe_load((EXAMPLE / "promptfooconfig.yaml").read_text(encoding="utf-8"))
+    (tmp_path / "prompts.txt").write_text("Talk about {{topic}}\n")
+    config["defaultTest"]["options"]["provider"] = {"id": "workbench:judge", "config": {"max_tokens": 96}}
+    options = read_suite(yaml.safe_dump(config), tmp_path).options
+    assert (options.judge_model, options.judge_tokens) == ("judge", 96)
+    config["defaultTest"]["options"]["provider"]["config"] = {"max_tokens": 0, "temperature": 1}
+    with pytest.raises(BatchInputError, match=re.escape("defaultTest.options.provider.config: a grader's config "
+                                                        "here takes max_tokens only")):
+        read_suite(yaml.safe_dump(config), tmp_path)
+
+
+def test_the_judges_budget_caps_each_step_and_counts_each_criterion():
+    asserts = [parse_assert(a) for a in ("llm-rubric:is polite", "g-eval:is clear", "contains:x")]
+    steps = [s.max_tokens for kind in ("llm-rubric", "g-eval") for s in GRADED[kind].steps]
+    assert judge_budget(asserts) == sum(steps) and judge_budget(asserts, 96) == sum(min(s, 96) for s in steps)
+    criteria = parse_assert({"type": "g-eval", "value": ["is clear", "is short"]})
+    assert judge_budget([criteria], 50) == 2 * 50 * len(GRADED["g-eval"].steps)
+
+
+def test_the_time_left_bound_counts_what_the_judges_may_still_write(tmp_path):
+    """Before, the bound counted the cells' tokens only: once they were made it said seconds while the judges
+    worked on for minutes (#49)."""
+    import time
+
+    from webui.batch.run.grid import GridSpec, expand, plan
+    from webui.batch.run.runner import RunHandle
+    from webui.presets import PresetStore
+
+    settings = expand(GridSpec([], {"max_new_tokens": [10]}), PresetStore(tmp_path / "presets"))
+    rows = [replace(row, asserts=[parse_assert("llm-rubric:is polite")]) for row in parse_lines("a\nb")]
+    handle = RunHandle(1, plan(rows, settings), started=time.monotonic() - 10, judge_tokens=30)
+    handle.streaming.update({0: 10, 1: 10})  # every cell's tokens made in 10 s; the judges' 2 x 30 still to come
+    assert handle.eta_text() == "at most 30s left"

@@ -53,6 +53,9 @@ class SuiteOptions:
     """name -> expression over named scores, in the suite's order."""
     judge_model: str = ""
     """The loaded model that judges (defaultTest.options.provider); "": the run's choice."""
+    judge_tokens: int | None = None
+    """The most tokens the judge writes per grading step (defaultTest.options.provider's config.max_tokens, as
+    promptfoo caps its grader); None: each step's own budget."""
 
 
 def resolve_refs(config: Any, problems: Problems) -> Any:
@@ -148,8 +151,9 @@ def suite_options(config: Mapping[str, Any], problems: Problems, notes: list[str
                      ("sharing", "results are not shared anywhere; export them from the Batch tab")):
         if config.get(key):
             notes.append(f"{key} is not applied ({why})")
+    judge, tokens = _judge_model(config.get("defaultTest"), problems)
     return SuiteOptions(samples, use_cache, output, derived_metrics(config.get("derivedMetrics"), problems),
-                        grader or _judge_model(config.get("defaultTest"), problems))
+                        grader or judge, tokens)
 
 
 def _evaluate_options(given: Any, problems: Problems, notes: list[str]) -> tuple[int, bool]:
@@ -177,17 +181,20 @@ def _evaluate_options(given: Any, problems: Problems, notes: list[str]) -> tuple
     return samples, use_cache
 
 
-def _judge_model(default: Any, problems: Problems) -> str:
-    """The judge model defaultTest.options.provider names ("": none named)."""
+def _judge_model(default: Any, problems: Problems) -> tuple[str, int | None]:
+    """(the judge model defaultTest.options.provider names ("": none named), its token budget per grading step:
+    its ``config.max_tokens``, None where it gives none)."""
     options = default.get("options") if isinstance(default, dict) else None
     if not isinstance(options, dict):
-        return ""
-    judge = ""
+        return "", None
+    judge, tokens = "", None
     provider = options.get("provider")
     if provider is not None and not names_classifier(provider):  # a classifier's model: the asserts read it
+        if isinstance(provider, dict) and "config" in provider:
+            tokens = _grader_tokens(provider["config"], problems)
         pid = provider.get("id") if isinstance(provider, dict) else provider
         name = pid.removeprefix("workbench:").strip() if isinstance(pid, str) else ""
-        if not name or ":" in name or (isinstance(provider, dict) and set(provider) - {"id", "label"}):
+        if not name or ":" in name or (isinstance(provider, dict) and set(provider) - {"id", "label", "config"}):
             problems.add("defaultTest.options.provider", f"{pid!r} is no loaded model; write workbench:NAME with a "
                                                          "model loaded here (the judge), leave it out to judge with "
                                                          "the model in use, or override every grader of the suite "
@@ -195,7 +202,21 @@ def _judge_model(default: Any, problems: Problems) -> str:
                                                          "eval --grader; in the Batch tab: the judge model)")
         else:
             judge = name
-    return judge
+    return judge, tokens
+
+
+def _grader_tokens(config: Any, problems: Problems) -> int | None:
+    """The grader's ``config.max_tokens`` (the only key of a grader's config read here)."""
+    where = "defaultTest.options.provider.config"
+    if not isinstance(config, dict) or set(config) - {"max_tokens"}:
+        problems.add(where, f"a grader's config here takes max_tokens only (its token budget per grading step), "
+                            f"got {config!r}")
+        return None
+    tokens = config.get("max_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        problems.add(f"{where}.max_tokens", f"must be a whole number >= 1, got {tokens!r}")
+        return None
+    return tokens
 
 
 def derived_metrics(given: Any, problems: Problems) -> dict[str, str]:

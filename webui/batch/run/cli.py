@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="promptfoo's eval --grader: the model that grades every model-graded assert, over any grader "
                         "the suite names (defaultTest.options.provider, an assert's provider): workbench:NAME or NAME, "
                         "a model loaded beside the tested ones")
+    p.add_argument("--grader-max-tokens", type=int, metavar="N",
+                   help="the most tokens the judge writes per grading step (as promptfoo's grader config max_tokens; "
+                        "default: a promptfoo suite's defaultTest.options.provider config.max_tokens, else each "
+                        "step's own budget, 256-768); a small judge stops sooner")
     p.add_argument("--no-cache", action="store_true",
                    help="generate every cell, even one whose whole request already ran (default: reuse it)")
     p.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, help="refuse grids larger than this")
@@ -82,6 +86,8 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.out is not None and args.out.suffix not in (".jsonl", ".csv", ".json"):
         return _fail(f"--out must end in .jsonl, .csv or .json (promptfoo's shape), got '{args.out}'")
+    if args.grader_max_tokens is not None and args.grader_max_tokens < 1:
+        return _fail(f"--grader-max-tokens must be 1 or more, got {args.grader_max_tokens}")
     if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
         return _fail(f"--min-pass-rate must be between 0 and 1, got {args.min_pass_rate}")
     settings, description, options = None, "", SuiteOptions()
@@ -121,7 +127,8 @@ def main(argv: list[str]) -> int:
                        use_cache=not args.no_cache and options.use_cache,
                        judge_prompt=judge_prompt,
                        remote_judge=RemoteJudge(args.judge_url, args.judge_model) if args.judge_url else None,
-                       judge_model=local_judge, derived_metrics=options.derived_metrics)
+                       judge_model=local_judge, derived_metrics=options.derived_metrics,
+                       judge_tokens=args.grader_max_tokens or options.judge_tokens)
         planned, _ = services.batch_runner.plan(job)  # bad grids fail before any model loads
         named = list(dict.fromkeys(s.model for s in planned if s.model))
         if args.model or any(s.model is None for s in planned):

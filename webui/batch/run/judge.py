@@ -34,7 +34,7 @@ from webui.batch.run.prompts import render, template_variables
 from webui.engine import EngineError, GenerationRequest, SamplingParams
 
 __all__ = ["JUDGE_PROMPT", "KEY_VARIABLE", "VERDICT_SCHEMA", "JudgeError", "RemoteJudge", "check_judge_prompt",
-           "grade", "graded", "inputs_for", "judge_request", "read_answer", "rubrics", "select_best",
+           "grade", "graded", "inputs_for", "judge_budget", "judge_request", "read_answer", "rubrics", "select_best",
            "step_text"]
 
 KEY_VARIABLE = "WORKBENCH_JUDGE_API_KEY"
@@ -104,6 +104,17 @@ def graded(asserts: Sequence[Assert], select: bool = False) -> list[Assert]:
     judged over a test's outputs."""
     found = {verdict_key(a): a for a in asserts if a.kind in GRADED and (a.kind == "select-best") == select}
     return list(found.values())
+
+
+def judge_budget(asserts: Sequence[Assert], cap: int | None = None) -> int:
+    """The most tokens the judge may write on one output's graded asserts: each step's budget (at most ``cap``,
+    the run's grader budget), for each criterion of a kind that judges them one at a time."""
+    total = 0
+    for item in [*graded(asserts), *graded(asserts, select=True)]:
+        kind = GRADED[item.kind]
+        times = len(item.value) if kind.each and isinstance(item.value, tuple) else 1
+        total += times * sum(min(step.max_tokens, cap or step.max_tokens) for step in kind.steps)
+    return total
 
 
 def rubrics(asserts: list[Assert]) -> list[str]:
@@ -213,7 +224,7 @@ async def select_best(item: Assert, outputs: list[str], inputs: Mapping[str, str
     filled = {**inputs, "outputs": numbered_outputs(outputs)}
     schema = select_schema(len(outputs))
     try:
-        answer = await _answer(ask, step_text(kind, 0, filled, custom), schema, 256)
+        answer = await _answer(ask, step_text(kind, 0, filled, custom), schema, kind.steps[0].max_tokens)
     except (JudgeError, BatchInputError) as exc:
         return [Verdict(False, 0.0, str(exc), unscored=True)] * len(outputs)
     return [Verdict(*g) for g in select_grades(answer, len(outputs), str(item.value))]

@@ -25,7 +25,8 @@ from webui.batch.run.loop_rows import (
     LoopTurns, RowReply, local_toolbox, needs_local_tools, offer_local_tools, run_loop_row,
 )
 from webui.batch.run.judge import (
-    JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_request, rubrics, select_best,
+    JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_budget, judge_request, rubrics,
+    select_best,
 )
 from webui.batch.run.prompts import PromptRow
 from webui.batch.run.provider_prompt import ProviderPrompt
@@ -61,6 +62,7 @@ class BatchJob:
     remote_judge: RemoteJudge | None = None  # a server that judges instead of a loaded model
     judge_model: str = ""  # the loaded model that judges llm-rubric asserts ("": the model in use)
     derived_metrics: dict[str, str] = field(default_factory=dict)  # a promptfoo suite's: name -> expression
+    judge_tokens: int | None = None  # the most tokens the judge writes per grading step (None: each step's own)
 
     def to_spec(self, settings: list[Setting]) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "grid": self.grid.to_dict(),
@@ -74,7 +76,8 @@ class BatchJob:
                 "chat_template_name": self.chat_template, "use_cache": self.use_cache,
                 "judge_prompt": self.judge_prompt, "judge_model": self.judge_model,
                 "remote_judge": self.remote_judge.to_dict() if self.remote_judge else None,
-                **({"derived_metrics": dict(self.derived_metrics)} if self.derived_metrics else {})}
+                **({"derived_metrics": dict(self.derived_metrics)} if self.derived_metrics else {}),
+                **({"judge_tokens": self.judge_tokens} if self.judge_tokens else {})}
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> "BatchJob":
@@ -88,7 +91,7 @@ class BatchJob:
                    settings, spec.get("chat_template_name", ""), spec.get("use_cache", True),
                    spec.get("judge_prompt", JUDGE_PROMPT),
                    RemoteJudge(**spec["remote_judge"]) if spec.get("remote_judge") else None,
-                   spec.get("judge_model", ""), dict(spec.get("derived_metrics", {})))
+                   spec.get("judge_model", ""), dict(spec.get("derived_metrics", {})), spec.get("judge_tokens"))
 
 
 @dataclass
@@ -111,6 +114,8 @@ class RunHandle:
     """(the judge's engine, user text -> the prompt as the judge reads it) for llm-rubric asserts (None: remote)."""
     judge_prompt: str = ""
     remote_judge: RemoteJudge | None = None
+    judge_tokens: int | None = None
+    """The most tokens the judge writes per grading step (None: each step's own budget)."""
     slots: dict = field(default_factory=dict)
     """The loaded model (a Slot) each setting's model names runs on."""
     embedder: tuple[Engine, EmbeddingModel] | None = None
@@ -139,7 +144,9 @@ class RunHandle:
     def eta_text(self) -> str:
         """How long the rest should take: "about 12s left" from the cells generated so far (cells from the cache
         take no time); before the first one finishes (cells run batched, so that can be late), "at most 40s left"
-        from the tokens the unfinished cells may still make (their max_new_tokens less what they made) at the
+        from the tokens the unfinished cells may still make (their max_new_tokens less what they made, and the
+        most their judges may write: judging is part of a cell, so the bound does not drop to seconds while the
+        judges work) at the
         speed so far; "" while nothing is known."""
         elapsed = time.monotonic() - self.started
         with self._lock:
@@ -151,7 +158,8 @@ class RunHandle:
             unfinished = [(i, cell.params) for i, cell in enumerate(self.cells) if i not in self.results]
             if any(params.auto_max_new_tokens for _, params in unfinished):  # no bound known
                 return ""
-            allowed = sum(max(0, params.max_new_tokens - self.streaming.get(i, 0)) for i, params in unfinished)
+            allowed = sum(max(0, params.max_new_tokens - self.streaming.get(i, 0))
+                          + judge_budget(self.cells[i].row.asserts, self.judge_tokens) for i, params in unfinished)
         return f"at most {elapsed * allowed / made:.0f}s left" if made else ""
 
     def rows(self) -> list[ResultRow]:
@@ -308,7 +316,7 @@ class BatchRunner:
             template = self.template(replace(job, raw=False), judge.model)
             handle.judge = (judge.engine, lambda text: render_chat_prompt(
                 judge.model.tokenizer, [{"role": "user", "content": text}], template=template))
-        handle.judge_prompt = job.judge_prompt
+        handle.judge_prompt, handle.judge_tokens = job.judge_prompt, job.judge_tokens
         handle.classifiers = classifiers
         if any(a.kind in ("similar", "answer-relevance") for row in job.rows for a in row.asserts):
             handle.embedder = self._embedder(slots, owner)
@@ -541,6 +549,7 @@ class BatchRunner:
     def _ask(self, handle: RunHandle) -> Ask:
         """How this run asks its judge (a loaded model, or a server)."""
         async def ask(text: str, schema: Mapping[str, Any], max_tokens: int) -> str:
+            max_tokens = min(max_tokens, handle.judge_tokens or max_tokens)
             if handle.remote_judge is not None:
                 return await asyncio.to_thread(handle.remote_judge.ask, text, schema, max_tokens)
             engine, render_chat = handle.judge
