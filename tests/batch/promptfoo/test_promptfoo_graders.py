@@ -18,12 +18,14 @@ from tests.batch.asserts.test_graded import Judge, run
 from tests.conftest import ROOT
 from webui.batch.asserts.assertion import parse_assert
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.asserts.types import Observed
+from webui.batch.asserts.types import AssertResult, Observed
 from webui.batch.asserts.graded import GRADED, verdict_key
 from webui.batch.promptfoo.options import grader_model
 from webui.batch.promptfoo.reader import load_suite, read_suite
-from webui.batch.run.judge import grade, inputs_for, judge_budget
+from webui.batch.run.grid import GridSpec
+from webui.batch.run.judge import grade, inputs_for, judge_budget, max_score
 from webui.batch.run.prompts import parse_lines
+from webui.batch.run.runner import BatchJob
 
 EXAMPLE = ROOT / "tests" / "data" / "promptfoo" / "examples" / "custom-grading-prompt"
 
@@ -121,7 +123,7 @@ def test_the_time_left_bound_counts_what_the_judges_may_still_write(tmp_path):
     worked on for minutes (#49)."""
     import time
 
-    from webui.batch.run.grid import GridSpec, expand, plan
+    from webui.batch.run.grid import expand, plan
     from webui.batch.run.runner import RunHandle
     from webui.presets import PresetStore
 
@@ -130,3 +132,55 @@ def test_the_time_left_bound_counts_what_the_judges_may_still_write(tmp_path):
     handle = RunHandle(1, plan(rows, settings), started=time.monotonic() - 10, judge_tokens=30)
     handle.streaming.update({0: 10, 1: 10})  # every cell's tokens made in 10 s; the judges' 2 x 30 still to come
     assert handle.eta_text() == "at most 30s left"
+
+
+MAX_SCORE = ROOT / "tests" / "data" / "promptfoo" / "examples" / "max-score-selection" / "promptfooconfig.yaml"
+
+
+def test_max_score_is_read_from_its_example_and_written_back():
+    """max-score is newer than promptfoo 0.115 (not among its assert types): checked against promptfoo's
+    documentation (docs/configuration/expected-outputs/model-graded/max-score) and its example."""
+    suite = load_suite(MAX_SCORE)
+    first, last = suite.rows[0].asserts[-1], suite.rows[-1].asserts[-1]
+    assert first.options["max_score"] == {"method": "average", "weights": {"python": 3.0, "llm-rubric": 1.5}}
+    assert last.options["max_score"] == {"method": "average", "weights": {}}
+    assert parse_assert(first.to_dict()) == first
+    for bad, said in (({"method": "median"}, "max-score method must be average or sum"),
+                      ({"weights": {"python": "high"}}, "max-score weights must map assert types to numbers")):
+        with pytest.raises(BatchInputError, match=re.escape(said)):
+            parse_assert({"type": "max-score", "value": bad})
+
+
+def checked(*pairs):
+    """One output's (assert, result) pairs from (assert spec, score)."""
+    return [(parse_assert(spec), AssertResult(score >= 0.5, score=score)) for spec, score in pairs]
+
+
+def test_max_score_picks_the_highest_weighted_average_as_promptfoos_docs_compute_it():
+    item = parse_assert({"type": "max-score", "value": {"weights": {"python": 3, "llm-rubric": 1}}})
+    a = checked(("python:len(output) > 0", 1.0), ("llm-rubric:is clear", 0.5), ("contains:def", 1.0),
+                (item.to_dict(), 0))
+    b = checked(("python:len(output) > 0", 0.0), ("llm-rubric:is clear", 1.0), ("contains:def", 1.0))
+    verdicts = max_score(item, [b, a])
+    assert [v.passed for v in verdicts] == [False, True] and [v.score for v in verdicts] == [0.0, 1.0]
+    assert "score 0.900" in verdicts[1].reason  # the docs' example: (1x3 + 0.5x1 + 1x1) / 5
+    tied = max_score(parse_assert("max-score"), [b, b])
+    assert [v.passed for v in tied] == [True, False]  # a tie: the first wins
+    summed = parse_assert({"type": "max-score", "value": {"method": "sum", "threshold": 3}})
+    assert not any(v.passed for v in max_score(summed, [a, b]))  # 2.5 and 2, under the threshold: none
+    assert "below the threshold 3" in max_score(summed, [a, b])[0].reason
+    alone = max_score(item, [checked((item.to_dict(), 0)), b])
+    assert not alone[0].passed and "needs at least one other assert" in alone[0].reason
+
+
+def test_max_score_compares_the_outputs_of_a_tests_prompts(tmp_path):
+    """A promptfoo test runs once per prompt: max-score (like select-best) compares those outputs, as promptfoo
+    does; one prompt and one provider leave nothing to compare."""
+    from webui.batch.run.runner import BatchRunner
+
+    suite = load_suite(MAX_SCORE)
+    settings = suite.settings
+    BatchRunner._check_graded(BatchJob("x", suite.rows, GridSpec([], {}), settings=settings), settings)
+    one = [row for row in suite.rows if row.origin["promptIdx"] == 0]
+    with pytest.raises(BatchInputError, match="max-score compares the outputs of several prompts or settings"):
+        BatchRunner._check_graded(BatchJob("x", one, GridSpec([], {}), settings=settings), settings)

@@ -417,6 +417,55 @@ def select_grades(answer: dict[str, Any], count: int, criteria: str) -> list[Gra
             Grade(False, 0.0, f"not selected (output {best} was): {criteria}{why}") for i in range(count)]
 
 
+# -- max-score (promptfoo's, newer than 0.115): the best of a test's outputs by its other asserts' scores ------
+
+COMPARING = ("select-best", "max-score")
+"""The kinds that compare a test's outputs (once all are made) rather than judge one."""
+MAX_SCORE_METHODS = ("average", "sum")
+
+
+def max_score_options(value: Any) -> dict[str, Any]:
+    """A max-score's value ({method, weights, threshold}, each optional; none: average, every weight 1) checked."""
+    given = {} if value is None or value == "" else value
+    if not isinstance(given, dict) or set(given) - {"method", "weights", "threshold"}:
+        raise BatchInputError(f"max-score takes {{method: average|sum, weights: {{assert type: weight}}, threshold}} "
+                              f"(each optional), got {value!r}")
+    method = given.get("method", "average")
+    if method not in MAX_SCORE_METHODS:
+        raise BatchInputError(f"max-score method must be average or sum, got {method!r}")
+    weights = given.get("weights") or {}
+    if not isinstance(weights, dict) or not all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in weights.values()):
+        raise BatchInputError(f"max-score weights must map assert types to numbers >= 0, got {weights!r}")
+    threshold = given.get("threshold")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+        raise BatchInputError(f"max-score threshold must be a number, got {threshold!r}")
+    return {"method": method, "weights": {str(k): float(w) for k, w in weights.items()},
+            **({"threshold": float(threshold)} if threshold is not None else {})}
+
+
+def max_score_grades(scored: list[list[tuple[str, float]]], options: Mapping[str, Any]) -> list[Grade]:
+    """The grade of each output from its other asserts' (promptfoo type, score): each output's aggregate is the
+    weighted average (or sum) of its scores, each weighted by its type's weight (default 1); the highest passes
+    with score 1 (the first on a tie) unless it is under the threshold, the others fail with 0."""
+    if any(not found for found in scored):
+        return [Grade(False, 0.0, "max-score needs at least one other assert (not max-score or select-best) to "
+                                  "aggregate the scores of")] * len(scored)
+    weights, totals = options.get("weights", {}), []
+    for found in scored:
+        weighted = sum(score * weights.get(kind, 1.0) for kind, score in found)
+        weight = sum(weights.get(kind, 1.0) for kind, _ in found)
+        totals.append(weighted if options.get("method") == "sum" else weighted / weight if weight else 0.0)
+    best = max(totals)
+    winner, threshold = totals.index(best), options.get("threshold")
+    met = threshold is None or best >= threshold
+    return [Grade(True, 1.0, f"selected as the highest scoring output (score {total:.3f})") if i == winner and met
+            else Grade(False, 0.0, f"not selected: score {total:.3f} is below the threshold {threshold:g}")
+            if total == best and not met else
+            Grade(False, 0.0, f"not selected (score {total:.3f}, the highest {best:.3f})")
+            for i, total in enumerate(totals)]
+
+
 # -- the table -----------------------------------------------------------------------------------------
 
 GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
@@ -451,6 +500,8 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
         needs=("query", "context")),
     GradedKind("select-best", (Step(SELECT_PROMPT, SELECT_ANSWER, select_schema(2)),), None, "The most concise answer",
                "the best of a test's outputs across settings"),
+    GradedKind("max-score", (), None, "", "the best of a test's outputs by the other asserts' scores (value: "
+               "{method: average|sum, weights: {type: w}, threshold}); no judge"),
     GradedKind("answer-relevance", (Step(QUESTIONS_PROMPT, QUESTIONS_ANSWER, _schema(questions={
         **_texts(200, RELEVANCE_QUESTIONS), "minItems": RELEVANCE_QUESTIONS}), 384),), _no_embeddings, "",
                "mean cosine of the query var (else the prompt) and questions the judge makes from the output; "
@@ -485,10 +536,14 @@ class GradedValue(ValueForm):
     grading prompt) and, for factuality, a test's ``options.factuality`` (each category's score)."""
 
     name = "graded"
-    options = frozenset({"rubricPrompt", "factuality"})
+    options = frozenset({"rubricPrompt", "factuality", "max_score"})
     keys = ("rubricPrompt", "contextTransform", "factuality")
 
     def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        if kind.name == "max-score":  # its value is held as its options
+            return None, {"max_score": max_score_options(options.get("max_score", value))}
+        if "max_score" in options:
+            raise BatchInputError(f"{kind.name}: method, weights and threshold as a value apply to max-score only")
         if "rubricPrompt" in options:
             options = {**options, "rubricPrompt": custom_prompts(options["rubricPrompt"], kind.name)}
         if "factuality" in options:
@@ -516,6 +571,8 @@ class GradedValue(ValueForm):
         if given.get("contextTransform") is not None:
             raise BatchInputError(f"{kind.name}: {CONTEXT_TRANSFORM_REFUSED}")
         options = {key: given[key] for key in ("rubricPrompt", "factuality") if given.get(key) is not None}
+        if kind.name == "max-score":
+            return None, {**options, "max_score": max_score_options(value)}
         if not GRADED[kind.name].example:
             return (None if value == "" else value), options
         if value is None and _whole_prompt(kind.name, options):
@@ -531,6 +588,8 @@ class GradedValue(ValueForm):
         return None if item.value is None else _one_line(str(item.value))
 
     def write_dict(self, item: AssertData) -> dict[str, Any]:
+        if item.kind == "max-score":
+            return {"value": dict(item.options["max_score"])}
         value = {} if item.value is None else {"value": list(item.value) if isinstance(item.value, tuple) else
                                                item.value}
         custom = item.options.get("rubricPrompt")
@@ -586,6 +645,8 @@ def verdict_key(item: AssertData) -> str:
     custom, scores = item.options.get("rubricPrompt"), item.options.get("factuality")
     if item.kind == "llm-rubric" and not custom:
         return str(item.value)
+    if item.kind == "max-score":
+        return json.dumps([item.kind, item.options["max_score"]], ensure_ascii=False, sort_keys=True)
     if item.kind == "classifier":  # its model, and the output as its transform rewrites it
         return json.dumps([item.kind, item.value, item.options["provider"], list(item.transform)], ensure_ascii=False)
     return json.dumps([item.kind, item.value, list(custom or ()), *([scores] if scores else [])], ensure_ascii=False)

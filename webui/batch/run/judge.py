@@ -24,18 +24,18 @@ import httpx
 import jsonschema
 
 from webui.batch.asserts.assertion import Assert
-from webui.batch.asserts.types import Verdict
+from webui.batch.asserts.types import AssertResult, Verdict
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.graded import (
-    GRADED, JUDGE_PROMPT, VERDICT_SCHEMA, Embed, GradedKind, numbered_outputs, select_grades, select_schema,
-    verdict_key,
+    COMPARING, GRADED, JUDGE_PROMPT, VERDICT_SCHEMA, Embed, GradedKind, max_score_grades, numbered_outputs,
+    select_grades, select_schema, verdict_key,
 )
 from webui.batch.run.prompts import render, template_variables
 from webui.engine import EngineError, GenerationRequest, SamplingParams
 
 __all__ = ["JUDGE_PROMPT", "KEY_VARIABLE", "VERDICT_SCHEMA", "JudgeError", "RemoteJudge", "check_judge_prompt",
-           "grade", "graded", "inputs_for", "judge_budget", "judge_request", "read_answer", "rubrics", "select_best",
-           "step_text"]
+           "grade", "graded", "inputs_for", "judge_budget", "judge_request", "max_score", "read_answer", "rubrics",
+           "select_best", "step_text"]
 
 KEY_VARIABLE = "WORKBENCH_JUDGE_API_KEY"
 
@@ -100,9 +100,9 @@ def check_judge_prompt(text: str) -> str:
 
 
 def graded(asserts: Sequence[Assert], select: bool = False) -> list[Assert]:
-    """The graded asserts (one per verdict key): those judged per output, or (``select``) the select-best ones,
-    judged over a test's outputs."""
-    found = {verdict_key(a): a for a in asserts if a.kind in GRADED and (a.kind == "select-best") == select}
+    """The graded asserts (one per verdict key): those judged per output, or (``select``) the select-best and
+    max-score ones, which compare a test's outputs."""
+    found = {verdict_key(a): a for a in asserts if a.kind in GRADED and (a.kind in COMPARING) == select}
     return list(found.values())
 
 
@@ -228,3 +228,13 @@ async def select_best(item: Assert, outputs: list[str], inputs: Mapping[str, str
     except (JudgeError, BatchInputError) as exc:
         return [Verdict(False, 0.0, str(exc), unscored=True)] * len(outputs)
     return [Verdict(*g) for g in select_grades(answer, len(outputs), str(item.value))]
+
+
+def max_score(item: Assert, checked: Sequence[Sequence[tuple[Assert, AssertResult]]]) -> list[Verdict]:
+    """max-score's pick among a test's outputs, from each output's (assert, result) pairs (no judge): a verdict
+    for each. An assert counts under its promptfoo type (not-contains...), select-best and max-score not at all."""
+    scored = [[(("not-" if a.negate else "") + a.kind, result.value) for a, result in pairs
+               if a.kind not in COMPARING] for pairs in checked]
+    if len(scored) < 2:
+        return [Verdict(False, 0.0, "max-score needs at least two outputs of the test to compare")] * len(scored)
+    return [Verdict(*g) for g in max_score_grades(scored, item.options["max_score"])]

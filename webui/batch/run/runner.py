@@ -8,6 +8,7 @@ changed since.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -25,8 +26,8 @@ from webui.batch.run.loop_rows import (
     LoopTurns, RowReply, local_toolbox, needs_local_tools, offer_local_tools, run_loop_row,
 )
 from webui.batch.run.judge import (
-    JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_budget, judge_request, rubrics,
-    select_best,
+    JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_budget, judge_request, max_score,
+    rubrics, select_best,
 )
 from webui.batch.run.prompts import PromptRow
 from webui.batch.run.provider_prompt import ProviderPrompt
@@ -347,11 +348,16 @@ class BatchRunner:
                     raise BatchInputError(f"prompt {row.id}: {item.kind} reads the test's "
                                           f"{' and '.join(f'`{m}`' for m in missing)} var, which it does not have; "
                                           f"add it to the test's vars")
-            runs_on = [s for s in settings if row.settings is None or s.label in row.settings]
-            if graded(row.asserts, select=True) and len(runs_on) < 2:
-                raise BatchInputError(f"prompt {row.id}: select-best compares the outputs of several settings "
-                                      "(providers) for the same test, and this one runs on one; add a setting or "
-                                      "use llm-rubric")
+        outputs: dict[Any, int] = {}  # a test's outputs, over its prompts and settings
+        for row in job.rows:
+            outputs[_test_of(row)] = outputs.get(_test_of(row), 0) + sum(
+                row.settings is None or s.label in row.settings for s in settings)
+        for row in job.rows:
+            comparing = [a.kind for a in graded(row.asserts, select=True)]
+            if comparing and outputs[_test_of(row)] < 2:
+                raise BatchInputError(f"prompt {row.id}: {comparing[0]} compares the outputs of several prompts or "
+                                      "settings (providers) for the same test, and this one has one; add a setting "
+                                      "or use llm-rubric")
 
     def _classifiers(self, job: BatchJob) -> Classifiers | None:
         """The run's classifier models (None: no classifier assert); a model not in the models dir is refused
@@ -589,13 +595,14 @@ class BatchRunner:
         return Verdict(*await asyncio.to_thread(handle.classifiers.grade, item, text))
 
     async def _select_best(self, handle: RunHandle) -> None:
-        """select-best: once every cell has run, the judge picks the best output of each test (a prompt and
-        sample, across settings) and those rows are checked again with its verdicts."""
-        groups: dict[tuple[int, int], list[int]] = {}
+        """select-best and max-score: once every cell has run, the judge (or, for max-score, the other asserts'
+        scores) picks the best output of each test (its outputs over prompts and settings, per sample) and those
+        rows are checked again with the verdicts."""
+        groups: dict[tuple[Any, int], list[int]] = {}
         for index, cell in enumerate(handle.cells):
             row = handle.results.get(index)
             if graded(cell.row.asserts, select=True) and row is not None and not row.error:
-                groups.setdefault((cell.row.index, cell.sample), []).append(index)
+                groups.setdefault((_test_of(cell.row), cell.sample), []).append(index)
         for indexes in groups.values():
             if handle.cancelled:
                 return
@@ -604,7 +611,10 @@ class BatchRunner:
             verdicts: list[dict[str, Verdict]] = [{} for _ in indexes]
             for item in graded(cell.row.asserts, select=True):
                 inputs = inputs_for(item, "", cell.row.text, cell.row.variables)
-                for held, verdict in zip(verdicts, await select_best(item, outputs, inputs, self._ask(handle))):
+                found = max_score(item, [list(zip(handle.cells[i].row.asserts, handle.results[i].asserts))
+                                         for i in indexes]) if item.kind == "max-score" else \
+                    await select_best(item, outputs, inputs, self._ask(handle))
+                for held, verdict in zip(verdicts, found):
                     held[verdict_key(item)] = verdict
             for index, judged in zip(indexes, verdicts):
                 self._keep(handle, index, rejudged(handle.results[index], handle.cells[index], judged))
@@ -658,3 +668,12 @@ def reply_output(cell: Cell, text: str, finish_reason: str) -> tuple[str, Any]:
     the text the model generated."""
     shape = cell.setting.prompt
     return shape.output(text, finish_reason) if shape is not None else (text, None)
+
+
+def _test_of(row: PromptRow) -> Any:
+    """Which test a row is of, for the kinds that compare a test's outputs: a promptfoo test's rows (one per
+    prompt) are one test, as promptfoo compares them; any other row is a test of its own."""
+    origin = row.origin or {}
+    if "testIdx" not in origin:
+        return row.index
+    return origin["testIdx"], json.dumps(row.variables, sort_keys=True, default=str)
