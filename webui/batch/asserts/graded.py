@@ -280,12 +280,15 @@ def _recall(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: M
                               "attributed to the context")
 
 
+RELEVANCE_BAD = "Insufficient Information"
+"""What the judge says for a context that holds nothing for the query (promptfoo's CONTEXT_RELEVANCE_BAD)."""
 RELEVANCE_ANSWER = ('Answer with JSON only: {"sentences": the sentences of the context needed to answer the query, '
-                    'copied unchanged; an empty list if there are none or the query cannot be answered from the '
-                    'context}.')
+                    f'copied unchanged; ["{RELEVANCE_BAD}"] if there are none or the query cannot be answered from '
+                    'the context}.')
 RELEVANCE_PROMPT = f"""Please extract relevant sentences from the provided context that are absolutely required \
-to answer the following query. While extracting candidate sentences you're not allowed to make any changes to \
-sentences from the given context.
+to answer the following query. If no relevant sentences are found, or if you believe the query cannot be answered \
+from the given context, return the phrase "{RELEVANCE_BAD}". While extracting candidate sentences you're not \
+allowed to make any changes to sentences from the given context.
 
 query: {{{{query}}}}
 context: {{{{context}}}}
@@ -300,11 +303,16 @@ def sentences_of(text: str) -> list[str]:
 
 
 def _relevance(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: Mapping[str, Any]) -> Grade:
-    """The share of the context's sentences needed for the query (RAGAS's context relevance)."""
-    picked, total = len(answers[0]["sentences"]), max(1, len(sentences_of(inputs["context"])))
-    score = min(1.0, picked / total)
-    return Grade(True, score, f"relevance {score:.2f}: {picked} of {total} context sentences are needed for the "
-                              "query" if picked else "the context holds nothing needed for the query (score 0)")
+    """promptfoo 0.115's context relevance: of the sentences the judge extracted, the share that is not its
+    "Insufficient Information" (so any sentence it finds for the query counts; 0 when it finds none)."""
+    said = [s for item in answers[0]["sentences"] for s in sentences_of(str(item))]
+    relevant = [s for s in said if RELEVANCE_BAD not in s]
+    if not relevant:
+        return Grade(True, 0.0, "the judge found nothing in the context needed for the query (score 0)")
+    score = len(relevant) / len(said)
+    return Grade(True, score, f"relevance {score:.2f}: the judge extracted {len(relevant)} sentence(s) needed for "
+                              f"the query" + (f" of {len(said)}" if len(said) > len(relevant) else "") + ": "
+                              + " ".join(relevant)[:300])
 
 
 STATEMENTS_ANSWER = 'Answer with JSON only: {"statements": the statements, each one short sentence}.'
@@ -350,7 +358,7 @@ def _faithfulness(answers: list[dict[str, Any]], inputs: Mapping[str, str], opti
 RELEVANCE_QUESTIONS = 3
 """The questions the judge generates from the output (promptfoo asks for one, three times)."""
 QUESTIONS_ANSWER = (f'Answer with JSON only: {{"questions": {RELEVANCE_QUESTIONS} different questions the answer '
-                    'could be the answer to, each one short question}.')
+                    'could be the answer to, each one short question ending in "?"}.')
 QUESTIONS_PROMPT = f"""Generate question for the given answer.
 Answer:
 The PSLV-C56 mission is scheduled to be launched on Sunday, 30 July 2023 at 06:30 IST / 01:00 UTC. It will be \
@@ -487,8 +495,10 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
         "type": "array", "minItems": 1, "maxItems": 8, "items": _schema(sentence=_text(150), attributed={
             "type": "boolean"})}), 768),), _recall, "Paris is the capital of France",
                "the reference's sentences found in the context var", threshold=0.0, by_score=True, needs=("context",)),
-    GradedKind("context-relevance", (Step(RELEVANCE_PROMPT, RELEVANCE_ANSWER, _schema(sentences=_texts(200, 8)),
-                                          768),), _relevance, "", "the context var's share needed for the query var",
+    GradedKind("context-relevance", (Step(RELEVANCE_PROMPT, RELEVANCE_ANSWER, _schema(sentences={
+        "type": "array", "items": {**_text(200), "minLength": 1}, "minItems": 1, "maxItems": 8}), 768),), _relevance,
+               "", "whether the judge finds sentences in the context var needed for the query var (the share of "
+                   f"those it extracts that are not \"{RELEVANCE_BAD}\", as promptfoo 0.115 scores it)",
                threshold=0.0, by_score=True, needs=("query", "context")),
     GradedKind("context-faithfulness", (
         Step(STATEMENTS_PROMPT, STATEMENTS_ANSWER, _schema(statements={**_texts(150, _MOST_STATEMENTS),
@@ -503,7 +513,8 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
     GradedKind("max-score", (), None, "", "the best of a test's outputs by the other asserts' scores (value: "
                "{method: average|sum, weights: {type: w}, threshold}); no judge"),
     GradedKind("answer-relevance", (Step(QUESTIONS_PROMPT, QUESTIONS_ANSWER, _schema(questions={
-        **_texts(200, RELEVANCE_QUESTIONS), "minItems": RELEVANCE_QUESTIONS}), 384),), _no_embeddings, "",
+        "type": "array", "items": {**_text(200), "minLength": 8}, "minItems": RELEVANCE_QUESTIONS,
+        "maxItems": RELEVANCE_QUESTIONS}), 384),), _no_embeddings, "",
                "mean cosine of the query var (else the prompt) and questions the judge makes from the output; "
                "needs an embedding model", threshold=0.0, by_score=True, scored=_answer_relevance),
     GradedKind("classifier", (), None, "toxic", "a label's probability (none: the top one) by a local "
