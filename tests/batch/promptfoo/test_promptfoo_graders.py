@@ -184,3 +184,20 @@ def test_max_score_compares_the_outputs_of_a_tests_prompts(tmp_path):
     one = [row for row in suite.rows if row.origin["promptIdx"] == 0]
     with pytest.raises(BatchInputError, match="max-score compares the outputs of several prompts or settings"):
         BatchRunner._check_graded(BatchJob("x", one, GridSpec([], {}), settings=settings), settings)
+
+
+def test_a_judge_stops_as_soon_as_its_json_verdict_is_complete(default_model_dir):
+    """Its verdict's schema is compact (no free whitespace), so once the JSON closes the engine's mask is done and
+    allows only the end of the text: the judge cannot spend its budget after a complete verdict (#49)."""
+    import llguidance.hf
+    from transformers import AutoTokenizer
+
+    from webui.batch.asserts.graded import VERDICT_SCHEMA
+    from webui.engine.structured import StructuredMask, grammar_of
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    mask = StructuredMask(grammar_of("json", VERDICT_SCHEMA), llguidance.hf.from_tokenizer(tokenizer))
+    for token in tokenizer.encode('{"reason":"ok","pass":true,"score":1}'):
+        assert not mask.done
+        mask.observe(token)
+    assert mask.done and mask.allowed().nonzero().flatten().tolist() == [tokenizer.eos_token_id]
