@@ -513,7 +513,7 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
     GradedKind("max-score", (), None, "", "the best of a test's outputs by the other asserts' scores (value: "
                "{method: average|sum, weights: {type: w}, threshold}); no judge"),
     GradedKind("answer-relevance", (Step(QUESTIONS_PROMPT, QUESTIONS_ANSWER, _schema(questions={
-        "type": "array", "items": {**_text(200), "minLength": 8}, "minItems": RELEVANCE_QUESTIONS,
+        "type": "array", "items": {**_text(150), "minLength": 8}, "minItems": RELEVANCE_QUESTIONS,
         "maxItems": RELEVANCE_QUESTIONS}), 384),), _no_embeddings, "",
                "mean cosine of the query var (else the prompt) and questions the judge makes from the output; "
                "needs an embedding model", threshold=0.0, by_score=True, scored=_answer_relevance),
