@@ -18,6 +18,7 @@ from webui.batch.asserts.errors import BatchInputError
 from webui.batch.run.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.run.loop_rows import most_turns
 from webui.batch.promptfoo.reader import Suite, is_config, read_suite
+from webui.batch.promptfoo.options import GRADER_HINT
 from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.run.rerun import is_loaded, provide
@@ -319,7 +320,13 @@ class BatchController:
         content = path.read_bytes()
         try:
             if is_config(path.name):
-                suite = _read_suite(str(path) if keep_path else path.name, content, self.confined)
+                name = str(path) if keep_path else path.name
+                try:
+                    suite = _read_suite(name, content, self.confined)
+                except BatchInputError as exc:  # hosted graders: the judge model set here grades instead
+                    if GRADER_HINT not in str(exc):
+                        raise
+                    suite = _read_suite(name, content, self.confined, "(the judge model of this form)")
                 notes = "".join(f"  \nNote: {_md(n)}" for n in suite.notes)
                 return (str(path) if keep_path else path.name, content), (
                     f"Using the promptfoo suite **{path.name}**: {len(suite.rows)} prompts × {len(suite.settings)} "

@@ -36,6 +36,8 @@ NOT_APPLIED = {
                                                                                "cancelled",
 }
 """evaluateOptions keys that pace promptfoo's API calls: named in the notes, not applied."""
+GRADER_HINT = "--grader workbench:NAME"
+"""How a hosted grader's refusal names the override (a caller that can give a grader looks for it)."""
 _OPERATORS: dict[type, Callable[[float, float], float]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _SYMBOLS = {ast.Pow: "**", ast.BitXor: "^", ast.Mod: "%", ast.FloorDiv: "//", ast.MatMult: "@", ast.BitAnd: "&",
@@ -198,8 +200,8 @@ def _judge_model(default: Any, problems: Problems) -> tuple[str, int | None]:
             problems.add("defaultTest.options.provider", f"{pid!r} is no loaded model; write workbench:NAME with a "
                                                          "model loaded here (the judge), leave it out to judge with "
                                                          "the model in use, or override every grader of the suite "
-                                                         "with launch.py batch --grader workbench:NAME (promptfoo's "
-                                                         "eval --grader; in the Batch tab: the judge model)")
+                                                         f"with launch.py batch {GRADER_HINT} (promptfoo's eval "
+                                                         "--grader; in the Batch tab: the judge model)")
         else:
             judge = name
     return judge, tokens
