@@ -432,3 +432,17 @@ def test_a_listening_server_runs_no_python_from_the_batch_tab_unless_allowed(ser
     allowed = BatchController(replace(services, config=replace(services.config, listen=True,
                                                                 allow_python_asserts=True)))
     assert allowed.job(form, BASE).rows and BatchController(services).job(form, BASE).rows
+
+
+def test_a_suite_written_for_a_hosted_grader_is_graded_by_the_forms_judge_model(controller, tmp_path):
+    """#49 item 6: the Batch tab's judge model is promptfoo's --grader: it grades instead of the suite's hosted
+    grader; the upload says so, and a run without one is refused saying what to set."""
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text("prompts: ['Say {{word}}']\ndefaultTest:\n  options:\n    provider: openai:gpt-4.1-mini\n"
+                     "tests:\n  - vars: {word: hi}\n    assert:\n      - {type: llm-rubric, value: is short}\n")
+    upload, note = controller.upload(suite)
+    assert r"defaultTest\.options\.provider is replaced by the grader \(the judge model of this form\)" in note
+    with pytest.raises(UserError, match=r"override every grader of the suite with launch.py batch --grader "
+                                        r"workbench:NAME \(promptfoo's eval --grader; in the Batch tab: the judge"):
+        controller.job(BatchForm(upload=upload), BASE)
+    assert controller.job(BatchForm(upload=upload, judge_model="tiny"), BASE).judge_model == "tiny"

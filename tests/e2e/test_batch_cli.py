@@ -245,3 +245,49 @@ def test_promptfoos_examples_of_issue_49_run_every_cell(tmp_path, user_data, nam
     through launch.py batch, every cell with an output."""
     results = run_example(tmp_path, user_data, name)
     assert len(results) == cells and all(r["response"]["output"] and not r["error"] for r in results)
+def test_a_suite_written_for_a_hosted_grader_runs_with_grader(tmp_path, user_data):
+    """promptfoo's custom-grading-prompt example (tests/data/promptfoo/examples/, see its SOURCE.md) as written for
+    a hosted grader (defaultTest.options.provider: openai:gpt-4.1-mini, as promptfoo's docs write it), its
+    llm-rubric with no value graded by its rubricPrompt alone (#49 items 5, 6): --grader, promptfoo's eval
+    --grader, names the loaded model that grades instead, and --grader-max-tokens its budget per step."""
+    example = ROOT / "tests" / "data" / "promptfoo" / "examples" / "custom-grading-prompt"
+    config = yaml.safe_load((example / "promptfooconfig.yaml").read_text(encoding="utf-8"))
+    config["providers"] = [{"id": config["providers"][0], "config": {"max_tokens": 16}}]
+    config["defaultTest"]["options"]["provider"] = "openai:gpt-4.1-mini"
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    (tmp_path / "prompts.txt").write_text((example / "prompts.txt").read_text(encoding="utf-8"))
+    refused = batch(user_data, str(suite))
+    assert refused.returncode == 2 and "--grader workbench:NAME" in refused.stderr
+    out = tmp_path / "results.json"
+    grader = ["--grader", "workbench:SmolLM2-135M-Instruct"]
+    done = batch(user_data, str(suite), *grader, "--grader-max-tokens", "96", "--out", str(out))
+    assert done.returncode in (0, 1), done.stderr
+    assert "defaultTest.options.provider is replaced by the grader" in done.stderr
+    (result,) = json.loads(out.read_text())["results"]["results"]
+    (graded,) = result["gradingResult"]["componentResults"]
+    assert graded["assertion"]["type"] == "llm-rubric" and "the judge could not answer" not in graded["reason"]
+    cut = batch(user_data, str(suite), *grader, "--grader-max-tokens", "4", "--no-cache", "--out", str(out))
+    assert cut.returncode == 0, cut.stderr
+    (result,) = json.loads(out.read_text())["results"]["results"]  # the budget reaches the judge: 4 tokens hold no
+    assert "the judge's answer is not the JSON asked for (cut off?)" in result["gradingResult"]["reason"]  # verdict
+
+
+def test_promptfoos_max_score_example_picks_one_output_of_each_test(tmp_path, user_data):
+    """promptfoo's max-score-selection example (tests/data/promptfoo/examples/, see its SOURCE.md; max-score is
+    newer than promptfoo 0.115, read as its documentation describes it, #49 item 8) on the default model, 16
+    tokens an output and a small grader budget: each test's three prompts' outputs are compared, one is picked."""
+    example = ROOT / "tests" / "data" / "promptfoo" / "examples" / "max-score-selection" / "promptfooconfig.yaml"
+    config = yaml.safe_load(example.read_text(encoding="utf-8"))
+    config["providers"] = [{"id": config["providers"][0], "config": {"max_tokens": 16}}]
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    out = tmp_path / "results.json"
+    done = batch(user_data, str(suite), "--grader-max-tokens", "64", "--out", str(out))
+    assert done.returncode in (0, 1), done.stderr
+    results = json.loads(out.read_text())["results"]["results"]
+    assert len(results) == 6
+    for test in (0, 1):
+        picks = [r["gradingResult"]["componentResults"][-1] for r in results if r["testIdx"] == test]
+        assert [p["assertion"]["type"] for p in picks] == ["max-score"] * 3
+        assert sum(p["pass"] for p in picks) == 1, [p["reason"] for p in picks]

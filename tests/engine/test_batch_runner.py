@@ -288,12 +288,30 @@ def test_graded_kinds_run_end_to_end_on_the_tiny_model(services):
     assert sorted(r.asserts[2].score for r in rows) == [0.0, 1.0]  # the judge picked exactly one
     stored = services.batches.results(handle.run_id)
     assert [[a["detail"] for a in s["asserts"]] for s in stored] == [[a.detail for a in r.asserts] for r in rows]
-    with pytest.raises(BatchInputError, match=r"prompt 1: select-best compares the outputs of several settings"):
+    with pytest.raises(BatchInputError, match=r"prompt 1: select-best compares the outputs of several prompts or "
+                                              r"settings"):
         services.batch_runner.start(replace(graded, grid=GridSpec([], {"max_new_tokens": [3]})))
     recall = replace(row, asserts=[parse_assert("context-faithfulness")])
     with pytest.raises(BatchInputError, match=r"prompt 1: context-faithfulness reads the test's `query` var, which "
                                               r"it does not have"):
         services.batch_runner.start(replace(graded, rows=[recall]))
+
+
+def test_max_score_picks_a_tests_best_output_by_its_other_asserts_once_all_are_made(services):
+    """max-score (promptfoo's, #49) on the tiny model: no judge, the other asserts' weighted scores pick one output
+    of the test's two settings, and the rows are stored with the pick."""
+    from webui.batch.asserts.assertion import parse_assert
+
+    best = parse_assert({"type": "max-score", "value": {"weights": {"max-length": 2}}})
+    row = replace(parse_lines("Hello")[0], asserts=[parse_assert("max-length:2 tokens"), best])
+    job = BatchJob("max", [row], GridSpec([], {"max_new_tokens": [1, 3], "temperature": [0]}), raw=True)
+    handle = run(services, job)
+    rows = handle.rows()
+    assert handle.status == "done" and [r.asserts[0].passed for r in rows] == [True, False]
+    assert [r.asserts[1].passed for r in rows] == [True, False]
+    assert rows[0].asserts[1].detail.startswith("judge: selected as the highest scoring output (score 1.000)")
+    stored = services.batches.results(handle.run_id)
+    assert [s["asserts"][1]["passed"] for s in stored] == [True, False]
 
 
 def test_a_raw_setting_reads_the_prompt_as_it_is_beside_one_through_the_chat_template(services):

@@ -18,6 +18,7 @@ from webui.batch.asserts.errors import BatchInputError
 from webui.batch.run.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.run.loop_rows import most_turns
 from webui.batch.promptfoo.reader import Suite, is_config, read_suite
+from webui.batch.promptfoo.options import GRADER_HINT
 from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.run.rerun import is_loaded, provide
@@ -109,10 +110,11 @@ def _python_scripts(job: BatchJob) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _read_suite(name: str, content: bytes, confined: bool) -> Suite:
+def _read_suite(name: str, content: bytes, confined: bool, grader: str = "") -> Suite:
     """An uploaded promptfoo config; its file:// paths are read from the folder it was uploaded into with the files
     uploaded beside it (``name`` is its path there), else from the folder the workbench runs in. ``confined`` (a
-    server listening beyond this machine): only from that upload folder, and nothing outside it (#43)."""
+    server listening beyond this machine): only from that upload folder, and nothing outside it (#43). ``grader``:
+    the form's judge model, which grades instead of any grader the suite names (promptfoo's eval --grader)."""
     try:
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -121,8 +123,8 @@ def _read_suite(name: str, content: bytes, confined: bool) -> Suite:
     uploaded = folder.is_absolute() and folder.is_dir()
     if confined:  # a config named without its upload folder reads no file at all: an empty folder of its own
         return read_suite(text, SuiteFiles(folder if uploaded and in_scratch(folder)
-                                           else scratch_folder("batch-suite-"), confined=True))
-    return read_suite(text, folder if uploaded else Path.cwd())
+                                           else scratch_folder("batch-suite-"), confined=True), grader)
+    return read_suite(text, folder if uploaded else Path.cwd(), grader)
 
 
 def _cut(text: str, length: int) -> str:
@@ -180,7 +182,7 @@ class BatchController:
         confined = self.confined
         try:
             if form.upload and is_config(form.upload[0]):
-                suite = _read_suite(*form.upload, confined)
+                suite = _read_suite(*form.upload, confined, form.local_judge())
                 rows, options = with_asserts(suite.rows, form.asserts.splitlines(), not confined), suite.options
                 samples = int(form.samples or 1)  # the form's when changed from 1, else the suite's repeat
                 grid = GridSpec([], {}, samples if samples != 1 else options.samples, int(form.base_seed or 0),
@@ -190,7 +192,7 @@ class BatchController:
                                 use_cache=form.use_cache and options.use_cache, judge_prompt=form.judge_prompt,
                                 remote_judge=form.remote_judge(),
                                 judge_model=form.local_judge() or options.judge_model,
-                                derived_metrics=options.derived_metrics)
+                                derived_metrics=options.derived_metrics, judge_tokens=options.judge_tokens)
             template = form.template.strip() or None
             rows = (load_prompts_text(form.upload[0], form.upload[1], template, not confined) if form.upload
                     else parse_lines(form.prompts, template))
@@ -318,7 +320,13 @@ class BatchController:
         content = path.read_bytes()
         try:
             if is_config(path.name):
-                suite = _read_suite(str(path) if keep_path else path.name, content, self.confined)
+                name = str(path) if keep_path else path.name
+                try:
+                    suite = _read_suite(name, content, self.confined)
+                except BatchInputError as exc:  # hosted graders: the judge model set here grades instead
+                    if GRADER_HINT not in str(exc):
+                        raise
+                    suite = _read_suite(name, content, self.confined, "(the judge model of this form)")
                 notes = "".join(f"  \nNote: {_md(n)}" for n in suite.notes)
                 return (str(path) if keep_path else path.name, content), (
                     f"Using the promptfoo suite **{path.name}**: {len(suite.rows)} prompts × {len(suite.settings)} "

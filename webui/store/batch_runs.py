@@ -112,6 +112,7 @@ class StoredRun:
     chat_template: dict[str, str] | None = None  # the first model's template record (None: its own)
     chat_templates: dict[str, dict[str, str] | None] = field(default_factory=dict)  # by model name
     version: int = SPEC_VERSION
+    judge_tokens: int | None = None  # the most tokens the judge writes per grading step (None: each step's own)
 
     def setting(self, label: str) -> StoredSetting | None:
         return next((s for s in self.settings if s.label == label), None)
@@ -127,7 +128,8 @@ class StoredRun:
                 **({"derived_metrics": dict(self.derived_metrics)} if self.derived_metrics else {}),
                 **({"loader": self.loader} if self.loader is not None else {}),
                 "loaders": self.loaders, "load_options": self.load_options,
-                "chat_template": self.chat_template, "chat_templates": self.chat_templates}
+                "chat_template": self.chat_template, "chat_templates": self.chat_templates,
+                **({"judge_tokens": self.judge_tokens} if self.judge_tokens else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "StoredRun":
@@ -146,10 +148,19 @@ class StoredRun:
                        dict(data["remote_judge"]) if data.get("remote_judge") else None,
                        dict(data.get("derived_metrics") or {}), data.get("loader"), dict(data.get("loaders") or {}),
                        {k: dict(v or {}) for k, v in (data.get("load_options") or {}).items()},
-                       data.get("chat_template"), dict(data.get("chat_templates") or {}), version)
+                       data.get("chat_template"), dict(data.get("chat_templates") or {}), version,
+                       _judge_tokens(data.get("judge_tokens")))
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(f"this batch run's stored spec cannot be read ({type(exc).__name__}: {exc}); run its "
                              "prompts again from the form") from None
+
+
+def _judge_tokens(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"judge_tokens must be a whole number of tokens, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)

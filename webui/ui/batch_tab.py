@@ -134,8 +134,9 @@ def _form_column(services: Services) -> dict:
             with gr.Row():
                 judge_url = gr.Textbox(label="Judge server (empty: a loaded model judges)", elem_id="batch-judge-url",
                                        placeholder="http://127.0.0.1:8000/v1", scale=2)
-                judge_model = gr.Textbox(label="Judge model (the server's, or a loaded model's name; empty: the "
-                                               "model in use)", elem_id="batch-judge-model", scale=1)
+                judge_model = gr.Textbox(label="Judge model (the server's, or a loaded model's name, over any grader a "
+                                               "suite names; empty: the model in use)", elem_id="batch-judge-model",
+                                         scale=1)
                 judge_key = gr.Textbox(label="Its API key (not stored)", type="password", elem_id="batch-judge-key",
                                        scale=1)
         system = gr.Textbox(label="System prompt", lines=1, elem_id="batch-system")

@@ -49,13 +49,13 @@ def test_every_kind_round_trips_through_the_compact_and_the_dict_form(spec, chec
 def test_every_kind_has_an_example_and_a_check_and_scored_kinds_a_threshold():
     for name, kind in ASSERT_KINDS.items():
         valueless = kind.value is NONE or name in ("context-faithfulness", "context-relevance",
-                                                   "answer-relevance")
+                                                   "answer-relevance", "max-score")
         assert kind.name == name and (kind.example or valueless) and callable(kind.check), name
         assert kind.threshold_unit or 0 <= kind.threshold <= 1, name
     assert {name for name, kind in ASSERT_KINDS.items() if kind.scored} == {
         "similar", "python", "javascript", "llm-rubric", "rouge-n", "bleu", "gleu", "meteor", "perplexity-score",
         "model-graded-closedqa", "factuality", "g-eval", "context-recall", "context-relevance", "context-faithfulness",
-        "select-best", "answer-relevance", "classifier", "tool-call-f1"}
+        "select-best", "max-score", "answer-relevance", "classifier", "tool-call-f1"}
 
 
 def test_not_contains_is_contains_negated_whichever_way_it_is_written():
@@ -80,8 +80,8 @@ def test_the_help_the_promptfoo_reader_and_the_errors_list_the_table():
                                 "is-valid-openai-tools-call", "is-valid-openai-function-call", "tool-call-f1",
                                 "called-tool", "perplexity",
                                 "perplexity-score", "model-graded-closedqa", "factuality", "g-eval", "context-recall",
-                                "context-relevance", "context-faithfulness", "select-best", "answer-relevance",
-                                "classifier"}  # refused ones too, so the reader names why
+                                "context-relevance", "context-faithfulness", "select-best", "max-score",
+                                "answer-relevance", "classifier"}  # refused ones too, so the reader names why
     with pytest.raises(BatchInputError) as info:
         parse_assert("nothing:here")
     assert ", ".join(ASSERT_KINDS) in str(info.value)

@@ -109,7 +109,8 @@ def test_label_shows_newlines_escaped():
                 r"contains-html, is-refusal, finish-reason, is-valid-openai-tools-call, "
                 r"is-valid-openai-function-call, tool-call-f1, called-tool, perplexity, perplexity-score, "
                 r"model-graded-closedqa, factuality, "
-                r"g-eval, context-recall, context-relevance, context-faithfulness, select-best, answer-relevance, "
+                r"g-eval, context-recall, context-relevance, context-faithfulness, select-best, max-score, "
+                r"answer-relevance, "
                 r"classifier, "
                 r"or not- before one"),
     ("Paris", "unknown assert 'Paris'"),
@@ -170,7 +171,7 @@ def test_check_all_and_kinds():
                           "finish-reason", "is-valid-openai-tools-call", "is-valid-openai-function-call",
                           "tool-call-f1", "called-tool", "perplexity", "perplexity-score", "model-graded-closedqa", "factuality", "g-eval",
                           "context-recall", "context-relevance", "context-faithfulness", "select-best",
-                          "answer-relevance", "classifier"}
+                          "max-score", "answer-relevance", "classifier"}
 
 
 @given(st.text(min_size=1), st.text())

@@ -109,13 +109,21 @@ def test_context_recall_counts_the_references_attributed_sentences():
     assert not strict.passed and strict.score == 0.0
 
 
-def test_context_relevance_is_the_share_of_context_sentences_needed_for_the_query():
+def test_context_relevance_scores_the_extracted_sentences_as_promptfoo_does():
+    """promptfoo 0.115 (matchesContextRelevance): the share of the judge's extracted sentences that are not its
+    "Insufficient Information"; the share of the context's sentences, scored before, gave a small judge 0 (#49)."""
     result, judge, _ = judged({"type": "context-relevance", "threshold": 0.3}, "Paris",
                               {"sentences": ["Paris is the capital of France."]})
-    assert "query: What is the capital of France?" in judge.asked[0][0]
-    assert result.passed and result.score == pytest.approx(1 / 3)
-    none, _, verdict = judged({"type": "context-relevance", "threshold": 0.3}, "Paris", {"sentences": []})
-    assert not none.passed and none.score == 0.0 and "nothing needed" in verdict.reason
+    (text, schema, _), = judge.asked
+    assert "query: What is the capital of France?" in text and 'return the phrase "Insufficient Information"' in text
+    assert schema["properties"]["sentences"]["minItems"] == 1
+    assert result.passed and result.score == 1.0
+    mixed, _, _ = judged("context-relevance", "Paris", {"sentences": ["Paris is the capital. Insufficient "
+                                                                      "Information."]})
+    assert mixed.score == 0.5  # split into sentences as promptfoo splits its answer
+    none, _, verdict = judged({"type": "context-relevance", "threshold": 0.3}, "Paris",
+                              {"sentences": ["Insufficient Information"]})
+    assert not none.passed and none.score == 0.0 and "found nothing" in verdict.reason
 
 
 def test_context_faithfulness_makes_statements_then_checks_each_against_the_context():
@@ -324,7 +332,9 @@ def test_answer_relevance_without_an_embedding_model_fails_saying_so_whatever_th
     negated, _ = relevance("not-answer-relevance", None, QUESTIONS)
     assert not negated.passed and negated.score == 0.0 and "no model of this run gives them" in negated.detail
     gone, _ = relevance("answer-relevance", vectors_for({}), {"questions": ["", " ", ""]})
-    assert not gone.passed and "the judge generated no question from the output" in gone.detail
+    assert not gone.passed and "not the JSON asked for" in gone.detail  # empty questions break its schema (#49)
+    blank, _ = relevance("answer-relevance", vectors_for({}), {"questions": [" " * 8] * 3})
+    assert not blank.passed and "the judge generated no question from the output" in blank.detail
 
 
 def test_answer_relevance_reads_promptfoos_dict_and_compact_forms():

@@ -280,12 +280,15 @@ def _recall(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: M
                               "attributed to the context")
 
 
+RELEVANCE_BAD = "Insufficient Information"
+"""What the judge says for a context that holds nothing for the query (promptfoo's CONTEXT_RELEVANCE_BAD)."""
 RELEVANCE_ANSWER = ('Answer with JSON only: {"sentences": the sentences of the context needed to answer the query, '
-                    'copied unchanged; an empty list if there are none or the query cannot be answered from the '
-                    'context}.')
+                    f'copied unchanged; ["{RELEVANCE_BAD}"] if there are none or the query cannot be answered from '
+                    'the context}.')
 RELEVANCE_PROMPT = f"""Please extract relevant sentences from the provided context that are absolutely required \
-to answer the following query. While extracting candidate sentences you're not allowed to make any changes to \
-sentences from the given context.
+to answer the following query. If no relevant sentences are found, or if you believe the query cannot be answered \
+from the given context, return the phrase "{RELEVANCE_BAD}". While extracting candidate sentences you're not \
+allowed to make any changes to sentences from the given context.
 
 query: {{{{query}}}}
 context: {{{{context}}}}
@@ -300,11 +303,16 @@ def sentences_of(text: str) -> list[str]:
 
 
 def _relevance(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: Mapping[str, Any]) -> Grade:
-    """The share of the context's sentences needed for the query (RAGAS's context relevance)."""
-    picked, total = len(answers[0]["sentences"]), max(1, len(sentences_of(inputs["context"])))
-    score = min(1.0, picked / total)
-    return Grade(True, score, f"relevance {score:.2f}: {picked} of {total} context sentences are needed for the "
-                              "query" if picked else "the context holds nothing needed for the query (score 0)")
+    """promptfoo 0.115's context relevance: of the sentences the judge extracted, the share that is not its
+    "Insufficient Information" (so any sentence it finds for the query counts; 0 when it finds none)."""
+    said = [s for item in answers[0]["sentences"] for s in sentences_of(str(item))]
+    relevant = [s for s in said if RELEVANCE_BAD not in s]
+    if not relevant:
+        return Grade(True, 0.0, "the judge found nothing in the context needed for the query (score 0)")
+    score = len(relevant) / len(said)
+    return Grade(True, score, f"relevance {score:.2f}: the judge extracted {len(relevant)} sentence(s) needed for "
+                              f"the query" + (f" of {len(said)}" if len(said) > len(relevant) else "") + ": "
+                              + " ".join(relevant)[:300])
 
 
 STATEMENTS_ANSWER = 'Answer with JSON only: {"statements": the statements, each one short sentence}.'
@@ -350,7 +358,7 @@ def _faithfulness(answers: list[dict[str, Any]], inputs: Mapping[str, str], opti
 RELEVANCE_QUESTIONS = 3
 """The questions the judge generates from the output (promptfoo asks for one, three times)."""
 QUESTIONS_ANSWER = (f'Answer with JSON only: {{"questions": {RELEVANCE_QUESTIONS} different questions the answer '
-                    'could be the answer to, each one short question}.')
+                    'could be the answer to, each one short question ending in "?"}.')
 QUESTIONS_PROMPT = f"""Generate question for the given answer.
 Answer:
 The PSLV-C56 mission is scheduled to be launched on Sunday, 30 July 2023 at 06:30 IST / 01:00 UTC. It will be \
@@ -417,6 +425,55 @@ def select_grades(answer: dict[str, Any], count: int, criteria: str) -> list[Gra
             Grade(False, 0.0, f"not selected (output {best} was): {criteria}{why}") for i in range(count)]
 
 
+# -- max-score (promptfoo's, newer than 0.115): the best of a test's outputs by its other asserts' scores ------
+
+COMPARING = ("select-best", "max-score")
+"""The kinds that compare a test's outputs (once all are made) rather than judge one."""
+MAX_SCORE_METHODS = ("average", "sum")
+
+
+def max_score_options(value: Any) -> dict[str, Any]:
+    """A max-score's value ({method, weights, threshold}, each optional; none: average, every weight 1) checked."""
+    given = {} if value is None or value == "" else value
+    if not isinstance(given, dict) or set(given) - {"method", "weights", "threshold"}:
+        raise BatchInputError(f"max-score takes {{method: average|sum, weights: {{assert type: weight}}, threshold}} "
+                              f"(each optional), got {value!r}")
+    method = given.get("method", "average")
+    if method not in MAX_SCORE_METHODS:
+        raise BatchInputError(f"max-score method must be average or sum, got {method!r}")
+    weights = given.get("weights") or {}
+    if not isinstance(weights, dict) or not all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in weights.values()):
+        raise BatchInputError(f"max-score weights must map assert types to numbers >= 0, got {weights!r}")
+    threshold = given.get("threshold")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+        raise BatchInputError(f"max-score threshold must be a number, got {threshold!r}")
+    return {"method": method, "weights": {str(k): float(w) for k, w in weights.items()},
+            **({"threshold": float(threshold)} if threshold is not None else {})}
+
+
+def max_score_grades(scored: list[list[tuple[str, float]]], options: Mapping[str, Any]) -> list[Grade]:
+    """The grade of each output from its other asserts' (promptfoo type, score): each output's aggregate is the
+    weighted average (or sum) of its scores, each weighted by its type's weight (default 1); the highest passes
+    with score 1 (the first on a tie) unless it is under the threshold, the others fail with 0."""
+    if any(not found for found in scored):
+        return [Grade(False, 0.0, "max-score needs at least one other assert (not max-score or select-best) to "
+                                  "aggregate the scores of")] * len(scored)
+    weights, totals = options.get("weights", {}), []
+    for found in scored:
+        weighted = sum(score * weights.get(kind, 1.0) for kind, score in found)
+        weight = sum(weights.get(kind, 1.0) for kind, _ in found)
+        totals.append(weighted if options.get("method") == "sum" else weighted / weight if weight else 0.0)
+    best = max(totals)
+    winner, threshold = totals.index(best), options.get("threshold")
+    met = threshold is None or best >= threshold
+    return [Grade(True, 1.0, f"selected as the highest scoring output (score {total:.3f})") if i == winner and met
+            else Grade(False, 0.0, f"not selected: score {total:.3f} is below the threshold {threshold:g}")
+            if total == best and not met else
+            Grade(False, 0.0, f"not selected (score {total:.3f}, the highest {best:.3f})")
+            for i, total in enumerate(totals)]
+
+
 # -- the table -----------------------------------------------------------------------------------------
 
 GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
@@ -438,8 +495,10 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
         "type": "array", "minItems": 1, "maxItems": 8, "items": _schema(sentence=_text(150), attributed={
             "type": "boolean"})}), 768),), _recall, "Paris is the capital of France",
                "the reference's sentences found in the context var", threshold=0.0, by_score=True, needs=("context",)),
-    GradedKind("context-relevance", (Step(RELEVANCE_PROMPT, RELEVANCE_ANSWER, _schema(sentences=_texts(200, 8)),
-                                          768),), _relevance, "", "the context var's share needed for the query var",
+    GradedKind("context-relevance", (Step(RELEVANCE_PROMPT, RELEVANCE_ANSWER, _schema(sentences={
+        "type": "array", "items": {**_text(200), "minLength": 1}, "minItems": 1, "maxItems": 8}), 768),), _relevance,
+               "", "whether the judge finds sentences in the context var needed for the query var (the share of "
+                   f"those it extracts that are not \"{RELEVANCE_BAD}\", as promptfoo 0.115 scores it)",
                threshold=0.0, by_score=True, needs=("query", "context")),
     GradedKind("context-faithfulness", (
         Step(STATEMENTS_PROMPT, STATEMENTS_ANSWER, _schema(statements={**_texts(150, _MOST_STATEMENTS),
@@ -451,8 +510,11 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
         needs=("query", "context")),
     GradedKind("select-best", (Step(SELECT_PROMPT, SELECT_ANSWER, select_schema(2)),), None, "The most concise answer",
                "the best of a test's outputs across settings"),
+    GradedKind("max-score", (), None, "", "the best of a test's outputs by the other asserts' scores (value: "
+               "{method: average|sum, weights: {type: w}, threshold}); no judge"),
     GradedKind("answer-relevance", (Step(QUESTIONS_PROMPT, QUESTIONS_ANSWER, _schema(questions={
-        **_texts(200, RELEVANCE_QUESTIONS), "minItems": RELEVANCE_QUESTIONS}), 384),), _no_embeddings, "",
+        "type": "array", "items": {**_text(150), "minLength": 8}, "minItems": RELEVANCE_QUESTIONS,
+        "maxItems": RELEVANCE_QUESTIONS}), 384),), _no_embeddings, "",
                "mean cosine of the query var (else the prompt) and questions the judge makes from the output; "
                "needs an embedding model", threshold=0.0, by_score=True, scored=_answer_relevance),
     GradedKind("classifier", (), None, "toxic", "a label's probability (none: the top one) by a local "
@@ -485,10 +547,14 @@ class GradedValue(ValueForm):
     grading prompt) and, for factuality, a test's ``options.factuality`` (each category's score)."""
 
     name = "graded"
-    options = frozenset({"rubricPrompt", "factuality"})
+    options = frozenset({"rubricPrompt", "factuality", "max_score"})
     keys = ("rubricPrompt", "contextTransform", "factuality")
 
     def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        if kind.name == "max-score":  # its value is held as its options
+            return None, {"max_score": max_score_options(options.get("max_score", value))}
+        if "max_score" in options:
+            raise BatchInputError(f"{kind.name}: method, weights and threshold as a value apply to max-score only")
         if "rubricPrompt" in options:
             options = {**options, "rubricPrompt": custom_prompts(options["rubricPrompt"], kind.name)}
         if "factuality" in options:
@@ -500,6 +566,8 @@ class GradedValue(ValueForm):
                 needs = GRADED[kind.name].needs
                 reads = f"the test's {' and '.join(needs)} vars" if needs else "the output and the prompt"
                 raise BatchInputError(f"{kind.name} takes no value: it reads {reads}; got {value!r}")
+            return None, options
+        if value is None and _whole_prompt(kind.name, options):
             return None, options
         if GRADED[kind.name].each and isinstance(value, (list, tuple)):
             if not value or not all(isinstance(v, str) and v.strip() for v in value):
@@ -514,8 +582,12 @@ class GradedValue(ValueForm):
         if given.get("contextTransform") is not None:
             raise BatchInputError(f"{kind.name}: {CONTEXT_TRANSFORM_REFUSED}")
         options = {key: given[key] for key in ("rubricPrompt", "factuality") if given.get(key) is not None}
+        if kind.name == "max-score":
+            return None, {**options, "max_score": max_score_options(value)}
         if not GRADED[kind.name].example:
             return (None if value == "" else value), options
+        if value is None and _whole_prompt(kind.name, options):
+            return None, options
         value = _needed_in_dict(kind, value)
         if GRADED[kind.name].each and isinstance(value, list):
             return value, options
@@ -527,6 +599,8 @@ class GradedValue(ValueForm):
         return None if item.value is None else _one_line(str(item.value))
 
     def write_dict(self, item: AssertData) -> dict[str, Any]:
+        if item.kind == "max-score":
+            return {"value": dict(item.options["max_score"])}
         value = {} if item.value is None else {"value": list(item.value) if isinstance(item.value, tuple) else
                                                item.value}
         custom = item.options.get("rubricPrompt")
@@ -537,6 +611,12 @@ class GradedValue(ValueForm):
 
 
 GRADED_VALUE = GradedValue()
+
+
+def _whole_prompt(kind: str, options: Mapping[str, Any]) -> bool:
+    """Whether an llm-rubric's own (or its test's) rubricPrompt is the whole grading prompt, so that it needs no
+    value (promptfoo grades such an llm-rubric with that prompt alone, its {{rubric}} empty)."""
+    return kind == "llm-rubric" and options.get("rubricPrompt") is not None
 
 
 def promptfoo_graded(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
@@ -555,7 +635,8 @@ def promptfoo_graded(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, An
 
 def own_provider_refused(kind: str) -> str:
     return (f"{kind}: an assert's own grading provider is not used here; the judge is the run's (the Batch tab's "
-            "judge settings, or launch.py batch --judge-url / --judge-model): remove provider")
+            "judge settings, or launch.py batch --judge-url / --judge-model): remove provider, or override every "
+            "grader with launch.py batch --grader workbench:NAME (promptfoo's eval --grader)")
 
 
 def _file_text(given: Any, files: SuiteFiles) -> Any:
@@ -575,6 +656,8 @@ def verdict_key(item: AssertData) -> str:
     custom, scores = item.options.get("rubricPrompt"), item.options.get("factuality")
     if item.kind == "llm-rubric" and not custom:
         return str(item.value)
+    if item.kind == "max-score":
+        return json.dumps([item.kind, item.options["max_score"]], ensure_ascii=False, sort_keys=True)
     if item.kind == "classifier":  # its model, and the output as its transform rewrites it
         return json.dumps([item.kind, item.value, item.options["provider"], list(item.transform)], ensure_ascii=False)
     return json.dumps([item.kind, item.value, list(custom or ()), *([scores] if scores else [])], ensure_ascii=False)

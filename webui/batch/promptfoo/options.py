@@ -11,7 +11,9 @@ them (over each prompt's summed named scores), by a small arithmetic evaluator:
 numbers, metric names, + - * / and parentheses; anything else is refused by name.
 ``$ref: '#/assertionTemplates/NAME'`` (any JSON pointer into the config) is
 replaced by what it points at before the suite is read. ``defaultTest.options.provider``
-``workbench:NAME`` is the loaded model that judges; another id is refused.
+``workbench:NAME`` is the loaded model that judges; another id is refused, unless a grader is given
+(``launch.py batch --grader``, promptfoo's ``eval --grader``; the Batch tab's judge model): it overrides every
+grader the suite names (:func:`with_grader`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 from webui.batch.asserts.classify import names_classifier
 from webui.batch.asserts.errors import BatchInputError
+from webui.batch.asserts.graded import GRADED
 from webui.batch.promptfoo.tests import Problems
 
 NOT_APPLIED = {
@@ -33,6 +36,8 @@ NOT_APPLIED = {
                                                                                "cancelled",
 }
 """evaluateOptions keys that pace promptfoo's API calls: named in the notes, not applied."""
+GRADER_HINT = "--grader workbench:NAME"
+"""How a hosted grader's refusal names the override (a caller that can give a grader looks for it)."""
 _OPERATORS: dict[type, Callable[[float, float], float]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _SYMBOLS = {ast.Pow: "**", ast.BitXor: "^", ast.Mod: "%", ast.FloorDiv: "//", ast.MatMult: "@", ast.BitAnd: "&",
@@ -50,6 +55,9 @@ class SuiteOptions:
     """name -> expression over named scores, in the suite's order."""
     judge_model: str = ""
     """The loaded model that judges (defaultTest.options.provider); "": the run's choice."""
+    judge_tokens: int | None = None
+    """The most tokens the judge writes per grading step (defaultTest.options.provider's config.max_tokens, as
+    promptfoo caps its grader); None: each step's own budget."""
 
 
 def resolve_refs(config: Any, problems: Problems) -> Any:
@@ -87,8 +95,52 @@ def _pointed(config: Any, ref: Any, where: str, problems: Problems) -> Any:
     return node
 
 
-def suite_options(config: Mapping[str, Any], problems: Problems, notes: list[str]) -> SuiteOptions:
-    """The suite's run-wide keys read; what is not applied is added to ``notes``."""
+def grader_model(grader: str) -> str:
+    """The loaded model a grader id names (``workbench:NAME`` or a bare NAME); BatchInputError for a hosted one."""
+    name = grader.strip().removeprefix("workbench:").strip()
+    if not name or ":" in name:
+        raise BatchInputError(f"grader {grader!r}: the grader here is a model loaded by the workbench; write "
+                              "workbench:NAME (or NAME), or judge on a server with --judge-url")
+    return name
+
+
+def with_grader(config: Mapping[str, Any], grader: str, notes: list[str]) -> dict[str, Any]:
+    """``config`` with every grading provider it names (defaultTest's and a test's options.provider, a graded
+    assert's provider) taken out, each named in ``notes``: the grader judges them all, as promptfoo's
+    ``eval --grader`` overrides every grader. A classifier's model is kept (it is no grader)."""
+    def test(item: Any, where: str) -> Any:
+        if not isinstance(item, dict):
+            return item
+        out = dict(item)
+        options = out.get("options")
+        if isinstance(options, dict) and options.get("provider") is not None \
+                and not names_classifier(options["provider"]):
+            notes.append(f"{where}.options.provider is replaced by the grader {grader}")
+            out["options"] = {k: v for k, v in options.items() if k != "provider"}
+        if isinstance(out.get("assert"), list):
+            out["assert"] = [_without_provider(a, f"{where}.assert[{i}]", grader, notes)
+                             for i, a in enumerate(out["assert"])]
+        return out
+
+    out = dict(config)
+    if "defaultTest" in out:
+        out["defaultTest"] = test(out["defaultTest"], "defaultTest")
+    if isinstance(out.get("tests"), list):
+        out["tests"] = [test(t, f"tests[{i}]") for i, t in enumerate(out["tests"])]
+    return out
+
+
+def _without_provider(item: Any, where: str, grader: str, notes: list[str]) -> Any:
+    kind = str(item.get("type", "")).removeprefix("not-") if isinstance(item, dict) else ""
+    if kind not in GRADED or item.get("provider") is None or names_classifier(item["provider"]):
+        return item
+    notes.append(f"{where}.provider is replaced by the grader {grader}")
+    return {k: v for k, v in item.items() if k != "provider"}
+
+
+def suite_options(config: Mapping[str, Any], problems: Problems, notes: list[str], grader: str = "") -> SuiteOptions:
+    """The suite's run-wide keys read; what is not applied is added to ``notes``. ``grader``: the loaded model
+    that judges instead of any the suite names (a name, from :func:`grader_model`)."""
     samples, use_cache = _evaluate_options(config.get("evaluateOptions"), problems, notes)
     output = config.get("outputPath")
     if output is not None and not isinstance(output, str):
@@ -101,8 +153,9 @@ def suite_options(config: Mapping[str, Any], problems: Problems, notes: list[str
                      ("sharing", "results are not shared anywhere; export them from the Batch tab")):
         if config.get(key):
             notes.append(f"{key} is not applied ({why})")
+    judge, tokens = _judge_model(config.get("defaultTest"), problems)
     return SuiteOptions(samples, use_cache, output, derived_metrics(config.get("derivedMetrics"), problems),
-                        _judge_model(config.get("defaultTest"), problems))
+                        grader or judge, tokens)
 
 
 def _evaluate_options(given: Any, problems: Problems, notes: list[str]) -> tuple[int, bool]:
@@ -130,23 +183,42 @@ def _evaluate_options(given: Any, problems: Problems, notes: list[str]) -> tuple
     return samples, use_cache
 
 
-def _judge_model(default: Any, problems: Problems) -> str:
-    """The judge model defaultTest.options.provider names ("": none named)."""
+def _judge_model(default: Any, problems: Problems) -> tuple[str, int | None]:
+    """(the judge model defaultTest.options.provider names ("": none named), its token budget per grading step:
+    its ``config.max_tokens``, None where it gives none)."""
     options = default.get("options") if isinstance(default, dict) else None
     if not isinstance(options, dict):
-        return ""
-    judge = ""
+        return "", None
+    judge, tokens = "", None
     provider = options.get("provider")
     if provider is not None and not names_classifier(provider):  # a classifier's model: the asserts read it
+        if isinstance(provider, dict) and "config" in provider:
+            tokens = _grader_tokens(provider["config"], problems)
         pid = provider.get("id") if isinstance(provider, dict) else provider
         name = pid.removeprefix("workbench:").strip() if isinstance(pid, str) else ""
-        if not name or ":" in name or (isinstance(provider, dict) and set(provider) - {"id", "label"}):
+        if not name or ":" in name or (isinstance(provider, dict) and set(provider) - {"id", "label", "config"}):
             problems.add("defaultTest.options.provider", f"{pid!r} is no loaded model; write workbench:NAME with a "
-                                                         "model loaded here (the judge), or leave it out to judge with "
-                                                         "the model in use")
+                                                         "model loaded here (the judge), leave it out to judge with "
+                                                         "the model in use, or override every grader of the suite "
+                                                         f"with launch.py batch {GRADER_HINT} (promptfoo's eval "
+                                                         "--grader; in the Batch tab: the judge model)")
         else:
             judge = name
-    return judge
+    return judge, tokens
+
+
+def _grader_tokens(config: Any, problems: Problems) -> int | None:
+    """The grader's ``config.max_tokens`` (the only key of a grader's config read here)."""
+    where = "defaultTest.options.provider.config"
+    if not isinstance(config, dict) or set(config) - {"max_tokens"}:
+        problems.add(where, f"a grader's config here takes max_tokens only (its token budget per grading step), "
+                            f"got {config!r}")
+        return None
+    tokens = config.get("max_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        problems.add(f"{where}.max_tokens", f"must be a whole number >= 1, got {tokens!r}")
+        return None
+    return tokens
 
 
 def derived_metrics(given: Any, problems: Problems) -> dict[str, str]:

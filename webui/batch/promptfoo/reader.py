@@ -52,7 +52,7 @@ from webui.safeload import DataTooLarge, load_json, load_yaml
 from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.run.grid import Setting
 from webui.batch.run.prompts import PromptRow, chat_messages_of, render
-from webui.batch.promptfoo.options import SuiteOptions, metric_names, resolve_refs, suite_options
+from webui.batch.promptfoo.options import SuiteOptions, metric_names, resolve_refs, suite_options, with_grader
 from webui.batch.promptfoo.providers import provider_params, provider_setting
 from webui.batch.promptfoo.tests import SET_KEY, Case, Problems, read_cases
 from webui.batch.asserts.transform import check_transforms, resolved
@@ -84,13 +84,13 @@ class Suite:
     """Its run-wide keys: samples (evaluateOptions.repeat), cache, outputPath, derivedMetrics, the judge."""
 
 
-def load_suite(path: Path) -> Suite:
-    """The suite of a promptfoo config file."""
+def load_suite(path: Path, grader: str = "") -> Suite:
+    """The suite of a promptfoo config file; ``grader``: see :func:`read_suite`."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BatchInputError(f"cannot read the promptfoo config '{path}': {exc}") from None
-    return read_suite(text, Path(path).parent)
+    return read_suite(text, Path(path).parent, grader)
 
 
 def load_config(path: Path) -> tuple[str, list[PromptRow], list[Setting]]:
@@ -105,10 +105,11 @@ def read_config(text: str, base: Path | SuiteFiles) -> tuple[str, list[PromptRow
     return suite.description, suite.rows, suite.settings
 
 
-def read_suite(text: str, base: Path | SuiteFiles) -> Suite:
+def read_suite(text: str, base: Path | SuiteFiles, grader: str = "") -> Suite:
     """The suite of promptfoo config text; ``file://`` paths are relative to ``base`` (a folder: as promptfoo
     reads them; :class:`SuiteFiles`: confined to an upload where it says so). Every problem found is
-    reported at once, each with where it is in the suite."""
+    reported at once, each with where it is in the suite. ``grader``: a loaded model's name that judges every
+    model-graded assert instead of the graders the suite names (promptfoo's ``eval --grader``)."""
     try:
         config = load_yaml(text)
     except (yaml.YAMLError, DataTooLarge) as exc:
@@ -118,6 +119,7 @@ def read_suite(text: str, base: Path | SuiteFiles) -> Suite:
     files = base if isinstance(base, SuiteFiles) else SuiteFiles(base)
     problems, notes = Problems(), list[str]()
     config = resolve_refs(config, problems)
+    config = with_grader(config, grader, notes) if grader else config
     unknown_top = set(config) - {"description", "prompts", "providers", "tests", "defaultTest", "outputPath",
                                  "sharing", "env", "evaluateOptions", "scenarios", "derivedMetrics", "nunjucksFilters",
                                  "assertionTemplates"}
@@ -148,7 +150,7 @@ def read_suite(text: str, base: Path | SuiteFiles) -> Suite:
                                origin, case.threshold, at)
                     _check_affixes(row, settings, runs_with[p], at)
                     rows.append(dataclasses.replace(row, params=params, settings=runs_with[p], sets=sets))
-        options = suite_options(config, problems, notes)
+        options = suite_options(config, problems, notes, grader)
         metrics = {a.metric for row in rows for a in row.asserts if a.metric}
         for name, expression in options.derived_metrics.items():
             unknown = [n for n in metric_names(expression) if n not in metrics]

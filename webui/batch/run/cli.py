@@ -23,7 +23,7 @@ from webui.batch.run.judge import JUDGE_PROMPT, RemoteJudge
 from webui.batch.run.prompts import load_prompts, unescape_newlines
 from webui.batch.promptfoo.reader import is_config, load_suite
 from webui.batch.promptfoo.export import to_promptfoo
-from webui.batch.promptfoo.options import SuiteOptions
+from webui.batch.promptfoo.options import SuiteOptions, grader_model
 from webui.batch.run.results import ResultRow, summarize
 from webui.batch.run.runner import BatchJob, RunHandle
 from webui.config import AppConfig, default_user_data_dir
@@ -58,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-model", default="", help="with --judge-url: the model name to ask the judge server for; "
                                                      "without: a model to load beside the tested ones that judges "
                                                      "(NAME or NAME@loader; default: the model in use)")
+    p.add_argument("--grader", default="", metavar="ID",
+                   help="promptfoo's eval --grader: the model that grades every model-graded assert, over any grader "
+                        "the suite names (defaultTest.options.provider, an assert's provider): workbench:NAME or NAME, "
+                        "a model loaded beside the tested ones")
+    p.add_argument("--grader-max-tokens", type=int, metavar="N",
+                   help="the most tokens the judge writes per grading step (as promptfoo's grader config max_tokens; "
+                        "default: a promptfoo suite's defaultTest.options.provider config.max_tokens, else each "
+                        "step's own budget, 256-768); a small judge stops sooner")
     p.add_argument("--no-cache", action="store_true",
                    help="generate every cell, even one whose whole request already ran (default: reuse it)")
     p.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, help="refuse grids larger than this")
@@ -78,15 +86,20 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.out is not None and args.out.suffix not in (".jsonl", ".csv", ".json"):
         return _fail(f"--out must end in .jsonl, .csv or .json (promptfoo's shape), got '{args.out}'")
+    if args.grader_max_tokens is not None and args.grader_max_tokens < 1:
+        return _fail(f"--grader-max-tokens must be 1 or more, got {args.grader_max_tokens}")
     if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
         return _fail(f"--min-pass-rate must be between 0 and 1, got {args.min_pass_rate}")
     settings, description, options = None, "", SuiteOptions()
     try:
+        grader = grader_model(args.grader) if args.grader else ""
+        if grader and (args.judge_url or args.judge_model):
+            raise BatchInputError("--grader names the judge; leave out --judge-url and --judge-model with it")
         if is_config(args.prompts):
             if args.preset or args.grid or args.template:
                 raise BatchInputError("a promptfoo config brings its own prompts and providers (settings); "
                                       "--preset, --grid and --template do not apply to it")
-            suite = load_suite(args.prompts)
+            suite = load_suite(args.prompts, grader)
             description, rows, settings, options = suite.description, suite.rows, suite.settings, suite.options
             for note in suite.notes:  # what the suite names that is not applied, each once
                 print(f"note: {note}", file=sys.stderr)
@@ -108,13 +121,14 @@ def main(argv: list[str]) -> int:
     config.make_dirs()
     services = Services.create(config)
     try:
-        local_judge = (args.judge_model or options.judge_model) if not args.judge_url else ""
+        local_judge = (grader or args.judge_model or options.judge_model) if not args.judge_url else ""
         job = BatchJob(args.name or description or args.prompts.name, rows, grid, args.system_prompt, args.raw,
                        args.max_cells, settings, chat_template=args.chat_template,
                        use_cache=not args.no_cache and options.use_cache,
                        judge_prompt=judge_prompt,
                        remote_judge=RemoteJudge(args.judge_url, args.judge_model) if args.judge_url else None,
-                       judge_model=local_judge, derived_metrics=options.derived_metrics)
+                       judge_model=local_judge, derived_metrics=options.derived_metrics,
+                       judge_tokens=args.grader_max_tokens or options.judge_tokens)
         planned, _ = services.batch_runner.plan(job)  # bad grids fail before any model loads
         named = list(dict.fromkeys(s.model for s in planned if s.model))
         if args.model or any(s.model is None for s in planned):

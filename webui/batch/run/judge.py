@@ -24,18 +24,18 @@ import httpx
 import jsonschema
 
 from webui.batch.asserts.assertion import Assert
-from webui.batch.asserts.types import Verdict
+from webui.batch.asserts.types import AssertResult, Verdict
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.graded import (
-    GRADED, JUDGE_PROMPT, VERDICT_SCHEMA, Embed, GradedKind, numbered_outputs, select_grades, select_schema,
-    verdict_key,
+    COMPARING, GRADED, JUDGE_PROMPT, VERDICT_SCHEMA, Embed, GradedKind, max_score_grades, numbered_outputs,
+    select_grades, select_schema, verdict_key,
 )
 from webui.batch.run.prompts import render, template_variables
 from webui.engine import EngineError, GenerationRequest, SamplingParams
 
 __all__ = ["JUDGE_PROMPT", "KEY_VARIABLE", "VERDICT_SCHEMA", "JudgeError", "RemoteJudge", "check_judge_prompt",
-           "grade", "graded", "inputs_for", "judge_request", "read_answer", "rubrics", "select_best",
-           "step_text"]
+           "grade", "graded", "inputs_for", "judge_budget", "judge_request", "max_score", "read_answer", "rubrics",
+           "select_best", "step_text"]
 
 KEY_VARIABLE = "WORKBENCH_JUDGE_API_KEY"
 
@@ -100,10 +100,21 @@ def check_judge_prompt(text: str) -> str:
 
 
 def graded(asserts: Sequence[Assert], select: bool = False) -> list[Assert]:
-    """The graded asserts (one per verdict key): those judged per output, or (``select``) the select-best ones,
-    judged over a test's outputs."""
-    found = {verdict_key(a): a for a in asserts if a.kind in GRADED and (a.kind == "select-best") == select}
+    """The graded asserts (one per verdict key): those judged per output, or (``select``) the select-best and
+    max-score ones, which compare a test's outputs."""
+    found = {verdict_key(a): a for a in asserts if a.kind in GRADED and (a.kind in COMPARING) == select}
     return list(found.values())
+
+
+def judge_budget(asserts: Sequence[Assert], cap: int | None = None) -> int:
+    """The most tokens the judge may write on one output's graded asserts: each step's budget (at most ``cap``,
+    the run's grader budget), for each criterion of a kind that judges them one at a time."""
+    total = 0
+    for item in [*graded(asserts), *graded(asserts, select=True)]:
+        kind = GRADED[item.kind]
+        times = len(item.value) if kind.each and isinstance(item.value, tuple) else 1
+        total += times * sum(min(step.max_tokens, cap or step.max_tokens) for step in kind.steps)
+    return total
 
 
 def rubrics(asserts: list[Assert]) -> list[str]:
@@ -213,7 +224,17 @@ async def select_best(item: Assert, outputs: list[str], inputs: Mapping[str, str
     filled = {**inputs, "outputs": numbered_outputs(outputs)}
     schema = select_schema(len(outputs))
     try:
-        answer = await _answer(ask, step_text(kind, 0, filled, custom), schema, 256)
+        answer = await _answer(ask, step_text(kind, 0, filled, custom), schema, kind.steps[0].max_tokens)
     except (JudgeError, BatchInputError) as exc:
         return [Verdict(False, 0.0, str(exc), unscored=True)] * len(outputs)
     return [Verdict(*g) for g in select_grades(answer, len(outputs), str(item.value))]
+
+
+def max_score(item: Assert, checked: Sequence[Sequence[tuple[Assert, AssertResult]]]) -> list[Verdict]:
+    """max-score's pick among a test's outputs, from each output's (assert, result) pairs (no judge): a verdict
+    for each. An assert counts under its promptfoo type (not-contains...), select-best and max-score not at all."""
+    scored = [[(("not-" if a.negate else "") + a.kind, result.value) for a, result in pairs
+               if a.kind not in COMPARING] for pairs in checked]
+    if len(scored) < 2:
+        return [Verdict(False, 0.0, "max-score needs at least two outputs of the test to compare")] * len(scored)
+    return [Verdict(*g) for g in max_score_grades(scored, item.options["max_score"])]

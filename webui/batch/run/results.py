@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
+from webui.batch.asserts.graded import COMPARING
 from webui.batch.asserts.types import AssertResult, Observed, row_score
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.run.grid import Cell
@@ -240,14 +241,14 @@ def _outcome(cell: Cell, asserts: list[AssertResult], error: str | None) -> tupl
 
 
 def rejudged(row: ResultRow, cell: Cell, judged: Mapping[str, Any]) -> ResultRow:
-    """``row`` with its select-best asserts checked again with the judge's verdicts ``judged`` (given once every
-    output of the test is known), and its score and pass with them."""
+    """``row`` with its select-best and max-score asserts checked again with the verdicts ``judged`` (given once
+    every output of the test is known), and its score and pass with them."""
     if row.error:
         return row
     seen = Observed(row.output, row.completion_tokens, row.ttft, row.tokens_per_second, cell.row.text, judged,
                     cell.row.variables, str((cell.row.origin or {}).get("description") or ""), row.finish_reason,
                     tool_calls=step_calls(row.tool_steps))
-    asserts = [a.check(seen) if a.kind == "select-best" else result
+    asserts = [a.check(seen) if a.kind in COMPARING else result
                for a, result in zip(cell.row.asserts, row.asserts)]
     score, passed = _outcome(cell, asserts, None)
     return dataclasses.replace(row, asserts=asserts, score=score, passed=passed)

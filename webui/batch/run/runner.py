@@ -8,6 +8,7 @@ changed since.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -25,7 +26,8 @@ from webui.batch.run.loop_rows import (
     LoopTurns, RowReply, local_toolbox, needs_local_tools, offer_local_tools, run_loop_row,
 )
 from webui.batch.run.judge import (
-    JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_request, rubrics, select_best,
+    JUDGE_PROMPT, Ask, RemoteJudge, check_judge_prompt, grade, graded, inputs_for, judge_budget, judge_request, max_score,
+    rubrics, select_best,
 )
 from webui.batch.run.prompts import PromptRow
 from webui.batch.run.provider_prompt import ProviderPrompt
@@ -61,6 +63,7 @@ class BatchJob:
     remote_judge: RemoteJudge | None = None  # a server that judges instead of a loaded model
     judge_model: str = ""  # the loaded model that judges llm-rubric asserts ("": the model in use)
     derived_metrics: dict[str, str] = field(default_factory=dict)  # a promptfoo suite's: name -> expression
+    judge_tokens: int | None = None  # the most tokens the judge writes per grading step (None: each step's own)
 
     def to_stored(self, settings: list[Setting]) -> StoredRun:
         """What the store keeps of the job, its settings expanded (what it ran on is added when it starts)."""
@@ -70,7 +73,8 @@ class BatchJob:
                           for s in settings],
                          self.system_prompt, self.raw, self.max_cells, self.chat_template, self.use_cache,
                          self.judge_prompt, self.judge_model,
-                         self.remote_judge.to_dict() if self.remote_judge else None, dict(self.derived_metrics))
+                         self.remote_judge.to_dict() if self.remote_judge else None, dict(self.derived_metrics),
+                         judge_tokens=self.judge_tokens)
 
     @classmethod
     def from_stored(cls, name: str, stored: StoredRun) -> "BatchJob":
@@ -83,7 +87,7 @@ class BatchJob:
                    settings, stored.chat_template_name, stored.use_cache,
                    stored.judge_prompt if stored.judge_prompt is not None else JUDGE_PROMPT,
                    RemoteJudge(**stored.remote_judge) if stored.remote_judge else None,
-                   stored.judge_model, dict(stored.derived_metrics))
+                   stored.judge_model, dict(stored.derived_metrics), stored.judge_tokens)
 
 
 @dataclass
@@ -106,6 +110,8 @@ class RunHandle:
     """(the judge's engine, user text -> the prompt as the judge reads it) for llm-rubric asserts (None: remote)."""
     judge_prompt: str = ""
     remote_judge: RemoteJudge | None = None
+    judge_tokens: int | None = None
+    """The most tokens the judge writes per grading step (None: each step's own budget)."""
     slots: dict = field(default_factory=dict)
     """The loaded model (a Slot) each setting's model names runs on."""
     embedder: tuple[Engine, EmbeddingModel] | None = None
@@ -134,7 +140,9 @@ class RunHandle:
     def eta_text(self) -> str:
         """How long the rest should take: "about 12s left" from the cells generated so far (cells from the cache
         take no time); before the first one finishes (cells run batched, so that can be late), "at most 40s left"
-        from the tokens the unfinished cells may still make (their max_new_tokens less what they made) at the
+        from the tokens the unfinished cells may still make (their max_new_tokens less what they made, and the
+        most their judges may write: judging is part of a cell, so the bound does not drop to seconds while the
+        judges work) at the
         speed so far; "" while nothing is known."""
         elapsed = time.monotonic() - self.started
         with self._lock:
@@ -146,7 +154,8 @@ class RunHandle:
             unfinished = [(i, cell.params) for i, cell in enumerate(self.cells) if i not in self.results]
             if any(params.auto_max_new_tokens for _, params in unfinished):  # no bound known
                 return ""
-            allowed = sum(max(0, params.max_new_tokens - self.streaming.get(i, 0)) for i, params in unfinished)
+            allowed = sum(max(0, params.max_new_tokens - self.streaming.get(i, 0))
+                          + judge_budget(self.cells[i].row.asserts, self.judge_tokens) for i, params in unfinished)
         return f"at most {elapsed * allowed / made:.0f}s left" if made else ""
 
     def rows(self) -> list[ResultRow]:
@@ -305,7 +314,7 @@ class BatchRunner:
             template = self.template(replace(job, raw=False), judge.model)
             handle.judge = (judge.engine, lambda text: render_chat_prompt(
                 judge.model.tokenizer, [{"role": "user", "content": text}], template=template))
-        handle.judge_prompt = job.judge_prompt
+        handle.judge_prompt, handle.judge_tokens = job.judge_prompt, job.judge_tokens
         handle.classifiers = classifiers
         if any(a.kind in ("similar", "answer-relevance") for row in job.rows for a in row.asserts):
             handle.embedder = self._embedder(slots, owner)
@@ -336,11 +345,16 @@ class BatchRunner:
                     raise BatchInputError(f"prompt {row.id}: {item.kind} reads the test's "
                                           f"{' and '.join(f'`{m}`' for m in missing)} var, which it does not have; "
                                           f"add it to the test's vars")
-            runs_on = [s for s in settings if row.settings is None or s.label in row.settings]
-            if graded(row.asserts, select=True) and len(runs_on) < 2:
-                raise BatchInputError(f"prompt {row.id}: select-best compares the outputs of several settings "
-                                      "(providers) for the same test, and this one runs on one; add a setting or "
-                                      "use llm-rubric")
+        outputs: dict[Any, int] = {}  # a test's outputs, over its prompts and settings
+        for row in job.rows:
+            outputs[_test_of(row)] = outputs.get(_test_of(row), 0) + sum(
+                row.settings is None or s.label in row.settings for s in settings)
+        for row in job.rows:
+            comparing = [a.kind for a in graded(row.asserts, select=True)]
+            if comparing and outputs[_test_of(row)] < 2:
+                raise BatchInputError(f"prompt {row.id}: {comparing[0]} compares the outputs of several prompts or "
+                                      "settings (providers) for the same test, and this one has one; add a setting "
+                                      "or use llm-rubric")
 
     def _classifiers(self, job: BatchJob) -> Classifiers | None:
         """The run's classifier models (None: no classifier assert); a model not in the models dir is refused
@@ -537,6 +551,7 @@ class BatchRunner:
     def _ask(self, handle: RunHandle) -> Ask:
         """How this run asks its judge (a loaded model, or a server)."""
         async def ask(text: str, schema: Mapping[str, Any], max_tokens: int) -> str:
+            max_tokens = min(max_tokens, handle.judge_tokens or max_tokens)
             if handle.remote_judge is not None:
                 return await asyncio.to_thread(handle.remote_judge.ask, text, schema, max_tokens)
             engine, render_chat = handle.judge
@@ -576,13 +591,14 @@ class BatchRunner:
         return Verdict(*await asyncio.to_thread(handle.classifiers.grade, item, text))
 
     async def _select_best(self, handle: RunHandle) -> None:
-        """select-best: once every cell has run, the judge picks the best output of each test (a prompt and
-        sample, across settings) and those rows are checked again with its verdicts."""
-        groups: dict[tuple[int, int], list[int]] = {}
+        """select-best and max-score: once every cell has run, the judge (or, for max-score, the other asserts'
+        scores) picks the best output of each test (its outputs over prompts and settings, per sample) and those
+        rows are checked again with the verdicts."""
+        groups: dict[tuple[Any, int], list[int]] = {}
         for index, cell in enumerate(handle.cells):
             row = handle.results.get(index)
             if graded(cell.row.asserts, select=True) and row is not None and not row.error:
-                groups.setdefault((cell.row.index, cell.sample), []).append(index)
+                groups.setdefault((_test_of(cell.row), cell.sample), []).append(index)
         for indexes in groups.values():
             if handle.cancelled:
                 return
@@ -591,7 +607,10 @@ class BatchRunner:
             verdicts: list[dict[str, Verdict]] = [{} for _ in indexes]
             for item in graded(cell.row.asserts, select=True):
                 inputs = inputs_for(item, "", cell.row.text, cell.row.variables)
-                for held, verdict in zip(verdicts, await select_best(item, outputs, inputs, self._ask(handle))):
+                found = max_score(item, [list(zip(handle.cells[i].row.asserts, handle.results[i].asserts))
+                                         for i in indexes]) if item.kind == "max-score" else \
+                    await select_best(item, outputs, inputs, self._ask(handle))
+                for held, verdict in zip(verdicts, found):
                     held[verdict_key(item)] = verdict
             for index, judged in zip(indexes, verdicts):
                 self._keep(handle, index, rejudged(handle.results[index], handle.cells[index], judged))
@@ -645,3 +664,12 @@ def reply_output(cell: Cell, text: str, finish_reason: str) -> tuple[str, Any]:
     the text the model generated."""
     shape = cell.setting.prompt
     return shape.output(text, finish_reason) if shape is not None else (text, None)
+
+
+def _test_of(row: PromptRow) -> Any:
+    """Which test a row is of, for the kinds that compare a test's outputs: a promptfoo test's rows (one per
+    prompt) are one test, as promptfoo compares them; any other row is a test of its own."""
+    origin = row.origin or {}
+    if "testIdx" not in origin:
+        return row.index
+    return origin["testIdx"], json.dumps(row.variables, sort_keys=True, default=str)
