@@ -146,3 +146,10 @@ def test_the_response_cache_keeps_its_json_and_reads_entries_from_before_cached_
                 {"output": "Old", "finish_reason": "length", "prompt_tokens": 1, "completion_tokens": 4, "ttft": None,
                  "tokens_per_second": None})))
         assert cache.get("b" * 64) == Generated("Old", "length", 1, 4)
+
+
+def test_the_judges_token_budget_is_kept_and_a_wrong_one_says_what_to_do():
+    kept = StoredRun.from_json(StoredRun(judge_tokens=96).to_json())
+    assert kept.judge_tokens == 96 and "judge_tokens" not in StoredRun().to_json()
+    with pytest.raises(StoreError, match="judge_tokens must be a whole number of tokens"):
+        StoredRun.from_json({**OLD, "judge_tokens": "many"})
