@@ -198,37 +198,30 @@ def test_rows_say_the_loader_and_a_bare_name_means_the_same_model_in_the_grid_an
     assert header[header.index("model") + 1] == "loader"
 
 
-def test_a_real_promptfoo_example_runs_end_to_end(tmp_path, user_data):
-    """promptfoo's own getting-started example (tests/data/promptfoo/examples/, see its SOURCE.md) on the default
-    model, 16 tokens a row (the CLI takes no --grid with a promptfoo config, so a copy's provider says so):
-    every row runs and is judged by its asserts."""
-    example = ROOT / "tests" / "data" / "promptfoo" / "examples" / "getting-started" / "promptfooconfig.yaml"
-    config = yaml.safe_load(example.read_text(encoding="utf-8"))
-    config["providers"] = [{"id": config["providers"][0], "config": {"max_tokens": 16}}]
-    suite = tmp_path / "promptfooconfig.yaml"
-    suite.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
-    out = tmp_path / "results.json"
-    done = batch(user_data, str(suite), "--out", str(out))
-    assert done.returncode in (0, 1), done.stderr  # 1: a 135M model need not translate well
-    results = json.loads(out.read_text())["results"]["results"]
-    assert len(results) == 4 and {r["vars"]["language"] for r in results} == {"French", "Spanish"}
-    assert all(r["response"]["output"] and not r["error"] for r in results)
-    assert all(len(r["gradingResult"]["componentResults"]) == 1 for r in results)
-    assert {r["provider"]["id"] for r in results} == {"workbench:SmolLM2-135M-Instruct"}
-
-
-def run_example(tmp_path, user_data, name, max_tokens=4):
+def run_example(tmp_path, user_data, name, max_tokens=4, *args):
     """promptfoo's example ``name`` (tests/data/promptfoo/examples/, see its SOURCE.md) copied with its files and
-    run by ``launch.py batch`` on the default model, ``max_tokens`` a row: its results in promptfoo's shape."""
+    run by ``launch.py batch ... args`` on the default model, ``max_tokens`` a row: its results in promptfoo's
+    shape (the CLI takes no --grid with a promptfoo config, so the copy's provider says so)."""
     folder = tmp_path / name
     shutil.copytree(ROOT / "tests" / "data" / "promptfoo" / "examples" / name, folder)
     config = yaml.safe_load((folder / "promptfooconfig.yaml").read_text(encoding="utf-8"))
     config["providers"] = [{"id": config["providers"][0], "config": {"max_tokens": max_tokens}}]
     (folder / "promptfooconfig.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
     out = tmp_path / "results.json"
-    done = batch(user_data, str(folder / "promptfooconfig.yaml"), "--out", str(out))
-    assert done.returncode in (0, 1), done.stderr  # 1: a 135M model in 4 tokens passes few asserts
+    done = batch(user_data, str(folder / "promptfooconfig.yaml"), *args, "--out", str(out))
+    assert done.returncode in (0, 1), done.stderr  # 1: a 135M model in a few tokens passes few asserts
     return json.loads(out.read_text())["results"]["results"]
+
+
+def test_a_real_promptfoo_example_runs_end_to_end(tmp_path, user_data):
+    """promptfoo's own getting-started example (tests/data/promptfoo/examples/, see its SOURCE.md) on the default
+    model, 16 tokens a row (the CLI takes no --grid with a promptfoo config, so a copy's provider says so):
+    every row runs and is judged by its asserts."""
+    results = run_example(tmp_path, user_data, "getting-started", 16)
+    assert len(results) == 4 and {r["vars"]["language"] for r in results} == {"French", "Spanish"}
+    assert all(r["response"]["output"] and not r["error"] for r in results)
+    assert all(len(r["gradingResult"]["componentResults"]) == 1 for r in results)
+    assert {r["provider"]["id"] for r in results} == {"workbench:SmolLM2-135M-Instruct"}
 
 
 def test_promptfoos_chat_messages_example_runs_its_messages_prompts_as_chats(tmp_path, user_data):
@@ -277,15 +270,7 @@ def test_promptfoos_max_score_example_picks_one_output_of_each_test(tmp_path, us
     """promptfoo's max-score-selection example (tests/data/promptfoo/examples/, see its SOURCE.md; max-score is
     newer than promptfoo 0.115, read as its documentation describes it, #49 item 8) on the default model, 16
     tokens an output and a small grader budget: each test's three prompts' outputs are compared, one is picked."""
-    example = ROOT / "tests" / "data" / "promptfoo" / "examples" / "max-score-selection" / "promptfooconfig.yaml"
-    config = yaml.safe_load(example.read_text(encoding="utf-8"))
-    config["providers"] = [{"id": config["providers"][0], "config": {"max_tokens": 16}}]
-    suite = tmp_path / "promptfooconfig.yaml"
-    suite.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
-    out = tmp_path / "results.json"
-    done = batch(user_data, str(suite), "--grader-max-tokens", "64", "--out", str(out))
-    assert done.returncode in (0, 1), done.stderr
-    results = json.loads(out.read_text())["results"]["results"]
+    results = run_example(tmp_path, user_data, "max-score-selection", 16, "--grader-max-tokens", "64")
     assert len(results) == 6
     for test in (0, 1):
         picks = [r["gradingResult"]["componentResults"][-1] for r in results if r["testIdx"] == test]
