@@ -129,19 +129,29 @@ def page_load(parts: list[tuple[list, object]]) -> tuple[object, None, list]:
     """
     outputs = [component for components, _ in parts for component in components]
 
-    def load(request: gr.Request) -> list[Any]:
-        values: list[Any] = []
+    def load(request: gr.Request) -> dict[Any, Any]:
+        values: dict[Any, Any] = {}
         for components, fill in parts:
             try:
                 if not callable(fill):
                     raise TypeError(f"a page part's fill is not a function: {fill!r}")
                 got = fill(request) if inspect.signature(fill).parameters else fill()
-                values.extend(got if len(components) > 1 else [got])
+                values.update(_by_component(components, got))
             except Exception as exc:  # noqa: BLE001 - one tab's failure must not leave the whole page empty
                 log.exception("loading part of the page failed")
                 gr.Warning(f"Part of the page could not be loaded ({exc}); reload to try again.")
-                values.extend(gr.skip() for _ in components)
-        return values
+        return values  # by component: a part that failed is left out, so it stays as built
 
     return load, None, outputs
 
+
+
+def _by_component(components: list, got: Any) -> dict[Any, Any]:
+    """A page part's values by component: as its fill returned them (a dict keyed by its components), or in the
+    order of its components (one value for one component)."""
+    if isinstance(got, dict) and got and all(isinstance(key, gr.blocks.Block) for key in got):
+        strays = [key for key in got if key not in components]
+        if strays:
+            raise ValueError(f"a page part filled components it does not list: {strays}")
+        return got
+    return dict(zip(components, got if len(components) > 1 else [got], strict=True))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterator, Sequence
 
 import gradio as gr
+from gradio.blocks import Block
 
 from webui.batch.run.results import rows_for_setting
 from webui.batch.asserts.kinds import kinds_help
@@ -105,7 +106,7 @@ class BatchTab:
 
     @property
     def views(self) -> list:
-        """What shows a run, in ``view_updates`` order."""
+        """What shows a run (``view_updates``)."""
         return [self.table, self.summary, self.pass_plot, self.speed_plot, self.pivot, self.side_a, self.side_b,
                 self.compare, self.runs, self.run_b, *self.inspector.outputs, self.selected_row, self.review_row]
 
@@ -238,8 +239,9 @@ def create_batch_tab(services: Services) -> BatchTab:
                     controller=BatchController(services))
 
 
-def view_updates(tab: BatchTab, run_id: int | None, query: str = "", failures_only: bool = False) -> tuple:
-    """Values for ``BatchTab.views``: every panel shows run ``run_id`` (the row inspector is emptied)."""
+def view_updates(tab: BatchTab, run_id: int | None, query: str = "", failures_only: bool = False
+                 ) -> dict[Block, Any]:
+    """``BatchTab.views`` by component: every panel shows run ``run_id`` (the row inspector is emptied)."""
     c = tab.controller
     rows = c.rows(run_id)
     labels = list(dict.fromkeys(r.setting for r in rows))
@@ -247,11 +249,13 @@ def view_updates(tab: BatchTab, run_id: int | None, query: str = "", failures_on
     fastest = float(summ["tok/s"].max()) if len(summ) and summ["tok/s"].notna().any() else 1.0
     a, b = (labels[0] if labels else None), (labels[1] if len(labels) > 1 else (labels[0] if labels else None))
     compared = compare_html(_setting_rows(rows, a), _setting_rows(rows, b), f"A: {a}", f"B: {b}")
-    return (result_table(rows, query, failures_only), summ, gr.update(value=summ, y_lim=[0, 100]),
-            gr.update(value=summ, y_lim=[0, fastest * 1.15]), pivot_table(rows),
-            gr.update(choices=labels, value=a), gr.update(choices=labels, value=b), compared,
-            gr.update(choices=c.run_choices(), value=run_id), gr.update(choices=c.run_choices()),
-            *["" for _ in tab.inspector.outputs[:2]], None, *["" for _ in tab.inspector.outputs[3:]], None, NO_ROW)
+    emptied = {shown: None if shown is tab.inspector.tokens else "" for shown in tab.inspector.outputs}
+    return {tab.table: result_table(rows, query, failures_only), tab.summary: summ,
+            tab.pass_plot: gr.update(value=summ, y_lim=[0, 100]),
+            tab.speed_plot: gr.update(value=summ, y_lim=[0, fastest * 1.15]), tab.pivot: pivot_table(rows),
+            tab.side_a: gr.update(choices=labels, value=a), tab.side_b: gr.update(choices=labels, value=b),
+            tab.compare: compared, tab.runs: gr.update(choices=c.run_choices(), value=run_id),
+            tab.run_b: gr.update(choices=c.run_choices()), **emptied, tab.selected_row: None, tab.review_row: NO_ROW}
 
 
 def _setting_rows(rows, label):
@@ -274,11 +278,11 @@ def _wire_running(tab: BatchTab, params: ParametersTab) -> None:
         return c.plan(c.job(tab.form.read(data), params.params(data)))
 
     @shows_errors
-    def run(data: dict) -> Iterator[tuple]:
+    def run(data: dict) -> Iterator[dict[Block, Any]]:
         job = c.job(tab.form.read(data), params.params(data))
         plan = c.plan(job)
         for step in c.run(job):
-            yield plan, step.status, step.run_id, *view_updates(tab, step.run_id)
+            yield {tab.plan: plan, tab.progress: step.status, tab.run_id: step.run_id, **view_updates(tab, step.run_id)}
 
     def upload(files: Any) -> tuple[tuple[str, bytes] | None, str]:  # paths, or things with .name
         """The upload and its note; a refused one is said in the note, where it stays, and the text box is used."""
@@ -305,7 +309,7 @@ def _wire_views(tab: BatchTab) -> None:
         return gr.update(choices=labels, value=labels[0] if labels else None)
 
     @shows_errors
-    def select_row(rid: int | None, q: str, only_failures: bool, selected: gr.SelectData) -> tuple:
+    def select_row(rid: int | None, q: str, only_failures: bool, selected: gr.SelectData) -> dict[Block, Any]:
         """One click on a result row: the row is named in the review panel and tinted (found by the cells clicked,
         whatever the table's sort), and the inspector shows the exact prompt the model read and the row's record."""
         rows = c.rows(rid)
@@ -316,18 +320,21 @@ def _wire_views(tab: BatchTab) -> None:
         seen = c.inspect_row(rid, row)
         rendered, tokens, note = inspection_views(seen.seen) if seen.seen else ("", None, seen.note)
         review, key = row.review or {}, row_key(row)
-        return (f"row {number}: {seen.which} · {note}", rendered, tokens,
-                *record_views(seen.record, c.services.config.api_port), key, review.get("verdict"),
-                review.get("note", ""), c.reviewed(rid, key), result_table(rows, q, only_failures, key))
+        inspector, record = tab.inspector, record_views(seen.record, c.services.config.api_port)
+        return {inspector.note: f"row {number}: {seen.which} · {note}", inspector.rendered: rendered,
+                inspector.tokens: tokens, inspector.record_json: record[0], inspector.record_curl: record[1],
+                inspector.record_py: record[2], tab.selected_row: key, tab.verdict: review.get("verdict"),
+                tab.review_note: review.get("note", ""), tab.review_row: c.reviewed(rid, key),
+                tab.table: result_table(rows, q, only_failures, key)}
 
-    def review(clear: bool) -> Callable[..., tuple]:
+    def review(clear: bool) -> Callable[..., dict[Block, Any]]:
         @shows_errors
         def save(rid: int | None, key: Sequence[Any] | None, verdict: str | None, note: str, q: str, only_failures: bool
-                 ) -> tuple:
+                 ) -> dict[Block, Any]:
             gr.Info(c.review(rid, tuple(key) if key else None, None if clear else verdict, "" if clear else note))
             rows = c.rows(rid)
-            return result_table(rows, q, only_failures, key), summary_table(rows), *((None, "") if clear else (
-                gr.skip(), gr.skip()))
+            shown = {tab.table: result_table(rows, q, only_failures, key), tab.summary: summary_table(rows)}
+            return {**shown, tab.verdict: None, tab.review_note: ""} if clear else shown
         return save
 
     for control in (tab.query, tab.failures):
@@ -351,16 +358,17 @@ def _wire_runs(tab: BatchTab) -> None:
     c = tab.controller
 
     @shows_errors
-    def open_run(chosen: int | None) -> tuple:
+    def open_run(chosen: int | None) -> dict[Block, Any]:
         """Show the run, and fill the form with what made it (prompts, asserts, grid), to change and run again."""
         if chosen is None:
             raise UserError(NO_RUN)
         try:
             form, note = c.form_of(chosen)
         except UserError as exc:  # the run still opens; the form stays as it is
-            return chosen, *view_updates(tab, chosen), *[gr.skip() for _ in REFILLED], str(exc)
-        values = [list(v) if name == "presets" else v for name, v in ((n, getattr(form, n)) for n in REFILLED)]
-        return chosen, *view_updates(tab, chosen), *values, note
+            return {tab.run_id: chosen, **view_updates(tab, chosen), tab.upload_note: str(exc)}
+        values = {getattr(tab.form, n): list(v) if n == "presets" else v for n, v in ((n, getattr(form, n))
+                                                                                       for n in REFILLED)}
+        return {tab.run_id: chosen, **view_updates(tab, chosen), **values, tab.upload_note: note}
 
     @shows_errors
     def rename(chosen: int | None, new_name: str) -> Update:
@@ -368,16 +376,16 @@ def _wire_runs(tab: BatchTab) -> None:
         return gr.update(choices=c.run_choices(), value=chosen)
 
     @shows_errors
-    def delete(chosen: int | None, current: int | None) -> tuple:
+    def delete(chosen: int | None, current: int | None) -> dict[Block, Any]:
         c.delete(chosen)
         rid = None if current == chosen else current
-        return rid, *view_updates(tab, rid)
+        return {tab.run_id: rid, **view_updates(tab, rid)}
 
-    def rerun(use_cache: bool) -> Callable[[int | None], Iterator[tuple]]:
+    def rerun(use_cache: bool) -> Callable[[int | None], Iterator[dict[Block, Any]]]:
         @shows_errors
-        def follow(chosen: int | None) -> Iterator[tuple]:
+        def follow(chosen: int | None) -> Iterator[dict[Block, Any]]:
             for step in c.rerun(chosen, use_cache):
-                yield step.status, step.run_id, *view_updates(tab, step.run_id)
+                yield {tab.progress: step.status, tab.run_id: step.run_id, **view_updates(tab, step.run_id)}
         return follow
 
     @shows_errors

@@ -55,12 +55,15 @@ class CharactersPanel:
         return [self.character, self.name, self.greeting, self.context, self.user_name, self.user_bio, self.picture,
                 self.note, self.confirm, self.delete]
 
-    def show(self, view: CharacterView) -> tuple:
+    def show(self, view: CharacterView) -> dict[gr.blocks.Block, Any]:
+        """The ``editor``'s values, by component."""
         c = view.character
         choices = [NO_CHARACTER, *view.names]
-        return (gr.update(choices=choices, value=c.name if c else NO_CHARACTER), c.name if c else "",
-                c.greeting if c else "", c.context if c else "", c.user_name if c else "You", c.user_bio if c else "",
-                str(view.picture) if view.picture else None, view.note, False, gr.update(value="Delete"))
+        return {self.character: gr.update(choices=choices, value=c.name if c else NO_CHARACTER),
+                self.name: c.name if c else "", self.greeting: c.greeting if c else "",
+                self.context: c.context if c else "", self.user_name: c.user_name if c else "You",
+                self.user_bio: c.user_bio if c else "", self.picture: str(view.picture) if view.picture else None,
+                self.note: view.note, self.confirm: False, self.delete: gr.update(value="Delete")}
 
 
 def chosen(character: str | None) -> str | None:
@@ -156,24 +159,24 @@ def wire_characters_panel(panel: CharactersPanel, chat_id: gr.State, message: gr
             f"{note} **{view.mode}** mode{with_character}", c.uses(view.mode, view.character))))
 
     @shows_errors
-    def pick(cid: int | None, mode: str, character: str | None) -> tuple:
+    def pick(cid: int | None, mode: str, character: str | None) -> dict[gr.blocks.Block, Any]:
         c.open(chosen(character))  # one that is gone: said, and nothing changes
         mode, character, note = apply(cid, mode, character)
-        return mode, *panel.show(c.open(chosen(character)))[:7], note, False, gr.update(value="Delete")
+        return {**panel.show(c.open(chosen(character))), panel.mode: mode, panel.note: note}
 
     @shows_errors
-    def delete(character: str | None, confirmed: bool) -> tuple:
+    def delete(character: str | None, confirmed: bool) -> dict[gr.blocks.Block, Any]:
         name = chosen(character)
         if name and not confirmed:
-            return (*[gr.skip()] * 7, f"Click **Confirm delete** to delete '{name}' for good.", True,
-                    gr.update(value="Confirm delete"))
+            return {panel.note: f"Click **Confirm delete** to delete '{name}' for good.", panel.confirm: True,
+                    panel.delete: gr.update(value="Confirm delete")}
         return panel.show(c.delete(name, True))
 
     def export(kind: str) -> Any:
         return shows_errors(lambda character: gr.update(value=str(c.export(chosen(character), kind)), visible=True))
 
     @shows_errors
-    def import_file(file: Any) -> tuple:  # file: a path, or has .name
+    def import_file(file: Any) -> dict[gr.blocks.Block, Any]:  # file: a path, or has .name
         return panel.show(c.import_file(file if isinstance(file, str) else file.name))
 
     fields = [panel.name, panel.greeting, panel.context, panel.user_name, panel.user_bio]
@@ -194,21 +197,22 @@ def wire_characters_panel(panel: CharactersPanel, chat_id: gr.State, message: gr
     panel.command.input(**follows)
     SaveOrder().wire(panel.command.input, lambda d: c.save_command(d[panel.command]), {panel.command},
                      [panel.command_note])  # as typed: the last change made is the one kept
-    chat_id.change(lambda cid: chat_values(panel, cid), [chat_id], [panel.mode, *panel.editor]).then(**follows)
+    chat_id.change(lambda cid: chat_values(panel, cid) or gr.skip(), [chat_id], [panel.mode, *panel.editor]).then(
+        **follows)
 
 
-def chat_values(panel: CharactersPanel, chat_id: int | None) -> tuple:
-    """Values for ``[mode, *editor]``: the chat's mode and character (a new chat: what the panel holds stays)."""
+def chat_values(panel: CharactersPanel, chat_id: int | None) -> dict[gr.blocks.Block, Any]:
+    """``[mode, *editor]`` by component: the chat's mode and character (a new chat: none, what the panel holds
+    stays)."""
     if chat_id is None:
-        return gr.skip(), *[gr.skip()] * len(panel.editor)
+        return {}
     view = panel.controller.session.library.view(chat_id)
-    try:
-        shown = panel.show(panel.controller.open(view.character))
-        shown = (*shown[:7], panel.controller.uses(view.mode, view.character), *shown[8:])  # instruct: no character
+    try:  # instruct: the note says the character is not used
+        shown = {**panel.show(panel.controller.open(view.character)),
+                 panel.note: panel.controller.uses(view.mode, view.character)}
     except UserError as exc:  # its character was deleted: say so, show none
-        shown = (*panel.show(panel.controller.open(None))[:7], f"This chat's character: {exc}", False,
-                 gr.update(value="Delete"))
-    return view.mode, *shown
+        shown = {**panel.show(panel.controller.open(None)), panel.note: f"This chat's character: {exc}"}
+    return {panel.mode: view.mode, **shown}
 
 
 def start_values(panel: CharactersPanel, mode: str, character: str | None, system_prompt: str) -> Any:

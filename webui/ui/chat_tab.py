@@ -47,8 +47,8 @@ PASTE_IMAGES_JS = """() => document.addEventListener("paste", (event) => {
 IMAGES_LABEL = "Images for the message (vision models)"
 NO_SELECTION = "Click a message: its versions, a branch from it, and what the model read show here and below."
 
-Messages = tuple[list[dict[str, str]], str, str]
-"""The log, the stats line and the version line: what moving between a message's versions shows."""
+Updates = dict[gr.blocks.Block, Any]
+"""A handler's outputs by component: those left out keep what they show (Gradio skips them)."""
 
 
 @dataclass
@@ -99,7 +99,7 @@ class ChatTab:
 
     @property
     def view(self) -> list:
-        """The components a ChatView fills, in ``view_updates`` order (a new view clears the selected message)."""
+        """The components a ChatView fills (``view_updates``; a new view clears the selected message)."""
         return [self.chatbot, self.chat_id, self.title, self.system, self.chat_list, self.stats, self.selected,
                 self.version]
 
@@ -234,41 +234,46 @@ def wire_model_in_use(tab: ChatTab, picker: gr.Dropdown) -> None:
     picker.change(lambda: images_box(tab.session.services), None, [tab.images], show_progress="hidden")
 
 
-def constraint_updates(held: str) -> tuple:
-    """Values for the constraint row: shown, saying what replies are held to, while a constraint is on."""
+def constraint_updates(tab: ChatTab, held: str) -> Updates:
+    """The constraint row: shown, saying what replies are held to, while a constraint is on."""
     note = constraint_note(held or "")
-    return gr.update(visible=bool(note)), note
+    return {tab.constraint_row: gr.update(visible=bool(note)), tab.constraint: note}
 
 
 def _wire_constraint(tab: ChatTab) -> None:
     """The Chat tab shows an output constraint that is on, and turns it off in one click (the Parameters tab's
     form then says none, and that is saved as any change there is)."""
     held = tab.params.controls["structured_outputs"]
-    held.change(constraint_updates, [held], [tab.constraint_row, tab.constraint], show_progress="hidden")
+    held.change(lambda value: constraint_updates(tab, value), [held], [tab.constraint_row, tab.constraint],
+                show_progress="hidden")
     tab.constraint_off.click(lambda: ("", *tab.params.panel.show_constraint("")), None,
                              [held, tab.params.panel.form, tab.params.panel.text])
 
 
-def view_updates(session: ChatSession, view: ChatView, query: str, request: gr.Request | None) -> tuple:
-    """Values for ``ChatTab.view``: the chat, and the past-chats list with it selected; the browser tab of
-    ``request`` shows this chat from now on (a reply still streaming elsewhere stays off its view)."""
+def view_updates(tab: ChatTab, view: ChatView, query: str, request: gr.Request | None) -> Updates:
+    """``ChatTab.view``: the chat, and the past-chats list with it selected; the browser tab of ``request`` shows
+    this chat from now on (a reply still streaming elsewhere stays off its view)."""
+    session = tab.session
     session.show(session_key(request, PANEL)[0], view.chat_id)
     listed = gr.update(choices=session.library.listed(query), value=view.chat_id)
-    return view.messages, view.chat_id, view.title, view.system_prompt, listed, view.stats, None, NO_SELECTION
+    return {tab.chatbot: view.messages, tab.chat_id: view.chat_id, tab.title: view.title,
+            tab.system: view.system_prompt, tab.chat_list: listed, tab.stats: view.stats, tab.selected: None,
+            tab.version: NO_SELECTION}
 
 
-def panel_updates(session: ChatSession, chat_id: int | None, index: int | None = None,
-                  step: int | None = None) -> tuple:
-    """Values for ``ChatTab.panels`` (message ``index``; None: the last reply; ``step``: the token view shows that
-    tool step's turn, whose block was clicked)."""
+def panel_updates(tab: ChatTab, chat_id: int | None, index: int | None = None, step: int | None = None) -> Updates:
+    """``ChatTab.panels`` for message ``index`` (None: the last reply; ``step``: the token view shows that tool
+    step's turn, whose block was clicked)."""
+    session, inspector = tab.session, tab.inspector
     seen = session.inspect(chat_id, index)
     rendered, tokens, note = inspection_views(seen.seen) if seen.seen else ("", None, seen.note)
     if seen.seen and seen.note:  # e.g. the oldest messages left out to fit the context
         note = f"{note} · {seen.note}"
     rows, branchable = session.last_tokens(chat_id, index, step)
-    head = f"{seen.which} · {note}" if seen.which else ""
-    return head, rendered, tokens, *record_views(seen.record, session.services.config.api_port), view_value(
-        rows, branchable)
+    record = record_views(seen.record, session.services.config.api_port)
+    return {inspector.note: f"{seen.which} · {note}" if seen.which else "", inspector.rendered: rendered,
+            inspector.tokens: tokens, inspector.record_json: record[0], inspector.record_curl: record[1],
+            inspector.record_py: record[2], tab.token_view: view_value(rows, branchable)}
 
 
 def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, live: LiveReplies) -> None:
@@ -277,27 +282,27 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
         while the tab shows another: only that chat's view gets its text)."""
         return session.shows(session_key(request, PANEL)[0], view.chat_id)
 
-    def streamed(views: Iterator[ChatView], request: gr.Request) -> Iterator[tuple]:
-        """ChatViews as [chatbot, stats, live token] updates, while their chat is on screen: the log and the stats
-        when they change (the first view, a tool call's blocks, the finished reply); a reply's growing text on its
-        own stream (webui.ui.live), so that a token costs the page no Gradio update."""
+    def streamed(views: Iterator[ChatView], request: gr.Request) -> Iterator[Updates | Update]:
+        """ChatViews as updates of the log, the stats and the live token, while their chat is on screen: the log and
+        the stats when they change (the first view, a tool call's blocks, the finished reply); a reply's growing text
+        on its own stream (webui.ui.live), so that a token costs the page no Gradio update."""
         shown = None
         for token, view in live.following(views):
             if not on_screen(view, request):
                 live.put(token, "")
                 if shown is not None or not view.replying:  # (Gradio sends the last update again at the end)
-                    yield gr.skip(), gr.skip(), gr.skip()  # (the page may follow another reply by now)
+                    yield gr.skip()  # nothing changes (the page may follow another reply by now)
                 shown = None  # back on screen: the log is sent again
             elif not view.replying:
-                yield view.messages, view.stats, ""
+                yield {tab.chatbot: view.messages, tab.stats: view.stats, tab.live: ""}
             else:
                 live.put(token, view.messages[-1]["content"])
                 if (view.messages[:-1], view.stats) != shown:
                     shown = (view.messages[:-1], view.stats)
-                    yield view.messages[:-1], view.stats, token
+                    yield {tab.chatbot: view.messages[:-1], tab.stats: view.stats, tab.live: token}
 
     @shows_errors
-    def send(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
+    def send(data: dict, request: gr.Request) -> Iterator[Updates | Update]:
         views = session.send(data[tab.chat_id], data[tab.message], data[tab.system], params.params(data),
                              session_key(request, PANEL), data[tab.start], data[tab.characters.mode],
                              chosen(data[tab.characters.character]),  # a new chat: in the panel's mode
@@ -306,18 +311,18 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
                              documents=[(Path(f).read_bytes(), Path(f).name) for f in data[tab.documents] or []])
         first = next(views)  # the message is stored: clear the box (and its kept draft) and the attachments
         session.library.keep_draft("")
-        yield *view_updates(session, first, data[tab.search], request), "", None, None, gr.skip()
-        for log, stats, token in streamed(views, request):
-            yield log, *[gr.skip()] * 4, stats, *[gr.skip()] * 5, token
+        yield {**view_updates(tab, first, data[tab.search], request), tab.message: "", tab.images: None,
+               tab.documents: None}
+        yield from streamed(views, request)
 
     @shows_errors
-    def regenerate(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
+    def regenerate(data: dict, request: gr.Request) -> Iterator[Updates | Update]:
         yield from streamed(session.regenerate(data[tab.chat_id], params.params(data), session_key(request, PANEL),
                                                data[tab.start]), request)
 
     @shows_errors
-    def impersonate(data: dict, request: gr.Request) -> Iterator[tuple]:
-        """[message, its live token]: the text streams into the box on its own stream (webui.ui.live); the box
+    def impersonate(data: dict, request: gr.Request) -> Iterator[Updates]:
+        """The message box and its live token: the text streams into the box on its own stream (webui.ui.live); the box
         ends with the whole text, kept as its draft."""
         texts = session.impersonate(data[tab.chat_id], data[tab.system], params.params(data),
                                     session_key(request, PANEL))
@@ -326,28 +331,28 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
             live.put(token, text)
             if not started:
                 started = True
-                yield gr.skip(), token
+                yield {impersonating: token}
         if text is not None:
             session.library.keep_draft(text)
-        yield (gr.skip() if text is None else text), ""
+        yield {impersonating: ""} if text is None else {tab.message: text, impersonating: ""}
 
     @shows_errors
-    def continue_reply(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
+    def continue_reply(data: dict, request: gr.Request) -> Iterator[Updates | Update]:
         yield from streamed(session.continue_reply(data[tab.chat_id], params.params(data),
                                                    session_key(request, PANEL)), request)
 
-    def edit(data: dict, edited: gr.EditData, request: gr.Request) -> Iterator[tuple | Update]:
+    def edit(data: dict, edited: gr.EditData, request: gr.Request) -> Iterator[Updates | Update]:
         index = edited.index if isinstance(edited.index, int) else edited.index[0]
         try:
             yield from streamed(session.edit_shown(data[tab.chat_id], index, plain_text(edited.value),
                                              params.params(data), session_key(request, PANEL)), request)
         except UserError as exc:  # the box shows the edit; put back what is stored
             gr.Warning(str(exc))
-            yield session.library.view(data[tab.chat_id]).messages if data[tab.chat_id] is not None else [], \
-                gr.skip(), gr.skip()
+            yield {tab.chatbot: session.library.view(data[tab.chat_id]).messages
+                   if data[tab.chat_id] is not None else []}
 
     @shows_errors
-    def branch(data: dict, request: gr.Request) -> Iterator[tuple | Update]:
+    def branch(data: dict, request: gr.Request) -> Iterator[Updates | Update]:
         pos, token_id = branch_of(data[tab.token_view])
         yield from streamed(session.branch(data[tab.chat_id], pos, token_id, params.params(data),
                                            session_key(request, PANEL)), request)
@@ -368,11 +373,11 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
         trigger(send, send_inputs, [*tab.view, tab.message, tab.images, tab.documents, tab.live],
                 concurrency_limit=None,
                 trigger_mode="multiple").then(
-            lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden")
+            lambda cid: panel_updates(tab, cid), [tab.chat_id], tab.panels, show_progress="hidden")
     for trigger, handler in ((tab.regenerate.click, regenerate), (tab.continue_.click, continue_reply),
                              (tab.chatbot.edit, edit), (tab.token_view.submit, branch)):
         trigger(handler, inputs | {tab.token_view}, short, concurrency_limit=None, trigger_mode="multiple").then(
-            lambda cid: panel_updates(session, cid), [tab.chat_id], tab.panels, show_progress="hidden").then(
+            lambda cid: panel_updates(tab, cid), [tab.chat_id], tab.panels, show_progress="hidden").then(
             lambda cid, index: version_text(session, cid, index), [tab.chat_id, tab.selected], [tab.version],
             show_progress="hidden")  # the version it added (the message selected: the one edited)
 
@@ -390,21 +395,23 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
 
 def _wire_selection(tab: ChatTab, session: ChatSession, params: ParametersTab) -> None:
     """A message picked in the history (its panels and versions), and Use these parameters."""
-    def select_message(cid: int | None, selected: gr.SelectData) -> tuple:
+    def select_message(cid: int | None, selected: gr.SelectData) -> Updates:
         shown = selected.index if isinstance(selected.index, int) else selected.index[0]
         try:  # a call's block: the reply it belongs to, and the tokens of the turn that wrote the call
             entry = session.library.entry(cid, shown) if cid is not None else None
         except UserError:
             entry = None
         index, step = (entry.index, entry.step if entry.part else None) if entry else (shown, None)
-        return *panel_updates(session, cid, index, step), index, version_text(session, cid, index)
+        return {**panel_updates(tab, cid, index, step), tab.selected: index,
+                tab.version: version_text(session, cid, index)}
 
     @shows_errors
-    def use_params(cid: int | None) -> tuple:
+    def use_params(cid: int | None) -> Updates:
         used = params.controller.use(session.library.chat_params(cid))
         gr.Info("The Parameters tab now holds this chat's parameters.")
-        return (*params.panel.show(used), gr.update(value=None, info=params.controller.preset_line(None)),
-                "Parameters taken from a chat's last reply.", pipeline_text(used))
+        return {**dict(zip(params.panel.shown, params.panel.show(used))),
+                params.preset: gr.update(value=None, info=params.controller.preset_line(None)),
+                params.note: "Parameters taken from a chat's last reply.", params.running: pipeline_text(used)}
 
     tab.chatbot.select(select_message, [tab.chat_id], [*tab.panels, tab.selected, tab.version])
     tab.use_params.click(use_params, [tab.chat_id], [*params.panel.shown, params.preset, params.note, params.running])
@@ -417,83 +424,81 @@ def version_text(session: ChatSession, chat_id: int | None, index: int | None) -
 def _wire_versions(tab: ChatTab, session: ChatSession) -> None:
     """◀ ▶ move between the selected message's versions (the conversation after it follows); a branch copies
     the chat up to it into a new chat."""
-    refresh = dict(fn=lambda cid: panel_updates(session, cid), inputs=[tab.chat_id], outputs=tab.panels,
+    refresh = dict(fn=lambda cid: panel_updates(tab, cid), inputs=[tab.chat_id], outputs=tab.panels,
                    show_progress="hidden")
 
-    def step(by: int) -> Callable[[int | None, int | None], Messages]:
+    def step(by: int) -> Callable[[int | None, int | None], Updates]:
         @shows_errors
-        def move(cid: int | None, index: int | None) -> Messages:
+        def move(cid: int | None, index: int | None) -> Updates:
             if index is None:
                 raise UserError("Click a message first to move between its versions.")
             view = session.library.switch_version(cid, index, by)
-            return view.messages, view.stats, version_text(session, cid, index)
+            return {tab.chatbot: view.messages, tab.stats: view.stats,
+                    tab.version: version_text(session, cid, index)}
         return move
 
     @shows_errors
-    def branch(cid: int | None, index: int | None, query: str, request: gr.Request) -> tuple:
+    def branch(cid: int | None, index: int | None, query: str, request: gr.Request) -> Updates:
         if index is None:
             raise UserError("Click the message to branch from first.")
-        return view_updates(session, session.library.branch_chat(cid, index), query, request)
+        return view_updates(tab, session.library.branch_chat(cid, index), query, request)
 
     for button, by in ((tab.previous, -1), (tab.next_, +1)):
         button.click(step(by), [tab.chat_id, tab.selected], [tab.chatbot, tab.stats, tab.version]).then(**refresh)
     tab.branch_new.click(branch, [tab.chat_id, tab.selected, tab.search], tab.view).then(**refresh)
 
 
-def _messages_and_stats(view: ChatView) -> tuple:
-    return view.messages, view.stats
-
-
 def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
-    refresh = dict(fn=lambda cid: panel_updates(session, cid), inputs=[tab.chat_id], outputs=tab.panels,
+    refresh = dict(fn=lambda cid: panel_updates(tab, cid), inputs=[tab.chat_id], outputs=tab.panels,
                    show_progress="hidden")
 
-    def disarmed() -> tuple:  # any other chat shown: Delete asks again (a new update each time: Gradio consumes it)
-        return False, gr.update(value="Delete")
+    def shown(view: ChatView, query: str, request: gr.Request) -> Updates:
+        """Another chat shown: Delete asks again (a new update each time: Gradio consumes it)."""
+        return {**view_updates(tab, view, query, request), tab.confirm: False, tab.delete: gr.update(value="Delete")}
 
     @shows_errors
-    def open_chat(cid: int | None, query: str, request: gr.Request) -> tuple:
-        return *view_updates(session, session.library.view(cid), query, request), *disarmed()
+    def open_chat(cid: int | None, query: str, request: gr.Request) -> Updates:
+        return shown(session.library.view(cid), query, request)
 
     @shows_errors
-    def rename(cid: int | None, title: str, query: str, request: gr.Request) -> tuple:
-        return *view_updates(session, session.library.rename(cid, title), query, request), *disarmed()
+    def rename(cid: int | None, title: str, query: str, request: gr.Request) -> Updates:
+        return shown(session.library.rename(cid, title), query, request)
 
     @shows_errors
-    def delete(cid: int | None, confirmed: bool, query: str, request: gr.Request) -> tuple:
+    def delete(cid: int | None, confirmed: bool, query: str, request: gr.Request) -> Updates:
         if not confirmed:
-            return (*[gr.skip()] * 5, f"Click **Confirm delete** to delete '{session.library.title(cid)}' for good.",
-                    gr.skip(), gr.skip(), True, gr.update(value="Confirm delete"))
-        return *view_updates(session, session.library.delete(cid), query, request), *disarmed()
+            return {tab.stats: f"Click **Confirm delete** to delete '{session.library.title(cid)}' for good.",
+                    tab.confirm: True, tab.delete: gr.update(value="Confirm delete")}
+        return shown(session.library.delete(cid), query, request)
 
     def export(tgwui: bool) -> Callable[[int | None], Update]:
         return shows_errors(lambda cid: gr.update(value=str(session.library.export(cid, tgwui)), visible=True))
 
     @shows_errors
-    def import_chat(file: Any, query: str, request: gr.Request) -> tuple:  # file: a path, or has .name
+    def import_chat(file: Any, query: str, request: gr.Request) -> Updates:  # file: a path, or has .name
         path = file if isinstance(file, str) else file.name
-        return *view_updates(session, session.library.import_file(path), query, request), *disarmed()
+        return shown(session.library.import_file(path), query, request)
 
     with_confirm = [*tab.view, tab.confirm, tab.delete]
     tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh)
     chars = tab.characters
 
     @shows_errors
-    def new_chat(mode: str, character: str | None, system: str, query: str, request: gr.Request) -> tuple:
+    def new_chat(mode: str, character: str | None, system: str, query: str, request: gr.Request) -> Updates:
         """In a mode that uses the panel's character, its greeting opens the new chat (shown and stored now)."""
         view = new_chat_values(chars, mode, character, system)
-        return *view_updates(session, view, query, request), *disarmed()
+        return shown(view, query, request)
 
     def start_on_choice(cid: int | None, mode: str, character: str | None, system: str, query: str,
-                        request: gr.Request) -> tuple:
+                        request: gr.Request) -> Updates | Update:
         """A mode or character chosen for a new chat (none open yet): where its greeting opens a chat, it does."""
         try:
             view = new_chat_values(chars, mode, character, system) if cid is None else None
         except UserError:  # (the panel says why)
             view = None
         if view is None or view.chat_id is None:
-            return tuple(gr.skip() for _ in with_confirm)
-        return *view_updates(session, view, query, request), *disarmed()
+            return gr.skip()
+        return shown(view, query, request)
 
     tab.new.click(new_chat, [chars.mode, chars.character, tab.system, tab.search], with_confirm).then(**refresh)
     for chosen_now in (chars.mode.input, chars.character.input):
@@ -501,9 +506,9 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
                    with_confirm).then(**refresh)
     # no .clear listener: the log's own trash icon (shown only with one) cleared the view and deleted nothing
     @shows_errors
-    def remove_last(cid: int | None, typed: str) -> tuple:
+    def remove_last(cid: int | None, typed: str) -> Updates:
         view, box = session.library.remove_last(cid, typed)
-        return *_messages_and_stats(view), (box if box != typed else gr.skip())
+        return {tab.chatbot: view.messages, tab.stats: view.stats, **({tab.message: box} if box != typed else {})}
 
     tab.remove_last.click(remove_last, [tab.chat_id, tab.message], [tab.chatbot, tab.stats, tab.message]).then(
         **refresh)
@@ -518,9 +523,9 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)
 
     @shows_errors
-    def start_with(mode: str, character: str | None, system: str, query: str, request: gr.Request) -> tuple:
+    def start_with(mode: str, character: str | None, system: str, query: str, request: gr.Request) -> Updates:
         view = start_values(tab.characters, mode, character, system)
-        return *view_updates(session, view, query, request), *disarmed()
+        return shown(view, query, request)
 
     chars.start.click(start_with, [chars.mode, chars.character, tab.system, tab.search], with_confirm).then(
         **refresh).then(None, js=SHOW_LOG)  # the panel is below the log: its greeting comes into view
@@ -528,29 +533,31 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
 
 def wire_notebook(tab: ChatTab, notebook_text: gr.Textbox, opener: gr.Textbox) -> None:
     """"Send to Notebook": the chat as the model reads it goes into the Notebook's text, and the Notebook opens."""
-    tab.to_notebook.click(shows_errors(lambda cid: (tab.session.as_text(cid), opens("notebook"))),
-                          [tab.chat_id], [notebook_text, opener])
+    def to_notebook(cid: int | None) -> Updates:
+        return {notebook_text: tab.session.as_text(cid), opener: opens("notebook")}
+    tab.to_notebook.click(shows_errors(to_notebook), [tab.chat_id], [notebook_text, opener])
 
 
 def on_load(tab: ChatTab) -> tuple[list, Any]:
     """(outputs, function): a page (re)load opens the most recent chat, with its system prompt, mode and character
     (and that mode's prompt preview)."""
     template_outputs, template_values = template_on_load(tab.template)
+    chars = tab.characters
 
-    def load(request: gr.Request) -> tuple:
+    def load(request: gr.Request) -> Updates:
         view = tab.session.library.latest()
         held = dict(zip(specs(), values_from_params(tab.params.controller.saved()[0])))["structured_outputs"]
-        chars, command = chat_values(tab.characters, view.chat_id), tab.characters.controller.command()
+        command = chars.controller.command()
         mode, character = (view.mode, view.character) if view.chat_id is not None else (INSTRUCT, None)
         try:
-            seen = preview_values(tab.characters.controller.preview(view.chat_id, mode, character, command=command))
+            seen = preview_values(chars.controller.preview(view.chat_id, mode, character, command=command))
         except UserError as exc:
             seen = (f"(No preview: {exc})", "")
-        return (*view_updates(tab.session, view, "", request), tab.session.library.draft(),
-                images_box(tab.session.services),
-                *constraint_updates(held),
-                *panel_updates(tab.session, view.chat_id), *template_values(), *chars, *seen, command,
-                *panel_values(tab.session, view.chat_id, tab.tools.controller))
-    chars = tab.characters
-    return [*tab.view, tab.message, tab.images, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs, chars.mode, *chars.editor,
-            chars.preview, chars.stops, chars.command, *tab.tools.shown], load
+        return {**view_updates(tab, view, "", request), tab.message: tab.session.library.draft(),
+                tab.images: images_box(tab.session.services), **constraint_updates(tab, held),
+                **panel_updates(tab, view.chat_id), **dict(zip(template_outputs, template_values())),
+                **chat_values(chars, view.chat_id),
+                chars.preview: seen[0], chars.stops: seen[1], chars.command: command,
+                **dict(zip(tab.tools.shown, panel_values(tab.session, view.chat_id, tab.tools.controller)))}
+    return [*tab.view, tab.message, tab.images, tab.constraint_row, tab.constraint, *tab.panels, *template_outputs,
+            chars.mode, *chars.editor, chars.preview, chars.stops, chars.command, *tab.tools.shown], load

@@ -194,28 +194,28 @@ def create_model_tab(services: Services, picker: gr.Dropdown, opened: gr.Tab | N
     return tab
 
 
-def reports(fn):
-    """Wrap a load, unload, reload or connect: its outputs (info, template) and an empty message line; when it is
-    refused or fails, the outputs stay and the message line says why (a toast says it too, on any tab)."""
+def reports(fn, line: gr.Markdown):
+    """Wrap a load, unload, reload or connect: its outputs (by component) and an empty message ``line``; when it
+    is refused or fails, the outputs stay and the line says why (a toast says it too, on any tab)."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
         try:
-            return (*fn(*args, **kwargs), "")
+            return {**fn(*args, **kwargs), line: ""}
         except UserError as exc:
             message = str(exc)
         except Exception as exc:  # a backend's own error (out of memory, a broken file): shown, and logged in full
             log.exception("a Model tab action failed")
             message = f"It failed: {type(exc).__name__}: {exc}"
         gr.Warning(message)
-        return gr.skip(), gr.skip(), f"⚠ {message}"
+        return {line: f"⚠ {message}"}
     return call
 
 
 def _wire(tab: ModelTab, installed: Dependency, quantized: Dependency, opened: gr.Tab | None) -> None:
     c = tab.controller
 
-    def shown(info: ModelInfo) -> tuple[str, str]:
-        return info.text, info.template
+    def shown(info: ModelInfo) -> dict[gr.blocks.Block, str]:
+        return {tab.info: info.text, tab.template: info.template}
 
     def extra(name: str | None, loader: str | None, values: Sequence[Any]) -> dict[str, Any]:
         """The shown loader's option values, by option name."""
@@ -232,7 +232,7 @@ def _wire(tab: ModelTab, installed: Dependency, quantized: Dependency, opened: g
     def reload(progress=gr.Progress()):
         return shown(c.reload(progress=lambda f, m: progress(f, desc=m)))
 
-    def connect(url: str, key: str, name: str, keep: bool) -> tuple[str, str]:
+    def connect(url: str, key: str, name: str, keep: bool) -> dict[gr.blocks.Block, str]:
         return shown(c.connect(url, key, name, keep))
 
     def loaded(*sizing):  # after any change: the table, the header's picker, this model's adapters, the budget
@@ -257,8 +257,8 @@ def _wire(tab: ModelTab, installed: Dependency, quantized: Dependency, opened: g
     done = [tab.info, tab.template, tab.message]
     for button, fn, inputs in events:  # the last message goes as the next action starts
         button.click(lambda: "", None, tab.message, show_progress="hidden").then(
-            reports(fn), inputs, done, concurrency_limit=1, concurrency_id="model").then(loaded, sizing, after)
-    tab.picker.input(reports(lambda name: shown(c.use(name))), [tab.picker], done,
+            reports(fn, tab.message), inputs, done, concurrency_limit=1, concurrency_id="model").then(loaded, sizing, after)
+    tab.picker.input(reports(lambda name: shown(c.use(name)), tab.message), [tab.picker], done,
                      concurrency_limit=1, concurrency_id="model").then(loaded, sizing, after)
     tab.picker.focus(lambda: gr.update(choices=c.loaded_names()), None, tab.picker)
     if opened is not None:  # a load or unload made elsewhere (another browser tab, the API) shows on opening it

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import gradio as gr
 from gradio.blocks import Block
@@ -37,7 +37,7 @@ class NotebookTab:
 
     @property
     def outputs(self) -> list:
-        """What a NotebookView fills, in ``view_updates`` order."""
+        """What a NotebookView fills (``view_updates``)."""
         return [self.text, self.stats, self.undo, self.last, self.token_view, self.live]
 
 
@@ -69,36 +69,37 @@ def create_notebook_tab(services: Services, params: ParametersTab, active: Activ
     return tab
 
 
-def view_updates(view: NotebookView, live: str = "") -> tuple:
-    """Values for ``NotebookTab.outputs``; the token view and the branch record change only at the end."""
+def view_updates(tab: NotebookTab, view: NotebookView, live: str = "") -> dict[Block, Any]:
+    """``NotebookTab.outputs`` by component; the token view and the branch record change only at the end."""
+    shown = {tab.text: view.text, tab.stats: view.stats, tab.undo: view.undo, tab.live: live}
     if view.last is None:
-        return view.text, view.stats, view.undo, gr.skip(), gr.skip(), live
-    return view.text, view.stats, view.undo, view.last, view_value(view.last.tokens, view.branchable), live
+        return shown
+    return {**shown, tab.last: view.last, tab.token_view: view_value(view.last.tokens, view.branchable)}
 
 
 def _wire_generation(tab: NotebookTab, params: ParametersTab, live: LiveReplies) -> None:
     session = tab.session
 
-    def followed(views: Iterator[NotebookView]) -> Iterator[tuple]:
+    def followed(views: Iterator[NotebookView]) -> Iterator[dict[Block, Any]]:
         """The first and the last view through the event; the text between on its own stream (webui.ui.live), so
         that a token costs the page no Gradio update."""
         started = False
         for token, view in live.following(views):
             if view.last is not None:  # the end
-                yield view_updates(view)
+                yield view_updates(tab, view)
                 continue
             live.put(token, view.text)
             if not started:
                 started = True
-                yield view_updates(view, token)
+                yield view_updates(tab, view, token)
 
     @shows_errors
-    def generate(data: dict, request: gr.Request) -> Iterator[tuple]:
+    def generate(data: dict, request: gr.Request) -> Iterator[dict[Block, Any]]:
         yield from followed(session.generate(data[tab.name], data[tab.text], list(data[tab.undo]),
                                              params.params(data), session_key(request, PANEL)))
 
     @shows_errors
-    def branch(data: dict, request: gr.Request) -> Iterator[tuple]:
+    def branch(data: dict, request: gr.Request) -> Iterator[dict[Block, Any]]:
         pos, token_id = branch_of(data[tab.token_view])
         yield from followed(session.branch(data[tab.name], data[tab.text], list(data[tab.undo]), data[tab.last], pos,
                                            token_id, params.params(data), session_key(request, PANEL)))
@@ -121,19 +122,21 @@ def _wire_files(tab: NotebookTab, channel: PageChannel) -> None:
         saved = session.save(name, text)
         return gr.update(choices=session.names(), value=saved), f"Saved '{saved}'.", False
 
-    def open_notebook(name: str | None) -> tuple[str | Update, list[str], bool, Update]:
+    def open_notebook(name: str | None) -> dict[Block, Any]:
         text = session.open(name)
-        return (gr.skip() if text is None else text), [], False, gr.update(value="Delete")
+        opened = {tab.undo: [], tab.confirm: False, tab.delete: gr.update(value="Delete")}
+        return opened if text is None else {tab.text: text, **opened}
 
     @shows_errors
-    def delete(name: str | None, confirmed: bool) -> tuple[Update, str, bool, Update]:
+    def delete(name: str | None, confirmed: bool) -> dict[Block, Any]:
         if not confirmed:
             if not name:
                 session.delete(name)  # says what to do
-            return gr.skip(), f"Click **Confirm delete** to delete '{name}' for good.", True, gr.update(
-                value="Confirm delete")
+            return {tab.stats: f"Click **Confirm delete** to delete '{name}' for good.", tab.confirm: True,
+                    tab.delete: gr.update(value="Confirm delete")}
         session.delete(name)
-        return gr.update(choices=session.names(), value=None), f"Deleted '{name}'.", False, gr.update(value="Delete")
+        return {tab.name: gr.update(choices=session.names(), value=None), tab.stats: f"Deleted '{name}'.",
+                tab.confirm: False, tab.delete: gr.update(value="Delete")}
 
     # typed, pasted, deleted or generated: kept for the next page load, sent by the page outside Gradio's events
     # (webui.ui.page_channel), as a Gradio event per key made typing lag (#46)

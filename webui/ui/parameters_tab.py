@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 from gradio.blocks import Block
@@ -79,16 +80,16 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
                 f"Saved preset '{saved}'.", gr.update(interactive=True))  # (also under the name shown: no change)
 
     @shows_errors
-    def delete_preset(name: str | None, armed: str | None) -> tuple[Update, str, str | None, Update]:
+    def delete_preset(name: str | None, armed: str | None) -> dict[Block, Any]:
         """The first click asks about the preset shown; only a click on that same preset's Confirm deletes it."""
         if not name or armed != name:
             if not name:
                 controller.delete(name)  # says what to do
-            return gr.skip(), f"Click **Confirm delete** to delete preset '{name}' for good.", name, gr.update(
-                value="Confirm delete")
+            return {tab.note: f"Click **Confirm delete** to delete preset '{name}' for good.", confirm: name,
+                    delete: gr.update(value="Confirm delete")}
         controller.delete(name)
-        return (gr.update(choices=controller.presets.names(), value=None), f"Deleted preset '{name}'.", None,
-                gr.update(value="Delete preset"))
+        return {tab.preset: gr.update(choices=controller.presets.names(), value=None),
+                tab.note: f"Deleted preset '{name}'.", confirm: None, delete: gr.update(value="Delete preset")}
 
     def preset_shown(name: str | None) -> tuple[Update, Update, None]:
         """Another preset shows (chosen, saved, deleted, or none: custom values): its line says what it is,
@@ -118,17 +119,16 @@ def _wire_controls(tab: ParametersTab) -> None:
     used, and is named beside its control with what is used instead (see ``resolve``)."""
     controller, panel = tab.controller, tab.panel
 
-    def remember(name: str, data: dict) -> tuple:
-        messaged = shown_with(name)
+    def remember(name: str, data: dict) -> dict[Block, Any] | Update:
         if panel.outdated(data):  # made before the page showed a preset (say) that replaces it
-            return gr.skip(), gr.skip(), gr.skip(), *(gr.skip() for _ in messaged)
+            return gr.skip()
         edited = controller.edit({key: data[c] for key, c in tab.controls.items()}, name)
-        fields = [panel.message(n, edited.messages.get(n, "")) for n in messaged]
+        fields = {panel.field(n): panel.message(n, edited.messages.get(n, "")) for n in shown_with(name)}
         if not edited.changed:  # nothing new used (a wrong value, or a value typed back)
-            return gr.skip(), gr.skip(), gr.skip(), *fields
+            return fields or gr.skip()  # (an empty dict is no update to Gradio)
         preset = controller.settings.get().last_preset  # None: custom values (the preset's line says so)
-        return (gr.update(value=preset, info=controller.preset_line(preset)), "", pipeline_text(edited.params),
-                *fields)
+        return {tab.preset: gr.update(value=preset, info=controller.preset_line(preset)), tab.note: "",
+                tab.running: pipeline_text(edited.params), **fields}
 
     order = SaveOrder()  # one order for all controls: each change saves them all
     inputs: set[Block] = {*tab.inputs, panel.page_showing, panel.showing}  # the showing: see ParamsPanel.outdated

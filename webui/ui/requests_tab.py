@@ -131,7 +131,7 @@ def _wire(tab: RequestsTab) -> None:
         rows, note = c.table(user, text, status, model, endpoint, client), c.note(user)
         digest = json.dumps([rows, note], default=str)
         if digest == shown:
-            return gr.skip(), gr.skip(), gr.skip()
+            return gr.skip()  # nothing changes
         return _frame(rows), note, digest
 
     def show(selected: str | None, evt: gr.SelectData, request: gr.Request) -> tuple[str | None, ...]:
@@ -190,9 +190,9 @@ def wire_open(tab: RequestsTab, chat: ChatTab, notebook_text: gr.Textbox, insigh
         gr.Info(note)
         return gr.update(value=str(path), visible=True)
 
-    def to_chat(selected: str | None, request: gr.Request) -> tuple[object, ...]:
+    def to_chat(selected: str | None, request: gr.Request) -> dict[gr.blocks.Block, object]:
         chat_id = c.as_chat(selected, _user(request))
-        return (*view_updates(chat.session, chat.session.library.view(chat_id), "", request), opens("chat"))
+        return {**view_updates(chat, chat.session.library.view(chat_id), "", request), opener: opens("chat")}
 
     def to_notebook(selected: str | None, request: gr.Request) -> tuple[str, str]:
         return c.as_text(selected, _user(request)), opens("notebook")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import gradio as gr
 import pandas as pd
@@ -176,29 +176,32 @@ def _points(view: TrainingView) -> pd.DataFrame:
     return pd.DataFrame(view.points, columns=PLOT_COLUMNS)
 
 
-def _shown(view: TrainingView) -> tuple[str, str, pd.DataFrame, int, gr.Timer]:
-    return _bar(view), view.status, _points(view), view.state.version, gr.Timer(active=view.running)
+def _shown(tab: TrainingTab, view: TrainingView) -> dict[Block, Any]:
+    """The run as it is: its bar, status, loss plot, version seen, and the timer that follows it while it goes."""
+    return {tab.bar: _bar(view), tab.status: view.status, tab.plot: _points(view), tab.seen: view.state.version,
+            tab.timer: gr.Timer(active=view.running)}
 
 
 def _wire(tab: TrainingTab) -> None:
     c = tab.controller
     shown = [tab.bar, tab.status, tab.plot, tab.seen, tab.timer]
 
-    def tick(seen: int) -> Iterable[Any]:
+    def tick(seen: int) -> dict[Block, Any]:
         view = c.view()
         if view.state.version == seen and view.running:
-            return (gr.skip(),) * 4 + (gr.Timer(active=True),)
-        return _shown(view)
+            return {tab.timer: gr.Timer(active=True)}
+        return _shown(tab, view)
 
-    def upload(file: Any, chosen: str | None) -> tuple[Any, ...]:
+    def upload(file: Any, chosen: str | None) -> dict[Block, Any]:
         """The dataset list with the upload chosen, its format and note; a refused upload is said beside the
         dataset, where it stays."""
         try:
             name = c.upload(file if isinstance(file, str) else getattr(file, "name", None))
         except UserError as exc:
-            return gr.skip(), gr.skip(), gr.skip(), f"⚠ Not uploaded: {exc}"
+            return {tab.dataset_note: f"⚠ Not uploaded: {exc}"}
         names = c.dataset_choices()
-        return gr.update(choices=names, value=name), gr.update(choices=["", *names]), *dataset_chosen(name, chosen)
+        return {tab.dataset: gr.update(choices=names, value=name), tab.eval_file: gr.update(choices=["", *names]),
+                **dataset_chosen(name, chosen)}
 
     tab.timer.tick(tick, [tab.seen], shown, show_progress="hidden", concurrency_limit=None)  # every page's, cheap
     tab.upload.upload(upload, [tab.upload, tab.format], [tab.dataset, tab.eval_file, tab.format, tab.dataset_note])
@@ -207,46 +210,47 @@ def _wire(tab: TrainingTab) -> None:
     tab.eval_file.focus(lambda: gr.update(choices=["", *c.dataset_choices()]), None, tab.eval_file)
     tab.format.focus(lambda: gr.update(choices=c.format_choices()), None, tab.format)
     tab.model.focus(lambda: gr.update(choices=c.model_choices()), None, tab.model)
-    def dataset_chosen(dataset: str | None, chosen: str | None) -> tuple[Any, str]:
+    def dataset_chosen(dataset: str | None, chosen: str | None) -> dict[Block, Any]:
+        """The dataset's note, and the format that reads it where that is not the one chosen."""
         format_, note = c.dataset_format(dataset, chosen)
-        return (gr.update(value=format_) if format_ != chosen else gr.skip()), note
+        return {tab.dataset_note: note, **({tab.format: gr.update(value=format_)} if format_ != chosen else {})}
 
-    def refused(form: TrainingForm, exc: UserError) -> tuple[Any, str, str]:
-        """(the format, the dataset's note, the refusal) shown when Preview, Start or Resume is refused: where the
+    def refused(form: TrainingForm, exc: UserError) -> dict[Block, Any]:
+        """The format, the dataset's note and the refusal shown when Preview, Start or Resume is refused: where the
         dataset needs another format the workbench finds, it is chosen and the refusal says so."""
         format_, note = c.dataset_format(form.dataset, form.format)
         if format_ == form.format:
-            return gr.skip(), note, f"⚠ Refused: {exc}"
-        return gr.update(value=format_), note, (f"⚠ Refused: {exc}  \nThe format **{format_}** reads this dataset; "
-                                                "it is now chosen: click again to use it.")
+            return {tab.dataset_note: note, tab.start_note: f"⚠ Refused: {exc}"}
+        return {tab.format: gr.update(value=format_), tab.dataset_note: note,
+                tab.start_note: f"⚠ Refused: {exc}  \nThe format **{format_}** reads this dataset; it is now chosen: "
+                                "click again to use it."}
 
-    def told_or_refused(step: Callable[[Any], str]) -> Callable[[dict], tuple]:
-        """A button whose answer is one text (Preview, Estimate), or the refusal beside the dataset."""
-        def answer(data: dict) -> tuple:
+    def told_or_refused(step: Callable[[Any], str], answered: Component) -> Callable[[dict], dict[Block, Any]]:
+        """A button whose answer is one text in ``answered`` (Preview, Estimate), or the refusal beside the
+        dataset."""
+        def answer(data: dict) -> dict[Block, Any]:
             form = tab.form(data)
             try:
-                return step(form), "", gr.skip(), gr.skip()
+                return {answered: step(form), tab.start_note: ""}
             except UserError as exc:
-                format_, note, refusal = refused(form, exc)
-                return gr.skip(), refusal, format_, note
+                return refused(form, exc)
         return answer
 
-    def start(data: dict, resume: bool = False) -> tuple:
+    def start(data: dict, resume: bool = False) -> dict[Block, Any]:
         form = tab.form(data)
         try:
-            return *_shown(c.start(form, resume=resume)), "", gr.skip(), gr.skip()
+            return {**_shown(tab, c.start(form, resume=resume)), tab.start_note: ""}
         except UserError as exc:
-            format_, note, refusal = refused(form, exc)
-            return *(gr.skip(),) * len(shown), refusal, format_, note
+            return refused(form, exc)
 
     inputs = tab.form_inputs
     told = [tab.start_note, tab.format, tab.dataset_note]
     tab.dataset.change(dataset_chosen, [tab.dataset, tab.format], [tab.format, tab.dataset_note])
-    tab.show_preview.click(told_or_refused(c.preview), inputs, [tab.preview, *told])
-    tab.estimate.click(told_or_refused(c.estimate), inputs, [tab.estimate_note, *told])
+    tab.show_preview.click(told_or_refused(c.preview, tab.preview), inputs, [tab.preview, *told])
+    tab.estimate.click(told_or_refused(c.estimate, tab.estimate_note), inputs, [tab.estimate_note, *told])
     tab.start.click(start, inputs, [*shown, *told])
     tab.resume.click(lambda data: start(data, resume=True), inputs, [*shown, *told])
-    tab.stop.click(shows_errors(lambda: _shown(c.stop())), None, shown, concurrency_limit=None)
+    tab.stop.click(shows_errors(lambda: _shown(tab, c.stop())), None, shown, concurrency_limit=None)
     tab.attach.click(shows_errors(c.attach), None, [tab.result])
 
     def perplexity(progress: gr.Progress = gr.Progress()) -> str:
@@ -291,9 +295,10 @@ def on_load(tab: TrainingTab) -> tuple[list, object]:
         def value(key: str) -> dict[str, Any]:
             return {"value": given[key]} if key in given else {}
 
-        return (*_shown(c.view()), gr.update(choices=c.model_choices(), **value("model")),
-                gr.update(choices=names, **value("dataset")), gr.update(choices=["", *names], **value("eval_file")),
-                *[gr.update(**value(key)) for key in ("device", "format", "name")],
-                *[gr.update(**value(name)) for name in others])
+        return {**_shown(tab, c.view()), tab.model: gr.update(choices=c.model_choices(), **value("model")),
+                tab.dataset: gr.update(choices=names, **value("dataset")),
+                tab.eval_file: gr.update(choices=["", *names], **value("eval_file")),
+                **{getattr(tab, key): gr.update(**value(key)) for key in ("device", "format", "name")},
+                **{tab.fields[name]: gr.update(**value(name)) for name in others}}
     return [tab.bar, tab.status, tab.plot, tab.seen, tab.timer, tab.model, tab.dataset, tab.eval_file, tab.device,
             tab.format, tab.name, *[tab.fields[name] for name in others]], load
