@@ -371,10 +371,12 @@ def test_continue_extends_the_last_reply(server, browser):
     wait_reply_done(page)
     first = last_reply(server.user_data, "Write a story about a cat.")[1]
     page.locator("#chat-continue").click()
-    reply = reply_when(server.user_data, "Write a story about a cat.", lambda r: len(r[1]) > len(first) and r[2]
-                       and json.loads(r[2])["completion_tokens"] == 5)
+    reply = reply_when(server.user_data, "Write a story about a cat.", lambda r: r[2] and "continue_from" in r[2]
+                       and json.loads(r[2])["completion_tokens"] == 5)  # the continued reply's own stats
     assert reply[1].startswith(first) and len(reply[1]) > len(first)
-    assert len(bot_messages(page)) == 1
+    page.wait_for_function("""() => !document.querySelector('#chat-log .chat-live') &&
+        document.querySelectorAll("#chat-log [data-testid='bot']").length === 1""", timeout=30_000)
+    assert bot_messages(page)[0].strip() == reply[1].strip()  # the continued reply, shown once
     page.close()
 
 
