@@ -6,7 +6,6 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterator, Sequence
 
 import gradio as gr
-from gradio.blocks import Block
 
 from webui.batch.run.results import rows_for_setting
 from webui.batch.asserts.kinds import kinds_help
@@ -16,7 +15,7 @@ from webui.controllers.errors import UserError
 from webui.services import Services
 from webui.ui.api_batches_panel import APIBatchesPanel, create_api_batches_tab, wire_api_batches
 from webui.ui.batch_views import clicked_row, compare_html, pivot_table, result_table, row_key, summary_table
-from webui.ui.feedback import Update, shows_errors
+from webui.ui.feedback import Updates, Update, shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
 
@@ -240,7 +239,7 @@ def create_batch_tab(services: Services) -> BatchTab:
 
 
 def view_updates(tab: BatchTab, run_id: int | None, query: str = "", failures_only: bool = False
-                 ) -> dict[Block, Any]:
+                 ) -> Updates:
     """``BatchTab.views`` by component: every panel shows run ``run_id`` (the row inspector is emptied)."""
     c = tab.controller
     rows = c.rows(run_id)
@@ -278,7 +277,7 @@ def _wire_running(tab: BatchTab, params: ParametersTab) -> None:
         return c.plan(c.job(tab.form.read(data), params.params(data)))
 
     @shows_errors
-    def run(data: dict) -> Iterator[dict[Block, Any]]:
+    def run(data: dict) -> Iterator[Updates]:
         job = c.job(tab.form.read(data), params.params(data))
         plan = c.plan(job)
         for step in c.run(job):
@@ -309,7 +308,7 @@ def _wire_views(tab: BatchTab) -> None:
         return gr.update(choices=labels, value=labels[0] if labels else None)
 
     @shows_errors
-    def select_row(rid: int | None, q: str, only_failures: bool, selected: gr.SelectData) -> dict[Block, Any]:
+    def select_row(rid: int | None, q: str, only_failures: bool, selected: gr.SelectData) -> Updates:
         """One click on a result row: the row is named in the review panel and tinted (found by the cells clicked,
         whatever the table's sort), and the inspector shows the exact prompt the model read and the row's record."""
         rows = c.rows(rid)
@@ -327,10 +326,10 @@ def _wire_views(tab: BatchTab) -> None:
                 tab.review_note: review.get("note", ""), tab.review_row: c.reviewed(rid, key),
                 tab.table: result_table(rows, q, only_failures, key)}
 
-    def review(clear: bool) -> Callable[..., dict[Block, Any]]:
+    def review(clear: bool) -> Callable[..., Updates]:
         @shows_errors
         def save(rid: int | None, key: Sequence[Any] | None, verdict: str | None, note: str, q: str, only_failures: bool
-                 ) -> dict[Block, Any]:
+                 ) -> Updates:
             gr.Info(c.review(rid, tuple(key) if key else None, None if clear else verdict, "" if clear else note))
             rows = c.rows(rid)
             shown = {tab.table: result_table(rows, q, only_failures, key), tab.summary: summary_table(rows)}
@@ -358,7 +357,7 @@ def _wire_runs(tab: BatchTab) -> None:
     c = tab.controller
 
     @shows_errors
-    def open_run(chosen: int | None) -> dict[Block, Any]:
+    def open_run(chosen: int | None) -> Updates:
         """Show the run, and fill the form with what made it (prompts, asserts, grid), to change and run again."""
         if chosen is None:
             raise UserError(NO_RUN)
@@ -376,14 +375,14 @@ def _wire_runs(tab: BatchTab) -> None:
         return gr.update(choices=c.run_choices(), value=chosen)
 
     @shows_errors
-    def delete(chosen: int | None, current: int | None) -> dict[Block, Any]:
+    def delete(chosen: int | None, current: int | None) -> Updates:
         c.delete(chosen)
         rid = None if current == chosen else current
         return {tab.run_id: rid, **view_updates(tab, rid)}
 
-    def rerun(use_cache: bool) -> Callable[[int | None], Iterator[dict[Block, Any]]]:
+    def rerun(use_cache: bool) -> Callable[[int | None], Iterator[Updates]]:
         @shows_errors
-        def follow(chosen: int | None) -> Iterator[dict[Block, Any]]:
+        def follow(chosen: int | None) -> Iterator[Updates]:
             for step in c.rerun(chosen, use_cache):
                 yield {tab.progress: step.status, tab.run_id: step.run_id, **view_updates(tab, step.run_id)}
         return follow

@@ -19,7 +19,7 @@ from webui.controllers.generation import ActiveRequests
 from webui.services import Services
 from webui.ui.characters_panel import CharactersPanel, chat_values, chosen, create_characters_panel
 from webui.ui.characters_panel import SHOW_LOG, new_chat_values, preview_values, start_values, wire_characters_panel
-from webui.ui.feedback import Update, opens, session_key, shows_errors
+from webui.ui.feedback import Updates, Update, opens, session_key, shows_errors
 from webui.ui.live import LiveReplies
 from webui.ui.page_channel import PageChannel, draft_js
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
@@ -47,7 +47,6 @@ PASTE_IMAGES_JS = """() => document.addEventListener("paste", (event) => {
 IMAGES_LABEL = "Images for the message (vision models)"
 NO_SELECTION = "Click a message: its versions, a branch from it, and what the model read show here and below."
 
-Updates = dict[gr.blocks.Block, Any]
 """A handler's outputs by component: those left out keep what they show (Gradio skips them)."""
 
 

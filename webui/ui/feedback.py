@@ -19,6 +19,9 @@ from webui.controllers import UserError
 Update = dict[str, Any]
 """What ``gr.update(...)`` and ``gr.skip()`` give a handler to return in place of an output's value: a change to
 the component's properties, or none."""
+Updates = dict[Any, Any]
+"""An event's updates keyed by component (gr.Block -> value or gr.update); components left out are not
+updated. Keyed by Any: a dict is invariant, and handlers build theirs from narrower component types."""
 
 
 def session_key(request: gr.Request | None, panel: str) -> tuple[str, str]:

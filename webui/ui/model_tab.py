@@ -16,7 +16,7 @@ from webui.controllers import UserError
 from webui.controllers.model import ModelController, ModelInfo
 from webui.services import Services
 from webui.ui.backends_panel import create_backends_panel
-from webui.ui.feedback import shows_errors
+from webui.ui.feedback import Updates, shows_errors
 from webui.ui.page_channel import PageChannel, line_value
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ def create_model_tab(services: Services, picker: gr.Dropdown, opened: gr.Tab | N
     return tab
 
 
-def reports(fn, line: gr.Markdown):
+def reports(fn: Callable[..., Updates], line: gr.Markdown) -> Callable[..., Updates]:
     """Wrap a load, unload, reload or connect: its outputs (by component) and an empty message ``line``; when it
     is refused or fails, the outputs stay and the line says why (a toast says it too, on any tab)."""
     @functools.wraps(fn)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 import gradio as gr
 from gradio.blocks import Block
@@ -11,7 +11,7 @@ from gradio.blocks import Block
 from webui.controllers.generation import ActiveRequests
 from webui.controllers.notebook import PANEL, NotebookSession, NotebookView
 from webui.services import Services
-from webui.ui.feedback import Update, session_key, shows_errors
+from webui.ui.feedback import Updates, Update, session_key, shows_errors
 from webui.ui.live import LiveReplies
 from webui.ui.page_channel import PageChannel, draft_js
 from webui.ui.parameters_tab import ParametersTab
@@ -69,7 +69,7 @@ def create_notebook_tab(services: Services, params: ParametersTab, active: Activ
     return tab
 
 
-def view_updates(tab: NotebookTab, view: NotebookView, live: str = "") -> dict[Block, Any]:
+def view_updates(tab: NotebookTab, view: NotebookView, live: str = "") -> Updates:
     """``NotebookTab.outputs`` by component; the token view and the branch record change only at the end."""
     shown = {tab.text: view.text, tab.stats: view.stats, tab.undo: view.undo, tab.live: live}
     if view.last is None:
@@ -80,7 +80,7 @@ def view_updates(tab: NotebookTab, view: NotebookView, live: str = "") -> dict[B
 def _wire_generation(tab: NotebookTab, params: ParametersTab, live: LiveReplies) -> None:
     session = tab.session
 
-    def followed(views: Iterator[NotebookView]) -> Iterator[dict[Block, Any]]:
+    def followed(views: Iterator[NotebookView]) -> Iterator[Updates]:
         """The first and the last view through the event; the text between on its own stream (webui.ui.live), so
         that a token costs the page no Gradio update."""
         started = False
@@ -94,12 +94,12 @@ def _wire_generation(tab: NotebookTab, params: ParametersTab, live: LiveReplies)
                 yield view_updates(tab, view, token)
 
     @shows_errors
-    def generate(data: dict, request: gr.Request) -> Iterator[dict[Block, Any]]:
+    def generate(data: dict, request: gr.Request) -> Iterator[Updates]:
         yield from followed(session.generate(data[tab.name], data[tab.text], list(data[tab.undo]),
                                              params.params(data), session_key(request, PANEL)))
 
     @shows_errors
-    def branch(data: dict, request: gr.Request) -> Iterator[dict[Block, Any]]:
+    def branch(data: dict, request: gr.Request) -> Iterator[Updates]:
         pos, token_id = branch_of(data[tab.token_view])
         yield from followed(session.branch(data[tab.name], data[tab.text], list(data[tab.undo]), data[tab.last], pos,
                                            token_id, params.params(data), session_key(request, PANEL)))
@@ -122,13 +122,13 @@ def _wire_files(tab: NotebookTab, channel: PageChannel) -> None:
         saved = session.save(name, text)
         return gr.update(choices=session.names(), value=saved), f"Saved '{saved}'.", False
 
-    def open_notebook(name: str | None) -> dict[Block, Any]:
+    def open_notebook(name: str | None) -> Updates:
         text = session.open(name)
         opened = {tab.undo: [], tab.confirm: False, tab.delete: gr.update(value="Delete")}
         return opened if text is None else {tab.text: text, **opened}
 
     @shows_errors
-    def delete(name: str | None, confirmed: bool) -> dict[Block, Any]:
+    def delete(name: str | None, confirmed: bool) -> Updates:
         if not confirmed:
             if not name:
                 session.delete(name)  # says what to do

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
 
 import gradio as gr
 from gradio.blocks import Block
@@ -12,7 +11,7 @@ from gradio.blocks import Block
 from webui.controllers.parameters import ParametersController, pipeline_text, shown_with
 from webui.engine.params import SamplingParams, specs
 from webui.services import Services
-from webui.ui.feedback import Update, shows_errors
+from webui.ui.feedback import Updates, Update, shows_errors
 from webui.ui.params_panel import ParamControl, ParamsPanel, build_params_panel
 from webui.ui.save_order import SaveOrder
 
@@ -80,7 +79,7 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
                 f"Saved preset '{saved}'.", gr.update(interactive=True))  # (also under the name shown: no change)
 
     @shows_errors
-    def delete_preset(name: str | None, armed: str | None) -> dict[Block, Any]:
+    def delete_preset(name: str | None, armed: str | None) -> Updates:
         """The first click asks about the preset shown; only a click on that same preset's Confirm deletes it."""
         if not name or armed != name:
             if not name:
@@ -119,7 +118,7 @@ def _wire_controls(tab: ParametersTab) -> None:
     used, and is named beside its control with what is used instead (see ``resolve``)."""
     controller, panel = tab.controller, tab.panel
 
-    def remember(name: str, data: dict) -> dict[Block, Any] | Update:
+    def remember(name: str, data: dict) -> Updates | Update:
         if panel.outdated(data):  # made before the page showed a preset (say) that replaces it
             return gr.skip()
         edited = controller.edit({key: data[c] for key, c in tab.controls.items()}, name)

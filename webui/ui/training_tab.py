@@ -21,7 +21,7 @@ from webui.controllers.training import AUTO_FORMAT, TrainingController, Training
 from webui.services import Services
 from webui.training.data import MAX_DATASET_MB
 from webui.training.settings import SETTINGS, TrainSetting
-from webui.ui.feedback import opens, shows_errors
+from webui.ui.feedback import Updates, opens, shows_errors
 from webui.ui.model_tab import option_control
 
 PLOT_COLUMNS = ["step", "loss", "series"]
@@ -176,7 +176,7 @@ def _points(view: TrainingView) -> pd.DataFrame:
     return pd.DataFrame(view.points, columns=PLOT_COLUMNS)
 
 
-def _shown(tab: TrainingTab, view: TrainingView) -> dict[Block, Any]:
+def _shown(tab: TrainingTab, view: TrainingView) -> Updates:
     """The run as it is: its bar, status, loss plot, version seen, and the timer that follows it while it goes."""
     return {tab.bar: _bar(view), tab.status: view.status, tab.plot: _points(view), tab.seen: view.state.version,
             tab.timer: gr.Timer(active=view.running)}
@@ -186,13 +186,13 @@ def _wire(tab: TrainingTab) -> None:
     c = tab.controller
     shown = [tab.bar, tab.status, tab.plot, tab.seen, tab.timer]
 
-    def tick(seen: int) -> dict[Block, Any]:
+    def tick(seen: int) -> Updates:
         view = c.view()
         if view.state.version == seen and view.running:
             return {tab.timer: gr.Timer(active=True)}
         return _shown(tab, view)
 
-    def upload(file: Any, chosen: str | None) -> dict[Block, Any]:
+    def upload(file: Any, chosen: str | None) -> Updates:
         """The dataset list with the upload chosen, its format and note; a refused upload is said beside the
         dataset, where it stays."""
         try:
@@ -210,12 +210,12 @@ def _wire(tab: TrainingTab) -> None:
     tab.eval_file.focus(lambda: gr.update(choices=["", *c.dataset_choices()]), None, tab.eval_file)
     tab.format.focus(lambda: gr.update(choices=c.format_choices()), None, tab.format)
     tab.model.focus(lambda: gr.update(choices=c.model_choices()), None, tab.model)
-    def dataset_chosen(dataset: str | None, chosen: str | None) -> dict[Block, Any]:
+    def dataset_chosen(dataset: str | None, chosen: str | None) -> Updates:
         """The dataset's note, and the format that reads it where that is not the one chosen."""
         format_, note = c.dataset_format(dataset, chosen)
         return {tab.dataset_note: note, **({tab.format: gr.update(value=format_)} if format_ != chosen else {})}
 
-    def refused(form: TrainingForm, exc: UserError) -> dict[Block, Any]:
+    def refused(form: TrainingForm, exc: UserError) -> Updates:
         """The format, the dataset's note and the refusal shown when Preview, Start or Resume is refused: where the
         dataset needs another format the workbench finds, it is chosen and the refusal says so."""
         format_, note = c.dataset_format(form.dataset, form.format)
@@ -225,10 +225,10 @@ def _wire(tab: TrainingTab) -> None:
                 tab.start_note: f"⚠ Refused: {exc}  \nThe format **{format_}** reads this dataset; it is now chosen: "
                                 "click again to use it."}
 
-    def told_or_refused(step: Callable[[Any], str], answered: Component) -> Callable[[dict], dict[Block, Any]]:
+    def told_or_refused(step: Callable[[Any], str], answered: Component) -> Callable[[dict], Updates]:
         """A button whose answer is one text in ``answered`` (Preview, Estimate), or the refusal beside the
         dataset."""
-        def answer(data: dict) -> dict[Block, Any]:
+        def answer(data: dict) -> Updates:
             form = tab.form(data)
             try:
                 return {answered: step(form), tab.start_note: ""}
@@ -236,7 +236,7 @@ def _wire(tab: TrainingTab) -> None:
                 return refused(form, exc)
         return answer
 
-    def start(data: dict, resume: bool = False) -> dict[Block, Any]:
+    def start(data: dict, resume: bool = False) -> Updates:
         form = tab.form(data)
         try:
             return {**_shown(tab, c.start(form, resume=resume)), tab.start_note: ""}
