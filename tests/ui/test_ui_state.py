@@ -297,6 +297,8 @@ def test_copy_and_edit_hold_the_message_text_only(server, browser):
     page.close()
 
 
+@pytest.mark.alone  # known bug (#46, 7): under load a slider box's answers can land out of order ("abc" typed, the
+# warning names "ab"; seen once with two browser workers); run alone until it is fixed, not to hide it
 def test_a_wrong_value_stays_as_typed_is_not_used_and_its_warning_says_what_is(server, browser):
     """#46 (7): one rule for every field: the box keeps exactly what was typed, the value is not used, the last
     good one is, and the warning beside the field (styled as one) says so. Before, temperature -1 and 9 were
