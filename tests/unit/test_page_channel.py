@@ -63,6 +63,7 @@ def test_an_oversized_or_malformed_draft_is_refused(setup):
     chunks = (b"x" * 2**20 for _ in range(MAX_DRAFT_BYTES // 2**20 + 2))
     assert client.post(f"/drafts/{token}/chat", content=chunks).status_code == 413
     assert client.post(f"/drafts/{token}/chat", content=b"not json").status_code == 400
+    assert client.post(f"/drafts/{token}/chat", content=b"[" * 20_000 + b"]" * 20_000).status_code == 400  # no 500
     assert client.post(f"/drafts/{token}/chat", content=b'{"seq": 1, "text": 5}').status_code == 400
     assert settings.get().chat_draft == ""
     assert draft(client, token, "chat", 2, "still works").status_code == 204

@@ -21,7 +21,6 @@ loaded for: a draft sent with it is saved as that user's, whoever sends it, and 
 from __future__ import annotations
 
 import html
-import json
 import logging
 import re
 import secrets
@@ -36,6 +35,7 @@ from fastapi.responses import JSONResponse, Response
 
 from webui import owner
 from webui.documents import MAX_DOCUMENT_CHARS
+from webui.safeload import load_json
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class PageChannel:
                 if len(body) > MAX_DRAFT_BYTES:
                     return Response(f"A draft is at most {MAX_DRAFT_BYTES} bytes.", status_code=413)
             try:
-                data = json.loads(body)
+                data = load_json(bytes(body))
                 seq, text, name = data["seq"], data["text"], data.get("name")
                 if not isinstance(seq, int) or not isinstance(text, str) or not isinstance(name, (str, type(None))):
                     raise TypeError("seq: a number, text: a string, name: a string or null")
