@@ -13,8 +13,8 @@ from tests.conftest import random_lora
 from tests.e2e.server import running_server, user_data_with_default_model
 from tests.ui.pages import (LONG, TEMPERATURE, bot_messages, choose, choose_preset, code_text, export_file,
                             last_reply, open_page, ready_page, reload, reload_parameters, reply_so_far, reply_when,
-                            rows, screenshot, send, tab, toast, upload_file, wait_reply_done, wait_streaming,
-                            wait_text)
+                            rows, screenshot, send, tab, toast, upload_file, wait_new_reply, wait_reply_done,
+                            wait_streaming, wait_text)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -327,9 +327,9 @@ def test_two_pages_keep_separate_chats_and_stop_buttons(server, browser):
 def test_edit_a_past_message_and_regenerate_from_there(server, browser):
     page = ready_page(browser, server.url, max_new_tokens=10)
     send(page, "What is the capital of Spain?")
-    wait_reply_done(page)
+    wait_new_reply(page, 0)
     send(page, "And of Italy?")
-    wait_reply_done(page)
+    wait_new_reply(page, 1)  # (the first reply's stats say "finish:" until the second send's first update lands)
     page.locator("#chat-log [data-testid='user']").first.hover()
     page.locator("#chat-log button[aria-label='Edit']").first.click()
     page.locator("#chat-log textarea.edit-textarea").fill("What is the capital of France?")

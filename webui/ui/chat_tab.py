@@ -137,9 +137,11 @@ def _conversation_column(services: Services, session: ChatSession) -> dict:
                         placeholder="(empty: the model's own default)",
                         info="This chat's own. Typed in a new chat, it is the one new chats start with.")
     template = create_template_panel(services)
-    # the log leaves room for the message box and Send below it, even in a short or narrow window
+    # the log leaves room for the message box and Send below it, even in a short or narrow window: what lies above
+    # and below the log is of fixed height (about 520 px at 800 px wide; more where fallback fonts wrap the status
+    # line), so the log takes the window's height less that much, not a share of it, between 240 and 460 px
     # ungrouped: a reply's tool calls are blocks of their own, each with its own Edit (its arguments, its result)
-    chatbot = gr.Chatbot(elem_id="chat-log", height="min(460px, 42vh)", editable="all", buttons=["copy"],
+    chatbot = gr.Chatbot(elem_id="chat-log", height="min(460px, max(240px, calc(100vh - 600px)))", editable="all", buttons=["copy"],
                          sanitize_html=True, group_consecutive_messages=False)
     # the token of the reply being written: the page follows its text on a stream of its own (webui.ui.live)
     live = gr.Textbox("", visible="hidden", elem_id="chat-live-token", container=False)
