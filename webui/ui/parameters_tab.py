@@ -136,8 +136,7 @@ def _wire_controls(tab: ParametersTab) -> None:
         # user does (a preset or a reload setting all of them must not queue a check per control).
         event = control.change if specs()[name].widget in ("lines", "text", "json", "constraint") else control.input
         order.wire(event, functools.partial(remember, name), inputs,
-                   [tab.preset, tab.note, tab.running, *(panel.field(n) for n in shown_with(name))],
-                   at_once=specs()[name].widget == "slider")
+                   [tab.preset, tab.note, tab.running, *(panel.field(n) for n in shown_with(name))])
 
 
 def on_load(tab: ParametersTab) -> tuple[list, object]:

@@ -6,14 +6,16 @@ sends one change at a time and, when the user typed on meanwhile, the value
 the page holds after the save in flight: the last value typed is always the
 last one sent, and a control's answers (its message) come back in order. With
 several in flight ("multiple") the page could apply an older answer after a
-newer one: typing 99999999 showed the message for 999999. A slider's box is
-the exception: by the time a deferred change is sent the page has clamped
-what was typed (9 became 5, and the message naming 9 was never made), so a
-slider sends each change at once ("multiple").
+newer one: typing 99999999 showed the message for 999999, and under load a
+slider's box typed "abc" was left with the message for "ab". (Sliders once
+sent each change at once because their box clamped what was typed when it lost
+focus before a deferred change was sent; the typed boxes of
+webui/ui/typed_slider.py keep what was typed, so they follow the same rule.)
 
-Either way each change is its own HTTP request, and a busy server can take two
-sent 60 ms apart in the other order: typing 0.7 saved the "0." sent before it,
-while the page showed 0.7. So the page numbers every change as it makes it,
+Each change is still its own HTTP request, and the changes of two controls
+(each saving every control's value) can reach a busy server in the other order
+than the page made them: typing 0.7 saved the "0." sent before it, while the
+page showed 0.7. So the page numbers every change as it makes it,
 and a change older than one already handled for the same thing is not saved
 (the newer one carries the later value).
 """
@@ -42,10 +44,9 @@ class SaveOrder:
         self._lock = threading.Lock()
 
     def wire(self, event: Callable, fn: Callable[[dict], Any], inputs: Set, outputs: Any = None,
-             key: Callable[[dict], object] = lambda data: None, at_once: bool = False) -> None:
+             key: Callable[[dict], object] = lambda data: None) -> None:
         """``event(...)`` runs ``fn(data)`` for each change, unless a change the page made later to the same
-        ``key(data)`` (a chat's system prompt: its chat) was handled first; one save at a time per SaveOrder.
-        ``at_once``: send every change as it is made (a slider's box; see the module's docstring)."""
+        ``key(data)`` (a chat's system prompt: its chat) was handled first; one save at a time per SaveOrder."""
         inputs = {*inputs, self.clock}
         place = sorted(inputs, key=lambda c: c._id).index(self.clock)  # how Gradio orders a set of inputs
         js = f"(...a) => {{ a = a.slice(0, {len(inputs)}); a[{place}] = {_NEXT}; return a; }}"
@@ -56,7 +57,7 @@ class SaveOrder:
                     return gr.skip()
                 return fn(data)
 
-        event(shows_errors(save), inputs, outputs, js=js, trigger_mode="multiple" if at_once else "always_last",
+        event(shows_errors(save), inputs, outputs, js=js, trigger_mode="always_last",
               show_progress="hidden")
 
     def _outrun(self, request: gr.Request | None, key: object, clock: float | None) -> bool:
