@@ -29,8 +29,8 @@ from webui.engine.params import InvalidParameter
 from webui.store import StoreError
 from webui.tools import ToolList
 from webui.controllers.errors import UserError
-from webui.controllers.generation import STOP, ActiveRequests, Pace, Streamed, VIEW_INTERVAL, new_request, \
-    stream_request
+from webui.controllers.generation import STOP, ActiveRequests, Key, Pace, Streamed, VIEW_INTERVAL, new_request, \
+    reply_key, stream_request
 from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.engine import GenerationEvent, GenerationRequest, SamplingParams
 from webui.engine.sequence import token_budget
@@ -47,9 +47,6 @@ PANEL = "chat"
 TITLE_LENGTH = 48
 NO_MODEL = "No model is loaded; load one in the Model tab."
 
-Key = tuple[str, str]
-
-
 @dataclass(frozen=True)
 class MessageInspection:
     """What the model read for one message, and a reply's reproduce record."""
@@ -65,12 +62,6 @@ def turns_of(messages: list[Message], image_placeholder: str = "") -> list[dict[
     documents' text follows it (text-generation-webui's ATTACHMENTS section)."""
     return [{"role": m.role, "content": image_placeholder * len(m.images) + with_documents(m.content, m.documents)}
             for m in messages]
-
-
-def reply_key(key: Key, chat_id: int | None) -> Key:
-    """The running reply's key: one per browser tab and chat, so a reply goes on in its chat while the tab shows
-    another one (where another reply can be written meanwhile)."""
-    return key[0], f"{key[1]}:{chat_id}"
 
 
 class ChatSession:
@@ -376,13 +367,13 @@ class ChatSession:
     # -- helpers ----------------------------------------------------------------------------------------
     def _check_ready(self, key: Key, chat_id: int | None = None) -> Slot:
         """The model in use, when nothing is being written for ``key`` (in chat ``chat_id``, when given)."""
-        slot = self._slot()
+        slot = self.slot()
         if self.active.busy(key if chat_id is None else reply_key(key, chat_id)) \
                 or chat_id is not None and self.tool_replies.busy(reply_key(key, chat_id)):
             raise UserError("A reply is still being written here; wait for it or press Stop.")
         return slot
 
-    def _slot(self) -> Slot:
+    def slot(self) -> Slot:
         """The model the caller uses: its slot (model, engine, adapters), resolved once for a whole reply, so the
         reply and its record are of one model and one set of adapters whatever changes meanwhile."""
         if (slot := self.services.in_use()) is None:
@@ -397,7 +388,7 @@ class ChatSession:
                start: str = "") -> Iterator[ChatView]:
         """Stream a reply into the chat: a new one (beginning with ``start``, which the model continues, when
         given), or the rest of the last one (``continue_last``)."""
-        slot = self._slot()
+        slot = self.slot()
         model = slot.model
         history = self.chats.messages(cid)
         if self.chats.get(cid).tools or uses_tools(history):

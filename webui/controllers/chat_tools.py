@@ -5,7 +5,7 @@ it happens (its record's ``tool_steps``), so the log shows each call as a block,
 already made, and regenerate, versions and export keep them. A person may edit a call's arguments (the tool runs
 again) or its result, and the reply goes on from there as a new version.
 
-No Gradio here; ChatSession (webui.controllers.chat) calls in.
+No Gradio here; ChatSession (webui.controllers.chat) calls in, as the ChatHost these functions read.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
+from loaders.base import LoadedModel
 from webui.chat import ChatPromptError
 from webui.chat.context import FittedChat, fit_chat
 from webui.chat.modes import INSTRUCT
@@ -23,19 +24,32 @@ from webui.chat.tool_loop import LoopUpdate, run_call, run_tool_loop
 from webui.chat.tool_steps import CallRecord, ToolStep, history_of
 from webui.chat.templates import ChatTemplate
 from webui.chat.tools import ToolPlan, may_be_a_call, plan_tools, render_with_tools
-from webui.controllers.chat_library import ChatView, block, tool_blocks
+from webui.controllers.chat_library import ChatLibrary, ChatView, block, tool_blocks
 from webui.controllers.errors import UserError
-from webui.controllers.generation import Pace, new_request, stream_request
+from webui.controllers.generation import ActiveRequests, Key, Pace, new_request, stream_request
 from webui.controllers.reply_stats import ReplyStart, final_stats
 from webui.documents import with_documents
 from webui.engine import GenerationEvent, SamplingParams
 from webui.engine.params import InvalidParameter
 from webui.engine.sequence import token_budget
-from webui.store.chats import Message
+from webui.models import Slot
+from webui.services import Services
+from webui.store.chats import ChatStore, Message
 from webui.token_view import VIEW_TOP, token_rows
 
-if TYPE_CHECKING:
-    from webui.controllers.chat import ChatSession, Key
+
+class ChatHost(Protocol):
+    """What a tool reply reads of the chat session that runs it (webui.controllers.chat.ChatSession)."""
+
+    services: Services
+    chats: ChatStore
+    library: ChatLibrary
+    active: ActiveRequests
+    view_interval: float
+
+    def slot(self) -> Slot: ...
+
+    def template(self, model: LoadedModel | None = None) -> ChatTemplate: ...
 
 
 def tool_turns(messages: list[Message]) -> list[dict[str, Any]]:
@@ -54,7 +68,7 @@ def uses_tools(messages: list[Message]) -> bool:
     return any(m.role == "assistant" and m.record.tool_steps for m in messages)
 
 
-def chat_plan(session: ChatSession, names: Sequence[str]) -> ToolPlan | None:
+def chat_plan(session: ChatHost, names: Sequence[str]) -> ToolPlan | None:
     """The chat's tools as offered to the model (None: it has none); UserError names one that is gone."""
     if not names:
         return None
@@ -70,9 +84,9 @@ def chat_plan(session: ChatSession, names: Sequence[str]) -> ToolPlan | None:
         raise UserError(f"The chat's tools: {exc}") from exc
 
 
-def check_tool_chat(session: ChatSession, cid: int, history: list[Message]) -> None:
+def check_tool_chat(session: ChatHost, cid: int, history: list[Message]) -> None:
     """A chat with tools on can have a reply written: a local model, the instruct mode, no images."""
-    model = session._slot().model
+    model = session.slot().model
     if model.capabilities.renders_chats:
         raise UserError("Tools need a local model: a remote server is offered tools over its own API. Untick the "
                         "tools, or load a local model")
@@ -89,7 +103,7 @@ HELD = "a grammar: calls of the offered tools, arguments fitting their schemas"
 class ToolReplies:
     """The tool loop of ChatSession's replies; ``stopping`` holds each running loop's Stop, by its reply key."""
 
-    def __init__(self, session: ChatSession) -> None:
+    def __init__(self, session: ChatHost) -> None:
         self.session = session
         self.stopping: dict[Key, threading.Event] = {}
 
@@ -116,7 +130,7 @@ class ToolReplies:
         earlier calls still in the history); ``steps``: calls already made (a call a person edited), the reply
         going on after them."""
         session = self.session
-        slot = session._slot()
+        slot = session.slot()
         model, chats = slot.model, session.chats
         history = chats.messages(cid)
         check_tool_chat(session, cid, history)
@@ -242,7 +256,7 @@ class ToolReplies:
 
 
 def edited_steps(made: ReplyRecord, step: int, call: int, part: str, text: str,
-                 session: ChatSession) -> list[ToolStep]:
+                 session: ChatHost) -> list[ToolStep]:
     """The reply's steps up to and including step ``step``, with call ``call``'s ``part`` ("arguments": the
     tool runs again with them; "result": what the model reads) replaced by ``text``; later steps go (the model
     goes on from there)."""

@@ -15,21 +15,31 @@ from webui.models import Slot
 from webui.services import Services
 
 
+Key = tuple[str, str]
+"""A running request's key: (browser tab, panel), so that Stop cancels only that tab's request there."""
+
+
+def reply_key(key: Key, chat_id: int | None) -> Key:
+    """The running reply's key: one per browser tab and chat, so a reply goes on in its chat while the tab shows
+    another one (where another reply can be written meanwhile)."""
+    return key[0], f"{key[1]}:{chat_id}"
+
+
 class ActiveRequests:
     """The request each browser tab (session) runs per panel, so Stop cancels only that one."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._streams: dict[tuple[str, str], RequestStream] = {}
+        self._streams: dict[Key, RequestStream] = {}
 
-    def start(self, key: tuple[str, str], stream: RequestStream) -> None:
+    def start(self, key: Key, stream: RequestStream) -> None:
         with self._lock:
             old = self._streams.get(key)
             self._streams[key] = stream
         if old is not None:
             old.cancel()
 
-    def finish(self, key: tuple[str, str], stream: RequestStream) -> None:
+    def finish(self, key: Key, stream: RequestStream) -> None:
         with self._lock:
             if self._streams.get(key) is stream:
                 del self._streams[key]
@@ -42,12 +52,12 @@ class ActiveRequests:
             s.cancel()
         return len(streams)
 
-    def busy(self, key: tuple[str, str]) -> bool:
+    def busy(self, key: Key) -> bool:
         """Whether ``key`` has a request that has not finished."""
         with self._lock:
             return key in self._streams
 
-    def cancel(self, key: tuple[str, str]) -> bool:
+    def cancel(self, key: Key) -> bool:
         with self._lock:
             stream = self._streams.get(key)
         if stream is None:
@@ -141,7 +151,7 @@ class Pace:
         return False
 
 
-def stream_text(slot: Slot, active: ActiveRequests, key: tuple[str, str], prompt: str | list[int],
+def stream_text(slot: Slot, active: ActiveRequests, key: Key, prompt: str | list[int],
                 params: SamplingParams, add_special_tokens: bool, messages: list[dict[str, str]] | None = None,
                 logprobs: int | None = None) -> Streamed:
     """Submit to ``slot`` (the model the caller uses, resolved once by the caller) with its attached LoRA adapters
@@ -166,7 +176,7 @@ def new_request(slot: Slot, prompt: str | list[int], params: SamplingParams, add
         raise UserError(str(exc)) from exc
 
 
-def stream_request(slot: Slot, active: ActiveRequests, key: tuple[str, str],
+def stream_request(slot: Slot, active: ActiveRequests, key: Key,
                    request: GenerationRequest) -> Streamed:
     """``stream_text`` for a request built by the caller (a branch, say), on ``slot``'s engine."""
     try:
