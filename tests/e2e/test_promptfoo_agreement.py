@@ -246,3 +246,31 @@ def test_a_prompts_json_schema_reply_is_the_same_object_and_verdicts_in_promptfo
     assert [json.loads(r.output) for r in rows] == [t["response"]["output"] for t in theirs]
     ours = [[(a.passed, a.value) for a in r.asserts] for r in rows]
     assert ours == [[(c["pass"], c["score"]) for c in t["gradingResult"]["componentResults"]] for t in theirs]
+
+
+VAR_FILES = {"a.txt": "\n  plain text  \n\n", "b.json": '{\n  "k": [1, 2.0],\n  "s": "é"\n}\n',
+             "c.yaml": "k: [1, 2.0]\ns: é\nnested: {x: null, t: true}\nday: 2024-01-02\n", "d.yml": "just text\n",
+             "e.md": "# Title\n\nbody\n"}
+
+
+def test_file_vars_are_loaded_as_promptfoo_loads_them(tmp_path):
+    """``vars: {x: file://...}`` (#49): promptfoo 0.115 on its echo provider and our reader give the same prompt
+    and the same vars to asserts: a text (.txt, .md) and a .json file's text trimmed (the JSON is not parsed), a
+    .yaml/.yml file's data as compact JSON (JSON.stringify)."""
+    for name, text in VAR_FILES.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    names = {name.split(".")[0]: f"file://{name}" for name in VAR_FILES}
+    seen = " && ".join(f"context.vars.{v} === {json.dumps(k)}" for v, k in (("a", "plain text"),
+                                                                           ("d", '"just text"')))
+    config = {"prompts": ["|".join(f"{{{{{v}}}}}" for v in names)], "providers": ["echo"],
+              "tests": [{"vars": names, "assert": [{"type": "javascript", "value": seen}]}]}
+    text = yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
+    (tmp_path / "promptfooconfig.yaml").write_text(text, encoding="utf-8")
+    (theirs,) = promptfoo_eval(tmp_path / "promptfooconfig.yaml", home=tmp_path / "home")["results"]["results"]
+    _, (row,), _ = read_config(text, tmp_path)
+    assert row.text == theirs["response"]["output"]
+    assert row.text.split("|")[1:3] == ['{\n  "k": [1, 2.0],\n  "s": "é"\n}',
+                                        '{"k":[1,2],"s":"é","nested":{"x":null,"t":true},"day":"2024-01-02T00:00:00.000Z"}']
+    assert theirs["success"], theirs["gradingResult"]
+    (check,) = row.asserts  # context.vars as promptfoo's javascript assert sees them
+    assert check.check(Observed(row.text, variables=dict(row.variables))).passed

@@ -21,6 +21,7 @@ tool loop per row instead: its output is the final answer, its calls are kept wi
 from __future__ import annotations
 
 import json
+from datetime import date, datetime, timezone
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
@@ -122,10 +123,15 @@ def reply_shape(shape: ProviderPrompt | None, params: Mapping[str, Any] | None) 
 
 
 def js_stringify(value: Any) -> str:
-    """JSON.stringify's text of a parsed JSON value: compact, not ASCII-escaped, 2.0 written 2."""
+    """JSON.stringify's text of a parsed JSON (or YAML) value: compact, not ASCII-escaped, 2.0 written 2, a YAML
+    date as the JavaScript Date js-yaml makes of it writes itself (UTC, milliseconds)."""
     def plain(v: Any) -> Any:
         if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 53:
             return int(v)
+        if isinstance(v, date):
+            moment = v if isinstance(v, datetime) else datetime(v.year, v.month, v.day, tzinfo=timezone.utc)
+            moment = moment.astimezone(timezone.utc) if moment.tzinfo else moment
+            return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         return [plain(x) for x in v] if isinstance(v, list) else v
