@@ -219,9 +219,11 @@ def test_a_prompts_json_schema_reply_is_the_same_object_and_verdicts_in_promptfo
     runner on the same default model and seed: its prompt's own json_schema response_format constrains both
     replies, and both read each reply as its parsed JSON (promptfoo's openai chat provider JSON.parses it), so the
     outputs are the same objects and every assert (is-json, the javascript asserts on ``output.sentiment``, which
-    were undefined while our reply stayed text) gives the same pass/fail and score."""
+    were undefined while our reply stayed text) gives the same pass/fail and score; the named scores (each metric's
+    scores summed, its weight-0 asserts too) and the derived metrics over them are promptfoo's."""
     from tests.api.conftest import start_api
     from tests.engine.test_batch_runner import run
+    from webui.batch.promptfoo.export import to_promptfoo
     from webui.batch.promptfoo.reader import read_suite
     from webui.batch.run.grid import GridSpec
     from webui.batch.run.runner import BatchJob
@@ -234,8 +236,8 @@ def test_a_prompts_json_schema_reply_is_the_same_object_and_verdicts_in_promptfo
         "apiBaseUrl": base, "apiKey": "unused", "temperature": 0.0001, "seed": 7, "max_tokens": 96}}]
     (folder / "promptfooconfig.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     with context:
-        theirs = promptfoo_eval(folder / "promptfooconfig.yaml", tmp_path / "home")["results"]["results"]
-    theirs.sort(key=lambda r: r["testIdx"])
+        evaluated = promptfoo_eval(folder / "promptfooconfig.yaml", tmp_path / "home")["results"]
+    theirs, theirs_prompts = sorted(evaluated["results"], key=lambda r: r["testIdx"]), evaluated["prompts"]
     assert 2 not in [r["failureReason"] for r in theirs], theirs[0].get("error")  # 2: the provider failed
 
     services.models.load(services.models.catalog.entry_for_path(default_model_dir))
@@ -246,6 +248,12 @@ def test_a_prompts_json_schema_reply_is_the_same_object_and_verdicts_in_promptfo
     assert [json.loads(r.output) for r in rows] == [t["response"]["output"] for t in theirs]
     ours = [[(a.passed, a.value) for a in r.asserts] for r in rows]
     assert ours == [[(c["pass"], c["score"]) for c in t["gradingResult"]["componentResults"]] for t in theirs]
+    exported = json.loads(to_promptfoo(rows, "f-score", suite.rows, None, suite.options.derived_metrics))["results"]
+    by_test = sorted(exported["results"], key=lambda r: r["testIdx"])
+    assert [r["namedScores"] for r in by_test] == [t["namedScores"] for t in theirs]  # weight 0 counts too
+    (column,) = exported["prompts"]
+    assert column["metrics"]["namedScores"] == pytest.approx(theirs_prompts[0]["metrics"]["namedScores"])
+    assert column["metrics"]["namedScoresCount"] == theirs_prompts[0]["metrics"]["namedScoresCount"]
 
 
 VAR_FILES = {"a.txt": "\n  plain text  \n\n", "b.json": '{\n  "k": [1, 2.0],\n  "s": "é"\n}\n',

@@ -183,7 +183,8 @@ def test_metrics_are_the_exports_named_scores():
     _, rows, _ = load_config(SCENARIOS)
     data = json.loads(to_promptfoo([_result(rows[0], "Katze!")], "Scenarios", rows))
     (result,) = data["results"]["results"]
-    assert result["namedScores"] == {"polite": 1.0, "style": pytest.approx(0.75)}  # (0 * 0.5 + 1 * 1.5) / 2
+    # promptfoo 0.115 sums each metric's scores, unweighted: style is 0 (not-contains:!) + 1 (regex)
+    assert result["namedScores"] == {"polite": 1.0, "style": 1.0}
     assert result["gradingResult"]["namedScores"] == result["namedScores"]
     assert result["testCase"]["assert"][2]["metric"] == "style"
     assert result["testCase"]["metadata"] == {"suite": "translations"}
