@@ -18,6 +18,7 @@ from webui.batch.run.export import from_csv, from_jsonl, to_csv, to_jsonl
 from webui.batch.promptfoo.reader import read_suite
 from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.run.runner import BatchJob, BatchRunner, reply_output
+from webui.batch.run.provider_prompt import ProviderPrompt
 from webui.chat.tools import plan_tools
 
 WEATHER = {"type": "function", "function": {
@@ -238,3 +239,12 @@ def test_a_prompts_text_response_format_overrides_its_providers_json_schema(tmp_
     assert schema.params.structured_outputs and not plain.params.structured_outputs
     assert reply_output(schema, '{"a": 1}', "stop") == ('{"a":1}', {"a": 1})
     assert reply_output(plain, '{"a": 1}', "stop") == ('{"a": 1}', None)
+
+
+def test_a_json_schema_reply_that_is_a_json_string_is_that_text():
+    """promptfoo's JSON.parse of a reply '"positive"' gives the text positive, which its text asserts read as it is
+    (coerceString leaves a string alone) and scripts get as a string; a number or a list is a value."""
+    shape = ProviderPrompt(json_schema=True)
+    assert shape.output('"positive"', "stop") == ("positive", None)
+    assert shape.output("[1, 2.0]", "stop") == ("[1,2]", [1, 2.0])
+    assert shape.output("not json", "length") == ("not json", None)

@@ -104,6 +104,8 @@ class ProviderPrompt:
             value = json.loads(text)
         except ValueError:
             return text, None  # promptfoo logs it and keeps the text
+        if isinstance(value, str):  # a JSON string parses to text, which every assert then reads as it is
+            return value, None
         return (js_stringify(value), value) if value is not None else (text, None)
 
 
