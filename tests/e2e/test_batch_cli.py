@@ -276,3 +276,23 @@ def test_promptfoos_max_score_example_picks_one_output_of_each_test(tmp_path, us
         picks = [r["gradingResult"]["componentResults"][-1] for r in results if r["testIdx"] == test]
         assert [p["assertion"]["type"] for p in picks] == ["max-score"] * 3
         assert sum(p["pass"] for p in picks) == 1, [p["reason"] for p in picks]
+
+
+def test_promptfoos_f_score_example_reads_its_structured_replies_as_objects(tmp_path, user_data):
+    """promptfoo's f-score example (tests/data/promptfoo/examples/, see its SOURCE.md; #49): its prompt's own
+    json_schema response_format constrains the replies and makes each its parsed JSON, so the javascript asserts'
+    ``output.sentiment`` is the reply's (promptfoo 0.115's openai chat provider parses such a reply): every row
+    scores exactly one of the four confusion-matrix metrics, and its accuracy assert agrees with them."""
+    results = run_example(tmp_path, user_data, "f-score", 96)
+    assert len(results) == 4 and not any(r["error"] for r in results)
+    for r in results:
+        said = r["response"]["output"]
+        assert isinstance(said, dict) and said["sentiment"] in ("positive", "negative"), said
+        checks = {c["assertion"].get("metric", c["assertion"]["type"]): c
+                  for c in r["gradingResult"]["componentResults"]}
+        assert checks["is-json"]["pass"]
+        right = said["sentiment"] == r["vars"]["sentiment"]
+        assert checks["accuracy"]["pass"] == right
+        matrix = [checks[m]["score"] for m in ("true_positives", "false_positives", "false_negatives",
+                                                "true_negatives")]
+        assert sorted(matrix) == [0, 0, 0, 1], matrix

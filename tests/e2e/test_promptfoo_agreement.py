@@ -12,6 +12,7 @@ not read yet are counted and named, not compared.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import fields
 from pathlib import Path
@@ -210,3 +211,74 @@ def test_filters_render_as_promptfoo_renders_them(tmp_path, name):
     its path and text, we by the file's name and number)."""
     theirs, ours = _echoed_prompts(tmp_path, name)
     assert len(theirs) in (4, 8) and [text for _, text in ours] == [text for _, text in theirs]
+
+
+def test_a_prompts_json_schema_reply_is_the_same_object_and_verdicts_in_promptfoo(tmp_path_factory, services,
+                                                                                 default_model_dir, tmp_path):
+    """promptfoo's f-score example (#49; see its SOURCE.md), run by promptfoo 0.115 against our API and by our batch
+    runner on the same default model and seed: its prompt's own json_schema response_format constrains both
+    replies, and both read each reply as its parsed JSON (promptfoo's openai chat provider JSON.parses it), so the
+    outputs are the same objects and every assert (is-json, the javascript asserts on ``output.sentiment``, which
+    were undefined while our reply stayed text) gives the same pass/fail and score; the named scores (each metric's
+    scores summed, its weight-0 asserts too) and the derived metrics over them are promptfoo's."""
+    from tests.api.conftest import start_api
+    from tests.engine.test_batch_runner import run
+    from webui.batch.promptfoo.export import to_promptfoo
+    from webui.batch.promptfoo.reader import read_suite
+    from webui.batch.run.grid import GridSpec
+    from webui.batch.run.runner import BatchJob
+
+    folder = tmp_path / "f-score"
+    shutil.copytree(EXAMPLES / "f-score", folder)
+    config = yaml.safe_load((folder / "promptfooconfig.yaml").read_text(encoding="utf-8"))
+    context, base, _ = start_api(tmp_path_factory, default_model_dir, key=None)
+    config["providers"] = [{"id": "openai:chat:SmolLM2-135M-Instruct", "config": {
+        "apiBaseUrl": base, "apiKey": "unused", "temperature": 0.0001, "seed": 7, "max_tokens": 96}}]
+    (folder / "promptfooconfig.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    with context:
+        evaluated = promptfoo_eval(folder / "promptfooconfig.yaml", tmp_path / "home")["results"]
+    theirs, theirs_prompts = sorted(evaluated["results"], key=lambda r: r["testIdx"]), evaluated["prompts"]
+    assert 2 not in [r["failureReason"] for r in theirs], theirs[0].get("error")  # 2: the provider failed
+
+    services.models.load(services.models.catalog.entry_for_path(default_model_dir))
+    suite = read_suite((folder / "promptfooconfig.yaml").read_text(encoding="utf-8"), folder)
+    rows = run(services, BatchJob("f-score", suite.rows, GridSpec([], {}), settings=suite.settings)).rows()
+    assert len(rows) == len(theirs) == 4
+    assert all(isinstance(t["response"]["output"], dict) for t in theirs), theirs[0]["response"]
+    assert [json.loads(r.output) for r in rows] == [t["response"]["output"] for t in theirs]
+    ours = [[(a.passed, a.value) for a in r.asserts] for r in rows]
+    assert ours == [[(c["pass"], c["score"]) for c in t["gradingResult"]["componentResults"]] for t in theirs]
+    exported = json.loads(to_promptfoo(rows, "f-score", suite.rows, None, suite.options.derived_metrics))["results"]
+    by_test = sorted(exported["results"], key=lambda r: r["testIdx"])
+    assert [r["namedScores"] for r in by_test] == [t["namedScores"] for t in theirs]  # weight 0 counts too
+    (column,) = exported["prompts"]
+    assert column["metrics"]["namedScores"] == pytest.approx(theirs_prompts[0]["metrics"]["namedScores"])
+    assert column["metrics"]["namedScoresCount"] == theirs_prompts[0]["metrics"]["namedScoresCount"]
+
+
+VAR_FILES = {"a.txt": "\n  plain text  \n\n", "b.json": '{\n  "k": [1, 2.0],\n  "s": "é"\n}\n',
+             "c.yaml": "k: [1, 2.0]\ns: é\nnested: {x: null, t: true}\nday: 2024-01-02\n", "d.yml": "just text\n",
+             "e.md": "# Title\n\nbody\n"}
+
+
+def test_file_vars_are_loaded_as_promptfoo_loads_them(tmp_path):
+    """``vars: {x: file://...}`` (#49): promptfoo 0.115 on its echo provider and our reader give the same prompt
+    and the same vars to asserts: a text (.txt, .md) and a .json file's text trimmed (the JSON is not parsed), a
+    .yaml/.yml file's data as compact JSON (JSON.stringify)."""
+    for name, text in VAR_FILES.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    names = {name.split(".")[0]: f"file://{name}" for name in VAR_FILES}
+    seen = " && ".join(f"context.vars.{v} === {json.dumps(k)}" for v, k in (("a", "plain text"),
+                                                                           ("d", '"just text"')))
+    config = {"prompts": ["|".join(f"{{{{{v}}}}}" for v in names)], "providers": ["echo"],
+              "tests": [{"vars": names, "assert": [{"type": "javascript", "value": seen}]}]}
+    text = yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
+    (tmp_path / "promptfooconfig.yaml").write_text(text, encoding="utf-8")
+    (theirs,) = promptfoo_eval(tmp_path / "promptfooconfig.yaml", home=tmp_path / "home")["results"]["results"]
+    _, (row,), _ = read_config(text, tmp_path)
+    assert row.text == theirs["response"]["output"]
+    assert row.text.split("|")[1:3] == ['{\n  "k": [1, 2.0],\n  "s": "é"\n}',
+                                        '{"k":[1,2],"s":"é","nested":{"x":null,"t":true},"day":"2024-01-02T00:00:00.000Z"}']
+    assert theirs["success"], theirs["gradingResult"]
+    (check,) = row.asserts  # context.vars as promptfoo's javascript assert sees them
+    assert check.check(Observed(row.text, variables=dict(row.variables))).passed

@@ -12,12 +12,13 @@ import pytest
 
 from tests.engine.test_batch_runner import run, scripted_loader
 from webui.api.routes import render_messages
-from webui.batch.run.grid import GridSpec
+from webui.batch.run.grid import Cell, GridSpec
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.run.export import from_csv, from_jsonl, to_csv, to_jsonl
 from webui.batch.promptfoo.reader import read_suite
 from webui.batch.promptfoo.export import to_promptfoo
-from webui.batch.run.runner import BatchJob, BatchRunner
+from webui.batch.run.runner import BatchJob, BatchRunner, reply_output
+from webui.batch.run.provider_prompt import ProviderPrompt
 from webui.chat.tools import plan_tools
 
 WEATHER = {"type": "function", "function": {
@@ -188,3 +189,62 @@ tests:
     assert row.output == '{"name":"Paris","population":2}' and row.output_json  # JSON.stringify's text
     assert [a.passed for a in row.asserts] == [True, True], row.asserts
     assert json.loads(to_promptfoo([row]))["results"]["results"][0]["response"]["output"]["name"] == "Paris"
+
+
+PROMPT_FORMATS = """
+prompts:
+  - label: schema
+    raw: "Review {{film}} as JSON."
+    config:
+      response_format: {type: json_schema, json_schema: {name: review, schema: {type: object}}}
+  - label: object
+    raw: "Review {{film}}."
+    config: {response_format: {type: json_object}}
+providers:
+  - id: workbench:MODEL
+    config: {max_tokens: 40}
+tests:
+  - vars: {film: Heat}
+    assert:
+      - {type: javascript, value: "output.sentiment === 'positive'"}
+      - {type: python, value: "output['confidence'] == 8"}
+      - {type: equals, value: positive, transform: output.sentiment}
+      - {type: contains, value: '"sentiment":"positive","confidence":8'}
+      - {type: is-json}
+"""
+
+
+def test_a_prompts_own_json_schema_response_format_gives_the_parsed_value_as_promptfoo_does(services, tmp_path):
+    """promptfoo's f-score example (#49): a prompt's config (not the provider's) asks for a json_schema; promptfoo's
+    openai chat provider merges the prompt's config over the provider's and parses the reply (0.115,
+    providers/openai/chat.js), so javascript and python asserts and transforms get the object and text asserts
+    its JSON.stringify; a json_object response_format is not parsed (promptfoo parses json_schema only)."""
+    answer = '{"sentiment": "positive", "confidence": 8}'
+    schema, plain = run(services, suite_job(tmp_path, scripted(services, tmp_path, answer),
+                                            suite=PROMPT_FORMATS)).rows()
+    assert schema.output == '{"sentiment":"positive","confidence":8}' and schema.output_json
+    assert [a.passed for a in schema.asserts] == [True] * 5, schema.asserts
+    assert plain.output == answer and not plain.output_json
+    assert [a.passed for a in plain.asserts] == [False, False, False, False, True], plain.asserts
+
+
+def test_a_prompts_text_response_format_overrides_its_providers_json_schema(tmp_path):
+    """promptfoo merges a prompt's config over its provider's: a prompt's ``response_format: {type: text}``
+    leaves its rows unconstrained and their replies text, whatever the provider asks for."""
+    suite = PROMPT_FORMATS.replace("type: json_object", "type: text").replace(
+        "config: {max_tokens: 40}", "config: {max_tokens: 40, response_format: {type: json_schema, json_schema: "
+                                    "{name: r, schema: {type: object}}}}")
+    job = suite_job(tmp_path, "tiny", suite=suite)
+    schema, plain = (Cell(row, job.settings[0], 0, 0) for row in job.rows)
+    assert schema.params.structured_outputs and not plain.params.structured_outputs
+    assert reply_output(schema, '{"a": 1}', "stop") == ('{"a":1}', {"a": 1})
+    assert reply_output(plain, '{"a": 1}', "stop") == ('{"a": 1}', None)
+
+
+def test_a_json_schema_reply_that_is_a_json_string_is_that_text():
+    """promptfoo's JSON.parse of a reply '"positive"' gives the text positive, which its text asserts read as it is
+    (coerceString leaves a string alone) and scripts get as a string; a number or a list is a value."""
+    shape = ProviderPrompt(json_schema=True)
+    assert shape.output('"positive"', "stop") == ("positive", None)
+    assert shape.output("[1, 2.0]", "stop") == ("[1,2]", [1, 2.0])
+    assert shape.output("not json", "length") == ("not json", None)

@@ -110,13 +110,19 @@ def test_what_is_wrong_in_tests_and_vars_is_named_with_its_place(files, config, 
         read_config("prompts: ['{{q}}']\n" + config, tmp_path)
 
 
-def test_a_var_file_is_read_as_text_and_json_or_yaml_as_its_data(tmp_path):
+def test_a_var_file_is_read_as_text_a_json_file_too_and_yaml_as_its_compact_json(tmp_path):
+    """promptfoo 0.115's renderPrompt (dist/src/evaluatorHelpers.js) loads a ``file://`` var: .yaml/.yml as
+    ``JSON.stringify(js_yaml.load(text))``, any other file (.json included: not parsed) as
+    ``fs.readFileSync(filePath, 'utf8').trim()``; then it drops one trailing newline from every var."""
     (tmp_path / "a.md").write_text("\n# Title\n\n")
-    (tmp_path / "b.json").write_text('{"k": [1, 2]}')
-    _, rows, _ = read_config("prompts: ['{{a}}|{{b}}|{{c}}.']\ntests:\n  - vars: {a: file://a.md, b: file://b.json, "
-                             "c: \"x\\n\\n\"}", tmp_path)
-    # promptfoo 0.115 (renderPrompt) trims a text file's text and drops one trailing newline from every var
-    assert rows[0].text == '# Title|{"k": [1, 2]}|x\n.'
+    (tmp_path / "b.json").write_text('{\n  "k": [1, 2.0],\n  "s": "é"\n}\n')
+    (tmp_path / "d.yaml").write_text("k: [1, 2.0]\ns: é\nday: 2024-01-02\n")
+    (tmp_path / "e.yml").write_text("just text\n")
+    _, rows, _ = read_config("prompts: ['{{a}}|{{b}}|{{c}}|{{d}}|{{e}}.']\ntests:\n  - vars: {a: file://a.md, "
+                             "b: file://b.json, c: \"x\\n\\n\", d: file://d.yaml, e: file://e.yml}", tmp_path)
+    assert rows[0].text == ('# Title|{\n  "k": [1, 2.0],\n  "s": "é"\n}|x\n|'
+                            '{"k":[1,2],"s":"é","day":"2024-01-02T00:00:00.000Z"}|"just text".')
+    assert rows[0].variables["b"] == '{\n  "k": [1, 2.0],\n  "s": "é"\n}'  # what asserts see as context.vars
 
 
 def test_every_problem_of_a_suite_at_once_capped(tmp_path):
@@ -177,7 +183,8 @@ def test_metrics_are_the_exports_named_scores():
     _, rows, _ = load_config(SCENARIOS)
     data = json.loads(to_promptfoo([_result(rows[0], "Katze!")], "Scenarios", rows))
     (result,) = data["results"]["results"]
-    assert result["namedScores"] == {"polite": 1.0, "style": pytest.approx(0.75)}  # (0 * 0.5 + 1 * 1.5) / 2
+    # promptfoo 0.115 sums each metric's scores, unweighted: style is 0 (not-contains:!) + 1 (regex)
+    assert result["namedScores"] == {"polite": 1.0, "style": 1.0}
     assert result["gradingResult"]["namedScores"] == result["namedScores"]
     assert result["testCase"]["assert"][2]["metric"] == "style"
     assert result["testCase"]["metadata"] == {"suite": "translations"}

@@ -101,7 +101,7 @@ class Assert:
     """Code that rewrites the output before the check, in order (webui.batch.asserts.transform); the dict form's
     ``transform``."""
     metric: str | None = None
-    """A promptfoo metric name: the export's namedScores gives each metric its asserts' weighted score."""
+    """A promptfoo metric name: the export's namedScores gives each metric its asserts' summed scores."""
     dialect: str = ""
     """"promptfoo": read from a promptfoo file, so checked as promptfoo 0.115 checks it where ours differs
     (webui.batch.promptfoo.dialect); "": ours."""

@@ -138,9 +138,11 @@ def _prompt_metrics(results: list[dict[str, Any]], derived: Mapping[str, str] | 
             metrics["assertPassCount" if component["pass"] else "assertFailCount"] += 1
         for part in ("prompt", "completion", "total"):
             metrics["tokenUsage"][part] += r["response"]["tokenUsage"][part]
-        for name, score in r["namedScores"].items():
+        for name, score in r["namedScores"].items():  # counted by the asserts that name it, as promptfoo counts
             metrics["namedScores"][name] = metrics["namedScores"].get(name, 0.0) + score
-            metrics["namedScoresCount"][name] = metrics["namedScoresCount"].get(name, 0) + 1
+            named = sum(1 for c in r["gradingResult"]["componentResults"]
+                        if (c["assertion"] or {}).get("metric") == name)
+            metrics["namedScoresCount"][name] = metrics["namedScoresCount"].get(name, 0) + (named or 1)
     for column in columns.values():
         scores = column["metrics"]["namedScores"]
         for name, expression in (derived or {}).items():
@@ -167,14 +169,15 @@ def promptfoo_assertion(a: Assert) -> dict[str, Any]:
 
 
 def _named_scores(asserts: Sequence[Assert], results: Sequence[AssertResult]) -> dict[str, float]:
-    """promptfoo's namedScores: each metric's weighted score over the asserts that name it."""
-    totals: dict[str, list[float]] = {}
+    """promptfoo 0.115's namedScores: each metric the sum of the scores of the asserts that name it, whatever
+    their weights (AssertionsResult.addResult: ``namedScores[metric] = (namedScores[metric] || 0) +
+    result.score``), so a weight-0 assert still counts, as promptfoo's f-score example counts its confusion
+    matrix. (Newer promptfoo averages them by weight instead.)"""
+    totals: dict[str, float] = {}
     for given, result in zip(asserts, results):
         if given.metric is not None:
-            total = totals.setdefault(given.metric, [0.0, 0.0])
-            total[0] += result.value * result.weight
-            total[1] += result.weight
-    return {name: (score / weight if weight else 0.0) for name, (score, weight) in totals.items()}
+            totals[given.metric] = totals.get(given.metric, 0.0) + result.value
+    return totals
 
 
 def _latency_ms(row: ResultRow) -> int | None:

@@ -119,9 +119,8 @@ def provider_params(config: dict[str, Any], where: str, notes: list[str], taken:
             elif "temperature" not in config:
                 fields["temperature"] = 1.0  # Hugging Face samples at temperature 1 unless told
         elif key == "response_format":
-            constraint = _structured(value, f"{where}.response_format") if value is not None else None
-            if constraint is not None:
-                fields["structured_outputs"] = constraint
+            if value is not None:  # type text: none, over a provider's (a prompt's config merges over it)
+                fields["structured_outputs"] = _structured(value, f"{where}.response_format") or {}
         elif key in HF_NAMES:
             fields[HF_NAMES[key]] = value
         elif key in names:

@@ -8,8 +8,8 @@ equals), ``__description``, ``__threshold``, ``__metric``, ``__prefix``/``__suff
 ``__metadata:key`` and ``__config:__expectedN:threshold``); ``defaultTest`` (vars,
 assert, options, threshold and metadata apply to every test); ``scenarios`` (each ``config`` entry crossed with
 each of its ``tests``, as promptfoo expands them); ``vars`` inline or as a
-``file://vars.yaml``, a value ``file://path`` read as text (.json/.yaml parsed; a
-glob gives a case per file), a list of texts a case per element (the cartesian
+``file://vars.yaml``, a value ``file://path`` read as promptfoo 0.115 reads it (a text,
+.json too, trimmed; .yaml as compact JSON; a glob gives a case per file), a list of texts a case per element (the cartesian
 product over several lists, first var slowest), values that use other vars
 filled from them. An ``assert-set`` is its asserts with its weight shared among
 them by their weights, so the row's score is promptfoo's; one with a ``threshold``
@@ -38,6 +38,7 @@ from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import load_json, load_yaml
 from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.run.prompts import render
+from webui.batch.run.provider_prompt import js_stringify
 
 MAX_SHOWN = 20
 """Problems listed in one error; the rest are counted."""
@@ -533,8 +534,10 @@ def _text(value: Any) -> str:
 
 
 def _var_files(files: SuiteFiles, pattern: str, where: str, problems: Problems) -> list[str]:
-    """A ``file://`` var's value(s): a text file's text (trimmed, as promptfoo 0.115's renderPrompt reads it), a
-    .json/.yaml file's data; scripts are refused."""
+    """A ``file://`` var's value(s), as promptfoo 0.115's renderPrompt (dist/src/evaluatorHelpers.js) loads them: a
+    .yaml/.yml file's data as JSON.stringify writes it (compact: ``vars[varName] =
+    JSON.stringify(js_yaml.load(...))``), any other file's text trimmed, a .json file's too (it is not parsed:
+    ``vars[varName] = fs.readFileSync(filePath, 'utf8').trim()``); scripts are refused."""
     try:
         paths = [p for p in files.paths(pattern) if p.exists()]
     except BatchInputError as exc:
@@ -554,9 +557,10 @@ def _var_files(files: SuiteFiles, pattern: str, where: str, problems: Problems) 
         except (OSError, UnicodeDecodeError) as exc:
             problems.add(where, f"cannot read {path}: {exc}")
             continue
-        if suffix in (".json", ".yaml", ".yml"):
+        if suffix in (".yaml", ".yml"):
             with problems.collect(f"{where} ({path.name})"):
-                out.append(_text(_parsed(text, suffix)))
+                data = _parsed(text, suffix)
+                out.append("" if data is None and not text.strip() else js_stringify(data))  # "": undefined
         else:
             out.append(text.strip())  # promptfoo trims a text it loads for a var
     return out

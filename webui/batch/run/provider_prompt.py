@@ -12,7 +12,8 @@ whole message when it has text too, the text when it has no call. The output is 
 value as promptfoo's asserts see it as text (JSON.stringify's compact JSON), and the
 value itself is what python and javascript asserts get as ``output``. A ``json_schema``
 ``response_format`` (read as structured output by webui.batch.promptfoo.providers) makes a reply
-that parses its JSON value, as promptfoo's openai provider does. A provider that also says who
+that parses its JSON value, as promptfoo's openai provider does; a prompt's own ``config.response_format``
+decides that for its rows (:func:`reply_shape`). A provider that also says who
 answers the calls (``tool_results``, ``tools_from: local``: webui.batch.run.tool_answers) runs the
 tool loop per row instead: its output is the final answer, its calls are kept with the row.
 """
@@ -20,7 +21,8 @@ tool loop per row instead: its output is the final answer, its calls are kept wi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import yaml
@@ -102,14 +104,36 @@ class ProviderPrompt:
             value = json.loads(text)
         except ValueError:
             return text, None  # promptfoo logs it and keeps the text
+        if isinstance(value, str):  # a JSON string parses to text, which every assert then reads as it is
+            return value, None
         return (js_stringify(value), value) if value is not None else (text, None)
 
 
+def reply_shape(shape: ProviderPrompt | None, params: Mapping[str, Any] | None) -> ProviderPrompt | None:
+    """How a reply of a row is read back: its provider's ``shape``, except that a prompt whose own config sets
+    ``response_format`` (``params``: the row's API-named parameters, where it is ``structured_outputs``) decides
+    whether the reply is parsed. promptfoo's openai chat provider merges the prompt's config over the provider's
+    and parses the reply when the merged ``response_format.type`` is ``json_schema`` (0.115,
+    dist/src/providers/openai/chat.js: ``if (config.response_format?.type === 'json_schema' && typeof output ===
+    'string') output = JSON.parse(output)``); a json_schema is ``{"json": schema}`` here."""
+    if not params or "structured_outputs" not in params:
+        return shape
+    json_schema = "json" in (params["structured_outputs"] or {})
+    if shape is None:
+        return ProviderPrompt(json_schema=True) if json_schema else None
+    return replace(shape, json_schema=json_schema)
+
+
 def js_stringify(value: Any) -> str:
-    """JSON.stringify's text of a parsed JSON value: compact, not ASCII-escaped, 2.0 written 2."""
+    """JSON.stringify's text of a parsed JSON (or YAML) value: compact, not ASCII-escaped, 2.0 written 2, a YAML
+    date as the JavaScript Date js-yaml makes of it writes itself (UTC, milliseconds)."""
     def plain(v: Any) -> Any:
         if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 53:
             return int(v)
+        if isinstance(v, date):
+            moment = v if isinstance(v, datetime) else datetime(v.year, v.month, v.day, tzinfo=timezone.utc)
+            moment = moment.astimezone(timezone.utc) if moment.tzinfo else moment
+            return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         return [plain(x) for x in v] if isinstance(v, list) else v

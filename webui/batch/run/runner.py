@@ -30,7 +30,7 @@ from webui.batch.run.judge import (
     rubrics, select_best,
 )
 from webui.batch.run.prompts import PromptRow
-from webui.batch.run.provider_prompt import ProviderPrompt
+from webui.batch.run.provider_prompt import ProviderPrompt, reply_shape
 from webui.batch.run.rerun import ran_on, stored_ran_on
 from webui.batch.run.results import Generated, ResultRow, rejudged, result_for
 from webui.store.batch_runs import BatchRun, BatchStore, RanOn, StoredRun, StoredSetting
@@ -660,9 +660,9 @@ def way(setting: Setting, raw: bool) -> tuple[str | None, bool, str]:
 
 
 def reply_output(cell: Cell, text: str, finish_reason: str) -> tuple[str, Any]:
-    """(a cell's output, the output's value when the provider returns one that is not text: its tool calls) of
-    the text the model generated."""
-    shape = cell.setting.prompt
+    """(a cell's output, the output's value when the provider returns one that is not text: its tool calls, or
+    the JSON a json_schema response_format asked for) of the text the model generated."""
+    shape = reply_shape(cell.setting.prompt, cell.row.params)
     return shape.output(text, finish_reason) if shape is not None else (text, None)
 
 
