@@ -449,8 +449,10 @@ def test_attach_and_detach_a_lora_in_the_model_tab(server, browser):
     wait_text(page, "#status-line", "LoRA: noisy", 30_000)
     tab(page, "Chat")
     page.locator("#chat-new").click()
+    page.wait_for_function("() => document.querySelectorAll('#chat-log [data-testid=bot]').length === 0",
+                           timeout=30_000)  # the new chat is shown: the last reply's "finish:" stats are gone
     send(page, "What is the capital of France?")
-    wait_reply_done(page)
+    wait_new_reply(page, 0)
     adapted = last_reply(server.user_data, "What is the capital of France?")[1]
     assert adapted != base
     tab(page, "Model")
