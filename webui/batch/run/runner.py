@@ -551,7 +551,6 @@ class BatchRunner:
     def _ask(self, handle: RunHandle) -> Ask:
         """How this run asks its judge (a loaded model, or a server)."""
         async def ask(text: str, schema: Mapping[str, Any], max_tokens: int) -> str:
-            max_tokens = min(max_tokens, handle.judge_tokens or max_tokens)
             if handle.remote_judge is not None:
                 return await asyncio.to_thread(handle.remote_judge.ask, text, schema, max_tokens)
             engine, render_chat = handle.judge
@@ -572,7 +571,7 @@ class BatchRunner:
             inputs = inputs_for(item, output, cell.row.text, cell.row.variables)
             default = handle.judge_prompt if item.kind == "llm-rubric" else None
             verdicts[verdict_key(item)] = await grade(item, inputs, self._ask(handle), default,
-                                                      self._embedding(handle))
+                                                      self._embedding(handle), handle.judge_tokens)
         return verdicts
 
     @staticmethod
@@ -609,7 +608,7 @@ class BatchRunner:
                 inputs = inputs_for(item, "", cell.row.text, cell.row.variables)
                 found = max_score(item, [list(zip(handle.cells[i].row.asserts, handle.results[i].asserts))
                                          for i in indexes]) if item.kind == "max-score" else \
-                    await select_best(item, outputs, inputs, self._ask(handle))
+                    await select_best(item, outputs, inputs, self._ask(handle), handle.judge_tokens)
                 for held, verdict in zip(verdicts, found):
                     held[verdict_key(item)] = verdict
             for index, judged in zip(indexes, verdicts):
