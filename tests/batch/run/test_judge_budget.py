@@ -74,3 +74,31 @@ def test_an_asserts_budget_is_stored_as_promptfoo_writes_it():
     item = parse_assert({"type": "llm-rubric", "value": "is polite", "provider": {"config": {"max_tokens": 40}}})
     assert item.to_dict() == {"type": "llm-rubric", "value": "is polite", "provider": {"config": {"max_tokens": 40}}}
     assert parse_assert(item.to_dict()) == item
+
+
+
+def test_the_time_left_bound_counts_the_judges_tokens_as_work_done(tmp_path):
+    """#49: with every cell's tokens made, the bound counted the judges' budget but not what they wrote, so while
+    they worked it only grew (here from "at most 30s" to "at most 60s" after 20 of their 60 tokens); now their
+    tokens are work done at the run's speed and come off what they may still write. A fake clock: the run
+    started ``elapsed`` seconds ago."""
+    import time
+    from dataclasses import replace
+
+    from webui.batch.run.grid import GridSpec, expand, plan
+    from webui.batch.run.prompts import parse_lines
+    from webui.batch.run.runner import RunHandle
+    from webui.presets import PresetStore
+
+    settings = expand(GridSpec([], {"max_new_tokens": [10]}), PresetStore(tmp_path / "presets"))
+    rows = [replace(row, asserts=[parse_assert("llm-rubric:is polite")]) for row in parse_lines("a\nb")]
+
+    def bound(elapsed: float, judged: dict[int, int]) -> str:
+        handle = RunHandle(1, plan(rows, settings), started=time.monotonic() - elapsed, judge_tokens=30)
+        handle.streaming.update({0: 10, 1: 10})  # every cell's tokens made; the judges' 2 x 30 at most
+        handle.judging.update(judged)
+        return handle.eta_text()
+
+    assert bound(10, {}) == "at most 30s left"  # 20 tokens in 10 s, 60 to come
+    assert bound(20, {0: 20}) == "at most 20s left"  # 40 tokens in 20 s, 40 to come
+    assert bound(30, {0: 30, 1: 20}) == "at most 4s left"  # 70 in 30 s, 10 to come
