@@ -102,3 +102,13 @@ def test_the_time_left_bound_counts_the_judges_tokens_as_work_done(tmp_path):
     assert bound(10, {}) == "at most 30s left"  # 20 tokens in 10 s, 60 to come
     assert bound(20, {0: 20}) == "at most 20s left"  # 40 tokens in 20 s, 40 to come
     assert bound(30, {0: 30, 1: 20}) == "at most 4s left"  # 70 in 30 s, 10 to come
+
+
+def test_a_budget_is_per_grader_call_so_answer_relevance_gets_it_for_each_of_its_questions():
+    """promptfoo asks answer-relevance's three questions in three grader calls, each with the grader's max_tokens;
+    here one step asks the three at once, so it may write three budgets (a budget of 96 cut its JSON in the
+    middle of the third question before)."""
+    item = parse_assert({"type": "answer-relevance", "provider": {"config": {"max_tokens": 96}}})
+    (step,) = GRADED["answer-relevance"].steps
+    assert step_tokens(step, item) == min(step.max_tokens, 3 * 96)
+    assert step_tokens(step, item, 20) == 60 and judge_budget([item], 20) == 60

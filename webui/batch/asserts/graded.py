@@ -62,14 +62,16 @@ class Grade(NamedTuple):
 @dataclass(frozen=True)
 class Step:
     """One question to the judge: its default prompt (with the answer instruction), the instruction alone
-    (appended to a custom prompt), the JSON schema its answer follows, its token budget, and what its answer
-    adds to the inputs of the next step."""
+    (appended to a custom prompt), the JSON schema its answer follows, its token budget, what its answer
+    adds to the inputs of the next step, and how many of promptfoo's grader calls it asks at once (a grader
+    budget given is per call: answer-relevance asks in one step the three questions promptfoo asks one a call)."""
 
     prompt: str
     answer: str
     schema: dict[str, Any]
     max_tokens: int = 256
     carry: Callable[[dict[str, Any]], dict[str, str]] | None = None
+    calls: int = 1
 
 
 @dataclass(frozen=True)
@@ -514,7 +516,7 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
                "{method: average|sum, weights: {type: w}, threshold}); no judge"),
     GradedKind("answer-relevance", (Step(QUESTIONS_PROMPT, QUESTIONS_ANSWER, _schema(questions={
         "type": "array", "items": {**_text(150), "minLength": 8}, "minItems": RELEVANCE_QUESTIONS,
-        "maxItems": RELEVANCE_QUESTIONS}), 384),), _no_embeddings, "",
+        "maxItems": RELEVANCE_QUESTIONS}), 384, calls=RELEVANCE_QUESTIONS),), _no_embeddings, "",
                "mean cosine of the query var (else the prompt) and questions the judge makes from the output; "
                "needs an embedding model", threshold=0.0, by_score=True, scored=_answer_relevance),
     GradedKind("classifier", (), None, "toxic", "a label's probability (none: the top one) by a local "

@@ -111,9 +111,10 @@ def step_tokens(step: Step, item: Assert, run: int | None = None) -> int:
     run's (``launch.py batch --grader-max-tokens``, the Batch tab's grader budget), over the assert's own (its
     ``provider: {config: {max_tokens}}``), over the suite's (``defaultTest.options.provider.config.max_tokens``,
     given to each graded assert without its own by :func:`with_suite_tokens`); none given: the step's own (256-768,
-    what its JSON answer fits). A budget given caps the step's own, it never raises it."""
+    what its JSON answer fits). A budget given caps the step's own, it never raises it; it is per grader call, as
+    promptfoo's, so a step that asks several calls' questions at once (answer-relevance's three) gets it for each."""
     given = run or item.options.get("max_tokens")
-    return min(step.max_tokens, given or step.max_tokens)
+    return min(step.max_tokens, given * step.calls if given else step.max_tokens)
 
 
 def with_suite_tokens(rows: Sequence[PromptRow], tokens: int | None) -> list[PromptRow]:
