@@ -546,7 +546,9 @@ def custom_prompts(given: Any, kind: str) -> tuple[str, ...]:
 class GradedValue(ValueForm):
     """A graded kind's value (a text: its rubric, criteria or reference; g-eval also a list of criteria; none for
     context-faithfulness and context-relevance), and in the dict form promptfoo's ``rubricPrompt`` (a custom
-    grading prompt) and, for factuality, a test's ``options.factuality`` (each category's score)."""
+    grading prompt), its own grading ``provider`` read for its ``config.max_tokens`` (the assert's grader budget,
+    held as the option ``max_tokens``; webui.batch.run.judge.step_tokens) and, for factuality, a test's
+    ``options.factuality`` (each category's score)."""
 
     name = "graded"
     options = frozenset({"rubricPrompt", "factuality", "max_score", "max_tokens"})

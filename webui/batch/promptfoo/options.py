@@ -13,7 +13,8 @@ numbers, metric names, + - * / and parentheses; anything else is refused by name
 replaced by what it points at before the suite is read. ``defaultTest.options.provider``
 ``workbench:NAME`` is the loaded model that judges; another id is refused, unless a grader is given
 (``launch.py batch --grader``, promptfoo's ``eval --grader``; the Batch tab's judge model): it overrides every
-grader the suite names (:func:`with_grader`).
+grader the suite names (:func:`with_grader`), keeping the token budget each gives (its ``config.max_tokens``).
+The budget's precedence (the run's over an assert's over the suite's) is webui.batch.run.judge.step_tokens.
 """
 
 from __future__ import annotations
