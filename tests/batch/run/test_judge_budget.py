@@ -20,12 +20,14 @@ EXAMPLE = ROOT / "tests" / "data" / "promptfoo" / "examples" / "custom-grading-p
 VERDICT = {"reason": "ok", "pass": True, "score": 1}
 
 
-def suite(tmp_path, default_provider, *asserts, grader: str = ""):
-    """The example with its judge given by ``default_provider`` and ``asserts`` added to its one test."""
+def suite(tmp_path, default_provider, *asserts, grader: str = "", **test):
+    """The example with its judge given by ``default_provider``, ``asserts`` added to its one test and ``test``
+    (more keys) set on it."""
     config = yaml.safe_load((EXAMPLE / "promptfooconfig.yaml").read_text(encoding="utf-8"))
     (tmp_path / "prompts.txt").write_text((EXAMPLE / "prompts.txt").read_text(encoding="utf-8"))
     config["defaultTest"]["options"]["provider"] = default_provider
     config["tests"][0]["assert"] += list(asserts)
+    config["tests"][0].update(test)
     return read_suite(yaml.safe_dump(config), tmp_path, grader)
 
 
@@ -48,12 +50,15 @@ def test_a_grader_that_replaces_the_suites_keeps_their_budgets(tmp_path):
     found = suite(tmp_path, {"id": "openai:gpt-4.1-mini", "config": {"max_tokens": 96}},
                   {"type": "llm-rubric", "value": "is polite",
                    "provider": {"id": "openai:gpt-4o", "config": {"max_tokens": 40, "temperature": 0}}},
-                  grader="SmolLM2-135M-Instruct")
+                  grader="SmolLM2-135M-Instruct",
+                  options={"provider": {"id": "openai:o1", "config": {"max_tokens": 9}}})
     assert (found.options.judge_model, found.options.judge_tokens) == ("SmolLM2-135M-Instruct", 96)
     own = with_suite_tokens(found.rows, found.options.judge_tokens)[0].asserts[1]
     assert own.options["max_tokens"] == 40
     assert "tests[0].assert[1].provider is replaced by the grader SmolLM2-135M-Instruct (its config.max_tokens is " \
            "kept: the assert's grader token budget)" in found.notes
+    assert "tests[0].options.provider is replaced by the grader SmolLM2-135M-Instruct" in found.notes  # a test's
+    # options.provider is a grader only (its budget is not read: the run's, the asserts' and the suite's are)
 
 
 def test_the_judge_is_asked_with_the_budget_of_each_step():
