@@ -117,3 +117,22 @@ def test_a_budget_is_per_grader_call_so_answer_relevance_gets_it_for_each_of_its
     (step,) = GRADED["answer-relevance"].steps
     assert step_tokens(step, item) == min(step.max_tokens, 3 * 96)
     assert step_tokens(step, item, 20) == 60 and judge_budget([item], 20) == 60
+
+
+def test_no_time_left_is_claimed_while_select_best_judges_rows_already_kept(tmp_path):
+    """Every row kept, the run still going (select-best's judge compares a test's outputs): the estimate said
+    "about 0s left" for as long as that took; now it says nothing."""
+    import time
+
+    from webui.batch.run.grid import GridSpec, expand, plan
+    from webui.batch.run.prompts import parse_lines
+    from webui.batch.run.results import ResultRow
+    from webui.batch.run.runner import RunHandle
+    from webui.presets import PresetStore
+
+    settings = expand(GridSpec([], {"temperature": [0, 0.7]}), PresetStore(tmp_path / "presets"))
+    handle = RunHandle(1, plan(parse_lines("a"), settings), started=time.monotonic() - 10)
+    handle.results[0] = ResultRow(0, "1", "a", settings[0].label, {}, 0, 0, "out", "stop", 1, 4)
+    assert handle.eta_text() == "about 10s left"  # one row of two made in 10 s
+    handle.results[1] = ResultRow(0, "1", "a", settings[1].label, {}, 0, 0, "out", "stop", 1, 4)
+    assert handle.eta_text() == ""

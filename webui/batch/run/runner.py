@@ -146,11 +146,14 @@ class RunHandle:
         from the tokens the unfinished cells may still make (their max_new_tokens less what they made, and the
         most their judges may write less what they wrote: judging is part of a cell, so the bound does not drop to
         seconds while the judges work) at the speed so far (the cells' and the judges' tokens alike, so it does not
-        grow while the judges work either); "" while nothing is known."""
+        grow while the judges work either); "" while nothing is known (and once every row is kept, while
+        select-best's judge compares them)."""
         elapsed = time.monotonic() - self.started
         with self._lock:
             generated = sum(not r.from_cache for r in self.results.values())
             left = self.total - len(self.results)
+            if not left:  # every row is kept: what is left (select-best's judge) has no estimate, not "0s"
+                return ""
             if generated:
                 return f"about {elapsed / generated * left:.0f}s left"
             made = sum(self.streaming.values()) + sum(self.judging.values())
