@@ -446,3 +446,28 @@ def test_a_suite_written_for_a_hosted_grader_is_graded_by_the_forms_judge_model(
                                         r"workbench:NAME \(promptfoo's eval --grader; in the Batch tab: the judge"):
         controller.job(BatchForm(upload=upload), BASE)
     assert controller.job(BatchForm(upload=upload, judge_model="tiny"), BASE).judge_model == "tiny"
+
+
+@pytest.mark.parametrize("typed, used", [("96", 96), (" 12 ", 12), ("", None), ("0", None), ("-1", None),
+                                         ("abc", None), ("2.5", None)])
+def test_the_forms_grader_budget_is_used_over_the_suites_and_a_wrong_one_is_not(controller, tmp_path, typed, used):
+    """#49: the Batch tab's grader budget is launch.py batch --grader-max-tokens: over every budget a suite gives;
+    a wrong value (the Parameters tab's rule) is not used, and its message says so and what is."""
+    from webui.controllers.batch import grader_budget
+
+    suite = tmp_path / "promptfooconfig.yaml"
+    suite.write_text("prompts: ['Say {{word}}']\ndefaultTest:\n  options:\n    provider:\n      id: workbench:tiny\n"
+                     "      config: {max_tokens: 30}\ntests:\n  - vars: {word: hi}\n    assert:\n"
+                     "      - {type: llm-rubric, value: is short}\n")
+    job = controller.job(BatchForm(upload=controller.upload(suite)[0], judge_tokens=typed), BASE)
+    assert job.judge_tokens == used and job.rows[0].asserts[0].options["max_tokens"] == 30  # the suite's, kept
+    message = grader_budget(typed)[1]
+    if used is None and typed:
+        assert message == (f"⚠ {typed} is not used: the grader budget must be a whole number of tokens, 1 or more; "
+                           "using a promptfoo suite's budgets (an assert's provider config.max_tokens, else "
+                           "defaultTest.options.provider config.max_tokens), else each grading step's own (256-768 "
+                           "tokens).")
+    else:
+        assert message == ""
+    assert controller.job(BatchForm(prompts="Hi", asserts="llm-rubric:is short", judge_tokens=typed),
+                          BASE).judge_tokens == used

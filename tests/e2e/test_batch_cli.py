@@ -264,6 +264,14 @@ def test_a_suite_written_for_a_hosted_grader_runs_with_grader(tmp_path, user_dat
     assert cut.returncode == 0, cut.stderr
     (result,) = json.loads(out.read_text())["results"]["results"]  # the budget reaches the judge: 4 tokens hold no
     assert "the judge's answer is not the JSON asked for (cut off?)" in result["gradingResult"]["reason"]  # verdict
+    config["tests"][0]["assert"][0]["provider"] = {"id": "openai:gpt-4o", "config": {"max_tokens": 4}}
+    suite.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    own = batch(user_data, str(suite), *grader, "--no-cache", "--out", str(out))  # the assert's own budget, kept
+    assert own.returncode == 0, own.stderr  # when --grader replaces its model (no --grader-max-tokens over it)
+    assert "tests[0].assert[0].provider is replaced by the grader SmolLM2-135M-Instruct (its config.max_tokens is " \
+           "kept" in own.stderr
+    (result,) = json.loads(out.read_text())["results"]["results"]
+    assert "the judge's answer is not the JSON asked for (cut off?)" in result["gradingResult"]["reason"]
 
 
 def test_promptfoos_max_score_example_picks_one_output_of_each_test(tmp_path, user_data):

@@ -143,3 +143,48 @@ def test_review_names_the_tinted_row_table_reads_at_1400px_and_open_refills_the_
     assert page.locator("#batch-axes textarea").input_value() == "max_new_tokens=2\ntemperature=0,0.5"
     assert page.locator("#batch-name textarea").input_value() == "refill me"
     page.close()
+
+
+def test_the_grader_budget_field_says_a_wrong_value_is_not_used_and_a_right_one_caps_the_judge(server, browser):
+    """#49 (judges that cost too much): the Batch tab's grader budget is launch.py batch --grader-max-tokens; a wrong
+    value stays as typed, is not used, and its message (styled as a warning) says what is (the Parameters tab's
+    rule); a right one reaches the judge (8 tokens cannot hold its JSON verdict, so the assert says it was cut off)
+    and Open fills it back."""
+    page = open_page(browser, server.url)
+    tab(page, "Batch")
+    page.locator("#batch-judge-panel").get_by_text("Judge (model-graded asserts").first.click()  # unfold
+    box = page.locator("#batch-judge-tokens textarea, #batch-judge-tokens input").first
+
+    def type_in(text: str) -> None:
+        box.click()
+        box.press("Control+a")
+        box.press_sequentially(text, delay=60) if text else box.press("Backspace")
+        box.press("Tab")
+
+    for typed in ("abc", "0", "-1"):
+        type_in(typed)
+        wait_text(page, "#batch-judge-tokens", f"⚠ {typed} is not used: the grader budget must be a whole number of "
+                                               "tokens, 1 or more; using a promptfoo suite's budgets", 30_000)
+        assert box.input_value() == typed
+    colour = page.evaluate("() => getComputedStyle(document.querySelector('#batch-judge-tokens .info-text')).color")
+    assert colour == "rgb(194, 65, 12)", colour  # a warning, not help-text grey
+    type_in("8")
+    page.wait_for_function("() => !document.querySelector('#batch-judge-tokens').innerText.includes('⚠')",
+                           timeout=30_000)
+    assert "Used for every grading step" in page.locator("#batch-judge-tokens").inner_text()
+    page.locator("#batch-prompts textarea").fill("Say hi.")
+    page.locator("#batch-asserts textarea").fill("llm-rubric:is a greeting")
+    page.locator("#batch-axes textarea").fill("max_new_tokens=3")
+    page.locator("#batch-name textarea").fill("grader budget 8")
+    page.locator("#batch-run").click()
+    wait_text(page, "#batch-progress", "Finished: 1/1", 120_000)
+    page.locator("#batch-results [role='row'][aria-rowindex='2'] [role='gridcell']").first.click()
+    wait_text(page, "#batch-review-row", "the judge's answer is not the JSON asked for (cut off?)", 30_000)
+    type_in("")
+    page.get_by_role("tab", name="Runs").click()
+    page.locator("#batch-runs input").click()
+    page.locator("#batch-runs").get_by_role("option").filter(has_text="grader budget 8 · 1/1").click()
+    page.locator("#batch-open").click()
+    page.wait_for_function("() => document.querySelector('#batch-judge-tokens textarea, #batch-judge-tokens input')"
+                           ".value === '8'", timeout=30_000)
+    page.close()

@@ -15,7 +15,7 @@ from webui.batch.run.results import ResultRow
 from webui.batch.run.prompts import load_prompts_text, parse_lines, with_asserts, PromptRow
 from webui.batch.run.export import to_csv, to_jsonl
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.run.judge import JUDGE_PROMPT, RemoteJudge
+from webui.batch.run.judge import JUDGE_PROMPT, RemoteJudge, with_suite_tokens
 from webui.batch.run.loop_rows import most_turns
 from webui.batch.promptfoo.reader import Suite, is_config, read_suite
 from webui.batch.promptfoo.options import GRADER_HINT
@@ -80,6 +80,9 @@ class BatchForm:
     """With a judge server: its model; without: the loaded model that judges ("": the model in use)."""
     judge_key: str = ""
     """The judge server's API key: used for this run, never stored."""
+    judge_tokens: str = ""
+    """The grader budget as typed: the most tokens the judge writes per grading step, over any budget a suite gives
+    ("": none; a wrong value is not used, :func:`grader_budget` says so)."""
 
     def local_judge(self) -> str:
         return "" if (self.judge_url or "").strip() else (self.judge_model or "").strip()
@@ -89,6 +92,28 @@ class BatchForm:
         if url and not url.startswith(("http://", "https://")):
             raise BatchInputError(f"the judge server URL must start with http:// or https://, got '{url}'")
         return RemoteJudge(url, (self.judge_model or "").strip(), self.judge_key or "") if url else None
+
+
+GRADER_BUDGET_UNSET = ("a promptfoo suite's budgets (an assert's provider config.max_tokens, else "
+                       "defaultTest.options.provider config.max_tokens), else each grading step's own (256-768 tokens)")
+"""What grades when the grader budget box gives none."""
+
+
+def grader_budget(typed: str | float | None) -> tuple[int | None, str]:
+    """(the grader budget the box gives, the message beside it): a whole number of tokens >= 1 is used for every
+    grading step, over any budget a suite gives (webui.batch.run.judge.step_tokens); an empty box gives none; a
+    wrong value is not used, and the message says so and what is used instead (the Parameters tab's rule)."""
+    text = "" if typed is None else str(typed).strip()
+    if not text:
+        return None, ""
+    try:
+        tokens = int(text)
+    except ValueError:
+        tokens = 0
+    if tokens >= 1:
+        return tokens, ""
+    return None, (f"⚠ {_cut(text, 40)} is not used: the grader budget must be a whole number of tokens, 1 or "
+                  f"more; using {GRADER_BUDGET_UNSET}.")
 
 
 @dataclass(frozen=True)
@@ -179,11 +204,12 @@ class BatchController:
         return self.services.config.listen
 
     def _job(self, form: BatchForm, params: SamplingParams) -> BatchJob:
-        confined = self.confined
+        confined, budget = self.confined, grader_budget(form.judge_tokens)[0]  # a wrong one: not used (its message)
         try:
             if form.upload and is_config(form.upload[0]):
                 suite = _read_suite(*form.upload, confined, form.local_judge())
                 rows, options = with_asserts(suite.rows, form.asserts.splitlines(), not confined), suite.options
+                rows = with_suite_tokens(rows, options.judge_tokens)  # the asserts' own budgets stay theirs
                 samples = int(form.samples or 1)  # the form's when changed from 1, else the suite's repeat
                 grid = GridSpec([], {}, samples if samples != 1 else options.samples, int(form.base_seed or 0),
                                 base=params)
@@ -192,7 +218,7 @@ class BatchController:
                                 use_cache=form.use_cache and options.use_cache, judge_prompt=form.judge_prompt,
                                 remote_judge=form.remote_judge(),
                                 judge_model=form.local_judge() or options.judge_model,
-                                derived_metrics=options.derived_metrics, judge_tokens=options.judge_tokens)
+                                derived_metrics=options.derived_metrics, judge_tokens=budget)
             template = form.template.strip() or None
             rows = (load_prompts_text(form.upload[0], form.upload[1], template, not confined) if form.upload
                     else parse_lines(form.prompts, template))
@@ -202,7 +228,8 @@ class BatchController:
             return BatchJob(form.name.strip() or "Batch run", rows, grid, form.system, form.raw,
                             chat_template=self.services.settings.get().chat_template,  # the Chat tab's choice
                             use_cache=form.use_cache, judge_prompt=form.judge_prompt,
-                            remote_judge=form.remote_judge(), judge_model=form.local_judge())
+                            remote_judge=form.remote_judge(), judge_model=form.local_judge(),
+                            judge_tokens=budget)
         except (BatchInputError, InvalidName) as exc:
             raise UserError(str(exc)) from exc
 

@@ -29,7 +29,8 @@ def form_values(run: BatchRun) -> tuple[dict[str, Any], str]:
         template="", system=spec.system_prompt, raw=spec.raw,
         presets=tuple(grid.presets), axes=axes_text(grid.axes), samples=grid.samples, base_seed=grid.base_seed,
         name=run.name, use_cache=spec.use_cache, judge_url=remote.get("url", ""),
-        judge_model=remote.get("model", "") or spec.judge_model)
+        judge_model=remote.get("model", "") or spec.judge_model,
+        judge_tokens=str(spec.judge_tokens) if spec.judge_tokens else "")
     if spec.judge_prompt:
         values["judge_prompt"] = spec.judge_prompt
     notes = []

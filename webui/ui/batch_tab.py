@@ -10,7 +10,7 @@ import gradio as gr
 from webui.batch.run.results import rows_for_setting
 from webui.batch.asserts.kinds import kinds_help
 from webui.batch.run.judge import JUDGE_PROMPT
-from webui.controllers.batch import NO_ROW, NO_RUN, BatchController, BatchForm
+from webui.controllers.batch import GRADER_BUDGET_UNSET, NO_ROW, NO_RUN, BatchController, BatchForm, grader_budget
 from webui.controllers.errors import UserError
 from webui.services import Services
 from webui.ui.api_batches_panel import APIBatchesPanel, create_api_batches_tab, wire_api_batches
@@ -18,14 +18,17 @@ from webui.ui.batch_views import clicked_row, compare_html, pivot_table, result_
 from webui.ui.feedback import Updates, Update, shows_errors
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
+from webui.ui.params_panel import WRONG
 
 COLUMN_WIDTHS: list[str | int] = ["40px", "120px", "125px", "75px", "55px", "132px", "76px", "71px", "134px", "68px", "57px", "112px",
                  "74px", "71px"]
 """One per RESULT_COLUMNS entry: each header fits on one line; cells are one line each, cut with "…" (a click on
 a cell shows it whole, the review panel the row's asserts and output)."""
 REFILLED = ("prompts", "upload", "template", "asserts", "system", "raw", "presets", "axes", "samples", "base_seed",
-            "name", "use_cache", "judge_prompt", "judge_url", "judge_model")
+            "name", "use_cache", "judge_prompt", "judge_url", "judge_model", "judge_tokens")
 """The form fields Open fills from a stored run (not the judge's API key, which is never stored)."""
+GRADER_BUDGET_INFO = (f"Used for every grading step, over any budget a suite gives (each step at most its own). "
+                      f"Empty: {GRADER_BUDGET_UNSET}.")
 
 
 @dataclass
@@ -48,6 +51,7 @@ class FormFields:
     judge_url: gr.Textbox
     judge_model: gr.Textbox
     judge_key: gr.Textbox
+    judge_tokens: gr.Textbox
 
     @property
     def inputs(self) -> set:
@@ -139,6 +143,9 @@ def _form_column(services: Services) -> dict:
                                          scale=1)
                 judge_key = gr.Textbox(label="Its API key (not stored)", type="password", elem_id="batch-judge-key",
                                        scale=1)
+            judge_tokens = gr.Textbox(label="Grader budget: the most tokens the judge writes per grading step "
+                                            "(promptfoo's grader max_tokens)", info=GRADER_BUDGET_INFO,
+                                      placeholder="e.g. 96", elem_id="batch-judge-tokens")
         system = gr.Textbox(label="System prompt", lines=1, elem_id="batch-system")
         raw = gr.Checkbox(label="Raw prompts (no chat template)", value=False, elem_id="batch-raw")
     with gr.Column(scale=1):
@@ -162,7 +169,7 @@ def _form_column(services: Services) -> dict:
             cancel = gr.Button("Cancel", variant="stop", elem_id="batch-cancel")
         progress = gr.Markdown("", elem_id="batch-progress")
     form = FormFields(prompts, gr.State(None), template, asserts, system, raw, presets, axes, samples, base_seed, name,
-                      use_cache, judge_prompt, judge_url, judge_model, judge_key)
+                      use_cache, judge_prompt, judge_url, judge_model, judge_key, judge_tokens)
     return dict(form=form, upload_button=upload_button, clear_upload=clear_upload, upload_note=upload_note, plan=plan,
                 check=check, run=run, cancel=cancel, progress=progress)
 
@@ -293,7 +300,15 @@ def _wire_running(tab: BatchTab, params: ParametersTab) -> None:
     tab.run.click(run, inputs, [tab.plan, tab.progress, tab.run_id, *tab.views], concurrency_limit=None)
     tab.cancel.click(c.cancel, [tab.run_id], [tab.progress], concurrency_limit=None)
     tab.upload_button.upload(upload, [tab.upload_button], [tab.form.upload, tab.upload_note])
+    tab.form.judge_tokens.change(_budget_message, [tab.form.judge_tokens], [tab.form.judge_tokens],
+                                 trigger_mode="always_last", show_progress="hidden")
     tab.clear_upload.click(lambda: (None, ""), None, [tab.form.upload, tab.upload_note])
+
+
+def _budget_message(typed: str) -> Update:
+    """The grader budget box's message: what it is for, or that a wrong value is not used and what is."""
+    message = grader_budget(typed)[1]
+    return gr.update(info=message or GRADER_BUDGET_INFO, elem_classes=[WRONG] if message else [])
 
 
 def _wire_views(tab: BatchTab) -> None:

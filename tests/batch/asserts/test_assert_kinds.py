@@ -192,7 +192,7 @@ def test_a_key_of_another_kind_is_refused_naming_the_kinds_it_belongs_to():
     with pytest.raises(BatchInputError, match="rubricPrompt applies to answer-relevance, .*llm-rubric, .*not to "
                                               "contains"):
         parse_assert({"type": "contains", "value": "x", "rubricPrompt": "Grade {{output}}"})
-    with pytest.raises(BatchInputError, match="provider applies to classifier, not to equals"):
+    with pytest.raises(BatchInputError, match="provider applies to answer-relevance, classifier, .*not to equals"):
         parse_assert({"type": "equals", "value": "x", "provider": "huggingface:text-classification:a/b"})
     with pytest.raises(BatchInputError, match="llm-rubric: an assert's own grading provider is not used here"):
         parse_assert({"type": "llm-rubric", "value": "kind", "provider": "openai:gpt-4o"})

@@ -62,14 +62,16 @@ class Grade(NamedTuple):
 @dataclass(frozen=True)
 class Step:
     """One question to the judge: its default prompt (with the answer instruction), the instruction alone
-    (appended to a custom prompt), the JSON schema its answer follows, its token budget, and what its answer
-    adds to the inputs of the next step."""
+    (appended to a custom prompt), the JSON schema its answer follows, its token budget, what its answer
+    adds to the inputs of the next step, and how many of promptfoo's grader calls it asks at once (a grader
+    budget given is per call: answer-relevance asks in one step the three questions promptfoo asks one a call)."""
 
     prompt: str
     answer: str
     schema: dict[str, Any]
     max_tokens: int = 256
     carry: Callable[[dict[str, Any]], dict[str, str]] | None = None
+    calls: int = 1
 
 
 @dataclass(frozen=True)
@@ -514,7 +516,7 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
                "{method: average|sum, weights: {type: w}, threshold}); no judge"),
     GradedKind("answer-relevance", (Step(QUESTIONS_PROMPT, QUESTIONS_ANSWER, _schema(questions={
         "type": "array", "items": {**_text(150), "minLength": 8}, "minItems": RELEVANCE_QUESTIONS,
-        "maxItems": RELEVANCE_QUESTIONS}), 384),), _no_embeddings, "",
+        "maxItems": RELEVANCE_QUESTIONS}), 384, calls=RELEVANCE_QUESTIONS),), _no_embeddings, "",
                "mean cosine of the query var (else the prompt) and questions the judge makes from the output; "
                "needs an embedding model", threshold=0.0, by_score=True, scored=_answer_relevance),
     GradedKind("classifier", (), None, "toxic", "a label's probability (none: the top one) by a local "
@@ -544,17 +546,22 @@ def custom_prompts(given: Any, kind: str) -> tuple[str, ...]:
 class GradedValue(ValueForm):
     """A graded kind's value (a text: its rubric, criteria or reference; g-eval also a list of criteria; none for
     context-faithfulness and context-relevance), and in the dict form promptfoo's ``rubricPrompt`` (a custom
-    grading prompt) and, for factuality, a test's ``options.factuality`` (each category's score)."""
+    grading prompt), its own grading ``provider`` read for its ``config.max_tokens`` (the assert's grader budget,
+    held as the option ``max_tokens``; webui.batch.run.judge.step_tokens) and, for factuality, a test's
+    ``options.factuality`` (each category's score)."""
 
     name = "graded"
-    options = frozenset({"rubricPrompt", "factuality", "max_score"})
-    keys = ("rubricPrompt", "contextTransform", "factuality")
+    options = frozenset({"rubricPrompt", "factuality", "max_score", "max_tokens"})
+    keys = ("rubricPrompt", "contextTransform", "factuality", "provider")
 
     def hold(self, kind: KindData, value: Any, options: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         if kind.name == "max-score":  # its value is held as its options
             return None, {"max_score": max_score_options(options.get("max_score", value))}
         if "max_score" in options:
             raise BatchInputError(f"{kind.name}: method, weights and threshold as a value apply to max-score only")
+        if "max_tokens" in options:
+            options = {**options, "max_tokens": grader_tokens({"max_tokens": options["max_tokens"]}, kind.name)}
+            options = {k: v for k, v in options.items() if v is not None}
         if "rubricPrompt" in options:
             options = {**options, "rubricPrompt": custom_prompts(options["rubricPrompt"], kind.name)}
         if "factuality" in options:
@@ -582,6 +589,9 @@ class GradedValue(ValueForm):
         if given.get("contextTransform") is not None:
             raise BatchInputError(f"{kind.name}: {CONTEXT_TRANSFORM_REFUSED}")
         options = {key: given[key] for key in ("rubricPrompt", "factuality") if given.get(key) is not None}
+        tokens = own_grader_tokens(given["provider"], kind.name) if given.get("provider") is not None else None
+        if tokens is not None:
+            options["max_tokens"] = tokens
         if kind.name == "max-score":
             return None, {**options, "max_score": max_score_options(value)}
         if not GRADED[kind.name].example:
@@ -605,9 +615,10 @@ class GradedValue(ValueForm):
                                                item.value}
         custom = item.options.get("rubricPrompt")
         written = (custom[0] if len(custom) == 1 else list(custom)) if custom else None  # as promptfoo writes it
-        scores = item.options.get("factuality")
+        scores, tokens = item.options.get("factuality"), item.options.get("max_tokens")
         return {**value, **({"rubricPrompt": written} if written else {}),
-                **({"factuality": dict(scores)} if scores else {})}
+                **({"factuality": dict(scores)} if scores else {}),
+                **({"provider": {"config": {"max_tokens": tokens}}} if tokens else {})}
 
 
 GRADED_VALUE = GradedValue()
@@ -620,11 +631,10 @@ def _whole_prompt(kind: str, options: Mapping[str, Any]) -> bool:
 
 
 def promptfoo_graded(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, Any]:
-    """A graded assert as promptfoo writes it: its value, threshold and rubricPrompt (and contextTransform, which
-    the value form refuses by name); its own grading ``provider`` is refused (the run has one judge)."""
-    if item.get("provider") is not None:
-        raise BatchInputError(own_provider_refused(item["type"]))
-    keys = ("value", "threshold", "rubricPrompt", "contextTransform", "factuality")
+    """A graded assert as promptfoo writes it: its value, threshold, rubricPrompt and its own grading ``provider``
+    (read for its ``config.max_tokens`` only; one naming a model is refused: the run has one judge), and
+    contextTransform, which the value form refuses by name."""
+    keys = ("value", "threshold", "rubricPrompt", "contextTransform", "factuality", "provider")
     out = {key: item[key] for key in keys if item.get(key) is not None}
     if "rubricPrompt" in out:
         given = out["rubricPrompt"]
@@ -635,8 +645,30 @@ def promptfoo_graded(item: Mapping[str, Any], files: SuiteFiles) -> dict[str, An
 
 def own_provider_refused(kind: str) -> str:
     return (f"{kind}: an assert's own grading provider is not used here; the judge is the run's (the Batch tab's "
-            "judge settings, or launch.py batch --judge-url / --judge-model): remove provider, or override every "
-            "grader with launch.py batch --grader workbench:NAME (promptfoo's eval --grader)")
+            "judge settings, or launch.py batch --judge-url / --judge-model): remove provider (or keep only its "
+            "config: {max_tokens: N}, the assert's grader token budget), or override every grader with launch.py "
+            "batch --grader workbench:NAME (promptfoo's eval --grader)")
+
+
+def own_grader_tokens(provider: Any, kind: str) -> int | None:
+    """An assert's own grading provider read for its token budget: ``{config: {max_tokens: N}}`` (promptfoo's
+    grader config; what is left of a provider the run's grader replaced); one naming a model is refused."""
+    if not isinstance(provider, Mapping) or set(provider) != {"config"}:
+        raise BatchInputError(own_provider_refused(kind))
+    return grader_tokens(provider["config"], f"{kind}: provider.config")
+
+
+def grader_tokens(config: Any, where: str = "") -> int | None:
+    """A grader's ``config`` read for its ``max_tokens`` (the only key read here): a whole number >= 1; None
+    where it gives none."""
+    at = f"{where}: " if where else ""
+    if not isinstance(config, Mapping) or set(config) - {"max_tokens"}:
+        raise BatchInputError(f"{at}a grader's config here takes max_tokens only (its token budget per grading "
+                              f"step), got {config!r}")
+    tokens = config.get("max_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise BatchInputError(f"{at}the grader's max_tokens must be a whole number >= 1, got {tokens!r}")
+    return tokens
 
 
 def _file_text(given: Any, files: SuiteFiles) -> Any:

@@ -13,7 +13,8 @@ numbers, metric names, + - * / and parentheses; anything else is refused by name
 replaced by what it points at before the suite is read. ``defaultTest.options.provider``
 ``workbench:NAME`` is the loaded model that judges; another id is refused, unless a grader is given
 (``launch.py batch --grader``, promptfoo's ``eval --grader``; the Batch tab's judge model): it overrides every
-grader the suite names (:func:`with_grader`).
+grader the suite names (:func:`with_grader`), keeping the token budget each gives (its ``config.max_tokens``).
+The budget's precedence (the run's over an assert's over the suite's) is webui.batch.run.judge.step_tokens.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 from webui.batch.asserts.classify import names_classifier
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.asserts.graded import GRADED
+from webui.batch.asserts.graded import GRADED, grader_tokens
 from webui.batch.promptfoo.tests import Problems
 
 NOT_APPLIED = {
@@ -115,8 +116,10 @@ def with_grader(config: Mapping[str, Any], grader: str, notes: list[str]) -> dic
         options = out.get("options")
         if isinstance(options, dict) and options.get("provider") is not None \
                 and not names_classifier(options["provider"]):
-            notes.append(f"{where}.options.provider is replaced by the grader {grader}")
-            out["options"] = {k: v for k, v in options.items() if k != "provider"}
+            kept = _budget_of(options["provider"]) if where == "defaultTest" else {}  # a test's: not read here
+            notes.append(f"{where}.options.provider is replaced by the grader {grader}"
+                         + (" (its config.max_tokens is kept: the grader's token budget)" if kept else ""))
+            out["options"] = {**{k: v for k, v in options.items() if k != "provider"}, **kept}
         if isinstance(out.get("assert"), list):
             out["assert"] = [_without_provider(a, f"{where}.assert[{i}]", grader, notes)
                              for i, a in enumerate(out["assert"])]
@@ -134,8 +137,19 @@ def _without_provider(item: Any, where: str, grader: str, notes: list[str]) -> A
     kind = str(item.get("type", "")).removeprefix("not-") if isinstance(item, dict) else ""
     if kind not in GRADED or item.get("provider") is None or names_classifier(item["provider"]):
         return item
-    notes.append(f"{where}.provider is replaced by the grader {grader}")
-    return {k: v for k, v in item.items() if k != "provider"}
+    kept = _budget_of(item["provider"])
+    notes.append(f"{where}.provider is replaced by the grader {grader}"
+                 + (" (its config.max_tokens is kept: the assert's grader token budget)" if kept else ""))
+    return {**{k: v for k, v in item.items() if k != "provider"}, **kept}
+
+
+def _budget_of(provider: Any) -> dict[str, Any]:
+    """What a replaced grading provider leaves: its token budget, as ``{provider: {config: {max_tokens}}}`` (a
+    budget without a model: the run's grader writes at most that); {} where it gives none."""
+    config = provider.get("config") if isinstance(provider, dict) else None
+    if not isinstance(config, dict) or config.get("max_tokens") is None:
+        return {}
+    return {"provider": {"config": {"max_tokens": config["max_tokens"]}}}
 
 
 def suite_options(config: Mapping[str, Any], problems: Problems, notes: list[str], grader: str = "") -> SuiteOptions:
@@ -194,6 +208,8 @@ def _judge_model(default: Any, problems: Problems) -> tuple[str, int | None]:
     if provider is not None and not names_classifier(provider):  # a classifier's model: the asserts read it
         if isinstance(provider, dict) and "config" in provider:
             tokens = _grader_tokens(provider["config"], problems)
+        if isinstance(provider, dict) and set(provider) == {"config"}:  # a budget alone (a grader replaced it)
+            return "", tokens
         pid = provider.get("id") if isinstance(provider, dict) else provider
         name = pid.removeprefix("workbench:").strip() if isinstance(pid, str) else ""
         if not name or ":" in name or (isinstance(provider, dict) and set(provider) - {"id", "label", "config"}):
@@ -209,16 +225,9 @@ def _judge_model(default: Any, problems: Problems) -> tuple[str, int | None]:
 
 def _grader_tokens(config: Any, problems: Problems) -> int | None:
     """The grader's ``config.max_tokens`` (the only key of a grader's config read here)."""
-    where = "defaultTest.options.provider.config"
-    if not isinstance(config, dict) or set(config) - {"max_tokens"}:
-        problems.add(where, f"a grader's config here takes max_tokens only (its token budget per grading step), "
-                            f"got {config!r}")
-        return None
-    tokens = config.get("max_tokens")
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
-        problems.add(f"{where}.max_tokens", f"must be a whole number >= 1, got {tokens!r}")
-        return None
-    return tokens
+    with problems.collect("defaultTest.options.provider.config"):
+        return grader_tokens(config)
+    return None
 
 
 def derived_metrics(given: Any, problems: Problems) -> dict[str, str]:

@@ -19,7 +19,7 @@ from webui.batch.asserts.kinds import kinds_help
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.run.export import to_csv, to_jsonl
 from webui.batch.run.grid import DEFAULT_MAX_CELLS, GridSpec, parse_axis
-from webui.batch.run.judge import JUDGE_PROMPT, RemoteJudge
+from webui.batch.run.judge import JUDGE_PROMPT, RemoteJudge, with_suite_tokens
 from webui.batch.run.prompts import load_prompts, unescape_newlines
 from webui.batch.promptfoo.reader import is_config, load_suite
 from webui.batch.promptfoo.export import to_promptfoo
@@ -63,9 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the suite names (defaultTest.options.provider, an assert's provider): workbench:NAME or NAME, "
                         "a model loaded beside the tested ones")
     p.add_argument("--grader-max-tokens", type=int, metavar="N",
-                   help="the most tokens the judge writes per grading step (as promptfoo's grader config max_tokens; "
-                        "default: a promptfoo suite's defaultTest.options.provider config.max_tokens, else each "
-                        "step's own budget, 256-768); a small judge stops sooner")
+                   help="the most tokens the judge writes per grading step (as promptfoo's grader config max_tokens), "
+                        "over any budget the suite gives (an assert's provider config.max_tokens, then "
+                        "defaultTest.options.provider config.max_tokens); default: those, else each step's own "
+                        "budget, 256-768; a small judge stops sooner")
     p.add_argument("--no-cache", action="store_true",
                    help="generate every cell, even one whose whole request already ran (default: reuse it)")
     p.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, help="refuse grids larger than this")
@@ -100,7 +101,8 @@ def main(argv: list[str]) -> int:
                 raise BatchInputError("a promptfoo config brings its own prompts and providers (settings); "
                                       "--preset, --grid and --template do not apply to it")
             suite = load_suite(args.prompts, grader)
-            description, rows, settings, options = suite.description, suite.rows, suite.settings, suite.options
+            description, settings, options = suite.description, suite.settings, suite.options
+            rows = with_suite_tokens(suite.rows, options.judge_tokens)  # the asserts' own budgets stay theirs
             for note in suite.notes:  # what the suite names that is not applied, each once
                 print(f"note: {note}", file=sys.stderr)
         else:
@@ -128,7 +130,7 @@ def main(argv: list[str]) -> int:
                        judge_prompt=judge_prompt,
                        remote_judge=RemoteJudge(args.judge_url, args.judge_model) if args.judge_url else None,
                        judge_model=local_judge, derived_metrics=options.derived_metrics,
-                       judge_tokens=args.grader_max_tokens or options.judge_tokens)
+                       judge_tokens=args.grader_max_tokens)  # over every budget the suite gives (step_tokens)
         planned, _ = services.batch_runner.plan(job)  # bad grids fail before any model loads
         named = list(dict.fromkeys(s.model for s in planned if s.model))
         if args.model or any(s.model is None for s in planned):

@@ -27,15 +27,15 @@ from webui.batch.asserts.assertion import Assert
 from webui.batch.asserts.types import AssertResult, Verdict
 from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.graded import (
-    COMPARING, GRADED, JUDGE_PROMPT, VERDICT_SCHEMA, Embed, GradedKind, max_score_grades, numbered_outputs,
+    COMPARING, GRADED, JUDGE_PROMPT, VERDICT_SCHEMA, Embed, GradedKind, Step, max_score_grades, numbered_outputs,
     select_grades, select_schema, verdict_key,
 )
-from webui.batch.run.prompts import render, template_variables
+from webui.batch.run.prompts import PromptRow, render, template_variables
 from webui.engine import EngineError, GenerationRequest, SamplingParams
 
 __all__ = ["JUDGE_PROMPT", "KEY_VARIABLE", "VERDICT_SCHEMA", "JudgeError", "RemoteJudge", "check_judge_prompt",
            "grade", "graded", "inputs_for", "judge_budget", "judge_request", "max_score", "read_answer", "rubrics",
-           "select_best", "step_text"]
+           "select_best", "step_text", "step_tokens", "with_suite_tokens"]
 
 KEY_VARIABLE = "WORKBENCH_JUDGE_API_KEY"
 
@@ -106,14 +106,39 @@ def graded(asserts: Sequence[Assert], select: bool = False) -> list[Assert]:
     return list(found.values())
 
 
-def judge_budget(asserts: Sequence[Assert], cap: int | None = None) -> int:
-    """The most tokens the judge may write on one output's graded asserts: each step's budget (at most ``cap``,
-    the run's grader budget), for each criterion of a kind that judges them one at a time."""
+def step_tokens(step: Step, item: Assert, run: int | None = None) -> int:
+    """The most tokens the judge writes on one grading step of ``item``. The budget given, by precedence: the
+    run's (``launch.py batch --grader-max-tokens``, the Batch tab's grader budget), over the assert's own (its
+    ``provider: {config: {max_tokens}}``), over the suite's (``defaultTest.options.provider.config.max_tokens``,
+    given to each graded assert without its own by :func:`with_suite_tokens`); none given: the step's own (256-768,
+    what its JSON answer fits). A budget given caps the step's own, it never raises it; it is per grader call, as
+    promptfoo's, so a step that asks several calls' questions at once (answer-relevance's three) gets it for each."""
+    given = run or item.options.get("max_tokens")
+    return min(step.max_tokens, given * step.calls if given else step.max_tokens)
+
+
+def with_suite_tokens(rows: Sequence[PromptRow], tokens: int | None) -> list[PromptRow]:
+    """``rows`` with the suite's grader budget given to each graded assert that has none of its own (as
+    promptfoo's defaultTest.options.provider is the grader of every assert without its own provider)."""
+    if tokens is None:
+        return list(rows)
+
+    def budgeted(item: Assert) -> Assert:
+        if item.kind not in GRADED or not GRADED[item.kind].steps or "max_tokens" in item.options:
+            return item
+        return replace(item, options={**item.options, "max_tokens": tokens})
+    return [replace(row, asserts=[budgeted(a) for a in row.asserts]) for row in rows]
+
+
+def judge_budget(asserts: Sequence[Assert], run: int | None = None) -> int:
+    """The most tokens the judge may write on one output's graded asserts: each step's budget
+    (:func:`step_tokens`; ``run``: the run's grader budget), for each criterion of a kind that judges them one at
+    a time."""
     total = 0
     for item in [*graded(asserts), *graded(asserts, select=True)]:
         kind = GRADED[item.kind]
         times = len(item.value) if kind.each and isinstance(item.value, tuple) else 1
-        total += times * sum(min(step.max_tokens, cap or step.max_tokens) for step in kind.steps)
+        total += times * sum(step_tokens(step, item, run) for step in kind.steps)
     return total
 
 
@@ -184,23 +209,24 @@ async def _answer(ask: Ask, text: str, schema: Mapping[str, Any], tokens: int) -
 
 
 async def grade(item: Assert, inputs: Mapping[str, str], ask: Ask, default: str | None = None,
-                embed: Embed | None = None) -> Verdict:
+                embed: Embed | None = None, tokens: int | None = None) -> Verdict:
     """The judge's verdict on one graded assert (not select-best), its steps asked in order; a failing verdict
     saying why when the judge cannot answer or a custom prompt cannot be filled in. ``embed``: the run's
-    embedding model, for a kind scored by embeddings (None: the run has none, and such a kind fails saying so)."""
+    embedding model, for a kind scored by embeddings (None: the run has none, and such a kind fails saying so).
+    ``tokens``: the run's grader budget (:func:`step_tokens`)."""
     kind, custom = GRADED[item.kind], tuple(item.options.get("rubricPrompt", ()))
     if kind.read is None:
         raise ValueError(f"{item.kind} is judged over a test's outputs (select_best), not one output")
     if kind.each and isinstance(item.value, tuple):  # each criterion judged, the scores averaged (promptfoo's)
-        return _mean([await grade(replace(item, value=value), {**inputs, **value_inputs(value)}, ask, default, embed)
-                      for value in item.value], kind.threshold)
+        return _mean([await grade(replace(item, value=value), {**inputs, **value_inputs(value)}, ask, default, embed,
+                                  tokens) for value in item.value], kind.threshold)
     if kind.scored is not None and embed is None:
         return Verdict(*kind.read([], inputs, item.options))
     filled, answers = dict(inputs), []
     try:
         for index, step in enumerate(kind.steps):
             text = step_text(kind, index, filled, custom, default)
-            answers.append(await _answer(ask, text, step.schema, step.max_tokens))
+            answers.append(await _answer(ask, text, step.schema, step_tokens(step, item, tokens)))
             filled.update(step.carry(answers[-1]) if step.carry else {})
     except (JudgeError, BatchInputError) as exc:
         return Verdict(False, 0.0, str(exc), unscored=True)
@@ -216,15 +242,18 @@ def _mean(verdicts: list[Verdict], threshold: float) -> Verdict:
                    all(v.unscored for v in verdicts))
 
 
-async def select_best(item: Assert, outputs: list[str], inputs: Mapping[str, str], ask: Ask) -> list[Verdict]:
-    """The judge's pick among a test's ``outputs`` (one per setting): a verdict for each."""
+async def select_best(item: Assert, outputs: list[str], inputs: Mapping[str, str], ask: Ask,
+                      tokens: int | None = None) -> list[Verdict]:
+    """The judge's pick among a test's ``outputs`` (one per setting): a verdict for each; ``tokens``: the run's
+    grader budget (:func:`step_tokens`)."""
     if len(outputs) < 2:
         return [Verdict(False, 0.0, "select-best needs at least two outputs of the test to compare")] * len(outputs)
     kind, custom = GRADED["select-best"], tuple(item.options.get("rubricPrompt", ()))
     filled = {**inputs, "outputs": numbered_outputs(outputs)}
     schema = select_schema(len(outputs))
     try:
-        answer = await _answer(ask, step_text(kind, 0, filled, custom), schema, kind.steps[0].max_tokens)
+        answer = await _answer(ask, step_text(kind, 0, filled, custom), schema,
+                               step_tokens(kind.steps[0], item, tokens))
     except (JudgeError, BatchInputError) as exc:
         return [Verdict(False, 0.0, str(exc), unscored=True)] * len(outputs)
     return [Verdict(*g) for g in select_grades(answer, len(outputs), str(item.value))]

@@ -122,6 +122,9 @@ class RunHandle:
     """The run's text-classification models for classifier asserts, each loaded once (None: the run has none)."""
     streaming: dict[int, int] = field(default_factory=dict)
     """Tokens each cell still generating has made so far (by cell index), so progress moves before cells end."""
+    judging: dict[int, int] = field(default_factory=dict)
+    """Tokens the loaded judge has written so far on each cell not yet kept (by cell index): the time-left bound
+    counts them as work done and takes them from what the cell's judges may still write."""
     toolbox: ToolBox | None = None
     """The workbench's own tools, for settings whose calls they answer (closed when the run ends)."""
     chats: dict = field(default_factory=dict)
@@ -141,21 +144,25 @@ class RunHandle:
         """How long the rest should take: "about 12s left" from the cells generated so far (cells from the cache
         take no time); before the first one finishes (cells run batched, so that can be late), "at most 40s left"
         from the tokens the unfinished cells may still make (their max_new_tokens less what they made, and the
-        most their judges may write: judging is part of a cell, so the bound does not drop to seconds while the
-        judges work) at the
-        speed so far; "" while nothing is known."""
+        most their judges may write less what they wrote: judging is part of a cell, so the bound does not drop to
+        seconds while the judges work) at the speed so far (the cells' and the judges' tokens alike, so it does not
+        grow while the judges work either); "" while nothing is known (and once every row is kept, while
+        select-best's judge compares them)."""
         elapsed = time.monotonic() - self.started
         with self._lock:
             generated = sum(not r.from_cache for r in self.results.values())
             left = self.total - len(self.results)
+            if not left:  # every row is kept: what is left (select-best's judge) has no estimate, not "0s"
+                return ""
             if generated:
                 return f"about {elapsed / generated * left:.0f}s left"
-            made = sum(self.streaming.values())
+            made = sum(self.streaming.values()) + sum(self.judging.values())
             unfinished = [(i, cell.params) for i, cell in enumerate(self.cells) if i not in self.results]
             if any(params.auto_max_new_tokens for _, params in unfinished):  # no bound known
                 return ""
             allowed = sum(max(0, params.max_new_tokens - self.streaming.get(i, 0))
-                          + judge_budget(self.cells[i].row.asserts, self.judge_tokens) for i, params in unfinished)
+                          + max(0, judge_budget(self.cells[i].row.asserts, self.judge_tokens) - self.judging.get(i, 0))
+                          for i, params in unfinished)
         return f"at most {elapsed * allowed / made:.0f}s left" if made else ""
 
     def rows(self) -> list[ResultRow]:
@@ -452,7 +459,7 @@ class BatchRunner:
         cached = self.cache.get(handle.keys[index]) if handle.use_cache and not logprobs and not loop else None
         if cached is not None:  # the very same request ran before: its response, with this run's asserts
             output, value = reply_output(cell, cached.output, cached.finish_reason)
-            judged = await self._judge(handle, cell, output)
+            judged = await self._judge(handle, cell, output, index)
             embedded = await self._embed(handle, cell, output)
             self._keep(handle, index, result_for(cell, replace(cached, output=output, output_value=value),
                                                  ran_on(handle.slots[cell.setting.model]), from_cache=True,
@@ -472,7 +479,7 @@ class BatchRunner:
             error = made.error
             output, value = reply_output(cell, made.text, made.finish_reason) if error is None and not loop \
                 else (made.text, None)
-            judged = await self._judge(handle, cell, output) if error is None else {}
+            judged = await self._judge(handle, cell, output, index) if error is None else {}
             embedded = await self._embed(handle, cell, output) if error is None else None
             generated = Generated(output, made.finish_reason, made.prompt_tokens, made.completion_tokens,
                                   made.cached_tokens, made.ttft, made.tokens_per_second, error, value,
@@ -548,18 +555,22 @@ class BatchRunner:
                 handle.streaming.pop(index, None)  # no row will take its place
         return made
 
-    def _ask(self, handle: RunHandle) -> Ask:
-        """How this run asks its judge (a loaded model, or a server)."""
+    def _ask(self, handle: RunHandle, index: int = -1) -> Ask:
+        """How this run asks its judge (a loaded model, or a server); the loaded judge's tokens on cell ``index``
+        are counted in ``handle.judging``."""
         async def ask(text: str, schema: Mapping[str, Any], max_tokens: int) -> str:
-            max_tokens = min(max_tokens, handle.judge_tokens or max_tokens)
             if handle.remote_judge is not None:
                 return await asyncio.to_thread(handle.remote_judge.ask, text, schema, max_tokens)
             engine, render_chat = handle.judge
-            stream = engine.submit(judge_request(render_chat, text, schema, max_tokens))
-            return "".join([event.text async for event in stream])
+            said = []
+            async for event in engine.submit(judge_request(render_chat, text, schema, max_tokens)):
+                said.append(event.text)
+                with handle._lock:
+                    handle.judging[index] = handle.judging.get(index, 0) + (len(event.token_ids) or bool(event.text))
+            return "".join(said)
         return ask
 
-    async def _judge(self, handle: RunHandle, cell: Cell, output: str) -> dict[str, Verdict]:
+    async def _judge(self, handle: RunHandle, cell: Cell, output: str, index: int = -1) -> dict[str, Verdict]:
         """The judge's verdict on ``output`` for each graded assert of the cell's prompt (select-best waits for
         the test's other outputs, :meth:`_select_best`)."""
         verdicts: dict[str, Verdict] = {}
@@ -571,8 +582,8 @@ class BatchRunner:
                 continue
             inputs = inputs_for(item, output, cell.row.text, cell.row.variables)
             default = handle.judge_prompt if item.kind == "llm-rubric" else None
-            verdicts[verdict_key(item)] = await grade(item, inputs, self._ask(handle), default,
-                                                      self._embedding(handle))
+            verdicts[verdict_key(item)] = await grade(item, inputs, self._ask(handle, index), default,
+                                                      self._embedding(handle), handle.judge_tokens)
         return verdicts
 
     @staticmethod
@@ -609,7 +620,7 @@ class BatchRunner:
                 inputs = inputs_for(item, "", cell.row.text, cell.row.variables)
                 found = max_score(item, [list(zip(handle.cells[i].row.asserts, handle.results[i].asserts))
                                          for i in indexes]) if item.kind == "max-score" else \
-                    await select_best(item, outputs, inputs, self._ask(handle))
+                    await select_best(item, outputs, inputs, self._ask(handle), handle.judge_tokens)
                 for held, verdict in zip(verdicts, found):
                     held[verdict_key(item)] = verdict
             for index, judged in zip(indexes, verdicts):
@@ -651,6 +662,7 @@ class BatchRunner:
         with handle._lock:
             handle.results[index] = row
             handle.streaming.pop(index, None)  # its tokens are the row's now
+            handle.judging.pop(index, None)
 
 
 def way(setting: Setting, raw: bool) -> tuple[str | None, bool, str]:
