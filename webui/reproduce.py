@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from loaders.base import PromptImage, Tokenizer
 from webui.chat.modes import ChatMode, ModeError
@@ -35,7 +35,9 @@ class RecordError(ValueError):
 @dataclass(frozen=True)
 class ReproduceRecord:
     model: str
-    params: dict[str, Any]  # every SamplingParams field; "seed" is the seed that was used
+    params: SamplingParams
+    """Every sampling parameter, with the seed that was used; written as SamplingParams.to_dict(), read by
+    read_params (old records without the newer fields read with those neutral)."""
     messages: list[dict[str, Any]] | None = None  # a chat (the model's template applies; a message with images:
     # OpenAI's content parts, each image a data: URL, as the API takes them), or
     prompt: str | None = None  # raw text
@@ -60,10 +62,11 @@ class ReproduceRecord:
     @property
     def other_draw(self) -> bool:
         """Its seed picked sampled tokens under another draw than this version's: they will not repeat."""
-        return self.draw != DRAW and not self.sampling().greedy
+        return self.draw != DRAW and not self.params.greedy
 
     def to_json(self) -> str:
         data = asdict(self)
+        data["params"] = self.params.to_dict()
         data["continue_from"] = self.continue_from.to_json() if self.continue_from is not None else None
         data["chat_mode"] = self.chat_mode.to_record() if self.chat_mode is not None else None
         if data["chat_mode"] is None:  # an instruct record is written as records always were
@@ -71,12 +74,6 @@ class ReproduceRecord:
         if data["tools"] is None:
             del data["tools"]
         return _dumps({"format": FORMAT, "version": 1, **data})
-
-    def sampling(self) -> SamplingParams:
-        try:
-            return SamplingParams.from_dict(self.params, source="the record")
-        except InvalidParameter as exc:
-            raise RecordError(str(exc)) from exc
 
     def request(self, tokenizer: Tokenizer, image_placeholder: str = "") -> GenerationRequest:
         """The engine request this record describes (the chat rendered with ``tokenizer``'s template; its images,
@@ -94,9 +91,9 @@ class ReproduceRecord:
                 prompt = [*tokenizer.encode(text, add_special_tokens=False), *given.token_ids]
             elif given is not None and given.text:
                 prompt = text + given.text
-            return GenerationRequest(prompt, self.sampling(), add_special_tokens=False, messages=messages,
+            return GenerationRequest(prompt, self.params, add_special_tokens=False, messages=messages,
                                      loras=loras, images=images)
-        return GenerationRequest(self.prompt or "", self.sampling(), loras=loras)
+        return GenerationRequest(self.prompt or "", self.params, loras=loras)
 
     @property
     def calls_tools(self) -> bool:
@@ -165,7 +162,7 @@ class ReproduceRecord:
 
     def api_body(self) -> tuple[str, dict[str, Any]]:
         """(route, JSON body) of the equivalent OpenAI API request."""
-        body = {"model": self.model, **self.sampling().api_body()}
+        body = {"model": self.model, **self.params.api_body()}
         if self.loras:  # every adapter at the record's weight (not the weight attached now)
             body["loras"] = [[str(n), float(w)] for n, w in self.loras]
         if self.messages is not None:
@@ -236,11 +233,10 @@ def parse_record(text: str) -> ReproduceRecord:
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         raise RecordError("'tools' must be a list of tools in OpenAI's format "
                           '({"type": "function", "function": {"name": ..., "parameters": {...}}})')
-    record = ReproduceRecord(data["model"], data["params"], data.get("messages"), data.get("prompt"),
+    record = ReproduceRecord(data["model"], read_params(data["params"]), data.get("messages"), data.get("prompt"),
                              data.get("loader", "transformers"), _loras(data.get("loras")), data.get("chat_template"),
                              _given(data.get("continue_from")), load_options=data.get("load_options") or {},
                              draw=draw, chat_mode=_mode(data.get("chat_mode")), tools=data.get("tools"))
-    record.sampling()  # validates the parameters now
     if tools:
         try:
             plan_tools(tools, "auto", True)
@@ -248,6 +244,15 @@ def parse_record(text: str) -> ReproduceRecord:
             raise RecordError(f"tools: {exc}") from exc
     record.template()
     return record
+
+
+def read_params(value: Mapping[str, Any]) -> SamplingParams:
+    """A record's "params" (SamplingParams.to_dict(); a field left out is neutral, as in records written before
+    it existed); RecordError names the parameter that is wrong."""
+    try:
+        return SamplingParams.from_dict(value, source="the record")
+    except InvalidParameter as exc:
+        raise RecordError(str(exc)) from exc
 
 
 def _mode(value: Any) -> ChatMode | None:
@@ -292,7 +297,7 @@ def record_for_reply(history: list[dict[str, Any]], system_prompt: str, reply: R
     if reply.run is None:
         raise RecordError("this reply was not made by a run here (edited by hand, or branched at its last token)")
     sent = kept_messages(chat_messages(history, system_prompt, tools=tools), reply.dropped)
-    params = {**reply.run.params, "seed": reply.run.seed}
+    params = read_params({**reply.run.params, "seed": reply.run.seed})
     return ReproduceRecord(reply.model if reply.model is not None else "?", params, sent,
                            loader=reply.loader or "transformers", loras=tuple(reply.loras),
                            load_options=reply.load_options if reply.load_options is not None else {},
@@ -313,7 +318,7 @@ def record_for_batch_row(model: str, spec: StoredRun, row: ResultRow,
     from webui.chat import chat_messages
 
     setting = spec.setting(row.setting)
-    params = {**row.params, "seed": row.seed}
+    params = read_params({**row.params, "seed": row.seed})
     loras = setting.loras if setting is not None else ()
     options = spec.load_options.get(model, {}) if row.load_options is None else row.load_options
     if spec.raw:

@@ -99,10 +99,11 @@ def test_what_is_wrong_is_named(app, extra, status, param, message):
 def test_a_reproduce_records_body_is_the_chat_replys_prompt(app, services):
     from webui.chat import chat_messages, render_chat_prompt
     from webui.chat.modes import ChatMode
+    from webui.engine import SamplingParams
     from webui.reproduce import ReproduceRecord
 
     mode = ChatMode("chat-instruct", services.characters.get("Ann"))
-    record = ReproduceRecord("tiny", {"temperature": 0.0, "max_new_tokens": 3}, chat_messages(MESSAGES),
+    record = ReproduceRecord("tiny", SamplingParams(temperature=0.0, max_new_tokens=3), chat_messages(MESSAGES),
                              chat_mode=mode)
     _, body = record.api_body()
     extra = {k: body[k] for k in ("mode", "character")}

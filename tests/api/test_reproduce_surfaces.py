@@ -36,7 +36,7 @@ def local(tmp_path_factory, default_model_dir):
 ], ids=["greedy", "seeded"])
 def test_same_record_same_tokens_everywhere(api, local, params):
     model = local.loaded
-    record = parse_record(ReproduceRecord(model.name, params.to_dict(),
+    record = parse_record(ReproduceRecord(model.name, params,
                                           [{"role": "user", "content": QUESTION}]).to_json())
     engine_text = local.engine.generate(record.request(model.tokenizer)).text  # what the Chat tab runs
 
@@ -70,5 +70,5 @@ def test_each_batch_row_carries_a_record_that_gives_its_output_again(local):
     for row in rows:
         record = parse_record(record_for_batch_row(run.model, run.spec, row, model.loader).to_json())
         assert record.messages[0] == {"role": "system", "content": "Be brief."}
-        assert record.params["seed"] == row.seed
+        assert record.params.seed == row.seed
         assert local.engine.generate(record.request(model.tokenizer)).text == row.output, row.setting

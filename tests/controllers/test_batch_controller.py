@@ -92,7 +92,7 @@ def test_a_row_shows_what_the_model_read_and_its_record(controller, services):
     row = controller.rows(done.run_id)[0]
     seen = controller.inspect_row(done.run_id, row)
     assert "Name a fruit." in seen.seen.text and "Be brief." in seen.seen.text
-    assert seen.record.loader == "transformers" and seen.record.params["seed"] == row.seed
+    assert seen.record.loader == "transformers" and seen.record.params.seed == row.seed
     assert services.engine.generate(seen.record.request(services.loaded.tokenizer)).text == row.output
 
 

@@ -204,7 +204,7 @@ def test_inspect_shows_what_the_model_read_and_the_record(session, services):
     done = last(session.send(None, "What is 2+2?", "Be exact.", GREEDY, KEY))
     seen = session.inspect(done.chat_id)
     assert seen.which == "message 2 (the reply)" and "What is 2+2?" in seen.seen.text
-    assert seen.record.params["temperature"] == 0 and seen.record.messages[-1]["content"] == "What is 2+2?"
+    assert seen.record.params.temperature == 0 and seen.record.messages[-1]["content"] == "What is 2+2?"
     mine = session.inspect(done.chat_id, 0)
     assert mine.record is None and mine.seen.text == seen.seen.text
     services.models.unload()

@@ -47,11 +47,11 @@ def test_mistakes_are_user_errors(controller, services):
 
 def test_a_record_reruns_to_the_same_text(controller, services):
     params = SamplingParams(temperature=0, max_new_tokens=5, ban_eos=True)
-    record = ReproduceRecord("tiny", params.to_dict(), prompt="Once upon a time")
+    record = ReproduceRecord("tiny", params, prompt="Once upon a time")
     text, note = controller.rerun(record.to_json())
     again, _ = controller.rerun(record.to_json())
     assert text == again and "5 tokens" in note and "made with" not in note
-    other = ReproduceRecord("another-model", params.to_dict(), prompt="Once upon a time")
+    other = ReproduceRecord("another-model", params, prompt="Once upon a time")
     assert "made with **another-model**" in controller.rerun(other.to_json())[1]
 
 

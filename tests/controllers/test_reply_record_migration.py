@@ -58,7 +58,7 @@ def test_a_chat_stored_with_the_old_stats_object_opens_shows_its_line_and_reprod
     assert export["messages"][1]["stats"] == stats  # exports carry the stored object unchanged
 
     record = session.inspect(done.chat_id).record
-    assert record is not None and (record.model, record.loader, record.params["seed"]) == ("tiny", "transformers", 11)
+    assert record is not None and (record.model, record.loader, record.params.seed) == ("tiny", "transformers", 11)
     assert record.messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
     assert record.load_options == stats["load_options"] and record.continue_from is None
     again = services.engine.generate(parse_record(record.to_json()).request(services.loaded.tokenizer))

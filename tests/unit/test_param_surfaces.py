@@ -59,7 +59,7 @@ def test_request_to_record_to_api_body_and_back_gives_the_same_values():
         SamplingParams())
     assert params.changed() == {name: SamplingParams.from_dict({name: example(name)}).to_dict()[name]
                                 for name in specs()}, "every field the request set reaches SamplingParams"
-    record = parse_record(ReproduceRecord("m", params.to_dict(), [{"role": "user", "content": "hi"}], loader="llamacpp",
+    record = parse_record(ReproduceRecord("m", params, [{"role": "user", "content": "hi"}], loader="llamacpp",
                                           loras=(("a", 0.5), ("b", 1.25))).to_json())
     route, api_body = record.api_body()
     assert route == "/chat/completions" and record.loader == "llamacpp"
@@ -72,7 +72,7 @@ def test_request_to_record_to_api_body_and_back_gives_the_same_values():
 
 def test_completions_round_trip_and_the_remote_body():
     params = SamplingParams.from_api(every_field_set())
-    record = ReproduceRecord("m", params.to_dict(), prompt="Once")
+    record = ReproduceRecord("m", params, prompt="Once")
     route, body = record.api_body()
     assert route == "/completions" and CompletionRequest(**body).to_sampling_params(SamplingParams()) == params
     assert {k: v for k, v in body.items() if k not in ("model", "prompt")} == params.api_body()

@@ -15,7 +15,7 @@ from webui.reproduce import RecordError, ReproduceRecord, parse_record
 
 
 def record(**kw) -> ReproduceRecord:
-    params = SamplingParams(temperature=0.7, top_k=40, seed=123, stop=("\n\n",), max_new_tokens=20).to_dict()
+    params = SamplingParams(temperature=0.7, top_k=40, seed=123, stop=("\n\n",), max_new_tokens=20)
     return ReproduceRecord("SmolLM2-135M-Instruct", params, [{"role": "user", "content": "Hi 'there'"}], **kw)
 
 
@@ -30,7 +30,7 @@ def test_the_api_request_carries_every_setting():
     assert body["loras"] == [["secret", 0.5], ["other", 1.0]]  # every adapter at the record's own weight
     assert (body["temperature"], body["top_k"], body["seed"], body["stop"], body["max_tokens"]) == (
         0.7, 40, 123, ["\n\n"], 20)
-    raw = ReproduceRecord("m", SamplingParams(temperature=0).to_dict(), prompt="Once")
+    raw = ReproduceRecord("m", SamplingParams(temperature=0), prompt="Once")
     assert raw.api_body() == ("/completions", {"model": "m", "temperature": 0.0, "top_p": 1.0, "max_tokens": 512,
                                                "presence_penalty": 0.0, "frequency_penalty": 0.0, "prompt": "Once"})
 
@@ -76,7 +76,7 @@ def test_a_record_says_which_draw_picked_its_sampled_tokens():
     old = json.loads(record().to_json())
     del old["draw"]
     assert parse_record(json.dumps(old)).other_draw
-    greedy = json.loads(ReproduceRecord("m", SamplingParams(temperature=0).to_dict(), prompt="x").to_json())
+    greedy = json.loads(ReproduceRecord("m", SamplingParams(temperature=0), prompt="x").to_json())
     del greedy["draw"]
     assert not parse_record(json.dumps(greedy)).other_draw
     old["draw"] = "new"
@@ -142,3 +142,28 @@ def test_a_records_adapters_and_given_start_are_typed_and_written_as_records_alw
                          ({"continue_from": {"token_ids": [-1]}}, r"continue_from must be \{\"token_ids\"")):
         with pytest.raises(RecordError, match=message):
             parse_record(json.dumps({**written, **bad}))
+
+
+OLDEST = {  # a record as the first version wrote it (2634619): 15 sampling fields, no draw, loras as lists
+    "format": "llm-workbench.record", "version": 1, "model": "SmolLM2-135M-Instruct",
+    "params": {"temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.0, "typical_p": 1.0,
+               "repetition_penalty": 1.1, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+               "no_repeat_ngram_size": 0, "max_new_tokens": 20, "min_new_tokens": 0, "stop": ["\n\n"], "seed": 123,
+               "ban_eos": False, "logit_bias": {"7": -100.0}},
+    "messages": [{"role": "user", "content": "Hi"}], "prompt": None, "loader": "transformers", "loras": []}
+
+
+def test_a_records_params_are_sampling_params_read_once_and_written_as_records_always_were():
+    r = parse_record(json.dumps(OLDEST))
+    assert isinstance(r.params, SamplingParams)  # typed, not a dict re-read on each use
+    assert r.params == SamplingParams(temperature=0.7, top_p=0.9, top_k=40, repetition_penalty=1.1,
+                                      max_new_tokens=20, stop=("\n\n",), seed=123, logit_bias={7: -100.0})
+    written = json.loads(r.to_json())["params"]  # every field now, the fields an old record left out neutral
+    assert written == r.params.to_dict() and {k: written[k] for k in OLDEST["params"]} == OLDEST["params"]
+    assert parse_record(r.to_json()) == r
+    _, body = r.api_body()
+    assert (body["temperature"], body["top_p"], body["seed"], body["logit_bias"]) == (0.7, 0.9, 123, {"7": -100.0})
+    for bad, message in (({"top_k": "many"}, "top_k must be an integer"),
+                         ({"nucleus": 0.5}, "unknown sampling parameter 'nucleus' in the record")):
+        with pytest.raises(RecordError, match=message):
+            parse_record(json.dumps({**OLDEST, "params": {**OLDEST["params"], **bad}}))

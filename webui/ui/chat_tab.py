@@ -277,7 +277,33 @@ def panel_updates(tab: ChatTab, chat_id: int | None, index: int | None = None, s
             inspector.record_py: record[2], tab.token_view: view_value(rows, branchable)}
 
 
+ReplyStream = Callable[[Iterator[ChatView], gr.Request], Iterator[Updates | Update]]
+"""ChatViews of a reply being made -> the updates of the log, the stats and the live token (``_reply_stream``)."""
+
+
+def refresh_panels(tab: ChatTab) -> dict[str, Any]:
+    """An event's ``.then(**...)`` that shows the panels of the chat's last reply."""
+    return dict(fn=lambda cid: panel_updates(tab, cid), inputs=[tab.chat_id], outputs=tab.panels,
+                show_progress="hidden")
+
+
 def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, live: LiveReplies) -> None:
+    """Impersonate, Send, the actions that make a reply (Regenerate, Continue, an edit, a branch) and Stop; a
+    message picked in the log, and its versions."""
+    streamed = _reply_stream(tab, session, live)
+    _wire_impersonate(tab, session, params, live)
+    _wire_send(tab, session, params, streamed)
+    _wire_reply_actions(tab, session, params, streamed)
+
+    def stop(cid: int | None, request: gr.Request) -> None:
+        session.stop(session_key(request, PANEL), cid)  # the reply of the chat shown (and an Impersonate)
+
+    tab.stop.click(stop, [tab.chat_id], None, concurrency_limit=None)
+    _wire_selection(tab, session, params)
+    _wire_versions(tab, session)
+
+
+def _reply_stream(tab: ChatTab, session: ChatSession, live: LiveReplies) -> ReplyStream:
     def on_screen(view: ChatView, request: gr.Request) -> bool:
         """Whether the browser tab shows the view's chat now (a reply goes on being written and stored in its chat
         while the tab shows another: only that chat's view gets its text)."""
@@ -301,26 +327,11 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
                 if (view.messages[:-1], view.stats) != shown:
                     shown = (view.messages[:-1], view.stats)
                     yield {tab.chatbot: view.messages[:-1], tab.stats: view.stats, tab.live: token}
+    return streamed
 
-    @shows_errors
-    def send(data: dict, request: gr.Request) -> Iterator[Updates | Update]:
-        views = session.send(data[tab.chat_id], data[tab.message], data[tab.system], params.params(data),
-                             session_key(request, PANEL), data[tab.start], data[tab.characters.mode],
-                             chosen(data[tab.characters.character]),  # a new chat: in the panel's mode
-                             images=[Path(f).read_bytes() for f in data[tab.images] or []],
-                             tools=data[tab.tools.box] or [],
-                             documents=[(Path(f).read_bytes(), Path(f).name) for f in data[tab.documents] or []])
-        first = next(views)  # the message is stored: clear the box (and its kept draft) and the attachments
-        session.library.keep_draft("")
-        yield {**view_updates(tab, first, data[tab.search], request), tab.message: "", tab.images: None,
-               tab.documents: None}
-        yield from streamed(views, request)
 
-    @shows_errors
-    def regenerate(data: dict, request: gr.Request) -> Iterator[Updates | Update]:
-        yield from streamed(session.regenerate(data[tab.chat_id], params.params(data), session_key(request, PANEL),
-                                               data[tab.start]), request)
-
+def _wire_impersonate(tab: ChatTab, session: ChatSession, params: ParametersTab, live: LiveReplies) -> None:
+    """Impersonate writes the user's next message into the message box."""
     @shows_errors
     def impersonate(data: dict, request: gr.Request) -> Iterator[Updates]:
         """The message box and its live token: the text streams into the box on its own stream (webui.ui.live); the box
@@ -336,6 +347,45 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
         if text is not None:
             session.library.keep_draft(text)
         yield {impersonating: ""} if text is None else {tab.message: text, impersonating: ""}
+
+    impersonating = gr.Textbox("", visible="hidden", elem_id="chat-impersonate-token", container=False)
+    impersonating.change(None, [impersonating], None,
+                         js="(token) => window.workbenchLive && window.workbenchLive(token, 'message')")
+    tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message, impersonating],
+                          concurrency_limit=None)
+
+
+def _wire_send(tab: ChatTab, session: ChatSession, params: ParametersTab, streamed: ReplyStream) -> None:
+    """Send (or Enter in the message box): the message, its attachments and the reply."""
+    @shows_errors
+    def send(data: dict, request: gr.Request) -> Iterator[Updates | Update]:
+        views = session.send(data[tab.chat_id], data[tab.message], data[tab.system], params.params(data),
+                             session_key(request, PANEL), data[tab.start], data[tab.characters.mode],
+                             chosen(data[tab.characters.character]),  # a new chat: in the panel's mode
+                             images=[Path(f).read_bytes() for f in data[tab.images] or []],
+                             tools=data[tab.tools.box] or [],
+                             documents=[(Path(f).read_bytes(), Path(f).name) for f in data[tab.documents] or []])
+        first = next(views)  # the message is stored: clear the box (and its kept draft) and the attachments
+        session.library.keep_draft("")
+        yield {**view_updates(tab, first, data[tab.search], request), tab.message: "", tab.images: None,
+               tab.documents: None}
+        yield from streamed(views, request)
+
+    send_inputs: set[gr.blocks.Block] = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs,
+                                         tab.characters.mode, tab.characters.character, tab.images,
+                                         tab.tools.box, tab.documents}
+    for trigger in (tab.send.click, tab.message.submit):
+        trigger(send, send_inputs, [*tab.view, tab.message, tab.images, tab.documents, tab.live],
+                concurrency_limit=None,
+                trigger_mode="multiple").then(**refresh_panels(tab))
+
+
+def _wire_reply_actions(tab: ChatTab, session: ChatSession, params: ParametersTab, streamed: ReplyStream) -> None:
+    """Regenerate, Continue, an edit in the log and a branch from a token: each makes a new version of a reply."""
+    @shows_errors
+    def regenerate(data: dict, request: gr.Request) -> Iterator[Updates | Update]:
+        yield from streamed(session.regenerate(data[tab.chat_id], params.params(data), session_key(request, PANEL),
+                                               data[tab.start]), request)
 
     @shows_errors
     def continue_reply(data: dict, request: gr.Request) -> Iterator[Updates | Update]:
@@ -358,40 +408,22 @@ def _wire_generation(tab: ChatTab, session: ChatSession, params: ParametersTab, 
         yield from streamed(session.branch(data[tab.chat_id], pos, token_id, params.params(data),
                                            session_key(request, PANEL)), request)
 
-    def stop(cid: int | None, request: gr.Request) -> None:
-        session.stop(session_key(request, PANEL), cid)  # the reply of the chat shown (and an Impersonate)
-
-    inputs, short = {tab.chat_id, tab.start, *params.inputs}, [tab.chatbot, tab.stats, tab.live]
-    send_inputs: set[gr.blocks.Block] = {tab.message, tab.chat_id, tab.system, tab.search, tab.start, *params.inputs,
-                                         tab.characters.mode, tab.characters.character, tab.images,
-                                         tab.tools.box, tab.documents}
-    impersonating = gr.Textbox("", visible="hidden", elem_id="chat-impersonate-token", container=False)
-    impersonating.change(None, [impersonating], None,
-                         js="(token) => window.workbenchLive && window.workbenchLive(token, 'message')")
-    tab.impersonate.click(impersonate, {tab.chat_id, tab.system, *params.inputs}, [tab.message, impersonating],
-                          concurrency_limit=None)
-    for trigger in (tab.send.click, tab.message.submit):
-        trigger(send, send_inputs, [*tab.view, tab.message, tab.images, tab.documents, tab.live],
-                concurrency_limit=None,
-                trigger_mode="multiple").then(
-            lambda cid: panel_updates(tab, cid), [tab.chat_id], tab.panels, show_progress="hidden")
-    for trigger, handler in ((tab.regenerate.click, regenerate), (tab.continue_.click, continue_reply),
-                             (tab.chatbot.edit, edit), (tab.token_view.submit, branch)):
-        trigger(handler, inputs | {tab.token_view}, short, concurrency_limit=None, trigger_mode="multiple").then(
-            lambda cid: panel_updates(tab, cid), [tab.chat_id], tab.panels, show_progress="hidden").then(
-            lambda cid, index: version_text(session, cid, index), [tab.chat_id, tab.selected], [tab.version],
-            show_progress="hidden")  # the version it added (the message selected: the one edited)
-
     def edited_message(cid: int | None, edited: gr.EditData) -> int | None:
         """The message an edit makes a new version of (a call's block: its reply): the one the line describes."""
         try:
             return session.library.entry(cid, edited.index if isinstance(edited.index, int) else edited.index[0]).index
         except UserError:
             return None
+
+    inputs: set[gr.blocks.Block] = {tab.chat_id, tab.start, tab.token_view, *params.inputs}
+    short = [tab.chatbot, tab.stats, tab.live]
+    for trigger, handler in ((tab.regenerate.click, regenerate), (tab.continue_.click, continue_reply),
+                             (tab.chatbot.edit, edit), (tab.token_view.submit, branch)):
+        trigger(handler, inputs, short, concurrency_limit=None, trigger_mode="multiple").then(
+            **refresh_panels(tab)).then(
+            lambda cid, index: version_text(session, cid, index), [tab.chat_id, tab.selected], [tab.version],
+            show_progress="hidden")  # the version it added (the message selected: the one edited)
     tab.chatbot.edit(edited_message, [tab.chat_id], [tab.selected], show_progress="hidden")
-    tab.stop.click(stop, [tab.chat_id], None, concurrency_limit=None)
-    _wire_selection(tab, session, params)
-    _wire_versions(tab, session)
 
 
 def _wire_selection(tab: ChatTab, session: ChatSession, params: ParametersTab) -> None:
@@ -425,8 +457,7 @@ def version_text(session: ChatSession, chat_id: int | None, index: int | None) -
 def _wire_versions(tab: ChatTab, session: ChatSession) -> None:
     """◀ ▶ move between the selected message's versions (the conversation after it follows); a branch copies
     the chat up to it into a new chat."""
-    refresh = dict(fn=lambda cid: panel_updates(tab, cid), inputs=[tab.chat_id], outputs=tab.panels,
-                   show_progress="hidden")
+    refresh = refresh_panels(tab)
 
     def step(by: int) -> Callable[[int | None, int | None], Updates]:
         @shows_errors
@@ -450,27 +481,39 @@ def _wire_versions(tab: ChatTab, session: ChatSession) -> None:
 
 
 def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
-    refresh = dict(fn=lambda cid: panel_updates(tab, cid), inputs=[tab.chat_id], outputs=tab.panels,
-                   show_progress="hidden")
+    """The past chats: opening, searching, renaming, deleting, exporting and importing one; a new chat; the
+    last message removed and the system prompt saved."""
+    _wire_past_chats(tab, session)
+    _wire_new_chat(tab)
+    _wire_chat_edits(tab, session)
 
-    def shown(view: ChatView, query: str, request: gr.Request) -> Updates:
-        """Another chat shown: Delete asks again (a new update each time: Gradio consumes it)."""
-        return {**view_updates(tab, view, query, request), tab.confirm: False, tab.delete: gr.update(value="Delete")}
 
+def shown_updates(tab: ChatTab, view: ChatView, query: str, request: gr.Request | None) -> Updates:
+    """Another chat shown: Delete asks again (a new update each time: Gradio consumes it)."""
+    return {**view_updates(tab, view, query, request), tab.confirm: False, tab.delete: gr.update(value="Delete")}
+
+
+def shown_outputs(tab: ChatTab) -> list[gr.blocks.Block]:
+    """The components ``shown_updates`` updates (and Delete's question)."""
+    return [*tab.view, tab.confirm, tab.delete]
+
+
+def _wire_past_chats(tab: ChatTab, session: ChatSession) -> None:
+    """The list of past chats and what is done to the chat shown: open, search, rename, delete, export, import."""
     @shows_errors
     def open_chat(cid: int | None, query: str, request: gr.Request) -> Updates:
-        return shown(session.library.view(cid), query, request)
+        return shown_updates(tab, session.library.view(cid), query, request)
 
     @shows_errors
     def rename(cid: int | None, title: str, query: str, request: gr.Request) -> Updates:
-        return shown(session.library.rename(cid, title), query, request)
+        return shown_updates(tab, session.library.rename(cid, title), query, request)
 
     @shows_errors
     def delete(cid: int | None, confirmed: bool, query: str, request: gr.Request) -> Updates:
         if not confirmed:
             return {tab.stats: f"Click **Confirm delete** to delete '{session.library.title(cid)}' for good.",
                     tab.confirm: True, tab.delete: gr.update(value="Confirm delete")}
-        return shown(session.library.delete(cid), query, request)
+        return shown_updates(tab, session.library.delete(cid), query, request)
 
     def export(tgwui: bool) -> Callable[[int | None], Update]:
         return shows_errors(lambda cid: gr.update(value=str(session.library.export(cid, tgwui)), visible=True))
@@ -478,17 +521,29 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
     @shows_errors
     def import_chat(file: Any, query: str, request: gr.Request) -> Updates:  # file: a path, or has .name
         path = file if isinstance(file, str) else file.name
-        return shown(session.library.import_file(path), query, request)
+        return shown_updates(tab, session.library.import_file(path), query, request)
 
-    with_confirm = [*tab.view, tab.confirm, tab.delete]
-    tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh)
+    with_confirm = shown_outputs(tab)
+    tab.chat_list.input(open_chat, [tab.chat_list, tab.search], with_confirm).then(**refresh_panels(tab))
+    tab.search.change(lambda q: gr.update(choices=session.library.listed(q)), [tab.search], [tab.chat_list],
+                      show_progress="hidden")
+    tab.rename.click(rename, [tab.chat_id, tab.title, tab.search], with_confirm)
+    tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], with_confirm).then(**refresh_panels(tab))
+    tab.export.click(export(False), [tab.chat_id], [tab.export_file])
+    tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
+    tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh_panels(tab))
+
+
+def _wire_new_chat(tab: ChatTab) -> None:
+    """New chat, and the characters panel's mode and character: a new chat, with the character's greeting first
+    where the mode uses one."""
     chars = tab.characters
 
     @shows_errors
     def new_chat(mode: str, character: str | None, system: str, query: str, request: gr.Request) -> Updates:
         """In a mode that uses the panel's character, its greeting opens the new chat (shown and stored now)."""
         view = new_chat_values(chars, mode, character, system)
-        return shown(view, query, request)
+        return shown_updates(tab, view, query, request)
 
     def start_on_choice(cid: int | None, mode: str, character: str | None, system: str, query: str,
                         request: gr.Request) -> Updates | Update:
@@ -499,12 +554,25 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
             view = None
         if view is None or view.chat_id is None:
             return gr.skip()
-        return shown(view, query, request)
+        return shown_updates(tab, view, query, request)
 
-    tab.new.click(new_chat, [chars.mode, chars.character, tab.system, tab.search], with_confirm).then(**refresh)
+    @shows_errors
+    def start_with(mode: str, character: str | None, system: str, query: str, request: gr.Request) -> Updates:
+        view = start_values(chars, mode, character, system)
+        return shown_updates(tab, view, query, request)
+
+    with_confirm = shown_outputs(tab)
+    tab.new.click(new_chat, [chars.mode, chars.character, tab.system, tab.search], with_confirm).then(
+        **refresh_panels(tab))
     for chosen_now in (chars.mode.input, chars.character.input):
         chosen_now(start_on_choice, [tab.chat_id, chars.mode, chars.character, tab.system, tab.search],
-                   with_confirm).then(**refresh)
+                   with_confirm).then(**refresh_panels(tab))
+    chars.start.click(start_with, [chars.mode, chars.character, tab.system, tab.search], with_confirm).then(
+        **refresh_panels(tab)).then(None, js=SHOW_LOG)  # the panel is below the log: its greeting comes into view
+
+
+def _wire_chat_edits(tab: ChatTab, session: ChatSession) -> None:
+    """Remove last (the message comes back into the box) and the system prompt, saved as typed."""
     # no .clear listener: the log's own trash icon (shown only with one) cleared the view and deleted nothing
     @shows_errors
     def remove_last(cid: int | None, typed: str) -> Updates:
@@ -512,24 +580,9 @@ def _wire_chat_list(tab: ChatTab, session: ChatSession) -> None:
         return {tab.chatbot: view.messages, tab.stats: view.stats, **({tab.message: box} if box != typed else {})}
 
     tab.remove_last.click(remove_last, [tab.chat_id, tab.message], [tab.chatbot, tab.stats, tab.message]).then(
-        **refresh)
-    tab.search.change(lambda q: gr.update(choices=session.library.listed(q)), [tab.search], [tab.chat_list],
-                      show_progress="hidden")
-    tab.rename.click(rename, [tab.chat_id, tab.title, tab.search], with_confirm)
-    tab.delete.click(delete, [tab.chat_id, tab.confirm, tab.search], with_confirm).then(**refresh)
+        **refresh_panels(tab))
     SaveOrder().wire(tab.system.change, lambda d: session.library.save_system(d[tab.chat_id], d[tab.system]),
                      {tab.chat_id, tab.system}, key=lambda d: d[tab.chat_id])  # as typed, for the chat it was in
-    tab.export.click(export(False), [tab.chat_id], [tab.export_file])
-    tab.export_tgwui.click(export(True), [tab.chat_id], [tab.export_file])
-    tab.import_.upload(import_chat, [tab.import_, tab.search], with_confirm).then(**refresh)
-
-    @shows_errors
-    def start_with(mode: str, character: str | None, system: str, query: str, request: gr.Request) -> Updates:
-        view = start_values(tab.characters, mode, character, system)
-        return shown(view, query, request)
-
-    chars.start.click(start_with, [chars.mode, chars.character, tab.system, tab.search], with_confirm).then(
-        **refresh).then(None, js=SHOW_LOG)  # the panel is below the log: its greeting comes into view
 
 
 def wire_notebook(tab: ChatTab, notebook_text: gr.Textbox, opener: gr.Textbox) -> None:

@@ -19,7 +19,7 @@ from webui.controllers.parameters import (CONSTRAINT_FORMS, CONSTRAINT_HINTS, co
                                           field_text, pipeline_text, same_constraint, slider_range,
                                           values_from_params)
 from webui.engine.params import ParamSpec, SamplingParams, specs
-from webui.ui.feedback import Update
+from webui.ui.feedback import Update, Updates
 from webui.ui.save_order import SaveOrder
 from webui.ui.typed_slider import TYPED, TypedNumber, TypedSlider
 
@@ -153,9 +153,9 @@ def _constraint_controls(name: str, value: str) -> tuple[gr.Dropdown, gr.Textbox
                       **shown_text)
     held = gr.Textbox(value=value, visible="hidden", label=name, elem_id=f"params-{name}")
 
-    def from_form(chosen: str, typed: str, current: str) -> tuple[str | Update, Update]:
+    def from_form(chosen: str, typed: str, current: str) -> Updates:
         new = constraint_json(chosen, typed)
-        return (gr.skip() if same_constraint(new, current) else new), _text_update(chosen)
+        return {text: _text_update(chosen), **({} if same_constraint(new, current) else {held: new})}
 
     def from_text(chosen: str, typed: str, current: str) -> str | Update:
         new = constraint_json(chosen, typed)
