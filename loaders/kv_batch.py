@@ -50,8 +50,8 @@ class KVPool:
         self.attention = attention  # the model's attention implementation: how a 4D mask must look
         self.keys: list[torch.Tensor] = []  # per layer [kv heads, capacity, BLOCK, head dim]
         self.values: list[torch.Tensor] = []
-        self.flat: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, keys and values as [kv heads,
-        # capacity * BLOCK, head dim]: a token's slot is block * BLOCK + offset
+        self.flat: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, keys and values as [1, kv heads,
+        # capacity * BLOCK, head dim] (one row of a batch): a token's slot is block * BLOCK + offset
         self.capacity = 0  # blocks
         self.first_blocks = first_blocks
         self.free: list[int] = []
@@ -95,7 +95,7 @@ class KVPool:
 
     def _flat(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = self.keys[index], self.values[index]
-        return keys.view(keys.shape[0], -1, keys.shape[-1]), values.view(values.shape[0], -1, values.shape[-1])
+        return keys.view(1, keys.shape[0], -1, keys.shape[-1]), values.view(1, values.shape[0], -1, values.shape[-1])
 
     def layer(self, index: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer ``index``'s keys and values, made on first use with ``like``'s heads, head size and dtype."""
@@ -133,15 +133,13 @@ class StepCache:
         if layer_idx >= len(pool.keys):
             pool.layer(layer_idx, key_states.select(0, 0))
         flat_keys, flat_values = pool.flat[layer_idx]
-        if self.rows == 1:  # [1, heads, new, dim]: its first row is already [heads, new, dim]
-            flat_keys.index_copy_(1, self.slots, key_states.select(0, 0))
-            flat_values.index_copy_(1, self.slots, value_states.select(0, 0))
-        else:
-            flat_keys.index_copy_(1, self.slots, key_states.transpose(0, 1).reshape(heads, -1, dim))
-            flat_values.index_copy_(1, self.slots, value_states.transpose(0, 1).reshape(heads, -1, dim))
+        if self.rows > 1:  # [rows, heads, new, dim] -> [1, heads, rows * new, dim], as the slots are laid out
+            key_states = key_states.transpose(0, 1).reshape(1, heads, -1, dim)
+            value_states = value_states.transpose(0, 1).reshape(1, heads, -1, dim)
+        flat_keys.index_copy_(2, self.slots, key_states)
+        flat_values.index_copy_(2, self.slots, value_states)
         if self.run is not None:  # the row's tokens are one stretch of slots
-            return (flat_keys.narrow(1, self.run, self.width).unsqueeze(0),
-                    flat_values.narrow(1, self.run, self.width).unsqueeze(0))
+            return flat_keys.narrow(2, self.run, self.width), flat_values.narrow(2, self.run, self.width)
         keys, values = (t.index_select(1, self.table).view(heads, self.rows, -1, dim).transpose(0, 1)
                         .narrow(2, 0, self.width) for t in (pool.keys[layer_idx], pool.values[layer_idx]))
         return keys, values
@@ -296,11 +294,11 @@ def batched_forward(model: Any, pool: KVPool, handles: Sequence[SequenceCache],
                     new_ids: Sequence[Sequence[int]], with_adapters: bool = False) -> torch.Tensor:
     """Every sequence's next-token logits: the decoding ones (one token each) in one forward, prompt chunks
     grouped with chunks of similar length."""
+    if all(len(ids) == 1 and h.length for h, ids in zip(handles, new_ids)):
+        return _run(model, pool, handles, new_ids, with_adapters)  # every row decodes: one forward, in order
     decoding = [(i, list(ids)) for i, (h, ids) in enumerate(zip(handles, new_ids)) if len(ids) == 1 and h.length]
     prefilling = [(i, list(ids)) for i, (h, ids) in enumerate(zip(handles, new_ids))
                   if not (len(ids) == 1 and h.length)]
-    if len(decoding) == len(handles):
-        return _run(model, pool, handles, new_ids, with_adapters)  # every row decodes: one forward, in order
     groups = ([decoding] if decoding else []) + _group_by_length(prefilling)
     if str(pool.device) == "cpu":
         # On a CPU, padding long cached prefixes into one batch costs more memory traffic than the one weight
