@@ -8,6 +8,12 @@ each row's blocks into the padded keys and values that attention reads (a 4D mas
 each row causal), as a DynamicCache's concatenation copied them every step. So a sequence joining or leaving
 copies nothing of the others, and memory grows with the tokens held, block by block (the pool doubles when it
 runs out, and is given back when no sequence holds any).
+
+Decoding (one token a row) is the hot path, so a step's index tensors are few and made once for every layer:
+each new token's flat slot in the pool (one ``index_copy_`` a layer), the block table kept across steps while
+the same rows decode and hold the same blocks (``Decoding``, like vLLM's persistent batch), and a lone row whose
+blocks are consecutive (as a sequence decoding alone gets them) reads its keys and values as a view of the pool,
+with no gather and an all-true mask.
 """
 
 from __future__ import annotations
@@ -44,10 +50,13 @@ class KVPool:
         self.attention = attention  # the model's attention implementation: how a 4D mask must look
         self.keys: list[torch.Tensor] = []  # per layer [kv heads, capacity, BLOCK, head dim]
         self.values: list[torch.Tensor] = []
+        self.flat: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, keys and values as [1, kv heads,
+        # capacity * BLOCK, head dim] (one row of a batch): a token's slot is block * BLOCK + offset
         self.capacity = 0  # blocks
         self.first_blocks = first_blocks
         self.free: list[int] = []
         self.held = 0  # blocks owned by sequences
+        self.decoding: Decoding | None = None  # the last decode step's rows, reused while they go on
 
     # -- blocks ------------------------------------------------------------------------------
     def reserve(self, handle: SequenceCache, tokens: int) -> None:
@@ -68,7 +77,8 @@ class KVPool:
         self.held -= len(handle.blocks)
         handle.blocks = []
         if not self.held:  # nobody holds anything: give the memory back
-            self.keys, self.values, self.capacity, self.free = [], [], 0, []
+            self.keys, self.values, self.flat, self.capacity, self.free = [], [], [], 0, []
+        self.decoding = None
 
     def _grow(self, more: int) -> None:
         old = self.capacity
@@ -81,6 +91,11 @@ class KVPool:
                 grown = t.new_zeros(t.shape[0], self.capacity, *t.shape[2:])
                 grown[:, :old] = t
                 layers[i] = grown
+        self.flat = [self._flat(i) for i in range(len(self.keys))]
+
+    def _flat(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = self.keys[index], self.values[index]
+        return keys.view(1, keys.shape[0], -1, keys.shape[-1]), values.view(1, values.shape[0], -1, values.shape[-1])
 
     def layer(self, index: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer ``index``'s keys and values, made on first use with ``like``'s heads, head size and dtype."""
@@ -88,6 +103,7 @@ class KVPool:
             shape = (like.shape[0], self.capacity, BLOCK, like.shape[-1])
             self.keys.append(like.new_zeros(shape))
             self.values.append(like.new_zeros(shape))
+            self.flat.append(self._flat(len(self.keys) - 1))
         return self.keys[index], self.values[index]
 
     def places(self, handle: SequenceCache, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,25 +118,88 @@ class StepCache:
 
     is_compileable = False
 
-    def __init__(self, pool: KVPool, write_blocks: torch.Tensor, write_offsets: torch.Tensor,
-                 table: torch.Tensor, rows: int, width: int):
+    def __init__(self, pool: KVPool, slots: torch.Tensor, table: torch.Tensor, rows: int, width: int,
+                 run: int | None = None):
         self.pool, self.rows, self.width = pool, rows, width  # width: the longest row's tokens after this step
-        self.write_blocks, self.write_offsets = write_blocks, write_offsets  # [rows * new tokens]
+        self.slots = slots  # [rows * new tokens]: where each new token goes, as block * BLOCK + offset
         self.blocks = table.shape[1]
         self.table = table.reshape(-1)  # [rows * blocks a row]
+        self.run = run  # the first slot of a lone row whose blocks are consecutive: its tokens are read as a view
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
                ) -> tuple[torch.Tensor, torch.Tensor]:
         heads, dim = key_states.shape[1], key_states.shape[-1]
-        keys, values = self.pool.layer(layer_idx, key_states[0])
-        for pool, new in ((keys, key_states), (values, value_states)):
-            pool[:, self.write_blocks, self.write_offsets] = new.transpose(0, 1).reshape(heads, -1, dim)
-        keys, values = (pool.index_select(1, self.table).view(heads, self.rows, self.blocks * BLOCK, dim)
-                        .transpose(0, 1)[:, :, :self.width] for pool in (keys, values))
+        pool = self.pool
+        if layer_idx >= len(pool.keys):
+            pool.layer(layer_idx, key_states.select(0, 0))
+        flat_keys, flat_values = pool.flat[layer_idx]
+        if self.rows > 1:  # [rows, heads, new, dim] -> [1, heads, rows * new, dim], as the slots are laid out
+            key_states = key_states.transpose(0, 1).reshape(1, heads, -1, dim)
+            value_states = value_states.transpose(0, 1).reshape(1, heads, -1, dim)
+        flat_keys.index_copy_(2, self.slots, key_states)
+        flat_values.index_copy_(2, self.slots, value_states)
+        if self.run is not None:  # the row's tokens are one stretch of slots
+            return flat_keys.narrow(2, self.run, self.width), flat_values.narrow(2, self.run, self.width)
+        keys, values = (t.index_select(1, self.table).view(heads, self.rows, -1, dim).transpose(0, 1)
+                        .narrow(2, 0, self.width) for t in (pool.keys[layer_idx], pool.values[layer_idx]))
         return keys, values
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.width
+
+
+class Decoding:
+    """The rows of the last decode step and their block table on the device: the next step reuses the table
+    while the same rows decode holding the same blocks (a row only gains blocks, at its end)."""
+
+    __slots__ = ("handles", "counts", "table", "run", "ones")
+
+    def __init__(self, handles: Sequence[SequenceCache], device: str):
+        self.handles = tuple(handles)
+        self.counts = [len(h.blocks) for h in handles]
+        blocks = max(self.counts)
+        self.table = torch.tensor([h.blocks + [TRASH] * (blocks - len(h.blocks)) for h in handles],
+                                  dtype=torch.long).to(device)
+        first = handles[0].blocks
+        lone_run = len(handles) == 1 and first == list(range(first[0], first[0] + len(first)))
+        self.run = first[0] * BLOCK if lone_run else None
+        self.ones = torch.ones((1, 1, 1, BLOCK * len(first)), dtype=torch.bool, device=device)  # a lone row's mask
+
+    def fits(self, handles: Sequence[SequenceCache]) -> bool:
+        return tuple(handles) == self.handles and [len(h.blocks) for h in handles] == self.counts
+
+
+def _additive(model: Any, pool: KVPool, mask: torch.Tensor) -> torch.Tensor:
+    """The boolean mask as eager attention wants it (added to its scores); sdpa takes it as it is."""
+    if pool.attention == "sdpa":
+        return mask
+    dtype = next(model.parameters()).dtype
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+
+
+def _decode(model: Any, pool: KVPool, handles: Sequence[SequenceCache], chunks: Sequence[Sequence[int]],
+            lengths: list[int], with_adapters: bool) -> torch.Tensor:
+    """One token a row, no images: each token's place is its row's length, nothing is padded; a few index
+    tensors, the block table reused from the last step while the rows and their blocks are the same."""
+    device, n = pool.device, len(handles)
+    state = pool.decoding
+    if state is None or not state.fits(handles):
+        state = pool.decoding = Decoding(handles, device)
+    width = max(lengths) + 1
+    slots = [h.blocks[k // BLOCK] * BLOCK + k % BLOCK for h, k in zip(handles, lengths)]
+    step = torch.tensor([[c[0] for c in chunks], lengths, slots], dtype=torch.long).to(device)  # one copy
+    input_ids, places, slots = step.view(3, n, 1).unbind(0)
+    if n == 1:  # a lone row sees all of its tokens
+        mask = state.ones.narrow(3, 0, width)  # (it holds at most its blocks' tokens)
+    else:  # each row sees its own tokens
+        mask = torch.arange(width, device=device).view(1, 1, 1, width) <= places.view(n, 1, 1, 1)
+    cache = StepCache(pool, slots.view(n), state.table, n, width, state.run)
+    extra = {"adapter_names": [h.adapter for h in handles]} if with_adapters else {}
+    out = model(input_ids=input_ids, position_ids=places, attention_mask=_additive(model, pool, mask), cache=cache,
+                use_cache=True, logits_to_keep=1, **extra)
+    for h in handles:
+        h.length += 1
+    return out.logits[:, -1]
 
 
 def _run(model: Any, pool: KVPool, handles: Sequence[SequenceCache], chunks: Sequence[Sequence[int]],
@@ -132,40 +211,32 @@ def _run(model: Any, pool: KVPool, handles: Sequence[SequenceCache], chunks: Seq
     longest = max(len(c) for c in chunks)
     for h, chunk in zip(handles, chunks):
         pool.reserve(h, h.length + len(chunk))
+    if longest == 1 and all(h.images is None for h in handles):
+        return _decode(model, pool, handles, chunks, lengths, with_adapters)
     blocks = max(len(h.blocks) for h in handles)
     table = torch.tensor([h.blocks + [TRASH] * (blocks - len(h.blocks)) for h in handles], dtype=torch.long)
-    if longest == 1:  # one token a row (decoding): its place is the row's length; nothing is padded
-        places = torch.tensor(lengths, dtype=torch.long).unsqueeze(1)
-        input_ids = torch.tensor([list(c) for c in chunks], dtype=torch.long)
-        write_blocks = torch.tensor([h.blocks[n // BLOCK] for h, n in zip(handles, lengths)], dtype=torch.long)
-        write_offsets = places.squeeze(1) % BLOCK
-        width = max(lengths) + 1
-    else:
-        input_ids = torch.tensor([[PAD_ID] * (longest - len(c)) + list(c) for c in chunks], dtype=torch.long)
-        fed = torch.tensor([len(c) for c in chunks]).unsqueeze(1)
-        t = torch.arange(longest).unsqueeze(0)
-        real = t >= longest - fed  # [rows, new]: False where a row is padded
-        places = (torch.tensor(lengths).unsqueeze(1) + t - (longest - fed)).clamp(min=0)  # each token's place
-        write_blocks = torch.where(real, table.gather(1, places // BLOCK), TRASH).reshape(-1)
-        write_offsets = torch.where(real, places % BLOCK, 0).reshape(-1)
-        width = max(n + len(c) for n, c in zip(lengths, chunks))
+    input_ids = torch.tensor([[PAD_ID] * (longest - len(c)) + list(c) for c in chunks], dtype=torch.long)
+    fed = torch.tensor([len(c) for c in chunks]).unsqueeze(1)
+    t = torch.arange(longest).unsqueeze(0)
+    real = t >= longest - fed  # [rows, new]: False where a row is padded
+    places = (torch.tensor(lengths).unsqueeze(1) + t - (longest - fed)).clamp(min=0)  # each token's place
+    slots = torch.where(real, table.gather(1, places // BLOCK) * BLOCK + places % BLOCK, TRASH * BLOCK).reshape(-1)
+    width = max(n + len(c) for n, c in zip(lengths, chunks))
     mask = (torch.arange(width).view(1, 1, 1, width) <= places.view(n, 1, -1, 1)).to(device)  # causal, own tokens
     if any(h.images is not None and h.images.both_ways for h in handles):
         from loaders.vision import both_ways_mask
 
         both = both_ways_mask(handles, places, width)  # Gemma 3: an image's tokens see all of their image
         mask = mask if both is None else mask | both.to(device)
-    if pool.attention != "sdpa":  # eager attention adds the mask to its scores
-        dtype = next(model.parameters()).dtype
-        mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
-    cache = StepCache(pool, write_blocks.to(device), write_offsets.to(device), table.to(device), n, width)
+    cache = StepCache(pool, slots.to(device), table.to(device), n, width)
     extra = {"adapter_names": [h.adapter for h in handles]} if with_adapters else {}
     feed: dict[str, Any] = {"input_ids": input_ids.to(device), "position_ids": places.to(device)}
     if any(h.images is not None for h in handles):
         from loaders.vision import image_feed
 
         feed = image_feed(model, handles, feed["input_ids"], feed["position_ids"], lengths)
-    out = model(**feed, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1, **extra)
+    out = model(**feed, attention_mask=_additive(model, pool, mask), cache=cache, use_cache=True, logits_to_keep=1,
+                **extra)
     for h, chunk in zip(handles, chunks):
         h.length += len(chunk)
         if h.images is not None:
@@ -223,6 +294,8 @@ def batched_forward(model: Any, pool: KVPool, handles: Sequence[SequenceCache],
                     new_ids: Sequence[Sequence[int]], with_adapters: bool = False) -> torch.Tensor:
     """Every sequence's next-token logits: the decoding ones (one token each) in one forward, prompt chunks
     grouped with chunks of similar length."""
+    if all(len(ids) == 1 and h.length for h, ids in zip(handles, new_ids)):
+        return _run(model, pool, handles, new_ids, with_adapters)  # every row decodes: one forward, in order
     decoding = [(i, list(ids)) for i, (h, ids) in enumerate(zip(handles, new_ids)) if len(ids) == 1 and h.length]
     prefilling = [(i, list(ids)) for i, (h, ids) in enumerate(zip(handles, new_ids))
                   if not (len(ids) == 1 and h.length)]

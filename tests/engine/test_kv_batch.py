@@ -117,3 +117,50 @@ def test_chunks_of_very_different_lengths_are_not_padded_together():
 
     groups = _group_by_length([(0, [1] * 200), (1, [1] * 5), (2, [1] * 6), (3, [1] * 190)])
     assert [[i for i, _ in g] for g in groups] == [[1, 2], [3, 0]]
+
+
+def test_decoding_matches_transformers_own_cache_and_keeps_its_step_state(tiny_model_dir):
+    """The decode step's shortcuts (the block table kept while the same rows decode with the same blocks; a lone
+    row whose blocks are consecutive read as a view of the pool, with an all-true mask) give the logits of
+    transformers' own DynamicCache loop: alone, in a batch whose rows' blocks interleave, and alone again with
+    blocks that are no longer consecutive, across block boundaries."""
+    from transformers import DynamicCache
+
+    from loaders.kv_batch import BLOCK
+
+    model = load_model(tiny_model_dir)
+    net, pool = model.model, model._pool
+
+    def reference(prompt: list[int], tokens: list[int]) -> list[torch.Tensor]:
+        cache = DynamicCache(config=net.config)
+        with torch.inference_mode():
+            out = [net(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True).logits[0, -1]]
+            for token in tokens:
+                out.append(net(input_ids=torch.tensor([[token]]), cache=cache, use_cache=True).logits[0, -1])
+        return out
+
+    a, b = model.new_cache(), model.new_cache()
+    a_prompt, b_prompt = list(range(10, 25)), list(range(30, 45))
+    a_tokens, b_tokens = [200 + i for i in range(3 * BLOCK)], [400 + i for i in range(BLOCK + 4)]
+    a_want, b_want = reference(a_prompt, a_tokens), reference(b_prompt, b_tokens)
+    a_got = [model.forward([a], [a_prompt])[0]]
+    states = []
+    for token in a_tokens[:BLOCK]:  # alone: its blocks are consecutive
+        a_got.append(model.forward([a], [[token]])[0])
+        states.append(pool.decoding)
+        assert pool.decoding.run is not None
+    assert len(set(map(id, states))) == 2  # made again only when the row took a new block
+    b_got = [model.forward([b], [b_prompt])[0]]
+    for token_a, token_b in zip(a_tokens[BLOCK:], b_tokens):  # together: both take blocks in turn
+        rows = model.forward([a, b], [[token_a], [token_b]])
+        a_got.append(rows[0]), b_got.append(rows[1])
+    model.release(b)
+    assert a.blocks != list(range(a.blocks[0], a.blocks[0] + len(a.blocks)))
+    for token in a_tokens[BLOCK + len(b_tokens):]:  # alone again, its blocks apart: gathered
+        a_got.append(model.forward([a], [[token]])[0])
+        assert pool.decoding.run is None
+    model.release(a)
+    for name, got, want in (("a", a_got, a_want), ("b", b_got, b_want)):
+        assert len(got) == len(want)
+        for step, (x, y) in enumerate(zip(got, want)):
+            assert torch.allclose(x, y, atol=1e-4), f"{name} differs from transformers' own cache at step {step}"
