@@ -186,8 +186,8 @@ def _decode(model: Any, pool: KVPool, handles: Sequence[SequenceCache], chunks: 
     if state is None or not state.fits(handles):
         state = pool.decoding = Decoding(handles, device)
     width = max(lengths) + 1
-    slots = [h.blocks[k // BLOCK] * BLOCK + k % BLOCK for h, k in zip(handles, lengths)]
-    step = torch.tensor([[c[0] for c in chunks], lengths, slots], dtype=torch.long).to(device)  # one copy
+    written = [h.blocks[k // BLOCK] * BLOCK + k % BLOCK for h, k in zip(handles, lengths)]
+    step = torch.tensor([[c[0] for c in chunks], lengths, written], dtype=torch.long).to(device)  # one copy
     input_ids, places, slots = step.view(3, n, 1).unbind(0)
     if n == 1:  # a lone row sees all of its tokens
         mask = state.ones.narrow(3, 0, width)  # (it holds at most its blocks' tokens)
