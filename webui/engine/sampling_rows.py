@@ -14,7 +14,7 @@ What still splits the rows of a step into passes: top_k. After it a row is a few
 whole vocabulary, and a row alone and in a batch must hold the same ones: so the rows with top_k on share a pass
 by k (top_k is the pass's anchor, every row there has it at the same step), and the rows without it (greedy ones
 included; each draws its own way) share another. Where some rows of a top_k pass have a step after it that works
-only on the whole vocabulary and others do not, the pass splits by pipeline (as every step did before).
+only on the whole vocabulary and others do not, those rows cannot share it and take a pass of their own.
 
 ``SamplingRows`` keeps the passes of the step before: while the same sequences sample (every decoding step
 between a sequence joining and one leaving), the passes, their row indices on the device and the parameter
@@ -186,8 +186,8 @@ class SamplingRows:
 
 
 def build_passes(samplers: Sequence[Sampler]) -> list[tuple[list[int], Pass]]:
-    """The rows grouped into passes: by top_k (see the module's docstring), then by pipeline where a top_k group
-    cannot share one."""
+    """The rows grouped into passes: by top_k (see the module's docstring); a top_k group that cannot share one
+    pass is split, each row joining the first pass it can share."""
     groups: dict[object, list[int]] = {}
     for r, sampler in enumerate(samplers):
         groups.setdefault(sampler.key, []).append(r)
@@ -197,10 +197,15 @@ def build_passes(samplers: Sequence[Sampler]) -> list[tuple[list[int], Pass]]:
         if steps is not None:
             out.append((members, Pass([samplers[r] for r in members], steps)))
             continue
-        by_pipeline: dict[tuple[str, ...], list[int]] = {}
+        split: list[list[int]] = []
         for r in members:
-            by_pipeline.setdefault(step_names(samplers[r]), []).append(r)
-        out += [(rows, Pass([samplers[r] for r in rows])) for rows in by_pipeline.values()]
+            joined = next((rows for rows in split if union_steps([samplers[i] for i in [*rows, r]]) is not None),
+                          None)
+            if joined is None:
+                split.append([r])
+            else:
+                joined.append(r)
+        out += [(rows, Pass([samplers[r] for r in rows])) for rows in split]
     return out
 
 
