@@ -341,9 +341,12 @@ class TopNSigma(Processor):
     @classmethod
     def batch(cls, procs, rows, x):
         finite = x > NEG_INF
-        count = finite.sum(-1, keepdim=True)
-        mean = row_sums(torch.where(finite, x, 0.0)) / count
-        deviation = torch.where(finite, x - mean, 0.0)
+        if bool(finite.all()):  # every token still in play (no ban or cut before it): the same sums, unmasked
+            count = torch.full((x.shape[0], 1), x.shape[-1], dtype=torch.long, device=x.device)
+            deviation = x - row_sums(x) / count
+        else:
+            count = finite.sum(-1, keepdim=True)
+            deviation = torch.where(finite, x - row_sums(torch.where(finite, x, 0.0)) / count, 0.0)
         spread = row_sums(deviation * deviation) / count
         cutoff = x.amax(-1, keepdim=True) - rows.column(procs, "n", x) * spread.sqrt()
         return x.masked_fill(x < torch.where(count > 1, cutoff, NEG_INF), NEG_INF)
