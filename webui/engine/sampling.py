@@ -5,10 +5,10 @@ its processors in the order they run, built from its parameters and its ``Sampli
 the end-of-sequence ids, its own seeded random generator, the tokenizer); a processor is built only when its
 parameter is not neutral, so greedy decoding with neutral parameters costs one ``argmax``.
 
-``sample_rows`` takes the samplers of every row and the rows' logits [rows, vocab]: rows whose pipelines are
-alike (the same steps in the same order, the same top_k, greedy or not) go through it as one batch with
-per-row parameters; each draw takes one number from that row's own generator (inverse CDF over the kept
-tokens), so a seeded request gives the same tokens alone or in any batch.
+``sample_rows`` takes the samplers of every row and the rows' logits [rows, vocab]: the rows go through it in
+one pass whatever their samplers (one per top_k; ``sampling_rows.py`` lays the passes out and keeps them, with
+the rows' parameter columns, while the same rows sample); each draw takes one number from that row's own
+generator (inverse CDF over the kept tokens), so a seeded request gives the same tokens alone or in any batch.
 """
 
 from __future__ import annotations
