@@ -226,7 +226,7 @@ def test_rows_with_other_samplers_and_orders_go_through_a_step_together(monkeypa
     from webui.engine.shaping import Temperature
 
     calls = []
-    batch = Temperature.batch.__func__  # type: ignore[attr-defined]
+    batch = Temperature.batch.__func__
     monkeypatch.setattr(Temperature, "batch",
                         classmethod(lambda cls, procs, rows, x: calls.append(len(procs)) or batch(cls, procs, rows, x)))
     cases = [dict(temperature=0), dict(temperature=0.7), dict(temperature=0.7, min_p=0.05),

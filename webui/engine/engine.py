@@ -30,7 +30,7 @@ from webui.engine.prefix_reuse import PrefixReuse, prefix_reuse_for
 from webui.engine.params import InvalidParameter
 from webui.engine.output import Output, OutputWorker
 from webui.engine.relay import RelayRunner
-from webui.engine.sampling import sample_rows
+from webui.engine.sampling import Sampler, sample_rows
 from webui.engine.sampling_rows import SamplingRows
 from webui.engine.sequence import Sequence, check_loras, encode_prompt
 from webui.engine.stream import RequestStream
@@ -90,7 +90,7 @@ class Engine:
         self._output = OutputWorker()  # the stepped sequences' text and events, off this thread
         self._recent: deque[tuple[float, int]] = deque()
         self._reuse = self._prefix_reuse(model)
-        self._sampling = SamplingRows()  # the sampling passes of the rows that sample, kept while they do
+        self._sampling: SamplingRows[Sampler] = SamplingRows()  # the sampling passes of the rows that sample, kept while they do
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
         self._thread.start()

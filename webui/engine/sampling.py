@@ -161,7 +161,7 @@ class Sampler:
         return processed.log_softmax(-1)
 
 
-def run(batch: Pass, rows: Rows, x: torch.Tensor, checked: bool = True) -> torch.Tensor | Candidates:
+def run(batch: Pass[Sampler], rows: Rows, x: torch.Tensor, checked: bool = True) -> torch.Tensor | Candidates:
     """Every step of the pass over the rows' logits ``x`` [rows, vocab], which it may change; a step that only some
     rows have runs on those rows alone. ``checked``: a step that would leave a row no token at all (a ban on the
     one token top_k kept, say) is skipped for that row, so there is always something to draw; unchecked, such a
@@ -200,7 +200,7 @@ def _run_step(step: Step, rows: Rows, state: torch.Tensor | Candidates, checked:
     return state
 
 
-def draw(batch: Pass, state: torch.Tensor | Candidates) -> tuple[list[int], list[bool]]:
+def draw(batch: Pass[Sampler], state: torch.Tensor | Candidates) -> tuple[list[int], list[bool]]:
     """One token a row: the top one for a greedy row, else inverse CDF with one uniform number from the row's own
     generator over the row's probabilities (running sums along the row, so the same alone as in a batch). And for
     each row whether it had any token to draw."""
@@ -254,7 +254,7 @@ def _tokens(state: torch.Tensor | Candidates, places: torch.Tensor,
 
 
 def sample_rows(samplers: Sequence[Sampler], ids: Sequence[Sequence[int]], logits: torch.Tensor,
-                top_logprobs: Sequence[int | None], kept: SamplingRows | None = None) -> list["TokenChoice | Exception"]:
+                top_logprobs: Sequence[int | None], kept: SamplingRows[Sampler] | None = None) -> list["TokenChoice | Exception"]:
     """The next token of every row: ``logits`` [rows, vocab] (each row's own), ``ids`` each row's tokens so
     far, ``top_logprobs`` what each row wants of log-probabilities (None: none). The rows go through the stage in
     as few passes as they can (sampling_rows.py; ``kept``: the passes kept from the step before, by the engine);
@@ -275,7 +275,7 @@ def sample_rows(samplers: Sequence[Sampler], ids: Sequence[Sequence[int]], logit
     return out
 
 
-def _sample_group(batch: Pass, ids: Sequence[Sequence[int]], logits: torch.Tensor, members: list[int],
+def _sample_group(batch: Pass[Sampler], ids: Sequence[Sequence[int]], logits: torch.Tensor, members: list[int],
                   top_logprobs: Sequence[int | None], out: list[TokenChoice | Exception],
                   checked: bool = False) -> None:
     """The rows ``members`` (of ``logits``, ``ids``, ``out``), which go through the pass ``batch`` together."""

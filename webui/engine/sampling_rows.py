@@ -25,7 +25,7 @@ rows builds them once for the new rows, and the passes of rows that left are dro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Generic, Protocol, Sequence, TypeVar
 
 import torch
 
@@ -35,12 +35,20 @@ from webui.engine.samplers import Processor
 ANCHOR = "top_k"
 
 
-class Sampler(Protocol):
+class RowSampler(Protocol):
     """What a pass reads of a row's ``sampling.Sampler``."""
 
-    params: Any
-    processors: list[tuple[str, Processor]]
-    key: object
+    @property
+    def params(self) -> Any: ...
+
+    @property
+    def processors(self) -> list[tuple[str, Processor]]: ...
+
+    @property
+    def key(self) -> object: ...
+
+
+Sampler = TypeVar("Sampler", bound=RowSampler)
 
 
 @dataclass
@@ -63,11 +71,11 @@ class Step:
         return index
 
 
-class Pass:
+class Pass(Generic[Sampler]):
     """Rows that go through the stage together: their samplers and the union of their pipelines."""
 
     def __init__(self, samplers: Sequence[Sampler], steps: list[Step] | None = None):
-        self.samplers = list(samplers)
+        self.samplers: list[Sampler] = list(samplers)
         if steps is None:
             steps = union_steps(self.samplers)
             if steps is None:
@@ -85,7 +93,7 @@ class Pass:
         return self._places[key]
 
 
-def step_names(sampler: Sampler) -> tuple[str, ...]:
+def step_names(sampler: RowSampler) -> tuple[str, ...]:
     return tuple(name for name, _ in sampler.processors)
 
 
@@ -130,7 +138,7 @@ def _parts(names: tuple[str, ...], anchored: bool) -> list[tuple[str, ...]]:
     return [names[:at], names[at:at + 1], names[at + 1:]]
 
 
-def union_steps(samplers: Sequence[Sampler]) -> list[Step] | None:
+def union_steps(samplers: Sequence[RowSampler]) -> list[Step] | None:
     """The steps of one pass over ``samplers`` (rows alike in top_k: all of them with the same k, or none with
     it), each with the rows that run it; None where they cannot share one (a step after top_k that works only on
     the whole vocabulary, which some rows have and others not)."""
@@ -164,7 +172,7 @@ def union_steps(samplers: Sequence[Sampler]) -> list[Step] | None:
     return steps
 
 
-class SamplingRows:
+class SamplingRows(Generic[Sampler]):
     """The passes of the rows that sampled last, kept while the same sequences sample together (see the module's
     docstring). One per engine (its scheduler thread); the stage builds them afresh without one."""
 
@@ -172,9 +180,9 @@ class SamplingRows:
     """Row sets remembered (a step where a sequence is still reading its prompt samples fewer rows)."""
 
     def __init__(self) -> None:
-        self._kept: dict[tuple[int, ...], tuple[list[Sampler], list[tuple[list[int], Pass]]]] = {}
+        self._kept: dict[tuple[int, ...], tuple[list[Sampler], list[tuple[list[int], Pass[Sampler]]]]] = {}
 
-    def passes(self, samplers: Sequence[Sampler]) -> list[tuple[list[int], Pass]]:
+    def passes(self, samplers: Sequence[Sampler]) -> list[tuple[list[int], Pass[Sampler]]]:
         """The passes over ``samplers`` (each with its rows' places among them), built once for these rows."""
         key = tuple(id(s) for s in samplers)
         kept = self._kept.pop(key, None)  # holding the samplers keeps their ids from being reused
@@ -185,13 +193,13 @@ class SamplingRows:
         return passes
 
 
-def build_passes(samplers: Sequence[Sampler]) -> list[tuple[list[int], Pass]]:
+def build_passes(samplers: Sequence[Sampler]) -> list[tuple[list[int], Pass[Sampler]]]:
     """The rows grouped into passes: by top_k (see the module's docstring); a top_k group that cannot share one
     pass is split, each row joining the first pass it can share."""
     groups: dict[object, list[int]] = {}
     for r, sampler in enumerate(samplers):
         groups.setdefault(sampler.key, []).append(r)
-    out = []
+    out: list[tuple[list[int], Pass[Sampler]]] = []
     for members in groups.values():
         steps = union_steps([samplers[r] for r in members])
         if steps is not None:
