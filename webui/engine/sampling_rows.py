@@ -225,11 +225,13 @@ def pick(state: State, index: torch.Tensor) -> State:
 
 
 def put(state: State, index: torch.Tensor, part: State) -> State:
-    """``state`` with its rows ``index`` replaced by ``part`` (the same form: a step that only some rows of a pass
-    run never turns the whole vocabulary into candidates, since top_k is every row's)."""
+    """``state`` with its rows ``index`` replaced by ``part``, in place (the state is the stage's own copy of the
+    logits; ``part`` was picked out of it). Both have the same form: a step that only some rows of a pass run never
+    turns the whole vocabulary into candidates, since top_k is every row's."""
     if isinstance(state, Candidates) and isinstance(part, Candidates):
-        return Candidates(state.values.index_copy(0, index, part.values),
-                          state.index.index_copy(0, index, part.index), state.vocab)
+        state.values.index_copy_(0, index, part.values)
+        state.index.index_copy_(0, index, part.index)
+        return state
     if isinstance(state, torch.Tensor) and isinstance(part, torch.Tensor):
-        return state.index_copy(0, index, part)
+        return state.index_copy_(0, index, part)
     raise TypeError("a step run on some rows of a pass changed their form")

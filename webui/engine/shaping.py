@@ -104,19 +104,37 @@ class TopP(Processor):
 
     @classmethod
     def batch(cls, procs, rows, x):
-        """On the full vocabulary: the nucleus is found among the most likely tokens (as many as it takes)."""
+        """On the full vocabulary: each row's nucleus is found among its most likely tokens, as many as that row
+        takes (a row whose nucleus is found among the first k is done; only the others look at 4k: a row with a
+        wide nucleus costs the batch no more than it costs alone)."""
         probs, vocab = x.softmax(-1), x.shape[-1]
         p = rows.column(procs, "p", probs)
+        keep = torch.zeros_like(x, dtype=torch.bool)
+        open_rows: torch.Tensor | None = None  # the rows still looking (None: all)
         k = min(cls.FIRST, vocab)
         while True:
-            c = top_candidates(x, k)
-            mass = probs.gather(1, c.index).cumsum(-1)
-            if k == vocab or bool((mass[:, -2:-1] >= p).all()):  # the last candidate is left out everywhere
+            xs, ps, nucleus = (x, probs, p) if open_rows is None else (
+                x.index_select(0, open_rows), probs.index_select(0, open_rows), p.index_select(0, open_rows))
+            c = top_candidates(xs, k)
+            chosen = ps.gather(1, c.index)
+            mass = chosen.cumsum(-1)
+            kept = ~((mass - chosen) >= nucleus)
+            kept[:, 0] = True
+            found = torch.zeros_like(xs, dtype=torch.bool).scatter_(1, c.index, kept)
+            # done: the last candidate is left out (so every token kept is among these k), or every token was seen
+            if k == vocab or k < 2:
+                done = torch.ones(len(xs), dtype=torch.bool, device=x.device)
+            else:
+                done = (mass[:, -2] >= nucleus[:, 0])
+            if open_rows is None and bool(done.all()):
+                keep = found
+                break
+            places = torch.arange(len(xs), device=x.device) if open_rows is None else open_rows
+            keep.index_copy_(0, places[done], found[done])
+            open_rows = places[~done]
+            if not open_rows.numel():
                 break
             k = min(4 * k, vocab)
-        kept = ~((mass - probs.gather(1, c.index)) >= p)
-        kept[:, 0] = True
-        keep = torch.zeros_like(x, dtype=torch.bool).scatter_(1, c.index, kept)
         return x.masked_fill(~keep, NEG_INF)
 
 
