@@ -235,3 +235,22 @@ def test_rows_with_other_samplers_and_orders_go_through_a_step_together(monkeypa
     logits = torch.stack([record.logits_at(step) for step in range(len(cases))])
     sample_rows(samplers, [record.history() for _ in cases], logits, [None] * len(cases))
     assert calls == [3]
+
+
+def test_top_p_looks_at_as_many_candidates_as_each_rows_own_nucleus_takes(monkeypatch):
+    """A row whose nucleus is among the first 64 tokens is done there; only the row with a wide nucleus looks
+    further (before, every row of the pass sorted as many candidates as the widest needed). Each row keeps what it
+    keeps alone."""
+    from webui.engine import shaping
+    from webui.engine.rows import Rows
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.stack([torch.randn(5000, generator=g) * 8, torch.randn(5000, generator=g) * 0.1])  # narrow, wide
+    procs = [shaping.TopP(0.9), shaping.TopP(0.9)]
+    alone = [shaping.TopP.batch(procs[r:r + 1], Rows([[]], [None]), x[r:r + 1].clone()) for r in range(2)]
+    looked = []
+    top = shaping.top_candidates
+    monkeypatch.setattr(shaping, "top_candidates", lambda xs, k: looked.append((xs.shape[0], k)) or top(xs, k))
+    together = shaping.TopP.batch(procs, Rows([[], []], [None, None]), x.clone())
+    assert torch.equal(together, torch.cat(alone))
+    assert looked[0] == (2, 64) and all(rows == 1 for rows, _ in looked[1:]) and looked[-1][1] > 64
