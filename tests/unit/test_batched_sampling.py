@@ -155,3 +155,102 @@ def test_greedy_takes_the_first_maximum_as_argmax_does(vocab):
     x[4, vocab - 1] = 1e9  # the maximum in the padded last block
     x[5, vocab // 2] = float("nan")
     assert first_max(x).squeeze(1).tolist() == x.argmax(-1).tolist()
+
+
+# Rows that share a pass whatever else they turn on (#47 item 5): greedy and sampled, other samplers, other
+# orders; only top_k (its k) sets rows apart, and a top_k row with a whole-vocabulary step after top_k that
+# the others lack.
+MIXED = {
+    "greedy": dict(temperature=0),
+    "greedy_penalties": dict(temperature=0, repetition_penalty=1.3, presence_penalty=0.5),
+    "temperature": dict(temperature=0.7),
+    "top_p_last": dict(temperature=0.6, top_p=0.9, min_p=0.02, temperature_last=True),
+    "smoothing": dict(smoothing_factor=0.3, min_p=0.05),
+    "dry": dict(temperature=0.9, dry_multiplier=1.5, dry_allowed_length=1),
+    "xtc": dict(xtc_threshold=0.05, xtc_probability=1.0, top_p=0.95),
+    "mirostat": dict(mirostat_mode=2, mirostat_tau=4.0, mirostat_eta=0.3),
+    "priority": dict(temperature=1.5, min_p=0.1, top_p=0.8, sampler_priority=["min_p", "top_p", "temperature"]),
+    "common": dict(temperature=0.7, top_p=0.9, top_k=40, min_p=0.02, repetition_penalty=1.1),
+    "common_last": dict(temperature=0.7, top_p=0.9, top_k=40, typical_p=0.9, temperature_last=True),
+    "top_k_dry_after": dict(temperature=0.8, top_k=40, dry_multiplier=1.0,
+                            sampler_priority=["top_k", "dry", "temperature"]),
+    "other_k": dict(temperature=0.7, top_k=25, top_p=0.9),
+}
+
+
+def test_rows_share_a_pass_by_top_k_whatever_else_they_turn_on():
+    from webui.engine.sampling_rows import build_passes
+
+    samplers = [Sampler(SamplingParams(**case), record.EOS, record.PROMPT, seed) for seed, case in
+                enumerate(MIXED.values())]
+    names = list(MIXED)
+    passes = sorted(sorted(names[r] for r in members) for members, _ in build_passes(samplers))
+    assert passes == [["common", "common_last"], ["dry", "greedy", "greedy_penalties", "mirostat", "priority",
+                                                   "smoothing", "temperature", "top_p_last", "xtc"],
+                      ["other_k"], ["top_k_dry_after"]]
+
+
+def test_every_row_is_the_same_alone_as_in_one_pass_with_other_samplers_and_orders():
+    cases = [SamplingParams(**case) for case in MIXED.values()]
+    seeds = list(range(len(cases)))
+    together = _run(cases, seeds)
+    assert together == [_run([c], [s])[0] for c, s in zip(cases, seeds)]
+    assert together[0] != together[2]  # not all greedy alike
+
+
+def test_the_engine_keeps_the_passes_and_parameter_columns_while_the_same_rows_sample():
+    """Per-row parameter tensors are built when the rows change, not each step: the second step of the same
+    rows reads the same column tensors; a row leaving builds the passes again without it."""
+    from webui.engine.sampling_rows import SamplingRows
+
+    kept = SamplingRows()
+    samplers = [Sampler(SamplingParams(**MIXED[name]), record.EOS, record.PROMPT, seed)
+                for seed, name in enumerate(["common", "common_last", "temperature", "greedy"])]
+    ids = [record.history() for _ in samplers]
+    logits = torch.stack([record.logits_at(step) for step in range(len(samplers))])
+    first = sample_rows(samplers, ids, logits, [None] * len(samplers), kept)
+    passes = kept.passes(samplers)
+    columns = {id(t) for _, p in passes for step in p.steps for t in step.columns.values()}
+    assert len(columns) >= 4  # temperature, top_p, min_p, typical_p, the penalty
+    second = sample_rows(samplers, ids, logits, [None] * len(samplers), kept)
+    assert kept.passes(samplers) is passes
+    assert {id(t) for _, p in passes for step in p.steps for t in step.columns.values()} == columns
+    assert [c.token_id for c in first] != [] and len(second) == len(samplers)
+    fewer = kept.passes(samplers[1:])
+    assert fewer is not passes and sorted(r for members, _ in fewer for r in members) == [0, 1, 2]
+
+
+def test_rows_with_other_samplers_and_orders_go_through_a_step_together(monkeypatch):
+    """Greedy rows, rows with temperature alone, with min_p after it, with top_p before it (temperature_last):
+    one pass, so temperature runs once a step on every row that has it."""
+    from webui.engine.shaping import Temperature
+
+    calls = []
+    batch = Temperature.batch.__func__
+    monkeypatch.setattr(Temperature, "batch",
+                        classmethod(lambda cls, procs, rows, x: calls.append(len(procs)) or batch(cls, procs, rows, x)))
+    cases = [dict(temperature=0), dict(temperature=0.7), dict(temperature=0.7, min_p=0.05),
+             dict(temperature=0.9, top_p=0.9, temperature_last=True)]
+    samplers = [Sampler(SamplingParams(**case), record.EOS, record.PROMPT, seed) for seed, case in enumerate(cases)]
+    logits = torch.stack([record.logits_at(step) for step in range(len(cases))])
+    sample_rows(samplers, [record.history() for _ in cases], logits, [None] * len(cases))
+    assert calls == [3]
+
+
+def test_top_p_looks_at_as_many_candidates_as_each_rows_own_nucleus_takes(monkeypatch):
+    """A row whose nucleus is among the first 64 tokens is done there; only the row with a wide nucleus looks
+    further (before, every row of the pass sorted as many candidates as the widest needed). Each row keeps what it
+    keeps alone."""
+    from webui.engine import shaping
+    from webui.engine.rows import Rows
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.stack([torch.randn(5000, generator=g) * 8, torch.randn(5000, generator=g) * 0.1])  # narrow, wide
+    procs = [shaping.TopP(0.9), shaping.TopP(0.9)]
+    alone = [shaping.TopP.batch(procs[r:r + 1], Rows([[]], [None]), x[r:r + 1].clone()) for r in range(2)]
+    looked = []
+    top = shaping.top_candidates
+    monkeypatch.setattr(shaping, "top_candidates", lambda xs, k: looked.append((xs.shape[0], k)) or top(xs, k))
+    together = shaping.TopP.batch(procs, Rows([[], []], [None, None]), x.clone())
+    assert torch.equal(together, torch.cat(alone))
+    assert looked[0] == (2, 64) and all(rows == 1 for rows, _ in looked[1:]) and looked[-1][1] > 64

@@ -30,7 +30,8 @@ from webui.engine.prefix_reuse import PrefixReuse, prefix_reuse_for
 from webui.engine.params import InvalidParameter
 from webui.engine.output import Output, OutputWorker
 from webui.engine.relay import RelayRunner
-from webui.engine.sampling import sample_rows
+from webui.engine.sampling import Sampler, sample_rows
+from webui.engine.sampling_rows import SamplingRows
 from webui.engine.sequence import Sequence, check_loras, encode_prompt
 from webui.engine.stream import RequestStream
 from webui.engine.types import (EngineClosed, EngineError, GenerationRequest, GeneratesNoText, GenerationResult,
@@ -89,6 +90,7 @@ class Engine:
         self._output = OutputWorker()  # the stepped sequences' text and events, off this thread
         self._recent: deque[tuple[float, int]] = deque()
         self._reuse = self._prefix_reuse(model)
+        self._sampling: SamplingRows[Sampler] = SamplingRows()  # the sampling passes of the rows that sample, kept while they do
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
         self._thread.start()
@@ -347,7 +349,7 @@ class Engine:
             places = [i for _, i in ready]
             rows = logits[:len(places)] if places == list(range(len(places))) else logits[places]
             choices = sample_rows([s.ready_to_sample() for s, _ in ready], [s.ids for s, _ in ready], rows,
-                                  [s.request.logprobs for s, _ in ready])
+                                  [s.request.logprobs for s, _ in ready], self._sampling)
             outputs: list[Output] = []
             for (seq, _), choice in zip(ready, choices):
                 try:

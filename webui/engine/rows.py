@@ -8,7 +8,7 @@ sits at the end of each row, after every value a prefix sum reads (so batched = 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence, TypeAlias
 
 import torch
@@ -47,6 +47,21 @@ class Rows:
     ids: list[Sequence[int]]
     contexts: list[Any]
     """Each row's SamplingContext, or None (a processor called on its own)."""
+    columns: dict[tuple, torch.Tensor] | None = field(default=None, repr=False)
+    """The step's per-row parameter columns, kept by the stage while the same rows sample together (built on the
+    first step they do, then read each step); None: built each time (a processor called on its own)."""
+
+    def column(self, procs: Sequence[Any], name: str, like: torch.Tensor) -> torch.Tensor:
+        """The rows' parameter ``name`` (an attribute of each row's processor ``procs``) as a [rows, 1] column in
+        ``like``'s dtype and device. Only for parameters fixed when the processor is built: a sampler's state
+        (mirostat's mu, adaptive-p's target) changes every step and is read with ``per_row``."""
+        if self.columns is None:
+            return per_row([getattr(p, name) for p in procs], like)
+        key = (name, like.dtype, like.device)
+        column = self.columns.get(key)
+        if column is None:
+            column = self.columns[key] = per_row([getattr(p, name) for p in procs], like)
+        return column
 
     def history(self, r: int, device: torch.device) -> torch.Tensor:
         ctx = self.contexts[r]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import torch
 
-from webui.engine.rows import NEG_INF, Candidates, Rows, State, dense, per_row, window_span
+from webui.engine.rows import NEG_INF, Candidates, Rows, State, dense, window_span
 from webui.engine.structured import mask_for
 
 if TYPE_CHECKING:
@@ -233,14 +233,14 @@ class RepetitionPenalty(Processor):
     def batch(cls, procs, rows, x):
         r, t = rows.windows([p.span(ids) for p, ids in zip(procs, rows.ids)], x.device)
         if t.numel():  # a token seen twice gets the same value twice
-            x[r, t] = cls.scaled(x[r, t], per_row([p.penalty for p in procs], x)[r, 0], procs[0].favours())
+            x[r, t] = cls.scaled(x[r, t], rows.column(procs, "penalty", x)[r, 0], procs[0].favours())
         return x
 
     @classmethod
     def candidates(cls, procs, rows, c):
         seen = torch.stack([torch.isin(c.index[r], rows.history(r, c.index.device)[slice(*p.span(ids))])
                             for r, (p, ids) in enumerate(zip(procs, rows.ids))])
-        scaled = cls.scaled(c.values, per_row([p.penalty for p in procs], c.values), procs[0].favours())
+        scaled = cls.scaled(c.values, rows.column(procs, "penalty", c.values), procs[0].favours())
         return Candidates(torch.where(seen, scaled, c.values), c.index, c.vocab)
 
 
@@ -281,8 +281,8 @@ class CountPenalty(Processor):
         keys, counts = torch.unique(r * x.shape[-1] + t, return_counts=True)
         r, t = keys // x.shape[-1], keys % x.shape[-1]
         counts = counts.to(x.dtype)
-        frequency = per_row([p.frequency for p in procs], x)[r, 0]
-        presence = per_row([p.presence for p in procs], x)[r, 0]
+        frequency = rows.column(procs, "frequency", x)[r, 0]
+        presence = rows.column(procs, "presence", x)[r, 0]
         x[r, t] = x[r, t] - frequency * counts - presence * (counts > 0).to(x.dtype)
         return x
 

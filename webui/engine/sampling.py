@@ -5,10 +5,10 @@ its processors in the order they run, built from its parameters and its ``Sampli
 the end-of-sequence ids, its own seeded random generator, the tokenizer); a processor is built only when its
 parameter is not neutral, so greedy decoding with neutral parameters costs one ``argmax``.
 
-``sample_rows`` takes the samplers of every row and the rows' logits [rows, vocab]: rows whose pipelines are
-alike (the same steps in the same order, the same top_k, greedy or not) go through it as one batch with
-per-row parameters; each draw takes one number from that row's own generator (inverse CDF over the kept
-tokens), so a seeded request gives the same tokens alone or in any batch.
+``sample_rows`` takes the samplers of every row and the rows' logits [rows, vocab]: the rows go through it in
+one pass whatever their samplers (one per top_k; ``sampling_rows.py`` lays the passes out and keeps them, with
+the rows' parameter columns, while the same rows sample); each draw takes one number from that row's own
+generator (inverse CDF over the kept tokens), so a seeded request gives the same tokens alone or in any batch.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import torch
 from webui.engine.params import SamplingParams
 from webui.engine.rows import NEG_INF, Candidates, History, Rows, dense, first_max
 from webui.engine.sampler_table import CONSTRAINTS, SAMPLER_SPECS, SAMPLERS
+from webui.engine.sampling_rows import Pass, SamplingRows, Step, build_passes, pick, put
 from webui.engine.samplers import (STEPS, CountPenalty, Dry, EncoderRepetitionPenalty, EosBan, Guidance, LogitBias,
                                    NoRepeatNGram, Processor, RepetitionPenalty, TokenBans)
 from webui.engine.shaping import (AdaptiveP, DynamicTemperature, EpsilonCutoff, EtaCutoff, MinP, Mirostat,
@@ -130,9 +131,8 @@ class Sampler:
         self.context = SamplingContext(prompt_len, tuple(sorted(set(eos_ids))), seed, tokenizer)
         self.processors = build_processors(params, self.context)
         self.observers = [p for _, p in self.processors if hasattr(p, "observe")]  # mirostat, adaptive-p, grammars
-        # rows with the same key go through the stage together (one top_k: every row keeps as many as alone)
-        names = tuple(name for name, _ in self.processors)
-        self.key = (names, params.greedy, params.top_k if "top_k" in names else 0)
+        # rows with the same key share a pass (one top_k, or none: every row keeps as many as alone)
+        self.key = params.top_k if any(name == "top_k" for name, _ in self.processors) else 0
 
     @property
     def grammar_done(self) -> bool:
@@ -142,7 +142,8 @@ class Sampler:
     def process(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
         """The processors applied to a copy of ``logits`` (float32), as the stage applies them: what the next
         token is drawn from, over the whole vocabulary."""
-        return dense(run([self], Rows([ids], [self.context]), logits.to(torch.float32, copy=True).unsqueeze(0)))[0]
+        x = logits.to(torch.float32, copy=True).unsqueeze(0)
+        return dense(run(Pass([self]), Rows([ids], [self.context]), x))[0]
 
     def sample(self, ids: Sequence[int], logits: torch.Tensor, top_logprobs: int | None = None) -> TokenChoice:
         choice = sample_rows([self], [ids], logits.unsqueeze(0), [top_logprobs])[0]
@@ -160,102 +161,135 @@ class Sampler:
         return processed.log_softmax(-1)
 
 
-def run(samplers: Sequence[Sampler], rows: Rows, x: torch.Tensor, checked: bool = True) -> torch.Tensor | Candidates:
-    """Every step of the samplers' pipeline (alike: the same steps in the same order) over the rows' logits ``x``
-    [rows, vocab], which it may change. ``checked``: a step that would leave a row no token at all (a ban on the
+def run(batch: Pass[Sampler], rows: Rows, x: torch.Tensor, checked: bool = True) -> torch.Tensor | Candidates:
+    """Every step of the pass over the rows' logits ``x`` [rows, vocab], which it may change; a step that only some
+    rows have runs on those rows alone. ``checked``: a step that would leave a row no token at all (a ban on the
     one token top_k kept, say) is skipped for that row, so there is always something to draw; unchecked, such a
     row ends with nothing finite, which ``draw`` notices (the stage then runs that row again, checked)."""
     state: torch.Tensor | Candidates = x
-    for step in range(len(samplers[0].processors)):
-        procs = [s.processors[step][1] for s in samplers]
-        kind = type(procs[0])
-        if isinstance(state, Candidates) and not kind.on_candidates:
-            state = state.dense()
-        keep = kind.can_empty and checked  # keep the row as it was, for a row the step would leave empty
-        if isinstance(state, Candidates):
-            kept = state if keep else None
-            state = kind.candidates(procs, rows, state)
-            if kept is not None:
-                left = torch.isfinite(state.values).any(-1, keepdim=True)
-                state = Candidates(torch.where(left, state.values, kept.values), state.index, state.vocab)
-            if not kind.keeps_order:
-                state = state.sorted()
+    for step in batch.steps:
+        if isinstance(state, Candidates) and not step.kind.on_candidates:
+            state = state.dense()  # every row has this step (sampling_rows.union_steps)
+        if step.everyone:
+            state = _run_step(step, Rows(rows.ids, rows.contexts, step.columns), state, checked)
         else:
-            dense = state.clone() if keep else None
-            state = kind.batch(procs, rows, state)
-            if dense is not None:
-                if not isinstance(state, torch.Tensor):  # a step that can empty a row keeps the dense form
-                    raise TypeError(f"{kind.__name__}.batch may empty a row, so it must return dense logits")
-                state = torch.where(torch.isfinite(state).any(-1, keepdim=True), state, dense)
+            index = step.index(x.device)
+            part = Rows([rows.ids[r] for r in step.members], [rows.contexts[r] for r in step.members], step.columns)
+            state = put(state, index, _run_step(step, part, pick(state, index), checked))
     return state
 
 
-def draw(samplers: Sequence[Sampler], state: torch.Tensor | Candidates) -> tuple[list[int], list[bool]]:
-    """One token a row: the top one when greedy, else inverse CDF with one uniform number from the row's own
+def _run_step(step: Step, rows: Rows, state: torch.Tensor | Candidates, checked: bool) -> torch.Tensor | Candidates:
+    kind, procs = step.kind, step.procs
+    keep = kind.can_empty and checked  # keep the row as it was, for a row the step would leave empty
+    if isinstance(state, Candidates):
+        kept = state if keep else None
+        state = kind.candidates(procs, rows, state)
+        if kept is not None:
+            left = torch.isfinite(state.values).any(-1, keepdim=True)
+            state = Candidates(torch.where(left, state.values, kept.values), state.index, state.vocab)
+        if not kind.keeps_order:
+            state = state.sorted()
+        return state
+    dense = state.clone() if keep else None
+    state = kind.batch(procs, rows, state)
+    if dense is not None:
+        if not isinstance(state, torch.Tensor):  # a step that can empty a row keeps the dense form
+            raise TypeError(f"{kind.__name__}.batch may empty a row, so it must return dense logits")
+        state = torch.where(torch.isfinite(state).any(-1, keepdim=True), state, dense)
+    return state
+
+
+def draw(batch: Pass[Sampler], state: torch.Tensor | Candidates) -> tuple[list[int], list[bool]]:
+    """One token a row: the top one for a greedy row, else inverse CDF with one uniform number from the row's own
     generator over the row's probabilities (running sums along the row, so the same alone as in a batch). And for
     each row whether it had any token to draw."""
+    if all(batch.greedy):
+        return _draw_greedy(state)
+    if not any(batch.greedy):
+        return _draw_sampled(batch.samplers, state)
+    tokens, drawable = [0] * len(batch.greedy), [False] * len(batch.greedy)
+    device = state.values.device if isinstance(state, Candidates) else state.device
+    for greedy in (True, False):
+        index = batch.places(greedy, device)
+        part = pick(state, index)
+        got = _draw_greedy(part) if greedy else _draw_sampled([s for s, g in zip(batch.samplers, batch.greedy)
+                                                               if not g], part)
+        for r, token, ok in zip(index.tolist(), *got):
+            tokens[r], drawable[r] = token, ok
+    return tokens, drawable
+
+
+def _draw_greedy(state: torch.Tensor | Candidates) -> tuple[list[int], list[bool]]:
     values = state.values if isinstance(state, Candidates) else state
-    if samplers[0].params.greedy:
-        places = first_max(values)
-        drawable = values.gather(1, places) > NEG_INF
+    places = first_max(values)
+    drawable = values.gather(1, places) > NEG_INF
+    return _tokens(state, places, drawable)
+
+
+def _draw_sampled(samplers: Sequence[Sampler], state: torch.Tensor | Candidates) -> tuple[list[int], list[bool]]:
+    values = state.values if isinstance(state, Candidates) else state
+    device = values.device
+    u = torch.stack([torch.rand((), generator=s.context.rng(device), device=device, dtype=torch.float64)
+                     for s in samplers]).unsqueeze(1)
+    if isinstance(state, Candidates):
+        weights, running = state.weights()
     else:
-        device = values.device
-        u = torch.stack([torch.rand((), generator=s.context.rng(device), device=device, dtype=torch.float64)
-                         for s in samplers]).unsqueeze(1)
-        if isinstance(state, Candidates):
-            weights, running = state.weights()
-        else:
-            weights = values.softmax(-1)
-            running = weights.cumsum(-1)
-        total = running[:, -1:]
-        drawable = torch.isfinite(total) & (total > 0)
-        places = torch.searchsorted(running, (u * total.double()).to(running.dtype), right=True)
-        positions = torch.arange(weights.shape[1], device=device).expand_as(weights)
-        last = torch.where(weights > 0, positions, -1).amax(-1, keepdim=True)  # rounding never goes past it
-        places = torch.minimum(places, last).clamp(min=0)
+        weights = values.softmax(-1)
+        running = weights.cumsum(-1)
+    total = running[:, -1:]
+    drawable = torch.isfinite(total) & (total > 0)
+    places = torch.searchsorted(running, (u * total.double()).to(running.dtype), right=True)
+    positions = torch.arange(weights.shape[1], device=device).expand_as(weights)
+    last = torch.where(weights > 0, positions, -1).amax(-1, keepdim=True)  # rounding never goes past it
+    places = torch.minimum(places, last).clamp(min=0)
+    return _tokens(state, places, drawable)
+
+
+def _tokens(state: torch.Tensor | Candidates, places: torch.Tensor,
+            drawable: torch.Tensor) -> tuple[list[int], list[bool]]:
     if isinstance(state, Candidates):
         places = state.index.gather(1, places)
     return places.squeeze(1).tolist(), drawable.squeeze(1).tolist()
 
 
 def sample_rows(samplers: Sequence[Sampler], ids: Sequence[Sequence[int]], logits: torch.Tensor,
-                top_logprobs: Sequence[int | None]) -> list["TokenChoice | Exception"]:
+                top_logprobs: Sequence[int | None], kept: SamplingRows[Sampler] | None = None) -> list["TokenChoice | Exception"]:
     """The next token of every row: ``logits`` [rows, vocab] (each row's own), ``ids`` each row's tokens so
-    far, ``top_logprobs`` what each row wants of log-probabilities (None: none). Rows whose pipelines are alike
-    run as one batch; a row whose sampler fails gets its exception in its place and the others their tokens."""
-    groups: dict[tuple, list[int]] = {}
-    for r, sampler in enumerate(samplers):
-        groups.setdefault(sampler.key, []).append(r)
+    far, ``top_logprobs`` what each row wants of log-probabilities (None: none). The rows go through the stage in
+    as few passes as they can (sampling_rows.py; ``kept``: the passes kept from the step before, by the engine);
+    a row whose sampler fails gets its exception in its place and the others their tokens."""
     out: list[TokenChoice | Exception] = [None] * len(samplers)  # type: ignore[list-item]
-    for members in groups.values():
+    for members, batch in (kept.passes(samplers) if kept is not None else build_passes(samplers)):
         try:
-            _sample_group(samplers, ids, logits, members, top_logprobs, out)
+            _sample_group(batch, ids, logits, members, top_logprobs, out)
         except Exception as exc:
             if len(members) == 1:
                 out[members[0]] = exc
                 continue
             for r in members:  # find the row that fails; the others still get their tokens
                 try:
-                    _sample_group(samplers, ids, logits, [r], top_logprobs, out)
+                    _sample_group(Pass([samplers[r]]), ids, logits, [r], top_logprobs, out)
                 except Exception as row_exc:
                     out[r] = row_exc
     return out
 
 
-def _sample_group(samplers: Sequence[Sampler], ids: Sequence[Sequence[int]], logits: torch.Tensor,
-                  members: list[int], top_logprobs: Sequence[int | None], out: list[TokenChoice | Exception],
+def _sample_group(batch: Pass[Sampler], ids: Sequence[Sequence[int]], logits: torch.Tensor, members: list[int],
+                  top_logprobs: Sequence[int | None], out: list[TokenChoice | Exception],
                   checked: bool = False) -> None:
-    group = [samplers[r] for r in members]
+    """The rows ``members`` (of ``logits``, ``ids``, ``out``), which go through the pass ``batch`` together."""
+    group = batch.samplers
     if len(members) == logits.shape[0]:
         xs = logits.to(torch.float32, copy=True)
     else:
         xs = logits.index_select(0, torch.tensor(members, device=logits.device)).to(torch.float32)
-    state = run(group, Rows([ids[r] for r in members], [s.context for s in group]), xs, checked)
-    tokens, drawable = draw(group, state)
+    state = run(batch, Rows([ids[r] for r in members], [s.context for s in group]), xs, checked)
+    tokens, drawable = draw(batch, state)
     processed = None
     for place, (r, sampler, token) in enumerate(zip(members, group, tokens)):
         if not drawable[place] and not checked:  # a ban left nothing: again, skipping the step that did it
-            _sample_group(samplers, ids, logits, [r], top_logprobs, out, checked=True)
+            _sample_group(Pass([sampler]), ids, logits, [r], top_logprobs, out, checked=True)
             continue
         for observer in sampler.observers:
             observer.observe(token)

@@ -39,7 +39,7 @@ class Temperature(Processor):
 
     @classmethod
     def batch(cls, procs, rows, x):
-        return x / per_row([p.temperature for p in procs], x)
+        return x / rows.column(procs, "temperature", x)
 
     @classmethod
     def candidates(cls, procs, rows, c):
@@ -100,23 +100,41 @@ class TopP(Processor):
     @classmethod
     def candidates(cls, procs, rows, c):
         e, total = c.weights()
-        return c.drop((total - e) >= per_row([p.p for p in procs], e) * total[:, -1:])
+        return c.drop((total - e) >= rows.column(procs, "p", e) * total[:, -1:])
 
     @classmethod
     def batch(cls, procs, rows, x):
-        """On the full vocabulary: the nucleus is found among the most likely tokens (as many as it takes)."""
+        """On the full vocabulary: each row's nucleus is found among its most likely tokens, as many as that row
+        takes (a row whose nucleus is found among the first k is done; only the others look at 4k: a row with a
+        wide nucleus costs the batch no more than it costs alone)."""
         probs, vocab = x.softmax(-1), x.shape[-1]
-        p = per_row([q.p for q in procs], probs)
+        p = rows.column(procs, "p", probs)
+        keep = torch.zeros_like(x, dtype=torch.bool)
+        open_rows: torch.Tensor | None = None  # the rows still looking (None: all)
         k = min(cls.FIRST, vocab)
         while True:
-            c = top_candidates(x, k)
-            mass = probs.gather(1, c.index).cumsum(-1)
-            if k == vocab or bool((mass[:, -2:-1] >= p).all()):  # the last candidate is left out everywhere
+            xs, ps, nucleus = (x, probs, p) if open_rows is None else (
+                x.index_select(0, open_rows), probs.index_select(0, open_rows), p.index_select(0, open_rows))
+            c = top_candidates(xs, k)
+            chosen = ps.gather(1, c.index)
+            mass = chosen.cumsum(-1)
+            kept = ~((mass - chosen) >= nucleus)
+            kept[:, 0] = True
+            found = torch.zeros_like(xs, dtype=torch.bool).scatter_(1, c.index, kept)
+            # done: the last candidate is left out (so every token kept is among these k), or every token was seen
+            if k == vocab or k < 2:
+                done = torch.ones(len(xs), dtype=torch.bool, device=x.device)
+            else:
+                done = (mass[:, -2] >= nucleus[:, 0])
+            if open_rows is None and bool(done.all()):
+                keep = found
+                break
+            places = torch.arange(len(xs), device=x.device) if open_rows is None else open_rows
+            keep.index_copy_(0, places[done], found[done])
+            open_rows = places[~done]
+            if not open_rows.numel():
                 break
             k = min(4 * k, vocab)
-        kept = ~((mass - probs.gather(1, c.index)) >= p)
-        kept[:, 0] = True
-        keep = torch.zeros_like(x, dtype=torch.bool).scatter_(1, c.index, kept)
         return x.masked_fill(~keep, NEG_INF)
 
 
@@ -138,13 +156,13 @@ class MinP(Processor):
     @classmethod
     def batch(cls, procs, rows, x):
         probs = x.softmax(-1)
-        return x.masked_fill(probs < per_row([p.p for p in procs], probs) * probs.amax(-1, keepdim=True),
+        return x.masked_fill(probs < rows.column(procs, "p", probs) * probs.amax(-1, keepdim=True),
                              NEG_INF)
 
     @classmethod
     def candidates(cls, procs, rows, c):
         e, _ = c.weights()  # the top token's weight is 1
-        return c.drop(e < per_row([p.p for p in procs], e))
+        return c.drop(e < rows.column(procs, "p", e))
 
 
 class TopA(Processor):
@@ -165,13 +183,13 @@ class TopA(Processor):
     @classmethod
     def batch(cls, procs, rows, x):
         probs = x.softmax(-1)
-        return x.masked_fill(probs < per_row([p.a for p in procs], probs) * probs.amax(-1, keepdim=True) ** 2,
+        return x.masked_fill(probs < rows.column(procs, "a", probs) * probs.amax(-1, keepdim=True) ** 2,
                              NEG_INF)
 
     @classmethod
     def candidates(cls, procs, rows, c):
         e, total = c.weights()  # p_i < a * p_top**2  <=>  e_i * total < a  (e_top = 1)
-        return c.drop(e * total[:, -1:] < per_row([p.a for p in procs], e))
+        return c.drop(e * total[:, -1:] < rows.column(procs, "a", e))
 
 
 class EpsilonCutoff(Processor):
@@ -193,13 +211,13 @@ class EpsilonCutoff(Processor):
     @classmethod
     def batch(cls, procs, rows, x):
         probs = x.softmax(-1)
-        low = (probs < per_row([p.epsilon for p in procs], probs)) & (probs < probs.amax(-1, keepdim=True))
+        low = (probs < rows.column(procs, "epsilon", probs)) & (probs < probs.amax(-1, keepdim=True))
         return x.masked_fill(low, NEG_INF)
 
     @classmethod
     def candidates(cls, procs, rows, c):
         e, total = c.weights()
-        return c.drop((e < per_row([p.epsilon for p in procs], e) * total[:, -1:]) & (e < 1))
+        return c.drop((e < rows.column(procs, "epsilon", e) * total[:, -1:]) & (e < 1))
 
 
 def _entropy(e: torch.Tensor, total: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -237,7 +255,7 @@ class EtaCutoff(Processor):
     def candidates(cls, procs, rows, c):
         e, total = c.weights()
         probs, _, entropy = _entropy(e, total[:, -1:])
-        eta = per_row([p.eta for p in procs], e)
+        eta = rows.column(procs, "eta", e)
         return c.drop((probs < torch.minimum(eta, eta.sqrt() * (-entropy).exp())) & (e < 1))
 
 
@@ -274,7 +292,7 @@ class TypicalP(Processor):
         gap = torch.where(probs > 0, (-logp - entropy).abs(), torch.full_like(probs, math.inf))
         order = gap.argsort(dim=-1, stable=True)
         cumulative = probs.gather(1, order).cumsum(-1)
-        keep_n = (cumulative < per_row([p.p for p in procs], probs)).sum(-1, keepdim=True) + 1
+        keep_n = (cumulative < rows.column(procs, "p", probs)).sum(-1, keepdim=True) + 1
         places = torch.arange(e.shape[1], device=e.device).expand_as(e)
         drop = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, order, places >= keep_n)
         return Candidates(c.values.masked_fill(drop, NEG_INF), c.index, c.vocab)
@@ -317,7 +335,7 @@ class TailFree(Processor):
         curvature = (probs[:, :-2] - 2 * probs[:, 1:-1] + probs[:, 2:]).abs()
         running = curvature.cumsum(-1)
         whole = running[:, -1:]
-        keep = ((running / whole) <= per_row([p.z for p in procs], e)).sum(-1, keepdim=True) + 1
+        keep = ((running / whole) <= rows.column(procs, "z", e)).sum(-1, keepdim=True) + 1
         places = torch.arange(e.shape[1], device=e.device).expand_as(e)
         return c.drop((places >= keep) & (whole > 0))
 
@@ -341,11 +359,14 @@ class TopNSigma(Processor):
     @classmethod
     def batch(cls, procs, rows, x):
         finite = x > NEG_INF
-        count = finite.sum(-1, keepdim=True)
-        mean = row_sums(torch.where(finite, x, 0.0)) / count
-        deviation = torch.where(finite, x - mean, 0.0)
+        if bool(finite.all()):  # every token still in play (no ban or cut before it): the same sums, unmasked
+            count = torch.full((x.shape[0], 1), x.shape[-1], dtype=torch.long, device=x.device)
+            deviation = x - row_sums(x) / count
+        else:
+            count = finite.sum(-1, keepdim=True)
+            deviation = torch.where(finite, x - row_sums(torch.where(finite, x, 0.0)) / count, 0.0)
         spread = row_sums(deviation * deviation) / count
-        cutoff = x.amax(-1, keepdim=True) - per_row([p.n for p in procs], x) * spread.sqrt()
+        cutoff = x.amax(-1, keepdim=True) - rows.column(procs, "n", x) * spread.sqrt()
         return x.masked_fill(x < torch.where(count > 1, cutoff, NEG_INF), NEG_INF)
 
     @classmethod
@@ -391,9 +412,9 @@ class Xtc(Processor):
         draws = torch.stack([torch.rand((), generator=p.ctx.rng(device), device=device) for p in procs])
         probs = c.values.softmax(-1)
         drop = torch.zeros_like(probs, dtype=torch.bool)
-        drop[:, :-1] = probs[:, 1:] >= per_row([p.threshold for p in procs], probs)
+        drop[:, :-1] = probs[:, 1:] >= rows.column(procs, "threshold", probs)
         draws = draws.double().unsqueeze(1)  # compared as ``row`` compares them, and with no host sync
-        drop &= draws < per_row([p.probability for p in procs], draws)
+        drop &= draws < rows.column(procs, "probability", draws)
         protected = torch.stack([torch.isin(c.index[r], p.protected.to(device)) for r, p in enumerate(procs)])
         drop &= ~(drop & protected).any(-1, keepdim=True)
         return Candidates(c.values.masked_fill(drop, NEG_INF), c.index, c.vocab)
@@ -443,12 +464,13 @@ class QuadraticSampling(Processor):
 
     def __init__(self, factor: float, curve: float):
         self.factor, self.k, self.s = factor, (3 - curve) / 2, (curve - 1) / 2
+        self.bend_k, self.bend_s = self.k * factor, self.s * factor
 
     @classmethod
     def batch(cls, procs, rows, x):
         top = x.amax(-1, keepdim=True)
         d = x - top
-        bend = torch.addcmul(-per_row([p.k * p.factor for p in procs], x), d, per_row([p.s * p.factor for p in procs], x))
+        bend = torch.addcmul(-rows.column(procs, "bend_k", x), d, rows.column(procs, "bend_s", x))
         shaped = torch.addcmul(top, bend, d * d)  # a token at -inf comes out -inf, or NaN where s is 0
         return torch.nan_to_num_(shaped, nan=NEG_INF, posinf=math.inf, neginf=NEG_INF)
 
