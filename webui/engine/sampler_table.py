@@ -15,10 +15,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping, Protocol
 
-if TYPE_CHECKING:
-    from webui.engine.params import SamplingParams
+
+class Settings(Protocol):
+    """What a row reads of the parameters (webui.engine.params.SamplingParams, which reads this table: named here
+    by what is read, so that neither module imports the other's types)."""
+
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def dynamic_temperature(self) -> bool: ...
+    @property
+    def ban_eos(self) -> bool: ...
+    @property
+    def min_new_tokens(self) -> int: ...
+
+    def is_set(self, name: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -35,15 +48,15 @@ class SamplerSpec:
     """Temperature or its kin: ``temperature_last`` moves it after every other sampler."""
     constraint: bool = False
     """CFG or a constraint: always runs first, in table order; not a sampler ``sampler_priority`` can move."""
-    when: Callable[[SamplingParams], bool] | None = None
+    when: Callable[[Settings], bool] | None = None
     """Whether parameters turn it on, where that is not "its first field is not neutral"."""
 
-    def active(self, params: SamplingParams) -> bool:
+    def active(self, params: Settings) -> bool:
         """Whether ``params`` turn it on (its factory may still find nothing to do, e.g. no end-of-sequence id)."""
         return self.when(params) if self.when is not None else params.is_set(self.reads[0])
 
 
-def _temperature_on(p: SamplingParams) -> bool:
+def _temperature_on(p: Settings) -> bool:
     return p.temperature != 1.0 and not p.dynamic_temperature  # dynamic temperature replaces it
 
 
