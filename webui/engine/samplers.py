@@ -177,14 +177,25 @@ class TokenBans(Processor):
 
     def __init__(self, ids: Sequence[int]):
         self.ids = list(ids)
+        self._index: tuple[tuple[tuple[int, ...], torch.device], torch.Tensor] | None = None
 
     def banned(self, ids: Sequence[int]) -> Sequence[int]:
         return self.ids
 
     @classmethod
     def batch(cls, procs, rows, x):
-        r, t = _flat([p.banned(ids) for p, ids in zip(procs, rows.ids)], x)
+        banned = [p.banned(ids) for p, ids in zip(procs, rows.ids)]
+        if all(b == banned[0] for b in banned):  # the usual case (the model's end-of-sequence ids): one fill
+            return x.index_fill_(1, procs[0].index(banned[0], x.device), NEG_INF) if banned[0] else x
+        r, t = _flat(banned, x)
         return x.index_put_((r, t), torch.tensor(NEG_INF, dtype=x.dtype, device=x.device))
+
+    def index(self, ids: Sequence[int], device: torch.device) -> torch.Tensor:
+        """``ids`` as a token index on ``device``, made once (a processor bans the same few tokens each step)."""
+        key = (tuple(ids), device)
+        if self._index is None or self._index[0] != key:
+            self._index = (key, torch.tensor(key[0], dtype=torch.long, device=device))
+        return self._index[1]
 
 
 class EosBan(TokenBans):
