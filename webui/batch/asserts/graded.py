@@ -381,9 +381,10 @@ async def _answer_relevance(answers: list[dict[str, Any]], inputs: Mapping[str, 
     """promptfoo's matchesAnswerRelevance: the mean cosine of the query's and each generated question's embeddings
     (one question a call; in [0, 1]: a negative mean is 0; promptfoo passes at ``score >= threshold``, 0 by
     default). A call answered with nothing fails the assert unscored, as promptfoo fails it ("No output")."""
-    questions = [q.strip() for q in answers[0]["texts"]]
-    if not all(questions):
-        return Grade(False, 0.0, f"the judge generated no question from the output on {questions.count('')} of "
+    questions = list(answers[0]["texts"])  # embedded as the judge wrote them, as promptfoo embeds them
+    if not all(q.strip() for q in questions):
+        blank = sum(not q.strip() for q in questions)
+        return Grade(False, 0.0, f"the judge generated no question from the output on {blank} of "
                                  f"{len(questions)} calls", unscored=True)
     query = inputs["query"]
     vectors = await embed(list(dict.fromkeys([query, *questions])))
