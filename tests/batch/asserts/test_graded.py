@@ -324,7 +324,7 @@ def test_answer_relevance_is_the_mean_cosine_of_the_generated_questions_and_the_
     assert not strict.passed and "needs 0.6" in strict.detail
     negated, _ = relevance({"type": "not-answer-relevance", "threshold": 0.6}, embed, *QUESTIONS)
     assert negated.passed and negated.score == pytest.approx(1 - 1.6 / 3)
-    same, _ = relevance("answer-relevance", embed, " Where is Paris?", "Where is Paris?", QUESTIONS[0])
+    same, _ = relevance("answer-relevance", embed, "Where is Paris?", "Where is Paris?", QUESTIONS[0])
     assert same.score == pytest.approx(1 / 3)  # promptfoo's mean is over its three calls, the same question twice
     assert same.detail.count('"Where is Paris?"') == 1  # named once
 
