@@ -514,7 +514,7 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
                "the best of a test's outputs across settings"),
     GradedKind("max-score", (), None, "", "the best of a test's outputs by the other asserts' scores (value: "
                "{method: average|sum, weights: {type: w}, threshold}); no judge"),
-    GradedKind("answer-relevance", (Step(QUESTIONS_PROMPT, "", None, 128, calls=RELEVANCE_QUESTIONS,
+    GradedKind("answer-relevance", (Step(QUESTIONS_PROMPT, "", None, 256, calls=RELEVANCE_QUESTIONS,
                                          stop=("\n",)),), _no_embeddings, "",
                "mean cosine of the query var (else the prompt) and the questions the judge makes from the output "
                "(three calls, as promptfoo's); needs an embedding model", threshold=0.0, by_score=True,
