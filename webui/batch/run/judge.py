@@ -41,7 +41,7 @@ __all__ = ["JUDGE_PROMPT", "KEY_VARIABLE", "VERDICT_SCHEMA", "JudgeError", "Remo
 
 KEY_VARIABLE = "WORKBENCH_JUDGE_API_KEY"
 
-Ask = Callable[[str, "Mapping[str, Any] | None", int, Sequence[str]], Awaitable[str]]
+Ask = Callable[[str, Mapping[str, Any] | None, int, Sequence[str]], Awaitable[str]]
 """(the question, the JSON schema its answer follows (None: free text), the token budget, the strings that end
 a free-text answer) -> the judge's answer; JudgeError when the judge cannot answer."""
 
