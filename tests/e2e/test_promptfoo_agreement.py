@@ -282,3 +282,112 @@ def test_file_vars_are_loaded_as_promptfoo_loads_them(tmp_path):
     assert theirs["success"], theirs["gradingResult"]
     (check,) = row.asserts  # context.vars as promptfoo's javascript assert sees them
     assert check.check(Observed(row.text, variables=dict(row.variables))).passed
+
+
+def _api_provider(base: str, **config: Any) -> dict[str, Any]:
+    """promptfoo's openai chat provider on our API's default model."""
+    return {"id": "openai:chat:SmolLM2-135M-Instruct", "config": {"apiBaseUrl": base, "apiKey": "unused", **config}}
+
+
+def test_context_and_answer_relevance_agree_with_promptfoo_on_the_same_judge(tmp_path_factory, services,
+                                                                              default_model_dir, tmp_path):
+    """promptfoo's multilingual-rag example (#49; see its SOURCE.md: 3 of its tests), its context-relevance and
+    answer-relevance asserts (its defaultTest's; the others are left out to keep it short), run by promptfoo 0.115
+    against our API and by our batch runner, the default model writing the outputs (the same seed) and judging
+    them greedily (promptfoo's openai provider sends no temperature 0: its grader samples at 0.0001, seeded) with
+    a grader budget of 96 tokens on both sides. Both ask the same prompts (promptfoo's, word
+    for word) in free text, so the judge's replies are the same text: context-relevance's score (the share of
+    its reply's lines without "Insufficient Information") and pass are promptfoo's exactly. answer-relevance
+    reads each of its three replies to the end of its line; promptfoo's grader gets that stop too (promptfoo
+    itself reads the whole reply), and its embeddings come from our API's /v1/embeddings, the same model's
+    mean-pooled hidden states ours uses, so its mean cosine is the same up to float rounding, and so is its pass
+    (promptfoo does not clamp a negative mean at 0; ours does)."""
+    from tests.api.conftest import start_api
+    from tests.engine.test_batch_runner import run
+    from webui.batch.promptfoo.reader import read_suite
+    from webui.batch.run.grid import GridSpec
+    from webui.batch.run.runner import BatchJob
+
+    folder = tmp_path / "multilingual-rag"
+    shutil.copytree(EXAMPLES / "multilingual-rag", folder)
+    config = yaml.safe_load((folder / "promptfooconfig.yaml").read_text(encoding="utf-8"))
+    kept = ("context-relevance", "answer-relevance")
+    config["defaultTest"]["assert"] = [a for a in config["defaultTest"]["assert"] if a["type"] in kept]
+    config["tests"] = [{k: v for k, v in test.items() if k != "assert"} for test in config["tests"]]
+    context, base, _ = start_api(tmp_path_factory, default_model_dir, key=None)
+    config["providers"] = [_api_provider(base, temperature=0.0001, seed=7, max_tokens=24)]
+    grader = _api_provider(base, temperature=0.0001, seed=7, max_tokens=96)  # promptfoo sends no temperature 0
+    embedding = {"id": "openai:embedding:SmolLM2-135M-Instruct", "config": {"apiBaseUrl": base, "apiKey": "unused"}}
+    theirs_config = json.loads(json.dumps(config))
+    theirs_config["defaultTest"]["options"] = {"provider": {"text": grader, "embedding": embedding}}
+    for item in theirs_config["defaultTest"]["assert"]:
+        if item["type"] == "answer-relevance":  # the question read to its line's end, as ours reads it
+            item["provider"] = {"text": {**grader, "config": {**grader["config"], "stop": ["\n"]}},
+                                "embedding": embedding}
+    (folder / "theirs.yaml").write_text(yaml.safe_dump(theirs_config, sort_keys=False), encoding="utf-8")
+    with context:
+        evaluated = promptfoo_eval(folder / "theirs.yaml", tmp_path / "home")["results"]
+    theirs = sorted(evaluated["results"], key=lambda r: r["testIdx"])
+    assert 2 not in [r["failureReason"] for r in theirs], theirs[0].get("error")  # 2: the provider failed
+
+    services.models.load(services.models.catalog.entry_for_path(default_model_dir))
+    suite = read_suite(yaml.safe_dump(config, sort_keys=False), folder)
+    rows = run(services, BatchJob("multilingual-rag", suite.rows, GridSpec([], {}), settings=suite.settings,
+                                  judge_tokens=96)).rows()
+    assert len(rows) == len(theirs) == 3
+    assert [r.output for r in rows] == [t["response"]["output"] for t in theirs]  # the same outputs judged
+    for row, their in zip(rows, theirs):
+        (relevance, answered), (their_relevance, their_answered) = row.asserts, their["gradingResult"][
+            "componentResults"]
+        assert their_relevance["assertion"]["type"] == "context-relevance"
+        assert (relevance.passed, relevance.value) == (their_relevance["pass"], pytest.approx(
+            their_relevance["score"])), (relevance.detail, their_relevance["reason"])
+        assert answered.passed == their_answered["pass"], (answered.detail, their_answered["reason"])
+        assert answered.value == pytest.approx(max(0.0, their_answered["score"]), abs=1e-3), \
+            (answered.detail, their_answered["reason"])
+    print([(r.asserts[0].value, r.asserts[1].value, r.asserts[1].detail) for r in rows])
+
+
+def test_a_rubric_prompt_alone_grades_llm_rubric_in_promptfoo_and_here(tmp_path_factory, services, default_model_dir,
+                                                                       tmp_path):
+    """promptfoo's custom-grading-prompt example (#49 item 5; see its SOURCE.md): an llm-rubric with no value,
+    graded by ``defaultTest.options.rubricPrompt`` alone (a chat: a system message with {{x}}, {{y}}, {{z}}, a user
+    message with {{ output }}), run by promptfoo 0.115 against our API and by our batch runner, the default model
+    writing the output (the same seed) and judging it with 96 tokens. Exact agreement cannot be expected: promptfoo
+    sends the rubric prompt's two messages as they are and reads the first JSON object of a free reply; ours
+    sends their contents as one message with the JSON answer asked for appended, constrained to it. What must
+    hold: the same output is graded on both sides by that prompt alone (no value is asked for), each reads a
+    verdict (promptfoo's grader is given our verdict's JSON schema as its response_format, so its reply is JSON
+    too), and, the prompt saying "always pass the test", both pass."""
+    from tests.api.conftest import start_api
+    from tests.engine.test_batch_runner import run
+    from webui.batch.promptfoo.reader import read_suite
+    from webui.batch.run.grid import GridSpec
+    from webui.batch.run.judge import VERDICT_SCHEMA
+    from webui.batch.run.runner import BatchJob
+
+    folder = tmp_path / "custom-grading-prompt"
+    shutil.copytree(EXAMPLES / "custom-grading-prompt", folder)
+    config = yaml.safe_load((folder / "promptfooconfig.yaml").read_text(encoding="utf-8"))
+    context, base, _ = start_api(tmp_path_factory, default_model_dir, key=None)
+    config["providers"] = [_api_provider(base, temperature=0.0001, seed=7, max_tokens=24)]
+    schema = {k: v for k, v in VERDICT_SCHEMA.items() if k != "x-guidance"}
+    grader = _api_provider(base, temperature=0.0001, seed=7, max_tokens=96, response_format={
+        "type": "json_schema", "json_schema": {"name": "verdict", "schema": schema}})
+    theirs_config = json.loads(json.dumps(config))
+    theirs_config["defaultTest"]["options"]["provider"] = grader
+    (folder / "theirs.yaml").write_text(yaml.safe_dump(theirs_config, sort_keys=False), encoding="utf-8")
+    with context:
+        (their,) = promptfoo_eval(folder / "theirs.yaml", tmp_path / "home")["results"]["results"]
+    assert their["failureReason"] != 2, their.get("error")  # 2: the provider failed
+
+    services.models.load(services.models.catalog.entry_for_path(default_model_dir))
+    suite = read_suite(yaml.safe_dump(config, sort_keys=False), folder)
+    (row,) = run(services, BatchJob("custom-grading-prompt", suite.rows, GridSpec([], {}), settings=suite.settings,
+                                    judge_tokens=96)).rows()
+    assert row.output == their["response"]["output"]
+    (graded,), (their_graded,) = row.asserts, their["gradingResult"]["componentResults"]
+    assert their_graded["assertion"]["type"] == "llm-rubric" and graded.label == "llm-rubric"
+    assert "Could not extract JSON" not in their_graded["reason"] and "could not answer" not in graded.detail
+    assert "not the JSON asked for" not in graded.detail
+    assert graded.passed and their_graded["pass"], (graded.detail, their_graded["reason"])

@@ -354,27 +354,29 @@ def test_similar_asserts_score_by_the_run_models_embeddings_and_say_so(services)
     assert cached.from_cache and cached.asserts == row.asserts
 
 
-def test_answer_relevance_is_the_mean_cosine_of_the_run_models_embeddings_of_the_judges_questions(services):
-    """The tiny model generates the questions (structured output, so they are read) and the run's embedder embeds
-    them and the query var: the score is the mean cosine of those vectors (the model is random: the plumbing)."""
+def test_answer_relevance_is_the_mean_cosine_of_the_run_models_embeddings_of_the_judges_questions(services, tmp_path):
+    """The judge (a scripted model beside the tested one) is asked three times for a question, in free text, each
+    reply read to its line's end (promptfoo's matchesAnswerRelevance, #49), and the run's embedder (the tiny
+    model) embeds it and the query var: the score is the mean cosine of those vectors."""
     from webui.batch.asserts.assertion import parse_assert
     from webui.embeddings import embed_texts
 
+    question = "How do people say hello?"
+    services.registry.register(scripted_loader(services.loaded.tokenizer, f"{question}\nAnd more.", "judge"))
+    services.models.load(services.models.catalog.entry_for_path(tmp_path), loader="scripted", make_current=False)
     query = "How do people greet?"
-    row = replace(parse_lines("Hello")[0], variables={"query": query}, asserts=[
-        parse_assert({"type": "answer-relevance", "rubricPrompt": "Q: {{answer}}"})])  # the tiny model reads 256
-    handle = run(services, BatchJob("relevance", [row], GridSpec([], {"max_new_tokens": [3]}), raw=True))
+    row = replace(parse_lines("Hello")[0], variables={"query": query}, asserts=[parse_assert("answer-relevance")])
+    handle = run(services, BatchJob("relevance", [row], GridSpec([], {"max_new_tokens": [3]}), raw=True,
+                                    judge_model=tmp_path.name))
     (result,) = handle.rows()[0].asserts
     assert result.detail.startswith("judge: relevance "), result.detail
     assert "embeddings from tiny (mean-pooled hidden states)" in result.detail
     said = re.findall(r'("(?:[^"\\]|\\.)*") \((-?\d+\.\d\d)\)', result.detail)
-    questions = [json.loads(q) for q, _ in said]
-    assert 1 <= len(questions) <= 3
+    assert [json.loads(q) for q, _ in said] == [question]  # the same reply on each of the three calls, to its line's end
     slot = services.models.slot("tiny")
-    found = embed_texts(slot.engine, slot.model, [query, *questions])
-    cosines = [found.cosine(query, q) for q in questions]
-    assert [c for _, c in said] == [f"{c:.2f}" for c in cosines]
-    assert result.score == pytest.approx(min(1.0, max(0.0, sum(cosines) / len(cosines))), abs=1e-5)
+    cosine = embed_texts(slot.engine, slot.model, [query, question]).cosine(query, question)
+    assert said[0][1] == f"{cosine:.2f}"
+    assert result.score == pytest.approx(min(1.0, max(0.0, cosine)), abs=1e-5)
     assert result.passed is (result.score >= 0)  # promptfoo's default threshold, 0
 
 

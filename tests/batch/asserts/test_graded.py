@@ -38,10 +38,13 @@ class Judge:
 
     def __init__(self, *answers: Any) -> None:
         self.answers = [a if isinstance(a, str) else json.dumps(a) for a in answers]
-        self.asked: list[tuple[str, Mapping[str, Any], int]] = []
+        self.asked: list[tuple[str, Mapping[str, Any] | None, int]] = []
+        self.stops: list[tuple[str, ...]] = []
 
-    async def __call__(self, text: str, schema: Mapping[str, Any], max_tokens: int) -> str:
+    async def __call__(self, text: str, schema: Mapping[str, Any] | None, max_tokens: int,
+                       stop: Any = ()) -> str:
         self.asked.append((text, schema, max_tokens))
+        self.stops.append(tuple(stop))
         if not self.answers:
             raise JudgeError("the scripted judge has no answer left")
         return self.answers.pop(0)
@@ -110,20 +113,22 @@ def test_context_recall_counts_the_references_attributed_sentences():
 
 
 def test_context_relevance_scores_the_extracted_sentences_as_promptfoo_does():
-    """promptfoo 0.115 (matchesContextRelevance): the share of the judge's extracted sentences that are not its
-    "Insufficient Information"; the share of the context's sentences, scored before, gave a small judge 0 (#49)."""
+    """promptfoo 0.115 (matchesContextRelevance): its prompt word for word, answered in free text (a JSON list
+    with ["Insufficient Information"] as its only example made a small judge copy it, #49), split into lines;
+    the score is the share of lines that are not its "Insufficient Information"."""
     result, judge, _ = judged({"type": "context-relevance", "threshold": 0.3}, "Paris",
-                              {"sentences": ["Paris is the capital of France."]})
+                              "Paris is the capital of France.")
     (text, schema, _), = judge.asked
-    assert "query: What is the capital of France?" in text and 'return the phrase "Insufficient Information"' in text
-    assert schema["properties"]["sentences"]["minItems"] == 1
-    assert result.passed and result.score == 1.0
-    mixed, _, _ = judged("context-relevance", "Paris", {"sentences": ["Paris is the capital. Insufficient "
-                                                                      "Information."]})
-    assert mixed.score == 0.5  # split into sentences as promptfoo splits its answer
-    none, _, verdict = judged({"type": "context-relevance", "threshold": 0.3}, "Paris",
-                              {"sentences": ["Insufficient Information"]})
+    assert text.endswith(f"query: What is the capital of France?\ncontext: {VARS['context']}\ncandidate sentences:\n")
+    assert 'return the phrase "Insufficient Information".  While' in text and schema is None  # free text
+    assert judge.stops == [()] and result.passed and result.score == 1.0
+    mixed, _, _ = judged("context-relevance", "Paris", "Paris is the capital.\n\n2. Insufficient Information.\n"
+                                                       "It has 2 million people. Insufficient Information")
+    assert mixed.score == pytest.approx(1 / 3)  # split into lines as promptfoo splits its answer, blank ones dropped
+    none, _, verdict = judged({"type": "context-relevance", "threshold": 0.3}, "Paris", '"Insufficient Information"')
     assert not none.passed and none.score == 0.0 and "found nothing" in verdict.reason
+    empty, _, verdict = judged("context-relevance", "Paris", " \n\n")  # promptfoo: "No output", a fail
+    assert not empty.passed and verdict.unscored and "the judge answered nothing" in verdict.reason
 
 
 def test_context_faithfulness_makes_statements_then_checks_each_against_the_context():
@@ -169,8 +174,8 @@ def test_an_answer_that_is_not_the_json_asked_for_fails_the_assert_saying_so():
     assert read_answer('{"pass": true, "reason": "r", "score": 0.5}', GRADED["llm-rubric"].steps[0].schema)
     assert not parse_assert("factuality:x").check(Observed("out")).passed  # no verdict at all
     # an unanswered judge fails a by-score kind at threshold 0, and its not- form too (no score to invert)
-    relevance, _, _ = judged("context-relevance", "out", '{"sentences": [')
-    assert not relevance.passed and "not the JSON asked for" in relevance.detail and "score" not in relevance.detail
+    relevance, _, _ = judged("context-relevance", "out", "")
+    assert not relevance.passed and "answered nothing" in relevance.detail and "score" not in relevance.detail
     negated, _, _ = judged("not-llm-rubric:polite", "out", "no JSON")
     assert not negated.passed and negated.score == 0.0
 
@@ -215,7 +220,10 @@ def test_the_judge_request_is_greedy_and_held_to_the_steps_schema():
     request = judge_request(lambda text: f"<user>{text}</user>", "Q", step.schema, 99)
     assert request.prompt == "<user>Q</user>" and request.params.temperature == 0.0
     assert request.params.max_new_tokens == 99 and request.params.structured_outputs[0] == "json"
-    assert json.loads(request.params.structured_outputs[1]) == step.schema
+    assert json.loads(request.params.structured_outputs[1]) == step.schema and request.params.stop == ()
+    plain = judge_request(lambda text: text, "Q", None, 64, ("\n",))  # a plain step: free text to its stop
+    assert plain.params.structured_outputs == () and plain.params.stop == ("\n",)
+    assert plain.params.temperature == 0.0 and plain.params.max_new_tokens == 64
     text = step_text(GRADED["llm-rubric"], 0, {"output": "o", "rubric": "r"}, default="{{output}}/{{rubric}}")
     assert text == "o/r"  # the run's judge prompt, as the Batch tab shows it
 
@@ -284,7 +292,8 @@ def vectors_for(given: Mapping[str, tuple[float, ...]]) -> Any:
     return embed
 
 
-QUESTIONS = {"questions": ["What is the capital of France?", "Which city is French?", "Where is Paris?"]}
+QUESTIONS = ["What is the capital of France?", "Which city is French?", "Where is Paris?"]
+"""The judge's three replies, one question a call."""
 GIVEN = {"What is the capital of France?": (1.0, 0.0), "Which city is French?": (0.6, 0.8),
          "Where is Paris?": (0.0, 1.0), "Name the capital of France.": (0.8, 0.6)}
 
@@ -298,43 +307,48 @@ def relevance(spec: Any, embed: Any, *answers: Any, variables: Mapping[str, str]
 
 
 def test_answer_relevance_is_the_mean_cosine_of_the_generated_questions_and_the_query():
+    """promptfoo 0.115's matchesAnswerRelevance: three calls of its prompt, word for word, each reply one question
+    (free text, read to its line's end; one JSON-constrained step made a small judge write junk, #49)."""
     embed = vectors_for({**GIVEN, VARS["query"]: (1.0, 0.0)})
-    result, judge = relevance("answer-relevance", embed, QUESTIONS)
-    (text, schema, _), = judge.asked
-    assert "Answer: Paris is the capital of France.\n" in text and text.endswith(GRADED["answer-relevance"]
-                                                                                   .steps[0].answer)
-    assert schema["properties"]["questions"]["minItems"] == 3 == schema["properties"]["questions"]["maxItems"]
-    assert embed.asked == [[VARS["query"], *QUESTIONS["questions"]]]  # the query var, not the prompt
+    result, judge = relevance("answer-relevance", embed, *QUESTIONS)
+    assert len(judge.asked) == 3 and len({text for text, _, _ in judge.asked}) == 1
+    text, schema, _ = judge.asked[0]
+    assert text.startswith("Generate question for the given answer.\nAnswer:\nThe PSLV-C56 mission")
+    assert text.endswith("\n\nAnswer:Paris is the capital of France.\nQuestion:") and schema is None
+    assert judge.stops == [("\n",)] * 3
+    assert embed.asked == [[VARS["query"], *QUESTIONS[1:]]]  # the query var, not the prompt; each text once
     assert result.passed and result.score == pytest.approx((1.0 + 0.6 + 0.0) / 3)
     assert "relevance 0.53: mean cosine of the query and the questions generated from the output: " in result.detail
     assert '"Which city is French?" (0.60)' in result.detail and "embeddings from given" in result.detail
-    strict, _ = relevance({"type": "answer-relevance", "threshold": 0.6}, embed, QUESTIONS)
+    strict, _ = relevance({"type": "answer-relevance", "threshold": 0.6}, embed, *QUESTIONS)
     assert not strict.passed and "needs 0.6" in strict.detail
-    negated, _ = relevance({"type": "not-answer-relevance", "threshold": 0.6}, embed, QUESTIONS)
+    negated, _ = relevance({"type": "not-answer-relevance", "threshold": 0.6}, embed, *QUESTIONS)
     assert negated.passed and negated.score == pytest.approx(1 - 1.6 / 3)
+    same, _ = relevance("answer-relevance", embed, "Where is Paris?", "Where is Paris?", QUESTIONS[0])
+    assert same.score == pytest.approx(1 / 3)  # promptfoo's mean is over its three calls, the same question twice
+    assert same.detail.count('"Where is Paris?"') == 1  # named once
 
 
 def test_answer_relevance_embeds_the_prompt_without_a_query_var_and_reads_a_custom_generation_prompt():
     embed = vectors_for(GIVEN)
-    result, judge = relevance({"type": "answer-relevance", "rubricPrompt": "Q for: {{answer}}"}, embed, QUESTIONS,
+    result, judge = relevance({"type": "answer-relevance", "rubricPrompt": "Q for: {{answer}}"}, embed, *QUESTIONS,
                               variables={})
-    (text, _, _), = judge.asked
-    assert text == "Q for: Paris is the capital of France.\n\n" + GRADED["answer-relevance"].steps[0].answer
-    assert embed.asked == [["Name the capital of France.", *QUESTIONS["questions"]]]
+    assert [text for text, _, _ in judge.asked] == ["Q for: Paris is the capital of France."] * 3  # as promptfoo's
+    assert embed.asked == [["Name the capital of France.", *QUESTIONS]]
     assert result.score == pytest.approx((0.8 + 0.96 + 0.6) / 3)
 
 
 def test_answer_relevance_without_an_embedding_model_fails_saying_so_whatever_the_threshold():
-    result, judge = relevance({"type": "answer-relevance", "threshold": 0}, None, QUESTIONS)
+    result, judge = relevance({"type": "answer-relevance", "threshold": 0}, None, *QUESTIONS)
     assert not result.passed and judge.asked == []  # the judge is not asked for questions nothing can embed
     assert "no model of this run gives them; load a sentence-embedding model" in result.detail
     assert "score" not in result.detail  # no score was computed
-    negated, _ = relevance("not-answer-relevance", None, QUESTIONS)
+    negated, _ = relevance("not-answer-relevance", None, *QUESTIONS)
     assert not negated.passed and negated.score == 0.0 and "no model of this run gives them" in negated.detail
-    gone, _ = relevance("answer-relevance", vectors_for({}), {"questions": ["", " ", ""]})
-    assert not gone.passed and "not the JSON asked for" in gone.detail  # empty questions break its schema (#49)
-    blank, _ = relevance("answer-relevance", vectors_for({}), {"questions": [" " * 8] * 3})
-    assert not blank.passed and "the judge generated no question from the output" in blank.detail
+    gone, _ = relevance("answer-relevance", vectors_for({}), "", " ", "")
+    assert not gone.passed and "the judge generated no question from the output on 3 of 3 calls" in gone.detail
+    one, _ = relevance("answer-relevance", vectors_for(GIVEN), *QUESTIONS[:2], "  ")  # promptfoo: "No output"
+    assert not one.passed and "on 1 of 3 calls" in one.detail and "score" not in one.detail
 
 
 def test_answer_relevance_reads_promptfoos_dict_and_compact_forms():

@@ -123,6 +123,7 @@ def test_a_var_file_is_read_as_text_a_json_file_too_and_yaml_as_its_compact_json
     assert rows[0].text == ('# Title|{\n  "k": [1, 2.0],\n  "s": "é"\n}|x\n|'
                             '{"k":[1,2],"s":"é","day":"2024-01-02T00:00:00.000Z"}|"just text".')
     assert rows[0].variables["b"] == '{\n  "k": [1, 2.0],\n  "s": "é"\n}'  # what asserts see as context.vars
+    assert rows[0].variables["c"] == "x\n"  # one newline off for the asserts too: promptfoo takes it off test.vars
 
 
 def test_every_problem_of_a_suite_at_once_capped(tmp_path):

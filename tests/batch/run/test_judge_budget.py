@@ -111,12 +111,11 @@ def test_the_time_left_bound_counts_the_judges_tokens_as_work_done(tmp_path):
 
 def test_a_budget_is_per_grader_call_so_answer_relevance_gets_it_for_each_of_its_questions():
     """promptfoo asks answer-relevance's three questions in three grader calls, each with the grader's max_tokens;
-    here one step asks the three at once, so it may write three budgets (a budget of 96 cut its JSON in the
-    middle of the third question before)."""
+    so does its step here (asked three times), each call with the budget, the output's budget three of them."""
     item = parse_assert({"type": "answer-relevance", "provider": {"config": {"max_tokens": 96}}})
     (step,) = GRADED["answer-relevance"].steps
-    assert step_tokens(step, item) == min(step.max_tokens, 3 * 96)
-    assert step_tokens(step, item, 20) == 60 and judge_budget([item], 20) == 60
+    assert step.calls == 3 and step_tokens(step, item) == min(step.max_tokens, 96)
+    assert step_tokens(step, item, 20) == 20 and judge_budget([item], 20) == 60
 
 
 def test_no_time_left_is_claimed_while_select_best_judges_rows_already_kept(tmp_path):

@@ -3,10 +3,12 @@
 A graded kind is asked of a judge (webui.batch.run.judge runs it): its steps, each a
 grading prompt (``{{ name }}`` placeholders filled from the inputs below) and
 the JSON its answer is constrained to (structured output, so the answer can
-always be read when it fits the step's token budget), and how the answers
-become a verdict (passed, a score in [0, 1], a reason). A later step sees what
-earlier steps answered (g-eval's evaluation steps, context-faithfulness's
-statements).
+always be read when it fits the step's token budget), or none: a plain step,
+answered in free text as promptfoo's graders answer (context-relevance's
+sentences, answer-relevance's questions, where a JSON constraint broke a small
+judge's answers, #49), and how the answers become a verdict (passed, a score in
+[0, 1], a reason). A later step sees what earlier steps answered (g-eval's
+evaluation steps, context-faithfulness's statements).
 
 The inputs every step may use, named as promptfoo's grading prompts name them,
 so a promptfoo ``rubricPrompt`` reads the same: the test's vars, then
@@ -18,22 +20,22 @@ so a promptfoo ``rubricPrompt`` reads the same: the test's vars, then
 The prompts carry the meaning of promptfoo 0.115's default grading prompts
 (src/prompts/grading.ts and src/prompts/external/ragas.ts, MIT; the context
 prompts there are ported from RAGAS, Apache-2.0) and the verdicts its matchers'
-(src/matchers.ts), with the answer asked as JSON instead of free text. A
-``rubricPrompt`` replaces a step's prompt (a list: one per step); the JSON the
-answer must be is still appended to it.
+(src/matchers.ts), with the answer asked as JSON instead of free text, except context-relevance's and
+answer-relevance's, which are promptfoo's prompts word for word, their answers read as promptfoo reads them. A
+``rubricPrompt`` replaces a step's prompt (a list: one per step); the JSON the answer must be is still appended
+to it (a plain step's stands alone, as promptfoo's).
 
-answer-relevance asks the judge for questions the output could answer (its one
-step), then compares them by embeddings with the query (the ``query`` var, else
-the prompt): its :attr:`GradedKind.scored` gets the run's embedding model (the
-runner's), and without one the assert fails saying so. classifier asks no judge: a text-classification
-model named with the assert scores the output (webui.batch.asserts.classify; its entry here has no steps). Any use of
-``contextTransform`` is refused by name.
+answer-relevance asks the judge three times for a question the output answers (promptfoo's three calls,
+each reply read to its line's end), then compares them by embeddings with the query (the ``query`` var, else
+the prompt): its :attr:`GradedKind.scored` gets the run's embedding model (the runner's), and without one
+the assert fails saying so. classifier asks no judge: a text-classification model named with the assert
+scores the output (webui.batch.asserts.classify; its entry here has no steps). Any use of ``contextTransform``
+is refused by name.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, NamedTuple
 
@@ -62,16 +64,19 @@ class Grade(NamedTuple):
 @dataclass(frozen=True)
 class Step:
     """One question to the judge: its default prompt (with the answer instruction), the instruction alone
-    (appended to a custom prompt), the JSON schema its answer follows, its token budget, what its answer
-    adds to the inputs of the next step, and how many of promptfoo's grader calls it asks at once (a grader
-    budget given is per call: answer-relevance asks in one step the three questions promptfoo asks one a call)."""
+    (appended to a custom prompt; "" for a plain step), the JSON schema its answer follows (None: a plain step,
+    answered in free text as promptfoo's graders answer, its answer read as ``{"texts": [each call's reply]}``),
+    its token budget per call, what its answer adds to the inputs of the next step, how many times it is asked
+    (answer-relevance's three questions, one a call, as promptfoo asks them) and the strings that end a plain
+    answer."""
 
     prompt: str
     answer: str
-    schema: dict[str, Any]
+    schema: dict[str, Any] | None
     max_tokens: int = 256
     carry: Callable[[dict[str, Any]], dict[str, str]] | None = None
     calls: int = 1
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -284,33 +289,28 @@ def _recall(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: M
 
 RELEVANCE_BAD = "Insufficient Information"
 """What the judge says for a context that holds nothing for the query (promptfoo's CONTEXT_RELEVANCE_BAD)."""
-RELEVANCE_ANSWER = ('Answer with JSON only: {"sentences": the sentences of the context needed to answer the query, '
-                    f'copied unchanged; ["{RELEVANCE_BAD}"] if there are none or the query cannot be answered from '
-                    'the context}.')
-RELEVANCE_PROMPT = f"""Please extract relevant sentences from the provided context that are absolutely required \
-to answer the following query. If no relevant sentences are found, or if you believe the query cannot be answered \
-from the given context, return the phrase "{RELEVANCE_BAD}". While extracting candidate sentences you're not \
-allowed to make any changes to sentences from the given context.
+RELEVANCE_PROMPT = f"""Please extract relevant sentences from the provided context that is absolutely required \
+answer the following query. If no relevant sentences are found, or if you believe the query cannot be answered from \
+the given context, return the phrase "{RELEVANCE_BAD}".  While extracting candidate sentences you're not allowed to \
+make any changes to sentences from given context.
 
 query: {{{{query}}}}
 context: {{{{context}}}}
-
-{RELEVANCE_ANSWER}"""
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
-
-def sentences_of(text: str) -> list[str]:
-    """A text's sentences (split after . ! or ? and a space), empty ones dropped."""
-    return [s for s in (part.strip() for part in _SENTENCE_END.split(text)) if s]
-
-
+candidate sentences:
+"""
+"""promptfoo 0.115's CONTEXT_RELEVANCE, word for word (its answer is free text, one sentence a line)."""
 def _relevance(answers: list[dict[str, Any]], inputs: Mapping[str, str], options: Mapping[str, Any]) -> Grade:
-    """promptfoo 0.115's context relevance: of the sentences the judge extracted, the share that is not its
-    "Insufficient Information" (so any sentence it finds for the query counts; 0 when it finds none)."""
-    said = [s for item in answers[0]["sentences"] for s in sentences_of(str(item))]
-    relevant = [s for s in said if RELEVANCE_BAD not in s]
+    """promptfoo 0.115's context relevance (matchesContextRelevance): the judge's answer split into lines (its
+    splitIntoSentences), blank ones dropped; the score is the share of lines that do not hold "Insufficient
+    Information". An answer with no line fails unscored (promptfoo fails it: "No output")."""
+    said = [line for line in answers[0]["texts"][0].split("\n") if line.strip()]
+    if not said:
+        return Grade(False, 0.0, "the judge answered nothing (no sentence extracted from the context)",
+                     unscored=True)
+    relevant = [line.strip() for line in said if RELEVANCE_BAD not in line]
     if not relevant:
-        return Grade(True, 0.0, "the judge found nothing in the context needed for the query (score 0)")
+        return Grade(True, 0.0, "the judge found nothing in the context needed for the query (score 0): "
+                                f"{RELEVANCE_BAD}")
     score = len(relevant) / len(said)
     return Grade(True, score, f"relevance {score:.2f}: the judge extracted {len(relevant)} sentence(s) needed for "
                               f"the query" + (f" of {len(said)}" if len(said) > len(relevant) else "") + ": "
@@ -358,18 +358,16 @@ def _faithfulness(answers: list[dict[str, Any]], inputs: Mapping[str, str], opti
 # -- answer-relevance (promptfoo's matchesAnswerRelevance, RAGAS's answer relevancy) -------------------------
 
 RELEVANCE_QUESTIONS = 3
-"""The questions the judge generates from the output (promptfoo asks for one, three times)."""
-QUESTIONS_ANSWER = (f'Answer with JSON only: {{"questions": {RELEVANCE_QUESTIONS} different questions the answer '
-                    'could be the answer to, each one short question ending in "?"}.')
-QUESTIONS_PROMPT = f"""Generate question for the given answer.
-Answer:
-The PSLV-C56 mission is scheduled to be launched on Sunday, 30 July 2023 at 06:30 IST / 01:00 UTC. It will be \
-launched from the Satish Dhawan Space Centre, Sriharikota, Andhra Pradesh, India
+"""How many times the judge is asked for a question the output answers (promptfoo asks three times)."""
+QUESTIONS_PROMPT = """Generate question for the given answer.
+Answer:\nThe PSLV-C56 mission is scheduled to be launched on Sunday, 30 July 2023 at 06:30 IST / 01:00 UTC. It will \
+be launched from the Satish Dhawan Space Centre, Sriharikota, Andhra Pradesh, India
 Question: When is the scheduled launch date and time for the PSLV-C56 mission, and where will it be launched from?
 
-Answer: {{{{answer}}}}
-
-{QUESTIONS_ANSWER}"""
+Answer:{{answer}}
+Question:"""
+"""promptfoo 0.115's ANSWER_RELEVANCY_GENERATE, word for word: the judge's reply (to its line's end) is one
+question."""
 NO_EMBEDDINGS = ("answer-relevance compares embeddings, and no model of this run gives them; load a sentence-"
                  "embedding model (or a model through the transformers loader) in the Model tab, or use "
                  "llm-rubric or g-eval instead")
@@ -380,20 +378,23 @@ def _no_embeddings(answers: list[dict[str, Any]], inputs: Mapping[str, str], opt
 
 
 async def _answer_relevance(answers: list[dict[str, Any]], inputs: Mapping[str, str], embed: Embed) -> Grade:
-    """The mean cosine of the query's and each generated question's embeddings (in [0, 1]: a negative mean is 0;
-    promptfoo passes at ``score >= threshold``, 0 by default)."""
-    questions = list(dict.fromkeys(q.strip() for q in answers[0]["questions"] if q.strip()))
-    if not questions:
-        return Grade(False, 0.0, "the judge generated no question from the output", unscored=True)
+    """promptfoo's matchesAnswerRelevance: the mean cosine of the query's and each generated question's embeddings
+    (one question a call; in [0, 1]: a negative mean is 0; promptfoo passes at ``score >= threshold``, 0 by
+    default). A call answered with nothing fails the assert unscored, as promptfoo fails it ("No output")."""
+    questions = list(answers[0]["texts"])  # embedded as the judge wrote them, as promptfoo embeds them
+    if not all(q.strip() for q in questions):
+        blank = sum(not q.strip() for q in questions)
+        return Grade(False, 0.0, f"the judge generated no question from the output on {blank} of "
+                                 f"{len(questions)} calls", unscored=True)
     query = inputs["query"]
-    vectors = await embed([query, *questions])
+    vectors = await embed(list(dict.fromkeys([query, *questions])))
     cosines = [vectors.cosine(query, q) for q in questions] if vectors is not None else [None]
     if vectors is None or any(c is None for c in cosines):
         return Grade(False, 0.0, "the embedding model could not embed the query and the generated questions",
                      unscored=True)
     mean = sum(c for c in cosines if c is not None) / len(cosines)
     score = min(1.0, max(0.0, mean))
-    asked = "; ".join(f"{json.dumps(q, ensure_ascii=False)} ({c:.2f})" for q, c in zip(questions, cosines))
+    asked = "; ".join(f"{json.dumps(q, ensure_ascii=False)} ({c:.2f})" for q, c in dict(zip(questions, cosines)).items())
     return Grade(True, score, f"relevance {mean:.2f}: mean cosine of the query and the questions generated from "
                               f"the output: {asked}; embeddings from {vectors.source}")
 
@@ -497,10 +498,9 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
         "type": "array", "minItems": 1, "maxItems": 8, "items": _schema(sentence=_text(150), attributed={
             "type": "boolean"})}), 768),), _recall, "Paris is the capital of France",
                "the reference's sentences found in the context var", threshold=0.0, by_score=True, needs=("context",)),
-    GradedKind("context-relevance", (Step(RELEVANCE_PROMPT, RELEVANCE_ANSWER, _schema(sentences={
-        "type": "array", "items": {**_text(200), "minLength": 1}, "minItems": 1, "maxItems": 8}), 768),), _relevance,
+    GradedKind("context-relevance", (Step(RELEVANCE_PROMPT, "", None, 512),), _relevance,
                "", "whether the judge finds sentences in the context var needed for the query var (the share of "
-                   f"those it extracts that are not \"{RELEVANCE_BAD}\", as promptfoo 0.115 scores it)",
+                   f"the lines of its answer that are not \"{RELEVANCE_BAD}\", as promptfoo 0.115 scores it)",
                threshold=0.0, by_score=True, needs=("query", "context")),
     GradedKind("context-faithfulness", (
         Step(STATEMENTS_PROMPT, STATEMENTS_ANSWER, _schema(statements={**_texts(150, _MOST_STATEMENTS),
@@ -514,11 +514,11 @@ GRADED: dict[str, GradedKind] = {kind.name: kind for kind in (
                "the best of a test's outputs across settings"),
     GradedKind("max-score", (), None, "", "the best of a test's outputs by the other asserts' scores (value: "
                "{method: average|sum, weights: {type: w}, threshold}); no judge"),
-    GradedKind("answer-relevance", (Step(QUESTIONS_PROMPT, QUESTIONS_ANSWER, _schema(questions={
-        "type": "array", "items": {**_text(150), "minLength": 8}, "minItems": RELEVANCE_QUESTIONS,
-        "maxItems": RELEVANCE_QUESTIONS}), 384, calls=RELEVANCE_QUESTIONS),), _no_embeddings, "",
-               "mean cosine of the query var (else the prompt) and questions the judge makes from the output; "
-               "needs an embedding model", threshold=0.0, by_score=True, scored=_answer_relevance),
+    GradedKind("answer-relevance", (Step(QUESTIONS_PROMPT, "", None, 256, calls=RELEVANCE_QUESTIONS,
+                                         stop=("\n",)),), _no_embeddings, "",
+               "mean cosine of the query var (else the prompt) and the questions the judge makes from the output "
+               "(three calls, as promptfoo's); needs an embedding model", threshold=0.0, by_score=True,
+               scored=_answer_relevance),
     GradedKind("classifier", (), None, "toxic", "a label's probability (none: the top one) by a local "
                "text-classification model", threshold=1.0, by_score=True),
 )}

@@ -214,13 +214,15 @@ def _custom_filters(given: Any, files: SuiteFiles, problems: Problems) -> dict[s
 
 def _row(index: int, prompt: Prompt, variables: dict[str, str], asserts: list[Assert], row_id: str,
          origin: dict[str, Any], threshold: float | None, at: str) -> PromptRow:
-    given = {name: value.removesuffix("\n") for name, value in variables.items()}  # as promptfoo's renderPrompt
+    # one trailing newline off each var, as promptfoo's renderPrompt takes it off the test's own vars: the prompt and
+    # the asserts (a grader's {{context}}, a script's context.vars) see them so
+    given = {name: value.removesuffix("\n") for name, value in variables.items()}
     filled = text_or_chat(_rendered(prompt, given, at), at) if isinstance(prompt, str) else \
         tuple({"role": m["role"], "content": render(m["content"], given, where=at)} for m in prompt)
     if isinstance(filled, str):
-        return PromptRow(index, filled, variables, asserts, row_id, origin=origin, threshold=threshold)
+        return PromptRow(index, filled, given, asserts, row_id, origin=origin, threshold=threshold)
     # a chat: its messages, and their JSON as its text (promptfoo's raw)
-    return PromptRow(index, json.dumps(filled, ensure_ascii=False), variables, asserts, row_id, filled, origin,
+    return PromptRow(index, json.dumps(filled, ensure_ascii=False), given, asserts, row_id, filled, origin,
                      threshold)
 
 

@@ -4,7 +4,9 @@ The judge is the loaded model, asked through the run's chat template with each
 graded kind's grading prompt (llm-rubric's is shown and editable in the Batch
 tab; ``{{output}}`` and ``{{rubric}}`` are filled in; an assert's
 ``rubricPrompt`` replaces its kind's), greedily, and constrained to answer the
-kind's JSON (structured output), so its answer can always be read. A small model
+kind's JSON (structured output), so its answer can always be read; a plain step
+(context-relevance's, answer-relevance's) is answered in free text, ended by its
+stop strings, as promptfoo's graders answer. A small model
 is a weak judge: the verdict and its reason are stored with the row to be
 checked by eye.
 
@@ -39,20 +41,20 @@ __all__ = ["JUDGE_PROMPT", "KEY_VARIABLE", "VERDICT_SCHEMA", "JudgeError", "Remo
 
 KEY_VARIABLE = "WORKBENCH_JUDGE_API_KEY"
 
-Ask = Callable[[str, Mapping[str, Any], int], Awaitable[str]]
-"""(the question, the JSON schema its answer follows, the token budget) -> the judge's answer; JudgeError when
-the judge cannot answer."""
+Ask = Callable[[str, Mapping[str, Any] | None, int, Sequence[str]], Awaitable[str]]
+"""(the question, the JSON schema its answer follows (None: free text), the token budget, the strings that end
+a free-text answer) -> the judge's answer; JudgeError when the judge cannot answer."""
 
 
 class JudgeError(Exception):
     """The judge could not answer; the message says why."""
 
 
-def judge_params(schema: Mapping[str, Any], max_tokens: int) -> SamplingParams:
-    """Greedy, at most ``max_tokens``, the answer constrained to ``schema``."""
+def judge_params(schema: Mapping[str, Any] | None, max_tokens: int, stop: Sequence[str] = ()) -> SamplingParams:
+    """Greedy, at most ``max_tokens``, the answer constrained to ``schema`` (None: free text, ended by ``stop``)."""
     # from_dict: structured_outputs is given as vLLM's {form: value}, which the check turns into (form, text)
-    return SamplingParams.from_dict({"temperature": 0.0, "max_new_tokens": max_tokens,
-                                     "structured_outputs": {"json": dict(schema)}})
+    shape = {"structured_outputs": {"json": dict(schema)}} if schema is not None else {"stop": list(stop)}
+    return SamplingParams.from_dict({"temperature": 0.0, "max_new_tokens": max_tokens, **shape})
 
 
 @dataclass(frozen=True)
@@ -63,13 +65,17 @@ class RemoteJudge:
     model: str = ""
     key: str = ""
 
-    def ask(self, text: str, schema: Mapping[str, Any], max_tokens: int = 256, timeout: float = 120.0) -> str:
-        """The server's answer to ``text``, asked for JSON following ``schema``; JudgeError saying why not."""
-        plain = {k: v for k, v in schema.items() if k != "x-guidance"}
+    def ask(self, text: str, schema: Mapping[str, Any] | None, max_tokens: int = 256, stop: Sequence[str] = (),
+            timeout: float = 120.0) -> str:
+        """The server's answer to ``text``, asked for JSON following ``schema`` (None: free text, ended by
+        ``stop``); JudgeError saying why not."""
         body: dict[str, Any] = {"messages": [{"role": "user", "content": text}], "temperature": 0,
-                                "max_tokens": max_tokens,
-                                "response_format": {"type": "json_schema",
-                                                    "json_schema": {"name": "verdict", "schema": plain}}}
+                                "max_tokens": max_tokens}
+        if schema is not None:
+            plain = {k: v for k, v in schema.items() if k != "x-guidance"}
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": plain}}
+        elif stop:
+            body["stop"] = list(stop)
         if self.model:
             body["model"] = self.model
         key = self.key or os.environ.get(KEY_VARIABLE, "")
@@ -111,10 +117,10 @@ def step_tokens(step: Step, item: Assert, run: int | None = None) -> int:
     run's (``launch.py batch --grader-max-tokens``, the Batch tab's grader budget), over the assert's own (its
     ``provider: {config: {max_tokens}}``), over the suite's (``defaultTest.options.provider.config.max_tokens``,
     given to each graded assert without its own by :func:`with_suite_tokens`); none given: the step's own (256-768,
-    what its JSON answer fits). A budget given caps the step's own, it never raises it; it is per grader call, as
-    promptfoo's, so a step that asks several calls' questions at once (answer-relevance's three) gets it for each."""
+    what its answer fits). A budget given caps the step's own, it never raises it; it is per grader call, as
+    promptfoo's (a step asked several times, answer-relevance's three questions, gets it for each call)."""
     given = run or item.options.get("max_tokens")
-    return min(step.max_tokens, given * step.calls if given else step.max_tokens)
+    return min(step.max_tokens, given) if given else step.max_tokens
 
 
 def with_suite_tokens(rows: Sequence[PromptRow], tokens: int | None) -> list[PromptRow]:
@@ -138,7 +144,7 @@ def judge_budget(asserts: Sequence[Assert], run: int | None = None) -> int:
     for item in [*graded(asserts), *graded(asserts, select=True)]:
         kind = GRADED[item.kind]
         times = len(item.value) if kind.each and isinstance(item.value, tuple) else 1
-        total += times * sum(step_tokens(step, item, run) for step in kind.steps)
+        total += times * sum(step.calls * step_tokens(step, item, run) for step in kind.steps)
     return total
 
 
@@ -165,7 +171,7 @@ def step_text(kind: GradedKind, index: int, inputs: Mapping[str, str], custom: S
               default: str | None = None) -> str:
     """Step ``index``'s question: its custom prompt (a rubricPrompt; its answer instruction appended), else
     ``default`` (the run's judge prompt, for llm-rubric), else the kind's prompt; BatchInputError when a custom
-    prompt names what is not there."""
+    prompt names what is not there (a plain step's custom prompt stands alone, as promptfoo renders it)."""
     step = kind.steps[index]
     if index < len(custom):
         text = custom[index]
@@ -176,14 +182,15 @@ def step_text(kind: GradedKind, index: int, inputs: Mapping[str, str], custom: S
         if isinstance(messages, list) and all(isinstance(m, dict) and "content" in m for m in messages):
             text = "\n\n".join(str(m["content"]) for m in messages)  # a chat prompt: its messages, as one
         where = f"{kind.name} rubricPrompt"
-        return render(text, inputs, where=where, noun="input") + "\n\n" + step.answer
+        filled = render(text, inputs, where=where, noun="input")
+        return filled + "\n\n" + step.answer if step.answer else filled
     return render(default if default is not None and index == 0 else step.prompt, inputs, noun="input")
 
 
-def judge_request(render_chat: Callable[[str], str], text: str, schema: Mapping[str, Any] = VERDICT_SCHEMA,
-                  max_tokens: int = 256) -> GenerationRequest:
+def judge_request(render_chat: Callable[[str], str], text: str, schema: Mapping[str, Any] | None = VERDICT_SCHEMA,
+                  max_tokens: int = 256, stop: Sequence[str] = ()) -> GenerationRequest:
     """The request asking the judge ``text`` (``render_chat`` writes a user message as the model reads it)."""
-    return GenerationRequest(render_chat(text), judge_params(schema, max_tokens), add_special_tokens=False)
+    return GenerationRequest(render_chat(text), judge_params(schema, max_tokens, stop), add_special_tokens=False)
 
 
 def read_answer(text: str, schema: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -198,14 +205,26 @@ def read_answer(text: str, schema: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 async def _answer(ask: Ask, text: str, schema: Mapping[str, Any], tokens: int) -> dict[str, Any]:
-    try:
-        said = await ask(text, schema, tokens)
-    except (JudgeError, EngineError, ValueError) as exc:
-        raise JudgeError(f"the judge could not answer: {exc}") from None
+    said = await _said(ask, text, schema, tokens)
     data = read_answer(said, schema)
     if data is None:
         raise JudgeError(f"the judge's answer is not the JSON asked for (cut off?): {said[:120]!r}")
     return data
+
+
+async def _said(ask: Ask, text: str, schema: Mapping[str, Any] | None, tokens: int,
+                stop: Sequence[str] = ()) -> str:
+    try:
+        return await ask(text, schema, tokens, stop)
+    except (JudgeError, EngineError, ValueError) as exc:
+        raise JudgeError(f"the judge could not answer: {exc}") from None
+
+
+async def _step(ask: Ask, step: Step, text: str, tokens: int) -> dict[str, Any]:
+    """A step's answer: its JSON, or a plain step's replies, one a call (``{"texts": [...]}``)."""
+    if step.schema is not None:
+        return await _answer(ask, text, step.schema, tokens)
+    return {"texts": [await _said(ask, text, None, tokens, step.stop) for _ in range(step.calls)]}
 
 
 async def grade(item: Assert, inputs: Mapping[str, str], ask: Ask, default: str | None = None,
@@ -226,7 +245,7 @@ async def grade(item: Assert, inputs: Mapping[str, str], ask: Ask, default: str 
     try:
         for index, step in enumerate(kind.steps):
             text = step_text(kind, index, filled, custom, default)
-            answers.append(await _answer(ask, text, step.schema, step_tokens(step, item, tokens)))
+            answers.append(await _step(ask, step, text, step_tokens(step, item, tokens)))
             filled.update(step.carry(answers[-1]) if step.carry else {})
     except (JudgeError, BatchInputError) as exc:
         return Verdict(False, 0.0, str(exc), unscored=True)

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from loaders.base import EmbeddingModel, LoadedModel, ModelLoadError, attached_loras, is_embedding_model
 from webui.batch.run.cache import ResponseCache, cache_key
@@ -558,12 +558,12 @@ class BatchRunner:
     def _ask(self, handle: RunHandle, index: int = -1) -> Ask:
         """How this run asks its judge (a loaded model, or a server); the loaded judge's tokens on cell ``index``
         are counted in ``handle.judging``."""
-        async def ask(text: str, schema: Mapping[str, Any], max_tokens: int) -> str:
+        async def ask(text: str, schema: Mapping[str, Any] | None, max_tokens: int, stop: Sequence[str] = ()) -> str:
             if handle.remote_judge is not None:
-                return await asyncio.to_thread(handle.remote_judge.ask, text, schema, max_tokens)
+                return await asyncio.to_thread(handle.remote_judge.ask, text, schema, max_tokens, stop)
             engine, render_chat = handle.judge
             said = []
-            async for event in engine.submit(judge_request(render_chat, text, schema, max_tokens)):
+            async for event in engine.submit(judge_request(render_chat, text, schema, max_tokens, stop)):
                 said.append(event.text)
                 with handle._lock:
                     handle.judging[index] = handle.judging.get(index, 0) + (len(event.token_ids) or bool(event.text))
