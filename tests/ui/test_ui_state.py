@@ -18,6 +18,11 @@ from tests.ui.pages import (TEMPERATURE, bot_messages, choose, choose_preset, co
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
 
+def saved_params(settings) -> dict:
+    """The parameters settings.json holds: {} while it holds none of its own (null: the last preset's values)."""
+    return json.loads(settings.read_text()).get("params") or {}
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, default_model_dir):
     user_data = user_data_with_default_model(tmp_path_factory.mktemp("ui-state") / "data", default_model_dir)
@@ -34,7 +39,7 @@ def test_numbers_typed_at_a_persons_speed_are_saved_exactly_as_typed(server, bro
     settings = server.user_data / "settings.json"
 
     def saved(name: str):
-        return json.loads(settings.read_text())["params"].get(name)
+        return saved_params(settings).get(name)
 
     for name, selector, typed in (("max_new_tokens", "#params-max_new_tokens input", ["64", "48", "32", "96"]),
                                   ("temperature", TEMPERATURE, ["0.45", "1.25"])):
@@ -71,7 +76,7 @@ def test_a_change_that_reaches_the_server_late_is_not_saved_over_the_ones_after_
         late.append(route) if request.get("fn_index") in held else route.continue_()
 
     def saved():
-        params = json.loads(settings.read_text())["params"]
+        params = saved_params(settings)
         return params.get("temperature"), params.get("top_p")
 
     page.route("**/queue/join*", hold)
@@ -101,7 +106,7 @@ def test_a_value_typed_while_a_preset_is_on_its_way_never_leaves_the_page_and_se
     choose_preset(page, "Creative", "1.1")
     set_number(page, "params-max_new_tokens", 100)
     settings = server.user_data / "settings.json"
-    wait_until(page, lambda: json.loads(settings.read_text())["params"].get("max_new_tokens") == 100)
+    wait_until(page, lambda: saved_params(settings).get("max_new_tokens") == 100)
     preset, typed = [], []  # the page's queue requests for them, held back to reach the server in turn
 
     def hold(route):
@@ -125,7 +130,7 @@ def test_a_value_typed_while_a_preset_is_on_its_way_never_leaves_the_page_and_se
     page.unroute("**/queue/join*")
     page.wait_for_timeout(3000)
     shown = page.locator("#params-max_new_tokens input").input_value()
-    saved = json.loads(settings.read_text())["params"]
+    saved = saved_params(settings)
     assert page.locator(TEMPERATURE).input_value() == "0" and saved["temperature"] == 0
     assert int(shown) == saved.get("max_new_tokens", 512), (shown, saved)
     reload_parameters(page, shown)
@@ -315,7 +320,7 @@ def test_a_wrong_value_stays_as_typed_is_not_used_and_its_warning_says_what_is(s
     settings = server.user_data / "settings.json"
 
     def saved(name: str):
-        return json.loads(settings.read_text())["params"].get(name)
+        return saved_params(settings).get(name)
 
     def type_in(selector: str, text: str) -> None:
         box = page.locator(selector)
@@ -475,9 +480,9 @@ def test_an_output_constraint_shows_in_chat_turns_off_there_and_leaves_impersona
     page.wait_for_selector("#chat-constraint-row", state="hidden", timeout=30_000)
     settings = server.user_data / "settings.json"
     deadline = time.monotonic() + 30
-    while json.loads(settings.read_text())["params"].get("structured_outputs") and time.monotonic() < deadline:
+    while saved_params(settings).get("structured_outputs") and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not json.loads(settings.read_text())["params"].get("structured_outputs")
+    assert not saved_params(settings).get("structured_outputs")
     tab(page, "Parameters")
     assert page.locator("#params-constraint-form input").input_value() == "none"
     page.close()
