@@ -242,7 +242,8 @@ def test_a_suite_written_for_a_hosted_grader_runs_with_grader(tmp_path, user_dat
     """promptfoo's custom-grading-prompt example (tests/data/promptfoo/examples/, see its SOURCE.md) as written for
     a hosted grader (defaultTest.options.provider: openai:gpt-4.1-mini, as promptfoo's docs write it), its
     llm-rubric with no value graded by its rubricPrompt alone (#49 items 5, 6): --grader, promptfoo's eval
-    --grader, names the loaded model that grades instead, and --grader-max-tokens its budget per step."""
+    --grader, names the loaded model that grades instead, and --grader-max-tokens its budget per step (an assert's
+    own budget kept). Two runs, each loading the model: the flag's budget; the grader's own beside an assert's."""
     example = ROOT / "tests" / "data" / "promptfoo" / "examples" / "custom-grading-prompt"
     config = yaml.safe_load((example / "promptfooconfig.yaml").read_text(encoding="utf-8"))
     config["providers"] = [{"id": config["providers"][0], "config": {"max_tokens": 16}}]
@@ -254,24 +255,24 @@ def test_a_suite_written_for_a_hosted_grader_runs_with_grader(tmp_path, user_dat
     assert refused.returncode == 2 and "--grader workbench:NAME" in refused.stderr
     out = tmp_path / "results.json"
     grader = ["--grader", "workbench:SmolLM2-135M-Instruct"]
-    done = batch(user_data, str(suite), *grader, "--grader-max-tokens", "96", "--out", str(out))
-    assert done.returncode in (0, 1), done.stderr
-    assert "defaultTest.options.provider is replaced by the grader" in done.stderr
-    (result,) = json.loads(out.read_text())["results"]["results"]
-    (graded,) = result["gradingResult"]["componentResults"]
-    assert graded["assertion"]["type"] == "llm-rubric" and "the judge could not answer" not in graded["reason"]
-    cut = batch(user_data, str(suite), *grader, "--grader-max-tokens", "4", "--no-cache", "--out", str(out))
+    cut = batch(user_data, str(suite), *grader, "--grader-max-tokens", "4", "--out", str(out))
     assert cut.returncode == 0, cut.stderr
+    assert "defaultTest.options.provider is replaced by the grader" in cut.stderr
     (result,) = json.loads(out.read_text())["results"]["results"]  # the budget reaches the judge: 4 tokens hold no
     assert "the judge's answer is not the JSON asked for (cut off?)" in result["gradingResult"]["reason"]  # verdict
-    config["tests"][0]["assert"][0]["provider"] = {"id": "openai:gpt-4o", "config": {"max_tokens": 4}}
+    own = json.loads(json.dumps(config["tests"][0]))  # the same test, its assert with a grader budget of its own
+    own["assert"][0]["provider"] = {"id": "openai:gpt-4o", "config": {"max_tokens": 4}}
+    config["tests"].append(own)
     suite.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
-    own = batch(user_data, str(suite), *grader, "--no-cache", "--out", str(out))  # the assert's own budget, kept
-    assert own.returncode == 0, own.stderr  # when --grader replaces its model (no --grader-max-tokens over it)
-    assert "tests[0].assert[0].provider is replaced by the grader SmolLM2-135M-Instruct (its config.max_tokens is " \
-           "kept" in own.stderr
-    (result,) = json.loads(out.read_text())["results"]["results"]
-    assert "the judge's answer is not the JSON asked for (cut off?)" in result["gradingResult"]["reason"]
+    done = batch(user_data, str(suite), *grader, "--no-cache", "--out", str(out))
+    assert done.returncode in (0, 1), done.stderr  # the assert's own budget is kept when --grader replaces its model
+    assert "tests[1].assert[0].provider is replaced by the grader SmolLM2-135M-Instruct (its config.max_tokens is " \
+           "kept" in done.stderr
+    results = {r["testIdx"]: r for r in json.loads(out.read_text())["results"]["results"]}
+    (graded,) = results[0]["gradingResult"]["componentResults"]  # the grader's own budget: a whole verdict
+    assert graded["assertion"]["type"] == "llm-rubric" and "the judge could not answer" not in graded["reason"]
+    assert "not the JSON asked for" not in graded["reason"]
+    assert "the judge's answer is not the JSON asked for (cut off?)" in results[1]["gradingResult"]["reason"]
 
 
 def test_promptfoos_max_score_example_picks_one_output_of_each_test(tmp_path, user_data):
