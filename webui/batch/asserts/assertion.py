@@ -63,7 +63,8 @@ from webui.batch.promptfoo.dialect import DIALECT
 from webui.batch.promptfoo.kinds import check_of, form_of
 from webui.batch.asserts.values import excerpt
 from webui.batch.asserts.errors import BatchInputError, ScriptError
-from webui.batch.asserts.graded import GRADED, own_provider_refused, verdict_key
+from webui.batch.asserts.graded import GRADED, verdict_key
+from webui.batch.asserts.graded_value import own_provider_refused
 from webui.batch.asserts.js import js_target
 from webui.batch.asserts.python import is_python_file
 from webui.batch.asserts.transform import check_transforms, transformed

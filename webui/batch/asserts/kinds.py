@@ -30,7 +30,8 @@ from webui.batch.asserts.values import (
     CODE, EQUALS, JS_CODE, LENGTH, LIST, NONE, NUMBER, OPTIONAL_LIST, PATTERN, REFERENCES, REGEX_SECONDS,
     SCHEMA, TEXT, WORD_COUNT, JsonValue, ValueForm, compiled, excerpt, same_json, schema_problem,
 )
-from webui.batch.asserts.graded import GRADED, GRADED_VALUE, REFUSED, verdict_key
+from webui.batch.asserts.graded import GRADED, REFUSED, verdict_key
+from webui.batch.asserts.graded_value import GRADED_VALUE
 from webui.batch.asserts.js import JS_TIMEOUT, run_javascript
 from webui.batch.asserts.types import Outcome
 from webui.batch.asserts.python import PYTHON_TIMEOUT, run_python

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from webui.batch.asserts import classify
-from webui.batch.asserts.graded import GRADED, promptfoo_graded
+from webui.batch.asserts.graded import GRADED
+from webui.batch.asserts.graded_value import promptfoo_graded
 from webui.batch.asserts.kinds import ASSERT_KINDS, AssertKind, contains_json
 from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.asserts.types import Outcome

@@ -27,7 +27,8 @@ from typing import Any, Callable, Mapping
 
 from webui.batch.asserts.classify import names_classifier
 from webui.batch.asserts.errors import BatchInputError
-from webui.batch.asserts.graded import GRADED, grader_tokens
+from webui.batch.asserts.graded import GRADED
+from webui.batch.asserts.graded_value import grader_tokens
 from webui.batch.promptfoo.tests import Problems
 
 NOT_APPLIED = {
