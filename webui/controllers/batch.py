@@ -23,7 +23,8 @@ from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.asserts.suite_files import SuiteFiles
 from webui.batch.run.rerun import is_loaded, provide
 from webui.batch.asserts.transform import is_python_transform
-from webui.batch.run.runner import BatchJob, RunHandle
+from webui.batch.run.handle import RunHandle
+from webui.batch.run.runner import BatchJob
 from webui.store.batch_runs import BatchRun, RunNotFound
 from webui.controllers.batch_refill import form_values
 from webui.controllers.chat import MessageInspection

@@ -124,7 +124,7 @@ def test_the_time_left_bound_counts_what_the_judges_may_still_write(tmp_path):
     import time
 
     from webui.batch.run.grid import expand, plan
-    from webui.batch.run.runner import RunHandle
+    from webui.batch.run.handle import RunHandle
     from webui.presets import PresetStore
 
     settings = expand(GridSpec([], {"max_new_tokens": [10]}), PresetStore(tmp_path / "presets"))

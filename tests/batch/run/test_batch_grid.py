@@ -253,7 +253,7 @@ def test_the_time_left_is_bounded_before_the_first_cell_finishes_and_estimated_a
     import time
 
     from webui.batch.run.results import Generated, result_for
-    from webui.batch.run.runner import RunHandle
+    from webui.batch.run.handle import RunHandle
 
     settings = expand(GridSpec([], {"max_new_tokens": [10]}), presets)
     cells = plan(parse_lines("a\nb\nc\nd"), settings)

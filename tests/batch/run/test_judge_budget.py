@@ -92,7 +92,7 @@ def test_the_time_left_bound_counts_the_judges_tokens_as_work_done(tmp_path):
 
     from webui.batch.run.grid import GridSpec, expand, plan
     from webui.batch.run.prompts import parse_lines
-    from webui.batch.run.runner import RunHandle
+    from webui.batch.run.handle import RunHandle
     from webui.presets import PresetStore
 
     settings = expand(GridSpec([], {"max_new_tokens": [10]}), PresetStore(tmp_path / "presets"))
@@ -126,7 +126,7 @@ def test_no_time_left_is_claimed_while_select_best_judges_rows_already_kept(tmp_
     from webui.batch.run.grid import GridSpec, expand, plan
     from webui.batch.run.prompts import parse_lines
     from webui.batch.run.results import ResultRow
-    from webui.batch.run.runner import RunHandle
+    from webui.batch.run.handle import RunHandle
     from webui.presets import PresetStore
 
     settings = expand(GridSpec([], {"temperature": [0, 0.7]}), PresetStore(tmp_path / "presets"))

@@ -25,7 +25,8 @@ from webui.batch.promptfoo.reader import is_config, load_suite
 from webui.batch.promptfoo.export import to_promptfoo
 from webui.batch.promptfoo.options import SuiteOptions, grader_model
 from webui.batch.run.results import ResultRow, summarize
-from webui.batch.run.runner import BatchJob, RunHandle
+from webui.batch.run.handle import RunHandle
+from webui.batch.run.runner import BatchJob
 from webui.config import AppConfig, default_user_data_dir
 from webui.names import InvalidName
 from webui.store import StoreError
