@@ -36,7 +36,7 @@ def test_an_image_in_a_message_gets_a_reply_and_stays(vision_server, browser, tm
     picture.write_bytes(png((200, 30, 30), stripe=5))
     page = ready_page(browser, vision_server.url, max_new_tokens=5)
     page.locator("#chat-images input[type=file]").set_input_files(str(picture))  # as the file chooser does
-    page.locator("#chat-images").get_by_text("red.png").wait_for(timeout=30_000)
+    page.locator("#chat-images").get_by_text("red.png").wait_for(timeout=LONG)  # uploaded
     page.locator("#chat-message textarea").press_sequentially(QUESTION, delay=15)
     page.locator("#chat-send").click()
     assert "finish:" in wait_reply_done(page)
@@ -80,7 +80,7 @@ def test_an_image_pasted_into_the_message_box_is_attached(vision_server, browser
         document.querySelector('#chat-message textarea').dispatchEvent(
             new ClipboardEvent("paste", {clipboardData: data, bubbles: true, cancelable: true}));
     }""", list(png((20, 40, 220), stripe=3)))
-    page.locator("#chat-images").get_by_text("pasted.png").wait_for(timeout=30_000)
+    page.locator("#chat-images").get_by_text("pasted.png").wait_for(timeout=LONG)  # uploaded
     box.press_sequentially("And this?", delay=15)
     box.press("Enter")
     wait_reply_done(page)
@@ -99,7 +99,7 @@ def test_a_message_with_an_image_is_edited_by_its_text_and_keeps_the_image(visio
     question, edited = "Which colour is this?", "Which colour is this, in one word?"
     page = ready_page(browser, vision_server.url, max_new_tokens=3)
     page.locator("#chat-images input[type=file]").set_input_files(str(picture))
-    page.locator("#chat-images").get_by_text("green.png").wait_for(timeout=30_000)
+    page.locator("#chat-images").get_by_text("green.png").wait_for(timeout=LONG)  # uploaded
     page.locator("#chat-message textarea").press_sequentially(question, delay=15)
     page.locator("#chat-send").click()
     wait_reply_done(page)

@@ -179,15 +179,14 @@ def test_impersonate_streams_into_the_box_on_the_live_channel_and_is_kept(server
     """#46: Impersonate's text streamed through the Gradio event, a message per token; now on the reply's own
     stream (as a reply does), and the box ends with the whole text, kept as its draft across a reload."""
     page = ready_page(browser, server.url, max_new_tokens=6)
-    streams: list[str] = []
-    page.on("request", lambda r: "/chat-live/" in r.url and streams.append(r.url))
-    page.locator("#chat-impersonate").click()
+    page.wait_for_function("() => document.querySelector('#chat-message textarea').value === ''")
+    with page.expect_request(lambda r: "/chat-live/" in r.url, timeout=LONG):  # the text comes on the live stream
+        page.locator("#chat-impersonate").click()
     page.wait_for_function("() => document.querySelector('#chat-message textarea').value.trim() !== ''",
                            timeout=LONG)
     page.wait_for_function("() => document.querySelector('#chat-impersonate-token textarea')?.value === ''",
                            timeout=LONG)  # the event is over
     written = page.locator("#chat-message textarea").input_value()
-    assert streams, "the text did not come on the live stream"
     reload(page)
     page.wait_for_function("t => document.querySelector('#chat-message textarea').value === t", arg=written,
                            timeout=30_000)

@@ -20,7 +20,7 @@ from webui.services import Services
 from webui.ui.characters_panel import CharactersPanel, chat_values, chosen, create_characters_panel
 from webui.ui.characters_panel import SHOW_LOG, new_chat_values, preview_values, start_values, wire_characters_panel
 from webui.ui.feedback import Updates, Update, opens, session_key, shows_errors
-from webui.ui.live import LiveReplies
+from webui.ui.live import LiveReplies, announced
 from webui.ui.page_channel import PageChannel, draft_js
 from webui.ui.inspection import InspectorPanel, create_inspector_panel, inspection_views, record_views
 from webui.ui.parameters_tab import ParametersTab
@@ -335,15 +335,18 @@ def _wire_impersonate(tab: ChatTab, session: ChatSession, params: ParametersTab,
     @shows_errors
     def impersonate(data: dict, request: gr.Request) -> Iterator[Updates]:
         """The message box and its live token: the text streams into the box on its own stream (webui.ui.live); the box
-        ends with the whole text, kept as its draft."""
+        ends with the whole text, kept as its draft. The page gets the stream's token before the model starts
+        (``announced``), so it follows the stream from the first token even where the model is quicker than the
+        page."""
         texts = session.impersonate(data[tab.chat_id], data[tab.system], params.params(data),
                                     session_key(request, PANEL))
-        text, started = None, False
-        for token, text in live.following(texts):
-            live.put(token, text)
-            if not started:
-                started = True
+        text = None
+        for token, piece in live.following(announced(texts)):
+            if piece is None:
                 yield {impersonating: token}
+                continue
+            text = piece
+            live.put(token, text)
         if text is not None:
             session.library.keep_draft(text)
         yield {impersonating: ""} if text is None else {tab.message: text, impersonating: ""}

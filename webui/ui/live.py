@@ -137,6 +137,14 @@ class LiveReplies:
         app.add_api_route("/chat-live/{token}", route, methods=["GET"], include_in_schema=False)
 
 
+def announced(views: Iterator[V]) -> Iterator[V | None]:
+    """None, then ``views``: through ``LiveReplies.following``, an event hands the page its stream's token before
+    the first view is made (the page opens the stream while the model reads the prompt). Closing it closes
+    ``views``."""
+    yield None
+    yield from views
+
+
 LIVE_JS = """
 window.workbenchLive = (() => {
     const sources = {};
