@@ -157,6 +157,38 @@ def test_greedy_takes_the_first_maximum_as_argmax_does(vocab):
     assert first_max(x).squeeze(1).tolist() == x.argmax(-1).tolist()
 
 
+def test_greedy_rows_under_token_bans_take_the_best_token_not_banned(monkeypatch):
+    """#47: greedy rows whose only steps are bans (min_new_tokens' end-of-sequence ban, custom bans) take the top
+    token of the logits as they came, neither copied nor filled; where a row's top token is banned, the pass runs
+    as before and the row gets the best token left. The same tokens as the full pass, ties and all."""
+    import webui.engine.sampling as sampling
+
+    vocab, eos = 300, record.EOS[0]
+    cases = [SamplingParams(temperature=0, min_new_tokens=4), SamplingParams(temperature=0, custom_token_bans=[7]),
+             SamplingParams(temperature=0, min_new_tokens=4, custom_token_bans=[9])]
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, vocab, generator=g)
+    logits[0, 40] = logits[0, 41] = 50.0  # a tie: the first
+    ids = [list(range(10, 10 + record.PROMPT)) for _ in cases]
+
+    def tokens(rows: torch.Tensor) -> list[int]:
+        samplers = [Sampler(c, record.EOS, record.PROMPT, seed=1) for c in cases]
+        return [choice.token_id for choice in sample_rows(samplers, ids, rows, [None] * len(cases))]
+
+    taken = []
+    real = sampling.greedy_past_bans
+    monkeypatch.setattr(sampling, "greedy_past_bans", lambda *args: taken.append(real(*args)) or taken[-1])
+    quick = tokens(logits)
+    assert quick == [40, int(logits[1].argmax()), int(logits[2].argmax())]
+    assert taken == [quick]  # one pass, its rows never copied
+    banned_top = logits.clone()
+    banned_top[0, eos], banned_top[1, 7], banned_top[2, 9] = 99.0, 99.0, 99.0  # each row's top token is banned
+    assert tokens(banned_top) == quick  # the best token left, by the full pass
+    monkeypatch.setattr(sampling, "greedy_past_bans", lambda *args: None)  # the full pass on every row
+    full = tokens(logits)
+    assert full == quick
+
+
 # Rows that share a pass whatever else they turn on (#47 item 5): greedy and sampled, other samplers, other
 # orders; only top_k (its k) sets rows apart, and a top_k row with a whole-vocabulary step after top_k that
 # the others lack.

@@ -13,6 +13,7 @@ generator (inverse CDF over the kept tokens), so a seeded request gives the same
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -246,6 +247,25 @@ def _draw_sampled(samplers: Sequence[Sampler], state: torch.Tensor | Candidates)
     return _tokens(state, places, drawable)
 
 
+def greedy_past_bans(batch: Pass[Sampler], ids: Sequence[Sequence[int]], logits: torch.Tensor) -> list[int] | None:
+    """Each row's token where every row of the pass is greedy and its only steps are token bans (an end-of-sequence
+    ban under min_new_tokens, say): the top token of the logits as they came, when no row's top token is banned
+    (None otherwise: the pass runs as usual). A ban only lowers the banned tokens, so a top token that is not
+    banned is the top one after the bans too, the first of equal maxima included; the row is neither copied nor
+    filled. (The engine's commonest step: a greedy stream that must not stop yet.)"""
+    if not all(batch.greedy) or not all(issubclass(step.kind, TokenBans) for step in batch.steps):
+        return None
+    places = first_max(logits)
+    if not all(math.isfinite(top) for top in logits.gather(1, places).squeeze(1).tolist()):
+        return None  # a row with nothing to draw (or NaN): the usual path says so
+    tokens = places.squeeze(1).tolist()
+    for step in batch.steps:
+        for place, proc in zip(step.members, step.procs):
+            if tokens[place] in proc.banned(ids[place]):
+                return None
+    return tokens
+
+
 def _tokens(state: torch.Tensor | Candidates, places: torch.Tensor,
             drawable: torch.Tensor) -> tuple[list[int], list[bool]]:
     if isinstance(state, Candidates):
@@ -280,12 +300,17 @@ def _sample_group(batch: Pass[Sampler], ids: Sequence[Sequence[int]], logits: to
                   checked: bool = False) -> None:
     """The rows ``members`` (of ``logits``, ``ids``, ``out``), which go through the pass ``batch`` together."""
     group = batch.samplers
-    if len(members) == logits.shape[0]:
-        xs = logits.to(torch.float32, copy=True)
+    whole = len(members) == logits.shape[0]
+    rows = logits if whole else logits.index_select(0, torch.tensor(members, device=logits.device))
+    row_ids = [ids[r] for r in members]
+    wants_logprobs = any(top_logprobs[r] is not None for r in members)
+    quick = None if checked or wants_logprobs else greedy_past_bans(batch, row_ids, rows)
+    if quick is not None:
+        tokens, drawable, state = quick, [True] * len(quick), None
     else:
-        xs = logits.index_select(0, torch.tensor(members, device=logits.device)).to(torch.float32)
-    state = run(batch, Rows([ids[r] for r in members], [s.context for s in group]), xs, checked)
-    tokens, drawable = draw(batch, state)
+        xs = logits.to(torch.float32, copy=True) if whole else rows.to(torch.float32)
+        state = run(batch, Rows(row_ids, [s.context for s in group]), xs, checked)
+        tokens, drawable = draw(batch, state)
     processed = None
     for place, (r, sampler, token) in enumerate(zip(members, group, tokens)):
         if not drawable[place] and not checked:  # a ban left nothing: again, skipping the step that did it
