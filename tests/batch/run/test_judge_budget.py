@@ -12,6 +12,7 @@ import yaml
 from tests.batch.asserts.test_graded import Judge, run
 from tests.conftest import ROOT
 from webui.batch.asserts.assertion import parse_assert
+from webui.batch.asserts.errors import BatchInputError
 from webui.batch.asserts.graded import GRADED
 from webui.batch.promptfoo.reader import read_suite
 from webui.batch.run.judge import grade, inputs_for, judge_budget, select_best, step_tokens, with_suite_tokens
@@ -53,12 +54,34 @@ def test_a_grader_that_replaces_the_suites_keeps_their_budgets(tmp_path):
                   grader="SmolLM2-135M-Instruct",
                   options={"provider": {"id": "openai:o1", "config": {"max_tokens": 9}}})
     assert (found.options.judge_model, found.options.judge_tokens) == ("SmolLM2-135M-Instruct", 96)
-    own = with_suite_tokens(found.rows, found.options.judge_tokens)[0].asserts[1]
-    assert own.options["max_tokens"] == 40
+    example, own = with_suite_tokens(found.rows, found.options.judge_tokens)[0].asserts
+    assert (example.options["max_tokens"], own.options["max_tokens"]) == (9, 40)  # the test's, the assert's own
     assert "tests[0].assert[1].provider is replaced by the grader SmolLM2-135M-Instruct (its config.max_tokens is " \
            "kept: the assert's grader token budget)" in found.notes
-    assert "tests[0].options.provider is replaced by the grader SmolLM2-135M-Instruct" in found.notes  # a test's
-    # options.provider is a grader only (its budget is not read: the run's, the asserts' and the suite's are)
+    assert "tests[0].options.provider is replaced by the grader SmolLM2-135M-Instruct (its config.max_tokens is " \
+           "kept: the grader's token budget)" in found.notes
+
+
+def test_a_tests_own_budget_is_its_graded_asserts_over_the_suites(tmp_path):
+    """#49's last budget: a test's ``options.provider: {config: {max_tokens}}`` (promptfoo's test-level grader
+    config, as its getFinalTest gives it to each assert without its own provider) is the budget of that test's
+    graded asserts without their own, over the suite's and under the run's; its other asserts are left alone; a
+    wrong budget says where."""
+    found = suite(tmp_path, {"id": "workbench:judge", "config": {"max_tokens": 96}},
+                  {"type": "llm-rubric", "value": "is polite", "provider": {"config": {"max_tokens": 40}}},
+                  {"type": "contains", "value": "a"},
+                  options={"provider": {"config": {"max_tokens": 24}}})
+    example, own, plain = with_suite_tokens(found.rows, found.options.judge_tokens)[0].asserts
+    assert (example.options["max_tokens"], own.options["max_tokens"]) == (24, 40)
+    assert (plain.kind, plain.options) == ("contains", {})
+    step = GRADED["llm-rubric"].steps[0]
+    assert step_tokens(step, example) == 24 and step_tokens(step, example, 10) == 10
+    try:
+        suite(tmp_path, {"id": "workbench:judge"}, options={"provider": {"config": {"max_tokens": 0}}})
+    except BatchInputError as exc:
+        assert "tests[0].options.provider.config" in str(exc) and "whole number >= 1" in str(exc)
+    else:
+        raise AssertionError("a budget of 0 was taken")
 
 
 def test_the_judge_is_asked_with_the_budget_of_each_step():

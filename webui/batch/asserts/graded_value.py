@@ -139,10 +139,16 @@ def own_provider_refused(kind: str) -> str:
             "batch --grader workbench:NAME (promptfoo's eval --grader)")
 
 
+def budget_only(provider: Any) -> bool:
+    """Whether a grading provider is a token budget alone, ``{config: {max_tokens: N}}`` (promptfoo's grader config
+    without a model: the run's grader writes at most that; what a provider the run's grader replaced leaves)."""
+    return isinstance(provider, Mapping) and set(provider) == {"config"}
+
+
 def own_grader_tokens(provider: Any, kind: str) -> int | None:
     """An assert's own grading provider read for its token budget: ``{config: {max_tokens: N}}`` (promptfoo's
     grader config; what is left of a provider the run's grader replaced); one naming a model is refused."""
-    if not isinstance(provider, Mapping) or set(provider) != {"config"}:
+    if not budget_only(provider):
         raise BatchInputError(own_provider_refused(kind))
     return grader_tokens(provider["config"], f"{kind}: provider.config")
 

@@ -117,7 +117,7 @@ def with_grader(config: Mapping[str, Any], grader: str, notes: list[str]) -> dic
         options = out.get("options")
         if isinstance(options, dict) and options.get("provider") is not None \
                 and not names_classifier(options["provider"]):
-            kept = _budget_of(options["provider"]) if where == "defaultTest" else {}  # a test's: not read here
+            kept = _budget_of(options["provider"])
             notes.append(f"{where}.options.provider is replaced by the grader {grader}"
                          + (" (its config.max_tokens is kept: the grader's token budget)" if kept else ""))
             out["options"] = {**{k: v for k, v in options.items() if k != "provider"}, **kept}

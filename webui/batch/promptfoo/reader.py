@@ -37,7 +37,7 @@ from webui.batch.promptfoo.dialect import DIALECT
 from webui.batch.promptfoo.kinds import promptfoo_kind
 from webui.batch.promptfoo.nunjucks import custom_filters
 from webui.batch.asserts.assertion import Assert, parse_assert, with_transforms
-from webui.batch.asserts.classify import CLASSIFIER
+from webui.batch.asserts.classify import CLASSIFIER, names_classifier
 from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import DataTooLarge, load_json, load_yaml
 from webui.batch.asserts.suite_files import SuiteFiles
@@ -368,8 +368,10 @@ def _assert(item: dict[str, Any], files: SuiteFiles, options: Mapping[str, Any] 
         item = {"rubricPrompt": given["rubricPrompt"], **item}
     if given.get("factuality") is not None and spec.name == "factuality":
         item = {"factuality": given["factuality"], **item}
-    if given.get("provider") is not None and spec.name == CLASSIFIER and item.get("provider") is None:
-        item = {**item, "provider": given["provider"]}  # the test's options.provider, as promptfoo's getFinalTest
+    if given.get("provider") is not None and item.get("provider") is None and (
+            (spec.name == CLASSIFIER) == names_classifier(given["provider"]) and "provider" in spec.value.keys):
+        # the test's options.provider, as promptfoo's getFinalTest: a classifier's model, or a graded assert's budget
+        item = {**item, "provider": given["provider"]}
     unknown = set(item) - {"type", "value", "threshold", "weight", "metric", "provider", "transform",
                            *(key for key in ("config", "rubricPrompt", "contextTransform") if key in spec.value.keys),
                            *(("factuality",) if spec.name == "factuality" else ())}

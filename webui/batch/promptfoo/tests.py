@@ -34,6 +34,7 @@ import yaml
 
 from webui.batch.asserts.kinds import ASSERT_KINDS
 from webui.batch.asserts.classify import names_classifier
+from webui.batch.asserts.graded_value import budget_only, grader_tokens
 from webui.batch.asserts.errors import BatchInputError
 from webui.safeload import load_json, load_yaml
 from webui.batch.asserts.suite_files import SuiteFiles
@@ -45,7 +46,9 @@ MAX_SHOWN = 20
 TEST_KEYS = ("description", "vars", "assert", "options", "threshold", "metadata", "prompts")
 OPTION_KEYS = ("prefix", "suffix", "transform", "rubricPrompt", "factuality")
 """A test's options the workbench applies; any other (a grading provider...) is refused by name, except a
-``huggingface:text-classification:`` provider: the model of the test's classifier asserts without their own."""
+``huggingface:text-classification:`` provider (the model of the test's classifier asserts without their own) and a
+provider that is a grader budget alone, ``{config: {max_tokens: N}}`` (that of its graded asserts without their
+own)."""
 GRADING_KEYS = ("provider",)
 """defaultTest's options read by :mod:`webui.batch.promptfoo.options` (the run's judge: one for every test)."""
 SCRIPT_SUFFIXES = (".py", ".js", ".ts", ".mjs", ".cjs")
@@ -202,6 +205,10 @@ def _check_test_keys(test: dict[str, Any], where: str, problems: Problems) -> No
         for key in sorted(set(options) - set(OPTION_KEYS) - set(grading)):
             if key == "provider" and names_classifier(options[key]):
                 continue  # the test's classifier asserts' model (webui.batch.asserts.classify)
+            if key == "provider" and budget_only(options[key]):
+                with problems.collect(f"{where}.options.provider.config"):
+                    grader_tokens(options[key]["config"])
+                continue  # the grader budget of the test's graded asserts without their own (reader._assert)
             why = " (the judge is the run's: set it in defaultTest.options)" if key in GRADING_KEYS else ""
             problems.add(f"{where}.options.{key}", f"not supported here{why} (options here: {', '.join(OPTION_KEYS)}"
                                                    f"; defaultTest's also {', '.join(GRADING_KEYS)})")
@@ -238,7 +245,8 @@ def _cases(index: int, test: _Test, default: dict[str, Any], files: SuiteFiles, 
         out.append(Case(where, index, None if description is None else str(description), combination, items,
                         threshold if isinstance(threshold, (int, float)) and threshold else None, metadata,
                         {k: v if k in _KEPT_AS_GIVEN else str(v) for k, v in options.items()
-                         if k in OPTION_KEYS or (k == "provider" and names_classifier(v))}, chosen or None))
+                         if k in OPTION_KEYS or (k == "provider" and (names_classifier(v) or budget_only(v)))},
+                        chosen or None))
     return out
 
 
