@@ -261,7 +261,7 @@ def greedy_past_bans(batch: Pass[Sampler], ids: Sequence[Sequence[int]], logits:
     tokens = places.squeeze(1).tolist()
     for step in batch.steps:
         for place, proc in zip(step.members, step.procs):
-            if tokens[place] in proc.banned(ids[place]):
+            if isinstance(proc, TokenBans) and tokens[place] in proc.banned(ids[place]):
                 return None
     return tokens
 

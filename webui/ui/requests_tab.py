@@ -16,7 +16,7 @@ import pandas as pd
 from webui.controllers.requests import COLUMNS, ENDPOINTS, STATUSES, RequestsController
 from webui.services import Services
 from webui.ui.batch_tab import BatchTab
-from webui.ui.chat_tab import ChatTab, view_updates
+from webui.ui.chat_view import ChatTab, view_updates
 from webui.ui.insight_tab import InsightTab
 from webui.ui.feedback import Update, opens, shows_errors
 
