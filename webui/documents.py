@@ -61,9 +61,10 @@ MAX_READ_SECONDS = 60.0  # for a PDF, checked between pages (each page is bounde
 MAX_UNZIPPED_BYTES = 100 * 2**20  # a .docx's files, inflated, as its zip directory declares them
 MAX_ZIP_ENTRIES = 5_000
 # pypdf's limits for one stream (its defaults are 75 MB of output and 2 million operands): a page of text is
-# well under a megabyte of drawing operators.
+# well under a megabyte of drawing operators, and a few thousand operands (a dense page: ~5 a word). pypdf parses
+# ~100,000 operands a second on one core, so the operand limit is also how long one hostile page may take.
 PDF_STREAM_BYTES = 20 * 2**20
-PDF_STREAM_OPERANDS = 1_000_000
+PDF_STREAM_OPERANDS = 300_000
 
 READ_FORMATS = "text (.txt, .md, code, .csv, .json...), PDF and Word .docx files are read"
 
