@@ -1,6 +1,7 @@
 """A batch job beside a chat: the chat's time to first token alone vs while a batch of chat requests runs (#45).
 
-Starts one real server (``python launch.py --api``) on the default model with a fresh user data dir, then:
+Starts one real server (``python launch.py --nowebui``: the API alone) on the default model with a fresh user data
+dir, then:
 
 1. **alone**: ``--chats`` streaming chat completions, one after another, each making ``--chat-tokens`` tokens;
    each one's time to first token (TTFT).
@@ -150,7 +151,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-api-batch-") as tmp:
         user_data = user_data_with_default_model(Path(tmp) / "data", model_dir)
         port = free_port()
-        with running_server(user_data, "--api", "--api-port", str(port), "--threads", str(args.threads)):
+        with running_server(user_data, "--nowebui", "--api-port", str(port), "--threads", str(args.threads)):
             print(f"server: {DEFAULT_MODEL}, --threads {args.threads}; {args.chats} chats of {args.chat_tokens} "
                   f"tokens, a batch of {args.rows} rows")
             alone, beside = asyncio.run(bench(f"http://127.0.0.1:{port}", args))

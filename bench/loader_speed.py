@@ -7,7 +7,7 @@ new tokens per request, one thread count for everything):
 * llamacpp: the package's GGUF (Q4_1) as is, sequences batched through llama.cpp's batch API;
 * gptq: a 4-bit GPTQ folder made by `python launch.py quantize gptq SmolLM2-135M-Instruct --bits 4`
   (looked for in the user data dir's models; skipped, with the command to make it, when absent);
-* remote: our own API server (`launch.py --api` with the default model, a subprocess on a free
+* remote: our own API server (`launch.py --nowebui` with the default model, a subprocess on a free
   port) through the remote loader.
 
 The baseline is the raw library call: llama-cpp-python's own ``Llama.generate`` on the same
@@ -153,7 +153,7 @@ def load(name: str, threads: int, user_data: Path, stack: list) -> tuple[object 
 
     folder = ensure_converted(gguf, AppConfig().converted_dir / DEFAULT_MODEL)
     port = free_port()
-    server = running_server(user_data_with_default_model(user_data, folder), "--api", "--api-port", str(port),
+    server = running_server(user_data_with_default_model(user_data, folder), "--nowebui", "--api-port", str(port),
                             "--threads", str(threads), "--max-running", "32")
     server.__enter__()
     stack.append(server)

@@ -135,7 +135,7 @@ def api(model_dir: Path, model, threads: int, streams: int, system_tokens: int, 
     with tempfile.TemporaryDirectory(prefix="bench-prefix-") as tmp:
         user_data = user_data_with_default_model(Path(tmp) / "data", model_dir)
         port = free_port()
-        with running_server(user_data, "--api", "--api-port", str(port), "--threads", str(threads),
+        with running_server(user_data, "--nowebui", "--api-port", str(port), "--threads", str(threads),
                             "--max-running", str(max(16, streams))):
             single, p95 = asyncio.run(api_streams(f"http://127.0.0.1:{port}", system, streams, new_tokens))
     ratio = p95 / single

@@ -80,15 +80,18 @@ def run(argv: list[str]) -> None:
 
 
 def serve(services: Services, config: AppConfig) -> None:
-    """Serve the UI (and the API with --api) from one event loop until interrupted."""
+    """Serve the UI (and the API with --api; the API alone with --nowebui) from one event loop until interrupted."""
     import asyncio
 
     import uvicorn
 
     warn_exposure(config)
-    servers = [uvicorn.Server(uvicorn.Config(create_server(services), host=config.host, port=config.port,
-                                             log_level="warning", timeout_graceful_shutdown=3))]
-    print(f"Workbench ready: http://{'127.0.0.1' if not config.listen else config.host}:{config.port}", flush=True)
+    servers = []
+    if not config.nowebui:
+        servers.append(uvicorn.Server(uvicorn.Config(create_server(services), host=config.host, port=config.port,
+                                                     log_level="warning", timeout_graceful_shutdown=3)))
+        print(f"Workbench ready: http://{'127.0.0.1' if not config.listen else config.host}:{config.port}",
+              flush=True)
     if config.api:
         from webui.api.app import create_api_app
         from webui.api.serving import APIConfig

@@ -41,6 +41,7 @@ class AppConfig:
     port: int = 7860
     api: bool = False
     api_port: int = 5000
+    nowebui: bool = False  # serve the API alone: no browser UI (implies api)
     api_keys: tuple[str, ...] = field(default=(), repr=False)  # any of them opens the API
     admin_keys: tuple[str, ...] = field(default=(), repr=False)  # these also open the management endpoints
     served_model_names: tuple[str, ...] = ()
@@ -247,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--api", action="store_true", help="also serve the OpenAI-compatible API on "
                                                       "http://127.0.0.1:API_PORT/v1")
     g.add_argument("--api-port", type=_port, default=5000, help="API port (default 5000)")
+    g.add_argument("--nowebui", action="store_true",
+                   help="serve the API alone, with no browser UI (implies --api; as text-generation-webui's "
+                        "--nowebui): it starts sooner and takes less memory")
     g.add_argument("--api-key", action="append", default=[], metavar="KEY",
                    help="require a key as 'Authorization: Bearer KEY' on the API (repeat it for several keys); "
                         "without a key the API only listens on 127.0.0.1, even with --listen")
@@ -317,6 +321,9 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
                               "the Requests tab"))
     if args.listen_host is not None and not args.listen:
         raise SystemExit("error: --listen-host needs --listen (without it the workbench listens on 127.0.0.1 only)")
+    if args.nowebui and (users or args.ui_admin):
+        raise SystemExit("error: --ui-auth and --ui-admin are logins to the UI, which --nowebui turns off; API "
+                         "clients use --api-key (drop --nowebui to keep the UI)")
     if args.allow_private_image_urls and not args.allow_image_urls:
         raise SystemExit("error: --allow-private-image-urls widens --allow-image-urls; give both, or neither")
     try:
@@ -329,7 +336,8 @@ def config_from_args(argv: list[str] | None = None) -> AppConfig:
         loras_dir=args.loras_dir,
         model=args.model, loader=args.loader, device=args.device, dtype=args.dtype, threads=args.threads,
         loras=tuple(args.lora), listen=args.listen, listen_host=args.listen_host or "0.0.0.0",
-        allow_python_asserts=args.allow_python_asserts, ui_users=users, ui_admins=tuple(args.ui_admin), port=args.port, api=args.api, api_port=args.api_port,
+        allow_python_asserts=args.allow_python_asserts, ui_users=users, ui_admins=tuple(args.ui_admin), port=args.port, api=args.api or args.nowebui, api_port=args.api_port,
+        nowebui=args.nowebui,
         api_keys=read_keys(args.api_key, args.api_key_file, "--api-key"),
         admin_keys=read_keys(args.admin_key, args.admin_key_file, "--admin-key"), served_model_names=tuple(args.served_model_name), api_timeout=args.api_timeout,
         api_queue_timeout=args.api_queue_timeout, log_prompts=args.log_prompts,

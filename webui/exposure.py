@@ -10,6 +10,8 @@ def exposure_report(config: AppConfig) -> list[str]:
     """The report's lines ([] when the workbench listens on 127.0.0.1 only)."""
     if not config.listen:
         return []
+    if config.nowebui:
+        return ["--listen with --nowebui: no UI is served. What a remote client can do:", *_api_lines(config)]
     users = [name for name, _ in config.ui_users]
     where = f"{config.host}:{config.port}"
     lines = [f"--listen: the UI is reachable from other machines on {where}. What a remote user can do:"]

@@ -22,7 +22,8 @@ class APIServer:
 
 
 def start_api(tmp_path_factory, default_model_dir, *extra: str, key: str | None = API_KEY):
+    """A server serving the API alone (--nowebui: the UI's build would add seconds to each start)."""
     user_data = user_data_with_default_model(tmp_path_factory.mktemp("api") / "data", default_model_dir)
     port = free_port()
-    args = ["--api", "--api-port", str(port), *(["--api-key", key] if key else []), *extra]
+    args = ["--nowebui", "--api-port", str(port), *(["--api-key", key] if key else []), *extra]
     return running_server(user_data, *args), f"http://127.0.0.1:{port}/v1", key

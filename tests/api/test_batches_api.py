@@ -339,7 +339,7 @@ def _done_rows(user_data: Path, batch_id: str) -> dict[str, dict]:
 
 def _serve(user_data: Path):
     port = free_port()
-    return running_server(user_data, "--api", "--api-port", str(port), "--api-key", API_KEY, *ARGS), \
+    return running_server(user_data, "--nowebui", "--api-port", str(port), "--api-key", API_KEY, *ARGS), \
         f"http://127.0.0.1:{port}/v1"
 
 

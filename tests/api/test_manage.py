@@ -45,7 +45,7 @@ def api(tmp_path_factory, default_model_dir, tiny_model_dir):
     keys = root / "keys.txt"
     keys.write_text(f"# the team's keys\n{FILE_KEY}\n\n")
     port = free_port()
-    with running_server(user_data, "--api", "--api-port", str(port), "--api-key", USER, "--api-key-file", str(keys),
+    with running_server(user_data, "--nowebui", "--api-port", str(port), "--api-key", USER, "--api-key-file", str(keys),
                         "--admin-key", ADMIN) as srv:
         yield f"http://127.0.0.1:{port}", srv, user_data
 

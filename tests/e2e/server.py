@@ -44,7 +44,8 @@ class Server:
 
 @contextlib.contextmanager
 def running_server(user_data: Path, *args: str, timeout: float = 180) -> Iterator[Server]:
-    """Yield a launched workbench (url, log file, process); stop it afterwards."""
+    """Yield a launched workbench (url, log file, process); stop it afterwards. With --nowebui (the API alone) the
+    url is the API's root."""
     port = free_port()
     log_path = user_data / f"server-{port}.log"
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
@@ -52,7 +53,7 @@ def running_server(user_data: Path, *args: str, timeout: float = 180) -> Iterato
         proc = subprocess.Popen(
             [sys.executable, str(ROOT / "launch.py"), "--user-data-dir", str(user_data), "--port", str(port),
              "--threads", str(TEST_THREADS), *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{args[args.index('--api-port') + 1] if '--nowebui' in args else port}"
     try:
         deadline = time.monotonic() + timeout
         while True:

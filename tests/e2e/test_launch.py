@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tests.e2e.server import running_server, user_data_with_default_model
+from tests.e2e.server import free_port, running_server, user_data_with_default_model
 
 pytestmark = pytest.mark.real_model
 
@@ -27,6 +27,7 @@ def test_help_lists_every_flag():
     (["--dtype", "float64"], "invalid choice"),
     (["--loader", "nope"], "unknown loader 'nope'"),
     (["--lora", "nope"], "LoRA adapter 'nope' does not exist"),
+    (["--nowebui", "--ui-auth", "ann:pw"], "which --nowebui turns off"),
 ])
 def test_bad_startup_input_exits_with_a_clear_message(tmp_path, default_model_dir, args, message):
     user_data = user_data_with_default_model(tmp_path / "data", default_model_dir)
@@ -45,3 +46,20 @@ def test_second_start_skips_conversion_and_sigterm_ends_it_cleanly(tmp_path, def
     text = server.log.read_text()
     assert "converting" not in text and "Workbench ready" in text
     assert server.proc.returncode == 0, text[-2000:]
+
+
+def test_nowebui_serves_the_api_alone(tmp_path, default_model_dir):
+    """--nowebui: the API answers (it implies --api) and nothing listens on the UI's port."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    user_data = user_data_with_default_model(tmp_path / "data", default_model_dir)
+    ui_port = free_port()
+    with running_server(user_data, "--nowebui", "--api-port", str(free_port()), "--port", str(ui_port)) as server:
+        with urllib.request.urlopen(server.url + "/v1/models", timeout=30) as r:
+            assert [m["id"] for m in json.load(r)["data"]] == ["SmolLM2-135M-Instruct"]
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/health", timeout=5)
+    text = server.log.read_text()
+    assert "OpenAI-compatible API ready" in text and "Workbench ready" not in text

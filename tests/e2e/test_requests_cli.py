@@ -30,7 +30,7 @@ def kept(tmp_path_factory, default_model_dir):
     """A user data dir where a server with --capture-requests kept a greedy chat, an aliased one and a refusal."""
     user_data = user_data_with_default_model(tmp_path_factory.mktemp("requests") / "data", default_model_dir)
     port = free_port()
-    with running_server(user_data, "--api", "--api-port", str(port), "--capture-requests", "--served-model-name",
+    with running_server(user_data, "--nowebui", "--api-port", str(port), "--capture-requests", "--served-model-name",
                         "gpt-4o-mini"):
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
         greedy = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Name a colour."}],

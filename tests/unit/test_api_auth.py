@@ -68,3 +68,17 @@ def test_keys_from_the_command_line_and_files(tmp_path):
     with pytest.raises(SystemExit, match="may not be empty"):
         config_from_args(["--admin-key", " "])
     assert config_from_args(["--api-key", "My API Key"]).api_keys == ("My API Key",)  # openai-python's tests' key
+
+
+def test_nowebui_serves_the_api_alone_and_its_exposure_report_names_no_ui():
+    from webui.config import config_from_args
+    from webui.exposure import exposure_report
+
+    config = config_from_args(["--nowebui", "--listen", "--api-key", "k"])
+    assert config.api and config.nowebui
+    lines = exposure_report(config)
+    assert lines[0].startswith("--listen with --nowebui: no UI is served")
+    assert not any("chat" in line or "login" in line for line in lines)
+    assert any("with 1 key(s)" in line for line in lines)
+    with pytest.raises(SystemExit, match="which --nowebui turns off"):
+        config_from_args(["--nowebui", "--ui-auth", "ann:pw"])
