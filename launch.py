@@ -57,4 +57,12 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    finally:
+        # The interpreter's last garbage collections walk every object torch, transformers and gradio made: seconds
+        # at each exit (Ctrl+C, the end of a batch run). Frozen, they are left to the exit, which frees the memory;
+        # files, the store and temporary folders are closed before this by the commands themselves and atexit.
+        import gc
+
+        gc.freeze()

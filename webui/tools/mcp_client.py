@@ -19,16 +19,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Coroutine, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Sequence, TypeVar
 
 import anyio
-import httpx2
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types import (AudioContent, CallToolResult, EmbeddedResource, ImageContent, PaginatedRequestParams,
-                       ResourceLink, TextContent)
-from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from webui.tools.mcp_config import McpServer
 from webui.tools.spec import EMPTY_PARAMETERS, ToolProblem, ToolResult, failed, result_text
@@ -36,6 +29,9 @@ from webui.tools.spec import EMPTY_PARAMETERS, ToolProblem, ToolResult, failed, 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_TOOL_PAGES = 100
+
+if TYPE_CHECKING:  # the SDK itself is imported where a server is first used: it takes a second or two to import,
+    from mcp import ClientSession  # and every start of the workbench (and of a batch run) would pay for it
 
 
 @dataclass(frozen=True)
@@ -179,6 +175,9 @@ class _Link:
         except Exception as e:  # noqa: BLE001 - the reason goes back to the model and the caller
             return failed(tool, "unavailable", f"the MCP server {name!r} could not be {self.started}: {reason(e)}",
                           time.monotonic() - start)
+        from mcp.shared.exceptions import MCPError
+        from mcp_types.jsonrpc import CONNECTION_CLOSED
+
         try:
             result = await asyncio.wait_for(session.call_tool(tool, arguments),
                                             max(0.01, timeout - (time.monotonic() - start)))
@@ -224,6 +223,8 @@ class _Link:
 
     async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
         """Open the session, hand it over through ``ready``, and keep it until ``stop`` is set."""
+        from mcp import ClientSession
+
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self.connect_timeout) as scope:
                 async with _transport(self.server) as (read, write), ClientSession(read, write) as session:
@@ -248,11 +249,16 @@ class _Link:
 @contextlib.asynccontextmanager
 async def _transport(server: McpServer) -> AsyncIterator[Any]:
     if server.transport == "stdio":
+        from mcp import StdioServerParameters, stdio_client
+
         params = StdioServerParameters(command=server.command[0], args=list(server.command[1:]),
                                        env=dict(server.env) or None, cwd=server.cwd)
         async with stdio_client(params, errlog=sys.stderr) as streams:  # the server's log goes to ours
             yield streams
     else:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
         timeout = httpx2.Timeout(30.0, read=300.0)  # the SDK's defaults: a response stream may stay open long
         async with httpx2.AsyncClient(headers=server.headers, timeout=timeout) as http, \
                 streamable_http_client(server.url, http_client=http) as streams:
@@ -260,6 +266,8 @@ async def _transport(server: McpServer) -> AsyncIterator[Any]:
 
 
 async def _all_tools(server: str, session: ClientSession) -> list[McpTool]:
+    from mcp_types import PaginatedRequestParams
+
     tools: list[McpTool] = []
     cursor: str | None = None
     for _ in range(MAX_TOOL_PAGES):
@@ -273,6 +281,8 @@ async def _all_tools(server: str, session: ClientSession) -> list[McpTool]:
 
 
 def _result(tool: str, result: Any, seconds: float) -> ToolResult:
+    from mcp_types import CallToolResult
+
     if not isinstance(result, CallToolResult):
         return failed(tool, "failed", f"the MCP server answered with a {type(result).__name__}, not a tool "
                       "result", seconds)
@@ -287,6 +297,8 @@ def _result(tool: str, result: Any, seconds: float) -> ToolResult:
 
 def _content_text(block: Any) -> str:
     """What the model reads for one content block (a text model: media are named, not shown)."""
+    from mcp_types import AudioContent, EmbeddedResource, ImageContent, ResourceLink, TextContent
+
     if isinstance(block, TextContent):
         return block.text
     if isinstance(block, (ImageContent, AudioContent)):
