@@ -18,7 +18,7 @@ import gradio as gr
 from webui.controllers.generation import ActiveRequests, status_text
 from webui import owner
 from webui.services import Services
-from webui.ui.feedback import create_tab_opener
+from webui.ui.feedback import confine_progress, create_tab_opener
 from webui.ui.live import LiveReplies
 from webui.ui.page_channel import PageChannel, line_value
 from webui.ui import (ab_tab, account, batch_tab, chat_tab, insight_tab, model_tab, notebook_tab, parameters_tab,
@@ -116,7 +116,8 @@ def build_ui(services: Services, live: LiveReplies | None = None, channel: PageC
         if user is not None:
             parts.append(account.on_load(user))
         parts.append(([page_token], channel.open))
-        demo.load(*page_load(parts))
+        demo.load(*page_load(parts), show_progress="hidden")  # 177 outputs: a spinner on each is noise
+        confine_progress(demo)
     return demo
 
 

@@ -407,7 +407,7 @@ def _wire_runs(tab: BatchTab) -> None:
         return gr.update(value=str(c.export(chosen, kind)), visible=True)
 
     tab.open.click(open_run, [tab.runs], [tab.run_id, *tab.views, *[getattr(tab.form, n) for n in REFILLED],
-                                          tab.upload_note])
+                                          tab.upload_note], show_progress="hidden")  # 36 outputs: feedback.confine_progress
     tab.rename.click(rename, [tab.runs, tab.rename_text], [tab.runs])
     tab.delete.click(delete, [tab.runs, tab.run_id], [tab.run_id, *tab.views])
     tab.rerun.click(rerun(True), [tab.runs], [tab.progress, tab.run_id, *tab.views], concurrency_limit=None)

@@ -183,7 +183,8 @@ def _wire_selection(tab: ChatTab, session: ChatSession, params: ParametersTab) -
                 params.note: "Parameters taken from a chat's last reply.", params.running: pipeline_text(used)}
 
     tab.chatbot.select(select_message, [tab.chat_id], [*tab.panels, tab.selected, tab.version])
-    tab.use_params.click(use_params, [tab.chat_id], [*params.panel.shown, params.preset, params.note, params.running])
+    tab.use_params.click(use_params, [tab.chat_id], [*params.panel.shown, params.preset, params.note, params.running],
+                         show_progress="hidden")  # every field of the Parameters tab (feedback.confine_progress)
 
 
 def _wire_versions(tab: ChatTab, session: ChatSession) -> None:

@@ -73,3 +73,19 @@ def create_tab_opener() -> gr.Textbox:
 def opens(tab_id: str) -> str:
     """The opener's value that opens tab ``tab_id`` (a new value each time, so the same tab opens again)."""
     return f"{tab_id} {time.monotonic_ns()}"
+
+
+def confine_progress(demo: gr.Blocks) -> None:
+    """Each event of ``demo`` (call it last in its ``with``) whose progress is hidden reports its progress to one
+    hidden element rather than to its outputs.
+
+    The page keeps a loading status for every component that was ever an event's progress target (its outputs,
+    unless ``show_progress_on`` names others), and with each message of any event it updates every one of them, each
+    found by a walk of the component tree (see webui.ui.live). The page load alone filled 177, so a click that
+    changed a preset cost the page ~5 s of work on one core. An event that shows no progress needs no targets:
+    pointed at one hidden element, the statuses stay few and a click costs about a third of that (#46). An event
+    that shows progress (a model's load bar) keeps its outputs."""
+    sink = gr.HTML("", visible="hidden", elem_id="progress-sink", container=False)
+    for fn in demo.fns.values():
+        if fn.fn is not None and fn.show_progress == "hidden" and fn.show_progress_on is None:
+            fn.show_progress_on = [sink]

@@ -247,7 +247,8 @@ def _wire(tab: ModelTab, installed: Dependency, quantized: Dependency, opened: g
     form_outputs = [*tab.option_groups.values(), *controls, tab.dtype]
     sizing = [tab.model, tab.loader, tab.device, tab.dtype, tab.threads, tab.keep, *controls]
     for changed in (tab.model, tab.loader):
-        changed.change(functools.partial(option_form, tab), [tab.model, tab.loader], form_outputs).then(
+        changed.change(functools.partial(option_form, tab), [tab.model, tab.loader], form_outputs,
+                       show_progress="hidden").then(
             estimate, sizing, tab.estimate)
     for control in (tab.device, tab.dtype, tab.threads, tab.keep, *controls):
         control.change(estimate, sizing, tab.estimate)

@@ -96,7 +96,8 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         return (gr.update(info=controller.preset_line(name)),
                 gr.update(value="Delete preset", interactive=_deletable(controller, name)), None)
 
-    tab.preset.input(apply_preset, [tab.preset], [*shown, tab.note, tab.running])
+    # a preset fills every field: a spinner on each is noise (and costs the page; feedback.confine_progress)
+    tab.preset.input(apply_preset, [tab.preset], [*shown, tab.note, tab.running], show_progress="hidden")
     tab.preset.change(preset_shown, [tab.preset], [tab.preset, delete, confirm], show_progress="hidden")
 
     def reset():
@@ -104,7 +105,7 @@ def _wire_presets(tab: ParametersTab, save_name: gr.Textbox, save: gr.Button, de
         return (*tab.panel.show(params), gr.update(value=None, info=controller.preset_line(None)),
                 "Neutral: every sampler off.", pipeline_text(params))
 
-    neutral.click(reset, None, [*shown, tab.preset, tab.note, tab.running])
+    neutral.click(reset, None, [*shown, tab.preset, tab.note, tab.running], show_progress="hidden")
     save.click(save_preset, {save_name, *inputs}, [tab.preset, tab.note, delete])
     delete.click(delete_preset, [tab.preset, confirm], [tab.preset, tab.note, confirm, delete])
 
