@@ -213,7 +213,7 @@ def test_filters_render_as_promptfoo_renders_them(tmp_path, name):
     assert len(theirs) in (4, 8) and [text for _, text in ours] == [text for _, text in theirs]
 
 
-def test_a_prompts_json_schema_reply_is_the_same_object_and_verdicts_in_promptfoo(tmp_path_factory, services,
+def test_a_prompts_json_schema_reply_is_the_same_object_and_verdicts_in_promptfoo(open_api, services,
                                                                                  default_model_dir, tmp_path):
     """promptfoo's f-score example (#49; see its SOURCE.md), run by promptfoo 0.115 against our API and by our batch
     runner on the same default model and seed: its prompt's own json_schema response_format constrains both
@@ -221,7 +221,6 @@ def test_a_prompts_json_schema_reply_is_the_same_object_and_verdicts_in_promptfo
     outputs are the same objects and every assert (is-json, the javascript asserts on ``output.sentiment``, which
     were undefined while our reply stayed text) gives the same pass/fail and score; the named scores (each metric's
     scores summed, its weight-0 asserts too) and the derived metrics over them are promptfoo's."""
-    from tests.api.conftest import start_api
     from tests.engine.test_batch_runner import run
     from webui.batch.promptfoo.export import to_promptfoo
     from webui.batch.promptfoo.reader import read_suite
@@ -231,12 +230,11 @@ def test_a_prompts_json_schema_reply_is_the_same_object_and_verdicts_in_promptfo
     folder = tmp_path / "f-score"
     shutil.copytree(EXAMPLES / "f-score", folder)
     config = yaml.safe_load((folder / "promptfooconfig.yaml").read_text(encoding="utf-8"))
-    context, base, _ = start_api(tmp_path_factory, default_model_dir, key=None)
+    base = open_api
     config["providers"] = [{"id": "openai:chat:SmolLM2-135M-Instruct", "config": {
         "apiBaseUrl": base, "apiKey": "unused", "temperature": 0.0001, "seed": 7, "max_tokens": 96}}]
     (folder / "promptfooconfig.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    with context:
-        evaluated = promptfoo_eval(folder / "promptfooconfig.yaml", tmp_path / "home")["results"]
+    evaluated = promptfoo_eval(folder / "promptfooconfig.yaml", tmp_path / "home")["results"]
     theirs, theirs_prompts = sorted(evaluated["results"], key=lambda r: r["testIdx"]), evaluated["prompts"]
     assert 2 not in [r["failureReason"] for r in theirs], theirs[0].get("error")  # 2: the provider failed
 
@@ -284,12 +282,22 @@ def test_file_vars_are_loaded_as_promptfoo_loads_them(tmp_path):
     assert check.check(Observed(row.text, variables=dict(row.variables))).passed
 
 
+@pytest.fixture(scope="module")
+def open_api(tmp_path_factory, default_model_dir):
+    """One keyless API server (the API alone) that promptfoo calls in this module's tests; its base URL."""
+    from tests.api.conftest import start_api
+
+    context, base, _ = start_api(tmp_path_factory, default_model_dir, key=None)
+    with context:
+        yield base
+
+
 def _api_provider(base: str, **config: Any) -> dict[str, Any]:
     """promptfoo's openai chat provider on our API's default model."""
     return {"id": "openai:chat:SmolLM2-135M-Instruct", "config": {"apiBaseUrl": base, "apiKey": "unused", **config}}
 
 
-def test_context_and_answer_relevance_agree_with_promptfoo_on_the_same_judge(tmp_path_factory, services,
+def test_context_and_answer_relevance_agree_with_promptfoo_on_the_same_judge(open_api, services,
                                                                               default_model_dir, tmp_path):
     """promptfoo's multilingual-rag example (#49; see its SOURCE.md: 3 of its tests), its context-relevance and
     answer-relevance asserts (its defaultTest's; the others are left out to keep it short), run by promptfoo 0.115
@@ -302,7 +310,6 @@ def test_context_and_answer_relevance_agree_with_promptfoo_on_the_same_judge(tmp
     itself reads the whole reply), and its embeddings come from our API's /v1/embeddings, the same model's
     mean-pooled hidden states ours uses, so its mean cosine is the same up to float rounding, and so is its pass
     (promptfoo does not clamp a negative mean at 0; ours does)."""
-    from tests.api.conftest import start_api
     from tests.engine.test_batch_runner import run
     from webui.batch.promptfoo.reader import read_suite
     from webui.batch.run.grid import GridSpec
@@ -314,7 +321,7 @@ def test_context_and_answer_relevance_agree_with_promptfoo_on_the_same_judge(tmp
     kept = ("context-relevance", "answer-relevance")
     config["defaultTest"]["assert"] = [a for a in config["defaultTest"]["assert"] if a["type"] in kept]
     config["tests"] = [{k: v for k, v in test.items() if k != "assert"} for test in config["tests"]]
-    context, base, _ = start_api(tmp_path_factory, default_model_dir, key=None)
+    base = open_api
     config["providers"] = [_api_provider(base, temperature=0.0001, seed=7, max_tokens=24)]
     grader = _api_provider(base, temperature=0.0001, seed=7, max_tokens=96)  # promptfoo sends no temperature 0
     embedding = {"id": "openai:embedding:SmolLM2-135M-Instruct", "config": {"apiBaseUrl": base, "apiKey": "unused"}}
@@ -325,8 +332,7 @@ def test_context_and_answer_relevance_agree_with_promptfoo_on_the_same_judge(tmp
             item["provider"] = {"text": {**grader, "config": {**grader["config"], "stop": ["\n"]}},
                                 "embedding": embedding}
     (folder / "theirs.yaml").write_text(yaml.safe_dump(theirs_config, sort_keys=False), encoding="utf-8")
-    with context:
-        evaluated = promptfoo_eval(folder / "theirs.yaml", tmp_path / "home")["results"]
+    evaluated = promptfoo_eval(folder / "theirs.yaml", tmp_path / "home")["results"]
     theirs = sorted(evaluated["results"], key=lambda r: r["testIdx"])
     assert 2 not in [r["failureReason"] for r in theirs], theirs[0].get("error")  # 2: the provider failed
 
@@ -348,7 +354,7 @@ def test_context_and_answer_relevance_agree_with_promptfoo_on_the_same_judge(tmp
     print([(r.asserts[0].value, r.asserts[1].value, r.asserts[1].detail) for r in rows])
 
 
-def test_a_rubric_prompt_alone_grades_llm_rubric_in_promptfoo_and_here(tmp_path_factory, services, default_model_dir,
+def test_a_rubric_prompt_alone_grades_llm_rubric_in_promptfoo_and_here(open_api, services, default_model_dir,
                                                                        tmp_path):
     """promptfoo's custom-grading-prompt example (#49 item 5; see its SOURCE.md): an llm-rubric with no value,
     graded by ``defaultTest.options.rubricPrompt`` alone (a chat: a system message with {{x}}, {{y}}, {{z}}, a user
@@ -359,7 +365,6 @@ def test_a_rubric_prompt_alone_grades_llm_rubric_in_promptfoo_and_here(tmp_path_
     hold: the same output is graded on both sides by that prompt alone (no value is asked for), each reads a
     verdict (promptfoo's grader is given our verdict's JSON schema as its response_format, so its reply is JSON
     too), and, the prompt saying "always pass the test", both pass."""
-    from tests.api.conftest import start_api
     from tests.engine.test_batch_runner import run
     from webui.batch.promptfoo.reader import read_suite
     from webui.batch.run.grid import GridSpec
@@ -369,7 +374,7 @@ def test_a_rubric_prompt_alone_grades_llm_rubric_in_promptfoo_and_here(tmp_path_
     folder = tmp_path / "custom-grading-prompt"
     shutil.copytree(EXAMPLES / "custom-grading-prompt", folder)
     config = yaml.safe_load((folder / "promptfooconfig.yaml").read_text(encoding="utf-8"))
-    context, base, _ = start_api(tmp_path_factory, default_model_dir, key=None)
+    base = open_api
     config["providers"] = [_api_provider(base, temperature=0.0001, seed=7, max_tokens=24)]
     schema = {k: v for k, v in VERDICT_SCHEMA.items() if k != "x-guidance"}
     grader = _api_provider(base, temperature=0.0001, seed=7, max_tokens=96, response_format={
@@ -377,8 +382,7 @@ def test_a_rubric_prompt_alone_grades_llm_rubric_in_promptfoo_and_here(tmp_path_
     theirs_config = json.loads(json.dumps(config))
     theirs_config["defaultTest"]["options"]["provider"] = grader
     (folder / "theirs.yaml").write_text(yaml.safe_dump(theirs_config, sort_keys=False), encoding="utf-8")
-    with context:
-        (their,) = promptfoo_eval(folder / "theirs.yaml", tmp_path / "home")["results"]["results"]
+    (their,) = promptfoo_eval(folder / "theirs.yaml", tmp_path / "home")["results"]["results"]
     assert their["failureReason"] != 2, their.get("error")  # 2: the provider failed
 
     services.models.load(services.models.catalog.entry_for_path(default_model_dir))

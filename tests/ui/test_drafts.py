@@ -93,8 +93,9 @@ def gradio_events(page) -> list[str]:
     return sent
 
 
-def quiet(page, sent: list[str], for_ms: int = 2000, timeout: float = 60) -> None:
-    """Wait until the page has sent no Gradio event (``sent``: gradio_events') for ``for_ms``."""
+def quiet(page, sent: list[str], for_ms: int = 4000, timeout: float = 90) -> None:
+    """Wait until the page has sent no Gradio event (``sent``: gradio_events') for ``for_ms``: an event chained to
+    another (``.then``) is sent when that one ends, which on a busy machine was 3 s after it was sent."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         before = len(sent)
