@@ -21,7 +21,8 @@ def lora_server(tmp_path_factory, default_model_dir):
     user_data = user_data_with_default_model(tmp_path_factory.mktemp("lora-api") / "data", default_model_dir)
     random_lora(default_model_dir, user_data / "loras" / "noisy")
     port = free_port()
-    with running_server(user_data, "--nowebui", "--api-port", str(port), "--api-key", API_KEY, "--lora", "noisy") as srv:
+    with running_server(user_data, "--nowebui", "--api-port", str(port), "--api-key", API_KEY,
+                        "--lora", "noisy") as srv:
         yield httpx.Client(base_url=f"http://127.0.0.1:{port}/v1", headers={"Authorization": f"Bearer {API_KEY}"},
                            timeout=120), srv
 

@@ -406,8 +406,9 @@ def _wire_runs(tab: BatchTab) -> None:
     def export(chosen: int | None, kind: str) -> Update:
         return gr.update(value=str(c.export(chosen, kind)), visible=True)
 
+    # 36 outputs: a spinner on each is noise (and costs the page; feedback.confine_progress)
     tab.open.click(open_run, [tab.runs], [tab.run_id, *tab.views, *[getattr(tab.form, n) for n in REFILLED],
-                                          tab.upload_note], show_progress="hidden")  # 36 outputs: feedback.confine_progress
+                                          tab.upload_note], show_progress="hidden")
     tab.rename.click(rename, [tab.runs, tab.rename_text], [tab.runs])
     tab.delete.click(delete, [tab.runs, tab.run_id], [tab.run_id, *tab.views])
     tab.rerun.click(rerun(True), [tab.runs], [tab.progress, tab.run_id, *tab.views], concurrency_limit=None)
